@@ -1,0 +1,48 @@
+# The two commands: `make demo` (set up + run the main job) and `make test` (set up + pass the tests).
+# Both install into .venv with the pinned versions of constraints/ci.txt.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+CONSTRAINTS := constraints/ci.txt
+EXTRAS := dev,onnxruntime-gpu,openvino,opencv,torch
+OPENCV4 := opencv-python-headless==4.14.0.94
+
+.PHONY: setup demo test lint typecheck pytest pytest-opencv4 clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
+	touch $@
+
+# OpenCV 4.x beside the main OpenCV 5: the contract suite runs on both.
+.cv4/.installed: $(VENV)/.installed
+	$(PIP) install -q --no-deps --upgrade --target .cv4 $(OPENCV4)
+	touch $@
+
+demo: setup
+	$(VENV)/bin/deploykit demo
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: setup
+	$(VENV)/bin/mypy
+
+# pytest exits 5 when it collects no test: that is a failure here, never a pass.
+pytest: setup
+	$(PY) -m pytest || { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
+
+pytest-opencv4: .cv4/.installed
+	PYTHONPATH=.cv4 DEPLOYKIT_EXPECT_OPENCV=4 $(PY) -m pytest tests/backends -k "opencv or darknet or version" \
+		|| { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
+
+test: lint typecheck pytest pytest-opencv4
+
+clean:
+	rm -rf $(VENV) .cv4 .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,1 @@
+"""The ``deploykit`` command-line app (installed as ``deploykit.cli``)."""

@@ -1,0 +1,46 @@
+"""Shared terminal output for the CLI: one stdout and one stderr console."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from deploykit.errors import UsageError
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+def print_json(data: Any) -> None:
+    """Machine-readable output: plain JSON on stdout, no colour or wrapping."""
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
+def parse_pairs(values: list[str], what: str) -> dict[str, str]:
+    """``["k=v", ...]`` → dict, with a clear error for an item without ``=``."""
+    pairs: dict[str, str] = {}
+    for value in values:
+        key, sep, item = value.partition("=")
+        if not sep or not key:
+            raise UsageError(
+                f"{what} '{value}' | expected KEY=VALUE.",
+                hint=f"write it as {what} name=value.",
+            )
+        pairs[key.strip()] = item.strip()
+    return pairs
+
+
+def coerce(value: str) -> Any:
+    """CLI option text → int, float, bool or str, in that order of preference."""
+    lowered = value.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            continue
+    return value

@@ -1,0 +1,72 @@
+"""Entry point of the ``deploykit`` command: one place that turns errors into messages.
+
+A ``DeployKitError`` prints as one paragraph on stderr and exits 1 (``--debug``
+shows the traceback instead); usage errors exit 2 as click decides.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import typer
+from rich.text import Text
+from typer.core import TyperGroup
+
+from deploykit import __version__
+from deploykit.errors import DeployKitError
+
+from . import backends_cmd, demo_cmd, inspect_cmd, run_cmd
+from .console import err_console
+
+
+class _Group(TyperGroup):
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except DeployKitError as exc:
+            if ctx.params.get("debug") or os.environ.get("DEPLOYKIT_DEBUG"):
+                raise
+            err_console.print(Text(f"error: {exc}"), soft_wrap=True)
+            raise typer.Exit(1) from None
+
+
+app = typer.Typer(
+    cls=_Group,
+    name="deploykit",
+    help="Convert models to ONNX, run them on ONNX Runtime, OpenVINO or OpenCV DNN, "
+    "and compare backends on this device.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"deploykit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks instead of short errors."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """deploykit: deploy neural networks to edge devices."""
+
+
+app.command("backends")(backends_cmd.backends)
+app.command("inspect")(inspect_cmd.inspect)
+app.command("run")(run_cmd.run)
+app.command("demo")(demo_cmd.demo)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

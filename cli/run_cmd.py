@@ -1,0 +1,89 @@
+"""``deploykit run``: load a model on one backend and device, run it once, show the outputs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import typer
+from rich.table import Table
+
+import deploykit
+from deploykit.inputs import parse_input_options
+from deploykit.io import atomic_path, check_output_dir
+
+from .console import coerce, console, parse_pairs, print_json
+
+
+def run(
+    model: Path = typer.Argument(..., help="The .onnx file."),
+    backend: str = typer.Option("onnxruntime", "--backend", "-b", help="Backend name or alias."),
+    device: str = typer.Option(None, "--device", "-d", help="Device (default: the backend's CPU)."),
+    inputs: list[str] = typer.Option(
+        [],
+        "--input",
+        "-i",
+        help="NAME=random, NAME=random:1x3x224x224, NAME=file.npy, or file.npz. "
+        "Inputs not named get seeded random data.",
+    ),
+    options: list[str] = typer.Option(
+        [], "--option", "-o", help="Backend option KEY=VALUE (see 'deploykit backends --options')."
+    ),
+    allow_fallback: bool = typer.Option(
+        False, "--allow-fallback", help="Run on the CPU if the device is unusable, and say so."
+    ),
+    seed: int = typer.Option(0, help="Seed for random inputs."),
+    save: Path = typer.Option(None, "--save", help="Write the outputs to this .npz file."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+) -> None:
+    """Run a model once and print each output's shape and statistics."""
+    if save is not None:
+        check_output_dir(save)
+    backend_options = {k: coerce(v) for k, v in parse_pairs(options, "--option").items()}
+    with deploykit.load(model, backend, device, allow_fallback=allow_fallback, **backend_options) as session:
+        feeds = parse_input_options(inputs, session.inputs, seed=seed)
+        start = time.perf_counter()
+        outputs = session.run(feeds)
+        elapsed_ms = (time.perf_counter() - start) * 1e3
+        info = session.info
+    if save is not None:
+        with atomic_path(save) as temporary:
+            with open(temporary, "wb") as handle:
+                np.savez(handle, **outputs)
+    rows = [_stats(name, array) for name, array in outputs.items()]
+    if as_json:
+        print_json({"session": info.to_dict(), "latency_ms": elapsed_ms, "outputs": rows})
+        return
+    fallback = f" [yellow](fell back: {info.fallback_reason})[/]" if info.fallback else ""
+    console.print(
+        f"{model.name} on {info.backend} {info.device} ({info.precision}, "
+        f"{info.backend_version}){fallback}: first run {elapsed_ms:.2f} ms"
+    )
+    table = Table()
+    for column in ("output", "dtype", "shape", "min", "max", "mean", "std"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            row["name"],
+            row["dtype"],
+            str(tuple(row["shape"])),
+            *(f"{row[k]:.6g}" if row[k] is not None else "-" for k in ("min", "max", "mean", "std")),
+        )
+    console.print(table)
+    if save is not None:
+        console.print(f"outputs written to {save}")
+
+
+def _stats(name: str, array: np.ndarray) -> dict[str, object]:
+    numeric = array.size > 0 and array.dtype.kind in "biuf"
+    values = array.astype(np.float64) if numeric else None
+    return {
+        "name": name,
+        "dtype": array.dtype.name,
+        "shape": list(array.shape),
+        "min": float(values.min()) if values is not None else None,
+        "max": float(values.max()) if values is not None else None,
+        "mean": float(values.mean()) if values is not None else None,
+        "std": float(values.std()) if values is not None else None,
+    }

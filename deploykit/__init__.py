@@ -1,0 +1,88 @@
+"""deploykit: convert models to ONNX and run them on ONNX Runtime, OpenVINO or OpenCV DNN.
+
+The public API::
+
+    import deploykit
+    with deploykit.load("model.onnx", backend="openvino", device="CPU") as session:
+        outputs = session.run({"images": x})
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.registry import all_backends, backend_names, get_backend
+from deploykit.errors import (
+    BackendError,
+    BackendUnavailableError,
+    ConversionError,
+    DeployKitError,
+    DeviceUnavailableError,
+    InputError,
+    InvalidModelError,
+    ModelError,
+    ModelNotFoundError,
+    ParityError,
+    UnknownBackendError,
+    UnsupportedModelError,
+    UsageError,
+)
+from deploykit.inputs import make_inputs
+from deploykit.model import summarize
+from deploykit.tensors import TensorSpec
+
+__version__ = "0.1.0"
+
+
+def load(
+    model: str | os.PathLike[str],
+    backend: str = "onnxruntime",
+    device: str | None = None,
+    *,
+    allow_fallback: bool = False,
+    **options: Any,
+) -> Session:
+    """Load a model on a backend and device.
+
+    Args:
+        model: path to an ``.onnx`` file (or a Darknet ``.cfg`` for OpenCV 4.x).
+        backend: ``onnxruntime``/``ort``, ``openvino``/``ov``, ``opencv``/``cv`` or a plug-in.
+        device: the backend's device name; its default device (the CPU) when omitted.
+        allow_fallback: run on the CPU when the device cannot be used and report it in
+            ``session.info.fallback``; otherwise that is a ``DeviceUnavailableError``.
+        **options: backend options, e.g. ``threads=2`` or OpenVINO's ``precision="f32"``.
+
+    Returns:
+        an open ``Session``; use it as a context manager.
+    """
+    return get_backend(backend).open(model, device, allow_fallback=allow_fallback, **options)
+
+
+__all__ = [
+    "Backend",
+    "BackendError",
+    "BackendUnavailableError",
+    "ConversionError",
+    "DeployKitError",
+    "DeviceUnavailableError",
+    "InputError",
+    "InvalidModelError",
+    "ModelError",
+    "ModelNotFoundError",
+    "ParityError",
+    "Session",
+    "SessionInfo",
+    "TensorSpec",
+    "UnknownBackendError",
+    "UnsupportedModelError",
+    "UsageError",
+    "__version__",
+    "all_backends",
+    "backend_names",
+    "get_backend",
+    "load",
+    "make_inputs",
+    "summarize",
+]

@@ -1,0 +1,400 @@
+"""The central interface: ``Backend`` (a stateless plug-in) and ``Session`` (a loaded model).
+
+Backend authors write loading (``Backend._open``) and ``Session._run`` only; this
+module validates feeds once, orders outputs by the graph, translates runtime
+exceptions, and refuses silent device fallback. It must not import a runtime.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from deploykit.errors import (
+    BackendError,
+    BackendUnavailableError,
+    DeployKitError,
+    DeviceUnavailableError,
+    InputError,
+    UsageError,
+)
+from deploykit.tensors import TensorSpec
+
+
+@dataclass
+class SessionInfo:
+    """What actually executes a session, as reported by the runtime after loading.
+
+    Attributes:
+        backend: registered backend name (``onnxruntime``, ``openvino``, ``opencv``).
+        backend_version: version of the runtime package, e.g. ``onnxruntime-gpu 1.31.1``.
+        device_requested: the device the caller asked for.
+        device: the device that runs the model, as the runtime reports it.
+        precision: compute precision in use: ``f32``, ``f16``, ``bf16`` ...
+        providers: runtime-specific detail: ORT providers, OpenVINO execution
+            devices, OpenCV backend/target.
+        fallback: True when the session runs on another device than asked, which
+            only happens when the caller passed ``allow_fallback=True``.
+        fallback_reason: why the asked-for device could not be used.
+        options: the backend options the session was opened with.
+    """
+
+    backend: str
+    backend_version: str
+    device_requested: str
+    device: str
+    precision: str
+    providers: list[str] = field(default_factory=list)
+    fallback: bool = False
+    fallback_reason: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Session(abc.ABC):
+    """A loaded model on one backend and device.
+
+    Use it as a context manager or call ``close()``. ``run`` is safe to call
+    from several threads at once.
+
+    Attributes:
+        inputs: input name → ``TensorSpec``, in graph order.
+        outputs: output name → ``TensorSpec``, in graph order.
+        info: what actually executes the model (``SessionInfo``).
+        model_path: the file the session was loaded from.
+    """
+
+    def __init__(
+        self,
+        model_path: Path,
+        inputs: Sequence[TensorSpec],
+        outputs: Sequence[TensorSpec],
+        info: SessionInfo,
+    ) -> None:
+        self.model_path = model_path
+        self.inputs: dict[str, TensorSpec] = {spec.name: spec for spec in inputs}
+        self.outputs: dict[str, TensorSpec] = {spec.name: spec for spec in outputs}
+        self.info = info
+        self._closed = False
+        self._fast_checks = [_FastCheck.of(spec) for spec in self.inputs.values()]
+
+    @abc.abstractmethod
+    def _run(self, feeds: dict[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        """Run validated feeds; return every graph output by name, as arrays the caller may own."""
+
+    def _close(self) -> None:  # noqa: B027  (optional hook, empty by default)
+        """Free runtime resources; called once by ``close``."""
+
+    def run(self, feeds: Mapping[str, Any], *, cast: bool = False) -> dict[str, np.ndarray]:
+        """Run the model once.
+
+        Args:
+            feeds: input name → array (or anything ``np.asarray`` takes).
+            cast: also cast dtypes that lose precision (e.g. float64 → float32).
+                Lossless casts (int32 → int64, float16 → float32 ...) always happen.
+
+        Returns:
+            output name → contiguous ``np.ndarray`` that the caller owns, in graph order.
+
+        Raises:
+            InputError: an unknown or missing input, a wrong dtype, rank or fixed size.
+            BackendError: the runtime failed while running.
+        """
+        if self._closed:
+            raise UsageError(
+                f"session for '{self.model_path.name}' | is closed.",
+                hint="open a new session with deploykit.load().",
+            )
+        prepared = self._accept(feeds)
+        if prepared is None:
+            prepared = validate_feeds(self.inputs, feeds, cast=cast)
+        try:
+            produced = self._run(prepared)
+        except DeployKitError:
+            raise
+        except Exception as exc:
+            raise BackendError(
+                f"backend '{self.info.backend}' on {self.info.device} | failed to run "
+                f"'{self.model_path.name}': {_first_line(exc)}",
+                hint="run 'deploykit inspect' on the model and try another backend or device.",
+            ) from exc
+        return {name: np.ascontiguousarray(produced[name]) for name in self.outputs}
+
+    def _accept(self, feeds: Any) -> dict[str, np.ndarray] | None:
+        """The hot path: feeds that are already exactly right pass with a few comparisons.
+
+        Anything else (a cast, a wrong name or shape) returns None and goes through
+        ``validate_feeds``, which casts or raises the detailed error.
+        """
+        if type(feeds) is not dict or len(feeds) != len(self._fast_checks):
+            return None
+        symbols: dict[str, int] = {}
+        for check in self._fast_checks:
+            array = feeds.get(check.name)
+            if type(array) is not np.ndarray or array.dtype != check.dtype:
+                return None
+            shape = array.shape
+            if check.static_shape is not None:
+                if shape != check.static_shape:
+                    return None
+                continue
+            if len(shape) != check.rank:
+                return None
+            for axis, size in check.fixed_axes:
+                if shape[axis] != size:
+                    return None
+            for axis, symbol in check.symbolic_axes:
+                if symbols.setdefault(symbol, shape[axis]) != shape[axis]:
+                    return None
+        return feeds
+
+    def __call__(self, *arrays: Any, cast: bool = False, **named: Any) -> dict[str, np.ndarray]:
+        """Shorthand for ``run``: positional arrays fill the inputs in graph order."""
+        if arrays and named:
+            raise UsageError(
+                "session call | mixes positional and named inputs.",
+                hint="pass either arrays in input order or name=array pairs, not both.",
+            )
+        if arrays:
+            if len(arrays) != len(self.inputs):
+                raise InputError(
+                    f"session call | got {len(arrays)} positional input(s), the model has "
+                    f"{len(self.inputs)}: {', '.join(repr(n) for n in self.inputs)}.",
+                    hint="pass one array per input, in that order, or use run({name: array}).",
+                )
+            return self.run(dict(zip(self.inputs, arrays, strict=True)), cast=cast)
+        return self.run(named, cast=cast)
+
+    def close(self) -> None:
+        """Release the runtime's resources. Further ``run`` calls raise ``UsageError``."""
+        if not self._closed:
+            self._closed = True
+            self._close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        inputs = ", ".join(str(s) for s in self.inputs.values())
+        return (
+            f"<{type(self).__name__} {self.model_path.name} on {self.info.backend}:"
+            f"{self.info.device} ({self.info.precision}) inputs=[{inputs}]>"
+        )
+
+
+@dataclass(frozen=True)
+class _FastCheck:
+    """One input's spec, pre-digested for ``Session._accept``."""
+
+    name: str
+    dtype: np.dtype[Any]
+    rank: int
+    static_shape: tuple[int, ...] | None
+    fixed_axes: tuple[tuple[int, int], ...]
+    symbolic_axes: tuple[tuple[int, str], ...]
+
+    @classmethod
+    def of(cls, spec: TensorSpec) -> _FastCheck:
+        shape = spec.shape
+        if shape is None:  # unknown rank: always take the full path
+            return cls(spec.name, spec.dtype, -1, (-1,), (), ())
+        static = tuple(d for d in shape if isinstance(d, int)) if spec.is_static else None
+        return cls(
+            spec.name,
+            spec.dtype,
+            len(shape),
+            static,
+            tuple((i, d) for i, d in enumerate(shape) if isinstance(d, int)),
+            tuple((i, d) for i, d in enumerate(shape) if isinstance(d, str)),
+        )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def validate_feeds(
+    specs: Mapping[str, TensorSpec], feeds: Mapping[str, Any], *, cast: bool = False
+) -> dict[str, np.ndarray]:
+    """Check feeds against input specs once and return them as arrays of the right dtype.
+
+    Symbolic dimensions with the same name must get the same size in every input.
+
+    Raises:
+        InputError: naming the input, what was given and what was expected.
+    """
+    if not isinstance(feeds, Mapping):
+        raise InputError(
+            f"feeds | got {type(feeds).__name__}, expected a dict of input name → array.",
+            hint="pass run({'input_name': array}) or call the session with arrays in input order.",
+        )
+    for name in feeds:
+        if name not in specs:
+            raise InputError(
+                f"input '{name}' | is not an input of this model; its inputs are "
+                f"{', '.join(repr(n) for n in specs)}.",
+                hint="check the spelling; 'deploykit inspect MODEL' lists the inputs.",
+            )
+    prepared: dict[str, np.ndarray] = {}
+    symbols: dict[str, tuple[int, str]] = {}
+    for name, spec in specs.items():
+        if name not in feeds:
+            raise InputError(
+                f"input '{name}' | is missing; expected {spec.dtype.name}{spec.shape_text()}.",
+                hint=f"the model needs every input: {', '.join(repr(n) for n in specs)}.",
+            )
+        value = feeds[name]
+        array = value if isinstance(value, np.ndarray) else np.asarray(value)
+        if array.dtype != spec.dtype:
+            array = _cast(name, array, spec, cast)
+        if spec.shape is not None:
+            _check_shape(name, array.shape, spec, symbols)
+        prepared[name] = array
+    return prepared
+
+
+def _cast(name: str, array: np.ndarray, spec: TensorSpec, cast: bool) -> np.ndarray:
+    if array.dtype == object or not (cast or np.can_cast(array.dtype, spec.dtype, casting="safe")):
+        raise InputError(
+            f"input '{name}' | got dtype {array.dtype.name}, expected {spec.dtype.name}; "
+            "the cast would lose precision.",
+            hint=f"convert first (array.astype(np.{spec.dtype.name})) or pass cast=True.",
+        )
+    try:
+        return array.astype(spec.dtype)
+    except (TypeError, ValueError) as exc:
+        raise InputError(
+            f"input '{name}' | cannot cast dtype {array.dtype.name} to {spec.dtype.name}: {exc}.",
+            hint=f"pass a numeric array of dtype {spec.dtype.name}.",
+        ) from exc
+
+
+def _check_shape(
+    name: str, shape: tuple[int, ...], spec: TensorSpec, symbols: dict[str, tuple[int, str]]
+) -> None:
+    assert spec.shape is not None
+    if len(shape) != len(spec.shape):
+        raise InputError(
+            f"input '{name}' | got rank {len(shape)} {tuple(shape)}, expected rank "
+            f"{len(spec.shape)} {spec.shape_text()}.",
+            hint="add or remove axes (e.g. np.expand_dims for a batch axis).",
+        )
+    for axis, (size, expected) in enumerate(zip(shape, spec.shape, strict=True)):
+        if isinstance(expected, int):
+            if size != expected:
+                raise InputError(
+                    f"input '{name}' | got shape {tuple(shape)}, expected {spec.shape_text()} "
+                    f"(axis {axis} must be {expected}).",
+                    hint="resize the input, or re-export the model with that axis dynamic.",
+                )
+        elif isinstance(expected, str):
+            seen = symbols.get(expected)
+            if seen is None:
+                symbols[expected] = (size, name)
+            elif seen[0] != size:
+                raise InputError(
+                    f"input '{name}' | axis {axis} ('{expected}') is {size}, but input "
+                    f"'{seen[1]}' set '{expected}' to {seen[0]}.",
+                    hint=f"dimension '{expected}' is shared: give every input the same size.",
+                )
+
+
+class Backend(abc.ABC):
+    """A runtime plug-in: stateless, cheap to construct, imports its runtime lazily.
+
+    Subclasses set ``name``, ``aliases``, ``pip_extra``, ``module`` and ``options``
+    and implement ``version``, ``devices`` and ``_open``.
+    """
+
+    name: ClassVar[str]
+    aliases: ClassVar[tuple[str, ...]] = ()
+    pip_extra: ClassVar[str]
+    module: ClassVar[str]
+    default_device: ClassVar[str] = "cpu"
+    options: ClassVar[dict[str, str]] = {}
+    """Option name → one-line description of what it does."""
+
+    def import_runtime(self) -> Any:
+        """Import and return the runtime module, or raise ``BackendUnavailableError``."""
+        import importlib
+
+        try:
+            return importlib.import_module(self.module)
+        except Exception as exc:
+            raise BackendUnavailableError(
+                f"backend '{self.name}' | cannot import '{self.module}' "
+                f"({type(exc).__name__}: {_first_line(exc)}).",
+                hint=f"pip install 'deploykit[{self.pip_extra}]'.",
+            ) from exc
+
+    def unavailable_reason(self) -> str | None:
+        """None when the runtime imports; otherwise why not, with the install hint."""
+        try:
+            self.import_runtime()
+        except BackendUnavailableError as exc:
+            return str(exc)
+        return None
+
+    def is_available(self) -> bool:
+        return self.unavailable_reason() is None
+
+    @abc.abstractmethod
+    def version(self) -> str:
+        """Runtime package and version, e.g. ``openvino 2026.4.1``."""
+
+    @abc.abstractmethod
+    def devices(self) -> list[str]:
+        """Devices this machine offers to the backend, in the backend's spelling."""
+
+    def open(
+        self,
+        model: str | os.PathLike[str],
+        device: str | None = None,
+        *,
+        allow_fallback: bool = False,
+        **options: Any,
+    ) -> Session:
+        """Load a model on a device.
+
+        Args:
+            model: path to the ``.onnx`` file.
+            device: the backend's device name (``cpu``, ``cuda:0``, ``GPU``, ``opencl`` ...).
+            allow_fallback: run on the CPU when the device cannot be used, and say
+                so in ``session.info``; without it that is a ``DeviceUnavailableError``.
+            **options: backend options (see ``options``).
+
+        Raises:
+            BackendUnavailableError, DeviceUnavailableError, ModelError,
+            UnsupportedModelError, UsageError.
+        """
+        self.import_runtime()
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            known = ", ".join(sorted(self.options)) or "none"
+            raise UsageError(
+                f"backend '{self.name}' | unknown option(s) {', '.join(unknown)}; it takes: {known}.",
+                hint="'deploykit backends --options' lists each backend's options.",
+            )
+        return self._open(Path(model), device or self.default_device, allow_fallback, options)
+
+    @abc.abstractmethod
+    def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+        """Load ``model_path`` and return a session whose ``info`` says what runs it."""
+
+    def _device_error(self, device: str, reason: str, hint: str) -> DeviceUnavailableError:
+        return DeviceUnavailableError(
+            f"backend '{self.name}' | device '{device}' cannot be used: {reason}",
+            hint=hint,
+        )

@@ -1,0 +1,195 @@
+"""ONNX Runtime backend: devices ``cpu``, ``cuda[:N]`` and ``tensorrt[:N]``.
+
+Works with either the ``onnxruntime`` or the ``onnxruntime-gpu`` package. A GPU
+session whose providers end up CPU-only is an error unless fallback was allowed.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.errors import UnsupportedModelError, UsageError
+from deploykit.model import load_onnx, read_interface
+
+_PROVIDERS = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+}
+_PROVIDER_LIBRARIES = {
+    "CUDAExecutionProvider": "libonnxruntime_providers_cuda.so",
+    "TensorrtExecutionProvider": "libonnxruntime_providers_tensorrt.so",
+}
+_OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
+
+
+def _distribution() -> str:
+    for name in ("onnxruntime-gpu", "onnxruntime", "onnxruntime-openvino", "onnxruntime-directml"):
+        try:
+            return f"{name} {metadata.version(name)}"
+        except metadata.PackageNotFoundError:
+            continue
+    return "onnxruntime (unknown distribution)"
+
+
+def parse_device(device: str) -> tuple[str, int]:
+    """``cuda:1`` → (``cuda``, 1); ``cpu`` → (``cpu``, 0)."""
+    kind, _, index = device.strip().lower().partition(":")
+    if kind == "gpu":
+        kind = "cuda"
+    if kind not in _PROVIDERS or (index and not index.isdigit()):
+        raise UsageError(
+            f"backend 'onnxruntime' | device '{device}' is not a device name; expected "
+            "cpu, cuda, cuda:N, tensorrt or tensorrt:N.",
+            hint="'deploykit backends' lists the devices this machine offers.",
+        )
+    return kind, int(index or 0)
+
+
+class OnnxRuntimeBackend(Backend):
+    """ONNX Runtime with its CPU, CUDA and TensorRT execution providers."""
+
+    name = "onnxruntime"
+    aliases = ("ort",)
+    pip_extra = "onnxruntime"
+    module = "onnxruntime"
+    options: ClassVar[dict[str, str]] = {
+        "threads": "intra-op threads (0 = runtime default)",
+        "inter_op_threads": "inter-op threads (0 = runtime default)",
+        "graph_optimization": "disable | basic | extended | all (default all)",
+        "log_level": "0 verbose … 4 fatal (default 3)",
+    }
+
+    def version(self) -> str:
+        self.import_runtime()
+        return _distribution()
+
+    def devices(self) -> list[str]:
+        ort = self.import_runtime()
+        available = set(ort.get_available_providers())
+        return [
+            kind
+            for kind, provider in _PROVIDERS.items()
+            if provider in available and _provider_library_problem(provider) is None
+        ]
+
+    def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+        ort = self.import_runtime()
+        kind, index = parse_device(device)
+        interface = read_interface(model_path)
+        wanted = _PROVIDERS[kind]
+        fallback_reason: str | None = None
+        if wanted not in ort.get_available_providers():
+            fallback_reason = (
+                f"this {_distribution()} build has no {wanted} "
+                f"(it has {', '.join(ort.get_available_providers())})"
+            )
+            self._refuse_or_fallback(device, fallback_reason, allow_fallback)
+            kind, wanted = "cpu", _PROVIDERS["cpu"]
+
+        session_options = ort.SessionOptions()
+        session_options.intra_op_num_threads = int(options.get("threads", 0))
+        session_options.inter_op_num_threads = int(options.get("inter_op_threads", 0))
+        session_options.log_severity_level = int(options.get("log_level", 3))
+        level = str(options.get("graph_optimization", "all")).lower()
+        if level not in _OPTIMIZATION_LEVELS:
+            raise UsageError(
+                f"backend 'onnxruntime' | graph_optimization '{level}' is not a level; "
+                f"expected one of {', '.join(_OPTIMIZATION_LEVELS)}.",
+                hint="use 'all' unless you are debugging an optimizer problem.",
+            )
+        session_options.graph_optimization_level = {
+            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }[level]
+
+        providers: list[Any] = []
+        if kind == "tensorrt":
+            providers.append((wanted, {"device_id": index}))
+        if kind in ("tensorrt", "cuda"):
+            providers.append((_PROVIDERS["cuda"], {"device_id": index}))
+        providers.append(_PROVIDERS["cpu"])
+        try:
+            session = ort.InferenceSession(str(model_path), sess_options=session_options, providers=providers)
+        except Exception as exc:
+            load_onnx(model_path)  # a broken file gets the same message on every backend
+            raise UnsupportedModelError(
+                f"backend 'onnxruntime' | cannot load '{model_path.name}': "
+                f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else exc!r}",
+                hint="try another backend, or 'deploykit inspect' the model for unusual ops.",
+            ) from exc
+
+        active = session.get_providers()
+        if wanted not in active:
+            fallback_reason = _provider_failure(wanted)
+            self._refuse_or_fallback(device, fallback_reason, allow_fallback)
+        actual = device.lower() if wanted in active else "cpu"
+        info = SessionInfo(
+            backend=self.name,
+            backend_version=_distribution(),
+            device_requested=device,
+            device=actual,
+            precision=interface.precision,
+            providers=list(active),
+            fallback=fallback_reason is not None,
+            fallback_reason=fallback_reason,
+            options=dict(options),
+        )
+        return OnnxRuntimeSession(model_path, interface.inputs, interface.outputs, info, session)
+
+    def _refuse_or_fallback(self, device: str, reason: str, allow_fallback: bool) -> None:
+        if not allow_fallback:
+            raise self._device_error(
+                device,
+                reason + ".",
+                hint="install the CUDA/cuDNN (or TensorRT) libraries this onnxruntime-gpu needs, "
+                "use device 'cpu', or pass allow_fallback=True (--allow-fallback) to run on "
+                "the CPU and have it reported.",
+            )
+
+
+def _provider_library_problem(provider: str) -> str | None:
+    """Why a GPU provider's library cannot load (the dynamic loader's own words), or None."""
+    import onnxruntime as ort
+
+    library = _PROVIDER_LIBRARIES.get(provider)
+    if library is None:
+        return None
+    path = Path(ort.__file__).parent / "capi" / library
+    if not path.exists():
+        return f"{provider}'s library {library} is not part of this onnxruntime installation"
+    try:
+        ctypes.CDLL(str(path))
+    except OSError as exc:
+        return f"{provider} failed to load: {exc}"
+    return None
+
+
+def _provider_failure(provider: str) -> str:
+    """Why ORT dropped a provider it was asked for."""
+    return _provider_library_problem(provider) or (
+        f"onnxruntime could not create {provider} (no usable GPU or driver?)"
+    )
+
+
+class OnnxRuntimeSession(Session):
+    def __init__(self, model_path: Path, inputs: Any, outputs: Any, info: SessionInfo, session: Any):
+        super().__init__(model_path, inputs, outputs, info)
+        self._session = session
+        self._output_names = [o.name for o in session.get_outputs()]
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        results = self._session.run(self._output_names, feeds)
+        return dict(zip(self._output_names, results, strict=True))
+
+    def _close(self) -> None:
+        self._session = None

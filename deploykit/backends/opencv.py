@@ -1,0 +1,226 @@
+"""OpenCV DNN backend: targets ``cpu``, ``opencl``, ``opencl_fp16``, ``cuda``, ``cuda_fp16``.
+
+Works with OpenCV 4.8+ and 5.x. Reads ONNX, and Darknet ``.cfg`` + ``.weights``
+natively where the installed OpenCV still has ``readNetFromDarknet`` (4.x).
+Outputs are fetched by graph name, never by OpenCV's internal order. A
+``cv2.dnn.Net`` is not thread-safe, so each session guards its net with a lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.errors import ModelError, UnsupportedModelError, UsageError
+from deploykit.model import check_model_path, load_onnx, read_interface
+from deploykit.tensors import TensorSpec
+
+_TARGETS = ("cpu", "opencl", "opencl_fp16", "cuda", "cuda_fp16")
+
+
+def cuda_device_count(cv2: Any) -> int:
+    try:
+        return int(cv2.cuda.getCudaEnabledDeviceCount())
+    except Exception:
+        return 0
+
+
+def has_opencl(cv2: Any) -> bool:
+    try:
+        return bool(cv2.ocl.haveOpenCL())
+    except Exception:
+        return False
+
+
+class OpenCvBackend(Backend):
+    """OpenCV's DNN module with its own CPU kernels, OpenCL or CUDA."""
+
+    name = "opencv"
+    aliases = ("cv", "cv2")
+    pip_extra = "opencv"
+    module = "cv2"
+    options: ClassVar[dict[str, str]] = {
+        "threads": "cv2.setNumThreads for the whole process (0 = OpenCV default)",
+        "weights": "Darknet .weights file, when the model is a Darknet .cfg (OpenCV 4.x only)",
+    }
+
+    def version(self) -> str:
+        cv2 = self.import_runtime()
+        return f"opencv {cv2.__version__}"
+
+    def devices(self) -> list[str]:
+        cv2 = self.import_runtime()
+        devices = ["cpu"]
+        if has_opencl(cv2):
+            devices += ["opencl", "opencl_fp16"]
+        if cuda_device_count(cv2):
+            devices += ["cuda", "cuda_fp16"]
+        return devices
+
+    def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+        cv2 = self.import_runtime()
+        target = device.strip().lower()
+        if target not in _TARGETS:
+            raise UsageError(
+                f"backend 'opencv' | device '{device}' is not a target; expected one of "
+                f"{', '.join(_TARGETS)}.",
+                hint="'deploykit backends' lists the targets this machine offers.",
+            )
+        fallback_reason = self._target_problem(cv2, target)
+        if fallback_reason:
+            if not allow_fallback:
+                raise self._device_error(
+                    device,
+                    fallback_reason,
+                    hint="use device 'cpu', install an OpenCV built with that target, or pass "
+                    "allow_fallback=True (--allow-fallback) to run on the CPU and have it reported.",
+                )
+            target = "cpu"
+        if int(options.get("threads", 0)):
+            cv2.setNumThreads(int(options["threads"]))
+
+        if model_path.suffix.lower() == ".cfg":
+            net, inputs, outputs, precision = self._read_darknet(cv2, model_path, options)
+        else:
+            interface = read_interface(model_path)
+            inputs, outputs, precision = interface.inputs, interface.outputs, interface.precision
+            try:
+                net = cv2.dnn.readNetFromONNX(str(model_path))
+            except Exception as exc:
+                load_onnx(model_path)
+                raise UnsupportedModelError(
+                    f"backend 'opencv' ({cv2.__version__}) | cannot import "
+                    f"'{model_path.name}': {_cv_message(exc)}",
+                    hint="OpenCV DNN supports fewer ops than ONNX Runtime or OpenVINO; "
+                    "try backend 'onnxruntime' or 'openvino'.",
+                ) from exc
+        backend_id, target_id = {
+            "cpu": (cv2.dnn.DNN_BACKEND_OPENCV, cv2.dnn.DNN_TARGET_CPU),
+            "opencl": (cv2.dnn.DNN_BACKEND_OPENCV, cv2.dnn.DNN_TARGET_OPENCL),
+            "opencl_fp16": (cv2.dnn.DNN_BACKEND_OPENCV, cv2.dnn.DNN_TARGET_OPENCL_FP16),
+            "cuda": (cv2.dnn.DNN_BACKEND_CUDA, cv2.dnn.DNN_TARGET_CUDA),
+            "cuda_fp16": (cv2.dnn.DNN_BACKEND_CUDA, cv2.dnn.DNN_TARGET_CUDA_FP16),
+        }[target]
+        if target != "cpu":  # OpenCV 5's new engine warns on any explicit target call
+            net.setPreferableBackend(backend_id)
+            net.setPreferableTarget(target_id)
+        info = SessionInfo(
+            backend=self.name,
+            backend_version=self.version(),
+            device_requested=device,
+            device=target,
+            precision="f16" if target.endswith("_fp16") else precision,
+            providers=[f"DNN_BACKEND_{'CUDA' if 'cuda' in target else 'OPENCV'}", target],
+            fallback=fallback_reason is not None,
+            fallback_reason=fallback_reason,
+            options=dict(options),
+        )
+        return OpenCvSession(model_path, inputs, outputs, info, net)
+
+    @staticmethod
+    def _target_problem(cv2: Any, target: str) -> str | None:
+        if target.startswith("cuda") and not cuda_device_count(cv2):
+            built = "YES" in "".join(
+                line for line in cv2.getBuildInformation().splitlines() if "NVIDIA CUDA" in line
+            )
+            return (
+                "OpenCV sees no CUDA device."
+                if built
+                else f"this OpenCV {cv2.__version__} was built without CUDA (pip wheels never have it)."
+            )
+        if target.startswith("opencl") and not has_opencl(cv2):
+            return "OpenCV finds no OpenCL platform/device on this machine."
+        return None
+
+    def _read_darknet(
+        self, cv2: Any, cfg_path: Path, options: dict[str, Any]
+    ) -> tuple[Any, list[TensorSpec], list[TensorSpec], str]:
+        check_model_path(cfg_path)
+        if not hasattr(cv2.dnn, "readNetFromDarknet"):
+            raise UnsupportedModelError(
+                f"backend 'opencv' ({cv2.__version__}) | cannot read Darknet '{cfg_path.name}': "
+                "OpenCV 5 removed readNetFromDarknet.",
+                hint="convert it first: deploykit convert darknet MODEL.cfg MODEL.weights "
+                "-o model.onnx, then run the .onnx on any backend.",
+            )
+        weights = options.get("weights")
+        if not weights:
+            raise UsageError(
+                f"backend 'opencv' | Darknet model '{cfg_path.name}' needs its .weights file.",
+                hint="pass weights='model.weights' (--option weights=model.weights).",
+            )
+        weights_path = check_model_path(weights)
+        try:
+            net = cv2.dnn.readNetFromDarknet(str(cfg_path), str(weights_path))
+        except Exception as exc:
+            raise ModelError(
+                f"Darknet model '{cfg_path.name}' | OpenCV cannot read it: {_cv_message(exc)}",
+                hint="check that the .weights file belongs to this .cfg.",
+            ) from exc
+        width, height, channels = _darknet_input_size(cfg_path)
+        inputs = [TensorSpec("data", np.dtype(np.float32), (1, channels, height, width))]
+        outputs = [
+            TensorSpec(name, np.dtype(np.float32), None) for name in net.getUnconnectedOutLayersNames()
+        ]
+        return net, inputs, outputs, "f32"
+
+
+def _darknet_input_size(cfg_path: Path) -> tuple[int, int, int]:
+    values = {"width": 416, "height": 416, "channels": 3}
+    in_net = False
+    for raw in cfg_path.read_text(errors="replace").splitlines():
+        line = raw.split("#")[0].strip()
+        if line.startswith("["):
+            if in_net:
+                break
+            in_net = line.lower() in ("[net]", "[network]")
+        elif in_net and "=" in line:
+            key, _, value = line.partition("=")
+            if key.strip() in values and value.strip().isdigit():
+                values[key.strip()] = int(value.strip())
+    return values["width"], values["height"], values["channels"]
+
+
+def _cv_message(exc: BaseException) -> str:
+    text = str(exc).strip()
+    if "error:" in text:
+        text = text.split("error:", 1)[1]
+    return " ".join(text.split())
+
+
+class OpenCvSession(Session):
+    def __init__(
+        self,
+        model_path: Path,
+        inputs: list[TensorSpec],
+        outputs: list[TensorSpec],
+        info: SessionInfo,
+        net: Any,
+    ) -> None:
+        super().__init__(model_path, inputs, outputs, info)
+        self._net = net
+        self._lock = threading.Lock()
+        self._output_names = list(self.outputs)
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        with self._lock:
+            for name, array in feeds.items():
+                self._net.setInput(array, name)
+            try:
+                results = self._net.forward(self._output_names)
+            except Exception as exc:
+                raise UnsupportedModelError(
+                    f"backend 'opencv' on {self.info.device} | failed to run "
+                    f"'{self.model_path.name}': {_cv_message(exc)}",
+                    hint="OpenCV DNN supports fewer ops and dtypes than ONNX Runtime or "
+                    "OpenVINO; try backend 'onnxruntime' or 'openvino'.",
+                ) from exc
+        return dict(zip(self._output_names, results, strict=True))
+
+    def _close(self) -> None:
+        self._net = None

@@ -1,0 +1,87 @@
+"""One table of backends by name, imported lazily, plus third-party plug-ins.
+
+Built-in backends are listed here as ``module:Class`` strings so that listing
+names never imports a runtime. Third-party packages add backends through the
+``deploykit.backends`` entry-point group; an entry point names a ``Backend``
+subclass.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import cache
+from importlib.metadata import entry_points
+
+from deploykit.backends.base import Backend
+from deploykit.errors import BackendError, UnknownBackendError
+
+BUILTIN_BACKENDS: dict[str, str] = {
+    "onnxruntime": "deploykit.backends.onnxruntime:OnnxRuntimeBackend",
+    "openvino": "deploykit.backends.openvino:OpenVinoBackend",
+    "opencv": "deploykit.backends.opencv:OpenCvBackend",
+}
+ALIASES: dict[str, str] = {"ort": "onnxruntime", "ov": "openvino", "cv": "opencv", "cv2": "opencv"}
+ENTRY_POINT_GROUP = "deploykit.backends"
+
+
+def _load_class(target: str) -> type[Backend]:
+    module_name, _, class_name = target.partition(":")
+    backend_class: type[Backend] = getattr(importlib.import_module(module_name), class_name)
+    return backend_class
+
+
+@cache
+def _plugin_targets() -> dict[str, object]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def backend_names() -> list[str]:
+    """Every registered backend name: built-ins first, then plug-ins."""
+    names = list(BUILTIN_BACKENDS)
+    names += [n for n in sorted(_plugin_targets()) if n not in BUILTIN_BACKENDS]
+    return names
+
+
+def canonical_name(name: str) -> str:
+    """The registered name for a name or alias (case-insensitive)."""
+    key = name.strip().lower()
+    key = ALIASES.get(key, key)
+    if key not in BUILTIN_BACKENDS and key not in _plugin_targets():
+        raise UnknownBackendError(
+            f"backend '{name}' | is not registered; known backends are "
+            f"{', '.join(backend_names())} (aliases: "
+            f"{', '.join(f'{a}={n}' for a, n in ALIASES.items())}).",
+            hint="check the spelling, or install the package that provides it.",
+        )
+    return key
+
+
+@cache
+def get_backend(name: str) -> Backend:
+    """The backend registered under ``name`` or one of its aliases.
+
+    Raises:
+        UnknownBackendError: no backend is registered under that name.
+    """
+    key = canonical_name(name)
+    if key in BUILTIN_BACKENDS:
+        return _load_class(BUILTIN_BACKENDS[key])()
+    entry = _plugin_targets()[key]
+    try:
+        backend_class = entry.load()  # type: ignore[attr-defined]
+    except Exception as exc:
+        raise BackendError(
+            f"backend '{key}' | its plug-in failed to load: {exc}.",
+            hint=f"reinstall the package that provides entry point '{entry}'.",
+        ) from exc
+    if not (isinstance(backend_class, type) and issubclass(backend_class, Backend)):
+        raise BackendError(
+            f"backend '{key}' | entry point {entry} is not a deploykit Backend subclass.",
+            hint="a plug-in must point to a class derived from deploykit.backends.Backend.",
+        )
+    return backend_class()
+
+
+def all_backends() -> list[Backend]:
+    """One instance of every registered backend, available or not."""
+    return [get_backend(name) for name in backend_names()]

@@ -1,0 +1,105 @@
+"""The one exception tree of deploykit.
+
+Every error a user can cause is a ``DeployKitError``; third-party exceptions are
+translated at the boundary where they happen (``raise ... from exc``) and never
+leak raw to the CLI. A message names the subject, the problem, what was
+expected, and ends with a hint::
+
+    input 'images' | got shape (1, 3, 640, 640), expected (1, 3, 416, 416).
+    Hint: pass --input-shape or resize first.
+
+The tree::
+
+    DeployKitError                 base of everything deploykit raises on purpose
+    ├── UsageError                 an option or argument value that cannot be used
+    ├── ModelError                 a model file cannot be used
+    │   ├── ModelNotFoundError     the path does not exist or is a directory
+    │   └── InvalidModelError      the file is not a readable, valid ONNX model
+    ├── InputError                 feeds do not fit the model's inputs (name, dtype, shape)
+    ├── BackendError               a runtime failed to load or run a model
+    │   ├── UnknownBackendError    no backend or alias by that name is registered
+    │   ├── BackendUnavailableError  the backend's runtime is not installed or fails to import
+    │   ├── DeviceUnavailableError the asked-for device cannot be used (no silent fallback)
+    │   └── UnsupportedModelError  the runtime cannot load or run this graph (unsupported op ...)
+    ├── ConversionError            a conversion to ONNX failed; nothing is left at the output path
+    │   ├── UnsupportedLayerError  a source layer or option that the converter does not handle
+    │   └── ParityError            the converted model's outputs differ from the source's
+    └── ReportError                a benchmark report cannot be read or compared
+"""
+
+from __future__ import annotations
+
+
+class DeployKitError(Exception):
+    """Base of every error deploykit raises on purpose.
+
+    Args:
+        message: what was wrong and what was expected, in one or two sentences.
+        hint: how to fix it; printed after the message as ``Hint: ...``.
+    """
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        self.message = message
+        self.hint = hint
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message} Hint: {self.hint}"
+        return self.message
+
+
+class UsageError(DeployKitError):
+    """An option or argument value that cannot be used."""
+
+
+class ModelError(DeployKitError):
+    """A model file cannot be used."""
+
+
+class ModelNotFoundError(ModelError):
+    """The model path does not exist or is a directory."""
+
+
+class InvalidModelError(ModelError):
+    """The file is not a readable, valid ONNX model."""
+
+
+class InputError(DeployKitError):
+    """Feeds do not fit the model's inputs."""
+
+
+class BackendError(DeployKitError):
+    """A runtime failed to load or run a model."""
+
+
+class UnknownBackendError(BackendError):
+    """No backend or alias by that name is registered."""
+
+
+class BackendUnavailableError(BackendError):
+    """The backend's runtime is not installed or fails to import."""
+
+
+class DeviceUnavailableError(BackendError):
+    """The device that was asked for cannot be used."""
+
+
+class UnsupportedModelError(BackendError):
+    """The runtime cannot load or run this graph."""
+
+
+class ConversionError(DeployKitError):
+    """A conversion to ONNX failed."""
+
+
+class UnsupportedLayerError(ConversionError):
+    """A source layer or option the converter does not handle."""
+
+
+class ParityError(ConversionError):
+    """The converted model's outputs differ from the source model's."""
+
+
+class ReportError(DeployKitError):
+    """A benchmark report cannot be read or compared."""

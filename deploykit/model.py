@@ -1,0 +1,241 @@
+"""Reading ONNX files and describing them without running them.
+
+Every backend and the ``inspect`` command read models through ``load_onnx`` so a
+missing, corrupt or non-ONNX file gives the same clear error everywhere. This
+module must not import a runtime.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from deploykit.errors import InvalidModelError, ModelNotFoundError
+from deploykit.tensors import TensorSpec, spec_from_value_info
+
+_TWO_GIB = 2**31
+
+
+def check_model_path(path: str | os.PathLike[str]) -> Path:
+    """Return ``path`` as a ``Path`` when it names a readable file.
+
+    Raises:
+        ModelNotFoundError: the path does not exist or is a directory.
+    """
+    model_path = Path(path)
+    if not model_path.exists():
+        raise ModelNotFoundError(
+            f"model '{model_path}' | no such file.",
+            hint="check the path; relative paths are taken from the current directory.",
+        )
+    if model_path.is_dir():
+        raise ModelNotFoundError(
+            f"model '{model_path}' | is a directory, expected an .onnx file.",
+            hint="pass the path of the .onnx file inside it.",
+        )
+    return model_path
+
+
+def load_onnx(path: str | os.PathLike[str], *, load_external_data: bool = False, check: bool = True) -> Any:
+    """Read an ONNX model and make sure it is one.
+
+    Args:
+        path: the ``.onnx`` file.
+        load_external_data: also read tensors stored in external data files.
+        check: run ``onnx.checker`` on it.
+
+    Returns:
+        the ``onnx.ModelProto``.
+
+    Raises:
+        ModelNotFoundError: the path does not exist or is a directory.
+        InvalidModelError: the file is not a valid ONNX model (corrupt, truncated, other format).
+    """
+    import onnx
+
+    model_path = check_model_path(path)
+    try:
+        model = onnx.load(str(model_path), load_external_data=load_external_data)
+    except Exception as exc:
+        raise InvalidModelError(
+            f"model '{model_path}' | cannot be parsed as ONNX ({type(exc).__name__}: {exc}).",
+            hint="the file may be truncated or in another format; re-export or re-download it.",
+        ) from exc
+    if model.ir_version <= 0 or not model.HasField("graph") or not model.graph.output:
+        raise InvalidModelError(
+            f"model '{model_path}' | is not an ONNX model (no IR version or no graph outputs).",
+            hint="pass an .onnx file; convert other formats with 'deploykit convert'.",
+        )
+    if check:
+        try:
+            if model_path.stat().st_size >= _TWO_GIB or _has_external_data(model):
+                onnx.checker.check_model(str(model_path))
+            else:
+                onnx.checker.check_model(model)
+        except Exception as exc:
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            raise InvalidModelError(
+                f"model '{model_path}' | fails the ONNX checker: {first_line}",
+                hint="the file may be truncated or hand-edited; re-export it.",
+            ) from exc
+    return model
+
+
+def _has_external_data(model: Any) -> bool:
+    from onnx import TensorProto
+
+    return any(t.data_location == TensorProto.EXTERNAL for t in model.graph.initializer)
+
+
+def graph_io(model: Any) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """The graph's real inputs (initializers excluded) and outputs, in graph order."""
+    initializer_names = {t.name for t in model.graph.initializer}
+    inputs = [spec_from_value_info(v) for v in model.graph.input if v.name not in initializer_names]
+    outputs = [spec_from_value_info(v) for v in model.graph.output]
+    return inputs, outputs
+
+
+def model_precision(model: Any) -> str:
+    """The floating type most of the model's weights use: ``f32``, ``f16``, ``bf16`` or ``f64``."""
+    from onnx import TensorProto
+
+    names = {
+        TensorProto.FLOAT: "f32",
+        TensorProto.FLOAT16: "f16",
+        TensorProto.BFLOAT16: "bf16",
+        TensorProto.DOUBLE: "f64",
+    }
+    counts: collections.Counter[str] = collections.Counter()
+    for tensor in model.graph.initializer:
+        if tensor.data_type in names:
+            counts[names[tensor.data_type]] += int(np.prod(tensor.dims, dtype=np.int64))
+    if not counts:
+        for value in model.graph.input:
+            elem = value.type.tensor_type.elem_type
+            if elem in names:
+                counts[names[elem]] += 1
+    return counts.most_common(1)[0][0] if counts else "f32"
+
+
+@dataclass
+class ModelSummary:
+    """What ``deploykit inspect`` shows about an ONNX file."""
+
+    path: str
+    size_bytes: int
+    external_data_bytes: int
+    ir_version: int
+    opsets: dict[str, int]
+    producer: str
+    graph_name: str
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    node_count: int
+    op_histogram: dict[str, int]
+    parameter_count: int
+    precision: str
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "size_bytes": self.size_bytes,
+            "external_data_bytes": self.external_data_bytes,
+            "ir_version": self.ir_version,
+            "opsets": self.opsets,
+            "producer": self.producer,
+            "graph_name": self.graph_name,
+            "inputs": [s.to_dict() for s in self.inputs],
+            "outputs": [s.to_dict() for s in self.outputs],
+            "node_count": self.node_count,
+            "op_histogram": self.op_histogram,
+            "parameter_count": self.parameter_count,
+            "precision": self.precision,
+            "metadata": self.metadata,
+        }
+
+
+def _walk_nodes(graph: Any) -> Any:
+    """Every node of a graph, including those inside If/Loop/Scan subgraphs."""
+    from onnx import AttributeProto
+
+    for node in graph.node:
+        yield node
+        for attribute in node.attribute:
+            if attribute.type == AttributeProto.GRAPH:
+                yield from _walk_nodes(attribute.g)
+            elif attribute.type == AttributeProto.GRAPHS:
+                for subgraph in attribute.graphs:
+                    yield from _walk_nodes(subgraph)
+
+
+def summarize(path: str | os.PathLike[str]) -> ModelSummary:
+    """Describe an ONNX file without running it (external data is not read)."""
+    model_path = check_model_path(path)
+    model = load_onnx(model_path, load_external_data=False)
+    inputs, outputs = graph_io(model)
+    histogram: collections.Counter[str] = collections.Counter()
+    node_count = 0
+    for node in _walk_nodes(model.graph):
+        node_count += 1
+        histogram[f"{node.domain}::{node.op_type}" if node.domain else node.op_type] += 1
+    parameters = sum(int(np.prod(t.dims, dtype=np.int64)) for t in model.graph.initializer)
+    external_files = set()
+    for tensor in model.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                external_files.add(model_path.parent / entry.value)
+    external_bytes = sum(f.stat().st_size for f in external_files if f.exists())
+    return ModelSummary(
+        path=str(model_path),
+        size_bytes=model_path.stat().st_size,
+        external_data_bytes=external_bytes,
+        ir_version=int(model.ir_version),
+        opsets={(o.domain or "ai.onnx"): int(o.version) for o in model.opset_import},
+        producer=" ".join(p for p in (model.producer_name, model.producer_version) if p),
+        graph_name=model.graph.name,
+        inputs=inputs,
+        outputs=outputs,
+        node_count=node_count,
+        op_histogram=dict(histogram.most_common()),
+        parameter_count=parameters,
+        precision=model_precision(model),
+        metadata={p.key: p.value for p in model.metadata_props},
+    )
+
+
+@dataclass
+class GraphInterface:
+    """What a backend needs from the ONNX file besides the runtime's own loading."""
+
+    path: Path
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    precision: str
+
+
+def read_interface(path: str | os.PathLike[str]) -> GraphInterface:
+    """Inputs, outputs and weight precision of an ONNX file (external data is not read).
+
+    Raises:
+        ModelNotFoundError, InvalidModelError: as ``load_onnx``.
+    """
+    model_path = check_model_path(path)
+    model = load_onnx(model_path, load_external_data=False, check=False)
+    inputs, outputs = graph_io(model)
+    return GraphInterface(model_path, inputs, outputs, model_precision(model))
+
+
+def run_reference(path: str | os.PathLike[str], feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Outputs of ``onnx.reference.ReferenceEvaluator``: the slow, independent oracle."""
+    from onnx.reference import ReferenceEvaluator
+
+    model = load_onnx(path, load_external_data=True, check=False)
+    evaluator = ReferenceEvaluator(model)
+    names = [o.name for o in model.graph.output]
+    return dict(zip(names, evaluator.run(None, feeds), strict=True))

@@ -1,0 +1,105 @@
+"""Tensor descriptions shared by every backend: ``TensorSpec`` and dtype helpers.
+
+This module knows numpy and ONNX type numbers; it must not import a runtime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+Dim = int | str | None
+"""One dimension: a fixed size, a symbolic name (``"batch"``) or ``None`` when unnamed."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name, element type and shape of one model input or output.
+
+    Attributes:
+        name: the tensor's name in the graph.
+        dtype: numpy dtype of the elements.
+        shape: one entry per axis: an ``int`` for a fixed size, a ``str`` for a
+            symbolic dimension (kept as the graph names it), ``None`` for an
+            unnamed dynamic one. ``None`` as a whole means the rank is unknown.
+    """
+
+    name: str
+    dtype: np.dtype[Any]
+    shape: tuple[Dim, ...] | None
+
+    @property
+    def is_static(self) -> bool:
+        """True when every dimension is a fixed size."""
+        return self.shape is not None and all(isinstance(d, int) for d in self.shape)
+
+    @property
+    def dynamic_axes(self) -> dict[int, str | None]:
+        """Axis index → symbolic name (or None) for every dimension that is not fixed."""
+        if self.shape is None:
+            return {}
+        return {i: d for i, d in enumerate(self.shape) if not isinstance(d, int)}
+
+    def shape_text(self) -> str:
+        """The shape as users read it: ``(batch, 3, 224, 224)``; ``?`` for unnamed dims."""
+        if self.shape is None:
+            return "(unknown rank)"
+        parts = ["?" if d is None else str(d) for d in self.shape]
+        return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "dtype": self.dtype.name,
+            "shape": None if self.shape is None else list(self.shape),
+        }
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.dtype.name}{self.shape_text()}"
+
+
+def onnx_elem_to_numpy(elem_type: int) -> np.dtype[Any]:
+    """numpy dtype for an ONNX ``TensorProto`` element type number."""
+    from onnx import helper
+
+    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+def spec_from_value_info(value_info: Any) -> TensorSpec:
+    """Build a ``TensorSpec`` from an ONNX ``ValueInfoProto`` (a graph input or output)."""
+    tensor_type = value_info.type.tensor_type
+    dtype = onnx_elem_to_numpy(tensor_type.elem_type)
+    if not tensor_type.HasField("shape"):
+        return TensorSpec(value_info.name, dtype, None)
+    dims: list[Dim] = []
+    for dim in tensor_type.shape.dim:
+        if dim.HasField("dim_value"):
+            dims.append(int(dim.dim_value))
+        elif dim.HasField("dim_param") and dim.dim_param:
+            dims.append(dim.dim_param)
+        else:
+            dims.append(None)
+    return TensorSpec(value_info.name, dtype, tuple(dims))
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """Parse ``1x3x224x224`` (or ``1,3,224,224``) into a tuple of positive ints.
+
+    Raises:
+        UsageError: when the text is not such a list.
+    """
+    from deploykit.errors import UsageError
+
+    cleaned = text.strip().strip("()[]").replace(",", "x").replace(" ", "")
+    try:
+        dims = tuple(int(part) for part in cleaned.split("x") if part != "")
+    except ValueError:
+        dims = ()
+    if not dims or any(d <= 0 for d in dims):
+        raise UsageError(
+            f"shape '{text}' | not a list of positive sizes.",
+            hint="write a shape as sizes joined by 'x', e.g. 1x3x224x224.",
+        )
+    return dims

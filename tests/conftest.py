@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import onnx
+import pytest
+
+from deploykit.backends.registry import BUILTIN_BACKENDS, get_backend
+from tests.assets.catalog import CATALOG
+
+# OpenVINO is held to f32 in parity tests: bf16 is the default on CPUs that have it.
+BACKEND_OPTIONS = {"onnxruntime": {}, "openvino": {"precision": "f32"}, "opencv": {}}
+
+
+def has_cuda_gpu() -> bool:
+    return Path("/dev/nvidia0").exists() or bool(os.environ.get("DEPLOYKIT_TEST_GPU"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if has_cuda_gpu():
+        return
+    skip = pytest.mark.skip(reason="gpu: no CUDA GPU on this machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def catalog_paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    directory = tmp_path_factory.mktemp("catalog")
+    paths = {}
+    for entry in CATALOG:
+        path = directory / f"{entry.name}.onnx"
+        onnx.save(entry.build(), path)
+        paths[entry.name] = path
+    return paths
+
+
+@pytest.fixture(params=list(BUILTIN_BACKENDS))
+def backend_name(request: pytest.FixtureRequest) -> str:
+    """Every built-in backend; one whose runtime is missing is skipped with the reason."""
+    reason = get_backend(request.param).unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    return request.param
