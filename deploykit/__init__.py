@@ -36,6 +36,13 @@ from deploykit.tensors import TensorSpec
 __version__ = "0.1.0"
 
 
+def convert_torch(model: Any, example_inputs: Any = None, output: Any = "model.onnx", **options: Any) -> Any:
+    """Export a PyTorch model to ONNX behind a parity gate; see ``deploykit.convert.torch.convert_torch``."""
+    from deploykit.convert.torch import convert_torch as _convert_torch
+
+    return _convert_torch(model, example_inputs, output, **options)
+
+
 def load(
     model: str | os.PathLike[str],
     backend: str = "onnxruntime",
@@ -81,6 +88,7 @@ __all__ = [
     "__version__",
     "all_backends",
     "backend_names",
+    "convert_torch",
     "get_backend",
     "load",
     "make_inputs",

@@ -98,7 +98,16 @@ class UnsupportedLayerError(ConversionError):
 
 
 class ParityError(ConversionError):
-    """The converted model's outputs differ from the source model's."""
+    """The converted model's outputs differ from the source model's.
+
+    ``report`` holds the conversion report (a ``ConversionReport``) when one was made.
+    """
+
+    report: object | None = None
+
+    def with_report(self, report: object) -> ParityError:
+        self.report = report
+        return self
 
 
 class ReportError(DeployKitError):

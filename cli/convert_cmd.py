@@ -1,0 +1,117 @@
+"""``deploykit convert``: source model → verified ONNX file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from deploykit.convert.report import ConversionReport
+from deploykit.errors import ParityError
+
+from .console import console
+
+convert_app = typer.Typer(help="Convert a model to ONNX, verified against its source.", no_args_is_help=True)
+
+TRUST_PICKLE_HELP = (
+    "Allow a whole pickled nn.Module file. Unpickling runs arbitrary code from the file, "
+    "so only use it for files you trust; prefer TorchScript or a state_dict + factory."
+)
+
+
+def print_report(report: ConversionReport) -> None:
+    size_mb = report.file_size_bytes / 2**20
+    console.print(
+        f"[bold]{report.source}[/] → {report.output}  ({report.converter}, {report.exporter} exporter, "
+        f"opset {report.opset}, {size_mb:.2f} MiB, {report.parameter_count:,} parameters, "
+        f"export {report.export_seconds:.2f} s, gate {report.gate_seconds:.2f} s)"
+    )
+    for note in report.notes:
+        console.print(f"  [yellow]note[/]: {note}")
+    table = Table(title="parity against the source")
+    for column in ("backend", "device", "precision", "cases", "max abs err", "max rel err", "verdict"):
+        table.add_column(column)
+    for entry in report.parity:
+        outputs = [o for case in entry.cases for o in case["outputs"]]
+        abs_err = max((o["max_abs_error"] for o in outputs), default=float("nan"))
+        rel_err = max((o["max_rel_error"] for o in outputs), default=float("nan"))
+        verdict = "[green]pass[/]" if entry.passed else f"[red]FAIL[/] {entry.error or ''}"
+        table.add_row(
+            entry.backend, entry.device, entry.precision, str(len(entry.cases)),
+            f"{abs_err:.2e}", f"{rel_err:.2e}", verdict,
+        )  # fmt: skip
+    console.print(table)
+
+
+def finish(report: ConversionReport | None, report_path: Path | None) -> None:
+    if report is None:
+        return
+    print_report(report)
+    if report_path is not None:
+        report.write_json(report_path)
+        console.print(f"report written to {report_path}")
+
+
+@convert_app.command("torch")
+def torch_command(
+    source: str = typer.Argument(
+        ..., help="file.py:factory, package.module:factory, a TorchScript .pt archive, or a pickled module."
+    ),
+    output: Path = typer.Option(..., "--output", "-o", help="The .onnx file to write."),
+    weights: Path = typer.Option(
+        None, "--weights", "-w", help="state_dict to load into the factory's model."
+    ),
+    inputs: list[str] = typer.Option(
+        [],
+        "--input",
+        "-i",
+        help="NAME:SHAPE[:DTYPE[:LOW..HIGH]] per forward() argument, e.g. images:1x3x224x224.",
+    ),
+    dynamic: list[str] = typer.Option([], "--dynamic", help="NAME:AXIS=LABEL, e.g. images:0=batch."),
+    output_names: str = typer.Option(None, "--output-names", help="Comma-separated output names."),
+    opset: int = typer.Option(17, help="ONNX opset to target."),
+    exporter: str = typer.Option(
+        "auto",
+        help="auto (TorchScript below opset 18, else dynamo; the other on failure) | dynamo | torchscript.",
+    ),
+    simplify: bool = typer.Option(False, "--simplify", help="Simplify with onnxslim (parity still checked)."),
+    verify_backends: str = typer.Option(
+        "onnxruntime", "--verify-backends", help="Comma-separated backends that must match PyTorch."
+    ),
+    atol: float = typer.Option(None, help="Absolute tolerance (default by precision: f32 1e-4)."),
+    rtol: float = typer.Option(None, help="Relative tolerance (default by precision: f32 1e-3)."),
+    keep_on_mismatch: bool = typer.Option(
+        False, "--keep-on-mismatch", help="Write the .onnx even if parity fails (still exits 1)."
+    ),
+    trust_pickle: bool = typer.Option(False, "--trust-pickle", help=TRUST_PICKLE_HELP),
+    report_path: Path = typer.Option(None, "--report", help="Also write the conversion report as JSON."),
+    seed: int = typer.Option(0, help="Seed for the random example inputs."),
+) -> None:
+    """Export a PyTorch model to ONNX; fail (and write nothing) unless it matches PyTorch."""
+    from deploykit.convert.specs import parse_dynamic, parse_input_spec
+    from deploykit.convert.torch import convert_torch
+
+    specs = [parse_input_spec(text) for text in inputs]
+    try:
+        report = convert_torch(
+            source,
+            output=output,
+            inputs=specs,
+            output_names=[n.strip() for n in output_names.split(",")] if output_names else None,
+            dynamic=parse_dynamic(dynamic, specs),
+            opset=opset,
+            exporter=exporter,
+            simplify=simplify,
+            verify_backends=[b.strip() for b in verify_backends.split(",") if b.strip()],
+            atol=atol,
+            rtol=rtol,
+            keep_on_mismatch=keep_on_mismatch,
+            weights=weights,
+            trust_pickle=trust_pickle,
+            seed=seed,
+        )
+    except ParityError as exc:
+        finish(exc.report if isinstance(exc.report, ConversionReport) else None, report_path)
+        raise
+    finish(report, report_path)

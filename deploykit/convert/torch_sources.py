@@ -1,0 +1,250 @@
+"""Where a PyTorch model comes from: an object, ``file.py:factory``, ``package.module:factory``,
+a TorchScript archive, or (opt-in) a pickled ``nn.Module``; plus state_dict loading with a
+readable diff. Every failure is a ``ConversionError`` that says what to do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+import warnings
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deploykit.errors import ConversionError
+
+_SHOWN_KEYS = 8
+
+
+@dataclass
+class TorchSource:
+    """A loaded model and what it was loaded from."""
+
+    module: Any
+    description: str
+    kind: str  # "object" | "factory" | "torchscript" | "pickle"
+    files: list[Path] = field(default_factory=list)
+
+    def sha256(self) -> str:
+        digest = hashlib.sha256()
+        for path in self.files:
+            with open(path, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+        return digest.hexdigest() if self.files else ""
+
+
+def _import_torch() -> Any:
+    try:
+        import torch
+    except ImportError as exc:
+        raise ConversionError(
+            "PyTorch conversion | torch is not installed.",
+            hint="pip install 'deploykit[torch]' (on a CPU-only machine, the CPU wheel from "
+            "https://download.pytorch.org/whl/cpu is much smaller).",
+        ) from exc
+    return torch
+
+
+def load_torch_source(
+    source: Any, *, weights: str | Path | None = None, trust_pickle: bool = False
+) -> TorchSource:
+    """Resolve ``source`` to an ``nn.Module`` in eval mode.
+
+    Args:
+        source: an ``nn.Module``; ``path/to/file.py:factory``; ``package.module:factory``;
+            a TorchScript archive; or a pickled module file (only with ``trust_pickle``).
+        weights: a state_dict file to load into the factory's model (strictly).
+        trust_pickle: allow unpickling a whole module, which runs code from the file.
+    """
+    torch = _import_torch()
+    if isinstance(source, torch.nn.Module):
+        loaded = TorchSource(source, type(source).__name__, "object")
+    else:
+        text = str(source)
+        path = Path(text)
+        if path.is_file() and path.suffix != ".py":
+            loaded = _load_archive(torch, path, trust_pickle)
+        elif ":" in text:
+            loaded = _load_factory(text)
+        else:
+            raise ConversionError(
+                f"model source '{text}' | is neither an existing model file nor MODULE:FACTORY.",
+                hint="pass file.py:build_model, package.module:build_model, a TorchScript "
+                ".pt archive, or a pickled module with --trust-pickle.",
+            )
+    if weights is not None:
+        if loaded.kind == "torchscript":
+            raise ConversionError(
+                f"weights '{weights}' | a TorchScript archive already holds its weights.",
+                hint="drop --weights, or pass the factory that builds the model.",
+            )
+        load_state_dict(torch, loaded.module, Path(weights))
+        loaded.files.append(Path(weights))
+    loaded.module.eval()
+    return loaded
+
+
+def _load_factory(text: str) -> TorchSource:
+    target, _, factory_name = text.rpartition(":")
+    if target.endswith(".py"):
+        path = Path(target)
+        if not path.is_file():
+            raise ConversionError(
+                f"model factory '{text}' | file '{target}' does not exist.",
+                hint="check the path of the Python file that defines the factory.",
+            )
+        module_name = f"deploykit_user_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]}"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        files = [path]
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            sys.modules.pop(module_name, None)
+            raise ConversionError(
+                f"model factory '{text}' | importing '{target}' failed: {type(exc).__name__}: {exc}",
+                hint="run 'python FILE' to see the full error; fix it, then convert again.",
+            ) from exc
+    else:
+        try:
+            module = importlib.import_module(target)
+        except Exception as exc:
+            raise ConversionError(
+                f"model factory '{text}' | cannot import module '{target}': {type(exc).__name__}: {exc}",
+                hint="check the module path and that its package is installed (or use file.py:factory).",
+            ) from exc
+        module_file = getattr(module, "__file__", None)
+        files = [Path(module_file)] if module_file else []
+    factory = getattr(module, factory_name, None)
+    if not callable(factory):
+        raise ConversionError(
+            f"model factory '{text}' | '{target}' has no callable '{factory_name}'.",
+            hint="name a function (or class) that returns an nn.Module and takes no arguments.",
+        )
+    try:
+        built = factory()
+    except Exception as exc:
+        raise ConversionError(
+            f"model factory '{text}' | calling {factory_name}() raised {type(exc).__name__}: {exc}",
+            hint="the factory must build the model with no arguments.",
+        ) from exc
+    torch = _import_torch()
+    if not isinstance(built, torch.nn.Module):
+        raise ConversionError(
+            f"model factory '{text}' | returned {type(built).__name__}, expected a torch.nn.Module.",
+            hint="return the model object from the factory.",
+        )
+    return TorchSource(built, text, "factory", files)
+
+
+def _is_torchscript(path: Path) -> bool:
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as archive:
+        return any(
+            name.endswith(("constants.pkl", "/code/")) or "/code/" in name for name in archive.namelist()
+        )
+
+
+def _load_archive(torch: Any, path: Path, trust_pickle: bool) -> TorchSource:
+    if _is_torchscript(path):
+        try:
+            with warnings.catch_warnings():  # torch deprecates TorchScript; users still have archives
+                warnings.simplefilter("ignore", DeprecationWarning)
+                module = torch.jit.load(str(path), map_location="cpu")
+        except Exception as exc:
+            raise ConversionError(
+                f"TorchScript archive '{path}' | cannot be loaded: {exc}",
+                hint="re-save it with torch.jit.save() from the same torch version.",
+            ) from exc
+        return TorchSource(module, str(path), "torchscript", [path])
+    try:
+        content = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as exc:
+        if not trust_pickle:
+            raise ConversionError(
+                f"model file '{path}' | holds pickled Python objects (a whole nn.Module?), "
+                "and unpickling runs code from the file.",
+                hint="if you trust where the file comes from, pass --trust-pickle "
+                "(trust_pickle=True); better, save a state_dict and pass FILE.py:factory --weights.",
+            ) from exc
+        try:
+            content = torch.load(str(path), map_location="cpu", weights_only=False)
+        except Exception as inner:
+            raise ConversionError(
+                f"model file '{path}' | cannot be unpickled: {type(inner).__name__}: {inner}",
+                hint="the classes it needs must be importable; run from the project that saved it.",
+            ) from inner
+        if isinstance(content, torch.nn.Module):
+            return TorchSource(content, str(path), "pickle", [path])
+    if isinstance(content, Mapping):
+        raise ConversionError(
+            f"model file '{path}' | is a state_dict (weights only), not a model.",
+            hint="pass the code that builds the model: "
+            f"deploykit convert torch file.py:factory --weights {path}",
+        )
+    raise ConversionError(
+        f"model file '{path}' | holds a {type(content).__name__}, not an nn.Module.",
+        hint="save the model with torch.jit.save, or its state_dict with torch.save(model.state_dict()).",
+    )
+
+
+def _unwrap_checkpoint(content: Any) -> Any:
+    """Common checkpoint layouts: {'state_dict': ...}, {'model_state_dict': ...}, {'model': ...}."""
+    if isinstance(content, Mapping):
+        for key in ("state_dict", "model_state_dict", "model"):
+            if key in content and isinstance(content[key], Mapping):
+                return content[key]
+    return content
+
+
+def load_state_dict(torch: Any, module: Any, path: Path) -> None:
+    """Load ``path`` strictly into ``module``; on mismatch say which keys and shapes differ."""
+    if not path.is_file():
+        raise ConversionError(
+            f"weights '{path}' | no such file.", hint="check the path of the state_dict file."
+        )
+    try:
+        content = _unwrap_checkpoint(torch.load(str(path), map_location="cpu", weights_only=True))
+    except Exception as exc:
+        raise ConversionError(
+            f"weights '{path}' | cannot be read as a state_dict: {type(exc).__name__}: {exc}",
+            hint="save weights with torch.save(model.state_dict(), path).",
+        ) from exc
+    if not isinstance(content, Mapping):
+        raise ConversionError(
+            f"weights '{path}' | holds a {type(content).__name__}, expected a state_dict.",
+            hint="save weights with torch.save(model.state_dict(), path).",
+        )
+    expected = module.state_dict()
+    missing = [k for k in expected if k not in content]
+    unexpected = [k for k in content if k not in expected]
+    mismatched = [
+        f"{k}: file {tuple(content[k].shape)} vs model {tuple(expected[k].shape)}"
+        for k in expected
+        if k in content
+        and hasattr(content[k], "shape")
+        and tuple(content[k].shape) != tuple(expected[k].shape)
+    ]
+    if missing or unexpected or mismatched:
+        parts = []
+        for label, keys in (("missing", missing), ("unexpected", unexpected), ("mismatched", mismatched)):
+            if keys:
+                shown = ", ".join(keys[:_SHOWN_KEYS]) + (
+                    f" (+{len(keys) - _SHOWN_KEYS} more)" if len(keys) > _SHOWN_KEYS else ""
+                )
+                parts.append(f"{len(keys)} {label}: {shown}")
+        raise ConversionError(
+            f"weights '{path}' | do not fit the model ({'; '.join(parts)}).",
+            hint="these weights belong to another architecture or variant; check the factory "
+            "(a 'module.' prefix means they were saved from DataParallel).",
+        )
+    module.load_state_dict(content, strict=True)
