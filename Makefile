@@ -22,12 +22,13 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PIP) install -q --no-deps -c $(CONSTRAINTS) $(TEST_ASSETS)
 	touch $@
 
-# Debian's darknet: the Darknet reference binary, its cfgs and sample photos (tests use them).
+# Debian's darknet (the Darknet reference binary, its cfgs and sample photos) and chromium
+# (renders the HTML report in a test).
 system-deps:
-	@if [ ! -x /usr/bin/darknet ]; then \
+	@if [ ! -x /usr/bin/darknet ] || [ ! -x /usr/bin/chromium ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq darknet >/dev/null; \
-		else echo "warning: Debian's darknet is missing and cannot be installed here (needs root + apt)" >&2; fi; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq darknet chromium >/dev/null; \
+		else echo "warning: Debian's darknet/chromium are missing and cannot be installed here (needs root + apt)" >&2; fi; \
 	fi
 
 # OpenCV 4.x beside the main OpenCV 5: the contract suite runs on both.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 import typer
@@ -10,8 +11,10 @@ from rich.console import Console
 
 from deploykit.errors import UsageError
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+# Wide tables stay readable in logs and pipes, where rich would otherwise assume 80 columns.
+_WIDTH = None if sys.stdout.isatty() else 160
+console = Console(highlight=False, width=_WIDTH)
+err_console = Console(stderr=True, highlight=False, width=_WIDTH)
 
 
 def print_json(data: Any) -> None:

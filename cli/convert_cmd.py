@@ -38,9 +38,14 @@ def print_report(report: ConversionReport) -> None:
         rel_err = max((o["max_rel_error"] for o in outputs), default=float("nan"))
         verdict = "[green]pass[/]" if entry.passed else f"[red]FAIL[/] {entry.error or ''}"
         table.add_row(
-            entry.backend, entry.device, entry.precision, str(len(entry.cases)),
-            f"{abs_err:.2e}", f"{rel_err:.2e}", verdict,
-        )  # fmt: skip
+            entry.backend,
+            entry.device,
+            entry.precision,
+            str(len(entry.cases)),
+            f"{abs_err:.2e}",
+            f"{rel_err:.2e}",
+            verdict,
+        )
     console.print(table)
 
 

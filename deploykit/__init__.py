@@ -36,6 +36,20 @@ from deploykit.tensors import TensorSpec
 __version__ = "0.1.0"
 
 
+def benchmark(model: Any, backends: Any = None, **options: Any) -> Any:
+    """Benchmark a model across backends with parity checks; see ``deploykit.bench.runner.benchmark``."""
+    from deploykit.bench.runner import benchmark as _benchmark
+
+    return _benchmark(model, backends, **options)
+
+
+def compare_backends(model: Any, backends: Any = None, **options: Any) -> Any:
+    """Parity of several backends on the same inputs; see ``deploykit.parity.compare_backends``."""
+    from deploykit.parity import compare_backends as _compare_backends
+
+    return _compare_backends(model, backends, **options)
+
+
 def convert_torch(model: Any, example_inputs: Any = None, output: Any = "model.onnx", **options: Any) -> Any:
     """Export a PyTorch model to ONNX behind a parity gate; see ``deploykit.convert.torch.convert_torch``."""
     from deploykit.convert.torch import convert_torch as _convert_torch
@@ -88,6 +102,8 @@ __all__ = [
     "__version__",
     "all_backends",
     "backend_names",
+    "benchmark",
+    "compare_backends",
     "convert_torch",
     "get_backend",
     "load",

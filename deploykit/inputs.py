@@ -94,6 +94,12 @@ def load_arrays(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
         ) from exc
 
 
+def save_arrays(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarray]) -> None:
+    """Write arrays by name to an ``.npz`` file (the inverse of ``load_arrays``)."""
+    named: dict[str, Any] = dict(arrays)
+    np.savez(path, **named)
+
+
 def parse_input_options(
     values: Sequence[str], specs: Mapping[str, TensorSpec], *, seed: int = 0
 ) -> dict[str, np.ndarray]:

@@ -3,12 +3,15 @@
 Built-in backends are listed here as ``module:Class`` strings so that listing
 names never imports a runtime. Third-party packages add backends through the
 ``deploykit.backends`` entry-point group; an entry point names a ``Backend``
-subclass.
+subclass. ``DEPLOYKIT_BACKENDS="name=module:Class;..."`` does the same without
+packaging (isolated bench workers inherit it).
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import entry_points
 
@@ -30,8 +33,34 @@ def _load_class(target: str) -> type[Backend]:
     return backend_class
 
 
-@cache
+ENVIRONMENT_VARIABLE = "DEPLOYKIT_BACKENDS"
+
+
+@dataclass(frozen=True)
+class _EnvironmentEntry:
+    """A plug-in named in DEPLOYKIT_BACKENDS (``name=module:Class;...``), for unpackaged backends."""
+
+    name: str
+    value: str
+
+    def load(self) -> object:
+        return _load_class(self.value)
+
+    def __str__(self) -> str:
+        return f"{ENVIRONMENT_VARIABLE} {self.name}={self.value}"
+
+
 def _plugin_targets() -> dict[str, object]:
+    targets: dict[str, object] = dict(_entry_point_targets())
+    for item in os.environ.get(ENVIRONMENT_VARIABLE, "").split(";"):
+        name, sep, value = item.strip().partition("=")
+        if sep and name and ":" in value:
+            targets[name.strip().lower()] = _EnvironmentEntry(name.strip().lower(), value.strip())
+    return targets
+
+
+@cache
+def _entry_point_targets() -> dict[str, object]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 

@@ -15,12 +15,22 @@ from deploykit.errors import UsageError
 from deploykit.tensors import parse_shape
 
 _DTYPES = {
-    "float32": np.float32, "float": np.float32, "f32": np.float32,
-    "float16": np.float16, "half": np.float16, "f16": np.float16,
-    "float64": np.float64, "double": np.float64,
-    "int64": np.int64, "long": np.int64, "int32": np.int32, "int": np.int32,
-    "uint8": np.uint8, "int8": np.int8, "bool": np.bool_,
-}  # fmt: skip
+    "float32": np.float32,
+    "float": np.float32,
+    "f32": np.float32,
+    "float16": np.float16,
+    "half": np.float16,
+    "f16": np.float16,
+    "float64": np.float64,
+    "double": np.float64,
+    "int64": np.int64,
+    "long": np.int64,
+    "int32": np.int32,
+    "int": np.int32,
+    "uint8": np.uint8,
+    "int8": np.int8,
+    "bool": np.bool_,
+}
 
 
 @dataclass(frozen=True)

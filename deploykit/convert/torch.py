@@ -401,11 +401,16 @@ def _export_torchscript(
 
     with _quiet():
         torch.onnx.export(
-            module, tuple(examples), str(path), dynamo=False,
-            input_names=[s.name for s in specs], output_names=list(names),
+            module,
+            tuple(examples),
+            str(path),
+            dynamo=False,
+            input_names=[s.name for s in specs],
+            output_names=list(names),
             dynamic_axes={k: dict(v) for k, v in dynamic.items()} or None,
-            opset_version=opset, do_constant_folding=True,
-        )  # fmt: skip
+            opset_version=opset,
+            do_constant_folding=True,
+        )
 
 
 def _export_dynamo(
@@ -436,11 +441,18 @@ def _export_dynamo(
         tensors.append(example)
     with _quiet():
         torch.onnx.export(
-            module, tuple(tensors), str(path), dynamo=True,
-            input_names=[s.name for s in specs], output_names=list(names),
+            module,
+            tuple(tensors),
+            str(path),
+            dynamo=True,
+            input_names=[s.name for s in specs],
+            output_names=list(names),
             dynamic_shapes=tuple(shapes) if dynamic else None,
-            opset_version=opset, external_data=False, optimize=True, verbose=False,
-        )  # fmt: skip
+            opset_version=opset,
+            external_data=False,
+            optimize=True,
+            verbose=False,
+        )
 
 
 def _identifier(label: str) -> str:
@@ -554,8 +566,13 @@ def _save(model: Any, path: Path, external: bool) -> None:
     import onnx
 
     if external:
-        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=f"{path.name}.data")  # fmt: skip
+        onnx.save_model(
+            model,
+            str(path),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=f"{path.name}.data",
+        )
     else:
         onnx.save_model(model, str(path))
 

@@ -30,9 +30,13 @@ def _dims(path, name):
 def test_cnn_with_dynamic_batch_on_every_backend(tmp_path):
     out = tmp_path / "cnn.onnx"
     report = convert_torch(
-        torch_models.small_cnn(), (torch.randn(1, 3, 32, 32),), out,
-        dynamic={"images": {0: "batch"}}, exporter="torchscript", verify_backends=ALL,
-    )  # fmt: skip
+        torch_models.small_cnn(),
+        (torch.randn(1, 3, 32, 32),),
+        out,
+        dynamic={"images": {0: "batch"}},
+        exporter="torchscript",
+        verify_backends=ALL,
+    )
     assert report.passed and report.written and out.is_file()
     assert [p.backend for p in report.parity] == list(ALL)
     assert all(len(p.cases) == 2 for p in report.parity), "a second batch size is checked"
@@ -52,9 +56,13 @@ def test_cnn_with_dynamic_batch_on_every_backend(tmp_path):
 def test_dynamo_exporter_names_dynamic_axes(tmp_path):
     out = tmp_path / "cnn_dynamo.onnx"
     report = convert_torch(
-        f"{MODELS}:small_cnn", output=out, inputs=["images:1x3x32x32"],
-        dynamic={"images": {0: "batch"}}, exporter="dynamo", opset=18,
-    )  # fmt: skip
+        f"{MODELS}:small_cnn",
+        output=out,
+        inputs=["images:1x3x32x32"],
+        dynamic={"images": {0: "batch"}},
+        exporter="dynamo",
+        opset=18,
+    )
     assert report.exporter == "dynamo" and report.opset == 18 and report.passed
     assert _dims(out, "images") == ["batch", 3, 32, 32]
     assert report.parity[0].cases[1]["input_shapes"]["images"][0] == 2
@@ -63,10 +71,14 @@ def test_dynamo_exporter_names_dynamic_axes(tmp_path):
 def test_two_inputs_with_int64_ids(tmp_path):
     out = tmp_path / "tagger.onnx"
     report = convert_torch(
-        f"{MODELS}:token_tagger", output=out, inputs=["ids:2x7:int64:0..50", "mask:2x7"],
-        output_names=["tokens", "pooled"], dynamic={"ids": {1: "seq"}, "mask": {1: "seq"}},
-        exporter="torchscript", verify_backends=ALL,
-    )  # fmt: skip
+        f"{MODELS}:token_tagger",
+        output=out,
+        inputs=["ids:2x7:int64:0..50", "mask:2x7"],
+        output_names=["tokens", "pooled"],
+        dynamic={"ids": {1: "seq"}, "mask": {1: "seq"}},
+        exporter="torchscript",
+        verify_backends=ALL,
+    )
     assert report.passed, [p.error for p in report.parity]
     with deploykit.load(out) as session:
         assert session.inputs["ids"].dtype == np.int64
@@ -77,10 +89,13 @@ def test_two_inputs_with_int64_ids(tmp_path):
 def test_lstm_with_dynamic_sequence(tmp_path):
     out = tmp_path / "lstm.onnx"
     report = convert_torch(
-        f"{MODELS}:sequence_lstm", output=out, inputs=["sequence:1x9x6"],
-        dynamic={"sequence": {1: "steps"}}, exporter="torchscript",
+        f"{MODELS}:sequence_lstm",
+        output=out,
+        inputs=["sequence:1x9x6"],
+        dynamic={"sequence": {1: "steps"}},
+        exporter="torchscript",
         verify_backends=("onnxruntime", "openvino"),
-    )  # fmt: skip
+    )
     assert report.passed
     assert report.parity[0].cases[1]["input_shapes"] == {"sequence": [1, 18, 6]}
     assert "LSTM" in report.op_histogram
@@ -111,9 +126,21 @@ def test_torchscript_archive_from_cli(tmp_path):
     torch.jit.save(torch.jit.trace(torch_models.small_cnn().eval(), torch.randn(1, 3, 16, 16)), str(archive))
     out, report_path = tmp_path / "traced.onnx", tmp_path / "conv.json"
     result = CliRunner().invoke(
-        app, ["convert", "torch", str(archive), "-i", "x:1x3x16x16", "-o", str(out),
-              "--report", str(report_path), "--verify-backends", "ort,openvino,opencv"],
-    )  # fmt: skip
+        app,
+        [
+            "convert",
+            "torch",
+            str(archive),
+            "-i",
+            "x:1x3x16x16",
+            "-o",
+            str(out),
+            "--report",
+            str(report_path),
+            "--verify-backends",
+            "ort,openvino,opencv",
+        ],
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(report_path.read_text())
     assert data["passed"] and data["exporter"] == "torchscript" and data["parameter_count"] > 0
@@ -313,9 +340,13 @@ def test_pretrained_mobilenet_v2_recognises_an_eagle(tmp_path):
     weights = mobilenet_v2_weights()
     out = tmp_path / "mobilenet_v2.onnx"
     report = convert_torch(
-        f"{REPO / 'models' / 'torch' / 'mobilenet_v2.py'}:build", output=out, weights=weights,
-        inputs=["images:1x3x224x224"], dynamic={"images": {0: "batch"}}, verify_backends=ALL,
-    )  # fmt: skip
+        f"{REPO / 'models' / 'torch' / 'mobilenet_v2.py'}:build",
+        output=out,
+        weights=weights,
+        inputs=["images:1x3x224x224"],
+        dynamic={"images": {0: "batch"}},
+        verify_backends=ALL,
+    )
     assert report.passed, [p.error for p in report.parity]
     labels = (REPO / "models" / "labels" / "imagenet.txt").read_text().splitlines()
     x = _preprocess(darknet_image("eagle.jpg"))

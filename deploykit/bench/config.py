@@ -1,0 +1,134 @@
+"""What one benchmark configuration is, and parsing of the CLI's bench options."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from deploykit.errors import UsageError
+from deploykit.inputs import make_inputs
+from deploykit.tensors import TensorSpec
+
+SCENARIOS = ("singlestream", "offline", "multistream")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min)?\s*$")
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One row of a benchmark: a backend on a device with a batch, threads and a scenario."""
+
+    backend: str
+    device: str | None = None
+    batch: int = 1
+    threads: int | None = None
+    precision: str | None = None
+    scenario: str = "singlestream"
+    streams: int = 1
+    warmup: int = 10
+    iterations: int | None = 100
+    duration_s: float | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def label(self) -> str:
+        parts = [f"{self.backend}:{self.device}" if self.device else self.backend, f"b{self.batch}"]
+        if self.threads:
+            parts.append(f"t{self.threads}")
+        if self.precision:
+            parts.append(self.precision)
+        if self.scenario == "multistream":
+            parts.append(f"s{self.streams}")
+        return " ".join(parts)
+
+    def session_options(self) -> dict[str, Any]:
+        options = dict(self.options)
+        if self.threads:
+            options["threads"] = self.threads
+        if self.precision:
+            options["precision"] = self.precision
+        return options
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["options"] = dict(self.options)
+        data["label"] = self.label()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BenchConfig:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**known)
+
+
+def parse_backend_spec(text: str) -> tuple[str, str | None]:
+    """``openvino:CPU`` → (``openvino``, ``CPU``); ``ort`` → (``ort``, None)."""
+    name, _, device = text.partition(":")
+    if not name:
+        raise UsageError(
+            f"backend '{text}' | expected BACKEND or BACKEND:DEVICE.", hint="e.g. -b ort -b openvino:CPU."
+        )
+    return name, device or None
+
+
+def parse_int_list(text: str, what: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        values = []
+    if not values or any(v <= 0 for v in values):
+        raise UsageError(
+            f"{what} '{text}' | expected positive integers separated by commas.", hint=f"e.g. --{what} 1,4,8."
+        )
+    return values
+
+
+def parse_duration(text: str) -> float:
+    """``10s``, ``500ms``, ``2m``, ``1.5`` (seconds) → seconds."""
+    match = _DURATION.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise UsageError(
+            f"duration '{text}' | expected a positive number with an optional unit ms, s or m.",
+            hint="e.g. --duration 10s or --duration 500ms.",
+        )
+    value, unit = float(match.group(1)), match.group(2) or "s"
+    return value * {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0}[unit]
+
+
+def model_batch(specs: Mapping[str, TensorSpec]) -> int:
+    """The batch a model runs with by default: its fixed first axis, or 1 when that axis is dynamic."""
+    for spec in specs.values():
+        if spec.shape and isinstance(spec.shape[0], int):
+            return spec.shape[0]
+    return 1
+
+
+def batch_inputs(
+    specs: Mapping[str, TensorSpec], batch: int, *, seed: int = 0, model_name: str = "the model"
+) -> dict[str, np.ndarray]:
+    """Deterministic random feeds with ``batch`` on every input's first axis.
+
+    Raises:
+        UsageError: an input's first axis is fixed to another size.
+    """
+    dims: dict[str, int] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
+    for spec in specs.values():
+        if not spec.shape:
+            continue
+        first = spec.shape[0]
+        if isinstance(first, int):
+            if first != batch:
+                raise UsageError(
+                    f"batch {batch} | input '{spec.name}' of {model_name} has a fixed batch of {first}.",
+                    hint=f"benchmark --batch {first}, or re-export the model with a dynamic batch "
+                    f"(deploykit convert ... --dynamic {spec.name}:0=batch).",
+                )
+        elif isinstance(first, str):
+            dims[first] = batch
+        else:
+            rest = [d if isinstance(d, int) else 1 for d in spec.shape[1:]]
+            shapes[spec.name] = (batch, *rest)
+    return make_inputs(specs, seed=seed, dims=dims, shapes=shapes)

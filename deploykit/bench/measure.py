@@ -1,0 +1,175 @@
+"""Measuring one configuration in this process: load, first inference, warm latency, throughput.
+
+Input preparation happens before the timed region; ``session.run`` returns materialised
+numpy outputs, so the clock stops only when results are in the caller's hands.
+"""
+
+from __future__ import annotations
+
+import resource
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from deploykit.backends.registry import get_backend
+from deploykit.bench.config import BenchConfig
+from deploykit.bench.stats import NOISY_COV, cost_per_million, latency_stats
+
+_RAPL = Path("/sys/class/powercap/intel-rapl:0/energy_uj")
+_HISTOGRAM_BINS = 30
+
+
+def _rapl_uj() -> int | None:
+    try:
+        return int(_RAPL.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _peak_rss_bytes() -> int:
+    """This process image's peak RSS. VmHWM restarts at exec; ru_maxrss would carry the
+    parent's peak into an isolated worker, so it is only the fallback."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def _loop(session: Any, feeds: Mapping[str, np.ndarray], config: BenchConfig) -> list[int]:
+    """Timed calls until the iteration count or the duration is reached; one ns sample per call."""
+    run, clock = session.run, time.perf_counter_ns
+    samples: list[int] = []
+    append = samples.append
+    if config.duration_s:
+        deadline = clock() + int(config.duration_s * 1e9)
+        while True:
+            start = clock()
+            run(feeds)
+            end = clock()
+            append(end - start)
+            if end >= deadline:
+                break
+    else:
+        for _ in range(config.iterations or 1):
+            start = clock()
+            run(feeds)
+            append(clock() - start)
+    return samples
+
+
+def _multistream(
+    session: Any, feeds: Mapping[str, np.ndarray], config: BenchConfig
+) -> tuple[list[int], float]:
+    """K threads query one shared session; per-query latency and the wall time of the whole."""
+    results: list[list[int]] = [[] for _ in range(config.streams)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(config.streams + 1)
+
+    def stream(index: int) -> None:
+        try:
+            barrier.wait()
+            results[index] = _loop(session, feeds, config)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=stream, args=(k,)) for k in range(config.streams)]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+    return [s for samples in results for s in samples], wall
+
+
+def measure(
+    model: Path, config: BenchConfig, feeds: Mapping[str, np.ndarray], *, cost_per_hour: float | None = None
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """Benchmark one configuration; returns its result row and the first run's outputs."""
+    backend = get_backend(config.backend)
+    backend.import_runtime()  # load time is the model's, not the runtime's import
+    start = time.perf_counter_ns()
+    session = backend.open(model, config.device, **config.session_options())
+    load_ms = (time.perf_counter_ns() - start) / 1e6
+    with session:
+        start = time.perf_counter_ns()
+        outputs = session.run(feeds)
+        first_ms = (time.perf_counter_ns() - start) / 1e6
+        for _ in range(config.warmup):
+            session.run(feeds)
+        energy_start = _rapl_uj()
+        wall_start = time.perf_counter()
+        if config.scenario == "multistream":
+            samples, wall = _multistream(session, feeds, config)
+        else:
+            samples = _loop(session, feeds, config)
+            wall = time.perf_counter() - wall_start
+        energy_end = _rapl_uj()
+        info = session.info.to_dict()
+    stats = latency_stats(samples)
+    throughput = config.batch * len(samples) / wall if wall > 0 else 0.0
+    energy = None
+    if energy_start is not None and energy_end is not None and energy_end >= energy_start:
+        energy = (energy_end - energy_start) / 1e6 / (len(samples) * config.batch)
+    counts, edges = np.histogram(np.asarray(samples) / 1e6, bins=_HISTOGRAM_BINS)
+    warnings = []
+    if stats.noisy:
+        warnings.append(
+            f"latency varies a lot (CoV {stats.cov:.2f} > {NOISY_COV}): the machine is busy or "
+            "throttling; compare ratios within one run, or run longer"
+        )
+    row: dict[str, Any] = {
+        "config": config.to_dict(),
+        "status": "ok",
+        "error": None,
+        "session": info,
+        "load_ms": load_ms,
+        "first_inference_ms": first_ms,
+        "latency": stats.to_dict(),
+        "latency_histogram": {"edges_ms": edges.tolist(), "counts": counts.tolist()},
+        "wall_s": wall,
+        "throughput_sps": throughput,
+        "peak_rss_bytes": _peak_rss_bytes(),
+        "gpu_memory_bytes": None,
+        "energy_j_per_inference": energy,
+        "energy_source": "rapl" if energy is not None else "unavailable",
+        "cost_per_million": cost_per_million(cost_per_hour, throughput)
+        if cost_per_hour and throughput
+        else None,
+        "parity": None,
+        "warnings": warnings,
+    }
+    return row, outputs
+
+
+def failed_row(config: BenchConfig, error: str) -> dict[str, Any]:
+    """The row of a configuration that could not be measured; the bench goes on."""
+    return {
+        "config": config.to_dict(),
+        "status": "failed",
+        "error": error,
+        "session": None,
+        "load_ms": None,
+        "first_inference_ms": None,
+        "latency": None,
+        "latency_histogram": None,
+        "wall_s": None,
+        "throughput_sps": None,
+        "peak_rss_bytes": None,
+        "gpu_memory_bytes": None,
+        "energy_j_per_inference": None,
+        "energy_source": "unavailable",
+        "cost_per_million": None,
+        "parity": None,
+        "warnings": [],
+    }

@@ -1,0 +1,24 @@
+"""A backend that kills its process: the bench's subprocess isolation must survive it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from deploykit.backends.base import Backend, Session
+
+
+class CrashingBackend(Backend):
+    name = "crasher"
+    pip_extra = "none"
+    module = "os"
+
+    def version(self) -> str:
+        return "crasher 0"
+
+    def devices(self) -> list[str]:
+        return ["cpu"]
+
+    def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+        os.abort()

@@ -1,0 +1,337 @@
+"""Benchmarks over the catalog on the real backends: schema, ordering, isolation, parity, baselines."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import subprocess
+import sys
+
+import jsonschema
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import deploykit
+from deploykit.bench.report import BenchmarkResult
+from deploykit.cli.main import app
+from deploykit.errors import InputError, ReportError, UnknownBackendError, UsageError
+from tests.assets.paths import REPO
+
+SCHEMA = json.loads((REPO / "docs" / "report-schema.json").read_text())
+ALL = ["onnxruntime", "openvino:CPU", "opencv"]
+
+
+def _check_numbers(result: BenchmarkResult) -> None:
+    jsonschema.validate(result.data, SCHEMA)
+    for row in result.rows:
+        assert row["status"] == "ok", row["error"]
+        stats = row["latency"]
+        assert 0 < stats["min_ms"] <= stats["p50_ms"] <= stats["p90_ms"] <= stats["p95_ms"]
+        assert stats["p95_ms"] <= stats["p99_ms"] <= stats["p999_ms"] <= stats["max_ms"]
+        assert row["load_ms"] > 0 and row["first_inference_ms"] > 0
+        assert row["throughput_sps"] > 0 and row["peak_rss_bytes"] > 0
+
+
+@pytest.fixture(scope="module")
+def isolated_result(catalog_paths):
+    return deploykit.benchmark(catalog_paths["mlp_dynamic_batch"], ALL, batch=[1, 3], warmup=2, iterations=20)
+
+
+def test_isolated_bench_on_every_backend(isolated_result):
+    result = isolated_result
+    _check_numbers(result)
+    assert len(result.rows) == 6
+    assert {r["session"]["backend"] for r in result.rows} == {"onnxruntime", "openvino", "opencv"}
+    for row in result.rows:
+        assert row["parity"]["passed"], row["parity"]
+    assert result.data["settings"]["isolated"] is True
+    assert result.data["recommendation"]["label"] in {r["config"]["label"] for r in result.rows}
+    assert result.data["device"]["cpu"]["logical_cores"] >= 1
+    rss = {r["config"]["label"]: r["peak_rss_bytes"] for r in result.rows}
+    assert len(set(rss.values())) > 1, "each isolated worker reports its own peak RSS"
+
+
+def test_report_files(isolated_result, tmp_path):
+    paths = isolated_result.write_all(tmp_path / "out")
+    assert [p.name for p in paths] == ["report.json", "report.csv", "report.md", "report.html"]
+    jsonschema.validate(json.loads(paths[0].read_text()), SCHEMA)
+    csv_lines = paths[1].read_text().splitlines()
+    assert csv_lines[0].startswith("label,backend,device,precision,batch") and len(csv_lines) == 7
+    markdown = paths[2].read_text()
+    assert "| configuration |" in markdown and "**Recommendation**" in markdown
+    page = paths[3].read_text()
+    assert page.count("<svg") >= 3 and "<script" not in page
+
+
+def test_in_process_multistream_and_offline(catalog_paths):
+    multi = deploykit.benchmark(
+        catalog_paths["conv_bn_act"],
+        ["ort"],
+        scenario="multistream",
+        streams=3,
+        iterations=10,
+        warmup=1,
+        isolate=False,
+    )
+    _check_numbers(multi)
+    assert multi.rows[0]["latency"]["count"] == 30 and multi.rows[0]["config"]["streams"] == 3
+    offline = deploykit.benchmark(
+        catalog_paths["mlp_dynamic_batch"],
+        ["ort", "opencv"],
+        scenario="offline",
+        batch=16,
+        iterations=5,
+        warmup=1,
+        isolate=False,
+        cost_per_hour=0.35,
+    )
+    _check_numbers(offline)
+    assert offline.headline == "throughput_sps"
+    assert all(r["cost_per_million"] > 0 for r in offline.rows)
+    assert offline.data["recommendation"]["headline"] == "throughput_sps"
+
+
+def test_duration_mode(catalog_paths):
+    result = deploykit.benchmark(catalog_paths["multi_io"], ["ort"], duration_s=0.2, warmup=0, isolate=False)
+    assert result.rows[0]["wall_s"] >= 0.2 and result.rows[0]["latency"]["count"] > 10
+
+
+def test_inputs_file(catalog_paths, tmp_path):
+    a = np.ones((2, 3), np.float32)
+    np.savez(tmp_path / "in.npz", a=a, b=a * 2)
+    result = deploykit.benchmark(
+        catalog_paths["multi_io"],
+        ["ort", "opencv"],
+        inputs=tmp_path / "in.npz",
+        iterations=3,
+        warmup=0,
+        isolate=False,
+    )
+    assert result.data["settings"]["inputs"] == "file" and all(r["parity"]["passed"] for r in result.rows)
+    np.savez(tmp_path / "bad.npz", a=a)
+    with pytest.raises(InputError, match=r"inputs file \| has a; the model's inputs are a, b \(missing b\)"):
+        deploykit.benchmark(catalog_paths["multi_io"], ["ort"], inputs=tmp_path / "bad.npz", isolate=False)
+
+
+def test_isolation_survives_a_crashing_backend(catalog_paths, monkeypatch):
+    monkeypatch.setenv("DEPLOYKIT_BACKENDS", "crasher=tests.assets.crashing_backend:CrashingBackend")
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    result = deploykit.benchmark(catalog_paths["conv_bn_act"], ["crasher", "ort"], iterations=5, warmup=0)
+    crashed, survived = result.rows
+    assert crashed["status"] == "failed"
+    assert "killed by signal SIGABRT" in crashed["error"]
+    assert survived["status"] == "ok" and survived["parity"] == {
+        "reference": "self",
+        "passed": True,
+        "outputs": [],
+    }
+    jsonschema.validate(result.data, SCHEMA)
+
+
+def test_failed_backend_is_a_row_not_a_crash(catalog_paths):
+    result = deploykit.benchmark(
+        catalog_paths["conv_bn_act"], ["opencv:cuda", "ort"], iterations=3, warmup=0, isolate=False
+    )
+    assert result.rows[0]["status"] == "failed" and "device 'cuda' cannot be used" in result.rows[0]["error"]
+    assert result.rows[1]["status"] == "ok"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "pattern"),
+    [
+        ({"backends": ["tensorflow"]}, UnknownBackendError, r"backend 'tensorflow' \| is not registered"),
+        ({"iterations": 0}, UsageError, r"iterations 0 \| at least 1 timed iteration is needed"),
+        (
+            {"scenario": "burst"},
+            UsageError,
+            r"scenario 'burst' \| is not one of singlestream, offline, multistream",
+        ),
+        (
+            {"batch": 4},
+            UsageError,
+            r"batch 4 \| input 'x' of 'conv_bn_act.onnx' has a fixed batch of 1.*--dynamic x:0=batch",
+        ),
+    ],
+)
+def test_bad_bench_arguments(catalog_paths, kwargs, error, pattern):
+    args = {"backends": ["ort"], "iterations": 2, "isolate": False, **kwargs}
+    with pytest.raises(error, match=pattern):
+        deploykit.benchmark(catalog_paths["conv_bn_act"], **args)
+
+
+def _constructed(result: BenchmarkResult, factor: float, passed: bool = True) -> BenchmarkResult:
+    data = copy.deepcopy(result.data)
+    for row in data["rows"]:
+        for key in ("p50_ms", "p99_ms"):
+            row["latency"][key] *= factor
+        if row["parity"]:
+            row["parity"]["passed"] = passed
+    return BenchmarkResult(data)
+
+
+def test_baseline_regressions(isolated_result, tmp_path):
+    baseline = isolated_result
+    assert _constructed(baseline, 1.05).regressions(baseline) == []
+    slower = _constructed(baseline, 1.5).regressions(baseline)
+    assert len(slower) == 12 and "p50_ms" in slower[0] and "(+50%)" in slower[0]
+    flipped = _constructed(baseline, 1.0, passed=False).regressions(baseline)
+    assert all("parity True → False" in f for f in flipped) and len(flipped) == 6
+    baseline.to_json(tmp_path / "old.json")
+    _constructed(baseline, 1.5).to_json(tmp_path / "new.json")
+    runner = CliRunner()
+    result = runner.invoke(
+        app, ["report", str(tmp_path / "new.json"), "--baseline", str(tmp_path / "old.json")]
+    )
+    assert result.exit_code == 1 and "regression" in result.stdout
+    result = runner.invoke(
+        app, ["report", str(tmp_path / "old.json"), "--baseline", str(tmp_path / "old.json")]
+    )
+    assert result.exit_code == 0 and "no regression beyond 10%" in result.stdout
+
+
+def test_report_errors(isolated_result, tmp_path):
+    newer = copy.deepcopy(isolated_result.data)
+    newer["schema_version"] = 99
+    (tmp_path / "newer.json").write_text(json.dumps(newer))
+    with pytest.raises(
+        ReportError, match=r"has schema version 99, this deploykit reads up to 1.*upgrade deploykit"
+    ):
+        BenchmarkResult.from_json(tmp_path / "newer.json")
+    (tmp_path / "junk.json").write_text("{not json")
+    with pytest.raises(ReportError, match=r"is not JSON"):
+        BenchmarkResult.from_json(tmp_path / "junk.json")
+    other = copy.deepcopy(isolated_result.data)
+    for row in other["rows"]:
+        row["config"]["label"] = "something:else b9"
+    with pytest.raises(ReportError, match=r"shares no configuration with this report"):
+        isolated_result.regressions(BenchmarkResult(other))
+
+
+def test_merge_two_devices(isolated_result, tmp_path):
+    isolated_result.to_json(tmp_path / "a.json")
+    other = copy.deepcopy(isolated_result.data)
+    other["device"]["hostname"] = "jetson-orin"
+    (tmp_path / "b.json").write_text(json.dumps(other))
+    result = CliRunner().invoke(
+        app,
+        [
+            "report",
+            "merge",
+            str(tmp_path / "a.json"),
+            str(tmp_path / "b.json"),
+            "-o",
+            str(tmp_path / "fleet.html"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    page = (tmp_path / "fleet.html").read_text()
+    assert page.count('class="device"') == 2 and "jetson-orin" in page
+
+
+def test_cli_bench_and_compare(catalog_paths, tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(
+        app,
+        [
+            "bench",
+            str(catalog_paths["multi_io"]),
+            "-b",
+            "ort",
+            "-b",
+            "opencv",
+            "--iterations",
+            "5",
+            "--warmup",
+            "1",
+            "--report",
+            str(tmp_path / "r"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "recommended: deploykit.load(" in result.stdout
+    jsonschema.validate(json.loads((tmp_path / "r" / "report.json").read_text()), SCHEMA)
+    result = runner.invoke(
+        app,
+        [
+            "compare",
+            str(catalog_paths["conv_bn_act"]),
+            "-b",
+            "ort",
+            "-b",
+            "openvino",
+            "-b",
+            "opencv",
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["passed"] and data["reference"] == "ort" and len(data["backends"]) == 3
+    result = runner.invoke(app, ["bench", str(catalog_paths["multi_io"]), "--iterations", "0"])
+    assert result.exit_code == 1 and "iterations 0" in result.stderr
+    result = runner.invoke(app, ["bench", str(catalog_paths["multi_io"]), "--duration", "soon"])
+    assert result.exit_code == 1 and "duration 'soon'" in result.stderr
+
+
+def test_compare_detects_a_mismatch(catalog_paths):
+    """With atol/rtol at zero, OpenVINO's reordered sums on a conv net must show up as a mismatch."""
+    import onnx
+
+    from deploykit.samples import tiny_classifier
+
+    onnx.save(tiny_classifier(size=64), catalog_paths["conv_bn_act"].parent / "classifier64.onnx")
+    result = deploykit.compare_backends(
+        catalog_paths["conv_bn_act"].parent / "classifier64.onnx", ["ort", "openvino"], atol=0.0, rtol=0.0
+    )
+    mismatch = result["backends"][1]
+    assert not result["passed"] and not mismatch["passed"]
+    assert mismatch["failures"][0].startswith("output 'probabilities' | max abs error")
+    assert "top1_agreement" in mismatch
+
+
+@pytest.mark.slow
+def test_html_report_renders_in_chromium(isolated_result, tmp_path):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    page = tmp_path / "report.html"
+    isolated_result.to_html(page)
+    command = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--enable-logging=stderr",
+        "--v=0",
+        "--dump-dom",
+        page.as_uri(),
+    ]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert "Uncaught" not in completed.stderr and "CONSOLE" not in completed.stderr.upper().replace(
+        "CONSOLE(", ""
+    )
+    dom = completed.stdout
+    assert dom.count("<svg") >= 3 and "p50 / p99 latency" in dom and "Recommendation" in dom
+    screenshot = tmp_path / "shot.png"
+    subprocess.run(
+        [*command[:-2], f"--screenshot={screenshot}", "--window-size=1400,1800", page.as_uri()],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    assert screenshot.stat().st_size > 10_000
+
+
+def test_worker_module_runs_standalone():
+    completed = subprocess.run(
+        [sys.executable, "-c", "import deploykit.bench.worker"], capture_output=True, text=True
+    )
+    assert completed.returncode == 0, completed.stderr
