@@ -50,8 +50,11 @@ typecheck: setup
 pytest: setup system-deps
 	DEPLOYKIT_REQUIRE_ASSETS=1 $(PY) -m pytest || { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
 
+# The OpenCV backend contract and the OpenCV-4 Darknet oracle, with OpenCV 4.14 first on the path.
 pytest-opencv4: .cv4/.installed
 	PYTHONPATH=.cv4 DEPLOYKIT_EXPECT_OPENCV=4 $(PY) -m pytest tests/backends -k "opencv or darknet or version" \
+		|| { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
+	PYTHONPATH=.cv4 DEPLOYKIT_EXPECT_OPENCV=4 $(PY) -m pytest tests/convert/test_darknet_oracles.py -k "opencv" \
 		|| { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
 
 test: lint typecheck pytest pytest-opencv4

@@ -69,9 +69,7 @@ def wall_budget() -> dict:
         result = benchmark(path, ["onnxruntime"], iterations=200, warmup=0, threads=1, isolate=False)
         total_s = time.perf_counter() - start
     row = result.rows[0]
-    budget_s = (
-        1.5 * (200 * row["latency"]["mean_ms"] / 1e3) + row["load_ms"] / 1e3 + row["first_inference_ms"] / 1e3
-    )
+    budget_s = 1.5 * (200 * row["latency"]["mean_ms"] / 1e3) + row["load_ms"] / 1e3 + row["first_inference_ms"] / 1e3
     return {
         "benchmark": "bench_harness_wall",
         "backend": "onnxruntime",

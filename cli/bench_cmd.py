@@ -32,18 +32,12 @@ def bench(
     inputs: Path = typer.Option(None, "--inputs", help=".npz of input arrays (default: seeded random)."),
     seed: int = typer.Option(0, help="Seed for random inputs."),
     reference: str = typer.Option(None, help="Backend whose outputs the others must match (default: first)."),
-    in_process: bool = typer.Option(
-        False, "--in-process", help="Measure in this process, not a subprocess each."
-    ),
+    in_process: bool = typer.Option(False, "--in-process", help="Measure in this process, not a subprocess each."),
     cost_per_hour: float = typer.Option(
         None, "--cost-per-hour", help="Device price per hour → cost per 1M inferences."
     ),
-    options: list[str] = typer.Option(
-        [], "--option", "-o", help="Backend option KEY=VALUE for every configuration."
-    ),
-    report_dir: Path = typer.Option(
-        None, "--report", help="Write report.json/.csv/.md/.html into this directory."
-    ),
+    options: list[str] = typer.Option([], "--option", "-o", help="Backend option KEY=VALUE for every configuration."),
+    report_dir: Path = typer.Option(None, "--report", help="Write report.json/.csv/.md/.html into this directory."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON report instead of the table."),
 ) -> None:
     """Benchmark a model on backends × devices × batch × threads; check every output against the reference."""
@@ -145,9 +139,7 @@ def compare(
             table.add_column(column)
         for entry in result["backends"]:
             if entry["error"]:
-                table.add_row(
-                    entry["label"], "-", "-", "-", "-", "-", "-", f"[red]failed[/]: {entry['error']}"
-                )
+                table.add_row(entry["label"], "-", "-", "-", "-", "-", "-", f"[red]failed[/]: {entry['error']}")
                 continue
             for output in entry["outputs"]:
                 verdict = "[green]pass[/]" if output["passed"] else "[red]FAIL[/]"
@@ -173,9 +165,7 @@ def report(
     reports: list[str] = typer.Argument(
         ..., help="REPORT.json [--baseline OLD.json], or: merge A.json B.json ... -o fleet.html"
     ),
-    baseline: Path = typer.Option(
-        None, "--baseline", help="An earlier report.json to check for regressions."
-    ),
+    baseline: Path = typer.Option(None, "--baseline", help="An earlier report.json to check for regressions."),
     threshold: float = typer.Option(0.10, help="Allowed slowdown before it is a regression (0.10 = 10%)."),
     output: Path = typer.Option(None, "--output", "-o", help="With merge: the HTML file to write."),
 ) -> None:

@@ -34,18 +34,10 @@ def print_report(report: ConversionReport) -> None:
         table.add_column(column)
     for entry in report.parity:
         outputs = [o for case in entry.cases for o in case["outputs"]]
-        abs_err = max((o["max_abs_error"] for o in outputs), default=float("nan"))
-        rel_err = max((o["max_rel_error"] for o in outputs), default=float("nan"))
+        abs_err = f"{max(o['max_abs_error'] for o in outputs):.2e}" if outputs else "reference"
+        rel_err = f"{max(o['max_rel_error'] for o in outputs):.2e}" if outputs else "-"
         verdict = "[green]pass[/]" if entry.passed else f"[red]FAIL[/] {entry.error or ''}"
-        table.add_row(
-            entry.backend,
-            entry.device,
-            entry.precision,
-            str(len(entry.cases)),
-            f"{abs_err:.2e}",
-            f"{rel_err:.2e}",
-            verdict,
-        )
+        table.add_row(entry.backend, entry.device, entry.precision, str(len(entry.cases)), abs_err, rel_err, verdict)
     console.print(table)
 
 
@@ -64,9 +56,7 @@ def torch_command(
         ..., help="file.py:factory, package.module:factory, a TorchScript .pt archive, or a pickled module."
     ),
     output: Path = typer.Option(..., "--output", "-o", help="The .onnx file to write."),
-    weights: Path = typer.Option(
-        None, "--weights", "-w", help="state_dict to load into the factory's model."
-    ),
+    weights: Path = typer.Option(None, "--weights", "-w", help="state_dict to load into the factory's model."),
     inputs: list[str] = typer.Option(
         [],
         "--input",
@@ -115,6 +105,54 @@ def torch_command(
             weights=weights,
             trust_pickle=trust_pickle,
             seed=seed,
+        )
+    except ParityError as exc:
+        finish(exc.report if isinstance(exc.report, ConversionReport) else None, report_path)
+        raise
+    finish(report, report_path)
+
+
+@convert_app.command("darknet")
+def darknet_command(
+    cfg: Path = typer.Argument(..., help="The Darknet .cfg file."),
+    weights: Path = typer.Argument(..., help="The Darknet .weights file."),
+    output: Path = typer.Option(..., "--output", "-o", help="The .onnx file to write."),
+    input_size: str = typer.Option(
+        None, "--input-size", help="WIDTHxHEIGHT (default: the cfg's); a multiple of the stride."
+    ),
+    batch: str = typer.Option("1", help="Batch size, or 'dynamic'."),
+    head: str = typer.Option("raw", help="raw (each [yolo]/[region] output) | decoded (one detections tensor)."),
+    opset: int = typer.Option(13, help="ONNX opset (13 to 21)."),
+    opencv_threshold: float = typer.Option(
+        None,
+        "--opencv-threshold",
+        help="With --head decoded: zero class scores ≤ this, as OpenCV 4.x does (0.2).",
+    ),
+    labels: Path = typer.Option(None, "--labels", help="Class names file (one per line) to store in the model."),
+    verify_backends: str = typer.Option(
+        "onnxruntime", "--verify-backends", help="Comma-separated backends to verify on ('' to skip)."
+    ),
+    keep_on_mismatch: bool = typer.Option(
+        False, "--keep-on-mismatch", help="Write the .onnx even if verification fails."
+    ),
+    report_path: Path = typer.Option(None, "--report", help="Also write the conversion report as JSON."),
+) -> None:
+    """Convert Darknet .cfg + .weights to ONNX natively (no PyTorch) and verify it."""
+    from deploykit.convert.darknet.convert import convert_darknet
+
+    try:
+        report = convert_darknet(
+            cfg,
+            weights,
+            output,
+            input_size=input_size,
+            batch=batch,
+            head=head,
+            opset=opset,
+            opencv_threshold=opencv_threshold,
+            labels=labels,
+            verify_backends=[b.strip() for b in verify_backends.split(",") if b.strip()],
+            keep_on_mismatch=keep_on_mismatch,
         )
     except ParityError as exc:
         finish(exc.report if isinstance(exc.report, ConversionReport) else None, report_path)

@@ -22,10 +22,15 @@ def _size(num_bytes: int) -> str:
 
 
 def inspect(
-    model: Path = typer.Argument(..., help="The .onnx file."),
+    model: Path = typer.Argument(..., help="The .onnx file, or a Darknet .cfg."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+    input_size: str = typer.Option(None, "--input-size", help="Darknet: WIDTHxHEIGHT instead of the cfg's."),
 ) -> None:
-    """Show opset, producer, inputs/outputs (with dynamic dims), op histogram, params and size."""
+    """ONNX: opset, producer, inputs/outputs (dynamic dims), op histogram, params, size.
+    Darknet .cfg: the layer table (index, type, output shape, parameters), as Darknet prints it."""
+    if model.suffix.lower() == ".cfg":
+        _inspect_darknet(model, as_json, input_size)
+        return
     summary = summarize(model)
     if as_json:
         print_json(summary.to_dict())
@@ -55,3 +60,65 @@ def inspect(
     for op, count in summary.op_histogram.items():
         ops.add_row(op, str(count))
     console.print(ops)
+
+
+def _inspect_darknet(cfg: Path, as_json: bool, input_size: str | None) -> None:
+    from deploykit.convert.darknet.convert import load_network, parse_size
+
+    net = load_network(cfg, parse_size(input_size) if input_size else None)
+    rows = []
+    for layer in net.layers:
+        p = layer.params
+        detail = ""
+        if layer.type == "convolutional":
+            detail = f"{p['filters']} {p['size']}x{p['size']}/{p['stride'][0]}" + (
+                f" g{p['groups']}" if p["groups"] > 1 else ""
+            )
+            detail += f" {p['activation']}" + (" bn" if p["batch_normalize"] else "")
+        elif layer.type == "maxpool":
+            detail = f"{p['size']}x{p['size']}/{p['stride'][0]} pad {p['padding']}"
+        elif layer.type in ("route", "shortcut", "sam", "scale_channels"):
+            detail = "from " + ",".join(str(i) for i in layer.inputs)
+            if layer.type == "route" and p["groups"] > 1:
+                detail += f" group {p['group_id']}/{p['groups']}"
+        elif layer.type in ("yolo", "region"):
+            detail = f"{p['classes']} classes, {len(p['anchors'])} anchors"
+        rows.append(
+            {
+                "index": layer.index,
+                "type": layer.type,
+                "input": list(layer.in_shape),
+                "output": list(layer.out_shape),
+                "parameters": layer.parameter_count,
+                "detail": detail,
+            }
+        )
+    if as_json:
+        print_json(
+            {
+                "cfg": str(cfg),
+                "input": [net.channels, net.height, net.width],
+                "stride": net.stride(),
+                "parameters": net.parameter_count,
+                "layers": rows,
+            }
+        )
+        return
+    table = Table(
+        title=f"{cfg.name}: input {net.width}x{net.height}x{net.channels}, stride {net.stride()}, "
+        f"{net.parameter_count:,} parameters"
+    )
+    for column in ("layer", "type", "detail", "input", "output", "params"):
+        table.add_column(column, justify="right" if column in ("layer", "params") else "left")
+    for row in rows:
+        c_in, h_in, w_in = row["input"]
+        c_out, h_out, w_out = row["output"]
+        table.add_row(
+            str(row["index"]),
+            row["type"],
+            row["detail"],
+            f"{w_in}x{h_in}x{c_in}",
+            f"{w_out}x{h_out}x{c_out}",
+            f"{row['parameters']:,}",
+        )
+    console.print(table)

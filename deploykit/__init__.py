@@ -50,6 +50,13 @@ def compare_backends(model: Any, backends: Any = None, **options: Any) -> Any:
     return _compare_backends(model, backends, **options)
 
 
+def convert_darknet(cfg: Any, weights: Any, output: Any = "model.onnx", **options: Any) -> Any:
+    """Darknet .cfg + .weights → verified ONNX; see ``deploykit.convert.darknet.convert.convert_darknet``."""
+    from deploykit.convert.darknet.convert import convert_darknet as _convert_darknet
+
+    return _convert_darknet(cfg, weights, output, **options)
+
+
 def convert_torch(model: Any, example_inputs: Any = None, output: Any = "model.onnx", **options: Any) -> Any:
     """Export a PyTorch model to ONNX behind a parity gate; see ``deploykit.convert.torch.convert_torch``."""
     from deploykit.convert.torch import convert_torch as _convert_torch
@@ -104,6 +111,7 @@ __all__ = [
     "backend_names",
     "benchmark",
     "compare_backends",
+    "convert_darknet",
     "convert_torch",
     "get_backend",
     "load",

@@ -53,8 +53,7 @@ class OutputParity:
         )
         if not self.passed and self.worst_index is not None:
             text += (
-                f"; worst element {list(self.worst_index)}: {self.worst_value!r} vs "
-                f"reference {self.worst_reference!r}"
+                f"; worst element {list(self.worst_index)}: {self.worst_value!r} vs reference {self.worst_reference!r}"
             )
         return text
 
@@ -76,9 +75,7 @@ class ParityReport:
         return {"passed": self.passed, "outputs": [asdict(o) for o in self.outputs]}
 
 
-def compare_array(
-    name: str, actual: np.ndarray, reference: np.ndarray, *, atol: float, rtol: float
-) -> OutputParity:
+def compare_array(name: str, actual: np.ndarray, reference: np.ndarray, *, atol: float, rtol: float) -> OutputParity:
     """Compare one output with its reference."""
     actual = np.asarray(actual)
     reference = np.asarray(reference)

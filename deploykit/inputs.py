@@ -29,9 +29,7 @@ def concrete_shape(
             hint=f"give its shape: --shape {spec.name}=1x3x224x224 (or shapes={{...}}).",
         )
     dims = dims or {}
-    return tuple(
-        d if isinstance(d, int) else int(dims.get(d, 1)) if isinstance(d, str) else 1 for d in spec.shape
-    )
+    return tuple(d if isinstance(d, int) else int(dims.get(d, 1)) if isinstance(d, str) else 1 for d in spec.shape)
 
 
 def random_array(spec: TensorSpec, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:

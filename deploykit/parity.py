@@ -124,8 +124,7 @@ def compare_backends(
         if run is reference_run:
             run["passed"] = True
             run["outputs"] = [
-                {"name": n, "passed": True, "max_abs_error": 0.0, "max_rel_error": 0.0, "cosine": 1.0}
-                for n in arrays
+                {"name": n, "passed": True, "max_abs_error": 0.0, "max_rel_error": 0.0, "cosine": 1.0} for n in arrays
             ]
             reference_arrays = arrays
             continue
@@ -139,9 +138,7 @@ def compare_backends(
         )
         run["passed"] = parity["passed"]
         run["outputs"] = parity["outputs"]
-        run["failures"] = [
-            m for m, o in zip(parity["messages"], parity["outputs"], strict=True) if not o["passed"]
-        ]
+        run["failures"] = [m for m, o in zip(parity["messages"], parity["outputs"], strict=True) if not o["passed"]]
         for key in ("top1_agreement", "top5_agreement"):
             if key in parity:
                 run[key] = parity[key]

@@ -64,8 +64,6 @@ def tiny_classifier(seed: int = 0, size: int = 32, classes: int = 10) -> Any:
         [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, ["batch", classes])],
         initializers,
     )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="deploykit.samples"
-    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="deploykit.samples")
     model.ir_version = IR_VERSION
     return model

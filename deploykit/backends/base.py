@@ -243,8 +243,7 @@ def validate_feeds(
     for name in feeds:
         if name not in specs:
             raise InputError(
-                f"input '{name}' | is not an input of this model; its inputs are "
-                f"{', '.join(repr(n) for n in specs)}.",
+                f"input '{name}' | is not an input of this model; its inputs are {', '.join(repr(n) for n in specs)}.",
                 hint="check the spelling; 'deploykit inspect MODEL' lists the inputs.",
             )
     prepared: dict[str, np.ndarray] = {}
@@ -281,9 +280,7 @@ def _cast(name: str, array: np.ndarray, spec: TensorSpec, cast: bool) -> np.ndar
         ) from exc
 
 
-def _check_shape(
-    name: str, shape: tuple[int, ...], spec: TensorSpec, symbols: dict[str, tuple[int, str]]
-) -> None:
+def _check_shape(name: str, shape: tuple[int, ...], spec: TensorSpec, symbols: dict[str, tuple[int, str]]) -> None:
     assert spec.shape is not None
     if len(shape) != len(spec.shape):
         raise InputError(
@@ -334,8 +331,7 @@ class Backend(abc.ABC):
             return importlib.import_module(self.module)
         except Exception as exc:
             raise BackendUnavailableError(
-                f"backend '{self.name}' | cannot import '{self.module}' "
-                f"({type(exc).__name__}: {_first_line(exc)}).",
+                f"backend '{self.name}' | cannot import '{self.module}' ({type(exc).__name__}: {_first_line(exc)}).",
                 hint=f"pip install 'deploykit[{self.pip_extra}]'.",
             ) from exc
 

@@ -65,6 +65,7 @@ class OnnxRuntimeBackend(Backend):
         "inter_op_threads": "inter-op threads (0 = runtime default)",
         "graph_optimization": "disable | basic | extended | all (default all)",
         "log_level": "0 verbose … 4 fatal (default 3)",
+        "spinning": "let idle intra-op threads spin (default true; false when other runtimes share the CPU)",
     }
 
     def version(self) -> str:
@@ -88,8 +89,7 @@ class OnnxRuntimeBackend(Backend):
         fallback_reason: str | None = None
         if wanted not in ort.get_available_providers():
             fallback_reason = (
-                f"this {_distribution()} build has no {wanted} "
-                f"(it has {', '.join(ort.get_available_providers())})"
+                f"this {_distribution()} build has no {wanted} (it has {', '.join(ort.get_available_providers())})"
             )
             self._refuse_or_fallback(device, fallback_reason, allow_fallback)
             kind, wanted = "cpu", _PROVIDERS["cpu"]
@@ -98,6 +98,8 @@ class OnnxRuntimeBackend(Backend):
         session_options.intra_op_num_threads = int(options.get("threads", 0))
         session_options.inter_op_num_threads = int(options.get("inter_op_threads", 0))
         session_options.log_severity_level = int(options.get("log_level", 3))
+        if not options.get("spinning", True):
+            session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         level = str(options.get("graph_optimization", "all")).lower()
         if level not in _OPTIMIZATION_LEVELS:
             raise UsageError(

@@ -67,8 +67,7 @@ class OpenCvBackend(Backend):
         target = device.strip().lower()
         if target not in _TARGETS:
             raise UsageError(
-                f"backend 'opencv' | device '{device}' is not a target; expected one of "
-                f"{', '.join(_TARGETS)}.",
+                f"backend 'opencv' | device '{device}' is not a target; expected one of {', '.join(_TARGETS)}.",
                 hint="'deploykit backends' lists the targets this machine offers.",
             )
         fallback_reason = self._target_problem(cv2, target)
@@ -94,8 +93,7 @@ class OpenCvBackend(Backend):
             except Exception as exc:
                 load_onnx(model_path)
                 raise UnsupportedModelError(
-                    f"backend 'opencv' ({cv2.__version__}) | cannot import "
-                    f"'{model_path.name}': {_cv_message(exc)}",
+                    f"backend 'opencv' ({cv2.__version__}) | cannot import '{model_path.name}': {_cv_message(exc)}",
                     hint="OpenCV DNN supports fewer ops than ONNX Runtime or OpenVINO; "
                     "try backend 'onnxruntime' or 'openvino'.",
                 ) from exc
@@ -125,9 +123,7 @@ class OpenCvBackend(Backend):
     @staticmethod
     def _target_problem(cv2: Any, target: str) -> str | None:
         if target.startswith("cuda") and not cuda_device_count(cv2):
-            built = "YES" in "".join(
-                line for line in cv2.getBuildInformation().splitlines() if "NVIDIA CUDA" in line
-            )
+            built = "YES" in "".join(line for line in cv2.getBuildInformation().splitlines() if "NVIDIA CUDA" in line)
             return (
                 "OpenCV sees no CUDA device."
                 if built
@@ -164,9 +160,7 @@ class OpenCvBackend(Backend):
             ) from exc
         width, height, channels = _darknet_input_size(cfg_path)
         inputs = [TensorSpec("data", np.dtype(np.float32), (1, channels, height, width))]
-        outputs = [
-            TensorSpec(name, np.dtype(np.float32), None) for name in net.getUnconnectedOutLayersNames()
-        ]
+        outputs = [TensorSpec(name, np.dtype(np.float32), None) for name in net.getUnconnectedOutLayersNames()]
         return net, inputs, outputs, "f32"
 
 

@@ -218,8 +218,7 @@ class OpenVinoSession(Session):
             compiled = _core().compile_model(model, self._device, self._config)
         except Exception as exc:
             raise UnsupportedModelError(
-                f"backend 'openvino' | cannot compile '{self.model_path.name}' for "
-                f"{self._device}: {_last_line(exc)}",
+                f"backend 'openvino' | cannot compile '{self.model_path.name}' for {self._device}: {_last_line(exc)}",
                 hint="try device CPU, another precision, or another backend.",
             ) from exc
         try:

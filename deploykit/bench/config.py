@@ -67,9 +67,7 @@ def parse_backend_spec(text: str) -> tuple[str, str | None]:
     """``openvino:CPU`` → (``openvino``, ``CPU``); ``ort`` → (``ort``, None)."""
     name, _, device = text.partition(":")
     if not name:
-        raise UsageError(
-            f"backend '{text}' | expected BACKEND or BACKEND:DEVICE.", hint="e.g. -b ort -b openvino:CPU."
-        )
+        raise UsageError(f"backend '{text}' | expected BACKEND or BACKEND:DEVICE.", hint="e.g. -b ort -b openvino:CPU.")
     return name, device or None
 
 

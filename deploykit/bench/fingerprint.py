@@ -131,9 +131,7 @@ def runtime_info() -> dict[str, Any]:
 
     runtimes: dict[str, Any] = {}
     for backend in all_backends():
-        entry: dict[str, Any] = {
-            "distributions": _installed(_DISTRIBUTIONS.get(backend.name, (backend.module,)))
-        }
+        entry: dict[str, Any] = {"distributions": _installed(_DISTRIBUTIONS.get(backend.name, (backend.module,)))}
         runtimes[backend.name] = entry
         if backend.module not in sys.modules:
             continue
@@ -153,10 +151,7 @@ def runtime_info() -> dict[str, Any]:
             entry["build"] = [
                 " ".join(line.split())
                 for line in build.splitlines()
-                if any(
-                    k in line
-                    for k in ("Parallel framework", "CPU/HW features", "Baseline", "OpenCL:", "CUDA:")
-                )
+                if any(k in line for k in ("Parallel framework", "CPU/HW features", "Baseline", "OpenCL:", "CUDA:"))
             ][:8]
         runtimes[backend.name] = entry
     return runtimes

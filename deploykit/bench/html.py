@@ -54,9 +54,7 @@ def _bars(rows: list[dict[str, Any]]) -> str:
             parts.append(
                 f'<text x="{label_width + width + 4:.1f}" y="{y + j * 13 + 10}" font-size="10">{value:.3f}</text>'
             )
-    parts.append(
-        f'<text x="{label_width}" y="{height - 4}" font-size="11">blue p50, orange p99 (ms)</text></svg>'
-    )
+    parts.append(f'<text x="{label_width}" y="{height - 4}" font-size="11">blue p50, orange p99 (ms)</text></svg>')
     return "".join(parts)
 
 
@@ -95,9 +93,7 @@ def _lines(series: dict[str, list[tuple[float, float]]], x_label: str, y_label: 
     x_span = (x_max - x_min) or 1.0
 
     def place(x: float, y: float) -> tuple[float, float]:
-        return margin + (width - 2 * margin) * (x - x_min) / x_span, height - margin - (
-            height - 2 * margin
-        ) * y / y_max
+        return margin + (width - 2 * margin) * (x - x_min) / x_span, height - margin - (height - 2 * margin) * y / y_max
 
     parts = [
         f'<svg class="plot" role="img" aria-label="{_e(y_label)} against {_e(x_label)}" width="{width + 200}" height="{height}">',
@@ -117,9 +113,7 @@ def _lines(series: dict[str, list[tuple[float, float]]], x_label: str, y_label: 
         )
     for x, _ in points:
         px, _py = place(x, 0)
-        parts.append(
-            f'<text x="{px:.1f}" y="{height - margin + 14}" font-size="10" text-anchor="middle">{x:g}</text>'
-        )
+        parts.append(f'<text x="{px:.1f}" y="{height - margin + 14}" font-size="10" text-anchor="middle">{x:g}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -131,9 +125,7 @@ def _sweeps(rows: list[dict[str, Any]]) -> str:
     for row in ok:
         config = row["config"]
         target = f"{config['backend']}:{row['session']['device']}"
-        by_batch[f"{target} t{config.get('threads') or 'default'}"].append(
-            (config["batch"], row["throughput_sps"])
-        )
+        by_batch[f"{target} t{config.get('threads') or 'default'}"].append((config["batch"], row["throughput_sps"]))
         if config.get("threads"):
             by_threads[f"{target} b{config['batch']}"].append((config["threads"], row["latency"]["p50_ms"]))
     out = []
@@ -157,13 +149,7 @@ def _table(result: BenchmarkResult) -> str:
     for row in rows:
         cells = []
         for key, value in row.items():
-            css = (
-                ' class="pass"'
-                if value == "pass"
-                else ' class="fail"'
-                if key == "parity" and value != "pass"
-                else ""
-            )
+            css = ' class="pass"' if value == "pass" else ' class="fail"' if key == "parity" and value != "pass" else ""
             cells.append(f"<td{css}>{_e(value)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><tr>{header}</tr>{''.join(body)}</table>"

@@ -64,9 +64,7 @@ def _loop(session: Any, feeds: Mapping[str, np.ndarray], config: BenchConfig) ->
     return samples
 
 
-def _multistream(
-    session: Any, feeds: Mapping[str, np.ndarray], config: BenchConfig
-) -> tuple[list[int], float]:
+def _multistream(session: Any, feeds: Mapping[str, np.ndarray], config: BenchConfig) -> tuple[list[int], float]:
     """K threads query one shared session; per-query latency and the wall time of the whole."""
     results: list[list[int]] = [[] for _ in range(config.streams)]
     errors: list[BaseException] = []
@@ -143,9 +141,7 @@ def measure(
         "gpu_memory_bytes": None,
         "energy_j_per_inference": energy,
         "energy_source": "rapl" if energy is not None else "unavailable",
-        "cost_per_million": cost_per_million(cost_per_hour, throughput)
-        if cost_per_hour and throughput
-        else None,
+        "cost_per_million": cost_per_million(cost_per_hour, throughput) if cost_per_hour and throughput else None,
         "parity": None,
         "warnings": warnings,
     }

@@ -129,8 +129,7 @@ class BenchmarkResult:
         version = data.get("schema_version")
         if not isinstance(version, int) or version > SCHEMA_VERSION:
             raise ReportError(
-                f"report '{file}' | has schema version {version}, "
-                f"this deploykit reads up to {SCHEMA_VERSION}.",
+                f"report '{file}' | has schema version {version}, this deploykit reads up to {SCHEMA_VERSION}.",
                 hint="upgrade deploykit to read reports from newer versions.",
             )
         return cls(data)
@@ -181,14 +180,10 @@ class BenchmarkResult:
         return {
             "label": config["label"],
             "headline": self.headline,
-            "value": row["throughput_sps"]
-            if self.headline == "throughput_sps"
-            else row["latency"][self.headline],
+            "value": row["throughput_sps"] if self.headline == "throughput_sps" else row["latency"][self.headline],
             "why": "the fastest configuration whose outputs match the reference",
             "command": command,
-            "python": (
-                f"deploykit.load({model!r}, backend={config['backend']!r}, device={device!r}{option_text})"
-            ),
+            "python": (f"deploykit.load({model!r}, backend={config['backend']!r}, device={device!r}{option_text})"),
         }
 
     # --- writing -------------------------------------------------------------------------
@@ -235,9 +230,7 @@ class BenchmarkResult:
                     "p99 ms": _fmt(flat["p99_ms"]),
                     "CoV": _fmt(flat["cov"], 2),
                     "samples/s": _fmt(flat["throughput_sps"], 1),
-                    "peak RSS MiB": _fmt(
-                        None if flat["peak_rss_bytes"] is None else flat["peak_rss_bytes"] / 2**20, 0
-                    ),
+                    "peak RSS MiB": _fmt(None if flat["peak_rss_bytes"] is None else flat["peak_rss_bytes"] / 2**20, 0),
                     "vs fastest": ratio,
                     "parity": flat["parity"] or ("-" if row["status"] == "ok" else f"failed: {row['error']}"),
                     **(
@@ -304,9 +297,7 @@ class BenchmarkResult:
         """A rich Table of the summary rows (print it with rich's console)."""
         from rich.table import Table
 
-        table = Table(
-            title=f"{Path(self.data['model']['path']).name} — headline {self.headline} (★ = recommended)"
-        )
+        table = Table(title=f"{Path(self.data['model']['path']).name} — headline {self.headline} (★ = recommended)")
         rows = self.summary_rows()
         for column in rows[0] if rows else ["configuration"]:
             table.add_column(column, overflow="fold")
@@ -347,9 +338,7 @@ class BenchmarkResult:
             for key in ("p50_ms", "p99_ms"):
                 was, now = before["latency"][key], row["latency"][key]
                 if was > 0 and now > was * (1 + threshold):
-                    findings.append(
-                        f"{label}: {key} {was:.3f} → {now:.3f} ms (+{100 * (now / was - 1):.0f}%)"
-                    )
+                    findings.append(f"{label}: {key} {was:.3f} → {now:.3f} ms (+{100 * (now / was - 1):.0f}%)")
             was_tp, now_tp = before.get("throughput_sps") or 0, row.get("throughput_sps") or 0
             if self.headline == "throughput_sps" and was_tp > 0 and now_tp < was_tp * (1 - threshold):
                 findings.append(f"{label}: throughput {was_tp:.1f} → {now_tp:.1f} samples/s")

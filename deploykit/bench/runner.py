@@ -107,9 +107,7 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _feeds_for(
-    interface: Any, batch: int, inputs: Mapping[str, np.ndarray] | None, seed: int
-) -> dict[str, np.ndarray]:
+def _feeds_for(interface: Any, batch: int, inputs: Mapping[str, np.ndarray] | None, seed: int) -> dict[str, np.ndarray]:
     specs = {s.name: s for s in interface.inputs}
     if inputs is None:
         return batch_inputs(specs, batch, seed=seed, model_name=f"'{interface.path.name}'")
@@ -163,8 +161,7 @@ def _measure_isolated(
         tail = " | ".join(completed.stderr.strip().splitlines()[-3:])
         return failed_row(
             config,
-            f"the isolated run {_describe_exit(completed.returncode)}"
-            + (f"; last output: {tail}" if tail else ""),
+            f"the isolated run {_describe_exit(completed.returncode)}" + (f"; last output: {tail}" if tail else ""),
         ), None
     row = json.loads(lines[-1][len(ROW_PREFIX) :])
     if row["status"] != "ok" or not outputs_path.exists():
@@ -220,9 +217,7 @@ def benchmark(
     if batch is None:
         batch = model_batch({s.name: s for s in interface.inputs})
     batches = [batch] if isinstance(batch, int) else list(batch)
-    thread_counts: list[int | None] = (
-        [threads] if threads is None or isinstance(threads, int) else list(threads)
-    )
+    thread_counts: list[int | None] = [threads] if threads is None or isinstance(threads, int) else list(threads)
     configs = expand_configs(
         backends,
         batches=batches,

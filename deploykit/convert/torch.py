@@ -106,13 +106,11 @@ def convert_torch(
     with torch.no_grad():
         reference = _flatten_outputs(_call(source, examples))
     names: list[str] = list(
-        output_names
-        or (["output"] if len(reference) == 1 else [f"output_{i}" for i in range(len(reference))])
+        output_names or (["output"] if len(reference) == 1 else [f"output_{i}" for i in range(len(reference))])
     )
     if len(names) != len(reference):
         raise ConversionError(
-            f"output names | {len(names)} given ({', '.join(names)}), "
-            f"the model returns {len(reference)} tensors.",
+            f"output names | {len(names)} given ({', '.join(names)}), the model returns {len(reference)} tensors.",
             hint="give one name per returned tensor, in order.",
         )
 
@@ -130,15 +128,11 @@ def convert_torch(
     external = param_bytes >= _PROTOBUF_LIMIT_BYTES
     notes: list[str] = []
     if external:
-        notes.append(
-            f"weights are {param_bytes / 2**30:.2f} GiB, over protobuf's 2 GiB: stored as external data"
-        )
+        notes.append(f"weights are {param_bytes / 2**30:.2f} GiB, over protobuf's 2 GiB: stored as external data")
 
     with tempfile.TemporaryDirectory(prefix=".deploykit-", dir=output_path.resolve().parent) as scratch:
         start = time.perf_counter()
-        exported, used = _export(
-            source, examples, specs, names, dynamic, opset, exporter, Path(scratch), notes
-        )
+        exported, used = _export(source, examples, specs, names, dynamic, opset, exporter, Path(scratch), notes)
         model_proto = _finish(exported, specs, dynamic, opset, notes, simplify)
         _stamp(model_proto, source, specs, names, dynamic, opset, used, simplify)
         export_seconds = time.perf_counter() - start
@@ -172,11 +166,7 @@ def convert_torch(
     if not report.passed:
         raise ParityError(
             f"PyTorch → ONNX '{output_path.name}' | outputs differ {first_failure(parity)}.",
-            hint=(
-                "the file was kept because of --keep-on-mismatch. "
-                if keep_on_mismatch
-                else "nothing was written. "
-            )
+            hint=("the file was kept because of --keep-on-mismatch. " if keep_on_mismatch else "nothing was written. ")
             + "Try --exporter torchscript/dynamo, another --opset, or looser --atol/--rtol if the "
             "difference is expected (e.g. fp16).",
         ).with_report(report)
@@ -223,15 +213,12 @@ def _examples(
     if example_inputs is None and not inputs:
         raise ConversionError(
             "inputs | no example inputs or input specs were given.",
-            hint="pass --input NAME:SHAPE[:DTYPE] for each forward() argument, "
-            "e.g. --input images:1x3x224x224.",
+            hint="pass --input NAME:SHAPE[:DTYPE] for each forward() argument, e.g. --input images:1x3x224x224.",
         )
     if example_inputs is not None:
         if isinstance(example_inputs, (torch.Tensor, np.ndarray)):
             example_inputs = (example_inputs,)
-        tensors = [
-            torch.as_tensor(np.asarray(x)) if not isinstance(x, torch.Tensor) else x for x in example_inputs
-        ]
+        tensors = [torch.as_tensor(np.asarray(x)) if not isinstance(x, torch.Tensor) else x for x in example_inputs]
         count = len(tensors)
         names = list(input_names or forward_names[:count] or [f"input_{i}" for i in range(count)])
         if len(names) < count:
@@ -252,9 +239,7 @@ def _examples(
     count = len(specs)
     if count < required or (maximum is not None and count > maximum):
         expected = (
-            f"{required}"
-            if maximum == required
-            else f"{required} to {maximum if maximum is not None else 'any'}"
+            f"{required}" if maximum == required else f"{required} to {maximum if maximum is not None else 'any'}"
         )
         raise ConversionError(
             f"inputs | {count} given ({', '.join(s.name for s in specs)}), but "
@@ -277,8 +262,7 @@ def _call(source: TorchSource, tensors: Sequence[Any]) -> Any:
         raise ConversionError(
             f"PyTorch model '{source.description}' | forward() failed on the example inputs: "
             f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}",
-            hint="check the input shapes and dtypes (--input NAME:SHAPE:DTYPE) "
-            "against what forward() expects.",
+            hint="check the input shapes and dtypes (--input NAME:SHAPE:DTYPE) against what forward() expects.",
         ) from exc
 
 
@@ -309,8 +293,7 @@ def _second_case(
     case = {}
     for spec in specs:
         shape = [
-            sizes[dynamic[spec.name][a]] if a in dynamic.get(spec.name, {}) else d
-            for a, d in enumerate(spec.shape)
+            sizes[dynamic[spec.name][a]] if a in dynamic.get(spec.name, {}) else d for a, d in enumerate(spec.shape)
         ]
         case[spec.name] = spec.example(rng, shape)
     return case
@@ -320,9 +303,7 @@ def _second_case(
 def _quiet() -> Any:
     """The exporters print progress and warn loudly; keep what they say for error messages."""
     buffer = io.StringIO()
-    loggers = [
-        logging.getLogger(name) for name in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")
-    ]
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")]
     levels = [logger.level for logger in loggers]
     try:
         for logger in loggers:
@@ -357,9 +338,7 @@ def _export(
         order = ["torchscript", "dynamo"] if opset < DYNAMO_MIN_OPSET else ["dynamo", "torchscript"]
     if source.kind == "torchscript" and exporter == "auto":
         order = ["torchscript"]
-        notes.append(
-            "TorchScript archives go through the TorchScript exporter (torch.export cannot read them)"
-        )
+        notes.append("TorchScript archives go through the TorchScript exporter (torch.export cannot read them)")
     failures: list[str] = []
     for index, kind in enumerate(order):
         try:
@@ -431,8 +410,7 @@ def _export_dynamo(
     for spec, example in zip(specs, examples, strict=True):
         axes = dynamic.get(spec.name, {})
         shapes.append(
-            {a: dims.setdefault(label, torch.export.Dim(_identifier(label))) for a, label in axes.items()}
-            or None
+            {a: dims.setdefault(label, torch.export.Dim(_identifier(label))) for a, label in axes.items()} or None
         )
         if any(example.shape[a] == 1 for a in axes):
             # torch.export specialises size-1 dims to constants: trace with 2 where the axis is dynamic

@@ -51,9 +51,7 @@ def _import_torch() -> Any:
     return torch
 
 
-def load_torch_source(
-    source: Any, *, weights: str | Path | None = None, trust_pickle: bool = False
-) -> TorchSource:
+def load_torch_source(source: Any, *, weights: str | Path | None = None, trust_pickle: bool = False) -> TorchSource:
     """Resolve ``source`` to an ``nn.Module`` in eval mode.
 
     Args:
@@ -149,9 +147,7 @@ def _is_torchscript(path: Path) -> bool:
     if not zipfile.is_zipfile(path):
         return False
     with zipfile.ZipFile(path) as archive:
-        return any(
-            name.endswith(("constants.pkl", "/code/")) or "/code/" in name for name in archive.namelist()
-        )
+        return any(name.endswith(("constants.pkl", "/code/")) or "/code/" in name for name in archive.namelist())
 
 
 def _load_archive(torch: Any, path: Path, trust_pickle: bool) -> TorchSource:
@@ -188,8 +184,7 @@ def _load_archive(torch: Any, path: Path, trust_pickle: bool) -> TorchSource:
     if isinstance(content, Mapping):
         raise ConversionError(
             f"model file '{path}' | is a state_dict (weights only), not a model.",
-            hint="pass the code that builds the model: "
-            f"deploykit convert torch file.py:factory --weights {path}",
+            hint=f"pass the code that builds the model: deploykit convert torch file.py:factory --weights {path}",
         )
     raise ConversionError(
         f"model file '{path}' | holds a {type(content).__name__}, not an nn.Module.",
@@ -209,9 +204,7 @@ def _unwrap_checkpoint(content: Any) -> Any:
 def load_state_dict(torch: Any, module: Any, path: Path) -> None:
     """Load ``path`` strictly into ``module``; on mismatch say which keys and shapes differ."""
     if not path.is_file():
-        raise ConversionError(
-            f"weights '{path}' | no such file.", hint="check the path of the state_dict file."
-        )
+        raise ConversionError(f"weights '{path}' | no such file.", hint="check the path of the state_dict file.")
     try:
         content = _unwrap_checkpoint(torch.load(str(path), map_location="cpu", weights_only=True))
     except Exception as exc:
@@ -230,9 +223,7 @@ def load_state_dict(torch: Any, module: Any, path: Path) -> None:
     mismatched = [
         f"{k}: file {tuple(content[k].shape)} vs model {tuple(expected[k].shape)}"
         for k in expected
-        if k in content
-        and hasattr(content[k], "shape")
-        and tuple(content[k].shape) != tuple(expected[k].shape)
+        if k in content and hasattr(content[k], "shape") and tuple(content[k].shape) != tuple(expected[k].shape)
     ]
     if missing or unexpected or mismatched:
         parts = []

@@ -23,9 +23,7 @@ SETTINGS = [
 ]
 
 
-def conv_bn_relu6(
-    inputs: int, outputs: int, kernel: int = 3, stride: int = 1, groups: int = 1
-) -> nn.Sequential:
+def conv_bn_relu6(inputs: int, outputs: int, kernel: int = 3, stride: int = 1, groups: int = 1) -> nn.Sequential:
     return nn.Sequential(
         nn.Conv2d(inputs, outputs, kernel, stride, (kernel - 1) // 2, groups=groups, bias=False),
         nn.BatchNorm2d(outputs),

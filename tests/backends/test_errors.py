@@ -50,16 +50,12 @@ def test_not_an_onnx_file(backend_name, tmp_path):
 def test_empty_file(backend_name, tmp_path):
     empty = tmp_path / "empty.onnx"
     empty.write_bytes(b"")
-    with pytest.raises(
-        InvalidModelError, match=r"is not an ONNX model \(no IR version or no graph outputs\)"
-    ):
+    with pytest.raises(InvalidModelError, match=r"is not an ONNX model \(no IR version or no graph outputs\)"):
         deploykit.load(empty, backend_name)
 
 
 def test_unknown_option(backend_name, catalog_paths):
-    with pytest.raises(
-        UsageError, match=rf"backend '{backend_name}' \| unknown option\(s\) turbo; it takes: "
-    ):
+    with pytest.raises(UsageError, match=rf"backend '{backend_name}' \| unknown option\(s\) turbo; it takes: "):
         deploykit.load(catalog_paths["multi_io"], backend_name, turbo=True)
 
 
@@ -155,9 +151,7 @@ def test_opencv_cuda_target_without_cuda_build(catalog_paths):
 
     if cv2.cuda.getCudaEnabledDeviceCount():
         pytest.skip("this OpenCV has CUDA")
-    with pytest.raises(
-        DeviceUnavailableError, match=r"backend 'opencv' \| device 'cuda' cannot be used: .*CUDA"
-    ):
+    with pytest.raises(DeviceUnavailableError, match=r"backend 'opencv' \| device 'cuda' cannot be used: .*CUDA"):
         deploykit.load(catalog_paths["multi_io"], "opencv", "cuda")
     with deploykit.load(catalog_paths["multi_io"], "opencv", "cuda_fp16", allow_fallback=True) as s:
         assert s.info.fallback and s.info.device == "cpu" and s.info.precision == "f32"

@@ -22,9 +22,7 @@ def test_dynamic_model_compiles_once_per_shape(catalog_paths):
 
 
 def test_reshape_never_keeps_one_dynamic_model(catalog_paths):
-    with deploykit.load(
-        catalog_paths["mlp_dynamic_batch"], "openvino", precision="f32", reshape="never"
-    ) as session:
+    with deploykit.load(catalog_paths["mlp_dynamic_batch"], "openvino", precision="f32", reshape="never") as session:
         assert session.run({"x": np.ones((3, 8), np.float32)})["y"].shape == (3, 4)
         assert not session._by_shape
 

@@ -21,9 +21,7 @@ def _ab(dtype=np.float32, shape=(2, 3)):
 
 
 def test_unknown_input_name(multi_io):
-    with pytest.raises(
-        InputError, match=r"input 'c' \| is not an input of this model; its inputs are 'a', 'b'"
-    ):
+    with pytest.raises(InputError, match=r"input 'c' \| is not an input of this model; its inputs are 'a', 'b'"):
         multi_io.run({**_ab(), "c": np.ones((2, 3), np.float32)})
 
 
@@ -53,9 +51,7 @@ def test_wrong_rank(multi_io):
 
 
 def test_wrong_static_dim(multi_io):
-    with pytest.raises(
-        InputError, match=r"input 'a' \| got shape \(2, 4\), expected \(2, 3\) \(axis 1 must be 3\)"
-    ):
+    with pytest.raises(InputError, match=r"input 'a' \| got shape \(2, 4\), expected \(2, 3\) \(axis 1 must be 3\)"):
         multi_io.run({"a": np.ones((2, 4), np.float32), "b": np.ones((2, 3), np.float32)})
 
 

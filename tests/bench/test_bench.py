@@ -181,13 +181,9 @@ def test_baseline_regressions(isolated_result, tmp_path):
     baseline.to_json(tmp_path / "old.json")
     _constructed(baseline, 1.5).to_json(tmp_path / "new.json")
     runner = CliRunner()
-    result = runner.invoke(
-        app, ["report", str(tmp_path / "new.json"), "--baseline", str(tmp_path / "old.json")]
-    )
+    result = runner.invoke(app, ["report", str(tmp_path / "new.json"), "--baseline", str(tmp_path / "old.json")])
     assert result.exit_code == 1 and "regression" in result.stdout
-    result = runner.invoke(
-        app, ["report", str(tmp_path / "old.json"), "--baseline", str(tmp_path / "old.json")]
-    )
+    result = runner.invoke(app, ["report", str(tmp_path / "old.json"), "--baseline", str(tmp_path / "old.json")])
     assert result.exit_code == 0 and "no regression beyond 10%" in result.stdout
 
 
@@ -195,9 +191,7 @@ def test_report_errors(isolated_result, tmp_path):
     newer = copy.deepcopy(isolated_result.data)
     newer["schema_version"] = 99
     (tmp_path / "newer.json").write_text(json.dumps(newer))
-    with pytest.raises(
-        ReportError, match=r"has schema version 99, this deploykit reads up to 1.*upgrade deploykit"
-    ):
+    with pytest.raises(ReportError, match=r"has schema version 99, this deploykit reads up to 1.*upgrade deploykit"):
         BenchmarkResult.from_json(tmp_path / "newer.json")
     (tmp_path / "junk.json").write_text("{not json")
     with pytest.raises(ReportError, match=r"is not JSON"):
@@ -315,9 +309,7 @@ def test_html_report_renders_in_chromium(isolated_result, tmp_path):
     ]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0, completed.stderr[-2000:]
-    assert "Uncaught" not in completed.stderr and "CONSOLE" not in completed.stderr.upper().replace(
-        "CONSOLE(", ""
-    )
+    assert "Uncaught" not in completed.stderr and "CONSOLE" not in completed.stderr.upper().replace("CONSOLE(", "")
     dom = completed.stdout
     assert dom.count("<svg") >= 3 and "p50 / p99 latency" in dom and "Recommendation" in dom
     screenshot = tmp_path / "shot.png"
@@ -331,7 +323,5 @@ def test_html_report_renders_in_chromium(isolated_result, tmp_path):
 
 
 def test_worker_module_runs_standalone():
-    completed = subprocess.run(
-        [sys.executable, "-c", "import deploykit.bench.worker"], capture_output=True, text=True
-    )
+    completed = subprocess.run([sys.executable, "-c", "import deploykit.bench.worker"], capture_output=True, text=True)
     assert completed.returncode == 0, completed.stderr

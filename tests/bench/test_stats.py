@@ -47,9 +47,7 @@ def test_durations(text, seconds):
 
 @pytest.mark.parametrize("text", ["", "ten", "-1s", "0s", "5h"])
 def test_bad_durations(text):
-    with pytest.raises(
-        UsageError, match=r"duration '.*' \| expected a positive number with an optional unit"
-    ):
+    with pytest.raises(UsageError, match=r"duration '.*' \| expected a positive number with an optional unit"):
         parse_duration(text)
 
 

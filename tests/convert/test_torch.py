@@ -106,9 +106,7 @@ def test_auto_falls_back_when_dynamo_rejects_control_flow(tmp_path):
     out = tmp_path / "guarded.onnx"
     report = convert_torch(f"{MODELS}:guarded_scale", output=out, inputs=["x:3x4"], opset=18, exporter="auto")
     assert report.exporter == "torchscript"
-    assert any(
-        n.startswith("exporter dynamo failed") and n.endswith("used torchscript") for n in report.notes
-    )
+    assert any(n.startswith("exporter dynamo failed") and n.endswith("used torchscript") for n in report.notes)
     assert report.passed and out.is_file()
 
 
@@ -151,13 +149,9 @@ def test_torchscript_archive_from_cli(tmp_path):
 def test_pickled_module_needs_trust(tmp_path):
     path = tmp_path / "whole.pt"
     torch.save(torch_models.small_cnn(), str(path))
-    with pytest.raises(
-        ConversionError, match=r"holds pickled Python objects.*unpickling runs code.*--trust-pickle"
-    ):
+    with pytest.raises(ConversionError, match=r"holds pickled Python objects.*unpickling runs code.*--trust-pickle"):
         convert_torch(str(path), output=tmp_path / "x.onnx", inputs=["images:1x3x16x16"])
-    report = convert_torch(
-        str(path), output=tmp_path / "x.onnx", inputs=["images:1x3x16x16"], trust_pickle=True
-    )
+    report = convert_torch(str(path), output=tmp_path / "x.onnx", inputs=["images:1x3x16x16"], trust_pickle=True)
     assert report.passed
 
 
@@ -186,9 +180,7 @@ def test_weights_for_another_architecture(tmp_path):
     path = tmp_path / "lstm.pt"
     torch.save(torch_models.sequence_lstm().state_dict(), str(path))
     with pytest.raises(ConversionError) as caught:
-        convert_torch(
-            f"{MODELS}:small_cnn", output=tmp_path / "x.onnx", inputs=["images:1x3x16x16"], weights=path
-        )
+        convert_torch(f"{MODELS}:small_cnn", output=tmp_path / "x.onnx", inputs=["images:1x3x16x16"], weights=path)
     message = str(caught.value)
     assert "do not fit the model" in message
     assert "missing: conv1.weight" in message and "unexpected: lstm.weight_ih_l0" in message
@@ -200,12 +192,8 @@ def test_mismatched_shapes_are_listed(tmp_path):
     state["head.weight"] = torch.zeros(7, 16)
     path = tmp_path / "w.pt"
     torch.save(state, str(path))
-    with pytest.raises(
-        ConversionError, match=r"1 mismatched: head.weight: file \(7, 16\) vs model \(5, 16\)"
-    ):
-        convert_torch(
-            f"{MODELS}:small_cnn", output=tmp_path / "x.onnx", inputs=["images:1x3x16x16"], weights=path
-        )
+    with pytest.raises(ConversionError, match=r"1 mismatched: head.weight: file \(7, 16\) vs model \(5, 16\)"):
+        convert_torch(f"{MODELS}:small_cnn", output=tmp_path / "x.onnx", inputs=["images:1x3x16x16"], weights=path)
 
 
 def test_parity_failure_writes_nothing_and_keeps_the_old_file(tmp_path):
@@ -268,16 +256,12 @@ def test_unsupported_op_in_the_chosen_exporter(tmp_path):
         ConversionError,
         match=r"the torchscript exporter failed: .*svd.*Hint: an op may have no ONNX equivalent",
     ):
-        convert_torch(
-            f"{MODELS}:uses_svd", output=tmp_path / "x.onnx", inputs=["x:3x3"], exporter="torchscript"
-        )
+        convert_torch(f"{MODELS}:uses_svd", output=tmp_path / "x.onnx", inputs=["x:3x3"], exporter="torchscript")
 
 
 def test_output_directory_must_exist(tmp_path):
     with pytest.raises(UsageError, match=r"directory '.*missing' does not exist"):
-        convert_torch(
-            f"{MODELS}:small_cnn", output=tmp_path / "missing" / "x.onnx", inputs=["images:1x3x8x8"]
-        )
+        convert_torch(f"{MODELS}:small_cnn", output=tmp_path / "missing" / "x.onnx", inputs=["images:1x3x8x8"])
 
 
 @pytest.mark.parametrize(

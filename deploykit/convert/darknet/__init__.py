@@ -1,0 +1,1 @@
+"""Darknet → ONNX: cfg parser, weights reader, graph builder, streaming writer."""

@@ -1,0 +1,392 @@
+"""``convert_darknet``: Darknet ``.cfg`` + ``.weights`` → ONNX, natively (no PyTorch), verified.
+
+Verification runs the ONNX on the asked-for backends and compares with OpenCV 4.x's own
+Darknet importer where the installed OpenCV has it (an independent implementation); without
+it the backends are compared with each other and the report says that no oracle was available.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from onnx import helper
+
+from deploykit.convert.darknet.cfg import read_cfg
+from deploykit.convert.darknet.graph import DETECTIONS_NAME, INPUT_NAME, build_graph
+from deploykit.convert.darknet.layers import Network, resolve
+from deploykit.convert.darknet.weights import DarknetWeights
+from deploykit.convert.darknet.writer import write_streaming
+from deploykit.convert.report import BackendParity, ConversionReport
+from deploykit.errors import ConversionError, DeployKitError, ParityError
+from deploykit.io import check_output_dir
+
+HEADS = ("raw", "decoded")
+MIN_OPSET, MAX_OPSET = 13, 21
+# OpenCV's Darknet importer zeroes class scores at or below this ([region] layers use their thresh=).
+OPENCV_SCORE_THRESHOLD = 0.2
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``608x416`` (width x height) or ``416`` → (width, height)."""
+    parts = text.lower().split("x")
+    try:
+        values = [int(p) for p in parts]
+    except ValueError:
+        values = []
+    if len(values) not in (1, 2) or any(v <= 0 for v in values):
+        raise ConversionError(
+            f"input size '{text}' | expected WIDTHxHEIGHT such as 416x416.",
+            hint="pass --input-size 608x608 (multiples of the network stride).",
+        )
+    return (values[0], values[-1])
+
+
+def load_network(cfg: str | os.PathLike[str], input_size: tuple[int, int] | None = None) -> Network:
+    """Parse and resolve a cfg, at its own input size or ``input_size`` (width, height)."""
+    parsed = read_cfg(cfg)
+    native = resolve(parsed)
+    if input_size is None or input_size == (native.width, native.height):
+        return native
+    stride = native.stride()
+    width, height = input_size
+    if width % stride or height % stride:
+        raise ConversionError(
+            f"input size {width}x{height} | is not a multiple of the network stride {stride}.",
+            hint=f"use multiples of {stride}, e.g. "
+            f"{width // stride * stride or stride}x{height // stride * stride or stride}.",
+        )
+    parsed = read_cfg(cfg)  # sections record which options were read; start clean
+    return resolve(parsed, width=width, height=height)
+
+
+def _metadata(
+    net: Network,
+    heads: list[dict[str, Any]],
+    head: str,
+    cfg: Path,
+    weights: Path,
+    labels: list[str] | None,
+    opencv_threshold: float | None,
+) -> dict[str, str]:
+    from deploykit import __version__
+
+    task = "detect" if heads else "classify"
+    return {
+        "deploykit.version": __version__,
+        "deploykit.converter": "darknet",
+        "deploykit.source": f"{cfg.name} + {weights.name}",
+        "deploykit.task": task,
+        "deploykit.head": head if heads else "none",
+        "deploykit.darknet.heads": json.dumps(heads),
+        "deploykit.input": json.dumps(
+            {
+                "name": INPUT_NAME,
+                "size": [net.height, net.width],
+                "channels": net.channels,
+                "channel_order": "RGB",
+                "scale": 1 / 255,
+                "mean": [0, 0, 0],
+                "std": [1, 1, 1],
+                "resize": "letterbox",
+                "pad_value": 0.5,
+            }
+        ),
+        **({"deploykit.labels": json.dumps(labels)} if labels else {}),
+        **({"deploykit.opencv_threshold": str(opencv_threshold)} if opencv_threshold is not None else {}),
+    }
+
+
+def _labels(path: str | os.PathLike[str] | None, net: Network) -> list[str] | None:
+    if path is None:
+        return None
+    names = [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]
+    expected = {h.params["classes"] for h in net.heads()} or {net.layers[-1].out_shape[0]}
+    if len(names) not in expected:
+        raise ConversionError(
+            f"labels '{path}' | has {len(names)} names, the network has {sorted(expected)[0]} classes.",
+            hint="pass the names file the model was trained with (e.g. coco.names for 80 classes).",
+        )
+    return names
+
+
+def convert_darknet(
+    cfg: str | os.PathLike[str],
+    weights: str | os.PathLike[str],
+    output: str | os.PathLike[str] = "model.onnx",
+    *,
+    input_size: tuple[int, int] | str | None = None,
+    batch: int | str = 1,
+    head: str = "raw",
+    opset: int = 13,
+    opencv_threshold: float | None = None,
+    labels: str | os.PathLike[str] | None = None,
+    verify_backends: Sequence[str] = ("onnxruntime",),
+    atol: float = 1e-4,
+    rtol: float = 1e-3,
+    keep_on_mismatch: bool = False,
+    seed: int = 0,
+) -> ConversionReport:
+    """Convert a Darknet model to ONNX and verify it.
+
+    Args:
+        cfg, weights: the Darknet ``.cfg`` and ``.weights``.
+        output: the ``.onnx`` path; written atomically, only when verification passes.
+        input_size: (width, height) or ``"608x608"``; default the cfg's; a multiple of the stride.
+        batch: a fixed batch size, or ``"dynamic"``.
+        head: ``raw`` (each [yolo]/[region] output as Darknet leaves it) or ``decoded``
+            (one ``detections`` tensor [batch, N, 4 + 1 + classes]).
+        opset: ONNX opset, 13 to 21.
+        opencv_threshold: with ``head="decoded"``, zero class scores at or below it, as OpenCV 4.x does.
+        labels: a names file (one class per line) stored in the model's metadata.
+        verify_backends: backends that run the result; empty to skip verification.
+        atol, rtol: tolerances against the oracle (f32).
+        keep_on_mismatch: write the file even when verification fails (the error is still raised).
+        seed: seed of the random verification image.
+    """
+    cfg_path, weights_path, output_path = Path(cfg), Path(weights), Path(output)
+    if head not in HEADS:
+        raise ConversionError(
+            f"head '{head}' | is not one of {', '.join(HEADS)}.",
+            hint="raw keeps each YOLO layer's output; decoded emits one detections tensor.",
+        )
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise ConversionError(
+            f"opset {opset} | the Darknet converter writes opsets {MIN_OPSET} to {MAX_OPSET}.",
+            hint="use --opset 13 for the widest runtime support.",
+        )
+    batch_size: int | None
+    if batch == "dynamic":
+        batch_size = None
+    else:
+        try:
+            batch_size = int(batch)
+        except (TypeError, ValueError):
+            batch_size = 0
+        if batch_size <= 0:
+            raise ConversionError(
+                f"batch '{batch}' | expected a positive integer or 'dynamic'.", hint="use --batch 1 or --batch dynamic."
+            )
+    check_output_dir(output_path)
+    size = parse_size(input_size) if isinstance(input_size, str) else input_size
+    start = time.perf_counter()
+    net = load_network(cfg_path, size)
+    names = _labels(labels, net)
+    with DarknetWeights(weights_path) as reader:
+        reader.check_size(net)
+        graph, lazy, heads = build_graph(net, reader, head=head, batch=batch_size, opencv_threshold=opencv_threshold)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="deploykit")
+        model.ir_version = 8
+        from deploykit import __version__
+
+        model.producer_version = __version__
+        for key, value in _metadata(net, heads, head, cfg_path, weights_path, names, opencv_threshold).items():
+            entry = model.metadata_props.add()
+            entry.key, entry.value = key, value
+        with tempfile.TemporaryDirectory(prefix=".deploykit-", dir=output_path.resolve().parent) as scratch:
+            candidate = Path(scratch) / output_path.name
+            size_bytes = write_streaming(model, lazy, candidate)
+            export_seconds = time.perf_counter() - start
+            report = ConversionReport(
+                source=f"{cfg_path} + {weights_path}",
+                output=str(output_path),
+                converter="darknet",
+                exporter="deploykit darknet",
+                opset=opset,
+                export_seconds=round(export_seconds, 3),
+                file_size_bytes=size_bytes,
+                parameter_count=net.parameter_count,
+                op_histogram=_histogram(graph),
+            )
+            if verify_backends:
+                gate_start = time.perf_counter()
+                report.parity, note = verify(
+                    candidate,
+                    net,
+                    heads,
+                    head,
+                    cfg_path,
+                    weights_path,
+                    verify_backends,
+                    atol,
+                    rtol,
+                    seed,
+                    opencv_threshold,
+                )
+                report.notes.append(note)
+                report.gate_seconds = round(time.perf_counter() - gate_start, 3)
+            if report.passed or keep_on_mismatch:
+                os.replace(candidate, output_path)
+                report.written = True
+    if not report.passed:
+        from deploykit.convert.parity import first_failure
+
+        raise ParityError(
+            f"Darknet → ONNX '{output_path.name}' | outputs differ {first_failure(report.parity)}.",
+            hint=("the file was kept because of --keep-on-mismatch. " if keep_on_mismatch else "nothing was written. ")
+            + "Please report this with the cfg: it is a converter bug or an unsupported Darknet variant.",
+        ).with_report(report)
+    return report
+
+
+def _histogram(graph: Any) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for node in graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: -item[1]))
+
+
+def opencv_darknet_outputs(cfg: Path, weights: Path, image: np.ndarray) -> dict[str, np.ndarray] | None:
+    """OpenCV 4.x's own Darknet forward pass (the oracle), or None where OpenCV has no importer."""
+    try:
+        import cv2
+    except ImportError:
+        return None
+    if not hasattr(cv2.dnn, "readNetFromDarknet"):
+        return None
+    net = cv2.dnn.readNetFromDarknet(str(cfg), str(weights))
+    net.setInput(image)
+    names = list(net.getUnconnectedOutLayersNames())
+    return dict(zip(names, net.forward(names), strict=True))
+
+
+def compare_with_opencv(
+    decoded: np.ndarray,
+    oracle: dict[str, np.ndarray],
+    heads: list[dict[str, Any]],
+    atol: float,
+    rtol: float,
+    threshold: float | None,
+) -> list[dict[str, Any]]:
+    """Our decoded rows against OpenCV's per-head rows; OpenCV zeroes class scores ≤ its threshold,
+    so where it reports 0 ours must be at most that threshold (unless we applied it too)."""
+    from deploykit.compare import compare_array
+
+    results: list[dict[str, Any]] = []
+    offset = 0
+    for head in heads:
+        h, w = head["grid"]
+        count = h * w * len(head["anchors"])
+        name = f"{head['type']}_{head['layer']}"
+        expected = oracle.get(name)
+        if expected is None:
+            expected = list(oracle.values())[len(results)]
+        expected = expected.reshape(decoded.shape[0], count, -1)
+        ours = decoded[:, offset : offset + count].copy()
+        offset += count
+        if threshold is None:
+            zeroed = expected[..., 5:] == 0
+            above = ours[..., 5:] > head.get("opencv_threshold", OPENCV_SCORE_THRESHOLD) + atol
+            if np.any(zeroed & above):
+                results.append(
+                    {
+                        "name": name,
+                        "passed": False,
+                        "max_abs_error": float("inf"),
+                        "max_rel_error": float("inf"),
+                        "cosine": 0.0,
+                        "problem": "OpenCV zeroed a class score above its threshold",
+                    }
+                )
+                continue
+            ours[..., 5:][zeroed] = 0.0
+        parity = compare_array(name, ours, expected, atol=atol, rtol=rtol)
+        results.append({**parity.__dict__, "message": parity.describe()})
+    return results
+
+
+def verify(
+    candidate: Path,
+    net: Network,
+    heads: list[dict[str, Any]],
+    head: str,
+    cfg: Path,
+    weights: Path,
+    backends: Sequence[str],
+    atol: float,
+    rtol: float,
+    seed: int,
+    opencv_threshold: float | None,
+) -> tuple[list[BackendParity], str]:
+    """Run the ONNX on each backend; compare with OpenCV's Darknet importer, else with each other."""
+    from deploykit.backends.registry import canonical_name, get_backend
+    from deploykit.compare import compare_outputs
+    from deploykit.convert.parity import PARITY_OPTIONS
+    from deploykit.vision.yolo import decode_heads
+
+    rng = np.random.default_rng(seed)
+    image = rng.uniform(0, 1, (1, net.channels, net.height, net.width)).astype(np.float32)
+    native_size = resolve(read_cfg(cfg))
+    oracle = None
+    note = "no Darknet oracle in this environment (OpenCV 5 has no Darknet importer); backends compared with each other"
+    if (native_size.width, native_size.height) != (net.width, net.height):
+        note = "input size differs from the cfg's, where OpenCV's importer decodes differently; backends compared"
+    elif heads:
+        try:
+            oracle = opencv_darknet_outputs(cfg, weights, image)
+        except Exception as exc:  # an OpenCV that cannot read this cfg is no oracle
+            note = f"OpenCV's Darknet importer failed on this cfg ({type(exc).__name__}); backends compared"
+    if oracle is not None:
+        import cv2
+
+        note = f"oracle: OpenCV {cv2.__version__} readNetFromDarknet on the same input"
+    results: list[BackendParity] = []
+    reference: dict[str, np.ndarray] | None = None
+    for requested in backends:
+        name = canonical_name(requested)
+        backend = get_backend(name)
+        try:
+            options: dict[str, Any] = dict(PARITY_OPTIONS.get(name, {}))
+            with backend.open(candidate, **options) as session:
+                outputs = session.run({INPUT_NAME: image})
+                info = session.info
+        except DeployKitError as exc:
+            results.append(BackendParity(name, backend.default_device, "-", False, error=str(exc)))
+            continue
+        entry = BackendParity(name, info.device, info.precision, True)
+        if oracle is not None:
+            decoded = outputs[DETECTIONS_NAME] if head == "decoded" else decode_heads(outputs, heads)
+            compared = compare_with_opencv(decoded, oracle, heads, atol, rtol, opencv_threshold)
+            entry.passed = all(c["passed"] for c in compared)
+            entry.cases.append(
+                {
+                    "case": 0,
+                    "against": "opencv-darknet",
+                    "passed": entry.passed,
+                    "outputs": compared,
+                    "messages": [c.get("message") or c.get("problem") for c in compared],
+                    "input_shapes": {INPUT_NAME: list(image.shape)},
+                }
+            )
+        elif reference is None:
+            reference = outputs
+            entry.cases.append(
+                {
+                    "case": 0,
+                    "against": "self (first backend)",
+                    "passed": True,
+                    "outputs": [],
+                    "messages": [],
+                    "input_shapes": {INPUT_NAME: list(image.shape)},
+                }
+            )
+        else:
+            report = compare_outputs(outputs, reference, atol=atol, rtol=rtol)
+            entry.passed = report.passed
+            entry.cases.append(
+                {
+                    "case": 0,
+                    "against": "first backend",
+                    **report.to_dict(),
+                    "messages": [o.describe() for o in report.outputs],
+                    "input_shapes": {INPUT_NAME: list(image.shape)},
+                }
+            )
+        results.append(entry)
+    return results, note

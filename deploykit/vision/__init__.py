@@ -1,0 +1,1 @@
+"""Pre- and post-processing for apps: letterbox, normalisation, YOLO decoding, NMS, top-k."""

@@ -1,0 +1,214 @@
+"""Darknet → ONNX against independent implementations: Darknet itself (Debian's libdarknet through a
+small C program) and OpenCV 4.x's readNetFromDarknet (in the CI pass that puts OpenCV 4.14 first)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import deploykit
+from deploykit.convert.darknet.convert import convert_darknet, load_network
+from deploykit.convert.darknet.weights import write_random_weights
+from deploykit.vision.yolo import decode_heads
+from tests.assets.paths import DARKNET_CFG, REPO, _missing
+
+MODELS = REPO / "models" / "darknet"
+HELPER = Path(__file__).resolve().parents[1] / "assets" / "darknet" / "darknet_dump.c"
+DARKNET_INCLUDE = Path("/usr/lib/darknet/include/darknet.h")
+RAW_ATOL = 1e-4
+
+
+@pytest.fixture(scope="session")
+def darknet_dump(tmp_path_factory):
+    """The C helper, compiled against Debian's libdarknet (CPU build)."""
+    if not DARKNET_INCLUDE.is_file():
+        _missing("Debian's darknet (libdarknet.so + darknet.h)", "apt-get install darknet")
+    compiler = shutil.which("gcc") or shutil.which("cc")
+    if compiler is None:
+        _missing("a C compiler", "apt-get install gcc")
+    binary = tmp_path_factory.mktemp("darknet") / "darknet_dump"
+    subprocess.run(
+        [
+            compiler,
+            "-O2",
+            "-o",
+            str(binary),
+            str(HELPER),
+            f"-I{DARKNET_INCLUDE.parent}",
+            "-L/usr/lib/darknet",
+            "-ldarknet",
+            "-Wl,-rpath,/usr/lib/darknet",
+            "-lm",
+        ],
+        check=True,
+    )
+    return binary
+
+
+def _resized_cfg(source: Path, directory: Path, size: int | None) -> Path:
+    text = source.read_text()
+    if size:
+        text = re.sub(r"(?m)^\s*width\s*=.*$", f"width={size}", text)
+        text = re.sub(r"(?m)^\s*height\s*=.*$", f"height={size}", text)
+    cfg = directory / source.name
+    cfg.write_text(text)
+    return cfg
+
+
+def _darknet_outputs(binary: Path, cfg: Path, weights: Path, image: np.ndarray, layers: list[int], directory: Path):
+    image.astype("<f4").tofile(directory / "input.bin")
+    completed = subprocess.run(
+        [
+            str(binary),
+            str(cfg),
+            str(weights),
+            str(directory / "input.bin"),
+            str(directory / "output.bin"),
+            *map(str, layers),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    data, offset, outputs = (directory / "output.bin").read_bytes(), 0, {}
+    for index in layers:
+        *_, count = np.frombuffer(data, dtype="<i4", count=4, offset=offset)
+        offset += 16
+        outputs[index] = np.frombuffer(data, dtype="<f4", count=count, offset=offset).copy()
+        offset += 4 * int(count)
+    return outputs
+
+
+DARKNET_CASES = [
+    (DARKNET_CFG / "yolov2-tiny.cfg", None),
+    (DARKNET_CFG / "yolov2.cfg", 256),  # reorg + region
+    (DARKNET_CFG / "yolov3-tiny.cfg", None),
+    (DARKNET_CFG / "yolov3.cfg", 224),
+    (DARKNET_CFG / "yolov3-spp.cfg", 192),  # SPP maxpools
+    (DARKNET_CFG / "tiny.cfg", None),  # classifier: avgpool + softmax
+    (DARKNET_CFG / "alexnet.cfg", None),  # connected + dropout
+    (DARKNET_CFG / "resnet18.cfg", 128),  # strided shortcuts
+    (MODELS / "yolov2-tiny.cfg", None),
+    (MODELS / "yolov3-tiny.cfg", None),
+    (MODELS / "yolov3.cfg", 160),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("source", "size"), DARKNET_CASES, ids=[f"{c.parent.name}/{c.name}" for c, _ in DARKNET_CASES])
+def test_raw_outputs_match_darknet(darknet_dump, tmp_path, source, size):
+    if not source.is_file():
+        _missing(f"{source}", "apt-get install darknet")
+    cfg = _resized_cfg(source, tmp_path, size)
+    net = load_network(cfg)
+    weights = tmp_path / "random.weights"
+    write_random_weights(net, weights, seed=11)
+    onnx_path = tmp_path / "model.onnx"
+    convert_darknet(cfg, weights, onnx_path, head="raw", verify_backends=[])
+    finals = net.heads() or [net.layers[-1]]
+    image = np.random.default_rng(0).uniform(0, 1, (1, net.channels, net.height, net.width)).astype(np.float32)
+    expected = _darknet_outputs(darknet_dump, cfg, weights, image, [layer.index for layer in finals], tmp_path)
+    with deploykit.load(onnx_path) as session:
+        ours = session.run({"images": image})
+    for layer in finals:
+        got = ours[f"{layer.type}_{layer.index}"].ravel()
+        want = expected[layer.index]
+        assert got.shape == want.shape
+        error = float(np.max(np.abs(got - want)))
+        assert error <= RAW_ATOL, (
+            f"{layer.type}_{layer.index}: max abs error {error:.3g} (values up to {np.abs(want).max():.3g})"
+        )
+        assert np.std(want) > 0.05 * np.abs(want).mean(), "the test weights must produce outputs that vary"
+
+
+# --- OpenCV 4.x: the importer OpenCV 5 removed ------------------------------------------------------------------
+
+OPENCV_CASES = [
+    (name, None) for name in ("yolov2-tiny", "yolov3-tiny", "yolov3", "yolov4-tiny", "yolov4", "yolov7-tiny")
+]
+OPENCV_CASES.append(("yolov4-tiny", (320, 192)))  # non-square
+
+
+def _opencv4():
+    cv2 = pytest.importorskip("cv2")
+    if not hasattr(cv2.dnn, "readNetFromDarknet"):
+        pytest.skip(f"OpenCV {cv2.__version__} has no Darknet importer; the OpenCV 4.14 pass of `make test` runs this")
+    return cv2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "size"), OPENCV_CASES, ids=[f"{n}-{s}" for n, s in OPENCV_CASES])
+def test_heads_match_opencv4_darknet(tmp_path, name, size):
+    cv2 = _opencv4()
+    source = MODELS / f"{name}.cfg"
+    if size is None:
+        cfg = source
+    else:
+        text = source.read_text()
+        text = re.sub(r"(?m)^width=.*$", f"width={size[0]}", text)
+        cfg = tmp_path / source.name
+        cfg.write_text(re.sub(r"(?m)^height=.*$", f"height={size[1]}", text))
+    net = load_network(cfg)
+    weights = tmp_path / f"{name}.weights"
+    write_random_weights(net, weights, seed=7)
+    raw_path, decoded_path = tmp_path / "raw.onnx", tmp_path / "decoded.onnx"
+    convert_darknet(cfg, weights, raw_path, head="raw", verify_backends=[])
+    convert_darknet(cfg, weights, decoded_path, head="decoded", verify_backends=[])
+    image = np.random.default_rng(1).uniform(0, 1, (1, 3, net.height, net.width)).astype(np.float32)
+    reader = cv2.dnn.readNetFromDarknet(str(cfg), str(weights))
+    reader.setInput(image)
+    names = list(reader.getUnconnectedOutLayersNames())
+    expected = np.concatenate([o.reshape(1, -1, 85) for o in reader.forward(names)], axis=1)
+    heads = json.loads({p.key: p.value for p in onnx.load(str(raw_path)).metadata_props}["deploykit.darknet.heads"])
+    with deploykit.load(raw_path) as raw_session, deploykit.load(decoded_path) as decoded_session:
+        from_raw = decode_heads(raw_session.run({"images": image}), heads)
+        decoded = decoded_session.run({"images": image})["detections"]
+    np.testing.assert_allclose(decoded, from_raw, rtol=1e-5, atol=1e-5)
+    # OpenCV zeroes class scores at or below a threshold: 0.2 for [yolo], the cfg's thresh= for [region]
+    threshold = max(head["opencv_threshold"] for head in heads)
+    zeroed = expected[..., 5:] == 0
+    assert not np.any(zeroed & (decoded[..., 5:] > threshold + 1e-4))
+    ours = decoded.copy()
+    ours[..., 5:][zeroed] = 0
+    np.testing.assert_allclose(ours, expected, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_opencv_threshold_option_matches_opencv_rows_exactly(tmp_path):
+    cv2 = _opencv4()
+    cfg = MODELS / "yolov4-tiny.cfg"
+    weights = tmp_path / "w.weights"
+    write_random_weights(load_network(cfg), weights, seed=3)
+    out = tmp_path / "m.onnx"
+    report = convert_darknet(cfg, weights, out, head="decoded", opencv_threshold=0.2, verify_backends=["onnxruntime"])
+    assert report.passed and report.notes[0].startswith("oracle: OpenCV 4.")
+    image = np.random.default_rng(2).uniform(0, 1, (1, 3, 416, 416)).astype(np.float32)
+    reader = cv2.dnn.readNetFromDarknet(str(cfg), str(weights))
+    reader.setInput(image)
+    expected = np.concatenate(
+        [o.reshape(1, -1, 85) for o in reader.forward(reader.getUnconnectedOutLayersNames())], axis=1
+    )
+    with deploykit.load(out) as session:
+        ours = session.run({"images": image})["detections"]
+    clear = np.abs(ours[..., 5:] - 0.2) > 1e-4  # scores within float noise of the threshold may fall either way
+    assert np.array_equal((ours[..., 5:] > 0)[clear], (expected[..., 5:] > 0)[clear])
+    np.testing.assert_allclose(ours[..., 5:][clear], expected[..., 5:][clear], atol=1e-4)
+    np.testing.assert_allclose(ours[..., :5], expected[..., :5], rtol=1e-3, atol=1e-4)
+
+
+def test_converted_model_runs_on_every_backend(tmp_path):
+    cfg = MODELS / "yolov4-tiny.cfg"
+    weights = tmp_path / "w.weights"
+    write_random_weights(load_network(cfg), weights, seed=4)
+    report = convert_darknet(
+        cfg, weights, tmp_path / "m.onnx", head="decoded", verify_backends=["onnxruntime", "openvino", "opencv"]
+    )
+    assert report.passed, [p.error for p in report.parity]
+    assert [p.backend for p in report.parity] == ["onnxruntime", "openvino", "opencv"]
