@@ -36,6 +36,15 @@ from deploykit.tensors import TensorSpec
 __version__ = "0.1.0"
 
 
+def __getattr__(name: str) -> Any:
+    # the vision pipelines import OpenCV helpers; load them only when asked for
+    if name in ("Detector", "Classifier", "Detection", "Classification", "draw"):
+        from deploykit.vision import pipelines, results
+
+        return getattr(pipelines, name, None) or getattr(results, name)
+    raise AttributeError(f"module 'deploykit' has no attribute {name!r}")
+
+
 def benchmark(model: Any, backends: Any = None, **options: Any) -> Any:
     """Benchmark a model across backends with parity checks; see ``deploykit.bench.runner.benchmark``."""
     from deploykit.bench.runner import benchmark as _benchmark
@@ -88,7 +97,12 @@ def load(
     return get_backend(backend).open(model, device, allow_fallback=allow_fallback, **options)
 
 
-__all__ = [
+__all__ = [  # noqa: RUF022  (grouped: classes, then functions)
+    "Classification",
+    "Classifier",
+    "Detection",
+    "Detector",
+    "draw",
     "Backend",
     "BackendError",
     "BackendUnavailableError",

@@ -239,3 +239,9 @@ def run_reference(path: str | os.PathLike[str], feeds: dict[str, np.ndarray]) ->
     evaluator = ReferenceEvaluator(model)
     names = [o.name for o in model.graph.output]
     return dict(zip(names, evaluator.run(None, feeds), strict=True))
+
+
+def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The model's ``metadata_props`` (converters write deploykit.* keys; Ultralytics writes names, imgsz)."""
+    model = load_onnx(path, load_external_data=False, check=False)
+    return {p.key: p.value for p in model.metadata_props}

@@ -39,3 +39,11 @@ def darknet_image(name: str) -> Path:
     if not path.is_file():
         _missing(f"Debian darknet's sample image {name}", "apt-get install darknet")
     return path
+
+
+def nudenet_model() -> Path:
+    """Ultralytics YOLOv8n ONNX (320×320, 18 classes) shipped inside the nudenet package."""
+    spec = importlib.util.find_spec("nudenet")
+    if spec is None or not spec.origin:
+        _missing("nudenet's YOLOv8n ONNX", "pip install --no-deps nudenet")
+    return Path(spec.origin).parent / "320n.onnx"

@@ -1,0 +1,99 @@
+"""``deploykit predict``: run a detection or classification model on an image, as an app would."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from deploykit.errors import UsageError
+from deploykit.io import atomic_path, check_output_dir
+
+from .console import console
+
+
+def _task(model: Path, task: str) -> str:
+    if task != "auto":
+        return task
+    from deploykit.model import read_interface, read_metadata
+
+    metadata = read_metadata(model)
+    if metadata.get("deploykit.task") in ("detect", "classify"):
+        return metadata["deploykit.task"]
+    if metadata.get("task") == "detect":
+        return "detect"
+    outputs = read_interface(model).outputs
+    shape = outputs[0].shape if len(outputs) == 1 else None
+    if shape is not None and (len(shape) == 2 or (len(shape) == 4 and shape[2:] == (1, 1))):
+        return "classify"
+    return "detect"
+
+
+def predict(
+    model: Path = typer.Argument(..., help="The .onnx file."),
+    image: Path = typer.Argument(..., help="The image file."),
+    backend: str = typer.Option("onnxruntime", "--backend", "-b", help="Backend name or alias."),
+    device: str = typer.Option(None, "--device", "-d", help="Device (default: the backend's CPU)."),
+    task: str = typer.Option("auto", help="auto | detect | classify (auto reads the model's metadata)."),
+    labels: Path = typer.Option(None, help="Class names file (default: from the model's metadata)."),
+    conf: float = typer.Option(0.25, help="Detection: minimum score."),
+    iou: float = typer.Option(0.45, help="Detection: NMS IoU threshold."),
+    agnostic: bool = typer.Option(False, "--agnostic", help="Detection: NMS across classes."),
+    top_k: int = typer.Option(5, "--top-k", help="Classification: how many classes to show."),
+    imagenet: bool = typer.Option(False, "--imagenet", help="Classification: ImageNet mean/std normalisation."),
+    draw_path: Path = typer.Option(None, "--draw", help="Detection: write the image with boxes here."),
+    json_path: Path = typer.Option(None, "--json", help="Write the results as JSON here."),
+) -> None:
+    """Detect objects or classify an image; print the results (and draw/save them)."""
+    import deploykit
+
+    for path in (draw_path, json_path):
+        if path is not None:
+            check_output_dir(path)
+    kind = _task(model, task)
+    if kind not in ("detect", "classify"):
+        raise UsageError(f"task '{task}' | is not auto, detect or classify.", hint="e.g. --task detect.")
+    if kind == "detect":
+        with deploykit.Detector(
+            model, backend, device, labels=labels, conf=conf, iou=iou, agnostic=agnostic
+        ) as detector:
+            detections = detector(image)
+            timing = detector.last_timing
+        table = Table(title=f"{len(detections)} detections in {image.name}")
+        for column in ("label", "score", "x1", "y1", "x2", "y2"):
+            table.add_column(column)
+        for d in detections:
+            table.add_row(d.label, f"{d.score:.3f}", *(f"{v:.1f}" for v in d.xyxy))
+        results = [d.to_dict() for d in detections]
+        if draw_path is not None:
+            import cv2
+
+            from deploykit.vision.image import load_image
+
+            drawn = deploykit.draw(load_image(image), detections)
+            ok, encoded = cv2.imencode(draw_path.suffix or ".jpg", drawn)
+            if not ok:
+                raise UsageError(f"--draw '{draw_path}' | OpenCV cannot encode that format.", hint="use .jpg or .png.")
+            with atomic_path(draw_path) as temporary:
+                temporary.write_bytes(encoded.tobytes())
+    else:
+        mean, std = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)) if imagenet else ((0, 0, 0), (1, 1, 1))
+        with deploykit.Classifier(model, backend, device, labels=labels, mean=mean, std=std) as classifier:
+            classes = classifier(image, top_k=top_k)
+            timing = classifier.last_timing
+        table = Table(title=f"top {top_k} for {image.name}")
+        for column in ("rank", "label", "class", "probability"):
+            table.add_column(column)
+        for rank, c in enumerate(classes, start=1):
+            table.add_row(str(rank), c.label, str(c.class_id), f"{c.score:.4f}")
+        results = [c.to_dict() for c in classes]
+    console.print(table)
+    if timing is not None:
+        console.print(f"pre {timing.pre_ms:.1f} ms, inference {timing.infer_ms:.1f} ms, post {timing.post_ms:.1f} ms")
+    if json_path is not None:
+        payload = {"model": str(model), "image": str(image), "task": kind, "backend": backend, "results": results,
+                   "timing": timing.to_dict() if timing else None}  # fmt: skip
+        with atomic_path(json_path) as temporary:
+            temporary.write_text(json.dumps(payload, indent=2))

@@ -1,0 +1,167 @@
+"""Images in, tensors out: loading and checking images, letterbox/resize, normalisation, NCHW batches.
+
+OpenCV and vectorised numpy only; no per-pixel Python loops. Images are HWC uint8 in BGR order,
+as ``cv2.imread`` returns them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from deploykit.errors import InputError
+
+MIN_SIDE = 2
+
+
+def _cv2() -> Any:
+    try:
+        import cv2
+    except ImportError as exc:
+        raise InputError(
+            "images | OpenCV is needed for image pre-processing.", hint="pip install 'deploykit[opencv]'."
+        ) from exc
+    return cv2
+
+
+def load_image(path: str | os.PathLike[str]) -> np.ndarray:
+    """Read an image file as HWC uint8 BGR.
+
+    Raises:
+        InputError: the path does not exist or is not an image OpenCV can decode.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise InputError(f"image '{file}' | no such file.", hint="check the path of the image.")
+    image = _cv2().imread(str(file), _cv2().IMREAD_UNCHANGED)
+    if image is None:
+        raise InputError(
+            f"image '{file}' | is not an image OpenCV can read.",
+            hint="pass a JPEG, PNG, BMP, TIFF or WebP file.",
+        )
+    return check_image(image, str(file))
+
+
+def check_image(image: Any, name: str = "image") -> np.ndarray:
+    """Accept HWC BGR uint8; convert grayscale and BGRA (and 16-bit) images; refuse what cannot be used."""
+    if not isinstance(image, np.ndarray):
+        raise InputError(
+            f"{name} | got {type(image).__name__}, expected a numpy image (H, W, 3) in BGR order.",
+            hint="read images with cv2.imread or deploykit.vision.image.load_image.",
+        )
+    if image.ndim not in (2, 3) or image.size == 0:
+        raise InputError(
+            f"{name} | has shape {image.shape}, expected (height, width) or (height, width, channels).",
+            hint="pass one image at a time; use pipeline.batch([...]) for several.",
+        )
+    height, width = image.shape[:2]
+    if height < MIN_SIDE or width < MIN_SIDE:
+        raise InputError(
+            f"{name} | is {width}x{height} pixels; at least {MIN_SIDE}x{MIN_SIDE} is needed.",
+            hint="the image is empty or a single pixel; check how it was produced.",
+        )
+    if image.dtype == np.uint16:
+        image = (image / 257).astype(np.uint8)
+    elif image.dtype != np.uint8:
+        raise InputError(
+            f"{name} | has dtype {image.dtype}, expected uint8 (0-255).",
+            hint="convert with (image * 255).clip(0, 255).astype(np.uint8) if it holds floats in [0, 1].",
+        )
+    cv2 = _cv2()
+    if image.ndim == 2 or image.shape[2] == 1:
+        return cv2.cvtColor(image, cv2.COLOR_GRAY2BGR)
+    if image.shape[2] == 4:
+        return cv2.cvtColor(image, cv2.COLOR_BGRA2BGR)
+    if image.shape[2] != 3:
+        raise InputError(
+            f"{name} | has {image.shape[2]} channels; expected 1 (gray), 3 (BGR) or 4 (BGRA).",
+            hint="convert the image to BGR first.",
+        )
+    return image
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where an original image sits inside the network input: scale and padding per axis."""
+
+    scale_x: float
+    scale_y: float
+    pad_x: float
+    pad_y: float
+    original_size: tuple[int, int]  # (height, width)
+
+    def to_original(self, boxes_xyxy: np.ndarray) -> np.ndarray:
+        """Boxes in network-input pixels → boxes in original-image pixels, clipped to the image."""
+        boxes = np.asarray(boxes_xyxy, dtype=np.float32).reshape(-1, 4).copy()
+        boxes[:, [0, 2]] = (boxes[:, [0, 2]] - self.pad_x) / self.scale_x
+        boxes[:, [1, 3]] = (boxes[:, [1, 3]] - self.pad_y) / self.scale_y
+        height, width = self.original_size
+        boxes[:, [0, 2]] = boxes[:, [0, 2]].clip(0, width)
+        boxes[:, [1, 3]] = boxes[:, [1, 3]].clip(0, height)
+        return boxes
+
+
+def letterbox(
+    image: np.ndarray, size: tuple[int, int], *, pad_value: int = 114, center: bool = True
+) -> tuple[np.ndarray, Placement]:
+    """Resize keeping the aspect ratio into ``size`` (height, width), padding the rest with ``pad_value``."""
+    cv2 = _cv2()
+    height, width = image.shape[:2]
+    target_h, target_w = size
+    scale = min(target_h / height, target_w / width)
+    new_w, new_h = max(1, round(width * scale)), max(1, round(height * scale))
+    resized = cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_LINEAR if scale > 1 else cv2.INTER_AREA)
+    pad_x = (target_w - new_w) / 2 if center else 0.0
+    pad_y = (target_h - new_h) / 2 if center else 0.0
+    left, top = round(pad_x - 0.1), round(pad_y - 0.1)
+    canvas = cv2.copyMakeBorder(resized, top, target_h - new_h - top, left, target_w - new_w - left,
+                                cv2.BORDER_CONSTANT, value=(pad_value,) * 3)  # fmt: skip
+    return canvas, Placement(new_w / width, new_h / height, float(left), float(top), (height, width))
+
+
+def stretch(image: np.ndarray, size: tuple[int, int]) -> tuple[np.ndarray, Placement]:
+    """Plain resize to ``size`` (height, width), not keeping the aspect ratio."""
+    cv2 = _cv2()
+    height, width = image.shape[:2]
+    target_h, target_w = size
+    resized = cv2.resize(image, (target_w, target_h), interpolation=cv2.INTER_LINEAR)
+    return resized, Placement(target_w / width, target_h / height, 0.0, 0.0, (height, width))
+
+
+def center_crop(image: np.ndarray, size: tuple[int, int], resize_ratio: float = 0.875) -> np.ndarray:
+    """ImageNet-style evaluation crop: shorter side to size/ratio (224 → 256), then the centre."""
+    cv2 = _cv2()
+    height, width = image.shape[:2]
+    target_h, target_w = size
+    short = round(min(target_h, target_w) / resize_ratio)
+    scale = short / min(height, width)
+    resized = cv2.resize(image, (max(target_w, round(width * scale)), max(target_h, round(height * scale))),
+                         interpolation=cv2.INTER_LINEAR)  # fmt: skip
+    top = (resized.shape[0] - target_h) // 2
+    left = (resized.shape[1] - target_w) // 2
+    return resized[top : top + target_h, left : left + target_w]
+
+
+def to_tensor(
+    images: Sequence[np.ndarray],
+    *,
+    channel_order: str = "RGB",
+    scale: float = 1 / 255,
+    mean: Sequence[float] = (0.0, 0.0, 0.0),
+    std: Sequence[float] = (1.0, 1.0, 1.0),
+) -> np.ndarray:
+    """HWC uint8 BGR images of one size → NCHW float32: channel order, ×scale, −mean, ÷std."""
+    batch = np.stack(images)
+    if channel_order.upper() == "RGB":
+        batch = batch[..., ::-1]
+    tensor = batch.astype(np.float32) * np.float32(scale)
+    mean_array = np.asarray(mean, np.float32)
+    std_array = np.asarray(std, np.float32)
+    if np.any(mean_array) or np.any(std_array != 1):
+        tensor = (tensor - mean_array) / std_array
+    return np.ascontiguousarray(tensor.transpose(0, 3, 1, 2))

@@ -1,0 +1,369 @@
+"""Task pipelines on top of any backend: ``Detector`` (YOLO families) and ``Classifier``.
+
+A pipeline reads what it needs (input size, channel order, normalisation, labels, head layout)
+from the model's metadata, so a model converted by deploykit needs no arguments. Pipelines hold no
+per-call state, so one pipeline can be called from many threads.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import os
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from deploykit.errors import UsageError
+from deploykit.model import read_metadata
+from deploykit.tensors import TensorSpec
+from deploykit.vision.image import Placement, center_crop, check_image, letterbox, load_image, stretch, to_tensor
+from deploykit.vision.nms import nms
+from deploykit.vision.results import Classification, Detection, Timing
+from deploykit.vision.yolo import decode_heads
+
+LAYOUTS = {
+    "darknet-raw": "raw [yolo]/[region] heads of a deploykit Darknet conversion (metadata deploykit.darknet.heads)",
+    "darknet-decoded": "[batch, N, 4+1+classes] rows, box relative to the input (convert darknet --head decoded)",
+    "ultralytics": "[batch, 4+classes, N], box in input pixels, no objectness (YOLOv8/v11 exports)",
+    "yolov5": "[batch, N, 5+classes], box in input pixels, objectness then class probabilities",
+}
+
+
+def _image(image: Any) -> np.ndarray:
+    if isinstance(image, (str, os.PathLike)):
+        return load_image(image)
+    return check_image(image)
+
+
+def _read_labels(labels: str | os.PathLike[str] | Sequence[str] | None, metadata: dict[str, str]) -> list[str] | None:
+    if labels is None:
+        if "deploykit.labels" in metadata:
+            return list(json.loads(metadata["deploykit.labels"]))
+        if "names" in metadata:  # Ultralytics: a Python dict literal {0: 'person', ...}
+            try:
+                names = ast.literal_eval(metadata["names"])
+                return [names[i] for i in sorted(names)] if isinstance(names, dict) else list(names)
+            except (ValueError, SyntaxError):
+                return None
+        return None
+    if isinstance(labels, (str, os.PathLike)):
+        path = Path(labels)
+        if not path.is_file():
+            raise UsageError(f"labels '{path}' | no such file.", hint="pass a names file with one class per line.")
+        return [line.strip() for line in path.read_text().splitlines() if line.strip()]
+    return list(labels)
+
+
+def _check_label_count(labels: list[str] | None, classes: int, source: Any) -> list[str]:
+    if labels is None:
+        return [f"class_{i}" for i in range(classes)]
+    if len(labels) != classes:
+        raise UsageError(
+            f"labels {source!s:.80} | has {len(labels)} names, the model has {classes} classes.",
+            hint="pass the names file the model was trained with.",
+        )
+    return labels
+
+
+def _input_spec(session: Any) -> TensorSpec:
+    if len(session.inputs) != 1:
+        raise UsageError(
+            f"model '{session.model_path.name}' | has {len(session.inputs)} inputs; image pipelines take one "
+            "image input (N, C, H, W).",
+            hint="use deploykit.load() and session.run() for multi-input models.",
+        )
+    spec: TensorSpec = next(iter(session.inputs.values()))
+    if spec.shape is None or len(spec.shape) != 4:
+        raise UsageError(
+            f"model '{session.model_path.name}' | input '{spec.name}' has shape {spec.shape_text()}, "
+            "expected (batch, channels, height, width).",
+            hint="image pipelines take NCHW image models.",
+        )
+    return spec
+
+
+def _input_size(
+    spec: TensorSpec, metadata: dict[str, str], given: tuple[int, int] | None, model: str
+) -> tuple[int, int]:
+    assert spec.shape is not None
+    height, width = spec.shape[2], spec.shape[3]
+    if isinstance(height, int) and isinstance(width, int):
+        return height, width
+    if given:
+        return given
+    if "deploykit.input" in metadata:
+        size = json.loads(metadata["deploykit.input"])["size"]
+        return int(size[0]), int(size[1])
+    if "imgsz" in metadata:
+        try:
+            size = ast.literal_eval(metadata["imgsz"])
+            return int(size[0]), int(size[1])
+        except (ValueError, SyntaxError, TypeError, IndexError):
+            pass
+    raise UsageError(
+        f"model '{model}' | has a dynamic input size and no size in its metadata.",
+        hint="pass input_size=(height, width) (--input-size HxW).",
+    )
+
+
+class _Pipeline:
+    def __init__(
+        self, model: str | os.PathLike[str], backend: str, device: str | None, options: dict[str, Any]
+    ) -> None:
+        from deploykit import load
+
+        self.model_path = Path(model)
+        self.metadata = read_metadata(self.model_path)
+        self.session = load(self.model_path, backend, device, **options)
+        self.input = _input_spec(self.session)
+        self._local = threading.local()
+
+    @property
+    def last_timing(self) -> Timing | None:
+        """The pre/infer/post split of this thread's last call."""
+        timing: Timing | None = getattr(self._local, "timing", None)
+        return timing
+
+    def _dynamic_batch(self) -> bool:
+        assert self.input.shape is not None
+        return not isinstance(self.input.shape[0], int)
+
+    def close(self) -> None:
+        self.session.close()
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class Detector(_Pipeline):
+    """YOLO-family detection: image → boxes in original pixels, after confidence filter and NMS.
+
+    Args:
+        model: the ``.onnx`` file.
+        backend, device: where it runs (``deploykit.load``).
+        labels: names file or list; default from the model's metadata.
+        conf: minimum class score (objectness × class probability where the model has objectness).
+        iou: NMS IoU threshold.
+        agnostic: suppress across classes instead of within each class.
+        max_detections: at most this many boxes per image.
+        input_size: (height, width) for models with a dynamic input and no size in their metadata.
+        resize: ``letterbox`` (keep aspect, pad) or ``stretch``; default from the metadata.
+        channel_order, scale, mean, std: normalisation; default from the metadata (RGB, 1/255).
+        **options: backend options.
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str],
+        backend: str = "onnxruntime",
+        device: str | None = None,
+        *,
+        labels: str | os.PathLike[str] | Sequence[str] | None = None,
+        conf: float = 0.25,
+        iou: float = 0.45,
+        agnostic: bool = False,
+        max_detections: int = 300,
+        input_size: tuple[int, int] | None = None,
+        resize: str | None = None,
+        channel_order: str | None = None,
+        scale: float | None = None,
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(model, backend, device, options)
+        self.conf, self.iou, self.agnostic, self.max_detections = conf, iou, agnostic, max_detections
+        self.size = _input_size(self.input, self.metadata, input_size, self.model_path.name)
+        self.layout, classes = self._layout()
+        self.labels = _check_label_count(_read_labels(labels, self.metadata), classes, labels or "in the metadata")
+        preprocessing = json.loads(self.metadata.get("deploykit.input", "{}"))
+        self.resize = resize or preprocessing.get("resize", "letterbox")
+        self.pad_value = round(float(preprocessing.get("pad_value", 114 / 255)) * 255)
+        self.channel_order = channel_order or preprocessing.get("channel_order", "RGB")
+        self.scale = scale if scale is not None else float(preprocessing.get("scale", 1 / 255))
+        self.mean = tuple(mean if mean is not None else preprocessing.get("mean", (0.0, 0.0, 0.0)))
+        self.std = tuple(std if std is not None else preprocessing.get("std", (1.0, 1.0, 1.0)))
+        if self.resize not in ("letterbox", "stretch"):
+            raise UsageError(f"resize '{self.resize}' | is not letterbox or stretch.",
+                             hint="letterbox keeps the aspect ratio; stretch does not.")  # fmt: skip
+
+    def _layout(self) -> tuple[str, int]:
+        heads = json.loads(self.metadata.get("deploykit.darknet.heads", "[]"))
+        outputs = self.session.outputs
+        if heads and all(h["output"] in outputs for h in heads):
+            self.heads = heads
+            decoded = self.metadata.get("deploykit.head") == "decoded"
+            return ("darknet-decoded" if decoded else "darknet-raw"), int(heads[0]["classes"])
+        if len(outputs) == 1:
+            shape = next(iter(outputs.values())).shape
+            if shape is not None and len(shape) == 3:
+                _, second, third = shape
+                ultralytics = "names" in self.metadata and "imgsz" in self.metadata
+                if (
+                    isinstance(second, int)
+                    and (ultralytics or not isinstance(third, int) or third > second)
+                    and second > 4
+                ):
+                    return "ultralytics", second - 4
+                if isinstance(third, int) and third > 5:
+                    return "yolov5", third - 5
+        known = "; ".join(f"{name}: {text}" for name, text in LAYOUTS.items())
+        shapes = ", ".join(f"{s.name} {s.shape_text()}" for s in outputs.values())
+        raise UsageError(
+            f"model '{self.model_path.name}' | outputs {shapes} are not a detection layout deploykit knows.",
+            hint=f"known layouts — {known}.",
+        )
+
+    def _prepare(self, image: np.ndarray) -> tuple[np.ndarray, Placement]:
+        if self.resize == "letterbox":
+            return letterbox(image, self.size, pad_value=self.pad_value)
+        return stretch(image, self.size)
+
+    def _candidates(self, outputs: dict[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per image: boxes (cx, cy, w, h in input pixels) and class scores."""
+        height, width = self.size
+        if self.layout == "darknet-raw":
+            rows = decode_heads(outputs, self.heads)
+        elif self.layout == "darknet-decoded":
+            rows = outputs[self.heads[0]["output"]]
+        else:
+            rows = next(iter(outputs.values()))
+        if self.layout.startswith("darknet"):
+            boxes = rows[..., :4] * np.array([width, height, width, height], np.float32)
+            return [(boxes[i], rows[i, :, 5:]) for i in range(rows.shape[0])]
+        if self.layout == "ultralytics":
+            rows = rows.transpose(0, 2, 1)
+            return [(rows[i, :, :4], rows[i, :, 4:]) for i in range(rows.shape[0])]
+        return [(rows[i, :, :4], rows[i, :, 5:] * rows[i, :, 4:5]) for i in range(rows.shape[0])]
+
+    def _postprocess(self, boxes: np.ndarray, scores: np.ndarray, placement: Placement, conf: float,
+                     iou: float) -> list[Detection]:  # fmt: skip
+        class_ids = scores.argmax(axis=1)
+        best = scores[np.arange(scores.shape[0]), class_ids]
+        keep = best > conf
+        boxes, best, class_ids = boxes[keep], best[keep], class_ids[keep]
+        xyxy = np.concatenate([boxes[:, :2] - boxes[:, 2:] / 2, boxes[:, :2] + boxes[:, 2:] / 2], axis=1)
+        kept = nms(xyxy, best, None if self.agnostic else class_ids, iou=iou, max_detections=self.max_detections)
+        original = placement.to_original(xyxy[kept])
+        return [
+            Detection(self.labels[int(c)], int(c), float(s), tuple(float(v) for v in box))  # type: ignore[arg-type]
+            for box, s, c in zip(original, best[kept], class_ids[kept], strict=True)
+        ]
+
+    def __call__(self, image: Any, *, conf: float | None = None, iou: float | None = None) -> list[Detection]:
+        """Detect objects in one BGR image (array or path); boxes in the image's own pixels."""
+        return self.batch([image], conf=conf, iou=iou)[0]
+
+    def batch(
+        self, images: Sequence[Any], *, conf: float | None = None, iou: float | None = None
+    ) -> list[list[Detection]]:
+        """Several images; one forward pass when the model's batch axis is dynamic."""
+        start = time.perf_counter()
+        prepared = [self._prepare(_image(image)) for image in images]
+        tensors = [to_tensor([canvas], channel_order=self.channel_order, scale=self.scale, mean=self.mean, std=self.std)
+                   for canvas, _ in prepared]  # fmt: skip
+        pre = time.perf_counter()
+        name = self.input.name
+        if self._dynamic_batch() and len(tensors) > 1:
+            outputs_list = [self.session.run({name: np.concatenate(tensors)})]
+        else:
+            outputs_list = [self.session.run({name: tensor}) for tensor in tensors]
+        infer = time.perf_counter()
+        candidates = [c for outputs in outputs_list for c in self._candidates(outputs)]
+        results = [
+            self._postprocess(
+                boxes, scores, placement, self.conf if conf is None else conf, self.iou if iou is None else iou
+            )
+            for (boxes, scores), (_, placement) in zip(candidates, prepared, strict=True)
+        ]
+        self._local.timing = Timing((pre - start) * 1e3, (infer - pre) * 1e3, (time.perf_counter() - infer) * 1e3)
+        return results
+
+
+class Classifier(_Pipeline):
+    """Image classification: image → top-k labels with probabilities.
+
+    Args:
+        model: the ``.onnx`` file.
+        backend, device: where it runs.
+        labels: names file or list; default from the metadata, else ``class_N``.
+        mean, std, scale, channel_order: normalisation (ImageNet models: mean (0.485, 0.456, 0.406),
+            std (0.229, 0.224, 0.225), scale 1/255, RGB).
+        resize: ``center-crop`` (shorter side to size/0.875, then the centre) or ``stretch``.
+        softmax: ``auto`` (apply it unless outputs already are probabilities), ``always`` or ``never``.
+        input_size: (height, width) for models with a dynamic input size.
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str],
+        backend: str = "onnxruntime",
+        device: str | None = None,
+        *,
+        labels: str | os.PathLike[str] | Sequence[str] | None = None,
+        mean: Sequence[float] = (0.0, 0.0, 0.0),
+        std: Sequence[float] = (1.0, 1.0, 1.0),
+        scale: float = 1 / 255,
+        channel_order: str = "RGB",
+        resize: str = "center-crop",
+        softmax: str = "auto",
+        input_size: tuple[int, int] | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(model, backend, device, options)
+        self.size = _input_size(self.input, self.metadata, input_size, self.model_path.name)
+        output = next(iter(self.session.outputs.values()))
+        dims = [d for d in (output.shape or ())[1:] if isinstance(d, int)]
+        if not dims or len(dims) != len(output.shape or ()) - 1 or math.prod(dims) < 2:
+            raise UsageError(
+                f"model '{self.model_path.name}' | output {output} is not a classification layout.",
+                hint="a classifier outputs (batch, classes) scores (or (batch, classes, 1, 1)).",
+            )
+        classes = math.prod(dims)
+        self.labels = _check_label_count(_read_labels(labels, self.metadata), classes, labels or "in the metadata")
+        self.mean, self.std, self.scale, self.channel_order = tuple(mean), tuple(std), scale, channel_order
+        if resize not in ("center-crop", "stretch") or softmax not in ("auto", "always", "never"):
+            raise UsageError(f"resize '{resize}' / softmax '{softmax}' | not a known choice.",
+                             hint="resize: center-crop or stretch; softmax: auto, always or never.")  # fmt: skip
+        self.resize, self.softmax = resize, softmax
+
+    def _probabilities(self, scores: np.ndarray) -> np.ndarray:
+        scores = scores.reshape(scores.shape[0], -1).astype(np.float64)
+        already = np.all(scores >= 0) and np.all(scores <= 1) and np.allclose(scores.sum(axis=1), 1, atol=1e-3)
+        if self.softmax == "never" or (self.softmax == "auto" and already):
+            return scores
+        shifted = np.exp(scores - scores.max(axis=1, keepdims=True))
+        return shifted / shifted.sum(axis=1, keepdims=True)
+
+    def __call__(self, image: Any, *, top_k: int = 5) -> list[Classification]:
+        """The ``top_k`` classes of one BGR image (array or path), best first."""
+        return self.batch([image], top_k=top_k)[0]
+
+    def batch(self, images: Sequence[Any], *, top_k: int = 5) -> list[list[Classification]]:
+        start = time.perf_counter()
+        crops = [center_crop(_image(i), self.size) if self.resize == "center-crop" else stretch(_image(i), self.size)[0]
+                 for i in images]  # fmt: skip
+        tensor = to_tensor(crops, channel_order=self.channel_order, scale=self.scale, mean=self.mean, std=self.std)
+        pre = time.perf_counter()
+        name = self.input.name
+        if self._dynamic_batch():
+            scores = next(iter(self.session.run({name: tensor}).values()))
+        else:
+            scores = np.concatenate([next(iter(self.session.run({name: t[None]}).values())) for t in tensor])
+        infer = time.perf_counter()
+        probabilities = self._probabilities(scores)
+        results = []
+        for row in probabilities:
+            top = np.argsort(-row, kind="stable")[:top_k]
+            results.append([Classification(self.labels[i], int(i), float(row[i])) for i in top])
+        self._local.timing = Timing((pre - start) * 1e3, (infer - pre) * 1e3, (time.perf_counter() - infer) * 1e3)
+        return results

@@ -1,0 +1,203 @@
+"""Pre/post-processing and the task pipelines, on real models and real photos."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import cv2
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import deploykit
+from deploykit.cli.main import app
+from deploykit.errors import InputError, UsageError
+from deploykit.vision.image import check_image, letterbox, load_image, stretch, to_tensor
+from deploykit.vision.nms import iou_one_to_many, nms
+from tests.assets.paths import REPO, darknet_image, mobilenet_v2_weights, nudenet_model
+
+
+@pytest.mark.parametrize("size", [(416, 416), (320, 640), (640, 320)])
+@pytest.mark.parametrize("shape", [(720, 1280), (480, 300), (100, 100)])
+def test_letterbox_round_trip_within_one_pixel(shape, size):
+    image = np.zeros((*shape, 3), np.uint8)
+    box = np.array([shape[1] * 0.2, shape[0] * 0.3, shape[1] * 0.6, shape[0] * 0.9])
+    x1, y1, x2, y2 = box.round().astype(int)
+    image[y1:y2, x1:x2] = 255
+    for transform in (lambda i: letterbox(i, size, pad_value=0), lambda i: stretch(i, size)):
+        canvas, placement = transform(image)
+        assert canvas.shape == (*size, 3)
+        ys, xs = np.nonzero(canvas[..., 0] > 127)
+        found = np.array([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1], np.float32)
+        back = placement.to_original(found)[0]
+        assert np.abs(back - [x1, y1, x2, y2]).max() <= 1.0 + 1 / placement.scale_x
+
+
+def test_letterbox_pads_evenly_and_clips_boxes():
+    canvas, placement = letterbox(np.full((100, 200, 3), 200, np.uint8), (416, 416), pad_value=114)
+    assert placement.pad_y == 104 and placement.pad_x == 0
+    assert (canvas[:104] == 114).all() and (canvas[-104:] == 114).all()
+    np.testing.assert_allclose(placement.to_original([[-50, 0, 500, 416]]), [[0, 0, 200, 100]])
+
+
+def test_to_tensor_bgr_to_rgb_and_normalise():
+    image = np.zeros((2, 2, 3), np.uint8)
+    image[..., 0], image[..., 2] = 255, 51  # blue, red
+    tensor = to_tensor([image], channel_order="RGB", mean=(0.1, 0.0, 0.0), std=(0.5, 1, 1))
+    assert tensor.shape == (1, 3, 2, 2) and tensor.dtype == np.float32
+    np.testing.assert_allclose(tensor[0, :, 0, 0], [(0.2 - 0.1) / 0.5, 0.0, 1.0], rtol=1e-6)
+
+
+def _brute_force_nms(boxes, scores, classes, iou):
+    order = sorted(range(len(scores)), key=lambda i: -scores[i])
+    keep = []
+    for i in order:
+        if all(classes[i] != classes[k] or iou_one_to_many(boxes[k], boxes[i : i + 1])[0] <= iou for k in keep):
+            keep.append(i)
+    return keep
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_nms_matches_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    xy = rng.uniform(0, 300, (400, 2))
+    boxes = np.concatenate([xy, xy + rng.uniform(10, 80, (400, 2))], axis=1).astype(np.float32)
+    scores = rng.uniform(0, 1, 400).astype(np.float32)
+    classes = rng.integers(0, 3, 400)
+    assert list(nms(boxes, scores, classes, iou=0.5, max_detections=1000)) == _brute_force_nms(
+        boxes, scores, classes, 0.5
+    )
+    agnostic = _brute_force_nms(boxes, scores, np.zeros(400, int), 0.5)
+    assert list(nms(boxes, scores, None, iou=0.5, max_detections=1000)) == agnostic
+    assert list(nms(boxes, scores, None, iou=0.5, max_detections=5)) == agnostic[:5]
+
+
+def test_image_checks(tmp_path):
+    gray = check_image(np.full((4, 5), 9, np.uint8))
+    assert gray.shape == (4, 5, 3)
+    assert check_image(np.zeros((4, 5, 4), np.uint8)).shape == (4, 5, 3)
+    with pytest.raises(InputError, match=r"is 1x1 pixels; at least 2x2 is needed"):
+        check_image(np.zeros((1, 1, 3), np.uint8))
+    with pytest.raises(InputError, match=r"has shape \(0,\)"):
+        check_image(np.zeros((0,), np.uint8))
+    with pytest.raises(InputError, match=r"has dtype float32, expected uint8"):
+        check_image(np.zeros((4, 4, 3), np.float32))
+    with pytest.raises(InputError, match=r"has 2 channels; expected 1 \(gray\), 3 \(BGR\) or 4 \(BGRA\)"):
+        check_image(np.zeros((4, 4, 2), np.uint8))
+    (tmp_path / "notes.jpg").write_text("not an image")
+    with pytest.raises(InputError, match=r"image '.*notes.jpg' \| is not an image OpenCV can read"):
+        load_image(tmp_path / "notes.jpg")
+    with pytest.raises(InputError, match=r"no such file"):
+        load_image(tmp_path / "missing.png")
+
+
+@pytest.fixture(scope="module")
+def detector_path():
+    return nudenet_model()
+
+
+@pytest.mark.slow
+def test_real_detector_same_boxes_on_every_backend(detector_path):
+    image = darknet_image("person.jpg")
+    results = {}
+    for backend, options in (("onnxruntime", {}), ("openvino", {"precision": "f32"}), ("opencv", {})):
+        with deploykit.Detector(detector_path, backend, conf=0.2, **options) as detector:
+            assert detector.layout == "ultralytics" and detector.size == (320, 320)
+            results[backend] = detector(image)
+    reference = results["onnxruntime"]
+    assert len(reference) >= 3 and reference[0].label == "FEET_COVERED"
+    height, width = load_image(image).shape[:2]
+    for detection in reference:
+        x1, y1, x2, y2 = detection.xyxy
+        assert 0 <= x1 < x2 <= width and 0 <= y1 < y2 <= height
+    for backend, detections in results.items():
+        assert [d.label for d in detections] == [d.label for d in reference], backend
+        for ours, theirs in zip(detections, reference, strict=True):
+            assert iou_one_to_many(np.array(ours.xyxy), np.array([theirs.xyxy]))[0] >= 0.9
+
+
+def test_detector_is_thread_safe_and_batches(detector_path):
+    image = load_image(darknet_image("person.jpg"))
+    with deploykit.Detector(detector_path, conf=0.2) as detector:
+        expected = detector(image)
+        assert detector.last_timing.infer_ms > 0 and detector.last_timing.total_ms >= detector.last_timing.infer_ms
+        results, errors = [None] * 8, []
+
+        def work(index):
+            try:
+                results[index] = detector(image)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors and all(r == expected for r in results)
+        batched = detector.batch([image, cv2.flip(image, 1), image])
+        assert batched[0] == expected and batched[2] == expected
+        assert any(d.label == "FEET_COVERED" for d in batched[1]), "the mirrored image still shows the covered feet"
+
+
+def test_detector_from_darknet_conversion_matches_decoded_graph(tmp_path):
+    from deploykit.convert.darknet.convert import convert_darknet, load_network
+    from deploykit.convert.darknet.weights import write_random_weights
+
+    cfg = REPO / "models" / "darknet" / "yolov4-tiny.cfg"
+    weights = tmp_path / "w.weights"
+    write_random_weights(load_network(cfg), weights, seed=9)
+    raw, decoded = tmp_path / "raw.onnx", tmp_path / "decoded.onnx"
+    labels = REPO / "models" / "labels" / "coco.names"
+    convert_darknet(cfg, weights, raw, head="raw", labels=labels, verify_backends=[])
+    convert_darknet(cfg, weights, decoded, head="decoded", labels=labels, verify_backends=[])
+    image = load_image(darknet_image("dog.jpg"))
+    with deploykit.Detector(raw, conf=0.3) as a, deploykit.Detector(decoded, conf=0.3) as b:
+        assert (a.layout, b.layout) == ("darknet-raw", "darknet-decoded")
+        assert a.labels[16] == "dog" and a.pad_value == 128
+        first, second = a(image), b(image)
+    assert first and [d.class_id for d in first] == [d.class_id for d in second]
+    for x, y in zip(first, second, strict=True):
+        np.testing.assert_allclose(x.xyxy, y.xyxy, atol=0.05)
+
+
+@pytest.mark.slow
+def test_real_classifier_on_a_real_photo(tmp_path):
+    from deploykit.convert.torch import convert_torch
+
+    out = tmp_path / "mobilenet_v2.onnx"
+    convert_torch(f"{REPO / 'models' / 'torch' / 'mobilenet_v2.py'}:build", output=out, weights=mobilenet_v2_weights(),
+                  inputs=["images:1x3x224x224"], dynamic={"images": {0: "batch"}})  # fmt: skip
+    labels = REPO / "models" / "labels" / "imagenet.txt"
+    with deploykit.Classifier(out, "openvino", labels=labels, mean=(0.485, 0.456, 0.406),
+                              std=(0.229, 0.224, 0.225), precision="f32") as classifier:  # fmt: skip
+        top = classifier(darknet_image("eagle.jpg"), top_k=3)
+        assert top[0].label == "bald eagle" and top[0].score > 0.5
+        assert sum(c.score for c in classifier(darknet_image("eagle.jpg"), top_k=1000)) == pytest.approx(1.0, abs=1e-4)
+        dog = classifier(darknet_image("dog.jpg"))[0]
+        assert 151 <= dog.class_id <= 268, f"dog.jpg gave {dog.label}"  # ImageNet's dog breeds
+
+
+def test_unknown_layout_and_bad_labels(catalog_paths, detector_path, tmp_path):
+    with pytest.raises(UsageError, match=r"has 2 inputs; image pipelines take one image input"):
+        deploykit.Detector(catalog_paths["multi_io"])
+    with pytest.raises(
+        UsageError, match=r"outputs y \(1, 4, 8, 8\) are not a detection layout deploykit knows.*ultralytics"
+    ):
+        deploykit.Detector(catalog_paths["conv_bn_act"])
+    wrong = tmp_path / "names.txt"
+    wrong.write_text("cat\ndog\n")
+    with pytest.raises(UsageError, match=r"has 2 names, the model has 18 classes"):
+        deploykit.Detector(detector_path, labels=wrong)
+
+
+def test_predict_cli(detector_path, tmp_path):
+    result = CliRunner().invoke(app, ["predict", str(detector_path), str(darknet_image("person.jpg")), "--conf", "0.2",
+                                      "--draw", str(tmp_path / "out.jpg"), "--json", str(tmp_path / "out.json")])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads((tmp_path / "out.json").read_text())
+    assert data["task"] == "detect" and data["results"][0]["label"] == "FEET_COVERED"
+    assert cv2.imread(str(tmp_path / "out.jpg")).shape == cv2.imread(str(darknet_image("person.jpg"))).shape
+    result = CliRunner().invoke(app, ["predict", str(detector_path), str(tmp_path / "out.json")])
+    assert result.exit_code == 1 and "is not an image OpenCV can read" in result.stderr
