@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from deploykit.backends.registry import all_backends
@@ -49,7 +50,7 @@ def backends(
     for column in ("backend", "aliases", "version", "devices", "status"):
         table.add_column(column)
     for row in rows:
-        status = "[green]available[/]" if row["available"] else f"[red]unavailable[/]: {row['reason']}"
+        status = "[green]available[/]" if row["available"] else f"[red]unavailable[/]: {escape(row['reason'])}"
         table.add_row(
             row["name"],
             ", ".join(row["aliases"]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from deploykit.convert.report import ConversionReport
@@ -28,7 +29,7 @@ def print_report(report: ConversionReport) -> None:
         f"export {report.export_seconds:.2f} s, gate {report.gate_seconds:.2f} s)"
     )
     for note in report.notes:
-        console.print(f"  [yellow]note[/]: {note}")
+        console.print(f"  [yellow]note[/]: {escape(note)}")
     table = Table(title="parity against the source")
     for column in ("backend", "device", "precision", "cases", "max abs err", "max rel err", "verdict"):
         table.add_column(column)
@@ -36,7 +37,7 @@ def print_report(report: ConversionReport) -> None:
         outputs = [o for case in entry.cases for o in case["outputs"]]
         abs_err = f"{max(o['max_abs_error'] for o in outputs):.2e}" if outputs else "reference"
         rel_err = f"{max(o['max_rel_error'] for o in outputs):.2e}" if outputs else "-"
-        verdict = "[green]pass[/]" if entry.passed else f"[red]FAIL[/] {entry.error or ''}"
+        verdict = "[green]pass[/]" if entry.passed else f"[red]FAIL[/] {escape(entry.error or '')}"
         table.add_row(entry.backend, entry.device, entry.precision, str(len(entry.cases)), abs_err, rel_err, verdict)
     console.print(table)
 

@@ -19,6 +19,7 @@ from deploykit.errors import DeployKitError
 from . import backends_cmd, bench_cmd, demo_cmd, inspect_cmd, predict_cmd, run_cmd
 from .console import err_console
 from .convert_cmd import convert_app
+from .models_cmd import models_app
 
 
 class _Group(TyperGroup):
@@ -68,6 +69,7 @@ app.command("bench")(bench_cmd.bench)
 app.command("compare")(bench_cmd.compare)
 app.command("report")(bench_cmd.report)
 app.command("predict")(predict_cmd.predict)
+app.add_typer(models_app, name="models")
 
 
 def main() -> None:

@@ -42,7 +42,9 @@ def predict(
     iou: float = typer.Option(0.45, help="Detection: NMS IoU threshold."),
     agnostic: bool = typer.Option(False, "--agnostic", help="Detection: NMS across classes."),
     top_k: int = typer.Option(5, "--top-k", help="Classification: how many classes to show."),
-    imagenet: bool = typer.Option(False, "--imagenet", help="Classification: ImageNet mean/std normalisation."),
+    imagenet: bool = typer.Option(
+        False, "--imagenet", help="Classification: ImageNet mean/std (default: the model's metadata, else none)."
+    ),
     draw_path: Path = typer.Option(None, "--draw", help="Detection: write the image with boxes here."),
     json_path: Path = typer.Option(None, "--json", help="Write the results as JSON here."),
 ) -> None:
@@ -79,7 +81,7 @@ def predict(
             with atomic_path(draw_path) as temporary:
                 temporary.write_bytes(encoded.tobytes())
     else:
-        mean, std = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)) if imagenet else ((0, 0, 0), (1, 1, 1))
+        mean, std = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)) if imagenet else (None, None)
         with deploykit.Classifier(model, backend, device, labels=labels, mean=mean, std=std) as classifier:
             classes = classifier(image, top_k=top_k)
             timing = classifier.last_timing

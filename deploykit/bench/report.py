@@ -301,8 +301,10 @@ class BenchmarkResult:
         rows = self.summary_rows()
         for column in rows[0] if rows else ["configuration"]:
             table.add_column(column, overflow="fold")
+        from rich.markup import escape
+
         for row in rows:
-            table.add_row(*row.values())
+            table.add_row(*(escape(value) for value in row.values()))
         return table
 
     def _repr_html_(self) -> str:

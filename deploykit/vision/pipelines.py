@@ -296,9 +296,11 @@ class Classifier(_Pipeline):
         model: the ``.onnx`` file.
         backend, device: where it runs.
         labels: names file or list; default from the metadata, else ``class_N``.
-        mean, std, scale, channel_order: normalisation (ImageNet models: mean (0.485, 0.456, 0.406),
-            std (0.229, 0.224, 0.225), scale 1/255, RGB).
-        resize: ``center-crop`` (shorter side to size/0.875, then the centre) or ``stretch``.
+        mean, std, scale, channel_order: normalisation; default from the model's metadata (recipes
+            store it), else none beyond scale 1/255, RGB. ImageNet models: mean (0.485, 0.456, 0.406),
+            std (0.229, 0.224, 0.225).
+        resize: ``center-crop`` (shorter side to size/0.875, then the centre) or ``stretch``; default
+            from the metadata, else center-crop.
         softmax: ``auto`` (apply it unless outputs already are probabilities), ``always`` or ``never``.
         input_size: (height, width) for models with a dynamic input size.
     """
@@ -310,11 +312,11 @@ class Classifier(_Pipeline):
         device: str | None = None,
         *,
         labels: str | os.PathLike[str] | Sequence[str] | None = None,
-        mean: Sequence[float] = (0.0, 0.0, 0.0),
-        std: Sequence[float] = (1.0, 1.0, 1.0),
-        scale: float = 1 / 255,
-        channel_order: str = "RGB",
-        resize: str = "center-crop",
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+        scale: float | None = None,
+        channel_order: str | None = None,
+        resize: str | None = None,
         softmax: str = "auto",
         input_size: tuple[int, int] | None = None,
         **options: Any,
@@ -330,7 +332,12 @@ class Classifier(_Pipeline):
             )
         classes = math.prod(dims)
         self.labels = _check_label_count(_read_labels(labels, self.metadata), classes, labels or "in the metadata")
-        self.mean, self.std, self.scale, self.channel_order = tuple(mean), tuple(std), scale, channel_order
+        stored = json.loads(self.metadata.get("deploykit.input", "{}"))
+        self.mean = tuple(mean if mean is not None else stored.get("mean", (0.0, 0.0, 0.0)))
+        self.std = tuple(std if std is not None else stored.get("std", (1.0, 1.0, 1.0)))
+        self.scale = scale if scale is not None else float(stored.get("scale", 1 / 255))
+        self.channel_order = channel_order or stored.get("channel_order", "RGB")
+        resize = resize or stored.get("resize", "center-crop")
         if resize not in ("center-crop", "stretch") or softmax not in ("auto", "always", "never"):
             raise UsageError(f"resize '{resize}' / softmax '{softmax}' | not a known choice.",
                              hint="resize: center-crop or stretch; softmax: auto, always or never.")  # fmt: skip

@@ -127,13 +127,3 @@ def test_save_to_missing_directory_leaves_nothing(catalog_paths, tmp_path):
     result = invoke("run", catalog_paths["multi_io"], "--save", tmp_path / "no" / "out.npz")
     assert result.exit_code == 1 and "does not exist" in result.stderr
     assert not (tmp_path / "no").exists()
-
-
-@pytest.mark.slow
-def test_demo_runs_every_backend(tmp_path):
-    result = invoke("demo", "--dir", tmp_path, "--iterations", "5")
-    assert result.exit_code == 0, result.output
-    assert (tmp_path / "tiny_classifier.onnx").is_file()
-    for name in ("onnxruntime", "openvino", "opencv"):
-        assert name in result.stdout
-    assert result.stdout.count("pass") == 3 and "FAIL" not in result.stdout

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -20,36 +18,19 @@ from deploykit.vision.yolo import decode_heads
 from tests.assets.paths import DARKNET_CFG, REPO, _missing
 
 MODELS = REPO / "models" / "darknet"
-HELPER = Path(__file__).resolve().parents[1] / "assets" / "darknet" / "darknet_dump.c"
-DARKNET_INCLUDE = Path("/usr/lib/darknet/include/darknet.h")
 RAW_ATOL = 1e-4
 
 
 @pytest.fixture(scope="session")
-def darknet_dump(tmp_path_factory):
-    """The C helper, compiled against Debian's libdarknet (CPU build)."""
-    if not DARKNET_INCLUDE.is_file():
-        _missing("Debian's darknet (libdarknet.so + darknet.h)", "apt-get install darknet")
-    compiler = shutil.which("gcc") or shutil.which("cc")
-    if compiler is None:
-        _missing("a C compiler", "apt-get install gcc")
-    binary = tmp_path_factory.mktemp("darknet") / "darknet_dump"
-    subprocess.run(
-        [
-            compiler,
-            "-O2",
-            "-o",
-            str(binary),
-            str(HELPER),
-            f"-I{DARKNET_INCLUDE.parent}",
-            "-L/usr/lib/darknet",
-            "-ldarknet",
-            "-Wl,-rpath,/usr/lib/darknet",
-            "-lm",
-        ],
-        check=True,
-    )
-    return binary
+def darknet_reference():
+    """Darknet's own library through deploykit's C helper (compiled on first use)."""
+    from deploykit.convert.darknet import reference
+
+    reason = reference.unavailable_reason()
+    if reason:
+        _missing("the Darknet reference", reason)
+    reference.helper_binary()
+    return reference
 
 
 def _resized_cfg(source: Path, directory: Path, size: int | None) -> Path:
@@ -60,30 +41,6 @@ def _resized_cfg(source: Path, directory: Path, size: int | None) -> Path:
     cfg = directory / source.name
     cfg.write_text(text)
     return cfg
-
-
-def _darknet_outputs(binary: Path, cfg: Path, weights: Path, image: np.ndarray, layers: list[int], directory: Path):
-    image.astype("<f4").tofile(directory / "input.bin")
-    completed = subprocess.run(
-        [
-            str(binary),
-            str(cfg),
-            str(weights),
-            str(directory / "input.bin"),
-            str(directory / "output.bin"),
-            *map(str, layers),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert completed.returncode == 0, completed.stderr[-3000:]
-    data, offset, outputs = (directory / "output.bin").read_bytes(), 0, {}
-    for index in layers:
-        *_, count = np.frombuffer(data, dtype="<i4", count=4, offset=offset)
-        offset += 16
-        outputs[index] = np.frombuffer(data, dtype="<f4", count=count, offset=offset).copy()
-        offset += 4 * int(count)
-    return outputs
 
 
 DARKNET_CASES = [
@@ -103,7 +60,7 @@ DARKNET_CASES = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("source", "size"), DARKNET_CASES, ids=[f"{c.parent.name}/{c.name}" for c, _ in DARKNET_CASES])
-def test_raw_outputs_match_darknet(darknet_dump, tmp_path, source, size):
+def test_raw_outputs_match_darknet(darknet_reference, tmp_path, source, size):
     if not source.is_file():
         _missing(f"{source}", "apt-get install darknet")
     cfg = _resized_cfg(source, tmp_path, size)
@@ -114,7 +71,7 @@ def test_raw_outputs_match_darknet(darknet_dump, tmp_path, source, size):
     convert_darknet(cfg, weights, onnx_path, head="raw", verify_backends=[])
     finals = net.heads() or [net.layers[-1]]
     image = np.random.default_rng(0).uniform(0, 1, (1, net.channels, net.height, net.width)).astype(np.float32)
-    expected = _darknet_outputs(darknet_dump, cfg, weights, image, [layer.index for layer in finals], tmp_path)
+    expected = darknet_reference.darknet_outputs(cfg, weights, image, [layer.index for layer in finals])
     with deploykit.load(onnx_path) as session:
         ours = session.run({"images": image})
     for layer in finals:

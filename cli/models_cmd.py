@@ -1,0 +1,63 @@
+"""``deploykit models``: the recipes in models/, and building one into a verified ONNX file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from .console import console, print_json
+
+models_app = typer.Typer(
+    help="Model recipes (models/recipes/*.toml): list them, build one.", invoke_without_command=True
+)
+
+
+@models_app.callback()
+def list_models(
+    ctx: typer.Context,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """List the recipes."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from deploykit.recipes import list_recipes
+
+    rows = [
+        {"name": r.name, "task": r.task, "source": r.kind, "input": r.input["shape"], "description": r.description,
+         "available": r.unavailable_reason() is None, "reason": r.unavailable_reason()}
+        for r in list_recipes()
+    ]  # fmt: skip
+    if as_json:
+        print_json(rows)
+        return
+    table = Table(title="deploykit model recipes (models/recipes)")
+    for column in ("name", "task", "source", "input", "description", "status"):
+        table.add_column(column)
+    for row in rows:
+        status = "[green]ready[/]" if row["available"] else f"[yellow]{row['reason']}[/]"
+        table.add_row(row["name"], row["task"], row["source"], "x".join(map(str, row["input"])),
+                      escape(row["description"]), status)  # fmt: skip
+    console.print(table)
+
+
+@models_app.command("build")
+def build_model(
+    name: str = typer.Argument(..., help="Recipe name (see 'deploykit models')."),
+    output: Path = typer.Option(None, "--output", "-o", help="The .onnx file (default: NAME.onnx)."),
+    weights: Path = typer.Option(None, "--weights", help="Trained weights (Darknet .weights or a state_dict)."),
+    verify_backends: str = typer.Option(
+        "onnxruntime,openvino,opencv", "--verify-backends", help="Backends to verify on."
+    ),
+    report_path: Path = typer.Option(None, "--report", help="Also write the conversion report as JSON."),
+) -> None:
+    """Build a recipe into a verified ONNX file."""
+    from deploykit.recipes import build
+
+    from .convert_cmd import finish
+
+    report = build(name, output or Path(f"{name}.onnx"), weights=weights,
+                   verify_backends=[b.strip() for b in verify_backends.split(",") if b.strip()])  # fmt: skip
+    finish(report, report_path)
