@@ -39,9 +39,24 @@ def bench(
     options: list[str] = typer.Option([], "--option", "-o", help="Backend option KEY=VALUE for every configuration."),
     report_dir: Path = typer.Option(None, "--report", help="Write report.json/.csv/.md/.html into this directory."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON report instead of the table."),
+    pipeline: str = typer.Option(
+        None, "--pipeline", help="detect | classify: time the whole pipeline (pre + inference + post) on --images."
+    ),
+    images: Path = typer.Option(None, "--images", help="With --pipeline: a folder of images."),
 ) -> None:
     """Benchmark a model on backends × devices × batch × threads; check every output against the reference."""
-    from deploykit.bench.runner import benchmark
+    from deploykit.bench.runner import benchmark, default_backend_specs
+
+    if pipeline is not None:
+        from deploykit.bench.pipeline import benchmark_pipeline
+
+        if images is None:
+            raise UsageError("--pipeline | needs --images DIR.", hint="e.g. --pipeline detect --images photos/.")
+        pipeline_options = {k: coerce(v) for k, v in parse_pairs(options, "--option").items()}
+        result = benchmark_pipeline(model, pipeline, images, backends or default_backend_specs(),
+                                    iterations=iterations, warmup=warmup, options=pipeline_options)  # fmt: skip
+        _show(result, as_json, report_dir)
+        return
 
     if scenario == "offline" and batch in (None, "1"):
         err_console.print("note: offline scenario with batch 1; pass --batch 16 (or more) for throughput")
@@ -79,6 +94,10 @@ def bench(
             options={k: coerce(v) for k, v in parse_pairs(options, "--option").items()},
             progress=report_progress,
         )
+    _show(result, as_json, report_dir)
+
+
+def _show(result: BenchmarkResult, as_json: bool, report_dir: Path | None) -> None:
     if as_json:
         print_json(result.data)
     else:
@@ -86,6 +105,10 @@ def bench(
         for row in result.rows:
             for warning in row.get("warnings", []):
                 err_console.print(f"warning: {row['config']['label']}: {warning}")
+            if row.get("stages"):
+                stages = row["stages"]
+                split = f"pre {stages['pre_p50_ms']:.1f} ms, inference {stages['infer_p50_ms']:.1f} ms"
+                console.print(f"{row['config']['label']}: {split}, post {stages['post_p50_ms']:.1f} ms (p50)")
         if result.data["recommendation"]:
             console.print(f"recommended: {result.data['recommendation']['python']}")
     if report_dir is not None:

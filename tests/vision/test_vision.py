@@ -73,6 +73,22 @@ def test_nms_matches_brute_force(seed):
     assert list(nms(boxes, scores, None, iou=0.5, max_detections=5)) == agnostic[:5]
 
 
+def test_every_nms_engine_gives_the_same_answer(monkeypatch):
+    from deploykit.vision import nms as module
+
+    rng = np.random.default_rng(7)
+    xy = rng.uniform(0, 100, (300, 2))
+    boxes = np.concatenate([xy, xy + rng.uniform(5, 40, (300, 2))], axis=1).astype(np.float32)
+    scores = rng.uniform(0, 1, 300).astype(np.float32)
+    classes = rng.integers(0, 4, 300)
+    expected = _brute_force_nms(boxes, scores, classes, 0.45)
+    assert list(nms(boxes, scores, classes, max_detections=1000)) == expected  # ONNX Runtime's kernel
+    monkeypatch.setattr(module, "_onnxruntime_nms", lambda: None)
+    assert list(nms(boxes, scores, classes, max_detections=1000)) == expected  # OpenCV
+    monkeypatch.setitem(__import__("sys").modules, "cv2", None)
+    assert list(nms(boxes, scores, classes, max_detections=1000)) == expected  # numpy
+
+
 def test_image_checks(tmp_path):
     gray = check_image(np.full((4, 5), 9, np.uint8))
     assert gray.shape == (4, 5, 3)
@@ -201,3 +217,28 @@ def test_predict_cli(detector_path, tmp_path):
     assert cv2.imread(str(tmp_path / "out.jpg")).shape == cv2.imread(str(darknet_image("person.jpg"))).shape
     result = CliRunner().invoke(app, ["predict", str(detector_path), str(tmp_path / "out.json")])
     assert result.exit_code == 1 and "is not an image OpenCV can read" in result.stderr
+
+
+def test_pipeline_bench_times_every_stage(detector_path, tmp_path):
+    import shutil
+
+    from deploykit.bench.pipeline import benchmark_pipeline
+
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for name in ("person.jpg", "dog.jpg"):
+        shutil.copy(darknet_image(name), folder / name)
+    result = benchmark_pipeline(detector_path, "detect", folder, ["onnxruntime", "opencv"], iterations=4, warmup=1)
+    schema = json.loads((REPO / "docs" / "report-schema.json").read_text())
+    import jsonschema
+
+    jsonschema.validate(result.data, schema)
+    for row in result.rows:
+        assert row["status"] == "ok" and row["parity"]["passed"]
+        stages = row["stages"]
+        assert stages["infer_p50_ms"] > 0 and stages["pre_p50_ms"] > 0 and stages["post_p50_ms"] > 0
+        assert row["latency"]["p50_ms"] >= stages["infer_p50_ms"]
+    result = CliRunner().invoke(
+        app, ["bench", str(detector_path), "--pipeline", "detect", "--images", str(tmp_path / "none")]
+    )
+    assert result.exit_code == 1 and "is not a directory" in result.stderr

@@ -1,0 +1,144 @@
+"""End-to-end benchmarks of a task pipeline (pre-processing + inference + post-processing) on real
+images: latency as an app experiences it, split by stage, on each backend, in one report.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from deploykit.backends.registry import canonical_name, get_backend
+from deploykit.bench.config import BenchConfig, parse_backend_spec
+from deploykit.bench.fingerprint import fingerprint
+from deploykit.bench.measure import _peak_rss_bytes, failed_row
+from deploykit.bench.report import SCHEMA_VERSION, BenchmarkResult
+from deploykit.bench.runner import _file_sha256
+from deploykit.bench.stats import latency_stats
+from deploykit.errors import DeployKitError, UsageError
+from deploykit.vision.image import load_image
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+TASKS = ("detect", "classify")
+
+
+def _images(folder: str | os.PathLike[str]) -> list[Path]:
+    path = Path(folder)
+    files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES) if path.is_dir() else []
+    if not files:
+        raise UsageError(
+            f"images '{path}' | {'is not a directory' if not path.is_dir() else 'holds no image files'}.",
+            hint=f"pass a folder of {', '.join(IMAGE_SUFFIXES)} files.",
+        )
+    return files
+
+
+def _agreement(task: str, results: list[Any], reference: list[Any]) -> tuple[bool, float]:
+    """Detection: same labels and boxes with IoU ≥ 0.9; classification: same top-1. Returns (passed, share)."""
+    from deploykit.vision.nms import iou_one_to_many
+
+    matches = 0
+    for ours, theirs in zip(results, reference, strict=True):
+        if task == "classify":
+            matches += ours[0].class_id == theirs[0].class_id
+        else:
+            same = len(ours) == len(theirs) and all(
+                a.class_id == b.class_id and iou_one_to_many(np.array(a.xyxy), np.array([b.xyxy]))[0] >= 0.9
+                for a, b in zip(ours, theirs, strict=True)
+            )
+            matches += same
+    share = matches / len(results)
+    return share == 1.0, share
+
+
+def benchmark_pipeline(
+    model: str | os.PathLike[str],
+    task: str,
+    images: str | os.PathLike[str],
+    backends: Sequence[str],
+    *,
+    iterations: int = 20,
+    warmup: int = 2,
+    options: dict[str, Any] | None = None,
+) -> BenchmarkResult:
+    """Time ``Detector``/``Classifier`` calls over every image in a folder, on each backend."""
+    import deploykit
+
+    if task not in TASKS:
+        raise UsageError(f"pipeline '{task}' | is not one of {', '.join(TASKS)}.", hint="e.g. --pipeline detect.")
+    if iterations < 1:
+        raise UsageError(f"iterations {iterations} | at least 1 is needed.", hint="use --iterations 20.")
+    files = _images(images)
+    loaded = [load_image(f) for f in files]
+    pipeline_class = deploykit.Detector if task == "detect" else deploykit.Classifier
+    rows: list[dict[str, Any]] = []
+    outputs: list[list[Any] | None] = []
+    for spec in backends:
+        name, device = parse_backend_spec(spec)
+        name = canonical_name(name)
+        device = device or get_backend(name).default_device
+        config = BenchConfig(name, device, batch=1, iterations=iterations, warmup=warmup, options=dict(options or {}))
+        try:
+            start = time.perf_counter_ns()
+            pipeline = pipeline_class(model, name, device, **(options or {}))
+            load_ms = (time.perf_counter_ns() - start) / 1e6
+        except DeployKitError as exc:
+            rows.append(failed_row(config, str(exc)))
+            outputs.append(None)
+            continue
+        with pipeline:
+            start = time.perf_counter_ns()
+            first = [pipeline(image) for image in loaded[:1]]
+            first_ms = (time.perf_counter_ns() - start) / 1e6
+            for _ in range(warmup):
+                pipeline(loaded[0])
+            samples, stages = [], []
+            wall = time.perf_counter()
+            for index in range(iterations):
+                image = loaded[index % len(loaded)]
+                start = time.perf_counter_ns()
+                pipeline(image)
+                samples.append(time.perf_counter_ns() - start)
+                stages.append(pipeline.last_timing)
+            wall = time.perf_counter() - wall
+            results = first + [pipeline(image) for image in loaded[1:]]
+            info = pipeline.session.info.to_dict()
+        stats = latency_stats(samples)
+        rows.append({
+            "config": config.to_dict(), "status": "ok", "error": None, "session": info, "load_ms": load_ms,
+            "first_inference_ms": first_ms, "latency": stats.to_dict(), "latency_histogram": None, "wall_s": wall,
+            "throughput_sps": len(samples) / wall, "peak_rss_bytes": _peak_rss_bytes(), "gpu_memory_bytes": None,
+            "energy_j_per_inference": None, "energy_source": "unavailable", "cost_per_million": None, "parity": None,
+            "warnings": [], "stages": {
+                f"{stage}_p50_ms": statistics.median(getattr(t, f"{stage}_ms") for t in stages)
+                for stage in ("pre", "infer", "post")
+            },
+        })  # fmt: skip
+        outputs.append(results)
+    reference_index = next((i for i, o in enumerate(outputs) if o is not None), None)
+    for index, (row, produced) in enumerate(zip(rows, outputs, strict=True)):
+        if produced is None or reference_index is None:
+            continue
+        if index == reference_index:
+            row["parity"] = {"reference": "self", "passed": True, "outputs": []}
+            continue
+        passed, share = _agreement(task, produced, outputs[reference_index])  # type: ignore[arg-type]
+        row["parity"] = {"reference": rows[reference_index]["config"]["label"], "passed": passed, "outputs": [],
+                         "agreement": share, "compared": f"{task} results on {len(files)} images"}  # fmt: skip
+    result = BenchmarkResult({
+        "schema": "deploykit.bench", "schema_version": SCHEMA_VERSION,
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "model": {"path": str(model), "sha256": _file_sha256(Path(model)), "inputs": [], "outputs": []},
+        "settings": {"scenario": "singlestream", "warmup": warmup, "iterations": iterations, "duration_s": None,
+                     "seed": 0, "isolated": False, "cost_per_hour": None, "inputs": "file",
+                     "pipeline": task, "images": [str(f) for f in files]},
+        "device": fingerprint(), "rows": rows, "recommendation": None,
+    })  # fmt: skip
+    result.data["recommendation"] = result.recommend()
+    return result
