@@ -18,6 +18,7 @@ from deploykit.errors import ReportError
 from deploykit.io import atomic_path
 
 SCHEMA_VERSION = 1
+LATENCY_KEYS = ("min_ms", "mean_ms", "std_ms", "cov", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms")
 HEADLINE = {"singlestream": "p90_ms", "multistream": "p90_ms", "offline": "throughput_sps"}
 CSV_COLUMNS = [
     "label",
@@ -31,16 +32,7 @@ CSV_COLUMNS = [
     "status",
     "load_ms",
     "first_inference_ms",
-    "min_ms",
-    "mean_ms",
-    "std_ms",
-    "cov",
-    "p50_ms",
-    "p90_ms",
-    "p95_ms",
-    "p99_ms",
-    "p999_ms",
-    "max_ms",
+    *LATENCY_KEYS,
     "throughput_sps",
     "peak_rss_bytes",
     "energy_j_per_inference",
@@ -67,21 +59,7 @@ def _flat(row: dict[str, Any]) -> dict[str, Any]:
         "status": row["status"],
         "load_ms": row.get("load_ms"),
         "first_inference_ms": row.get("first_inference_ms"),
-        **{
-            k: latency.get(k)
-            for k in (
-                "min_ms",
-                "mean_ms",
-                "std_ms",
-                "cov",
-                "p50_ms",
-                "p90_ms",
-                "p95_ms",
-                "p99_ms",
-                "p999_ms",
-                "max_ms",
-            )
-        },
+        **{k: latency.get(k) for k in LATENCY_KEYS},
         "throughput_sps": row.get("throughput_sps"),
         "peak_rss_bytes": row.get("peak_rss_bytes"),
         "energy_j_per_inference": row.get("energy_j_per_inference"),

@@ -116,6 +116,28 @@ def _bn_scale(scales: np.ndarray, variance: np.ndarray) -> np.ndarray:
     return scales.astype(np.float64) / (np.sqrt(variance.astype(np.float64)) + BN_EPSILON)
 
 
+def _folded(
+    blocks: dict[str, np.ndarray], batch_normalize: bool, shaped: Callable[[], np.ndarray]
+) -> tuple[Callable[[], np.ndarray], Callable[[], np.ndarray]]:
+    """Weight and bias producers with Darknet's batch norm folded in:
+    y = scale·(W·x − mean)/(√var + ε) + bias, biases being added after the normalisation."""
+
+    def weight() -> np.ndarray:
+        w = shaped()
+        if not batch_normalize:
+            return np.ascontiguousarray(w, dtype=np.float32)
+        scale = _bn_scale(blocks["scales"], blocks["rolling_variance"])
+        return (w * scale.reshape(-1, *([1] * (w.ndim - 1)))).astype(np.float32)
+
+    def bias() -> np.ndarray:
+        if not batch_normalize:
+            return np.asarray(blocks["biases"], dtype=np.float32)
+        scale = _bn_scale(blocks["scales"], blocks["rolling_variance"])
+        return (blocks["biases"] - blocks["rolling_mean"] * scale).astype(np.float32)
+
+    return weight, bias
+
+
 def _convolutional(parts: GraphParts, layer: Layer, x: str, weights: DarknetWeights) -> str:
     p = layer.params
     blocks = {name: weights.take(count) for name, count in layer.weight_blocks}
@@ -123,19 +145,7 @@ def _convolutional(parts: GraphParts, layer: Layer, x: str, weights: DarknetWeig
     kernel_dims = (filters, layer.in_shape[0] // groups, size, size)
     hint = f"l{layer.index}_conv"
 
-    def kernel() -> np.ndarray:
-        w = blocks["weights"].reshape(kernel_dims)
-        if not p["batch_normalize"]:
-            return np.asarray(w, dtype=np.float32)
-        scale = _bn_scale(blocks["scales"], blocks["rolling_variance"])
-        return (w * scale[:, None, None, None]).astype(np.float32)
-
-    def bias() -> np.ndarray:
-        if not p["batch_normalize"]:
-            return np.asarray(blocks["biases"], dtype=np.float32)
-        scale = _bn_scale(blocks["scales"], blocks["rolling_variance"])
-        return (blocks["biases"] - blocks["rolling_mean"] * scale).astype(np.float32)
-
+    kernel, bias = _folded(blocks, p["batch_normalize"], lambda: blocks["weights"].reshape(kernel_dims))
     w_name, b_name = f"{hint}.weight", f"{hint}.bias"
     parts.lazy += [LazyTensor(w_name, kernel_dims, kernel), LazyTensor(b_name, (filters,), bias)]
     pad = p["padding"]
@@ -160,23 +170,12 @@ def _connected(parts: GraphParts, layer: Layer, x: str, weights: DarknetWeights)
     transpose = weights.header.transpose
     hint = f"l{layer.index}_fc"
 
-    def matrix() -> np.ndarray:
-        w = (
-            blocks["weights"].reshape((inputs, outputs)).T
-            if transpose
-            else blocks["weights"].reshape((outputs, inputs))
-        )
-        if not p["batch_normalize"]:
-            return np.ascontiguousarray(w, dtype=np.float32)
-        scale = _bn_scale(blocks["scales"], blocks["rolling_variance"])
-        return (w * scale[:, None]).astype(np.float32)
+    def shaped() -> np.ndarray:
+        if transpose:
+            return blocks["weights"].reshape((inputs, outputs)).T
+        return blocks["weights"].reshape((outputs, inputs))
 
-    def bias() -> np.ndarray:
-        if not p["batch_normalize"]:
-            return np.asarray(blocks["biases"], dtype=np.float32)
-        scale = _bn_scale(blocks["scales"], blocks["rolling_variance"])
-        return (blocks["biases"] - blocks["rolling_mean"] * scale).astype(np.float32)
-
+    matrix, bias = _folded(blocks, p["batch_normalize"], shaped)
     w_name, b_name = f"{hint}.weight", f"{hint}.bias"
     parts.lazy += [LazyTensor(w_name, (outputs, inputs), matrix), LazyTensor(b_name, (outputs,), bias)]
     flat = parts.node("Flatten", [x], hint, axis=1)
