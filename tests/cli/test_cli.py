@@ -127,3 +127,20 @@ def test_save_to_missing_directory_leaves_nothing(catalog_paths, tmp_path):
     result = invoke("run", catalog_paths["multi_io"], "--save", tmp_path / "no" / "out.npz")
     assert result.exit_code == 1 and "does not exist" in result.stderr
     assert not (tmp_path / "no").exists()
+
+
+def test_inspect_model_with_external_data(tmp_path):
+    import onnx
+
+    from deploykit.samples import tiny_classifier
+
+    path = tmp_path / "external.onnx"
+    onnx.save_model(tiny_classifier(size=16), str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="external.onnx.data", size_threshold=0)  # fmt: skip
+    result = invoke("inspect", path, "--json")
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["external_data_bytes"] == (tmp_path / "external.onnx.data").stat().st_size > 0
+    assert summary["parameter_count"] > 0
+    run = invoke("run", path, "-b", "ort", "--json")
+    assert run.exit_code == 0, run.output
