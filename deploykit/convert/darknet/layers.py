@@ -8,185 +8,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deploykit.convert.darknet.cfg import DarknetCfg, Section, check_unused
+from deploykit.convert.darknet.vocabulary import (
+    ACTIVATIONS,
+    CONV_TRAINING,
+    KNOWN_UNCONVERTED,
+    NET_KEYS,
+    REGION_TRAINING,
+    YOLO_TRAINING,
+)
 from deploykit.errors import ConversionError, UnsupportedLayerError
 
 Shape = tuple[int, int, int]  # channels, height, width
-
-ACTIVATIONS = frozenset(
-    {
-        "linear",
-        "leaky",
-        "relu",
-        "relu6",
-        "logistic",
-        "tanh",
-        "mish",
-        "swish",
-        "hard_mish",
-        "hardswish",
-        "hard_swish",
-        "elu",
-        "selu",
-        "gelu",
-        "relie",
-        "ramp",
-        "loggy",
-        "hardtan",
-    }
-)
-# Activations Darknet knows but this converter does not: an error, never a silent ReLU.
-KNOWN_UNCONVERTED = frozenset(
-    {
-        "plse",
-        "stair",
-        "lhtan",
-        "revleaky",
-        "normalize_channels",
-        "normalize_channels_softmax",
-        "normalize_channels_softmax_maxval",
-    }
-)
-
-# Keys that only matter for training (or for Darknet's own bookkeeping); ignored knowingly.
-_NET_KEYS = frozenset(
-    {
-        "batch",
-        "subdivisions",
-        "width",
-        "height",
-        "channels",
-        "momentum",
-        "decay",
-        "angle",
-        "saturation",
-        "exposure",
-        "hue",
-        "learning_rate",
-        "burn_in",
-        "max_batches",
-        "policy",
-        "steps",
-        "scales",
-        "mosaic",
-        "max_chart_loss",
-        "letter_box",
-        "flip",
-        "blur",
-        "gaussian_noise",
-        "mixup",
-        "cutmix",
-        "track",
-        "time_steps",
-        "augment_speed",
-        "sequential_subdivisions",
-        "try_fix_nan",
-        "power",
-        "adam",
-        "B1",
-        "B2",
-        "eps",
-        "step",
-        "gamma",
-        "rate",
-        "ema_alpha",
-        "label_smooth_eps",
-        "dynamic_minibatch",
-        "loss_scale",
-        "min_crop",
-        "max_crop",
-        "aspect",
-        "center",
-        "jitter",
-        "random",
-        "inputs",
-        "max_ratio",
-        "min_ratio",
-        "mosaic_bound",
-        "contrastive",
-        "unsupervised",
-        "adversarial_lr",
-        "attention",
-        "equidistant_point",
-        "resize_step",
-        "init_sequential_subdivisions",
-        "num_sigmas_reject_badlabels",
-        "badlabels_rejection_percentage",
-        "use_cuda_graph",
-        "workspace_size_limit_MB",
-        "cudnn_half",
-        "scale",
-        "optimized_memory",
-        "seen",
-    }
-)
-_YOLO_TRAINING = frozenset(
-    {
-        "jitter",
-        "ignore_thresh",
-        "truth_thresh",
-        "random",
-        "iou_normalizer",
-        "cls_normalizer",
-        "obj_normalizer",
-        "iou_loss",
-        "iou_thresh_kind",
-        "nms_kind",
-        "beta_nms",
-        "max_delta",
-        "iou_thresh",
-        "resize",
-        "max",
-        "counters_per_class",
-        "label_smooth_eps",
-        "focal_loss",
-        "objectness_smooth",
-        "embedding_layer",
-        "track_history_size",
-        "sim_thresh",
-        "dets_for_track",
-        "dets_for_show",
-        "track_ciou_norm",
-        "map",
-        "show_details",
-        "embedding_size",
-        "delta_normalizer",
-    }
-)
-_REGION_TRAINING = frozenset(
-    {
-        "bias_match",
-        "jitter",
-        "rescore",
-        "object_scale",
-        "noobject_scale",
-        "class_scale",
-        "coord_scale",
-        "absolute",
-        "thresh",
-        "random",
-        "tree",
-        "map",
-        "max",
-        "log",
-        "sqrt",
-        "focal_loss",
-    }
-)
-_CONV_TRAINING = frozenset(
-    {
-        "flipped",
-        "binary",
-        "xnor",
-        "bin_output",
-        "stopbackward",
-        "train",
-        "stop_backward",
-        "learning_rate",
-        "cbn",
-        "share_index",
-        "assisted_excitation",
-    }
-)
 
 
 @dataclass
@@ -271,7 +103,7 @@ def resolve(cfg: DarknetCfg, width: int | None = None, height: int | None = None
             f"cfg '{cfg.path}' [net] | needs positive width, height and channels (got {width}x{height}x{channels}).",
             hint="set width= and height= in [net] or pass --input-size WxH.",
         )
-    check_unused(net, _NET_KEYS)
+    check_unused(net, NET_KEYS)
     layers: list[Layer] = []
     shape: Shape = (channels, height, width)
     for section in cfg.layers:
@@ -327,7 +159,7 @@ def _convolutional(section: Section, shape: Shape, layers: list[Layer]) -> Layer
                 f"{section.where()} | option {key}={section.options[key]} is not supported.",
                 hint="it changes the computation or the weights layout.",
             )
-    check_unused(section, _CONV_TRAINING)
+    check_unused(section, CONV_TRAINING)
     if filters <= 0 or size <= 0 or groups <= 0 or c % groups or filters % groups:
         raise ConversionError(
             f"{section.where()} | filters={filters}, size={size}, groups={groups} do not fit {c} input channels.",
@@ -622,7 +454,7 @@ def _yolo(section: Section, shape: Shape, layers: list[Layer]) -> Layer:
     anchors = _anchors(section)[:total]  # anchors beyond num pairs are ignored, as in Darknet
     scale_x_y = section.number("scale_x_y", 1.0)
     new_coords = section.integer("new_coords", 0)
-    check_unused(section, _YOLO_TRAINING)
+    check_unused(section, YOLO_TRAINING)
     if any(not 0 <= m < len(anchors) for m in mask):
         raise ConversionError(
             f"{section.where()} | mask {mask} refers to anchors beyond the {len(anchors)} given.",
@@ -658,7 +490,7 @@ def _region(section: Section, shape: Shape, layers: list[Layer]) -> Layer:
     use_softmax = section.integer("softmax", 0)
     anchors = _anchors(section)[:num]
     threshold = section.number("thresh", 0.2)  # OpenCV's importer zeroes class scores at or below it
-    check_unused(section, _REGION_TRAINING)
+    check_unused(section, REGION_TRAINING)
     if coords != 4 or not use_softmax:
         raise UnsupportedLayerError(
             f"{section.where()} | only coords=4 with softmax=1 is converted.", hint="this is the YOLOv2 [region] layer."
