@@ -29,7 +29,9 @@ def bench(
     warmup: int = typer.Option(10, help="Untimed runs before timing."),
     iterations: int = typer.Option(100, help="Timed runs per configuration."),
     duration: str = typer.Option(None, help="Time each configuration for this long instead (10s, 500ms)."),
-    inputs: Path = typer.Option(None, "--inputs", help=".npz of input arrays (default: seeded random)."),
+    inputs: Path = typer.Option(
+        None, "--inputs", help=".npz of input arrays, or an image / folder of images (default: seeded random)."
+    ),
     seed: int = typer.Option(0, help="Seed for random inputs."),
     reference: str = typer.Option(None, help="Backend whose outputs the others must match (default: first)."),
     in_process: bool = typer.Option(False, "--in-process", help="Measure in this process, not a subprocess each."),
@@ -124,7 +126,9 @@ def compare(
     backends: list[str] = typer.Option([], "--backend", "-b", help=BACKEND_HELP),
     batch: int = typer.Option(None, help="Batch size (default: the model's own, or 1)."),
     precision: str = typer.Option("f32", help="OpenVINO precision for the comparison (default f32)."),
-    inputs: Path = typer.Option(None, "--inputs", help=".npz of input arrays (default: seeded random)."),
+    inputs: Path = typer.Option(
+        None, "--inputs", help=".npz of input arrays, or an image / folder of images (default: seeded random)."
+    ),
     seed: int = typer.Option(0, help="Seed for random inputs."),
     reference: str = typer.Option(None, help="Backend whose outputs the others must match (default: first)."),
     atol: float = typer.Option(None, help="Absolute tolerance (default by precision)."),

@@ -78,12 +78,11 @@ def compare_backends(
         precision, passed, outputs, failures and error.
     """
     from deploykit.bench.config import parse_backend_spec
-    from deploykit.bench.runner import _feeds_for, default_backend_specs
-    from deploykit.inputs import load_arrays
+    from deploykit.bench.runner import _feeds_for, default_backend_specs, load_inputs
     from deploykit.model import read_interface
 
     interface = read_interface(model)
-    given = load_arrays(inputs) if isinstance(inputs, (str, os.PathLike)) else inputs
+    given = load_inputs(Path(model), inputs, batch or 1) if isinstance(inputs, (str, os.PathLike)) else inputs
     from deploykit.bench.config import model_batch
 
     if batch is None:

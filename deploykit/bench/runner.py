@@ -126,6 +126,30 @@ def _feeds_for(interface: Any, batch: int, inputs: Mapping[str, np.ndarray] | No
     return validate_feeds(specs, inputs)
 
 
+def load_inputs(model: Path, source: str | os.PathLike[str], batch: int) -> dict[str, np.ndarray]:
+    """Feeds from a file: an .npz of arrays, or an image / a folder of images (pre-processed as the
+    model's metadata says)."""
+    from deploykit.vision.image import IMAGE_SUFFIXES, image_feeds
+
+    path = Path(source)
+    if path.is_dir() or path.suffix.lower() in IMAGE_SUFFIXES:
+        return image_feeds(model, path, batch)
+    return load_arrays(path)
+
+
+def _rebatch(feeds: Mapping[str, np.ndarray] | None, batch: int) -> dict[str, np.ndarray] | None:
+    """Image feeds made for one batch size, tiled or cut to another (arrays from .npz stay as given)."""
+    if feeds is None:
+        return None
+    out = {}
+    for name, array in feeds.items():
+        if array.ndim == 4 and array.shape[0] != batch and array.dtype.kind == "f":
+            repeats = -(-batch // array.shape[0])
+            array = np.concatenate([array] * repeats)[:batch]
+        out[name] = array
+    return out
+
+
 def _describe_exit(code: int) -> str:
     if code < 0:
         try:
@@ -230,8 +254,8 @@ def benchmark(
         duration_s=duration_s,
         options=options,
     )
-    given = load_arrays(inputs) if isinstance(inputs, (str, os.PathLike)) else inputs
-    feeds_by_batch = {b: _feeds_for(interface, b, given, seed) for b in batches}
+    given = load_inputs(model_path, inputs, batches[0]) if isinstance(inputs, (str, os.PathLike)) else inputs
+    feeds_by_batch = {b: _feeds_for(interface, b, _rebatch(given, b), seed) for b in batches}
     reference_name = None
     if reference:
         reference_name = parse_backend_spec(reference)[0]

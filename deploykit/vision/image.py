@@ -166,3 +166,57 @@ def to_tensor(
     if np.any(std_array != 1):
         tensor /= std_array
     return tensor
+
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+
+
+def image_feeds(model: str | os.PathLike[str], source: str | os.PathLike[str], batch: int = 1) -> dict[str, np.ndarray]:
+    """Real-image feeds for a one-input NCHW model: an image file (repeated to ``batch``) or a
+    folder (its first ``batch`` images), pre-processed as the model's metadata says (letterbox,
+    RGB, 1/255 by default) at the model's input size.
+
+    Raises:
+        InputError: the model does not take one NCHW image input, or the images cannot be read.
+    """
+    import json
+
+    from deploykit.model import read_interface, read_metadata
+
+    interface = read_interface(model)
+    if len(interface.inputs) != 1 or interface.inputs[0].shape is None or len(interface.inputs[0].shape) != 4:
+        raise InputError(
+            f"inputs '{source}' | images feed one (N, C, H, W) input; '{Path(model).name}' has "
+            f"{', '.join(str(s) for s in interface.inputs)}.",
+            hint="pass arrays in an .npz file instead.",
+        )
+    spec = interface.inputs[0]
+    metadata = read_metadata(model)
+    stored = json.loads(metadata.get("deploykit.input", "{}"))
+    assert spec.shape is not None
+    height, width = spec.shape[2], spec.shape[3]
+    if not (isinstance(height, int) and isinstance(width, int)):
+        if "size" not in stored:
+            raise InputError(
+                f"inputs '{source}' | '{Path(model).name}' has a dynamic image size and no size in its metadata.",
+                hint="pass arrays in an .npz file instead.",
+            )
+        height, width = stored["size"]
+    path = Path(source)
+    files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES) if path.is_dir() else [path]
+    if not files:
+        raise InputError(
+            f"inputs '{path}' | the folder holds no images.", hint="pass an image file or a folder of them."
+        )
+    images = [load_image(files[i % len(files)]) for i in range(batch)]
+    resize = stored.get("resize", "letterbox")
+    if resize == "center-crop":
+        prepared = [center_crop(image, (height, width)) for image in images]
+    elif resize == "stretch":
+        prepared = [stretch(image, (height, width))[0] for image in images]
+    else:
+        pad = round(float(stored.get("pad_value", 114 / 255)) * 255)
+        prepared = [letterbox(image, (height, width), pad_value=pad)[0] for image in images]
+    tensor = to_tensor(prepared, channel_order=stored.get("channel_order", "RGB"), scale=stored.get("scale", 1 / 255),
+                       mean=stored.get("mean", (0, 0, 0)), std=stored.get("std", (1, 1, 1)))  # fmt: skip
+    return {spec.name: tensor.astype(spec.dtype, copy=False)}

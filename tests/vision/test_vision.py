@@ -242,3 +242,33 @@ def test_pipeline_bench_times_every_stage(detector_path, tmp_path):
         app, ["bench", str(detector_path), "--pipeline", "detect", "--images", str(tmp_path / "none")]
     )
     assert result.exit_code == 1 and "is not a directory" in result.stderr
+
+
+def test_real_images_as_bench_and_compare_inputs(tmp_path):
+    import shutil
+
+    from deploykit.convert.darknet.convert import convert_darknet, load_network
+    from deploykit.convert.darknet.weights import write_random_weights
+    from deploykit.vision.image import image_feeds
+
+    cfg = REPO / "models" / "darknet" / "yolov3-tiny.cfg"
+    weights = tmp_path / "w.weights"
+    write_random_weights(load_network(cfg), weights, seed=1)
+    model = tmp_path / "y.onnx"
+    convert_darknet(cfg, weights, model, head="decoded", batch="dynamic", verify_backends=[])
+    feeds = image_feeds(model, darknet_image("dog.jpg"))
+    tensor = feeds["images"]
+    assert tensor.shape == (1, 3, 416, 416) and tensor.dtype == np.float32
+    np.testing.assert_allclose(tensor[0, :, 0, 0], 128 / 255, atol=1e-6)  # Darknet's gray letterbox border
+    result = deploykit.compare_backends(model, ["ort", "openvino", "opencv"], inputs=darknet_image("dog.jpg"))
+    assert result["passed"] and result["inputs"] == {"images": [1, 3, 416, 416]}
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for name in ("dog.jpg", "person.jpg"):
+        shutil.copy(darknet_image(name), folder / name)
+    bench = deploykit.benchmark(model, ["ort"], batch=[1, 3], inputs=folder, iterations=2, warmup=0, isolate=False)
+    assert bench.data["settings"]["inputs"] == "file" and [r["config"]["batch"] for r in bench.rows] == [1, 3]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(InputError, match=r"inputs '.*empty' \| the folder holds no images"):
+        image_feeds(model, empty)
