@@ -169,6 +169,56 @@ def to_tensor(
 
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+RESIZES = ("letterbox", "stretch", "center-crop")
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """How images become a model's input: resize mode, pad value, channel order and normalisation."""
+
+    size: tuple[int, int]
+    resize: str = "letterbox"
+    pad_value: int = 114
+    channel_order: str = "RGB"
+    scale: float = 1 / 255
+    mean: tuple[float, ...] = (0.0, 0.0, 0.0)
+    std: tuple[float, ...] = (1.0, 1.0, 1.0)
+
+    @classmethod
+    def from_metadata(
+        cls, metadata: dict[str, str], size: tuple[int, int], default_resize: str = "letterbox", **overrides: Any
+    ) -> Preprocess:
+        """Settings from a model's ``deploykit.input`` metadata; ``overrides`` that are not None win."""
+        import json
+
+        stored = json.loads(metadata.get("deploykit.input", "{}"))
+        given = {k: v for k, v in overrides.items() if v is not None}
+        chosen = given.get("resize") or stored.get("resize", default_resize)
+        if chosen not in RESIZES:
+            raise InputError(
+                f"resize '{chosen}' | is not one of {', '.join(RESIZES)}.",
+                hint="letterbox keeps the aspect ratio, stretch does not, center-crop crops it.",
+            )
+        return cls(
+            size=size,
+            resize=chosen,
+            pad_value=round(float(stored.get("pad_value", 114 / 255)) * 255),
+            channel_order=given.get("channel_order") or stored.get("channel_order", "RGB"),
+            scale=float(given.get("scale", stored.get("scale", 1 / 255))),
+            mean=tuple(given.get("mean", stored.get("mean", (0.0, 0.0, 0.0)))),
+            std=tuple(given.get("std", stored.get("std", (1.0, 1.0, 1.0)))),
+        )
+
+    def place(self, image: np.ndarray) -> tuple[np.ndarray, Placement | None]:
+        """The resized image and where the original sits in it (None for a centre crop)."""
+        if self.resize == "letterbox":
+            return letterbox(image, self.size, pad_value=self.pad_value)
+        if self.resize == "stretch":
+            return stretch(image, self.size)
+        return center_crop(image, self.size), None
+
+    def tensor(self, canvases: Sequence[np.ndarray]) -> np.ndarray:
+        return to_tensor(canvases, channel_order=self.channel_order, scale=self.scale, mean=self.mean, std=self.std)
 
 
 def image_feeds(model: str | os.PathLike[str], source: str | os.PathLike[str], batch: int = 1) -> dict[str, np.ndarray]:
@@ -192,10 +242,10 @@ def image_feeds(model: str | os.PathLike[str], source: str | os.PathLike[str], b
         )
     spec = interface.inputs[0]
     metadata = read_metadata(model)
-    stored = json.loads(metadata.get("deploykit.input", "{}"))
     assert spec.shape is not None
     height, width = spec.shape[2], spec.shape[3]
     if not (isinstance(height, int) and isinstance(width, int)):
+        stored = json.loads(metadata.get("deploykit.input", "{}"))
         if "size" not in stored:
             raise InputError(
                 f"inputs '{source}' | '{Path(model).name}' has a dynamic image size and no size in its metadata.",
@@ -208,15 +258,6 @@ def image_feeds(model: str | os.PathLike[str], source: str | os.PathLike[str], b
         raise InputError(
             f"inputs '{path}' | the folder holds no images.", hint="pass an image file or a folder of them."
         )
-    images = [load_image(files[i % len(files)]) for i in range(batch)]
-    resize = stored.get("resize", "letterbox")
-    if resize == "center-crop":
-        prepared = [center_crop(image, (height, width)) for image in images]
-    elif resize == "stretch":
-        prepared = [stretch(image, (height, width))[0] for image in images]
-    else:
-        pad = round(float(stored.get("pad_value", 114 / 255)) * 255)
-        prepared = [letterbox(image, (height, width), pad_value=pad)[0] for image in images]
-    tensor = to_tensor(prepared, channel_order=stored.get("channel_order", "RGB"), scale=stored.get("scale", 1 / 255),
-                       mean=stored.get("mean", (0, 0, 0)), std=stored.get("std", (1, 1, 1)))  # fmt: skip
+    preprocess = Preprocess.from_metadata(metadata, (height, width))
+    tensor = preprocess.tensor([preprocess.place(load_image(files[i % len(files)]))[0] for i in range(batch)])
     return {spec.name: tensor.astype(spec.dtype, copy=False)}

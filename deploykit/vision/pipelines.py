@@ -22,7 +22,7 @@ import numpy as np
 from deploykit.errors import UsageError
 from deploykit.model import read_metadata
 from deploykit.tensors import TensorSpec
-from deploykit.vision.image import Placement, center_crop, check_image, letterbox, load_image, stretch, to_tensor
+from deploykit.vision.image import Placement, Preprocess, check_image, load_image
 from deploykit.vision.nms import nms
 from deploykit.vision.results import Classification, Detection, Timing
 from deploykit.vision.yolo import decode_heads
@@ -185,15 +185,12 @@ class Detector(_Pipeline):
         self.size = _input_size(self.input, self.metadata, input_size, self.model_path.name)
         self.layout, classes = self._layout()
         self.labels = _check_label_count(_read_labels(labels, self.metadata), classes, labels or "in the metadata")
-        preprocessing = json.loads(self.metadata.get("deploykit.input", "{}"))
-        self.resize = resize or preprocessing.get("resize", "letterbox")
-        self.pad_value = round(float(preprocessing.get("pad_value", 114 / 255)) * 255)
-        self.channel_order = channel_order or preprocessing.get("channel_order", "RGB")
-        self.scale = scale if scale is not None else float(preprocessing.get("scale", 1 / 255))
-        self.mean = tuple(mean if mean is not None else preprocessing.get("mean", (0.0, 0.0, 0.0)))
-        self.std = tuple(std if std is not None else preprocessing.get("std", (1.0, 1.0, 1.0)))
-        if self.resize not in ("letterbox", "stretch"):
-            raise UsageError(f"resize '{self.resize}' | is not letterbox or stretch.",
+        self.preprocess = Preprocess.from_metadata(
+            self.metadata, self.size, "letterbox", resize=resize, channel_order=channel_order, scale=scale,
+            mean=mean, std=std,
+        )  # fmt: skip
+        if self.preprocess.resize not in ("letterbox", "stretch"):
+            raise UsageError(f"resize '{self.preprocess.resize}' | is not letterbox or stretch.",
                              hint="letterbox keeps the aspect ratio; stretch does not.")  # fmt: skip
 
     def _layout(self) -> tuple[str, int]:
@@ -223,11 +220,6 @@ class Detector(_Pipeline):
             hint=f"known layouts — {known}.",
         )
 
-    def _prepare(self, image: np.ndarray) -> tuple[np.ndarray, Placement]:
-        if self.resize == "letterbox":
-            return letterbox(image, self.size, pad_value=self.pad_value)
-        return stretch(image, self.size)
-
     def _candidates(self, outputs: dict[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per image: boxes (cx, cy, w, h in input pixels) and class scores."""
         height, width = self.size
@@ -245,8 +237,9 @@ class Detector(_Pipeline):
             return [(rows[i, :, :4], rows[i, :, 4:]) for i in range(rows.shape[0])]
         return [(rows[i, :, :4], rows[i, :, 5:] * rows[i, :, 4:5]) for i in range(rows.shape[0])]
 
-    def _postprocess(self, boxes: np.ndarray, scores: np.ndarray, placement: Placement, conf: float,
+    def _postprocess(self, boxes: np.ndarray, scores: np.ndarray, placement: Placement | None, conf: float,
                      iou: float) -> list[Detection]:  # fmt: skip
+        assert placement is not None, "a Detector letterboxes or stretches, so boxes can be mapped back"
         class_ids = scores.argmax(axis=1)
         best = scores[np.arange(scores.shape[0]), class_ids]
         keep = best > conf
@@ -268,9 +261,8 @@ class Detector(_Pipeline):
     ) -> list[list[Detection]]:
         """Several images; one forward pass when the model's batch axis is dynamic."""
         start = time.perf_counter()
-        prepared = [self._prepare(_image(image)) for image in images]
-        tensors = [to_tensor([canvas], channel_order=self.channel_order, scale=self.scale, mean=self.mean, std=self.std)
-                   for canvas, _ in prepared]  # fmt: skip
+        prepared = [self.preprocess.place(_image(image)) for image in images]
+        tensors = [self.preprocess.tensor([canvas]) for canvas, _ in prepared]  # fmt: skip
         pre = time.perf_counter()
         name = self.input.name
         if self._dynamic_batch() and len(tensors) > 1:
@@ -299,8 +291,8 @@ class Classifier(_Pipeline):
         mean, std, scale, channel_order: normalisation; default from the model's metadata (recipes
             store it), else none beyond scale 1/255, RGB. ImageNet models: mean (0.485, 0.456, 0.406),
             std (0.229, 0.224, 0.225).
-        resize: ``center-crop`` (shorter side to size/0.875, then the centre) or ``stretch``; default
-            from the metadata, else center-crop.
+        resize: ``center-crop`` (shorter side to size/0.875, then the centre), ``stretch`` or
+            ``letterbox``; default from the metadata, else center-crop.
         softmax: ``auto`` (apply it unless outputs already are probabilities), ``always`` or ``never``.
         input_size: (height, width) for models with a dynamic input size.
     """
@@ -332,16 +324,14 @@ class Classifier(_Pipeline):
             )
         classes = math.prod(dims)
         self.labels = _check_label_count(_read_labels(labels, self.metadata), classes, labels or "in the metadata")
-        stored = json.loads(self.metadata.get("deploykit.input", "{}"))
-        self.mean = tuple(mean if mean is not None else stored.get("mean", (0.0, 0.0, 0.0)))
-        self.std = tuple(std if std is not None else stored.get("std", (1.0, 1.0, 1.0)))
-        self.scale = scale if scale is not None else float(stored.get("scale", 1 / 255))
-        self.channel_order = channel_order or stored.get("channel_order", "RGB")
-        resize = resize or stored.get("resize", "center-crop")
-        if resize not in ("center-crop", "stretch") or softmax not in ("auto", "always", "never"):
-            raise UsageError(f"resize '{resize}' / softmax '{softmax}' | not a known choice.",
-                             hint="resize: center-crop or stretch; softmax: auto, always or never.")  # fmt: skip
-        self.resize, self.softmax = resize, softmax
+        self.preprocess = Preprocess.from_metadata(
+            self.metadata, self.size, "center-crop", resize=resize, channel_order=channel_order, scale=scale,
+            mean=mean, std=std,
+        )  # fmt: skip
+        if softmax not in ("auto", "always", "never"):
+            raise UsageError(f"softmax '{softmax}' | is not auto, always or never.",
+                             hint="auto applies it unless the outputs already are probabilities.")  # fmt: skip
+        self.softmax = softmax
 
     def _probabilities(self, scores: np.ndarray) -> np.ndarray:
         scores = scores.reshape(scores.shape[0], -1).astype(np.float64)
@@ -357,9 +347,7 @@ class Classifier(_Pipeline):
 
     def batch(self, images: Sequence[Any], *, top_k: int = 5) -> list[list[Classification]]:
         start = time.perf_counter()
-        crops = [center_crop(_image(i), self.size) if self.resize == "center-crop" else stretch(_image(i), self.size)[0]
-                 for i in images]  # fmt: skip
-        tensor = to_tensor(crops, channel_order=self.channel_order, scale=self.scale, mean=self.mean, std=self.std)
+        tensor = self.preprocess.tensor([self.preprocess.place(_image(image))[0] for image in images])
         pre = time.perf_counter()
         name = self.input.name
         if self._dynamic_batch():

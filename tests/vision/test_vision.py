@@ -171,7 +171,7 @@ def test_detector_from_darknet_conversion_matches_decoded_graph(tmp_path):
     image = load_image(darknet_image("dog.jpg"))
     with deploykit.Detector(raw, conf=0.3) as a, deploykit.Detector(decoded, conf=0.3) as b:
         assert (a.layout, b.layout) == ("darknet-raw", "darknet-decoded")
-        assert a.labels[16] == "dog" and a.pad_value == 128
+        assert a.labels[16] == "dog" and a.preprocess.pad_value == 128
         first, second = a(image), b(image)
     assert first and [d.class_id for d in first] == [d.class_id for d in second]
     for x, y in zip(first, second, strict=True):
