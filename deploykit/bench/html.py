@@ -21,7 +21,7 @@ h1{font-size:1.4rem}h2{font-size:1.15rem;margin-top:1.6rem}
 table{border-collapse:collapse;font-size:.85rem;margin:.6rem 0}
 td,th{border:1px solid #ccc;padding:.25rem .5rem;text-align:right}th{background:#f3f3f3}
 td:first-child,th:first-child{text-align:left}
-.devices{display:flex;flex-wrap:wrap;gap:2rem}.device{flex:1 1 40rem;min-width:30rem}
+.devices{display:flex;flex-wrap:wrap;gap:2rem}.device{flex:1 1 45rem;min-width:30rem;overflow-x:auto}
 .fail{color:#b00}.pass{color:#070}.note{color:#666;font-size:.85rem}
 svg{background:#fff;border:1px solid #eee;margin:.3rem 0}
 """
@@ -162,7 +162,8 @@ def _section(result: BenchmarkResult) -> str:
     warnings = [f"{r['config']['label']}: {w}" for r in result.rows for w in r.get("warnings", [])]
     return "".join(
         [
-            f'<section class="device"><h2>{_e(device.get("hostname"))}: {_e(cpu["model"])}</h2>',
+            f'<section class="device"><h2>{_e(Path(data["model"]["path"]).name)} on {_e(device.get("hostname"))}: '
+        f"{_e(cpu['model'])}</h2>",
             f'<p class="note">{_e(cpu["logical_cores"])} logical cores, flags {_e(", ".join(cpu["flags"]) or "-")}, '
             f"governor {_e(cpu.get('governor') or 'unknown')}, {_e(device['os'])}, Python {_e(device['python'])}; "
             f"scenario {_e(data['settings']['scenario'])}, headline {_e(result.headline)}; {_e(data['created'])}</p>",
