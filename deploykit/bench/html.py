@@ -163,7 +163,7 @@ def _section(result: BenchmarkResult) -> str:
     return "".join(
         [
             f'<section class="device"><h2>{_e(Path(data["model"]["path"]).name)} on {_e(device.get("hostname"))}: '
-        f"{_e(cpu['model'])}</h2>",
+            f"{_e(cpu['model'])}</h2>",
             f'<p class="note">{_e(cpu["logical_cores"])} logical cores, flags {_e(", ".join(cpu["flags"]) or "-")}, '
             f"governor {_e(cpu.get('governor') or 'unknown')}, {_e(device['os'])}, Python {_e(device['python'])}; "
             f"scenario {_e(data['settings']['scenario'])}, headline {_e(result.headline)}; {_e(data['created'])}</p>",
