@@ -17,14 +17,15 @@ from .console import console
 def _task(model: Path, task: str) -> str:
     if task != "auto":
         return task
-    from deploykit.model import read_interface, read_metadata
+    from deploykit.model import read_interface
 
-    metadata = read_metadata(model)
+    interface = read_interface(model)
+    metadata = interface.metadata
     if metadata.get("deploykit.task") in ("detect", "classify"):
         return metadata["deploykit.task"]
     if metadata.get("task") == "detect":
         return "detect"
-    outputs = read_interface(model).outputs
+    outputs = interface.outputs
     shape = outputs[0].shape if len(outputs) == 1 else None
     if shape is not None and (len(shape) == 2 or (len(shape) == 4 and shape[2:] == (1, 1))):
         return "classify"

@@ -217,10 +217,12 @@ class GraphInterface:
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
     precision: str
+    metadata: dict[str, str] = field(default_factory=dict)
+    """``metadata_props`` (converters write deploykit.* keys; Ultralytics writes names, imgsz)."""
 
 
 def read_interface(path: str | os.PathLike[str]) -> GraphInterface:
-    """Inputs, outputs and weight precision of an ONNX file (external data is not read).
+    """Inputs, outputs, weight precision and metadata of an ONNX file (external data is not read).
 
     Raises:
         ModelNotFoundError, InvalidModelError: as ``load_onnx``.
@@ -228,7 +230,8 @@ def read_interface(path: str | os.PathLike[str]) -> GraphInterface:
     model_path = check_model_path(path)
     model = load_onnx(model_path, load_external_data=False, check=False)
     inputs, outputs = graph_io(model)
-    return GraphInterface(model_path, inputs, outputs, model_precision(model))
+    metadata = {p.key: p.value for p in model.metadata_props}
+    return GraphInterface(model_path, inputs, outputs, model_precision(model), metadata)
 
 
 def run_reference(path: str | os.PathLike[str], feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -239,9 +242,3 @@ def run_reference(path: str | os.PathLike[str], feeds: dict[str, np.ndarray]) ->
     evaluator = ReferenceEvaluator(model)
     names = [o.name for o in model.graph.output]
     return dict(zip(names, evaluator.run(None, feeds), strict=True))
-
-
-def read_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
-    """The model's ``metadata_props`` (converters write deploykit.* keys; Ultralytics writes names, imgsz)."""
-    model = load_onnx(path, load_external_data=False, check=False)
-    return {p.key: p.value for p in model.metadata_props}

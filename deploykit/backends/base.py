@@ -70,6 +70,7 @@ class Session(abc.ABC):
         outputs: output name → ``TensorSpec``, in graph order.
         info: what actually executes the model (``SessionInfo``).
         model_path: the file the session was loaded from.
+        metadata: the model's ``metadata_props`` (pre-processing, labels ... written by converters).
     """
 
     def __init__(
@@ -78,8 +79,10 @@ class Session(abc.ABC):
         inputs: Sequence[TensorSpec],
         outputs: Sequence[TensorSpec],
         info: SessionInfo,
+        metadata: Mapping[str, str] | None = None,
     ) -> None:
         self.model_path = model_path
+        self.metadata: dict[str, str] = dict(metadata or {})
         self.inputs: dict[str, TensorSpec] = {spec.name: spec for spec in inputs}
         self.outputs: dict[str, TensorSpec] = {spec.name: spec for spec in outputs}
         self.info = info

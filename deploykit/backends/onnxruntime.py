@@ -146,7 +146,7 @@ class OnnxRuntimeBackend(Backend):
             fallback_reason=fallback_reason,
             options=dict(options),
         )
-        return OnnxRuntimeSession(model_path, interface.inputs, interface.outputs, info, session)
+        return OnnxRuntimeSession(model_path, interface.inputs, interface.outputs, info, session, interface.metadata)
 
     def _refuse_or_fallback(self, device: str, reason: str, allow_fallback: bool) -> None:
         if not allow_fallback:
@@ -184,8 +184,10 @@ def _provider_failure(provider: str) -> str:
 
 
 class OnnxRuntimeSession(Session):
-    def __init__(self, model_path: Path, inputs: Any, outputs: Any, info: SessionInfo, session: Any):
-        super().__init__(model_path, inputs, outputs, info)
+    def __init__(
+        self, model_path: Path, inputs: Any, outputs: Any, info: SessionInfo, session: Any, metadata: Any = None
+    ) -> None:
+        super().__init__(model_path, inputs, outputs, info, metadata)
         self._session = session
         self._output_names = [o.name for o in session.get_outputs()]
 

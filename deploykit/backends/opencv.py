@@ -83,11 +83,13 @@ class OpenCvBackend(Backend):
         if int(options.get("threads", 0)):
             cv2.setNumThreads(int(options["threads"]))
 
+        metadata: dict[str, str] = {}
         if model_path.suffix.lower() == ".cfg":
             net, inputs, outputs, precision = self._read_darknet(cv2, model_path, options)
         else:
             interface = read_interface(model_path)
             inputs, outputs, precision = interface.inputs, interface.outputs, interface.precision
+            metadata = interface.metadata
             try:
                 net = cv2.dnn.readNetFromONNX(str(model_path))
             except Exception as exc:
@@ -118,7 +120,7 @@ class OpenCvBackend(Backend):
             fallback_reason=fallback_reason,
             options=dict(options),
         )
-        return OpenCvSession(model_path, inputs, outputs, info, net)
+        return OpenCvSession(model_path, inputs, outputs, info, net, metadata)
 
     @staticmethod
     def _target_problem(cv2: Any, target: str) -> str | None:
@@ -158,26 +160,14 @@ class OpenCvBackend(Backend):
                 f"Darknet model '{cfg_path.name}' | OpenCV cannot read it: {_cv_message(exc)}",
                 hint="check that the .weights file belongs to this .cfg.",
             ) from exc
-        width, height, channels = _darknet_input_size(cfg_path)
+        from deploykit.convert.darknet.cfg import read_cfg
+
+        section = read_cfg(cfg_path).net
+        width, height = section.integer("width", 416), section.integer("height", 416)
+        channels = section.integer("channels", 3)
         inputs = [TensorSpec("data", np.dtype(np.float32), (1, channels, height, width))]
         outputs = [TensorSpec(name, np.dtype(np.float32), None) for name in net.getUnconnectedOutLayersNames()]
         return net, inputs, outputs, "f32"
-
-
-def _darknet_input_size(cfg_path: Path) -> tuple[int, int, int]:
-    values = {"width": 416, "height": 416, "channels": 3}
-    in_net = False
-    for raw in cfg_path.read_text(errors="replace").splitlines():
-        line = raw.split("#")[0].strip()
-        if line.startswith("["):
-            if in_net:
-                break
-            in_net = line.lower() in ("[net]", "[network]")
-        elif in_net and "=" in line:
-            key, _, value = line.partition("=")
-            if key.strip() in values and value.strip().isdigit():
-                values[key.strip()] = int(value.strip())
-    return values["width"], values["height"], values["channels"]
 
 
 def _cv_message(exc: BaseException) -> str:
@@ -195,8 +185,9 @@ class OpenCvSession(Session):
         outputs: list[TensorSpec],
         info: SessionInfo,
         net: Any,
+        metadata: dict[str, str] | None = None,
     ) -> None:
-        super().__init__(model_path, inputs, outputs, info)
+        super().__init__(model_path, inputs, outputs, info, metadata)
         self._net = net
         self._lock = threading.Lock()
         self._output_names = list(self.outputs)

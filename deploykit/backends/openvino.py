@@ -144,6 +144,7 @@ class OpenVinoBackend(Backend):
             device=ov_device,
             config=config,
             reshape=reshape == "auto",
+            metadata=interface.metadata,
         )
         return session
 
@@ -190,8 +191,9 @@ class OpenVinoSession(Session):
         device: str,
         config: dict[str, Any],
         reshape: bool,
+        metadata: dict[str, str] | None = None,
     ) -> None:
-        super().__init__(model_path, inputs, outputs, info)
+        super().__init__(model_path, inputs, outputs, info, metadata)
         self._model = model
         self._device = device
         self._config = config

@@ -22,15 +22,14 @@ from deploykit.bench.report import SCHEMA_VERSION, BenchmarkResult
 from deploykit.bench.runner import _file_sha256
 from deploykit.bench.stats import latency_stats
 from deploykit.errors import DeployKitError, UsageError
-from deploykit.vision.image import load_image
+from deploykit.vision.image import IMAGE_SUFFIXES, list_images, load_image
 
-IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 TASKS = ("detect", "classify")
 
 
 def _images(folder: str | os.PathLike[str]) -> list[Path]:
     path = Path(folder)
-    files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES) if path.is_dir() else []
+    files = list_images(path) if path.is_dir() else []
     if not files:
         raise UsageError(
             f"images '{path}' | {'is not a directory' if not path.is_dir() else 'holds no image files'}.",

@@ -172,6 +172,11 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 RESIZES = ("letterbox", "stretch", "center-crop")
 
 
+def list_images(folder: Path) -> list[Path]:
+    """The image files of a folder (by suffix), sorted by name."""
+    return sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+
+
 @dataclass(frozen=True)
 class Preprocess:
     """How images become a model's input: resize mode, pad value, channel order and normalisation."""
@@ -231,7 +236,7 @@ def image_feeds(model: str | os.PathLike[str], source: str | os.PathLike[str], b
     """
     import json
 
-    from deploykit.model import read_interface, read_metadata
+    from deploykit.model import read_interface
 
     interface = read_interface(model)
     if len(interface.inputs) != 1 or interface.inputs[0].shape is None or len(interface.inputs[0].shape) != 4:
@@ -241,7 +246,7 @@ def image_feeds(model: str | os.PathLike[str], source: str | os.PathLike[str], b
             hint="pass arrays in an .npz file instead.",
         )
     spec = interface.inputs[0]
-    metadata = read_metadata(model)
+    metadata = interface.metadata
     assert spec.shape is not None
     height, width = spec.shape[2], spec.shape[3]
     if not (isinstance(height, int) and isinstance(width, int)):
@@ -253,7 +258,7 @@ def image_feeds(model: str | os.PathLike[str], source: str | os.PathLike[str], b
             )
         height, width = stored["size"]
     path = Path(source)
-    files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES) if path.is_dir() else [path]
+    files = list_images(path) if path.is_dir() else [path]
     if not files:
         raise InputError(
             f"inputs '{path}' | the folder holds no images.", hint="pass an image file or a folder of them."

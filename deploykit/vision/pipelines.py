@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from deploykit.errors import UsageError
-from deploykit.model import read_metadata
 from deploykit.tensors import TensorSpec
 from deploykit.vision.image import Placement, Preprocess, check_image, load_image
 from deploykit.vision.nms import nms
@@ -119,8 +118,8 @@ class _Pipeline:
         from deploykit import load
 
         self.model_path = Path(model)
-        self.metadata = read_metadata(self.model_path)
         self.session = load(self.model_path, backend, device, **options)
+        self.metadata = self.session.metadata
         self.input = _input_spec(self.session)
         self._local = threading.local()
 

@@ -33,11 +33,12 @@ def darknet_reference():
     return reference
 
 
-def _resized_cfg(source: Path, directory: Path, size: int | None) -> Path:
+def _resized_cfg(source: Path, directory: Path, size: tuple[int, int] | None) -> Path:
+    """A copy of ``source`` with the [net] input size (width, height) replaced."""
     text = source.read_text()
     if size:
-        text = re.sub(r"(?m)^\s*width\s*=.*$", f"width={size}", text)
-        text = re.sub(r"(?m)^\s*height\s*=.*$", f"height={size}", text)
+        text = re.sub(r"(?m)^\s*width\s*=.*$", f"width={size[0]}", text)
+        text = re.sub(r"(?m)^\s*height\s*=.*$", f"height={size[1]}", text)
     cfg = directory / source.name
     cfg.write_text(text)
     return cfg
@@ -63,7 +64,7 @@ DARKNET_CASES = [
 def test_raw_outputs_match_darknet(darknet_reference, tmp_path, source, size):
     if not source.is_file():
         _missing(f"{source}", "apt-get install darknet")
-    cfg = _resized_cfg(source, tmp_path, size)
+    cfg = _resized_cfg(source, tmp_path, (size, size) if size else None)
     net = load_network(cfg)
     weights = tmp_path / "random.weights"
     write_random_weights(net, weights, seed=11)
@@ -105,13 +106,7 @@ def _opencv4():
 def test_heads_match_opencv4_darknet(tmp_path, name, size):
     cv2 = _opencv4()
     source = MODELS / f"{name}.cfg"
-    if size is None:
-        cfg = source
-    else:
-        text = source.read_text()
-        text = re.sub(r"(?m)^width=.*$", f"width={size[0]}", text)
-        cfg = tmp_path / source.name
-        cfg.write_text(re.sub(r"(?m)^height=.*$", f"height={size[1]}", text))
+    cfg = _resized_cfg(source, tmp_path, size)
     net = load_network(cfg)
     weights = tmp_path / f"{name}.weights"
     write_random_weights(net, weights, seed=7)
