@@ -12,6 +12,7 @@ The tree::
 
     DeployKitError                 base of everything deploykit raises on purpose
     ├── UsageError                 an option or argument value that cannot be used
+    │   └── OutputError            an output path cannot be written, or is a file the command reads
     ├── ModelError                 a model file cannot be used
     │   ├── ModelNotFoundError     the path does not exist or is a directory
     │   └── InvalidModelError      the file is not a readable, valid ONNX model
@@ -51,6 +52,11 @@ class DeployKitError(Exception):
 
 class UsageError(DeployKitError):
     """An option or argument value that cannot be used."""
+
+
+class OutputError(UsageError):
+    """An output path cannot be written (no directory, not writable, read-only, a device),
+    or it is a file the command reads. Nothing is left at the path."""
 
 
 class ModelError(DeployKitError):

@@ -1,49 +1,286 @@
-"""Atomic file output: write to a temporary file beside the target, then rename.
+"""Safe file output: validated before the work, written atomically, never onto an input.
 
-A failed or interrupted run never leaves a half-written file at the target and
-never clobbers a good one.
+Every command that writes files goes through this module:
+
+- ``check_outputs`` validates every output path *before* any work (directory exists and
+  is writable, the path is not a directory, a device or a read-only file, no two outputs
+  are the same file, and no output resolves, after symlinks and hard links, to a file the
+  command reads).
+- ``atomic_path`` / ``atomic_outputs`` write to temporary files beside the targets and
+  rename them into place only when everything succeeded: a failed or interrupted run
+  leaves no half-written file and never clobbers a good one. Written files get the mode
+  a plain ``open(path, "w")`` would give them (the umask for new files, the old mode
+  for replaced ones).
+- ``scratch_dir`` is a temporary directory beside an output for multi-file work.
+
+Temporary files and directories are removed on an exception, on SIGINT, and also on
+SIGTERM and SIGHUP (whose default action would otherwise kill the process before any
+``finally`` runs): while one exists, a handler removes them and then lets the signal do
+what it would have done.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import signal
+import stat
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
-from deploykit.errors import UsageError
+from deploykit.errors import OutputError
+
+PathLike = str | os.PathLike[str]
+TEMPORARY_PREFIX = ".deploykit-"
+_CLEANUP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+_live_paths: set[Path] = set()
+_live_lock = threading.Lock()
+_installed: set[int] = set()
 
 
-def check_output_dir(path: Path) -> None:
-    """Refuse an output whose directory does not exist, before any work is done."""
-    parent = path.resolve().parent
-    if not parent.is_dir():
-        raise UsageError(
-            f"output '{path}' | directory '{parent}' does not exist.",
-            hint=f"create it first (mkdir -p {parent}) or choose another output path.",
-        )
+def _remove(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    """Remove every live temporary path, then die of the signal as the default action would."""
+    with _live_lock:
+        paths = list(_live_paths)
+        _live_paths.clear()
+    for path in paths:
+        _remove(path)
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _register(path: Path) -> None:
+    with _live_lock:
+        first = not _live_paths
+        _live_paths.add(path)
+    # Handlers can only be installed from the main thread; elsewhere cleanup relies on finally.
+    # Only default dispositions are replaced: an ignored SIGHUP (nohup) or a caller's own
+    # handler means the process goes on, so its files must stay.
+    if first and threading.current_thread() is threading.main_thread():
+        for signum in _CLEANUP_SIGNALS:
+            if signal.getsignal(signum) is signal.SIG_DFL:
+                signal.signal(signum, _on_signal)
+                _installed.add(signum)
+
+
+def _unregister(path: Path) -> None:
+    with _live_lock:
+        _live_paths.discard(path)
+        last = not _live_paths
+    if last and threading.current_thread() is threading.main_thread():
+        for signum in list(_installed):
+            if signal.getsignal(signum) is _on_signal:
+                signal.signal(signum, signal.SIG_DFL)
+            _installed.discard(signum)
+
+
+def _umask() -> int:
+    # os.umask can only be read by setting it; set it straight back.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _plain_write_mode(target: Path) -> int:
+    """The mode ``open(target, 'w')`` would leave: the existing file's, else 0666 minus the umask."""
+    try:
+        return stat.S_IMODE(target.stat().st_mode)
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _describe(label: str, path: Path) -> str:
+    return f"{label} '{path}'" if label else f"output '{path}'"
+
+
+def _check_one(label: str, path: Path) -> None:
+    subject = _describe(label, path)
+    parent = Path(os.path.realpath(path)).parent
     if path.is_dir():
-        raise UsageError(
-            f"output '{path}' | is a directory, expected a file path.",
+        raise OutputError(
+            f"{subject} | is a directory, expected a file path.",
             hint="name the file to write, e.g. out/model.onnx.",
         )
+    if not parent.is_dir():
+        raise OutputError(
+            f"{subject} | directory '{parent}' does not exist.",
+            hint=f"create it first (mkdir -p {parent}) or choose another output path.",
+        )
+    if path.exists():
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode):
+            raise OutputError(
+                f"{subject} | exists and is not a regular file (a device, pipe or socket); "
+                "deploykit replaces outputs, it would not write into it.",
+                hint="choose a path for a new or ordinary file.",
+            )
+        if not os.access(path, os.W_OK):
+            raise OutputError(
+                f"{subject} | exists and is read-only; deploykit does not replace protected files.",
+                hint=f"make it writable (chmod u+w {path}), delete it, or choose another output path.",
+            )
+    try:
+        handle, probe = tempfile.mkstemp(prefix=TEMPORARY_PREFIX, suffix=".probe", dir=parent)
+    except OSError as exc:
+        raise OutputError(
+            f"{subject} | directory '{parent}' is not writable ({exc.strerror or exc}).",
+            hint="choose an output path in a directory you can write to.",
+        ) from exc
+    os.close(handle)
+    os.unlink(probe)
+
+
+def check_outputs(
+    outputs: Mapping[str, PathLike | None],
+    *,
+    inputs: Mapping[str, PathLike | None] | Iterable[PathLike | None] = (),
+) -> None:
+    """Validate every output path of a command before it does any work.
+
+    Args:
+        outputs: option name (e.g. ``"--save"``) → path to write; ``None`` values are skipped.
+        inputs: the files the command reads (option name → path, or just paths); an output
+            that is the same file as one of them (after symlinks and hard links) is refused.
+
+    Raises:
+        OutputError: naming the option, the path and what is wrong with it.
+    """
+    named_inputs = dict(inputs) if isinstance(inputs, Mapping) else {f"input {i}": v for i, v in enumerate(inputs)}
+    input_paths = [(label, Path(p)) for label, p in named_inputs.items() if p is not None]
+    seen: list[tuple[str, Path]] = []
+    for label, value in outputs.items():
+        if value is None:
+            continue
+        path = Path(value)
+        subject = _describe(label, path)
+        for input_label, input_path in input_paths:
+            if input_path.exists() and _same_file(path, input_path):
+                reads = "" if input_label.startswith("input ") else f" ({input_label})"
+                raise OutputError(
+                    f"{subject} | is the file this command reads{reads}; writing it would destroy the input.",
+                    hint="choose another output path.",
+                )
+        for other_label, other in seen:
+            if os.path.realpath(path) == os.path.realpath(other) or _same_file(path, other):
+                raise OutputError(
+                    f"{subject} | is also the path of {_describe(other_label, other)}.",
+                    hint="give each output its own path.",
+                )
+        _check_one(label, path)
+        seen.append((label, path))
+
+
+def check_output_dir(path: PathLike) -> None:
+    """Refuse an output that cannot be written (see ``check_outputs``), before any work is done."""
+    check_outputs({"output": path})
+
+
+def _temporary_beside(target: Path) -> Path:
+    try:
+        handle, name = tempfile.mkstemp(prefix=f"{TEMPORARY_PREFIX}{target.name}.", suffix=".tmp", dir=target.parent)
+    except OSError as exc:
+        raise OutputError(
+            f"output '{target}' | cannot create a file in '{target.parent}' ({exc.strerror or exc}).",
+            hint="choose an output path in an existing directory you can write to.",
+        ) from exc
+    os.close(handle)
+    return Path(name)
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+def atomic_outputs(paths: Iterable[PathLike]) -> Iterator[list[Path]]:
+    """Yield one temporary path per target; when the block succeeds, move all of them into place.
+
+    All or nothing: on an exception (or SIGINT/SIGTERM/SIGHUP) every temporary file is
+    removed and no target is touched. Each target gets the mode a plain write would give it.
+
+    Raises:
+        OutputError: a target's directory is missing or not writable, or the final write failed.
+    """
+    targets = [Path(p) for p in paths]
+    for target in targets:
+        check_output_dir(target)
+    temporaries: list[Path] = []
+    try:
+        for target in targets:
+            temporary = _temporary_beside(target)
+            _register(temporary)
+            temporaries.append(temporary)
+        yield temporaries
+        commit(zip(temporaries, targets, strict=True))
+    finally:
+        for temporary in temporaries:
+            _remove(temporary)
+            _unregister(temporary)
+
+
+@contextlib.contextmanager
+def atomic_path(path: PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success rename it over ``path``.
 
     On an exception the temporary file is removed and ``path`` is left untouched.
     """
-    target = Path(path)
-    check_output_dir(target)
-    handle, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(handle)
-    temporary = Path(name)
-    try:
+    with atomic_outputs([path]) as (temporary,):
         yield temporary
-        os.replace(temporary, target)
+
+
+@contextlib.contextmanager
+def scratch_dir(beside: PathLike) -> Iterator[Path]:
+    """A temporary directory in the directory of output ``beside`` (so renames out of it are atomic).
+
+    Removed on exit, on an exception and on SIGINT/SIGTERM/SIGHUP.
+    """
+    parent = Path(os.path.realpath(beside)).parent
+    try:
+        directory = Path(tempfile.mkdtemp(prefix=TEMPORARY_PREFIX, dir=parent))
+    except OSError as exc:
+        raise OutputError(
+            f"output '{beside}' | cannot create a working directory in '{parent}' ({exc.strerror or exc}).",
+            hint="choose an output path in an existing directory you can write to.",
+        ) from exc
+    _register(directory)
+    try:
+        yield directory
     finally:
-        if temporary.exists():
-            temporary.unlink()
+        _remove(directory)
+        _unregister(directory)
+
+
+def commit(moves: Iterable[tuple[PathLike, PathLike]]) -> None:
+    """Move finished files (temporary → target, same filesystem) into place, with plain-write modes.
+
+    Raises:
+        OutputError: a move failed (the targets moved before it stay moved).
+    """
+    for source, target in moves:
+        source_path, target_path = Path(source), Path(target)
+        try:
+            os.chmod(source_path, _plain_write_mode(target_path))
+            os.replace(source_path, target_path)
+        except OSError as exc:
+            raise OutputError(
+                f"output '{target_path}' | cannot be written ({exc.strerror or exc}).",
+                hint="check free space and permissions of the output directory.",
+            ) from exc
