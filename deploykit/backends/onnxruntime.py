@@ -134,7 +134,9 @@ class OnnxRuntimeBackend(Backend):
         if wanted not in active:
             fallback_reason = _provider_failure(wanted)
             self._refuse_or_fallback(device, fallback_reason, allow_fallback)
-        actual = device.lower() if wanted in active else "cpu"
+        # the first active provider runs the model; after a fallback it is not the one that was asked for
+        running = {provider: name for name, provider in _PROVIDERS.items()}.get(active[0], "cpu") if active else "cpu"
+        actual = "cpu" if running == "cpu" else device.lower() if running == kind else f"{running}:{index}"
         info = SessionInfo(
             backend=self.name,
             backend_version=_distribution(),
