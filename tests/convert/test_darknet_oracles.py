@@ -14,6 +14,7 @@ import pytest
 import deploykit
 from deploykit.convert.darknet.convert import convert_darknet, load_network
 from deploykit.convert.darknet.weights import write_random_weights
+from deploykit.errors import ConversionError
 from deploykit.vision.yolo import decode_heads
 from tests.assets.paths import DARKNET_CFG, REPO, _missing
 
@@ -101,20 +102,15 @@ def _opencv4():
     return cv2
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("name", "size"), OPENCV_CASES, ids=[f"{n}-{s}" for n, s in OPENCV_CASES])
-def test_heads_match_opencv4_darknet(tmp_path, name, size):
-    cv2 = _opencv4()
-    source = MODELS / f"{name}.cfg"
-    cfg = _resized_cfg(source, tmp_path, size)
-    net = load_network(cfg)
-    weights = tmp_path / f"{name}.weights"
-    write_random_weights(net, weights, seed=7)
-    raw_path, decoded_path = tmp_path / "raw.onnx", tmp_path / "decoded.onnx"
-    convert_darknet(cfg, weights, raw_path, head="raw", verify_backends=[])
-    convert_darknet(cfg, weights, decoded_path, head="decoded", verify_backends=[])
+def _assert_heads_match_opencv4(cv2, cfg: Path, opencv_cfg: Path, weights: Path, directory: Path,
+                                input_size: tuple[int, int] | None = None) -> None:  # fmt: skip
+    """Our raw and decoded heads against OpenCV 4.x's Darknet importer reading ``opencv_cfg``."""
+    raw_path, decoded_path = directory / "raw.onnx", directory / "decoded.onnx"
+    convert_darknet(cfg, weights, raw_path, head="raw", input_size=input_size, verify_backends=[])
+    convert_darknet(cfg, weights, decoded_path, head="decoded", input_size=input_size, verify_backends=[])
+    net = load_network(opencv_cfg)
     image = np.random.default_rng(1).uniform(0, 1, (1, 3, net.height, net.width)).astype(np.float32)
-    reader = cv2.dnn.readNetFromDarknet(str(cfg), str(weights))
+    reader = cv2.dnn.readNetFromDarknet(str(opencv_cfg), str(weights))
     reader.setInput(image)
     names = list(reader.getUnconnectedOutLayersNames())
     expected = np.concatenate([o.reshape(1, -1, 85) for o in reader.forward(names)], axis=1)
@@ -130,6 +126,57 @@ def test_heads_match_opencv4_darknet(tmp_path, name, size):
     ours = decoded.copy()
     ours[..., 5:][zeroed] = 0
     np.testing.assert_allclose(ours, expected, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "size"), OPENCV_CASES, ids=[f"{n}-{s}" for n, s in OPENCV_CASES])
+def test_heads_match_opencv4_darknet(tmp_path, name, size):
+    cv2 = _opencv4()
+    cfg = _resized_cfg(MODELS / f"{name}.cfg", tmp_path, size)
+    weights = tmp_path / f"{name}.weights"
+    write_random_weights(load_network(cfg), weights, seed=7)
+    _assert_heads_match_opencv4(cv2, cfg, cfg, weights, tmp_path)
+
+
+def _squeeze_excitation_cfg(directory: Path) -> Path:
+    """A small YOLO whose every stage ends in a squeeze-excitation block (global [avgpool], two 1x1
+    convolutions, [scale_channels]), as in EfficientNet-based YOLOs; native size 416."""
+    stages = []
+    for filters in (16, 32, 64, 128, 256):
+        stages.append(
+            f"[convolutional]\nbatch_normalize=1\nfilters={filters}\nsize=3\nstride=2\npad=1\nactivation=leaky\n\n"
+            f"[avgpool]\n\n[convolutional]\nfilters={filters // 4}\nsize=1\nstride=1\nactivation=leaky\n\n"
+            f"[convolutional]\nfilters={filters}\nsize=1\nstride=1\nactivation=logistic\n\n"
+            "[scale_channels]\nfrom=-4\n"
+        )
+    head = (
+        "[convolutional]\nfilters=255\nsize=1\nstride=1\npad=1\nactivation=linear\n\n"
+        "[yolo]\nmask=0,1,2\nanchors=10,14, 23,27, 37,58\nclasses=80\nnum=3\n"
+    )
+    cfg = directory / "se-yolo.cfg"
+    cfg.write_text("[net]\nwidth=416\nheight=416\nchannels=3\n\n" + "\n".join(stages) + "\n" + head)
+    return cfg
+
+
+def test_global_avgpool_is_not_a_stride(tmp_path):
+    cfg = _squeeze_excitation_cfg(tmp_path)
+    assert load_network(cfg).stride() == 32
+    assert load_network(cfg, (320, 256)).layers[-1].out_shape == (255, 8, 10)
+    with pytest.raises(ConversionError) as caught:
+        load_network(cfg, (330, 320))
+    assert "input size 330x320 | is not a multiple of the network stride 32." in str(caught.value)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", [(320, 320), (320, 256)], ids=["320x320", "320x256"])
+def test_squeeze_excitation_at_other_sizes_matches_opencv4(tmp_path, size):
+    cv2 = _opencv4()
+    cfg = _squeeze_excitation_cfg(tmp_path)
+    weights = tmp_path / "se.weights"
+    write_random_weights(load_network(cfg), weights, seed=5)
+    (tmp_path / "opencv").mkdir()
+    resized = _resized_cfg(cfg, tmp_path / "opencv", size)
+    _assert_heads_match_opencv4(cv2, cfg, resized, weights, tmp_path, input_size=size)
 
 
 @pytest.mark.slow

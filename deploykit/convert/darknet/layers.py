@@ -60,8 +60,22 @@ class Network:
         return [layer for layer in self.layers if layer.type in ("yolo", "region")]
 
     def stride(self) -> int:
-        """How much the deepest path shrinks the input (the size must be a multiple of it)."""
-        return max((self.height // layer.out_shape[1] for layer in self.layers if layer.out_shape[1]), default=1)
+        """How much the deepest downsampling path shrinks the input (the size must be a multiple of it).
+
+        Layers whose size does not follow the input are left out: a global [avgpool] (squeeze-excitation,
+        classifier heads), a [connected] layer and the layers computed only from them; their 1x1 output is
+        not a stride of the whole input.
+        """
+        fixed: set[int] = set()
+        for layer in self.layers:
+            if layer.type in ("avgpool", "connected") or all(i in fixed for i in layer.inputs):
+                fixed.add(layer.index)
+        strides = [
+            max(self.height // layer.out_shape[1], self.width // layer.out_shape[2])
+            for layer in self.layers
+            if layer.index not in fixed and layer.out_shape[1] and layer.out_shape[2]
+        ]
+        return max(strides, default=1)
 
 
 def _activation(section: Section, default: str) -> str:
