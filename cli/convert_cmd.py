@@ -43,11 +43,11 @@ def print_report(report: ConversionReport) -> None:
 
 
 def finish(report: ConversionReport | None, report_path: Path | None) -> None:
+    """Print the report; the converter already wrote it to ``report_path`` with the model."""
     if report is None:
         return
     print_report(report)
-    if report_path is not None:
-        report.write_json(report_path)
+    if report_path is not None and report_path.is_file():
         console.print(f"report written to {report_path}")
 
 
@@ -57,7 +57,17 @@ def torch_command(
         ..., help="file.py:factory, package.module:factory, a TorchScript .pt archive, or a pickled module."
     ),
     output: Path = typer.Option(..., "--output", "-o", help="The .onnx file to write."),
-    weights: Path = typer.Option(None, "--weights", "-w", help="state_dict to load into the factory's model."),
+    weights: Path = typer.Option(
+        None, "--weights", "-w", help="state_dict (or training checkpoint) to load into the factory's model."
+    ),
+    weights_key: str = typer.Option(
+        None,
+        "--weights-key",
+        help="Checkpoint key holding the state_dict (default: state_dict, model_state, model, net, ema ...).",
+    ),
+    ignore_keys: str = typer.Option(
+        None, "--ignore-keys", help="REGEX of state_dict keys to drop (e.g. a loss's parameters); listed in the report."
+    ),
     inputs: list[str] = typer.Option(
         [],
         "--input",
@@ -106,6 +116,9 @@ def torch_command(
             weights=weights,
             trust_pickle=trust_pickle,
             seed=seed,
+            weights_key=weights_key,
+            ignore_keys=ignore_keys,
+            report_path=report_path,
         )
     except ParityError as exc:
         finish(exc.report if isinstance(exc.report, ConversionReport) else None, report_path)
@@ -154,6 +167,7 @@ def darknet_command(
             labels=labels,
             verify_backends=[b.strip() for b in verify_backends.split(",") if b.strip()],
             keep_on_mismatch=keep_on_mismatch,
+            report_path=report_path,
         )
     except ParityError as exc:
         finish(exc.report if isinstance(exc.report, ConversionReport) else None, report_path)

@@ -284,3 +284,18 @@ def commit(moves: Iterable[tuple[PathLike, PathLike]]) -> None:
                 f"output '{target_path}' | cannot be written ({exc.strerror or exc}).",
                 hint="check free space and permissions of the output directory.",
             ) from exc
+
+
+def commit_outputs(
+    moves: Iterable[tuple[PathLike, PathLike]], texts: Mapping[PathLike | None, str] | None = None
+) -> None:
+    """Move finished files into place and write small text outputs (reports), all or nothing.
+
+    The texts go to temporary files beside their targets first, so that once the work is
+    done only renames remain; ``None`` keys are skipped.
+    """
+    written = [(Path(path), text) for path, text in (texts or {}).items() if path is not None]
+    with atomic_outputs([path for path, _ in written]) as temporaries:
+        for temporary, (_, text) in zip(temporaries, written, strict=True):
+            temporary.write_text(text)
+        commit(moves)

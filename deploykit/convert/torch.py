@@ -9,8 +9,8 @@ rename into place only when parity holds.
 from __future__ import annotations
 
 import inspect
+import json
 import os
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,14 +25,15 @@ from deploykit.convert.torch_export import (
     PROTOBUF_LIMIT_BYTES,
     export_model,
     finish_model,
-    move_into_place,
+    output_moves,
     save_model,
     stamp_model,
 )
 from deploykit.convert.torch_sources import TorchSource, load_torch_source
 from deploykit.errors import ConversionError, ParityError
-from deploykit.io import check_output_dir
+from deploykit.io import check_outputs, commit_outputs, scratch_dir
 from deploykit.model import summarize
+from deploykit.validation import check_number, check_seed, check_tolerances
 
 EXPORTERS = ("auto", "dynamo", "torchscript")
 
@@ -56,6 +57,9 @@ def convert_torch(
     weights: str | Path | None = None,
     trust_pickle: bool = False,
     seed: int = 0,
+    weights_key: str | None = None,
+    ignore_keys: str | None = None,
+    report_path: str | os.PathLike[str] | None = None,
 ) -> ConversionReport:
     """Export a PyTorch model to ONNX and prove it computes what PyTorch computes.
 
@@ -78,6 +82,11 @@ def convert_torch(
         weights: a state_dict to load into the factory's model.
         trust_pickle: allow a pickled whole-module file.
         seed: seed for random example inputs.
+        weights_key: the checkpoint key holding the state_dict (default: found automatically
+            among ``state_dict``, ``model_state``, ``model``, ``net``, ``ema`` ...).
+        ignore_keys: regular expression of state_dict keys to drop (listed in the report's notes).
+        report_path: also write the report as JSON here; with the model, all or nothing
+            (on a parity failure the report alone is written: it says why).
 
     Returns:
         the ``ConversionReport``.
@@ -94,8 +103,16 @@ def convert_torch(
             hint="auto tries the dynamo exporter, then the TorchScript one.",
         )
     output_path = Path(output)
-    check_output_dir(output_path)
-    source = load_torch_source(model, weights=weights, trust_pickle=trust_pickle)
+    check_opset(opset)
+    check_tolerances(atol=atol, rtol=rtol)
+    check_seed(seed)
+    check_outputs(
+        {"output": output_path, "report": report_path},
+        inputs={"model": _source_file(model), "weights": weights},
+    )
+    source = load_torch_source(
+        model, weights=weights, trust_pickle=trust_pickle, weights_key=weights_key, ignore_keys=ignore_keys
+    )
     specs, examples = _examples(source, example_inputs, inputs, input_names, seed)
     dynamic = {k: dict(v) for k, v in (dynamic or {}).items()}
     by_name = {s.name: s for s in specs}
@@ -127,13 +144,15 @@ def convert_torch(
 
     param_bytes = sum(t.numel() * t.element_size() for t in source.module.state_dict().values())
     external = param_bytes >= PROTOBUF_LIMIT_BYTES
-    notes: list[str] = []
+    notes: list[str] = list(source.notes)
     if external:
         notes.append(f"weights are {param_bytes / 2**30:.2f} GiB, over protobuf's 2 GiB: stored as external data")
 
-    with tempfile.TemporaryDirectory(prefix=".deploykit-", dir=output_path.resolve().parent) as scratch:
+    with scratch_dir(output_path) as scratch:
         start = time.perf_counter()
-        exported, used = export_model(source, examples, specs, names, dynamic, opset, exporter, Path(scratch), notes)
+        exported, used = export_model(
+            source, examples, specs, names, dynamic, opset, exporter, scratch, notes, log_path=_log_path(output_path)
+        )
         model_proto = finish_model(exported, specs, dynamic, opset, notes, simplify)
         stamp_model(model_proto, source, specs, names, dynamic, opset, used, simplify)
         export_seconds = time.perf_counter() - start
@@ -161,9 +180,11 @@ def convert_torch(
             op_histogram=summary.op_histogram,
             parity=parity,
         )
-        if report.passed or keep_on_mismatch:
-            move_into_place(candidate, output_path, external)
-            report.written = True
+        report.written = report.passed or keep_on_mismatch
+        commit_outputs(
+            output_moves(candidate, output_path, external) if report.written else [],
+            {report_path: json.dumps(report.to_dict(), indent=2, default=str)},
+        )
     if not report.passed:
         raise ParityError(
             f"PyTorch → ONNX '{output_path.name}' | outputs differ {first_failure(parity)}.",
@@ -172,6 +193,41 @@ def convert_torch(
             "difference is expected (e.g. fp16).",
         ).with_report(report)
     return report
+
+
+# The TorchScript exporter writes opsets from 7; the dynamo exporter from 18 (it down-converts).
+MIN_OPSET = 7
+
+
+def check_opset(opset: int) -> None:
+    """Refuse an opset outside what the exporters write and the installed ``onnx`` knows."""
+    import onnx
+
+    newest = onnx.defs.onnx_opset_version()
+    check_number(
+        "--opset",
+        opset,
+        low=MIN_OPSET,
+        high=newest,
+        integer=True,
+        hint=f"the installed onnx {onnx.__version__} knows opsets up to {newest}; "
+        "17 suits most runtimes, 18+ uses the dynamo exporter.",
+    )
+
+
+def _source_file(model: Any) -> Path | None:
+    """The file a model source names (``file.py:factory`` or an archive), to keep outputs off it."""
+    if not isinstance(model, str | os.PathLike):
+        return None
+    text = str(model)
+    if Path(text).is_file():
+        return Path(text)
+    target = text.rpartition(":")[0]
+    return Path(target) if target.endswith(".py") else None
+
+
+def _log_path(output: Path) -> Path:
+    return output.with_name(f"{output.name}.export.log")
 
 
 def _precision(specs: Sequence[InputSpec]) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import re
 import sys
 import warnings
 import zipfile
@@ -29,6 +30,7 @@ class TorchSource:
     description: str
     kind: str  # "object" | "factory" | "torchscript" | "pickle"
     files: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def sha256(self) -> str:
         digest = hashlib.sha256()
@@ -51,14 +53,23 @@ def _import_torch() -> Any:
     return torch
 
 
-def load_torch_source(source: Any, *, weights: str | Path | None = None, trust_pickle: bool = False) -> TorchSource:
+def load_torch_source(
+    source: Any,
+    *,
+    weights: str | Path | None = None,
+    trust_pickle: bool = False,
+    weights_key: str | None = None,
+    ignore_keys: str | None = None,
+) -> TorchSource:
     """Resolve ``source`` to an ``nn.Module`` in eval mode.
 
     Args:
         source: an ``nn.Module``; ``path/to/file.py:factory``; ``package.module:factory``;
             a TorchScript archive; or a pickled module file (only with ``trust_pickle``).
-        weights: a state_dict file to load into the factory's model (strictly).
+        weights: a state_dict or checkpoint file to load into the factory's model (strictly).
         trust_pickle: allow unpickling a whole module, which runs code from the file.
+        weights_key: the checkpoint key that holds the state_dict (default: found automatically).
+        ignore_keys: regular expression of state_dict keys to drop before loading.
     """
     torch = _import_torch()
     if isinstance(source, torch.nn.Module):
@@ -82,7 +93,9 @@ def load_torch_source(source: Any, *, weights: str | Path | None = None, trust_p
                 f"weights '{weights}' | a TorchScript archive already holds its weights.",
                 hint="drop --weights, or pass the factory that builds the model.",
             )
-        load_state_dict(torch, loaded.module, Path(weights))
+        loaded.notes += load_state_dict(
+            torch, loaded.module, Path(weights), weights_key=weights_key, ignore_keys=ignore_keys
+        )
         loaded.files.append(Path(weights))
     loaded.module.eval()
     return loaded
@@ -192,30 +205,108 @@ def _load_archive(torch: Any, path: Path, trust_pickle: bool) -> TorchSource:
     )
 
 
-def _unwrap_checkpoint(content: Any) -> Any:
-    """Common checkpoint layouts: {'state_dict': ...}, {'model_state_dict': ...}, {'model': ...}."""
-    if isinstance(content, Mapping):
-        for key in ("state_dict", "model_state_dict", "model"):
-            if key in content and isinstance(content[key], Mapping):
-                return content[key]
-    return content
+# Where training scripts keep the weights inside a checkpoint, most common first.
+CHECKPOINT_KEYS = ("state_dict", "model_state_dict", "model_state", "model", "net", "ema")
 
 
-def load_state_dict(torch: Any, module: Any, path: Path) -> None:
-    """Load ``path`` strictly into ``module``; on mismatch say which keys and shapes differ."""
+def _is_state_dict(torch: Any, value: Any) -> bool:
+    return (
+        isinstance(value, Mapping)
+        and bool(value)
+        and all(isinstance(k, str) for k in value)
+        and all(isinstance(v, torch.Tensor) for v in value.values())
+    )
+
+
+def _unwrap_checkpoint(torch: Any, path: Path, content: Any, weights_key: str | None) -> tuple[Any, str | None]:
+    """The state_dict inside a checkpoint, and the key it was under (None: the file is one).
+
+    ``weights_key`` names the key (dots go deeper: ``ema.module``); otherwise the file itself,
+    then ``CHECKPOINT_KEYS`` (one level of ``module``/``state_dict`` nesting under each) are tried.
+    """
+    if weights_key:
+        value = content
+        for part in weights_key.split("."):
+            if not isinstance(value, Mapping) or part not in value:
+                keys = ", ".join(map(str, value)) if isinstance(value, Mapping) else type(value).__name__
+                raise ConversionError(
+                    f"weights '{path}' | has no key '{weights_key}' (at '{part}' it has: {keys}).",
+                    hint="pass --weights-key with one of the keys listed.",
+                )
+            value = value[part]
+        return value, weights_key
+    if not isinstance(content, Mapping) or _is_state_dict(torch, content):
+        return content, None
+    for key in CHECKPOINT_KEYS:
+        value = content.get(key)
+        if _is_state_dict(torch, value):
+            return value, key
+        if isinstance(value, Mapping):
+            for inner in ("module", "state_dict"):
+                if _is_state_dict(torch, value.get(inner)):
+                    return value[inner], f"{key}.{inner}"
+    nested = [str(k) for k, v in content.items() if isinstance(v, Mapping)]
+    if nested and not any(isinstance(v, torch.Tensor) for v in content.values()):
+        raise ConversionError(
+            f"weights '{path}' | is a checkpoint with keys {', '.join(map(str, content))}; none of "
+            f"{', '.join(CHECKPOINT_KEYS)} holds a state_dict.",
+            hint=f"name the key that holds the model's weights: --weights-key {nested[0]}.",
+        )
+    return content, None
+
+
+def load_state_dict(
+    torch: Any,
+    module: Any,
+    path: Path,
+    *,
+    weights_key: str | None = None,
+    ignore_keys: str | None = None,
+) -> list[str]:
+    """Load ``path`` strictly into ``module``; on mismatch say which keys and shapes differ.
+
+    Args:
+        weights_key: the checkpoint key holding the state_dict (default: found automatically).
+        ignore_keys: a regular expression; entries of the file whose key matches it are dropped
+            (extra training-only parameters such as a loss's).
+
+    Returns:
+        notes for the report: where the weights were found and which keys were ignored.
+    """
     if not path.is_file():
-        raise ConversionError(f"weights '{path}' | no such file.", hint="check the path of the state_dict file.")
+        raise ConversionError(
+            f"weights '{path}' | {'is a directory' if path.is_dir() else 'no such file'}.",
+            hint="check the path of the state_dict file.",
+        )
+    pattern = None
+    if ignore_keys:
+        try:
+            pattern = re.compile(ignore_keys)
+        except re.error as exc:
+            raise ConversionError(
+                f"--ignore-keys '{ignore_keys}' | is not a regular expression: {exc}.",
+                hint="e.g. --ignore-keys '^(loss|criterion)\\.'.",
+            ) from exc
     try:
-        content = _unwrap_checkpoint(torch.load(str(path), map_location="cpu", weights_only=True))
+        raw = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:
         raise ConversionError(
-            f"weights '{path}' | cannot be read as a state_dict: {type(exc).__name__}: {exc}",
+            f"weights '{path}' | cannot be read as a state_dict: {type(exc).__name__}: {_first_line(exc)}",
             hint="save weights with torch.save(model.state_dict(), path).",
         ) from exc
+    content, key = _unwrap_checkpoint(torch, path, raw, weights_key)
     if not isinstance(content, Mapping):
         raise ConversionError(
             f"weights '{path}' | holds a {type(content).__name__}, expected a state_dict.",
             hint="save weights with torch.save(model.state_dict(), path).",
+        )
+    notes = [f"weights: state_dict under checkpoint key '{key}'"] if key else []
+    if pattern is not None:
+        ignored = sorted(k for k in content if pattern.search(str(k)))
+        content = {k: v for k, v in content.items() if k not in set(ignored)}
+        notes.append(
+            f"weights: {len(ignored)} key(s) ignored by --ignore-keys '{ignore_keys}'"
+            + (f": {', '.join(ignored)}" if ignored else "")
         )
     expected = module.state_dict()
     missing = [k for k in expected if k not in content]
@@ -236,6 +327,13 @@ def load_state_dict(torch: Any, module: Any, path: Path) -> None:
         raise ConversionError(
             f"weights '{path}' | do not fit the model ({'; '.join(parts)}).",
             hint="these weights belong to another architecture or variant; check the factory "
-            "(a 'module.' prefix means they were saved from DataParallel).",
+            "(a 'module.' prefix means they were saved from DataParallel). Extra training-only "
+            "entries can be dropped with --ignore-keys REGEX; --weights-key picks a checkpoint key.",
         )
     module.load_state_dict(content, strict=True)
+    return notes
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else ""

@@ -124,6 +124,8 @@ def parse_cfg_text(text: str, path: str = "<cfg>") -> DarknetCfg:
             f"cfg '{path}' | is a binary file, not a Darknet .cfg.",
             hint="pass the .cfg text file first and the .weights file second.",
         )
+    # A byte-order mark is invisible in editors (Darknet itself crashes on it): drop it.
+    text = text.removeprefix("\ufeff")
     sections: list[Section] = []
     for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.translate(_WHITESPACE)

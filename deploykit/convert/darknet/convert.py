@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,7 +24,8 @@ from deploykit.convert.darknet.weights import DarknetWeights
 from deploykit.convert.darknet.writer import write_streaming
 from deploykit.convert.report import BackendParity, ConversionReport
 from deploykit.errors import ConversionError, DeployKitError, ParityError
-from deploykit.io import check_output_dir
+from deploykit.io import check_outputs, commit_outputs, scratch_dir
+from deploykit.validation import check_number, check_tolerances
 
 HEADS = ("raw", "decoded")
 MIN_OPSET, MAX_OPSET = 13, 21
@@ -103,10 +103,35 @@ def _metadata(
     }
 
 
+def read_labels(path: str | os.PathLike[str]) -> list[str]:
+    """Class names, one per line (blank lines skipped), from a UTF-8 text file.
+
+    Raises:
+        ConversionError: the file is missing, a directory, or not text.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise ConversionError(
+            f"labels '{file}' | {'is a directory' if file.is_dir() else 'no such file'}.",
+            hint="pass a text file with one class name per line (e.g. coco.names).",
+        )
+    data = file.read_bytes()
+    try:
+        text: str | None = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\x00" in text:
+        raise ConversionError(
+            f"labels '{file}' | is a binary file, not UTF-8 text with one class name per line.",
+            hint="pass the .names text file, not the .weights or an image.",
+        )
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
 def _labels(path: str | os.PathLike[str] | None, net: Network) -> list[str] | None:
     if path is None:
         return None
-    names = [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]
+    names = read_labels(path)
     expected = {h.params["classes"] for h in net.heads()} or {net.layers[-1].out_shape[0]}
     if len(names) not in expected:
         raise ConversionError(
@@ -132,6 +157,7 @@ def convert_darknet(
     rtol: float = 1e-3,
     keep_on_mismatch: bool = False,
     seed: int = 0,
+    report_path: str | os.PathLike[str] | None = None,
 ) -> ConversionReport:
     """Convert a Darknet model to ONNX and verify it.
 
@@ -149,6 +175,11 @@ def convert_darknet(
         atol, rtol: tolerances against the oracle (f32).
         keep_on_mismatch: write the file even when verification fails (the error is still raised).
         seed: seed of the random verification image.
+        report_path: also write the report as JSON here; with the model, all or nothing
+            (on a parity failure the report alone is written: it says why).
+
+    Raises:
+        OutputError: an output path cannot be written or is one of the input files (before any work).
     """
     cfg_path, weights_path, output_path = Path(cfg), Path(weights), Path(output)
     if head not in HEADS:
@@ -161,6 +192,9 @@ def convert_darknet(
             f"opset {opset} | the Darknet converter writes opsets {MIN_OPSET} to {MAX_OPSET}.",
             hint="use --opset 13 for the widest runtime support.",
         )
+    check_tolerances(atol=atol, rtol=rtol)
+    check_number("--opencv-threshold", opencv_threshold, low=0.0, high=1.0, high_open=True, hint="OpenCV 4.x uses 0.2.")
+    check_number("--seed", seed, low=0, high=2**32 - 1, integer=True)
     batch_size: int | None
     if batch == "dynamic":
         batch_size = None
@@ -173,7 +207,10 @@ def convert_darknet(
             raise ConversionError(
                 f"batch '{batch}' | expected a positive integer or 'dynamic'.", hint="use --batch 1 or --batch dynamic."
             )
-    check_output_dir(output_path)
+    check_outputs(
+        {"output": output_path, "report": report_path},
+        inputs={"cfg": cfg_path, "weights": weights_path, "labels": labels},
+    )
     size = parse_size(input_size) if isinstance(input_size, str) else input_size
     start = time.perf_counter()
     net = load_network(cfg_path, size)
@@ -189,8 +226,8 @@ def convert_darknet(
         for key, value in _metadata(net, heads, head, cfg_path, weights_path, names, opencv_threshold).items():
             entry = model.metadata_props.add()
             entry.key, entry.value = key, value
-        with tempfile.TemporaryDirectory(prefix=".deploykit-", dir=output_path.resolve().parent) as scratch:
-            candidate = Path(scratch) / output_path.name
+        with scratch_dir(output_path) as scratch:
+            candidate = scratch / output_path.name
             size_bytes = write_streaming(model, lazy, candidate)
             export_seconds = time.perf_counter() - start
             report = ConversionReport(
@@ -221,9 +258,11 @@ def convert_darknet(
                 )
                 report.notes.append(note)
                 report.gate_seconds = round(time.perf_counter() - gate_start, 3)
-            if report.passed or keep_on_mismatch:
-                os.replace(candidate, output_path)
-                report.written = True
+            report.written = report.passed or keep_on_mismatch
+            commit_outputs(
+                [(candidate, output_path)] if report.written else [],
+                {report_path: json.dumps(report.to_dict(), indent=2, default=str)},
+            )
     if not report.passed:
         from deploykit.convert.parity import first_failure
 

@@ -137,6 +137,17 @@ def _previous(section: Section, shape: Shape) -> list[int]:
     return [section.index - 1]
 
 
+def _check_positive(section: Section, **values: int) -> None:
+    """Strides, sizes and dilations of 0 or less make no layer (Darknet divides by them)."""
+    for key, value in values.items():
+        if value <= 0:
+            written = key if section.has(key) else ("stride" if key.startswith("stride") else key)
+            raise ConversionError(
+                f"{section.where()} | {written}={value} must be a positive integer.",
+                hint=f"set {written}=1 or more (2 halves the feature map).",
+            )
+
+
 def _conv_out(size: int, length: int, pad: int, stride: int, dilation: int) -> int:
     return (length + 2 * pad - dilation * (size - 1) - 1) // stride + 1
 
@@ -174,6 +185,7 @@ def _convolutional(section: Section, shape: Shape, layers: list[Layer]) -> Layer
                 hint="it changes the computation or the weights layout.",
             )
     check_unused(section, CONV_TRAINING)
+    _check_positive(section, stride_x=stride_x, stride_y=stride_y, dilation=dilation)
     if filters <= 0 or size <= 0 or groups <= 0 or c % groups or filters % groups:
         raise ConversionError(
             f"{section.where()} | filters={filters}, size={size}, groups={groups} do not fit {c} input channels.",
@@ -245,6 +257,11 @@ def _maxpool(section: Section, shape: Shape, layers: list[Layer]) -> Layer:
                 f"{section.where()} | option {key} is not supported.", hint="use a plain [maxpool]."
             )
     check_unused(section, frozenset({"out_channels"}))
+    _check_positive(section, stride_x=stride_x, stride_y=stride_y, size=size)
+    if padding < 0:
+        raise ConversionError(
+            f"{section.where()} | padding={padding} is negative.", hint="use padding=0 or more (default size-1)."
+        )
     out_h = (h + padding - size) // stride_y + 1
     out_w = (w + padding - size) // stride_x + 1
     if out_h <= 0 or out_w <= 0:

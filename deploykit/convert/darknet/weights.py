@@ -27,6 +27,16 @@ class WeightsHeader:
     size_bytes: int
 
     @property
+    def plausible(self) -> bool:
+        """Darknet writes versions 0.1.x and 0.2.x (plus >1000 as its 'transposed' flag)."""
+        if self.major > 1000 or self.minor > 1000:
+            return True
+        return 0 <= self.major <= 2 and 0 <= self.minor <= 100 and 0 <= self.revision <= 1000
+
+    def describe(self) -> str:
+        return f"{self.major}.{self.minor}.{self.revision}"
+
+    @property
     def transpose(self) -> bool:
         """Darknet's flag for connected weights stored transposed."""
         return self.major > 1000 or self.minor > 1000
@@ -74,6 +84,12 @@ class DarknetWeights:
             return
         expected_bytes = self.header.size_bytes + 4 * needed
         found_bytes = self.header.size_bytes + 4 * self.float_count + self._trailing_bytes
+        header_hint = None
+        if not self.header.plausible:
+            header_hint = (
+                f"its header says Darknet version {self.header.describe()}, which no Darknet writes "
+                "(0.1.x, 0.2.x): the file is not a Darknet .weights file, or its header is corrupt."
+            )
         if self.float_count < needed:
             running = 0
             for layer in network.layers:
@@ -84,14 +100,15 @@ class DarknetWeights:
                             f"{layer.where()} needs {count} floats for its {block}, only "
                             f"{self.float_count - running} remain; expected {expected_bytes} bytes "
                             f"(header {self.header.size_bytes} + 4 × {needed} floats), found {found_bytes}.",
-                            hint="the file is truncated or belongs to another cfg (e.g. another class count).",
+                            hint=header_hint
+                            or "the file is truncated or belongs to another cfg (e.g. another class count).",
                         )
                     running += count
         raise ConversionError(
             f"weights '{self.path.name}' | {self.float_count - needed} floats ({found_bytes - expected_bytes} bytes) "
             f"left over after every layer of '{Path(network.cfg.path).name}' is loaded; expected {expected_bytes} "
             f"bytes (header {self.header.size_bytes} + 4 × {needed} floats), found {found_bytes}.",
-            hint="these weights belong to another cfg (a bigger network, or more classes).",
+            hint=header_hint or "these weights belong to another cfg (a bigger network, or more classes).",
         )
 
     def take(self, count: int) -> np.ndarray:
