@@ -8,6 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from deploykit.backends.options import as_spec
 from deploykit.backends.registry import all_backends
 
 from .console import console, print_json
@@ -24,7 +25,8 @@ def backend_rows() -> list[dict[str, Any]]:
             "version": None,
             "devices": [],
             "reason": reason,
-            "options": dict(backend.options),
+            "options": {name: as_spec(spec).doc for name, spec in backend.options.items()},
+            "option_schema": {name: as_spec(spec).to_dict() for name, spec in backend.options.items()},
         }
         if reason is None:
             try:
@@ -61,9 +63,10 @@ def backends(
     console.print(table)
     if show_options:
         for row in rows:
-            options = Table(title=f"{row['name']} options")
-            options.add_column("option")
-            options.add_column("meaning")
-            for key, meaning in row["options"].items():
-                options.add_row(key, meaning)
+            options = Table(title=f"{row['name']} options (-o KEY=VALUE)")
+            for column in ("option", "type", "accepted", "default", "meaning"):
+                options.add_column(column)
+            for key, spec in row["option_schema"].items():
+                default = "-" if spec["default"] is None else str(spec["default"]).lower()
+                options.add_row(key, spec["type"], spec["accepted"], default, spec["doc"])
             console.print(options)

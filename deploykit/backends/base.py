@@ -16,6 +16,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from deploykit.backends.options import OptionSpec, validate_options
+from deploykit.backends.validation import FastCheck, validate_feeds
 from deploykit.errors import (
     BackendError,
     BackendUnavailableError,
@@ -43,6 +45,8 @@ class SessionInfo:
             only happens when the caller passed ``allow_fallback=True``.
         fallback_reason: why the asked-for device could not be used.
         options: the backend options the session was opened with.
+        recompiles: how many times the runtime compiled a shape again after evicting it from
+            its cache (OpenVINO with reshape=auto; raise its ``shape_cache`` option if this grows).
     """
 
     backend: str
@@ -54,6 +58,7 @@ class SessionInfo:
     fallback: bool = False
     fallback_reason: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    recompiles: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,7 +92,7 @@ class Session(abc.ABC):
         self.outputs: dict[str, TensorSpec] = {spec.name: spec for spec in outputs}
         self.info = info
         self._closed = False
-        self._fast_checks = [_FastCheck.of(spec) for spec in self.inputs.values()]
+        self._fast_checks = [FastCheck.of(spec) for spec in self.inputs.values()]
 
     @abc.abstractmethod
     def _run(self, feeds: dict[str, np.ndarray]) -> Mapping[str, np.ndarray]:
@@ -196,119 +201,9 @@ class Session(abc.ABC):
         )
 
 
-@dataclass(frozen=True)
-class _FastCheck:
-    """One input's spec, pre-digested for ``Session._accept``."""
-
-    name: str
-    dtype: np.dtype[Any]
-    rank: int
-    static_shape: tuple[int, ...] | None
-    fixed_axes: tuple[tuple[int, int], ...]
-    symbolic_axes: tuple[tuple[int, str], ...]
-
-    @classmethod
-    def of(cls, spec: TensorSpec) -> _FastCheck:
-        shape = spec.shape
-        if shape is None:  # unknown rank: always take the full path
-            return cls(spec.name, spec.dtype, -1, (-1,), (), ())
-        static = tuple(d for d in shape if isinstance(d, int)) if spec.is_static else None
-        return cls(
-            spec.name,
-            spec.dtype,
-            len(shape),
-            static,
-            tuple((i, d) for i, d in enumerate(shape) if isinstance(d, int)),
-            tuple((i, d) for i, d in enumerate(shape) if isinstance(d, str)),
-        )
-
-
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
-
-
-def validate_feeds(
-    specs: Mapping[str, TensorSpec], feeds: Mapping[str, Any], *, cast: bool = False
-) -> dict[str, np.ndarray]:
-    """Check feeds against input specs once and return them as arrays of the right dtype.
-
-    Symbolic dimensions with the same name must get the same size in every input.
-
-    Raises:
-        InputError: naming the input, what was given and what was expected.
-    """
-    if not isinstance(feeds, Mapping):
-        raise InputError(
-            f"feeds | got {type(feeds).__name__}, expected a dict of input name → array.",
-            hint="pass run({'input_name': array}) or call the session with arrays in input order.",
-        )
-    for name in feeds:
-        if name not in specs:
-            raise InputError(
-                f"input '{name}' | is not an input of this model; its inputs are {', '.join(repr(n) for n in specs)}.",
-                hint="check the spelling; 'deploykit inspect MODEL' lists the inputs.",
-            )
-    prepared: dict[str, np.ndarray] = {}
-    symbols: dict[str, tuple[int, str]] = {}
-    for name, spec in specs.items():
-        if name not in feeds:
-            raise InputError(
-                f"input '{name}' | is missing; expected {spec.dtype.name}{spec.shape_text()}.",
-                hint=f"the model needs every input: {', '.join(repr(n) for n in specs)}.",
-            )
-        value = feeds[name]
-        array = value if isinstance(value, np.ndarray) else np.asarray(value)
-        if array.dtype != spec.dtype:
-            array = _cast(name, array, spec, cast)
-        if spec.shape is not None:
-            _check_shape(name, array.shape, spec, symbols)
-        prepared[name] = array
-    return prepared
-
-
-def _cast(name: str, array: np.ndarray, spec: TensorSpec, cast: bool) -> np.ndarray:
-    if array.dtype == object or not (cast or np.can_cast(array.dtype, spec.dtype, casting="safe")):
-        raise InputError(
-            f"input '{name}' | got dtype {array.dtype.name}, expected {spec.dtype.name}; "
-            "the cast would lose precision.",
-            hint=f"convert first (array.astype(np.{spec.dtype.name})) or pass cast=True.",
-        )
-    try:
-        return array.astype(spec.dtype)
-    except (TypeError, ValueError) as exc:
-        raise InputError(
-            f"input '{name}' | cannot cast dtype {array.dtype.name} to {spec.dtype.name}: {exc}.",
-            hint=f"pass a numeric array of dtype {spec.dtype.name}.",
-        ) from exc
-
-
-def _check_shape(name: str, shape: tuple[int, ...], spec: TensorSpec, symbols: dict[str, tuple[int, str]]) -> None:
-    assert spec.shape is not None
-    if len(shape) != len(spec.shape):
-        raise InputError(
-            f"input '{name}' | got rank {len(shape)} {tuple(shape)}, expected rank "
-            f"{len(spec.shape)} {spec.shape_text()}.",
-            hint="add or remove axes (e.g. np.expand_dims for a batch axis).",
-        )
-    for axis, (size, expected) in enumerate(zip(shape, spec.shape, strict=True)):
-        if isinstance(expected, int):
-            if size != expected:
-                raise InputError(
-                    f"input '{name}' | got shape {tuple(shape)}, expected {spec.shape_text()} "
-                    f"(axis {axis} must be {expected}).",
-                    hint="resize the input, or re-export the model with that axis dynamic.",
-                )
-        elif isinstance(expected, str):
-            seen = symbols.get(expected)
-            if seen is None:
-                symbols[expected] = (size, name)
-            elif seen[0] != size:
-                raise InputError(
-                    f"input '{name}' | axis {axis} ('{expected}') is {size}, but input "
-                    f"'{seen[1]}' set '{expected}' to {seen[0]}.",
-                    hint=f"dimension '{expected}' is shared: give every input the same size.",
-                )
 
 
 class Backend(abc.ABC):
@@ -323,8 +218,13 @@ class Backend(abc.ABC):
     pip_extra: ClassVar[str]
     module: ClassVar[str]
     default_device: ClassVar[str] = "cpu"
-    options: ClassVar[dict[str, str]] = {}
-    """Option name → one-line description of what it does."""
+    independent_oracle: ClassVar[bool] = False
+    """True when the backend shares no code with the runtimes it may check (the verification
+    subsystem then treats its outputs as an independent oracle, not as another candidate)."""
+    default_candidate: ClassVar[bool] = True
+    """False keeps the backend out of the default backend × device sweeps (bench, compare)."""
+    options: ClassVar[Mapping[str, OptionSpec | str]] = {}
+    """Option name → ``OptionSpec`` (type, range, default, doc), validated by ``open`` before loading."""
 
     def import_runtime(self) -> Any:
         """Import and return the runtime module, or raise ``BackendUnavailableError``."""
@@ -357,6 +257,18 @@ class Backend(abc.ABC):
     def devices(self) -> list[str]:
         """Devices this machine offers to the backend, in the backend's spelling."""
 
+    def precisions(self, device: str | None = None) -> list[str]:
+        """Compute precisions the backend runs natively on ``device`` here (``f32`` first).
+
+        The default is a backend that runs the model in its own precision only; a backend with
+        a ``precision`` option overrides this with what the device really offers.
+        """
+        return ["f32"]
+
+    def precision_options(self, precision: str) -> dict[str, Any]:
+        """Options that make a session compute in ``precision`` (empty: the model's own)."""
+        return {"precision": precision} if "precision" in self.options else {}
+
     def open(
         self,
         model: str | os.PathLike[str],
@@ -379,14 +291,8 @@ class Backend(abc.ABC):
             UnsupportedModelError, UsageError.
         """
         self.import_runtime()
-        unknown = sorted(set(options) - set(self.options))
-        if unknown:
-            known = ", ".join(sorted(self.options)) or "none"
-            raise UsageError(
-                f"backend '{self.name}' | unknown option(s) {', '.join(unknown)}; it takes: {known}.",
-                hint="'deploykit backends --options' lists each backend's options.",
-            )
-        return self._open(Path(model), device or self.default_device, allow_fallback, options)
+        checked = validate_options(self.name, self.options, options)
+        return self._open(Path(model), device or self.default_device, allow_fallback, checked)
 
     @abc.abstractmethod
     def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:

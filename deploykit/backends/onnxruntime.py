@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.options import OptionSpec
 from deploykit.errors import UnsupportedModelError, UsageError
 from deploykit.model import load_onnx, read_interface
 
@@ -60,12 +61,14 @@ class OnnxRuntimeBackend(Backend):
     aliases = ("ort",)
     pip_extra = "onnxruntime"
     module = "onnxruntime"
-    options: ClassVar[dict[str, str]] = {
-        "threads": "intra-op threads (0 = runtime default)",
-        "inter_op_threads": "inter-op threads (0 = runtime default)",
-        "graph_optimization": "disable | basic | extended | all (default all)",
-        "log_level": "0 verbose … 4 fatal (default 3)",
-        "spinning": "let idle intra-op threads spin (default true; false when other runtimes share the CPU)",
+    options: ClassVar[Mapping[str, OptionSpec | str]] = {
+        "threads": OptionSpec("intra-op threads (0 = runtime default)", "int", 0, low=0, per_cpu=True),
+        "inter_op_threads": OptionSpec("inter-op threads (0 = runtime default)", "int", 0, low=0, per_cpu=True),
+        "graph_optimization": OptionSpec("graph optimization level", "str", "all", choices=_OPTIMIZATION_LEVELS),
+        "log_level": OptionSpec("0 verbose … 4 fatal", "int", 3, low=0, high=4),
+        "spinning": OptionSpec(
+            "let idle intra-op threads spin (false when other runtimes share the CPU)", "bool", True
+        ),
     }
 
     def version(self) -> str:
@@ -100,13 +103,7 @@ class OnnxRuntimeBackend(Backend):
         session_options.log_severity_level = int(options.get("log_level", 3))
         if not options.get("spinning", True):
             session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        level = str(options.get("graph_optimization", "all")).lower()
-        if level not in _OPTIMIZATION_LEVELS:
-            raise UsageError(
-                f"backend 'onnxruntime' | graph_optimization '{level}' is not a level; "
-                f"expected one of {', '.join(_OPTIMIZATION_LEVELS)}.",
-                hint="use 'all' unless you are debugging an optimizer problem.",
-            )
+        level = str(options.get("graph_optimization", "all"))
         session_options.graph_optimization_level = {
             "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
             "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,

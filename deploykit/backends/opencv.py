@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.options import OptionSpec
 from deploykit.errors import ModelError, UnsupportedModelError, UsageError
 from deploykit.model import check_model_path, load_onnx, read_interface
 from deploykit.tensors import TensorSpec
@@ -44,9 +45,11 @@ class OpenCvBackend(Backend):
     aliases = ("cv", "cv2")
     pip_extra = "opencv"
     module = "cv2"
-    options: ClassVar[dict[str, str]] = {
-        "threads": "cv2.setNumThreads for the whole process (0 = OpenCV default)",
-        "weights": "Darknet .weights file, when the model is a Darknet .cfg (OpenCV 4.x only)",
+    options: ClassVar[Mapping[str, OptionSpec | str]] = {
+        "threads": OptionSpec(
+            "cv2.setNumThreads for the whole process (0 = OpenCV default)", "int", 0, low=0, per_cpu=True
+        ),
+        "weights": OptionSpec("Darknet .weights file, when the model is a Darknet .cfg (OpenCV 4.x only)", "path"),
     }
 
     def version(self) -> str:

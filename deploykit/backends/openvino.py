@@ -18,7 +18,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
-from deploykit.errors import UnsupportedModelError, UsageError
+from deploykit.backends.options import OptionSpec
+from deploykit.errors import UnsupportedModelError
 from deploykit.model import load_onnx, read_interface
 from deploykit.tensors import TensorSpec
 
@@ -54,13 +55,25 @@ class OpenVinoBackend(Backend):
     pip_extra = "openvino"
     module = "openvino"
     default_device = "CPU"
-    options: ClassVar[dict[str, str]] = {
-        "precision": "f32 | bf16 | f16 (default: the device's own default)",
-        "performance_hint": "latency | throughput | cumulative_throughput",
-        "streams": "number of inference streams",
-        "threads": "inference threads (0 = runtime default)",
-        "cache_dir": "directory for compiled-model caching",
-        "reshape": "auto (compile per input shape) | never (use the dynamic model)",
+    options: ClassVar[Mapping[str, OptionSpec | str]] = {
+        "precision": OptionSpec(
+            "compute precision (default: the device's own)", "str", None, choices=tuple(_PRECISIONS)
+        ),
+        "performance_hint": OptionSpec("what to optimise for", "str", None, choices=tuple(_HINTS)),
+        "streams": OptionSpec("number of inference streams", "int", None, low=1, per_cpu=True),
+        "threads": OptionSpec("inference threads (0 = runtime default)", "int", 0, low=0, per_cpu=True),
+        "cache_dir": OptionSpec("directory for compiled-model caching", "path"),
+        "reshape": OptionSpec(
+            "auto (compile per input shape) | never (use the dynamic model)", "str", "auto", choices=("auto", "never")
+        ),
+        "shape_cache": OptionSpec(
+            "compiled input shapes kept per session (reshape=auto); a shape compiled again is "
+            "counted in session.info.recompiles",
+            "int",
+            _SHAPE_CACHE_SIZE,
+            low=1,
+            high=1024,
+        ),
     }
 
     def version(self) -> str:
@@ -71,12 +84,53 @@ class OpenVinoBackend(Backend):
         self.import_runtime()
         return [*list(_core().available_devices), "AUTO"]
 
-    def _normalize_device(self, device: str) -> str:
+    def precisions(self, device: str | None = None) -> list[str]:
+        """f32 everywhere; bf16/f16 where the device's plug-in says it computes them natively."""
+        self.import_runtime()
+        base = (device or self.default_device).strip().upper().split(":")[0].split(".")[0]
+        if base not in {d.split(".")[0] for d in _core().available_devices}:
+            return ["f32"]
+        capabilities = set(_core().get_property(base, "OPTIMIZATION_CAPABILITIES"))
+        found = ["f32"]
+        found += ["bf16"] if "BF16" in capabilities else []
+        found += ["f16"] if "FP16" in capabilities else []
+        return found
+
+    def _normalize_device(self, device: str, allow_fallback: bool = False) -> tuple[str, str | None]:
+        """The OpenVINO device string to compile for, and why it differs from the request (fallback).
+
+        ``MULTI``/``HETERO`` run on every listed device, so a listed device this machine lacks is
+        an error (with ``allow_fallback``, it is dropped and said). ``AUTO`` chooses among its
+        list by design, but needs at least one listed device that exists.
+        """
         name = device.strip().upper()
         base = name.split(":")[0].split(".")[0]
         available = list(_core().available_devices)
-        if base in _VIRTUAL_DEVICES or name in available or base in {d.split(".")[0] for d in available}:
-            return name
+        bases = {d.split(".")[0] for d in available}
+        if base in _VIRTUAL_DEVICES and ":" in name:
+            listed = [d.strip() for d in name.split(":", 1)[1].split(",") if d.strip()]
+            missing = [d for d in listed if d not in available and d.split(".")[0] not in bases]
+            present = [d for d in listed if d not in missing]
+            if not missing:
+                return name, None
+            reason = (
+                f"{base} lists {', '.join(missing)}, which this machine does not offer "
+                f"(OpenVINO here offers {', '.join(available)})"
+            )
+            if base == "AUTO" and present:
+                return f"AUTO:{','.join(present)}", None  # AUTO picks among what exists, and says which
+            if allow_fallback and present:
+                return f"{base}:{','.join(present)}", reason
+            if allow_fallback:
+                return "CPU", reason
+            raise self._device_error(
+                device,
+                reason + ".",
+                hint="install the device's OpenVINO plug-in and driver, list only devices that exist, "
+                "or pass allow_fallback=True (--allow-fallback) to run on the rest and have it reported.",
+            )
+        if base in _VIRTUAL_DEVICES or name in available or base in bases:
+            return name, None
         raise self._device_error(
             device,
             f"OpenVINO on this machine offers {', '.join([*available, 'AUTO'])}.",
@@ -86,22 +140,11 @@ class OpenVinoBackend(Backend):
 
     def _config(self, options: dict[str, Any]) -> dict[str, Any]:
         config: dict[str, Any] = {}
+        # Values were checked against ``options`` (the schema) by Backend.open.
         if "precision" in options:
-            key = str(options["precision"]).lower()
-            if key not in _PRECISIONS:
-                raise UsageError(
-                    f"backend 'openvino' | precision '{options['precision']}' is not one of f32, bf16, f16.",
-                    hint="use f32 for parity checks; bf16/f16 are faster where the device has them.",
-                )
-            config["INFERENCE_PRECISION_HINT"] = _PRECISIONS[key]
+            config["INFERENCE_PRECISION_HINT"] = _PRECISIONS[options["precision"]]
         if "performance_hint" in options:
-            key = str(options["performance_hint"]).lower()
-            if key not in _HINTS:
-                raise UsageError(
-                    f"backend 'openvino' | performance_hint '{key}' is not one of {', '.join(_HINTS)}.",
-                    hint="latency suits one request at a time; throughput suits many.",
-                )
-            config["PERFORMANCE_HINT"] = _HINTS[key]
+            config["PERFORMANCE_HINT"] = _HINTS[options["performance_hint"]]
         if "streams" in options:
             config["NUM_STREAMS"] = str(int(options["streams"]))
         if int(options.get("threads", 0)):
@@ -111,14 +154,9 @@ class OpenVinoBackend(Backend):
         return config
 
     def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
-        ov_device = self._normalize_device(device)
+        ov_device, fallback_reason = self._normalize_device(device, allow_fallback)
         config = self._config(options)
         reshape = str(options.get("reshape", "auto")).lower()
-        if reshape not in ("auto", "never"):
-            raise UsageError(
-                f"backend 'openvino' | reshape '{reshape}' is not auto or never.",
-                hint="auto compiles one static model per input shape; never keeps it dynamic.",
-            )
         interface = read_interface(model_path)
         try:
             model = _core().read_model(str(model_path))
@@ -138,19 +176,23 @@ class OpenVinoBackend(Backend):
                 device_requested=device,
                 device=ov_device,
                 precision="",
+                fallback=fallback_reason is not None,
+                fallback_reason=fallback_reason,
                 options=dict(options),
             ),
             model=model,
             device=ov_device,
             config=config,
             reshape=reshape == "auto",
+            shape_cache=int(options.get("shape_cache", _SHAPE_CACHE_SIZE)),
             metadata=interface.metadata,
         )
         return session
 
 
 def _last_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    # OpenVINO ends some messages with a lone ';' (AUTO's): keep only lines that say something.
+    lines = [line.strip() for line in str(exc).strip().splitlines() if any(c.isalnum() for c in line)]
     useful = [line for line in lines if not line.startswith(("Check ", "File ", "at "))]
     return (useful or lines or [type(exc).__name__])[-1]
 
@@ -192,8 +234,11 @@ class OpenVinoSession(Session):
         config: dict[str, Any],
         reshape: bool,
         metadata: dict[str, str] | None = None,
+        shape_cache: int = _SHAPE_CACHE_SIZE,
     ) -> None:
         super().__init__(model_path, inputs, outputs, info, metadata)
+        self._shape_cache = shape_cache
+        self._evicted: set[tuple[Any, ...]] = set()
         self._model = model
         self._device = device
         self._config = config
@@ -247,9 +292,11 @@ class OpenVinoSession(Session):
             model = self._model.clone()
             model.reshape({name: list(feeds[name].shape) for name in self.inputs})
             entry = self._compile(model)
+            if key in self._evicted:
+                self.info.recompiles += 1
             self._by_shape[key] = entry
-            if len(self._by_shape) > _SHAPE_CACHE_SIZE:
-                self._by_shape.popitem(last=False)
+            if len(self._by_shape) > self._shape_cache:
+                self._evicted.add(self._by_shape.popitem(last=False)[0])
             self._last = (key, entry)
             return entry
 
