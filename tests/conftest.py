@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import onnx
@@ -8,13 +7,20 @@ import pytest
 
 from deploykit.backends.registry import BUILTIN_BACKENDS, get_backend
 from tests.assets.catalog import CATALOG
+from tests.assets.paths import REQUIRE_VARIABLE, assets_required, environment_flag, missing_asset
 
 # OpenVINO is held to f32 in parity tests: bf16 is the default on CPUs that have it.
 BACKEND_OPTIONS = {"onnxruntime": {}, "openvino": {"precision": "f32"}, "opencv": {}}
 
 
 def has_cuda_gpu() -> bool:
-    return Path("/dev/nvidia0").exists() or bool(os.environ.get("DEPLOYKIT_TEST_GPU"))
+    return Path("/dev/nvidia0").exists() or environment_flag("DEPLOYKIT_TEST_GPU")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if assets_required():
+        return f"{REQUIRE_VARIABLE} is on: a missing external asset fails its test"
+    return f"{REQUIRE_VARIABLE} is off: a missing external asset skips its test (the reason names it)"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -42,5 +48,5 @@ def backend_name(request: pytest.FixtureRequest) -> str:
     """Every built-in backend; one whose runtime is missing is skipped with the reason."""
     reason = get_backend(request.param).unavailable_reason()
     if reason:
-        pytest.skip(reason)
+        missing_asset(f"the {request.param} backend's runtime", reason)
     return request.param

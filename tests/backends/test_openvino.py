@@ -7,8 +7,9 @@ import pytest
 
 import deploykit
 from deploykit.errors import UsageError
+from tests.assets.paths import require_module
 
-pytest.importorskip("openvino")
+require_module("openvino", "pip install 'deploykit[openvino]'", "OpenVINO")
 
 
 def test_dynamic_model_compiles_once_per_shape(catalog_paths):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import deploykit
 from deploykit.bench.report import BenchmarkResult
 from deploykit.cli.main import app
 from deploykit.errors import InputError, ReportError, UnknownBackendError, UsageError
-from tests.assets.paths import REPO
+from tests.assets.paths import REPO, missing_asset
 
 SCHEMA = json.loads((REPO / "docs" / "report-schema.json").read_text())
 ALL = ["onnxruntime", "openvino:CPU", "opencv"]
@@ -285,13 +286,21 @@ def test_compare_detects_a_mismatch(catalog_paths):
     assert "top1_agreement" in mismatch
 
 
+def _console_messages(stderr: str) -> list[str]:
+    """What pages logged to the JavaScript console (errors included), from chromium's --enable-logging output:
+    ``[pid:tid:time:INFO:CONSOLE:12] "message", source: ...`` (older builds write ``CONSOLE(12)``)."""
+    return re.findall(r":CONSOLE(?::\d+|\(\d+\))\] (.*)", stderr)
+
+
 @pytest.mark.slow
 def test_html_report_renders_in_chromium(isolated_result, tmp_path):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
-        pytest.skip("chromium is not installed (apt-get install chromium)")
+        missing_asset("chromium", "apt-get install chromium; `make system-deps` does")
     page = tmp_path / "report.html"
     isolated_result.to_html(page)
+    broken = tmp_path / "broken.html"
+    broken.write_text("<html><body><script>console.error('deliberate'); notDefined();</script></body></html>")
     command = [
         browser,
         "--headless",
@@ -307,9 +316,13 @@ def test_html_report_renders_in_chromium(isolated_result, tmp_path):
         "--dump-dom",
         page.as_uri(),
     ]
+    # the check must see console output at all: a page that logs an error and throws
+    control = subprocess.run([*command[:-1], broken.as_uri()], capture_output=True, text=True, timeout=120)
+    logged = " ".join(_console_messages(control.stderr))
+    assert "deliberate" in logged and "Uncaught ReferenceError" in logged, control.stderr[-2000:]
     completed = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0, completed.stderr[-2000:]
-    assert "Uncaught" not in completed.stderr and "CONSOLE" not in completed.stderr.upper().replace("CONSOLE(", "")
+    assert _console_messages(completed.stderr) == [] and "Uncaught" not in completed.stderr
     dom = completed.stdout
     assert dom.count("<svg") >= 3 and "p50 / p99 latency" in dom and "Recommendation" in dom
     screenshot = tmp_path / "shot.png"

@@ -16,7 +16,7 @@ from deploykit.convert.darknet.convert import convert_darknet, load_network
 from deploykit.convert.darknet.weights import write_random_weights
 from deploykit.errors import ConversionError
 from deploykit.vision.yolo import decode_heads
-from tests.assets.paths import DARKNET_CFG, REPO, _missing
+from tests.assets.paths import DARKNET_CFG, REPO, missing_asset, require_opencv4
 
 MODELS = REPO / "models" / "darknet"
 RAW_ATOL = 1e-4
@@ -29,7 +29,7 @@ def darknet_reference():
 
     reason = reference.unavailable_reason()
     if reason:
-        _missing("the Darknet reference", reason)
+        missing_asset("the Darknet reference", reason)
     reference.helper_binary()
     return reference
 
@@ -64,7 +64,7 @@ DARKNET_CASES = [
 @pytest.mark.parametrize(("source", "size"), DARKNET_CASES, ids=[f"{c.parent.name}/{c.name}" for c, _ in DARKNET_CASES])
 def test_raw_outputs_match_darknet(darknet_reference, tmp_path, source, size):
     if not source.is_file():
-        _missing(f"{source}", "apt-get install darknet")
+        missing_asset(f"{source}", "apt-get install darknet")
     cfg = _resized_cfg(source, tmp_path, (size, size) if size else None)
     net = load_network(cfg)
     weights = tmp_path / "random.weights"
@@ -95,13 +95,6 @@ OPENCV_CASES = [
 OPENCV_CASES.append(("yolov4-tiny", (320, 192)))  # non-square
 
 
-def _opencv4():
-    cv2 = pytest.importorskip("cv2")
-    if not hasattr(cv2.dnn, "readNetFromDarknet"):
-        pytest.skip(f"OpenCV {cv2.__version__} has no Darknet importer; the OpenCV 4.14 pass of `make test` runs this")
-    return cv2
-
-
 def _assert_heads_match_opencv4(cv2, cfg: Path, opencv_cfg: Path, weights: Path, directory: Path,
                                 input_size: tuple[int, int] | None = None) -> None:  # fmt: skip
     """Our raw and decoded heads against OpenCV 4.x's Darknet importer reading ``opencv_cfg``."""
@@ -129,9 +122,10 @@ def _assert_heads_match_opencv4(cv2, cfg: Path, opencv_cfg: Path, weights: Path,
 
 
 @pytest.mark.slow
+@pytest.mark.opencv4
 @pytest.mark.parametrize(("name", "size"), OPENCV_CASES, ids=[f"{n}-{s}" for n, s in OPENCV_CASES])
 def test_heads_match_opencv4_darknet(tmp_path, name, size):
-    cv2 = _opencv4()
+    cv2 = require_opencv4()
     cfg = _resized_cfg(MODELS / f"{name}.cfg", tmp_path, size)
     weights = tmp_path / f"{name}.weights"
     write_random_weights(load_network(cfg), weights, seed=7)
@@ -168,9 +162,10 @@ def test_global_avgpool_is_not_a_stride(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.opencv4
 @pytest.mark.parametrize("size", [(320, 320), (320, 256)], ids=["320x320", "320x256"])
 def test_squeeze_excitation_at_other_sizes_matches_opencv4(tmp_path, size):
-    cv2 = _opencv4()
+    cv2 = require_opencv4()
     cfg = _squeeze_excitation_cfg(tmp_path)
     weights = tmp_path / "se.weights"
     write_random_weights(load_network(cfg), weights, seed=5)
@@ -180,8 +175,9 @@ def test_squeeze_excitation_at_other_sizes_matches_opencv4(tmp_path, size):
 
 
 @pytest.mark.slow
+@pytest.mark.opencv4
 def test_opencv_threshold_option_matches_opencv_rows_exactly(tmp_path):
-    cv2 = _opencv4()
+    cv2 = require_opencv4()
     cfg = MODELS / "yolov4-tiny.cfg"
     weights = tmp_path / "w.weights"
     write_random_weights(load_network(cfg), weights, seed=3)

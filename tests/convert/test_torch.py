@@ -9,13 +9,14 @@ import numpy as np
 import onnx
 import pytest
 
-torch = pytest.importorskip("torch")
+from tests.assets.paths import REPO, darknet_image, mobilenet_v2_weights, require_module
+
+torch = require_module("torch", "pip install 'deploykit[torch]'", "PyTorch")
 
 import deploykit  # noqa: E402
 from deploykit.convert.torch import convert_torch  # noqa: E402
 from deploykit.errors import ConversionError, ParityError, UsageError  # noqa: E402
 from tests.assets import torch_models  # noqa: E402
-from tests.assets.paths import REPO, darknet_image, mobilenet_v2_weights  # noqa: E402
 
 MODELS = REPO / "tests" / "assets" / "torch_models.py"
 ALL = ("onnxruntime", "openvino", "opencv")
@@ -217,7 +218,7 @@ def test_keep_on_mismatch_writes_and_still_fails(tmp_path):
 
 
 def test_simplify_keeps_parity(tmp_path):
-    pytest.importorskip("onnxslim")
+    require_module("onnxslim", "pip install 'deploykit[torch]'")
     report = convert_torch(
         f"{MODELS}:small_cnn", output=tmp_path / "s.onnx", inputs=["images:1x3x16x16"], simplify=True
     )
