@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -47,3 +48,14 @@ def coerce(value: str) -> Any:
         except ValueError:
             continue
     return value
+
+
+def input_files(values: list[str]) -> dict[str, str]:
+    """The files named by ``-i NAME=file.npy`` / ``-i file.npz`` options, to keep outputs off them."""
+    files: dict[str, str] = {}
+    for value in values:
+        _, sep, item = value.partition("=")
+        path = item if sep else value
+        if path and Path(path).is_file():
+            files[f"-i {value}"] = path
+    return files

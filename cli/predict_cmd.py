@@ -9,7 +9,8 @@ import typer
 from rich.table import Table
 
 from deploykit.errors import UsageError
-from deploykit.io import atomic_path, check_output_dir
+from deploykit.io import atomic_path, check_outputs
+from deploykit.validation import check_number
 
 from .console import console
 
@@ -32,6 +33,17 @@ def _task(model: Path, task: str) -> str:
     return "detect"
 
 
+def _check_draw_format(path: Path) -> None:
+    """Refuse a --draw path whose extension OpenCV cannot encode, before any work."""
+    import cv2
+
+    if not path.suffix or not cv2.haveImageWriter(str(path)):
+        raise UsageError(
+            f"--draw '{path}' | OpenCV cannot write images with extension '{path.suffix or '(none)'}'.",
+            hint="use .jpg or .png (also .bmp, .tiff, .webp).",
+        )
+
+
 def predict(
     model: Path = typer.Argument(..., help="The .onnx file."),
     image: Path = typer.Argument(..., help="The image file."),
@@ -51,10 +63,15 @@ def predict(
 ) -> None:
     """Detect objects or classify an image; print the results (and draw/save them)."""
     import deploykit
+    from deploykit.vision.pipelines import check_thresholds
 
-    for path in (draw_path, json_path):
-        if path is not None:
-            check_output_dir(path)
+    check_thresholds(conf=conf, iou=iou, prefix="--")
+    check_number("--top-k", top_k, low=1, integer=True, hint="ask for 1 or more classes, e.g. --top-k 5.")
+    if draw_path is not None:
+        _check_draw_format(draw_path)
+    check_outputs(
+        {"--draw": draw_path, "--json": json_path}, inputs={"model": model, "image": image, "--labels": labels}
+    )
     kind = _task(model, task)
     if kind not in ("detect", "classify"):
         raise UsageError(f"task '{task}' | is not auto, detect or classify.", hint="e.g. --task detect.")
@@ -76,7 +93,7 @@ def predict(
             from deploykit.vision.image import load_image
 
             drawn = deploykit.draw(load_image(image), detections)
-            ok, encoded = cv2.imencode(draw_path.suffix or ".jpg", drawn)
+            ok, encoded = cv2.imencode(draw_path.suffix, drawn)
             if not ok:
                 raise UsageError(f"--draw '{draw_path}' | OpenCV cannot encode that format.", hint="use .jpg or .png.")
             with atomic_path(draw_path) as temporary:

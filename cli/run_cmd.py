@@ -11,9 +11,10 @@ from rich.table import Table
 
 import deploykit
 from deploykit.inputs import parse_input_options
-from deploykit.io import atomic_path, check_output_dir
+from deploykit.io import atomic_path, check_outputs
+from deploykit.validation import check_seed
 
-from .console import coerce, console, parse_pairs, print_json
+from .console import coerce, console, input_files, parse_pairs, print_json
 
 
 def run(
@@ -38,8 +39,8 @@ def run(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
     """Run a model once and print each output's shape and statistics."""
-    if save is not None:
-        check_output_dir(save)
+    check_seed(seed)
+    check_outputs({"--save": save}, inputs={"model": model, **input_files(inputs)})
     backend_options = {k: coerce(v) for k, v in parse_pairs(options, "--option").items()}
     with deploykit.load(model, backend, device, allow_fallback=allow_fallback, **backend_options) as session:
         feeds = parse_input_options(inputs, session.inputs, seed=seed)

@@ -36,15 +36,91 @@ def load_image(path: str | os.PathLike[str]) -> np.ndarray:
         InputError: the path does not exist or is not an image OpenCV can decode.
     """
     file = Path(path)
+    if file.is_dir():
+        raise InputError(
+            f"image '{file}' | is a folder, expected an image file.",
+            hint="pass one image file (bench/compare --inputs take a folder).",
+        )
     if not file.is_file():
         raise InputError(f"image '{file}' | no such file.", hint="check the path of the image.")
-    image = _cv2().imread(str(file), _cv2().IMREAD_UNCHANGED)
+    data = file.read_bytes()
+    check_image_bytes(file, data)
+    cv2 = _cv2()
+    try:
+        image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+    except cv2.error as exc:
+        raise InputError(
+            f"image '{file}' | OpenCV cannot decode it: {' '.join(str(exc).split())[-200:]}",
+            hint="pass a JPEG, PNG, BMP, TIFF or WebP file of a sane size.",
+        ) from exc
     if image is None:
         raise InputError(
             f"image '{file}' | is not an image OpenCV can read.",
             hint="pass a JPEG, PNG, BMP, TIFF or WebP file.",
         )
     return check_image(image, str(file))
+
+
+MAX_IMAGE_PIXELS = 2**28
+"""Images are refused past this many pixels (16384 × 16384) before they are decoded."""
+
+
+def _header_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) from a PNG, JPEG or BMP header without decoding, or None."""
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24:
+        return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    if data[:2] == b"BM" and len(data) >= 26:
+        return abs(int.from_bytes(data[18:22], "little", signed=True)), abs(
+            int.from_bytes(data[22:26], "little", signed=True)
+        )
+    if data[:2] == b"\xff\xd8":
+        position = 2
+        while position + 9 < len(data):
+            if data[position] != 0xFF:
+                return None
+            marker = data[position + 1]
+            if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
+                position += 2
+                continue
+            length = int.from_bytes(data[position + 2 : position + 4], "big")
+            # SOF0-SOF15, except DHT (C4), JPG (C8) and DAC (CC), carry the frame size.
+            if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+                height = int.from_bytes(data[position + 5 : position + 7], "big")
+                width = int.from_bytes(data[position + 7 : position + 9], "big")
+                return width, height
+            position += 2 + length
+    return None
+
+
+def _truncation(data: bytes) -> str | None:
+    """Why a JPEG or PNG is cut short (decoders then fill the rest with grey, silently), or None."""
+    if data[:2] == b"\xff\xd8":
+        # The image's last scan (after any thumbnail in the EXIF block) must end with EOI.
+        if data.rfind(b"\xff\xd9") < data.rfind(b"\xff\xda"):
+            return "the JPEG data ends before its end-of-image marker (the file is truncated)"
+    elif data[:8] == b"\x89PNG\r\n\x1a\n" and data.rfind(b"IEND", max(0, len(data) - 4096)) < 0:
+        return "the PNG has no IEND chunk (the file is truncated)"
+    return None
+
+
+def check_image_bytes(file: Path, data: bytes) -> None:
+    """Refuse, before decoding, an image that is truncated or would decode to a huge array.
+
+    Raises:
+        InputError: naming the file, its size in pixels, or what is cut short.
+    """
+    size = _header_size(data)
+    if size is not None and size[0] * size[1] > MAX_IMAGE_PIXELS:
+        width, height = size
+        raise InputError(
+            f"image '{file}' | is {width}x{height} ({width * height / 1e6:,.0f} megapixels, "
+            f"{width * height * 3 / 2**30:.1f} GiB decoded); deploykit decodes images up to "
+            f"{MAX_IMAGE_PIXELS / 1e6:.0f} megapixels.",
+            hint="downscale it first (e.g. to the model's input size).",
+        )
+    problem = _truncation(data)
+    if problem:
+        raise InputError(f"image '{file}' | {problem}.", hint="download or copy the image again.")
 
 
 def check_image(image: Any, name: str = "image") -> np.ndarray:
