@@ -22,7 +22,6 @@ import numpy as np
 from deploykit.errors import UsageError
 from deploykit.tensors import TensorSpec
 from deploykit.validation import check_number
-from deploykit.vision.decode import candidates, require_layout, select
 from deploykit.vision.image import Placement, Preprocess, check_image, load_image
 from deploykit.vision.nms import nms
 from deploykit.vision.results import Classification, Detection, Timing
@@ -104,12 +103,6 @@ def _input_size(
     if "imgsz" in metadata:
         try:
             size = ast.literal_eval(metadata["imgsz"])
-def check_thresholds(*, conf: float | None, iou: float | None, prefix: str = "") -> None:
-    """Detection thresholds are scores and overlaps: numbers from 0 to 1 (``None``: unchanged)."""
-    check_number(f"{prefix}conf", conf, low=0.0, high=1.0, hint="a minimum score from 0 to 1, e.g. 0.25.")
-    check_number(f"{prefix}iou", iou, low=0.0, high=1.0, hint="an NMS IoU threshold from 0 to 1, e.g. 0.45.")
-
-
             return int(size[0]), int(size[1])
         except (ValueError, SyntaxError, TypeError, IndexError):
             pass
@@ -117,6 +110,12 @@ def check_thresholds(*, conf: float | None, iou: float | None, prefix: str = "")
         f"model '{model}' | has a dynamic input size and no size in its metadata.",
         hint="pass input_size=(height, width) (--input-size HxW).",
     )
+
+
+def check_thresholds(*, conf: float | None, iou: float | None, prefix: str = "") -> None:
+    """Detection thresholds are scores and overlaps: numbers from 0 to 1 (``None``: unchanged)."""
+    check_number(f"{prefix}conf", conf, low=0.0, high=1.0, hint="a minimum score from 0 to 1, e.g. 0.25.")
+    check_number(f"{prefix}iou", iou, low=0.0, high=1.0, hint="an NMS IoU threshold from 0 to 1, e.g. 0.45.")
 
 
 class _Pipeline:
@@ -178,8 +177,6 @@ class Detector(_Pipeline):
         conf: float = 0.25,
         iou: float = 0.45,
         agnostic: bool = False,
-        check_thresholds(conf=conf, iou=iou)
-        check_number("max_detections", max_detections, low=1, integer=True)
         max_detections: int = 300,
         input_size: tuple[int, int] | None = None,
         resize: str | None = None,
@@ -189,6 +186,8 @@ class Detector(_Pipeline):
         std: Sequence[float] | None = None,
         **options: Any,
     ) -> None:
+        check_thresholds(conf=conf, iou=iou)
+        check_number("max_detections", max_detections, low=1, integer=True)
         super().__init__(model, backend, device, options)
         self.conf, self.iou, self.agnostic, self.max_detections = conf, iou, agnostic, max_detections
         self.size = _input_size(self.input, self.metadata, input_size, self.model_path.name)
@@ -223,7 +222,6 @@ class Detector(_Pipeline):
                 if isinstance(third, int) and third > 5:
                     return "yolov5", third - 5
         known = "; ".join(f"{name}: {text}" for name, text in LAYOUTS.items())
-        check_thresholds(conf=conf, iou=iou)
         shapes = ", ".join(f"{s.name} {s.shape_text()}" for s in outputs.values())
         raise UsageError(
             f"model '{self.model_path.name}' | outputs {shapes} are not a detection layout deploykit knows.",
@@ -270,6 +268,7 @@ class Detector(_Pipeline):
         self, images: Sequence[Any], *, conf: float | None = None, iou: float | None = None
     ) -> list[list[Detection]]:
         """Several images; one forward pass when the model's batch axis is dynamic."""
+        check_thresholds(conf=conf, iou=iou)
         start = time.perf_counter()
         prepared = [self.preprocess.place(_image(image)) for image in images]
         tensors = [self.preprocess.tensor([canvas]) for canvas, _ in prepared]  # fmt: skip
@@ -310,7 +309,6 @@ class Classifier(_Pipeline):
     def __init__(
         self,
         model: str | os.PathLike[str],
-        check_number("top_k", top_k, low=1, integer=True, hint="ask for 1 or more classes, e.g. top_k=5.")
         backend: str = "onnxruntime",
         device: str | None = None,
         *,
@@ -357,6 +355,7 @@ class Classifier(_Pipeline):
         return self.batch([image], top_k=top_k)[0]
 
     def batch(self, images: Sequence[Any], *, top_k: int = 5) -> list[list[Classification]]:
+        check_number("top_k", top_k, low=1, integer=True, hint="ask for 1 or more classes, e.g. top_k=5.")
         start = time.perf_counter()
         tensor = self.preprocess.tensor([self.preprocess.place(_image(image))[0] for image in images])
         pre = time.perf_counter()
