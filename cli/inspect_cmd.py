@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from deploykit.model import summarize
 
@@ -21,10 +22,24 @@ def _size(num_bytes: int) -> str:
     return f"{value:.1f} GiB"
 
 
+METADATA_PREVIEW_CHARS = 120
+
+
+def shorten(value: str, limit: int = METADATA_PREVIEW_CHARS) -> str:
+    """A metadata value on one line: long or multi-line values cut, with their full size."""
+    lines = value.count("\n") + 1
+    first = value.split("\n", 1)[0]
+    if lines == 1 and len(value) <= limit:
+        return value
+    size = f"{len(value):,} characters" + (f", {lines:,} lines" if lines > 1 else "")
+    return f"{first[:limit]}… ({size}; --full shows all)"
+
+
 def inspect(
     model: Path = typer.Argument(..., help="The .onnx file, or a Darknet .cfg."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     input_size: str = typer.Option(None, "--input-size", help="Darknet: WIDTHxHEIGHT instead of the cfg's."),
+    full: bool = typer.Option(False, "--full", help="Show long metadata values whole (default: truncated)."),
 ) -> None:
     """ONNX: opset, producer, inputs/outputs (dynamic dims), op histogram, params, size.
     Darknet .cfg: the layer table (index, type, output shape, parameters), as Darknet prints it."""
@@ -46,7 +61,7 @@ def inspect(
     console.print(f"  parameters  {summary.parameter_count:,} ({summary.precision})")
     console.print(f"  nodes       {summary.node_count}")
     for key, value in summary.metadata.items():
-        console.print(f"  meta        {key} = {value}")
+        console.print(Text(f"  meta        {key} = {value if full else shorten(value)}"))
     io_table = Table(title="inputs and outputs")
     for column in ("kind", "name", "dtype", "shape"):
         io_table.add_column(column)

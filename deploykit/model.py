@@ -86,6 +86,28 @@ def load_onnx(path: str | os.PathLike[str], *, load_external_data: bool = False,
     return model
 
 
+def check_opset(model: Any, path: str | os.PathLike[str]) -> None:
+    """Refuse a model whose default-domain opset is newer than the installed ``onnx`` knows.
+
+    Runtimes disagree on such files (ONNX Runtime refuses them, OpenVINO and OpenCV run them
+    with whatever semantics they guess), so every backend refuses them the same way here.
+
+    Raises:
+        InvalidModelError: naming the model's opset and the supported range.
+    """
+    import onnx
+
+    newest = onnx.defs.onnx_opset_version()
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx") and not 1 <= entry.version <= newest:
+            raise InvalidModelError(
+                f"model '{path}' | declares ONNX opset {entry.version}; the installed onnx "
+                f"{onnx.__version__} knows opsets 1 to {newest}.",
+                hint="re-export the model at a released opset (e.g. 17), or upgrade onnx if the "
+                "opset is newer than it.",
+            )
+
+
 def _has_external_data(model: Any) -> bool:
     from onnx import TensorProto
 
@@ -174,6 +196,27 @@ def _walk_nodes(graph: Any) -> Any:
                     yield from _walk_nodes(subgraph)
 
 
+# Constant tensors of these types are weights; integer ones are shapes, axes and indices.
+_WEIGHT_TYPES = frozenset({1, 2, 3, 10, 11, 16})  # FLOAT, UINT8, INT8, FLOAT16, DOUBLE, BFLOAT16
+
+
+def constant_parameters(graph: Any) -> int:
+    """Weights stored in ``Constant`` nodes instead of initializers (Paddle and spox exports do this)."""
+    from onnx import AttributeProto
+
+    count = 0
+    for node in _walk_nodes(graph):
+        if node.op_type != "Constant" or node.domain not in ("", "ai.onnx"):
+            continue
+        for attribute in node.attribute:
+            if attribute.name == "value" and attribute.type == AttributeProto.TENSOR:
+                if attribute.t.data_type in _WEIGHT_TYPES:
+                    count += int(np.prod(attribute.t.dims, dtype=np.int64))
+            elif attribute.name == "value_floats":
+                count += len(attribute.floats)
+    return count
+
+
 def summarize(path: str | os.PathLike[str]) -> ModelSummary:
     """Describe an ONNX file without running it (external data is not read)."""
     model_path = check_model_path(path)
@@ -185,6 +228,7 @@ def summarize(path: str | os.PathLike[str]) -> ModelSummary:
         node_count += 1
         histogram[f"{node.domain}::{node.op_type}" if node.domain else node.op_type] += 1
     parameters = sum(int(np.prod(t.dims, dtype=np.int64)) for t in model.graph.initializer)
+    parameters += constant_parameters(model.graph)
     external_files = set()
     for tensor in model.graph.initializer:
         for entry in tensor.external_data:
@@ -229,6 +273,7 @@ def read_interface(path: str | os.PathLike[str]) -> GraphInterface:
     """
     model_path = check_model_path(path)
     model = load_onnx(model_path, load_external_data=False, check=False)
+    check_opset(model, model_path)
     inputs, outputs = graph_io(model)
     metadata = {p.key: p.value for p in model.metadata_props}
     return GraphInterface(model_path, inputs, outputs, model_precision(model), metadata)
