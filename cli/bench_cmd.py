@@ -11,7 +11,7 @@ from rich.table import Table
 from deploykit.bench.config import parse_duration, parse_int_list
 from deploykit.bench.report import BenchmarkResult, merge_html
 from deploykit.errors import UsageError
-from deploykit.io import atomic_path
+from deploykit.io import atomic_path, check_outputs
 
 from .console import coerce, console, err_console, parse_pairs, print_json
 
@@ -203,6 +203,7 @@ def report(
                 "report merge | needs report files and --output.",
                 hint="deploykit report merge jetson.json nuc.json -o fleet.html",
             )
+        check_outputs({"--output": output}, inputs={path: path for path in reports[1:]})
         loaded = [BenchmarkResult.from_json(path) for path in reports[1:]]
         with atomic_path(output) as temporary:
             temporary.write_text(merge_html(loaded))

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from deploykit.bench.report_schema import validate_report
 from deploykit.errors import ReportError
 from deploykit.io import atomic_path
 
@@ -110,6 +111,7 @@ class BenchmarkResult:
                 f"report '{file}' | has schema version {version}, this deploykit reads up to {SCHEMA_VERSION}.",
                 hint="upgrade deploykit to read reports from newer versions.",
             )
+        validate_report(data, file)
         return cls(data)
 
     @property
