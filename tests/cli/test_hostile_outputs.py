@@ -1,0 +1,205 @@
+"""Outputs are validated before the work, never written onto an input, all or nothing, with plain-write
+modes, and no temporary file survives SIGINT, SIGTERM or SIGHUP (issue 12)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from deploykit.errors import OutputError
+from deploykit.io import atomic_path, check_outputs
+from tests.fuzz.harness import copy_assets, invoke_checked, temporary_leftovers
+
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["run", "{dynamic}", "--save", "/proc/o.npz"],
+        ["convert", "darknet", "{cfg}", "{weights}", "-o", "/proc/x.onnx"],
+        ["convert", "torch", "{factory}:tiny_cnn", "-i", "x:1x3x8x8", "-o", "/proc/x.onnx"],
+    ],
+    ids=["run-save", "convert-darknet", "convert-torch"],
+)
+def test_unwritable_output_is_a_message(tiny, command):
+    args = [part.format(**tiny) for part in command]
+    result = invoke_checked(args, reads=[tiny["cfg"], tiny["weights"], tiny["dynamic"]])
+    assert result.exit_code == 1
+    assert "directory '/proc' is not writable" in result.stderr
+
+
+@pytest.mark.skipif(IS_ROOT, reason="root may write into a read-only directory")
+def test_read_only_directory(tiny, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        result = invoke_checked(["run", tiny["dynamic"], "--save", locked / "o.npz"], writes=[locked / "o.npz"])
+        assert result.exit_code == 1 and f"directory '{locked}' is not writable" in result.stderr
+    finally:
+        locked.chmod(0o755)
+
+
+@pytest.mark.skipif(IS_ROOT, reason="root may replace a read-only file")
+def test_read_only_existing_output(tiny, tmp_path):
+    out = tmp_path / "o.npz"
+    out.write_bytes(b"keep")
+    out.chmod(0o444)
+    result = invoke_checked(["run", tiny["dynamic"], "--save", out], writes=[out])
+    assert result.exit_code == 1 and "exists and is read-only" in result.stderr
+
+
+def test_device_file_is_never_replaced(tiny):
+    result = invoke_checked(["run", tiny["dynamic"], "--save", "/dev/null"])
+    assert result.exit_code == 1 and "is not a regular file" in result.stderr
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+@pytest.mark.parametrize(
+    "command, target",
+    [
+        (["convert", "darknet", "{cfg}", "{weights}", "-o", "{weights}"], "weights"),
+        (["convert", "darknet", "{cfg}", "{weights}", "-o", "{cfg}"], "cfg"),
+        (["convert", "darknet", "{cfg}", "{weights}", "-o", "x.onnx", "--labels", "{labels}", "--report", "{labels}"],
+         "labels"),
+        (["convert", "torch", "{factory}:tiny_cnn", "-i", "x:1x3x8x8", "-w", "{state_dict}", "-o", "{state_dict}"],
+         "state_dict"),
+        (["run", "{dynamic}", "--save", "{dynamic}"], "dynamic"),
+        (["run", "{dynamic}", "-i", "{npz}", "--save", "{npz}"], "npz"),
+        (["predict", "{classifier}", "{image}", "--json", "{classifier}"], "classifier"),
+        (["predict", "{classifier}", "{image}", "--draw", "{image}"], "image"),
+        (["report", "merge", "{npz}", "-o", "{npz}"], "npz"),
+    ],
+    ids=["dn-weights", "dn-cfg", "dn-report-labels", "torch-weights", "run", "run-npz", "predict-json",
+         "predict-draw", "report-merge"],
+)  # fmt: skip
+def test_output_onto_an_input_is_refused(tiny, tmp_path, monkeypatch, command, target):
+    assets = copy_assets(tiny, tmp_path, *[n for n in tiny if n not in ("factory",)])
+    assets["factory"] = tiny["factory"]
+    monkeypatch.chdir(tmp_path)
+    args = [part.format(**assets) for part in command]
+    result = invoke_checked(args, reads=list(assets.values()), watch=[tmp_path])
+    assert result.exit_code == 1, result.output
+    assert "is the file this command reads" in result.stderr and "would destroy the input" in result.stderr
+
+
+def test_output_through_a_symlink_to_the_input(tiny, tmp_path):
+    assets = copy_assets(tiny, tmp_path, "dynamic")
+    link = tmp_path / "link.npz"
+    link.symlink_to(assets["dynamic"])
+    result = invoke_checked(["run", assets["dynamic"], "--save", link], reads=[assets["dynamic"]])
+    assert result.exit_code == 1 and "is the file this command reads" in result.stderr
+
+
+def test_hard_link_to_an_input_is_refused(tmp_path):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(b"x")
+    os.link(model, tmp_path / "hard.onnx")
+    with pytest.raises(OutputError, match=r"is the file this command reads \(model\)"):
+        check_outputs({"--save": tmp_path / "hard.onnx"}, inputs={"model": model})
+
+
+def test_two_outputs_on_one_path(tiny, tmp_path):
+    out = tmp_path / "same.json"
+    result = invoke_checked(["predict", tiny["classifier"], tiny["image"], "--json", out, "--draw", out], writes=[out])
+    assert result.exit_code == 1
+
+
+@pytest.mark.parametrize("kind", ["darknet", "torch"])
+def test_failed_command_leaves_no_output(tiny, tmp_path, kind):
+    out = tmp_path / "x.onnx"
+    source = [tiny["cfg"], tiny["weights"]] if kind == "darknet" else [f"{tiny['factory']}:tiny_cnn", "-i", "x:1x3x8x8"]
+    args = ["convert", kind, *source, "-o", out, "--report", tmp_path / "nodir" / "r.json"]
+    result = invoke_checked(args, writes=[out], watch=[tmp_path])
+    assert result.exit_code == 1 and "nodir' does not exist" in result.stderr
+    assert not out.exists()
+    out.write_bytes(b"an existing model")
+    result = invoke_checked(args, writes=[out], watch=[tmp_path])
+    assert result.exit_code == 1 and out.read_bytes() == b"an existing model"
+
+
+def test_convert_writes_model_and_report_together(tiny, tmp_path):
+    out, report = tmp_path / "x.onnx", tmp_path / "r.json"
+    result = invoke_checked(
+        ["convert", "darknet", tiny["cfg"], tiny["weights"], "-o", out, "--report", report],
+        reads=[tiny["cfg"], tiny["weights"]],
+        watch=[tmp_path],
+    )
+    assert result.exit_code == 0, result.output
+    assert out.is_file() and '"written": true' in report.read_text()
+
+
+def test_umask_is_honoured(tiny, tmp_path):
+    old = os.umask(0o027)
+    try:
+        out = tmp_path / "o.npz"
+        assert invoke_checked(["run", tiny["dynamic"], "--save", out]).exit_code == 0
+        assert stat.S_IMODE(out.stat().st_mode) == 0o640
+        out.chmod(0o604)  # replacing a file keeps its mode, as open(path, "w") would
+        assert invoke_checked(["run", tiny["dynamic"], "--save", out]).exit_code == 0
+        assert stat.S_IMODE(out.stat().st_mode) == 0o604
+        converted = tmp_path / "x.onnx"
+        assert invoke_checked(["convert", "darknet", tiny["cfg"], tiny["weights"], "-o", converted]).exit_code == 0
+        assert stat.S_IMODE(converted.stat().st_mode) == 0o640
+    finally:
+        os.umask(old)
+
+
+def test_atomic_path_leaves_target_untouched_on_error(tmp_path):
+    target = tmp_path / "t.txt"
+    target.write_text("old")
+    with pytest.raises(RuntimeError), atomic_path(target) as temporary:
+        temporary.write_text("new")
+        raise RuntimeError("boom")
+    assert target.read_text() == "old" and not temporary_leftovers([tmp_path])
+
+
+_SCRATCH_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    from deploykit.io import atomic_path, scratch_dir
+    target = sys.argv[1]
+    with scratch_dir(target) as scratch, atomic_path(target) as temporary:
+        (scratch / "big.bin").write_bytes(b"x" * 100000)
+        temporary.write_bytes(b"partial")
+        print("ready", flush=True)
+        time.sleep(60)
+    """
+)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=["TERM", "HUP", "INT"])
+def test_signals_remove_temporary_files(tmp_path, signum):
+    target = tmp_path / "out.onnx"
+    process = subprocess.Popen(
+        [sys.executable, "-c", _SCRATCH_SCRIPT, str(target)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert process.stdout is not None and process.stdout.readline().strip() == b"ready"
+    assert temporary_leftovers([tmp_path]), "the script should hold temporary files now"
+    process.send_signal(signum)
+    process.wait(timeout=30)
+    assert process.returncode == -signum, process.stderr.read() if process.stderr else ""
+    assert not temporary_leftovers([tmp_path]) and not target.exists()
+
+
+def test_ignored_sighup_keeps_working_files(tmp_path):
+    """Under nohup (SIGHUP ignored) the work goes on, so its files must stay."""
+    script = "import signal; signal.signal(signal.SIGHUP, signal.SIG_IGN)\n" + _SCRATCH_SCRIPT
+    process = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "o")], stdout=subprocess.PIPE)
+    try:
+        assert process.stdout is not None and process.stdout.readline().strip() == b"ready"
+        process.send_signal(signal.SIGHUP)
+        with pytest.raises(subprocess.TimeoutExpired):
+            process.wait(timeout=1)
+        assert temporary_leftovers([tmp_path])
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    assert not temporary_leftovers([tmp_path])

@@ -1,0 +1,93 @@
+"""The promises every CLI command keeps, checked around one real invocation (typer's CliRunner).
+
+- the exit code is 0, 1 (a DeployKitError) or 2 (a usage error), and no traceback is printed;
+- every file the command reads is byte-for-byte unchanged (SHA-256);
+- a failed command leaves nothing at an output path that did not exist, and an existing one unchanged;
+- no temporary file or directory (``.deploykit-*``) is left behind.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from deploykit.cli.main import app
+from deploykit.io import TEMPORARY_PREFIX
+from tests.assets.tiny import build_all
+
+runner = CliRunner()
+
+
+def sha256(path: Path) -> str | None:
+    if not path.is_file():
+        return None
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def temporary_leftovers(directories: Iterable[Path]) -> list[Path]:
+    found: list[Path] = []
+    for directory in directories:
+        if directory.is_dir():
+            found += [p for p in directory.rglob(f"{TEMPORARY_PREFIX}*")]
+    return found
+
+
+def invoke_checked(
+    args: Sequence[Any],
+    *,
+    reads: Iterable[Path] = (),
+    writes: Iterable[Path] = (),
+    watch: Iterable[Path] = (),
+) -> Any:
+    """Run ``deploykit ARGS`` and assert the promises; return the click ``Result``.
+
+    Args:
+        reads: files the command reads (their hashes must not change).
+        writes: output paths (must stay absent/unchanged when the command fails).
+        watch: directories where no temporary file may be left.
+    """
+    reads, writes = [Path(p) for p in reads], [Path(p) for p in writes]
+    before_reads = {p: sha256(p) for p in reads}
+    before_writes = {p: (p.exists(), sha256(p)) for p in writes}
+    result = runner.invoke(app, [str(a) for a in args])
+    described = f"deploykit {' '.join(map(str, args))}\n--- output ---\n{result.output}"
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        import traceback
+
+        trace = "".join(traceback.format_exception(result.exception))
+        pytest.fail(f"uncaught {type(result.exception).__name__}:\n{described}\n{trace}")
+    assert result.exit_code in (0, 1, 2), described
+    assert "Traceback" not in result.output, described
+    for path, digest in before_reads.items():
+        assert sha256(path) == digest, f"input {path} changed\n{described}"
+    if result.exit_code != 0:
+        for path, (existed, digest) in before_writes.items():
+            if existed:
+                assert sha256(path) == digest, f"failed command changed existing output {path}\n{described}"
+            else:
+                assert not path.exists(), f"failed command left output {path}\n{described}"
+    leftovers = temporary_leftovers([*watch, *(p.parent for p in writes)])
+    assert not leftovers, f"temporary files left: {leftovers}\n{described}"
+    return result
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The tiny assets (tests/assets/tiny.py), built once per session in a read-only spirit:
+    tests copy what they might damage."""
+    return build_all(tmp_path_factory.mktemp("tiny"))
+
+
+def copy_assets(tiny: dict[str, Path], directory: Path, *names: str) -> dict[str, Path]:
+    """Fresh copies of some assets in ``directory`` (for tests that write beside them)."""
+    copies = {}
+    for name in names:
+        copies[name] = directory / tiny[name].name
+        shutil.copy2(tiny[name], copies[name])
+    return copies
