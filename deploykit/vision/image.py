@@ -96,7 +96,8 @@ def _truncation(data: bytes) -> str | None:
     """Why a JPEG or PNG is cut short (decoders then fill the rest with grey, silently), or None."""
     if data[:2] == b"\xff\xd8":
         # The image's last scan (after any thumbnail in the EXIF block) must end with EOI.
-        if data.rfind(b"\xff\xd9") < data.rfind(b"\xff\xda"):
+        last_scan = data.rfind(b"\xff\xda")
+        if last_scan < 0 or data.rfind(b"\xff\xd9") < last_scan:
             return "the JPEG data ends before its end-of-image marker (the file is truncated)"
     elif data[:8] == b"\x89PNG\r\n\x1a\n" and data.rfind(b"IEND", max(0, len(data) - 4096)) < 0:
         return "the PNG has no IEND chunk (the file is truncated)"

@@ -1,0 +1,204 @@
+"""Values are checked up front with the accepted range in the message (issue 12): backend options,
+seeds, tolerances, thresholds, opsets, images."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import deploykit
+from deploykit.backends.options import thread_limit
+from deploykit.errors import InputError, InvalidModelError, UsageError
+from tests.fuzz.harness import invoke_checked
+
+BACKENDS = ["onnxruntime", "openvino", "opencv"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        ("threads=abc", "option threads='abc' is not an integer"),
+        ("threads=100000", "option threads=100000 is out of range; expected an integer (0 to {limit}"),
+        ("threads=-4", "option threads=-4 is out of range"),
+        ("threads=1.5", "option threads=1.5 is not an integer"),
+        ("nosuch=1", "unknown option(s) nosuch"),
+    ],
+)
+def test_backend_options_are_validated(tiny, backend, option, message):
+    result = invoke_checked(["run", tiny["dynamic"], "-b", backend, "-o", option])
+    assert result.exit_code == 1
+    assert message.format(limit=thread_limit()) in result.stderr
+
+
+@pytest.mark.parametrize(
+    "backend, option, message",
+    [
+        ("openvino", "streams=-1", "option streams=-1 is out of range; expected an integer (1 to"),
+        ("openvino", "shape_cache=0", "option shape_cache=0 is out of range; expected an integer (1 to 1024)"),
+        ("openvino", "reshape=sometimes", "option reshape='sometimes' is not one of auto, never"),
+        ("onnxruntime", "spinning=maybe", "option spinning='maybe' is not true or false"),
+        ("onnxruntime", "log_level=9", "option log_level=9 is out of range; expected an integer (0 to 4)"),
+        ("onnxruntime", "graph_optimization=max", "is not one of disable, basic, extended, all"),
+    ],
+)
+def test_backend_specific_options(tiny, backend, option, message):
+    result = invoke_checked(["run", tiny["dynamic"], "-b", backend, "-o", option])
+    assert result.exit_code == 1 and message in result.stderr
+
+
+def test_valid_options_are_converted(tiny):
+    with deploykit.load(tiny["dynamic"], "onnxruntime", threads="2", spinning="false") as session:
+        assert session.info.options == {"threads": 2, "spinning": False}
+
+
+def test_backends_options_prints_the_schema():
+    result = invoke_checked(["backends", "--options"])
+    assert result.exit_code == 0
+    for text in ("accepted", "default", "shape_cache", "1 to 1024", f"0 to {thread_limit()}", "true | false"):
+        assert text in result.stdout
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["run", "{dynamic}", "--seed", "-1"],
+        ["convert", "torch", "{factory}:tiny_cnn", "-i", "x:1x3x8x8", "-o", "{out}", "--seed", "-1"],
+    ],
+    ids=["run", "convert-torch"],
+)
+def test_negative_seed(tiny, tmp_path, command):
+    args = [part.format(**tiny, out=tmp_path / "x.onnx") for part in command]
+    result = invoke_checked(args, writes=[tmp_path / "x.onnx"])
+    assert result.exit_code == 1 and "--seed '-1' | expected an integer in [0, 4.29497e+09]" in result.stderr
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf"])
+def test_tolerances_checked_before_converting(tiny, tmp_path, value):
+    out = tmp_path / "x.onnx"
+    args = ["convert", "torch", f"{tiny['factory']}:tiny_cnn", "-i", "x:1x3x8x8", "-o", out, "--atol", value]
+    result = invoke_checked(args, writes=[out])
+    assert result.exit_code == 1 and f"--atol '{float(value)}' | expected a number in ≥ 0" in result.stderr
+
+
+@pytest.mark.parametrize("opset", ["99", "6"])
+def test_torch_opset_outside_what_onnx_knows(tiny, tmp_path, opset):
+    args = ["convert", "torch", f"{tiny['factory']}:tiny_cnn", "-i", "x:1x3x8x8", "-o", tmp_path / "x.onnx"]
+    result = invoke_checked([*args, "--opset", opset], writes=[tmp_path / "x.onnx"])
+    newest = onnx.defs.onnx_opset_version()
+    assert result.exit_code == 1 and f"--opset '{opset}' | expected an integer in [7, {newest}]" in result.stderr
+    assert f"knows opsets up to {newest}" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def opset99(tmp_path_factory):
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 99)])
+    model.ir_version = 8
+    path = tmp_path_factory.mktemp("op") / "op99.onnx"
+    onnx.save(model, path)
+    return path
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_model_opset_newer_than_onnx_is_refused_everywhere(opset99, backend):
+    newest = onnx.defs.onnx_opset_version()
+    result = invoke_checked(["run", opset99, "-b", backend], reads=[opset99])
+    assert result.exit_code == 1
+    assert f"declares ONNX opset 99; the installed onnx {onnx.__version__} knows opsets 1 to {newest}" in result.stderr
+    with pytest.raises(InvalidModelError, match="knows opsets 1 to"):
+        deploykit.load(opset99, backend)
+
+
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        (["--iou", "2"], "--iou '2.0' | expected a number in [0, 1]"),
+        (["--conf", "-5"], "--conf '-5.0' | expected a number in [0, 1]"),
+        (["--conf", "nan"], "--conf 'nan' | expected a number in [0, 1]"),
+        (["--top-k", "-3"], "--top-k '-3' | expected an integer in ≥ 1"),
+        (["--top-k", "0"], "--top-k '0' | expected an integer in ≥ 1"),
+        (["--draw", "out.xyz"], "--draw 'out.xyz' | OpenCV cannot write images with extension '.xyz'"),
+        (["--draw", "noextension"], "OpenCV cannot write images with extension '(none)'"),
+    ],
+)
+def test_predict_values(tiny, tmp_path, monkeypatch, option, message):
+    monkeypatch.chdir(tmp_path)
+    result = invoke_checked(["predict", tiny["classifier"], tiny["image"], *option], reads=[tiny["image"]])
+    assert result.exit_code == 1 and message in result.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_pipeline_arguments(tiny):
+    with pytest.raises(UsageError, match=r"iou '5' \| expected a number in \[0, 1\]"):
+        deploykit.Detector(tiny["classifier"], iou=5)
+    with pytest.raises(UsageError, match=r"max_detections '0' \| expected an integer in ≥ 1"):
+        deploykit.Detector(tiny["classifier"], max_detections=0)
+    with deploykit.Classifier(tiny["classifier"]) as classifier:
+        with pytest.raises(UsageError, match=r"top_k '-1' \| expected an integer in ≥ 1"):
+            classifier(tiny["image"], top_k=-1)
+        assert len(classifier(tiny["image"], top_k=3)) == 3
+
+
+def _png_header(width: int, height: int) -> bytes:
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
+
+
+def test_huge_image_refused_before_decoding(tiny, tmp_path):
+    huge = tmp_path / "huge.png"
+    huge.write_bytes(_png_header(40000, 40000))
+    result = invoke_checked(["predict", tiny["classifier"], huge], reads=[huge])
+    assert result.exit_code == 1
+    assert "is 40000x40000 (1,600 megapixels, 4.5 GiB decoded); deploykit decodes images up to 268" in result.stderr
+
+
+@pytest.mark.parametrize("name", ["image", "png"])
+def test_truncated_image_is_an_error(tiny, tmp_path, name):
+    from tests.assets.tiny import write_image
+
+    whole = write_image(tmp_path / f"whole{tiny[name].suffix}", (240, 320))
+    data = whole.read_bytes()
+    truncated = tmp_path / f"cut{tiny[name].suffix}"
+    truncated.write_bytes(data[: len(data) // 3])
+    result = invoke_checked(["predict", tiny["classifier"], truncated], reads=[truncated])
+    assert result.exit_code == 1 and "(the file is truncated)" in result.stderr
+
+
+def test_truncation_check_accepts_whole_images(tiny):
+    from deploykit.vision.image import load_image
+
+    for name in ("image", "png"):
+        assert load_image(tiny[name]).shape == (24, 32, 3)
+
+
+def test_predict_on_a_folder(tiny, tmp_path):
+    result = invoke_checked(["predict", tiny["classifier"], tmp_path])
+    assert result.exit_code == 1 and "is a folder, expected an image file" in result.stderr
+
+
+def test_garbage_image(tiny, tmp_path):
+    garbage = tmp_path / "noise.jpg"
+    garbage.write_bytes(np.random.default_rng(0).bytes(1000))
+    result = invoke_checked(["predict", tiny["classifier"], garbage])
+    assert result.exit_code == 1 and "is not an image OpenCV can read" in result.stderr
+
+
+def test_image_errors_in_the_library(tiny, tmp_path):
+    from deploykit.vision.image import load_image
+
+    with pytest.raises(InputError, match="is a folder"):
+        load_image(tmp_path)
