@@ -1,0 +1,212 @@
+"""Careless source files give the right message (issue 12): Darknet cfgs, weights and labels files,
+PyTorch checkpoints and exports, ONNX files for inspect, reports for `deploykit report`."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from tests.assets.tiny import TINY_CFG
+from tests.fuzz.harness import invoke_checked
+
+STRIDE_ZERO = TINY_CFG.replace("[maxpool]\nsize=2\nstride=2", "[maxpool]\nsize=2\nstride=0")
+
+
+@pytest.mark.parametrize("command", ["convert", "inspect"])
+def test_maxpool_stride_zero(tiny, tmp_path, command):
+    cfg = tmp_path / "s0.cfg"
+    cfg.write_text(STRIDE_ZERO)
+    args = ["inspect", cfg] if command == "inspect" else ["convert", "darknet", cfg, tiny["weights"], "-o", "x.onnx"]
+    result = invoke_checked(args, reads=[cfg])
+    assert result.exit_code == 1
+    assert "layer 1 [maxpool] (line 14) | stride=0 must be a positive integer" in result.stderr
+
+
+def test_convolution_stride_zero(tmp_path):
+    cfg = tmp_path / "c0.cfg"
+    cfg.write_text(TINY_CFG.replace("size=3\nstride=1", "size=3\nstride=0"))
+    result = invoke_checked(["inspect", cfg])
+    assert result.exit_code == 1 and "[convolutional] (line 6) | stride=0 must be a positive integer" in result.stderr
+
+
+def test_cfg_with_a_byte_order_mark(tiny, tmp_path):
+    cfg = tmp_path / "bom.cfg"
+    cfg.write_bytes(b"\xef\xbb\xbf" + TINY_CFG.encode())
+    result = invoke_checked(["inspect", cfg, "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["input"] == [3, 32, 32]
+    out = tmp_path / "bom.onnx"
+    result = invoke_checked(["convert", "darknet", cfg, tiny["weights"], "-o", out, "--verify-backends", ""])
+    assert result.exit_code == 0 and out.is_file()
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "labels '{path}' | no such file."),
+        (b"\x00\x01\xffbinary\x00", "labels '{path}' | is a binary file, not UTF-8 text"),
+        (b"\xff\xfe\xfa\xfb", "labels '{path}' | is a binary file"),
+        ("a\nb\n", "labels '{path}' | has 2 names, the network has 1 classes."),
+    ],
+    ids=["missing", "binary", "not-utf8", "count"],
+)
+def test_labels_file(tiny, tmp_path, content, message):
+    labels = tmp_path / "x.names"
+    if isinstance(content, bytes):
+        labels.write_bytes(content)
+    elif content is not None:
+        labels.write_text(content)
+    out = tmp_path / "x.onnx"
+    result = invoke_checked(["convert", "darknet", tiny["cfg"], tiny["weights"], "-o", out, "--labels", labels],
+                            writes=[out])  # fmt: skip
+    assert result.exit_code == 1 and message.format(path=labels) in result.stderr
+
+
+def test_labels_with_bom_and_blank_lines(tiny, tmp_path):
+    labels = tmp_path / "x.names"
+    labels.write_bytes(b"\xef\xbb\xbfthing\n\n")
+    out = tmp_path / "x.onnx"
+    result = invoke_checked(["convert", "darknet", tiny["cfg"], tiny["weights"], "-o", out, "--labels", labels,
+                             "--verify-backends", ""])  # fmt: skip
+    assert result.exit_code == 0
+    metadata = {p.key: p.value for p in onnx.load(out).metadata_props}
+    assert json.loads(metadata["deploykit.labels"]) == ["thing"]
+
+
+def test_weights_header_from_no_darknet(tiny, tmp_path):
+    weights = tmp_path / "odd.weights"
+    data = bytearray(tiny["weights"].read_bytes())
+    data[0:12] = struct.pack("<3i", 99999, 2, 0)  # major > 1000 reads as a 16-byte header: sizes shift
+    weights.write_bytes(bytes(data[:-400]))
+    result = invoke_checked(["convert", "darknet", tiny["cfg"], weights, "-o", tmp_path / "x.onnx"])
+    assert result.exit_code == 1
+    assert "its header says Darknet version 99999.2.0" not in result.stderr, "major > 1000 is Darknet's own flag"
+    weights.write_bytes(struct.pack("<3i", 7, 300, 5) + bytes(data[12:-400]))
+    result = invoke_checked(["convert", "darknet", tiny["cfg"], weights, "-o", tmp_path / "x.onnx"])
+    assert result.exit_code == 1
+    assert "its header says Darknet version 7.300.5, which no Darknet writes" in result.stderr
+    assert "belongs to another cfg" not in result.stderr
+
+
+# --- PyTorch checkpoints ---------------------------------------------------------------------------------------------
+torch = pytest.importorskip("torch")
+
+
+def _convert_torch(tiny, tmp_path, *extra):
+    out, report = tmp_path / "x.onnx", tmp_path / "r.json"
+    args = ["convert", "torch", f"{tiny['factory']}:tiny_cnn", "-i", "x:1x3x8x8", "-o", out, "--report", report, *extra]
+    return invoke_checked(args, writes=[out, report], watch=[tmp_path]), report
+
+
+def test_checkpoint_wrapper_keys_are_found(tiny, tmp_path):
+    from tests.assets.tiny import tiny_cnn
+
+    checkpoint = tmp_path / "ckpt.pth"
+    torch.save({"step": 3, "model_state": tiny_cnn().state_dict(), "optimizer_state": {"lr": 0.1}}, checkpoint)
+    result, report = _convert_torch(tiny, tmp_path, "--weights", checkpoint)
+    assert result.exit_code == 0, result.output
+    assert "weights: state_dict under checkpoint key 'model_state'" in json.loads(report.read_text())["notes"]
+
+
+def test_weights_key_and_ignore_keys(tiny, tmp_path):
+    from tests.assets.tiny import tiny_cnn
+
+    state = dict(tiny_cnn().state_dict())
+    state["loss.margin"] = torch.tensor(0.5)
+    checkpoint = tmp_path / "ckpt.pth"
+    torch.save({"weights": {"student": state}}, checkpoint)
+    result, _ = _convert_torch(tiny, tmp_path, "--weights", checkpoint)
+    assert result.exit_code == 1 and "is a checkpoint with keys weights; none of state_dict" in result.stderr
+    assert "--weights-key weights" in result.stderr
+    result, _ = _convert_torch(tiny, tmp_path, "--weights", checkpoint, "--weights-key", "weights.teacher")
+    assert result.exit_code == 1 and "has no key 'weights.teacher' (at 'teacher' it has: student)" in result.stderr
+    result, _ = _convert_torch(tiny, tmp_path, "--weights", checkpoint, "--weights-key", "weights.student")
+    assert result.exit_code == 1 and "1 unexpected: loss.margin" in result.stderr and "--ignore-keys" in result.stderr
+    result, report = _convert_torch(
+        tiny, tmp_path, "--weights", checkpoint, "--weights-key", "weights.student", "--ignore-keys", "^loss\\."
+    )
+    assert result.exit_code == 0, result.output
+    assert (
+        "weights: 1 key(s) ignored by --ignore-keys '^loss\\.': loss.margin" in json.loads(report.read_text())["notes"]
+    )
+    result, _ = _convert_torch(tiny, tmp_path, "--weights", checkpoint, "--ignore-keys", "([")
+    assert result.exit_code == 1 and "--ignore-keys '([' | is not a regular expression" in result.stderr
+
+
+def test_output_name_used_inside_the_export(tmp_path):
+    factory = tmp_path / "embed.py"
+    factory.write_text(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.embedding = torch.nn.Embedding(10, 4)\n"
+        "        self.head = torch.nn.Linear(4, 2)\n"
+        "    def forward(self, ids):\n"
+        "        return self.head(self.embedding(ids))\n"
+        "def build():\n"
+        "    torch.manual_seed(0)\n"
+        "    return M()\n"
+    )
+    out = tmp_path / "e.onnx"
+    args = ["convert", "torch", f"{factory}:build", "-i", "ids:1x3:int64:0..9", "-o", out, "--exporter", "dynamo",
+            "--opset", "18", "--output-names", "embedding"]  # fmt: skip
+    result = invoke_checked(args, reads=[factory], writes=[out], watch=[tmp_path])
+    assert result.exit_code == 0, result.output
+    assert "output name 'embedding' was an internal value of the export: renamed it 'embedding_internal_0'" in (
+        result.stdout
+    )
+    model = onnx.load(out)
+    assert [o.name for o in model.graph.output] == ["embedding"]
+
+
+def test_exporter_output_is_captured_without_colour(capfd):
+    import os
+
+    from deploykit.convert.torch_export import _quiet, strip_ansi
+
+    log: list[str] = []
+    with _quiet(log):
+        print("\x1b[1;31mpython says\x1b[0m")
+        os.write(2, b"\x1b[32mnative code says\x1b[0m\n")
+    captured = capfd.readouterr()
+    assert "says" not in captured.out + captured.err
+    assert "python says" in log[0] and "native code says" in log[0] and "\x1b" not in log[0]
+    assert strip_ansi("\x1b[2mdim\x1b[0m") == "dim"
+
+
+# --- ONNX files for inspect ------------------------------------------------------------------------------------------
+def test_inspect_counts_constant_weights_and_truncates_metadata(tmp_path):
+    weights = numpy_helper.from_array(onnx.numpy_helper.to_array(numpy_helper.from_array(
+        __import__("numpy").ones((4, 4), "float32"))), "w")  # fmt: skip
+    graph = helper.make_graph(
+        [
+            helper.make_node("Constant", [], ["w"], value=weights),
+            helper.make_node("Constant", [], ["shape"], value=helper.make_tensor("s", TensorProto.INT64, [2], [1, 16])),
+            helper.make_node("MatMul", ["x", "w"], ["y0"]),
+            helper.make_node("Reshape", ["y0", "shape"], ["y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    long_value = "\n".join(f"character {i}" for i in range(6666))
+    entry = model.metadata_props.add()
+    entry.key, entry.value = "characters", long_value
+    path = tmp_path / "const.onnx"
+    onnx.save(model, path)
+    result = invoke_checked(["inspect", path])
+    assert result.exit_code == 0
+    assert "parameters  16 (f32)" in result.stdout, "the float Constant counts, the shape constant does not"
+    assert f"characters = character 0… ({len(long_value):,} characters, 6,666 lines; --full shows all)" in (
+        result.stdout
+    )
+    assert "character 6665" not in result.stdout
+    full = invoke_checked(["inspect", path, "--full"])
+    assert "character 6665" in full.stdout
