@@ -28,11 +28,14 @@ def check_model_path(path: str | os.PathLike[str]) -> Path:
         ModelNotFoundError: the path does not exist or is a directory.
     """
     model_path = Path(path)
-    if not model_path.exists():
+    try:
+        model_path.stat()
+    except OSError as exc:
+        problem = "no such file" if isinstance(exc, FileNotFoundError) else (exc.strerror or str(exc)).lower()
         raise ModelNotFoundError(
-            f"model '{model_path}' | no such file.",
+            f"model '{model_path}' | {problem}.",
             hint="check the path; relative paths are taken from the current directory.",
-        )
+        ) from exc
     if model_path.is_dir():
         raise ModelNotFoundError(
             f"model '{model_path}' | is a directory, expected an .onnx file.",
