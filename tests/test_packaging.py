@@ -7,13 +7,14 @@ import re
 import subprocess
 from pathlib import Path
 
+import cv2
 import jsonschema
 import pytest
 from typer.testing import CliRunner
 
 from deploykit.cli.main import app
 from deploykit.recipes import build, list_recipes
-from tests.assets.paths import REPO, require_executable
+from tests.assets.paths import REPO, darknet_image, missing_asset, official_darknet, require_executable
 
 DOCKERFILES = sorted((REPO / "docker").glob("*.Dockerfile"))
 PINS = dict(
@@ -84,18 +85,25 @@ def test_recipes_are_complete():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [r.name for r in list_recipes()])
 def test_every_recipe_builds_and_verifies(tmp_path, name):
+    recipe = next(r for r in list_recipes() if r.name == name)
+    packaged = recipe.weights_package is not None
+    if packaged and recipe.unavailable_reason():
+        missing_asset(f"the weights of recipe {name}", recipe.unavailable_reason() or "")
     out = tmp_path / f"{name}.onnx"
     report = build(
         name,
         out,
+        random_weights=recipe.kind == "darknet" and not packaged,
         verify_backends=["onnxruntime", "openvino"] if name == "yolov4" else ["onnxruntime", "openvino", "opencv"],
     )
     assert report.passed and report.written and out.is_file()
     import onnx
 
     meta = {p.key: p.value for p in onnx.load(str(out), load_external_data=False).metadata_props}
-    if name != "yolov8n-nudenet":
+    if recipe.kind != "onnx":
         assert meta["deploykit.recipe"] == name and json.loads(meta["deploykit.input"])["channel_order"] == "RGB"
+        expected = recipe.source["weights_origin"] if packaged else "random (seeded"
+        assert meta["deploykit.weights"].startswith(expected), meta["deploykit.weights"]
 
 
 def test_models_command_lists_and_rejects_unknown(tmp_path):
@@ -107,18 +115,50 @@ def test_models_command_lists_and_rejects_unknown(tmp_path):
     assert result.exit_code == 1 and "recipe 'yolov9' | is not in models/recipes; known:" in result.stderr
 
 
+def _benchmark_row_holds(row: dict) -> bool:
+    """A benchmark row ran, and its numbers hold at the precision that ran: element-wise at f32; at a device's
+    reduced default (OpenVINO bf16 on CPUs with AMX/AVX512-BF16) only by the reduced-precision rule."""
+    if row["status"] != "ok":
+        return False
+    if "verdict" in row:
+        verdict = row["verdict"]
+        return (
+            verdict["status"] == "pass"
+            if verdict["precision"] == "f32"
+            else verdict["status"] in ("pass", "unverified")
+        )
+    precision = (row.get("session") or {}).get("precision")
+    return bool(row["parity"]["passed"]) or precision not in (None, "f32")
+
+
 @pytest.mark.slow
 def test_demo_end_to_end(tmp_path):
+    official_darknet("yolov4-tiny")
+    official_darknet("yolov3-tiny")
+    darknet_image("dog.jpg")
+    from deploykit.convert.darknet import reference
+
+    if reference.unavailable_reason():
+        missing_asset("the Darknet reference (Debian's libdarknet)", str(reference.unavailable_reason()))
     result = CliRunner().invoke(app, ["demo", "--dir", str(tmp_path), "--iterations", "5"])
     assert result.exit_code == 0, result.output
     out = result.stdout
-    for step in ("[1/5]", "[2/5]", "[3/5]", "[4/5]", "[5/5]"):
-        assert step in out
+    for step in range(1, 7):
+        assert f"[{step}/6]" in out
     assert "skipped" not in out, "CI installs every optional part of the demo"
-    assert "matches Darknet's own forward pass" in out and "bald eagle" in out
+    assert "bald eagle" in out
+    # YOLOv3-tiny is checked by Darknet itself; YOLOv4-tiny only where OpenCV 4.x runs, else said to be unverified
+    assert re.search(r"yolov3-tiny\.onnx: .* pass against Darknet's own forward pass \(libdarknet\)", out)
+    assert re.search(r"yolov4-tiny\.onnx: .* (unverified no independent oracle ran|pass against OpenCV 4\.)", out)
+    for photo, objects in {"dog.jpg": ("dog", "bicycle"), "bus.jpg": ("bus", "person")}.items():
+        line = next(line for line in out.splitlines() if line.strip().startswith(f"{photo}:"))
+        assert all(name in line for name in objects), line
+    assert out.count("onnxruntime, openvino, opencv find the same") == 2
+    drawn = cv2.imread(str(tmp_path / "detections.jpg"))
+    assert drawn is not None and drawn.shape[0] >= 400 and drawn.shape[1] > drawn.shape[0]
     schema = json.loads((REPO / "docs" / "report-schema.json").read_text())
-    for name in ("mobilenet_v2", "yolov3-tiny"):
+    for name in ("mobilenet_v2", "yolov4-tiny"):
         report = json.loads((tmp_path / "report" / f"{name}.json").read_text())
         jsonschema.validate(report, schema)
-        assert all(row["status"] == "ok" and row["parity"]["passed"] for row in report["rows"])
+        assert all(_benchmark_row_holds(row) for row in report["rows"]), report["rows"]
     assert (tmp_path / "report" / "report.html").read_text().count("<svg") >= 4
