@@ -56,6 +56,9 @@ def input_files(values: list[str]) -> dict[str, str]:
     for value in values:
         _, sep, item = value.partition("=")
         path = item if sep else value
-        if path and Path(path).is_file():
-            files[f"-i {value}"] = path
+        try:
+            if path and Path(path).is_file():
+                files[f"-i {value}"] = path
+        except OSError:  # a name the OS refuses: the input parser reports it
+            continue
     return files

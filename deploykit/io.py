@@ -102,8 +102,17 @@ def _plain_write_mode(target: Path) -> int:
         return 0o666 & ~_umask()
 
 
+def _max_name_bytes(directory: Path) -> int:
+    # Temporary names add a prefix and suffix, so the target's own name must leave room for them.
+    try:
+        limit = os.pathconf(directory, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    return limit - len(TEMPORARY_PREFIX) - 16
+
+
 def _same_file(a: Path, b: Path) -> bool:
-    if os.path.realpath(a) == os.path.realpath(b):
+    if os.path.realpath(a) == os.path.realpath(b) and os.path.lexists(b):
         return True
     try:
         return os.path.samefile(a, b)
@@ -117,6 +126,16 @@ def _describe(label: str, path: Path) -> str:
 
 def _check_one(label: str, path: Path) -> None:
     subject = _describe(label, path)
+    try:
+        _check_path(subject, path)
+    except OSError as exc:  # a name too long, a loop of symlinks ...: the OS's reason, as a message
+        raise OutputError(
+            f"{subject} | cannot be used as an output ({exc.strerror or exc}).",
+            hint="choose a shorter, plain path in a directory you can write to.",
+        ) from exc
+
+
+def _check_path(subject: str, path: Path) -> None:
     parent = Path(os.path.realpath(path)).parent
     if path.is_dir():
         raise OutputError(
@@ -141,6 +160,12 @@ def _check_one(label: str, path: Path) -> None:
                 f"{subject} | exists and is read-only; deploykit does not replace protected files.",
                 hint=f"make it writable (chmod u+w {path}), delete it, or choose another output path.",
             )
+    if len(path.name.encode()) > _max_name_bytes(parent):
+        raise OutputError(
+            f"{subject} | the file name is longer than {_max_name_bytes(parent)} bytes; the temporary file "
+            "written beside it first would pass the filesystem's limit.",
+            hint="choose a shorter file name.",
+        )
     try:
         handle, probe = tempfile.mkstemp(prefix=TEMPORARY_PREFIX, suffix=".probe", dir=parent)
     except OSError as exc:
@@ -176,7 +201,7 @@ def check_outputs(
         path = Path(value)
         subject = _describe(label, path)
         for input_label, input_path in input_paths:
-            if input_path.exists() and _same_file(path, input_path):
+            if _same_file(path, input_path):
                 reads = "" if input_label.startswith("input ") else f" ({input_label})"
                 raise OutputError(
                     f"{subject} | is the file this command reads{reads}; writing it would destroy the input.",
