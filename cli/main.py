@@ -16,7 +16,7 @@ from typer.core import TyperGroup
 from deploykit import __version__
 from deploykit.errors import DeployKitError
 
-from . import backends_cmd, bench_cmd, demo_cmd, inspect_cmd, predict_cmd, run_cmd
+from . import backends_cmd, bench_cmd, demo_cmd, inspect_cmd, predict_cmd, quantize_cmd, run_cmd
 from .console import err_console
 from .convert_cmd import convert_app
 from .models_cmd import models_app
@@ -30,14 +30,6 @@ class _Group(TyperGroup):
             if ctx.params.get("debug") or os.environ.get("DEPLOYKIT_DEBUG"):
                 raise
             err_console.print(Text(f"error: {exc}"), soft_wrap=True)
-            raise typer.Exit(1) from None
-        except OSError as exc:
-            # The last line of defence: the operating system refused a path (name too long, no
-            # permission, disk full ...) somewhere that did not check it first. Still one message.
-            if ctx.params.get("debug") or os.environ.get("DEPLOYKIT_DEBUG"):
-                raise
-            subject = f"'{exc.filename}'" if exc.filename else type(exc).__name__
-            err_console.print(Text(f"error: {subject} | {exc.strerror or exc}."), soft_wrap=True)
             raise typer.Exit(1) from None
 
 
@@ -77,6 +69,7 @@ app.command("bench")(bench_cmd.bench)
 app.command("compare")(bench_cmd.compare)
 app.command("report")(bench_cmd.report)
 app.command("predict")(predict_cmd.predict)
+app.command("quantize")(quantize_cmd.quantize)
 app.add_typer(models_app, name="models")
 
 

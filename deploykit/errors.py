@@ -25,6 +25,7 @@ The tree::
     ├── ConversionError            a conversion to ONNX failed; nothing is left at the output path
     │   ├── UnsupportedLayerError  a source layer or option that the converter does not handle
     │   └── ParityError            the converted model's outputs differ from the source's
+    ├── QuantizationError          quantizing failed or missed its accuracy budget; nothing is written
     └── ReportError                a benchmark report cannot be read or compared
 """
 
@@ -114,6 +115,13 @@ class ParityError(ConversionError):
     def with_report(self, report: object) -> ParityError:
         self.report = report
         return self
+
+
+class QuantizationError(DeployKitError):
+    """Quantizing a model failed (the engine's reason), or the result missed its accuracy budget.
+
+    Nothing is written at the output path.
+    """
 
 
 class ReportError(DeployKitError):

@@ -1,0 +1,114 @@
+"""``deploykit quantize``: INT8 (ONNX Runtime or NNCF, QDQ) or float16, with the accuracy delta and speedup."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from deploykit.io import atomic_path, check_outputs
+
+from .console import console
+
+
+def _list(value: str | None) -> list[str]:
+    return [item.strip() for item in (value or "").split(",") if item.strip()]
+
+
+def _print(report: Any) -> None:
+    data = report.to_dict()
+    console.print(
+        f"[bold]{data['precision']}[/] model written to {data['output']} by engine {data['engine']}"
+        + (f" ({data['method']}, {'per-channel' if data['per_channel'] else 'per-tensor'})" if data["method"] else "")
+        + f" in {data['seconds']:.1f} s; {data['quantized_nodes']} "
+        + ("quantized tensors" if data["precision"] == "int8" else "nodes in float16")
+    )
+    if data["ir"]:
+        console.print(f"OpenVINO IR written to {data['ir']}")
+    for kind, nodes in data["excluded"].items():
+        if nodes:
+            label = "detector head kept in f32" if kind == "head" else "excluded by you"
+            console.print(f"{label}: {len(nodes)} nodes ({', '.join(nodes[:6])}{' ...' if len(nodes) > 6 else ''})")
+    if data["kept_f32_ops"]:
+        console.print("kept in f32: " + ", ".join(f"{op} ×{n}" for op, n in data["kept_f32_ops"].items()))
+    accuracy = data["accuracy"]
+    table = Table(title=f"Accuracy on {accuracy['samples']} held-out samples ({accuracy['backend']})")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    for key, value in (accuracy["task"] or {}).items():
+        if value is not None:
+            table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+    if accuracy["drop"] is not None:
+        table.add_row(
+            "drop",
+            f"{accuracy['drop']:.2%}" + (f" (budget {accuracy['max_drop']:.2%})" if accuracy["max_drop"] else ""),
+        )
+    for row in accuracy["outputs"]:
+        table.add_row(f"{row['output']}: cosine / SNR", f"{row['cosine']:.5f} / {row['snr_db']:.1f} dB")
+    console.print(table)
+    if data["speed"]:
+        speed = Table(title=f"p50 latency, {data['speed']['iterations']} runs, each in its own process")
+        for column in ("configuration", "f32 ms", f"{data['precision']} ms", "speedup", "status"):
+            speed.add_column(column)
+        for row in data["speed"]["rows"]:
+            cells = [row["f32_p50_ms"], row["p50_ms"]]
+            speed.add_row(
+                row["configuration"], *("-" if v is None else f"{v:.2f}" for v in cells),
+                "-" if row["speedup"] is None else f"{row['speedup']:.2f}×",
+                row["status"] if row["status"] != "error" else f"error: {row.get('error', '')[:80]}",
+            )  # fmt: skip
+        console.print(speed)
+        recommended = data["speed"]["recommended"]
+        console.print(f"recommended: {recommended}" if recommended else "no configuration is faster than f32 here")
+    if data["layers"]:
+        layers = Table(title="Nodes that add the most error (candidates for --exclude)")
+        for column in ("node", "op", "SNR dB", "SNR lost dB"):
+            layers.add_column(column)
+        for row in data["layers"]:
+            layers.add_row(row["node"], row["op_type"], str(row["snr_db"]), str(row["snr_lost_db"]))
+        console.print(layers)
+    for note in data["notes"]:
+        console.print(f"note: {note}")
+
+
+def quantize(
+    model: Path = typer.Argument(..., help="The float .onnx model."),
+    output: Path = typer.Option(..., "--output", "-o", help="Where to write the quantized model."),
+    calibrate: Path = typer.Option(
+        None, "--calibrate", "-c", help="Folder of images (photos/ or photos/<class>/) or an .npz of input arrays."
+    ),
+    fp16: bool = typer.Option(False, "--fp16", help="Convert to float16 (inputs/outputs stay float32) instead."),
+    engine: str = typer.Option("ort", "--engine", "-e", help="ort (ONNX Runtime static QDQ) | nncf (OpenVINO NNCF)."),
+    method: str = typer.Option(None, "--method", help="ort calibration: minmax (default) | entropy | percentile."),
+    calibration_size: int = typer.Option(100, "--calibration-size", help="At most this many calibration samples."),
+    held_out: float = typer.Option(0.2, "--held-out", help="Fraction kept for the accuracy delta, never calibrated."),
+    evaluate_on: Path = typer.Option(None, "--eval", help="Folder of evaluation images instead of the held-out split."),
+    max_drop: str = typer.Option(None, "--max-drop", help="Accuracy budget, e.g. 1% (nncf: accuracy-controlled)."),
+    exclude: str = typer.Option(None, "--exclude", help="Comma-separated node names to keep in float."),
+    quantize_head: bool = typer.Option(False, "--quantize-head", help="Also quantize a YOLO decode head."),
+    per_tensor: bool = typer.Option(False, "--per-tensor", help="One scale per weight tensor (default: per channel)."),
+    debug_layers: bool = typer.Option(False, "--debug-layers", help="Report the 10 nodes that diverge most."),
+    speed: bool = typer.Option(True, "--speed/--no-speed", help="Time f32 and the result on each backend."),
+    backends: str = typer.Option(None, "--backends", "-b", help="Backend specs to time (default: all available)."),
+    iterations: int = typer.Option(50, "--iterations", "-n", help="Timed runs per configuration."),
+    ir: Path = typer.Option(None, "--ir", help="Also write OpenVINO IR (.xml + .bin) here."),
+    json_path: Path = typer.Option(None, "--json", help="Write the report as JSON here."),
+    seed: int = typer.Option(0, "--seed", help="Shuffle of the held-out split."),
+) -> None:
+    """Quantize a model to INT8 (QDQ, per-channel) or convert it to float16; measure what it costs and gains."""
+    from deploykit.quantize import quantize as run_quantize
+
+    check_outputs({"--output": output, "--json": json_path}, inputs={"model": model, "--calibrate": calibrate})
+    report = run_quantize(
+        model, output, calibrate=calibrate, fp16=fp16, engine=engine, method=method,
+        calibration_size=calibration_size, held_out=held_out, evaluate_on=evaluate_on, max_drop=max_drop,
+        exclude=_list(exclude), quantize_head=quantize_head, per_channel=not per_tensor, debug_layers=debug_layers,
+        measure_speed=speed, backends=_list(backends) or None, iterations=iterations, ir=ir, seed=seed,
+    )  # fmt: skip
+    _print(report)
+    if json_path is not None:
+        with atomic_path(json_path) as temporary:
+            temporary.write_text(json.dumps(report.to_dict(), indent=2, default=str))

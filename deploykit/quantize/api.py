@@ -1,0 +1,483 @@
+"""``quantize``: a float ONNX model → INT8 (QDQ) or float16, with its accuracy delta and speedup measured.
+
+Order of work: validate everything (options, paths, model, data) → quantize in a scratch folder →
+measure the accuracy delta on held-out data → (optionally) per-layer divergence and speed →
+stamp the metadata → write the output atomically. Any error before the last step leaves nothing
+at the output path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from deploykit.errors import InputError, QuantizationError, UsageError
+from deploykit.io import atomic_path, check_outputs
+from deploykit.model import check_model_path, load_onnx
+from deploykit.quantize import engines, evaluate, graph
+from deploykit.quantize.calibration import (
+    DEFAULT_CALIBRATION_SIZE,
+    DEFAULT_HELD_OUT,
+    CalibrationData,
+    Sample,
+    array_data,
+    image_data,
+)
+from deploykit.vision.image import Preprocess
+
+METADATA_KEY = "deploykit.quantize"
+RANDOM_SAMPLES = 4
+
+
+@dataclass
+class QuantizeReport:
+    """What ``quantize`` did and measured.
+
+    Attributes:
+        model, output: the float model read and the reduced model written (``ir``: OpenVINO IR too).
+        precision: ``int8`` or ``f16``.
+        engine: ``ort``, ``nncf`` or ``fp16`` (onnxconverter-common).
+        method: the ORT calibration method (None for the others).
+        task: ``classify``, ``detect`` or None (then only cosine/SNR are measured).
+        calibration: source, hash, sizes and notes of the calibration/held-out data.
+        excluded: nodes kept in float: ``head`` (the detector preset) and ``user`` (``exclude``).
+        kept_f32_ops: for ``f16``: op type → nodes kept in float32.
+        quantized_nodes: QuantizeLinear nodes in the INT8 model (float16: nodes converted).
+        seconds: time the engine took.
+        accuracy: the task metric on the held-out data, its ``drop``, ``max_drop``, cosine/SNR per output.
+        speed: p50 per backend for both models, speedup, the recommended configuration.
+        layers: with ``debug_layers``: the nodes that diverge most (top 10).
+        notes: plain statements: pre-processing skipped, fewer images than asked, opset raised ...
+    """
+
+    model: str
+    output: str
+    precision: str
+    engine: str
+    method: str | None
+    per_channel: bool
+    task: str | None
+    calibration: dict[str, Any]
+    excluded: dict[str, list[str]]
+    kept_f32_ops: dict[str, int]
+    quantized_nodes: int
+    seconds: float
+    accuracy: dict[str, Any]
+    speed: dict[str, Any] | None = None
+    layers: list[dict[str, Any]] | None = None
+    ir: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def metadata(self) -> dict[str, Any]:
+        """What the quantized model carries under ``deploykit.quantize``."""
+        return {
+            "precision": self.precision,
+            "engine": self.engine,
+            "method": self.method,
+            "per_channel": self.per_channel,
+            "calibration": {k: self.calibration[k] for k in ("source", "sha256", "calibration_size", "held_out_size")},
+            "excluded_nodes": self.excluded,
+            "accuracy": {k: self.accuracy.get(k) for k in ("task", "drop", "outputs")},
+        }
+
+
+def parse_drop(value: str | float | None) -> float | None:
+    """``1%`` → 0.01, ``0.01`` → 0.01; None stays None.
+
+    Raises:
+        UsageError: not a number, or not in (0, 1).
+    """
+    if value is None:
+        return None
+    text = str(value).strip()
+    try:
+        number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        number = float("nan")
+    if not 0 < number < 1:
+        raise UsageError(
+            f"--max-drop {value} | expected a drop in (0, 1) or a percentage like 1%.",
+            hint="--max-drop 1% allows the task metric to fall by one point.",
+        )
+    return number
+
+
+def _task(model_path: Path) -> tuple[str | None, Preprocess | None, list[str]]:
+    """The pipeline the model fits (detector first), with its pre-processing and labels."""
+    from deploykit.vision.pipelines import Classifier, Detector
+
+    for task, pipeline in (("detect", Detector), ("classify", Classifier)):
+        try:
+            with pipeline(model_path) as opened:
+                return task, opened.preprocess, list(opened.labels)
+        except UsageError:
+            continue
+    return None, None, []
+
+
+def _data(
+    model_path: Path,
+    calibrate: str | os.PathLike[str] | None,
+    evaluate_folder: str | os.PathLike[str] | None,
+    preprocess: Preprocess | None,
+    *,
+    fp16: bool,
+    calibration_size: int,
+    held_out: float,
+    seed: int,
+) -> CalibrationData:
+    from deploykit.model import read_interface
+
+    interface = read_interface(model_path)
+    names = [s.name for s in interface.inputs]
+    source = calibrate if calibrate is not None else evaluate_folder
+    if source is None:  # float16 without images: seeded random inputs, cosine/SNR only
+        from deploykit.inputs import make_inputs
+
+        rows = [make_inputs(interface.inputs, seed=seed + i) for i in range(RANDOM_SAMPLES)]
+        return CalibrationData(
+            "seeded random inputs", "", [], [Sample(arrays=r) for r in rows], names[0], None,
+            notes=[f"no images given: cosine/SNR on {RANDOM_SAMPLES} seeded random inputs, no task metric"],
+        )  # fmt: skip
+    path = Path(source)
+    if path.suffix.lower() == ".npz":
+        data = array_data(path, names, calibration_size=calibration_size, held_out=0 if fp16 else held_out, seed=seed)
+    elif path.is_dir():
+        spec = interface.inputs[0]
+        if len(interface.inputs) != 1 or spec.shape is None or len(spec.shape) != 4 or preprocess is None:
+            raise InputError(
+                f"images '{path}' | images feed one (N, C, H, W) input; '{model_path.name}' has "
+                f"{', '.join(str(s) for s in interface.inputs)}.",
+                hint="pass calibration arrays in an .npz file instead.",
+            )
+        data = image_data(
+            path, input_name=spec.name, input_dtype=spec.dtype, channels=spec.shape[1], preprocess=preprocess,
+            calibration_size=calibration_size, held_out=0 if fp16 else held_out,
+            evaluate=None if fp16 else evaluate_folder, seed=seed,
+        )  # fmt: skip
+    else:
+        raise UsageError(
+            f"--calibrate '{path}' | is neither a folder of images nor an .npz file"
+            + (" (it does not exist)." if not path.exists() else "."),
+            hint="pass a folder of real images the model will see, or an .npz of input arrays.",
+        )
+    if fp16:  # nothing to calibrate: every image measures the delta
+        data.held_out, data.calibration = data.calibration + data.held_out, []
+        data.notes = [f"float16 needs no calibration: the {len(data.held_out)} samples measure the accuracy delta"]
+    return data
+
+
+def _check_options(engine: str, method: str | None, fp16: bool, calibrate: Any, max_drop: float | None) -> str:
+    if fp16:
+        if method is not None or engine != "ort":
+            raise UsageError(
+                "--fp16 | takes no --engine or --method: float16 conversion needs no calibration.",
+                hint="drop --engine/--method, or drop --fp16 for INT8.",
+            )
+        return "fp16"
+    if engine not in engines.ENGINES:
+        raise UsageError(
+            f"--engine '{engine}' | is not one of {', '.join(engines.ENGINES)}.",
+            hint="ort: ONNX Runtime static QDQ; nncf: OpenVINO's NNCF (pip install 'deploykit[quantize]').",
+        )
+    if method is not None and (engine != "ort" or method not in engines.METHODS):
+        raise UsageError(
+            f"--method '{method}' | is not one of {', '.join(engines.METHODS)} for --engine ort"
+            + (" (NNCF chooses its own ranges)." if engine != "ort" else "."),
+            hint="minmax is the default; entropy and percentile clip outliers.",
+        )
+    if calibrate is None:
+        raise UsageError(
+            "--calibrate | INT8 needs calibration data: a folder of images or an .npz of input arrays.",
+            hint="pass --calibrate photos/ (about 100 images the model will really see), or use --fp16.",
+        )
+    return engine
+
+
+def quantize(
+    model: str | os.PathLike[str],
+    output: str | os.PathLike[str],
+    *,
+    calibrate: str | os.PathLike[str] | None = None,
+    fp16: bool = False,
+    engine: str = "ort",
+    method: str | None = None,
+    calibration_size: int = DEFAULT_CALIBRATION_SIZE,
+    held_out: float = DEFAULT_HELD_OUT,
+    evaluate_on: str | os.PathLike[str] | None = None,
+    max_drop: str | float | None = None,
+    exclude: Sequence[str] = (),
+    quantize_head: bool = False,
+    per_channel: bool = True,
+    debug_layers: bool = False,
+    measure_speed: bool = True,
+    backends: Sequence[str] | None = None,
+    iterations: int = 50,
+    ir: str | os.PathLike[str] | None = None,
+    seed: int = 0,
+) -> QuantizeReport:
+    """Quantize a float ONNX model to INT8 (QDQ, per-channel weights) or convert it to float16.
+
+    Args:
+        model: the float ``.onnx`` file.
+        output: where the reduced model is written (atomically; never onto ``model``).
+        calibrate: a folder of images (``photos/`` or ``photos/<class>/``) or an ``.npz`` of input
+            arrays; images go through the model's own pre-processing. Optional with ``fp16``.
+        fp16: convert to float16 (inputs/outputs stay float32) instead of quantizing.
+        engine: ``ort`` (ONNX Runtime ``quantize_static``) or ``nncf`` (needs the ``quantize`` extra).
+        method: ORT calibration: ``minmax`` (default), ``entropy`` or ``percentile``.
+        calibration_size: at most this many calibration samples.
+        held_out: fraction of ``calibrate`` kept for the accuracy delta (never calibrated on).
+        evaluate_on: a separate folder of evaluation images instead of the held-out split.
+        max_drop: accuracy budget (``"1%"`` or 0.01): NNCF restores layers until the drop fits; ORT
+            refuses a model over budget.
+        exclude: node names to keep in float.
+        quantize_head: also quantize a detector's decode head (kept float by default).
+        per_channel: per-channel weight scales (ORT engine).
+        debug_layers: report the 10 nodes whose outputs diverge most.
+        measure_speed: time both models on ``backends`` in isolated workers.
+        backends: backend specs for the speed measurement (default: every available one).
+        iterations: timed runs per configuration.
+        ir: also write OpenVINO IR (``.xml`` + ``.bin``) of the result here.
+        seed: the held-out split's shuffle.
+
+    Raises:
+        UsageError, InputError, ModelError: before any work, nothing written.
+        BackendUnavailableError: the engine's package is missing (the ``quantize`` extra).
+        QuantizationError: the engine failed, nothing was quantized, or the drop exceeds ``max_drop``.
+    """
+    model_path = check_model_path(model)
+    output_path = Path(output)
+    if ir is not None and Path(ir).suffix != ".xml":
+        raise UsageError(f"--ir '{ir}' | expected a path ending in .xml.", hint="e.g. --ir model.int8.xml.")
+    check_outputs(
+        {"--output": output_path, "--ir": ir, "--ir weights": Path(ir).with_suffix(".bin") if ir else None},
+        inputs={"model": model_path, "--calibrate": calibrate, "--eval": evaluate_on},
+    )
+    budget = parse_drop(max_drop)
+    engine_name = _check_options(engine, method, fp16, calibrate, budget)
+    if iterations < 1:
+        raise UsageError(f"--iterations {iterations} | at least 1 is needed.", hint="e.g. --iterations 50.")
+    source = load_onnx(model_path, load_external_data=True)
+    (graph.check_not_float16 if fp16 else graph.check_not_quantized)(source, model_path.name)
+    task, preprocess, labels = _task(model_path)
+    data = _data(model_path, calibrate, evaluate_on, preprocess, fp16=fp16, calibration_size=calibration_size,
+                 held_out=held_out, seed=seed)  # fmt: skip
+    if budget is not None and (task is None or (task == "detect" and data.preprocess is None)):
+        raise UsageError(
+            "--max-drop | needs INT8 and a task metric: a classifier or detector with calibration images.",
+            hint="drop --max-drop, or give images of the model's task.",
+        )
+    notes = list(data.notes)
+    with tempfile.TemporaryDirectory(prefix="deploykit-quantize-") as scratch_dir:
+        scratch = Path(scratch_dir)
+        report = _quantize_in(
+            scratch, model_path, output_path, source, data, task=task, labels=labels, engine=engine_name,
+            method=method or "minmax", per_channel=per_channel, exclude=exclude, quantize_head=quantize_head,
+            budget=budget, debug_layers=debug_layers, measure_speed=measure_speed, backends=backends,
+            iterations=iterations, notes=notes,
+        )  # fmt: skip
+        quantized = scratch / "quantized.onnx"
+        _stamp(quantized, report)
+        with atomic_path(output_path) as temporary:
+            temporary.write_bytes(quantized.read_bytes())
+        if ir is not None:
+            _write_ir(output_path, Path(ir), scratch)
+            report.ir = str(ir)
+    return report
+
+
+def _quantize_in(
+    scratch: Path,
+    model_path: Path,
+    output_path: Path,
+    source: Any,
+    data: CalibrationData,
+    *,
+    task: str | None,
+    labels: list[str],
+    engine: str,
+    method: str,
+    per_channel: bool,
+    exclude: Sequence[str],
+    quantize_head: bool,
+    budget: float | None,
+    debug_layers: bool,
+    measure_speed: bool,
+    backends: Sequence[str] | None,
+    iterations: int,
+    notes: list[str],
+) -> QuantizeReport:
+    import onnx
+
+    prepared = source
+    if engine != "fp16" and per_channel:
+        prepared, note = graph.upgrade_opset(source)
+        notes += [note] if note else []
+    if graph.name_nodes(prepared):
+        notes.append("unnamed nodes were given names (op type and index) so they can be excluded and reported")
+    float_path = scratch / "float.onnx"
+    onnx.save(prepared, str(float_path))
+    base_path = float_path
+    if engine == "ort":
+        pre_path = scratch / "pre.onnx"
+        skipped = engines.ort_pre_process(float_path, pre_path)
+        notes += [skipped] if skipped else []
+        base_path = float_path if skipped else pre_path
+    base = onnx.load(str(base_path))
+    user = graph.check_node_names(base, exclude)
+    head = graph.head_nodes(base) if task == "detect" and not quantize_head else []
+    excluded = list(dict.fromkeys([*head, *user]))
+    reference = evaluate.run_all(float_path, data, data.held_out)
+    quantized_path = scratch / "quantized.onnx"
+    started = time.perf_counter()
+    kept_ops: dict[str, int] = {}
+    if engine == "ort":
+        engines.quantize_ort(base_path, quantized_path, data, method=method, per_channel=per_channel, exclude=excluded)
+    elif engine == "nncf":
+        validate = _validator(scratch, float_path, data, task, labels, reference) if budget is not None else None
+        engines.quantize_nncf(base_path, quantized_path, data, exclude=excluded, max_drop=budget, validate=validate)
+    else:
+        kept_ops = engines.convert_fp16(base_path, quantized_path, exclude=excluded)
+    seconds = time.perf_counter() - started
+    result = onnx.load(str(quantized_path))
+    if engine == "fp16":
+        count = sum(1 for n in result.graph.node if n.op_type != "Cast") - sum(kept_ops.values())
+    else:
+        count = graph.count_ops(result, ["QuantizeLinear"])
+        if count == 0:
+            raise QuantizationError(
+                f"engine '{engine}' | quantized no node of '{model_path.name}': none of its ops "
+                f"({', '.join(sorted({n.op_type for n in base.graph.node}))}) can be quantized"
+                + (" outside the excluded nodes." if excluded else "."),
+                hint="INT8 speeds up convolutions and matrix products; keep this model in f32 or try --fp16.",
+            )
+    _copy_metadata(source, quantized_path)
+    accuracy = _accuracy(float_path, quantized_path, data, task, labels, reference, notes)
+    accuracy["max_drop"] = budget
+    if budget is not None and accuracy["drop"] is not None and accuracy["drop"] > budget + 1e-12:
+        raise QuantizationError(
+            f"quantize '{model_path.name}' | the {task} metric dropped by {accuracy['drop']:.2%} on "
+            f"{len(data.held_out)} held-out samples; the budget is {budget:.2%}. Nothing was written.",
+            hint="use --engine nncf (accuracy-controlled), or --debug-layers and --exclude the worst nodes.",
+        )
+    report = QuantizeReport(
+        model=str(model_path), output=str(output_path), precision="f16" if engine == "fp16" else "int8",
+        engine=engine, method=method if engine == "ort" else None, per_channel=per_channel and engine != "fp16",
+        task=task, calibration=data.to_dict(), excluded={"head": head, "user": user}, kept_f32_ops=kept_ops,
+        quantized_nodes=count, seconds=round(seconds, 3), accuracy=accuracy, notes=notes,
+    )  # fmt: skip
+    if debug_layers:
+        report.layers = evaluate.layer_divergence(base_path, quantized_path, data, data.held_out or data.calibration)
+    if measure_speed:
+        samples = data.held_out or data.calibration
+        report.speed = evaluate.speedup(float_path, quantized_path, data.feeds(samples[0]), backends,
+                                        iterations=iterations, warmup=max(3, iterations // 10))  # fmt: skip
+    return report
+
+
+def _accuracy(
+    float_path: Path,
+    quantized_path: Path,
+    data: CalibrationData,
+    task: str | None,
+    labels: list[str],
+    reference: list[dict[str, np.ndarray]],
+    notes: list[str],
+) -> dict[str, Any]:
+    candidate = evaluate.run_all(quantized_path, data, data.held_out)
+    accuracy: dict[str, Any] = {
+        "samples": len(data.held_out),
+        "backend": "onnxruntime cpu",
+        "outputs": evaluate.output_similarity(reference, candidate) if data.held_out else [],
+        "task": None,
+        "drop": None,
+    }
+    if not data.held_out:
+        notes.append("no held-out samples (--held-out 0): no accuracy delta")
+    elif task == "classify":
+        accuracy["task"], accuracy["drop"], more = evaluate.classification_delta(
+            reference, candidate, data.held_out, labels
+        )
+        notes += more
+    elif task == "detect" and data.preprocess is not None:
+        accuracy["task"], accuracy["drop"] = evaluate.detection_delta(float_path, quantized_path, data.held_out)
+    return accuracy
+
+
+def _validator(
+    scratch: Path,
+    float_path: Path,
+    data: CalibrationData,
+    task: str | None,
+    labels: list[str],
+    reference: list[dict[str, np.ndarray]],
+) -> Any:
+    """NNCF's validation function: the task metric of a candidate model (higher is better)."""
+    import onnx
+
+    def validate(candidate: Any) -> float:
+        if task == "classify":
+            outputs = evaluate.run_all(candidate, data, data.held_out)
+            _, drop, _ = evaluate.classification_delta(reference, outputs, data.held_out, labels)
+            return 1.0 - drop
+        path = scratch / "candidate.onnx"  # the Detector reads a file, with the float model's metadata
+        onnx.save(candidate, str(path))
+        _copy_metadata(onnx.load(str(float_path)), path)
+        _, drop = evaluate.detection_delta(float_path, path, data.held_out)
+        return 1.0 - drop
+
+    return validate
+
+
+def _copy_metadata(source: Any, path: Path) -> None:
+    """The source model's metadata (pre-processing, labels, head layout) onto the reduced model."""
+    import onnx
+
+    model = onnx.load(str(path))
+    present = {p.key for p in model.metadata_props}
+    for prop in source.metadata_props:
+        if prop.key not in present:
+            model.metadata_props.add(key=prop.key, value=prop.value)
+    onnx.save(model, str(path))
+
+
+def _stamp(path: Path, report: QuantizeReport) -> None:
+    import onnx
+
+    model = onnx.load(str(path))
+    for prop in list(model.metadata_props):
+        if prop.key == METADATA_KEY:
+            model.metadata_props.remove(prop)
+    model.metadata_props.add(key=METADATA_KEY, value=json.dumps(report.metadata(), default=str))
+    model.producer_name = "deploykit quantize"
+    onnx.save(model, str(path))
+
+
+def _write_ir(onnx_path: Path, xml_path: Path, scratch: Path) -> None:
+    staged = scratch / "ir" / "model.xml"
+    staged.parent.mkdir()
+    engines.save_ir(onnx_path, staged)
+    # OpenVINO finds the weights by the .xml's stem, so the pair is renamed into place together
+    with atomic_path(xml_path.with_suffix(".bin")) as temporary_bin, atomic_path(xml_path) as temporary_xml:
+        temporary_bin.write_bytes(staged.with_suffix(".bin").read_bytes())
+        temporary_xml.write_bytes(staged.read_bytes())
+
+
+def read_metadata(model: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The ``deploykit.quantize`` record of a quantized model, or None."""
+    from deploykit.model import read_interface
+
+    text = read_interface(model).metadata.get(METADATA_KEY)
+    return json.loads(text) if text else None

@@ -1,0 +1,189 @@
+"""The quantization engines: ONNX Runtime static QDQ, OpenVINO NNCF, and float16 conversion.
+
+Each takes a named float model on disk and writes the reduced-precision model to a given path;
+the engine's own exceptions become ``QuantizationError``. NNCF and onnxconverter-common are
+imported here only, when used: a missing one is a ``BackendUnavailableError`` naming the
+``quantize`` extra.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from deploykit.errors import BackendUnavailableError, QuantizationError
+from deploykit.quantize.calibration import CalibrationData, ort_reader
+
+ENGINES = ("ort", "nncf")
+METHODS = ("minmax", "entropy", "percentile")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[-1] if text else type(exc).__name__
+
+
+def _import(module: str, what: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise BackendUnavailableError(
+            f"quantize | {what} needs the '{module.split('.')[0]}' package, which is not installed "
+            f"({_first_line(exc)}).",
+            hint="pip install 'deploykit[quantize]'.",
+        ) from exc
+
+
+@contextlib.contextmanager
+def _quiet() -> Any:
+    """Engines print progress bars and info logs; the report says what happened."""
+    logger = logging.getLogger("nncf")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        logger.setLevel(level)
+
+
+def ort_pre_process(source: Path, output: Path) -> str | None:
+    """ONNX Runtime's recommended pre-processing (shape inference, basic graph optimisation).
+
+    Returns None on success, or why it was skipped (the model is then quantized as it is).
+    """
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    try:
+        with _quiet():
+            quant_pre_process(str(source), str(output), skip_symbolic_shape=False)
+    except Exception as exc:
+        return f"ONNX Runtime's quant_pre_process skipped ({type(exc).__name__}: {_first_line(exc)})"
+    return None
+
+
+def quantize_ort(
+    source: Path, output: Path, data: CalibrationData, *, method: str, per_channel: bool, exclude: Sequence[str]
+) -> None:
+    """Static INT8 quantization in QDQ format: symmetric int8 weights (per channel), uint8 activations."""
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
+
+    methods = {
+        "minmax": CalibrationMethod.MinMax,
+        "entropy": CalibrationMethod.Entropy,
+        "percentile": CalibrationMethod.Percentile,
+    }
+    try:
+        with _quiet():
+            quantize_static(
+                str(source),
+                str(output),
+                ort_reader(data),
+                quant_format=QuantFormat.QDQ,
+                per_channel=per_channel,
+                # u8 activations × s8 weights: the VNNI/AMX kernels' own format; OpenVINO runs s8
+                # activations from ORT's QDQ far slower (or fails to compile them with bf16)
+                activation_type=QuantType.QUInt8,
+                weight_type=QuantType.QInt8,
+                nodes_to_exclude=list(exclude),
+                calibrate_method=methods[method],
+                extra_options={"ActivationSymmetric": False, "WeightSymmetric": True},
+            )
+    except Exception as exc:
+        raise QuantizationError(
+            f"engine 'ort' | quantize_static failed on '{source.name}': {_first_line(exc)}",
+            hint="exclude the failing node with --exclude, or try --engine nncf.",
+        ) from exc
+
+
+def quantize_nncf(
+    source: Path,
+    output: Path,
+    data: CalibrationData,
+    *,
+    exclude: Sequence[str],
+    max_drop: float | None = None,
+    validate: Callable[[Any], float] | None = None,
+) -> None:
+    """NNCF post-training quantization of the ONNX model; with ``max_drop``, accuracy-controlled
+    (``quantize_with_accuracy_control``, absolute drop of ``validate``'s metric)."""
+    nncf = _import("nncf", "--engine nncf")
+    import onnx
+
+    model = onnx.load(str(source))
+    calibration = nncf.Dataset(data.calibration, data.feeds)
+    ignored = nncf.IgnoredScope(names=list(exclude)) if exclude else None
+    try:
+        with _quiet():
+            if max_drop is None:
+                quantized = nncf.quantize(model, calibration, subset_size=len(data.calibration), ignored_scope=ignored)
+            else:
+                assert validate is not None
+                validation = nncf.Dataset(data.held_out, data.feeds)
+                quantized = nncf.quantize_with_accuracy_control(
+                    model,
+                    calibration,
+                    validation,
+                    lambda candidate, _items: validate(candidate),
+                    max_drop=max_drop,
+                    drop_type=nncf.DropType.ABSOLUTE,
+                    subset_size=len(data.calibration),
+                    ignored_scope=ignored,
+                )
+    except BackendUnavailableError:
+        raise
+    except Exception as exc:
+        raise QuantizationError(
+            f"engine 'nncf' | quantization failed on '{source.name}': {_first_line(exc)}",
+            hint="exclude the failing node with --exclude, or try --engine ort.",
+        ) from exc
+    onnx.save(quantized, str(output))
+
+
+def save_ir(onnx_path: Path, xml_path: Path) -> None:
+    """The quantized ONNX model as OpenVINO IR (``.xml`` + ``.bin`` beside it)."""
+    import openvino as ov
+
+    try:
+        ov.save_model(ov.convert_model(str(onnx_path)), str(xml_path), compress_to_fp16=False)
+    except Exception as exc:
+        raise QuantizationError(
+            f"--ir '{xml_path}' | OpenVINO could not convert the quantized model: {_first_line(exc)}",
+            hint="use the ONNX output; OpenVINO reads it directly.",
+        ) from exc
+
+
+def convert_fp16(source: Path, output: Path, *, exclude: Sequence[str]) -> dict[str, int]:
+    """float16 weights and activations, inputs and outputs kept float32 (``keep_io_types``).
+
+    Returns:
+        op type → number of nodes kept in float32 (the converter's block list, and ``exclude``).
+    """
+    float16 = _import("onnxconverter_common.float16", "--fp16")
+    import onnx
+
+    model = onnx.load(str(source))
+    blocked = set(float16.DEFAULT_OP_BLOCK_LIST)
+    excluded = set(exclude)
+    kept: dict[str, int] = {}
+    for node in model.graph.node:
+        if node.op_type in blocked or node.name in excluded:
+            kept[node.op_type] = kept.get(node.op_type, 0) + 1
+    try:
+        with _quiet():
+            converted = float16.convert_float_to_float16(
+                model, keep_io_types=True, op_block_list=sorted(blocked), node_block_list=sorted(excluded)
+            )
+        onnx.save(converted, str(output))
+    except Exception as exc:
+        raise QuantizationError(
+            f"--fp16 | converting '{source.name}' failed: {_first_line(exc)}",
+            hint="keep the failing node in f32 with --exclude.",
+        ) from exc
+    return dict(sorted(kept.items()))

@@ -1,0 +1,289 @@
+"""What a quantized model costs and gains: accuracy delta on held-out data, per-layer divergence, speedup.
+
+The accuracy delta compares the quantized model with the float model it came from, on the
+held-out samples, with the task metrics of ``deploykit.verify.tasks`` (top-1 agreement for
+classifiers, mAP@0.5 against the float detections for detectors) plus cosine and SNR per output.
+Both models run on ONNX Runtime's CPU provider, which executes QDQ graphs in int8.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from deploykit.quantize.calibration import CalibrationData, Sample
+
+DEBUG_LAYER_SAMPLES = 8
+TOP_LAYERS = 10
+
+
+def similarity(reference: np.ndarray, candidate: np.ndarray) -> dict[str, float]:
+    """Cosine similarity and SNR (dB, ``10 log10(|ref|² / |ref − cand|²)``) of two arrays."""
+    ref = np.asarray(reference, np.float64).ravel()
+    cand = np.asarray(candidate, np.float64).ravel()
+    noise = float(np.sum((ref - cand) ** 2))
+    signal = float(np.sum(ref**2))
+    norms = math.sqrt(signal) * float(np.linalg.norm(cand))
+    cosine = float(np.dot(ref, cand) / norms) if norms > 0 else float(noise == 0)
+    snr = math.inf if noise == 0 else (10 * math.log10(signal / noise) if signal > 0 else -math.inf)
+    return {"cosine": cosine, "snr_db": snr}
+
+
+def _ort_session(model: Any) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    source = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
+    return ort.InferenceSession(source, sess_options=options, providers=["CPUExecutionProvider"])
+
+
+def run_all(model: Any, data: CalibrationData, samples: Sequence[Sample]) -> list[dict[str, np.ndarray]]:
+    """Every output of ``model`` (a path or ModelProto) for each sample, on ONNX Runtime CPU."""
+    session = _ort_session(model)
+    names = [o.name for o in session.get_outputs()]
+    return [dict(zip(names, session.run(names, feeds), strict=True)) for feeds in data.iter_feeds(samples)]
+
+
+def output_similarity(
+    reference: Sequence[Mapping[str, np.ndarray]], candidate: Sequence[Mapping[str, np.ndarray]]
+) -> list[dict[str, Any]]:
+    """Cosine and SNR per output over all samples together."""
+    rows = []
+    for name in reference[0]:
+        ref = np.concatenate([r[name].ravel() for r in reference])
+        cand = np.concatenate([c[name].ravel() for c in candidate])
+        rows.append({"output": name, **similarity(ref, cand)})
+    return rows
+
+
+def _scores(outputs: Sequence[Mapping[str, np.ndarray]]) -> np.ndarray:
+    first = next(iter(outputs[0]))
+    return np.concatenate([o[first].reshape(o[first].shape[0], -1) for o in outputs])
+
+
+def class_indices(samples: Sequence[Sample], labels: Sequence[str]) -> tuple[list[int] | None, str | None]:
+    """True classes from the held-out images' folder names, matched to the model's labels
+    (exactly, ignoring case and '_' versus ' ', or as an integer index); None and why when any is unknown."""
+    if not samples or any(s.label is None for s in samples):
+        return None, "top-1 accuracy not measured: the held-out images are not in folder/<class>/ sub-folders"
+    index = {label.lower().replace("_", " "): i for i, label in enumerate(labels)}
+    found = []
+    for sample in samples:
+        assert sample.label is not None
+        key = sample.label.lower().replace("_", " ")
+        if key in index:
+            found.append(index[key])
+        elif sample.label.isdigit() and int(sample.label) < len(labels):
+            found.append(int(sample.label))
+        else:
+            return None, f"top-1 accuracy not measured: class folder '{sample.label}' is not one of the model's labels"
+    return found, None
+
+
+def classification_delta(
+    reference: Sequence[Mapping[str, np.ndarray]],
+    candidate: Sequence[Mapping[str, np.ndarray]],
+    samples: Sequence[Sample],
+    labels: Sequence[str],
+) -> tuple[dict[str, Any], float, list[str]]:
+    """The classifier's agreement, its drop (1 − top-1 agreement, or the accuracy drop with labels), notes."""
+    from deploykit.verify.tasks import classification_agreement
+
+    truth, note = class_indices(samples, labels)
+    agreement = classification_agreement(_scores(reference), _scores(candidate), truth)
+    if agreement.top1_accuracy is not None and agreement.reference_top1_accuracy is not None:
+        drop = agreement.reference_top1_accuracy - agreement.top1_accuracy
+    else:
+        drop = 1.0 - agreement.top1_agreement
+    return agreement.to_dict(), round(drop, 9), [note] if note else []
+
+
+def detection_delta(
+    reference_model: Path, candidate_model: Path, samples: Sequence[Sample]
+) -> tuple[dict[str, Any], float]:
+    """mAP@0.5 of the candidate's detections against the reference's on the held-out images; drop = 1 − mAP."""
+    from deploykit.verify.tasks import detection_agreement
+    from deploykit.vision.pipelines import Detector
+
+    images = [s.image for s in samples if s.image is not None]
+    with Detector(reference_model) as reference, Detector(candidate_model) as candidate:
+        agreement = detection_agreement(reference.batch(images), candidate.batch(images))
+    return agreement.to_dict(), round(1.0 - agreement.map50, 9)  # COCO's sums leave 1e-16 residues
+
+
+def _float_tensors(model: Any) -> dict[str, Any]:
+    """Name → value info of every float tensor produced by a node, after shape inference."""
+    import onnx
+
+    inferred = onnx.shape_inference.infer_shapes(model)
+    infos = {v.name: v for v in [*inferred.graph.value_info, *inferred.graph.output]}
+    floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
+    # value_info can outlive its tensor (a quantizer that folds an activation into its producer)
+    produced = {output for node in model.graph.node for output in node.output}
+    return {
+        name: info for name, info in infos.items() if name in produced and info.type.tensor_type.elem_type in floats
+    }
+
+
+def _as_consumed(model: Any) -> dict[str, str]:
+    """Tensor → the DequantizeLinear output its consumers read, where a Q→DQ pair follows it.
+
+    That is what the next layer sees; the tensor itself can differ for reasons that vanish in
+    the Q→DQ pair (ORT folds a Clip/Relu into its producer and lets the quantization range clip).
+    """
+    quantized_from = {n.output[0]: n.input[0] for n in model.graph.node if n.op_type == "QuantizeLinear"}
+    return {
+        quantized_from[n.input[0]]: n.output[0]
+        for n in model.graph.node
+        if n.op_type == "DequantizeLinear" and n.input[0] in quantized_from
+    }
+
+
+_SNR_CAP_DB = 100.0  # identical tensors have infinite SNR; above f32 rounding (~100 dB) counts as exact
+
+
+def _capped(snr_db: float) -> float:
+    return max(min(snr_db, _SNR_CAP_DB), -_SNR_CAP_DB)
+
+
+def layer_divergence(
+    reference_path: Path, candidate_path: Path, data: CalibrationData, samples: Sequence[Sample]
+) -> list[dict[str, Any]]:
+    """The nodes whose outputs diverge most between the float and the reduced model.
+
+    Every float tensor a node of the reference produces, and that the candidate also has (QDQ and
+    float16 conversion keep tensor names), becomes an extra output of both; SNR per tensor over
+    the samples. Ranked by the SNR a node loses relative to its worst input (the error it adds),
+    then by its own SNR: the top ``TOP_LAYERS`` are the best candidates for ``--exclude``.
+    """
+    import onnx
+
+    reference = onnx.load(str(reference_path))
+    candidate = onnx.load(str(candidate_path))
+    reference_floats = _float_tensors(reference)
+    candidate_floats = _float_tensors(candidate)
+    seen_as = _as_consumed(candidate)
+    graph_outputs = {o.name for o in reference.graph.output}
+    producers = {}
+    for node in reference.graph.node:
+        for output in node.output:
+            if output in reference_floats and output in candidate_floats:
+                producers[output] = node
+    present = {o.name for o in reference.graph.output}
+    reference.graph.output.extend(reference_floats[name] for name in producers if name not in present)
+    # a quantized graph input: what the first layers read is its Q→DQ copy, not the input itself
+    quantized_inputs = [i.name for i in reference.graph.input if i.name in seen_as]
+    present = {o.name for o in candidate.graph.output}
+    for name in [*producers, *quantized_inputs]:
+        exposed = seen_as.get(name, name)
+        if exposed not in present:
+            candidate.graph.output.append(
+                candidate_floats[name]
+                if exposed == name
+                else onnx.helper.make_tensor_value_info(exposed, onnx.TensorProto.FLOAT, None)
+            )
+            present.add(exposed)
+    used = list(samples[:DEBUG_LAYER_SAMPLES])
+    with tempfile.TemporaryDirectory(prefix="deploykit-layers-") as scratch:
+        paths = []
+        for label, model in (("reference", reference), ("candidate", candidate)):
+            path = Path(scratch) / f"{label}.onnx"
+            onnx.save(model, str(path))
+            paths.append(path)
+        reference_runs = run_all(paths[0], data, used)
+        candidate_runs = run_all(paths[1], data, used)
+    snr = {}
+    for name in quantized_inputs:
+        given = np.concatenate([data.feeds(sample)[name].ravel() for sample in used])
+        seen = np.concatenate([c[seen_as[name]].ravel() for c in candidate_runs])
+        snr[name] = similarity(given, seen)["snr_db"]
+    for name in producers:
+        ref = np.concatenate([r[name].ravel() for r in reference_runs])
+        cand = np.concatenate([c[seen_as.get(name, name)].astype(np.float32).ravel() for c in candidate_runs])
+        snr[name] = similarity(ref, cand)["snr_db"]
+    producer_of = {output: node for node in reference.graph.node for output in node.output}
+    upstream: dict[str, float] = {}
+
+    def signal_in(tensor: str) -> float:
+        """SNR of a tensor, or of the nearest measured tensors above it; graph inputs and
+        weights are the same in both models, so they start from a perfect signal."""
+        if tensor in snr:
+            return _capped(snr[tensor])
+        if tensor not in upstream:
+            node = producer_of.get(tensor)
+            upstream[tensor] = (
+                min((signal_in(i) for i in node.input if i), default=_SNR_CAP_DB) if node else _SNR_CAP_DB
+            )
+        return upstream[tensor]
+
+    rows = []
+    for name, node in producers.items():  # graph inputs are not nodes: no row of their own
+        worst_input = min((signal_in(i) for i in node.input if i), default=_SNR_CAP_DB)
+        added = worst_input - _capped(snr[name])
+        rows.append(
+            {
+                "node": node.name,
+                "op_type": node.op_type,
+                "tensor": name,
+                "snr_db": round(snr[name], 2) if math.isfinite(snr[name]) else snr[name],
+                "snr_lost_db": round(added, 2),
+                "graph_output": name in graph_outputs,
+            }
+        )
+    rows.sort(key=lambda r: (-r["snr_lost_db"], r["snr_db"]))
+    return rows[:TOP_LAYERS]
+
+
+def speedup(
+    reference: Path,
+    candidate: Path,
+    feeds: Mapping[str, np.ndarray],
+    backends: Sequence[str] | None,
+    *,
+    iterations: int,
+    warmup: int,
+) -> dict[str, Any]:
+    """p50 latency of both models on each backend, each configuration in its own worker process.
+
+    OpenVINO runs with the f32 inference precision for both models, so the ratio is the
+    quantization's own (not bf16's). A configuration where the candidate is slower is flagged
+    and never recommended.
+    """
+    from deploykit.bench.runner import benchmark
+
+    runs = []
+    for model in (reference, candidate):
+        result = benchmark(
+            model, backends, precision="f32", inputs=dict(feeds), iterations=iterations, warmup=warmup, isolate=True
+        )
+        runs.append(result.data["rows"])
+    rows = []
+    # the same backend specs expand to the same configurations, in the same order, for both models
+    for base, other in zip(runs[0], runs[1], strict=True):
+        row: dict[str, Any] = {"configuration": base["config"]["label"], "f32_p50_ms": None, "p50_ms": None,
+                               "speedup": None}  # fmt: skip
+        errors = [r["error"] for r in (base, other) if r["status"] != "ok"]
+        if errors:
+            row["status"] = "error"
+            row["error"] = "; ".join(str(e) for e in errors)
+        else:
+            row["f32_p50_ms"] = base["latency"]["p50_ms"]
+            row["p50_ms"] = other["latency"]["p50_ms"]
+            row["precision"] = other["session"]["precision"]
+            row["speedup"] = row["f32_p50_ms"] / row["p50_ms"]
+            row["status"] = "slower than f32" if row["speedup"] < 1 else "ok"
+        rows.append(row)
+    faster = [r for r in rows if r["status"] == "ok"]
+    best = min(faster, key=lambda r: r["p50_ms"]) if faster else None
+    return {
+        "iterations": iterations,
+        "rows": rows,
+        "recommended": best["configuration"] if best else None,
+        "best_speedup": max((r["speedup"] for r in faster), default=None),
+    }
