@@ -31,6 +31,14 @@ class _Group(TyperGroup):
                 raise
             err_console.print(Text(f"error: {exc}"), soft_wrap=True)
             raise typer.Exit(1) from None
+        except OSError as exc:
+            # The last line of defence: the operating system refused a path (name too long, no
+            # permission, disk full ...) somewhere that did not check it first. Still one message.
+            if ctx.params.get("debug") or os.environ.get("DEPLOYKIT_DEBUG"):
+                raise
+            subject = f"'{exc.filename}'" if exc.filename else type(exc).__name__
+            err_console.print(Text(f"error: {subject} | {exc.strerror or exc}."), soft_wrap=True)
+            raise typer.Exit(1) from None
 
 
 app = typer.Typer(
