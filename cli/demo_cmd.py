@@ -77,7 +77,8 @@ def _opencv4_error(model: Path, cfg: Path, weights: Path, image: np.ndarray) -> 
     or below its 0.2 threshold are compared as zero)."""
     import cv2
 
-    net = cv2.dnn.readNetFromDarknet(str(cfg), str(weights))
+    dnn: Any = cv2.dnn  # the 4.x importer is not in OpenCV 5's type stubs
+    net = dnn.readNetFromDarknet(str(cfg), str(weights))
     net.setInput(image)
     outputs = net.forward(net.getUnconnectedOutLayersNames())
     expected = np.concatenate([o.reshape(1, -1, o.shape[-1]) for o in outputs], axis=1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -81,7 +82,7 @@ def _inspect_darknet(cfg: Path, as_json: bool, input_size: str | None) -> None:
     from deploykit.convert.darknet.convert import load_network, parse_size
 
     net = load_network(cfg, parse_size(input_size) if input_size else None)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for layer in net.layers:
         p = layer.params
         detail = ""

@@ -23,7 +23,7 @@ from .models_cmd import models_app
 
 
 class _Group(TyperGroup):
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:  # click's Context (typer vendors click privately)
         try:
             return super().invoke(ctx)
         except DeployKitError as exc:

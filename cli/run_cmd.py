@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import typer
@@ -40,7 +41,8 @@ def run(
 ) -> None:
     """Run a model once and print each output's shape and statistics."""
     check_seed(seed)
-    check_outputs({"--save": save}, inputs={"model": model, **input_files(inputs)})
+    read: dict[str, str | Path] = {"model": model, **input_files(inputs)}
+    check_outputs({"--save": save}, inputs=read)
     backend_options = {k: coerce(v) for k, v in parse_pairs(options, "--option").items()}
     with deploykit.load(model, backend, device, allow_fallback=allow_fallback, **backend_options) as session:
         feeds = parse_input_options(inputs, session.inputs, seed=seed)
@@ -51,7 +53,7 @@ def run(
     if save is not None:
         with atomic_path(save) as temporary:
             with open(temporary, "wb") as handle:
-                np.savez(handle, **outputs)
+                np.savez(handle, **outputs)  # type: ignore[arg-type]  # the stub fears a key named allow_pickle
     rows = [_stats(name, array) for name, array in outputs.items()]
     if as_json:
         print_json({"session": info.to_dict(), "latency_ms": elapsed_ms, "outputs": rows})
@@ -76,7 +78,7 @@ def run(
         console.print(f"outputs written to {save}")
 
 
-def _stats(name: str, array: np.ndarray) -> dict[str, object]:
+def _stats(name: str, array: np.ndarray) -> dict[str, Any]:
     numeric = array.size > 0 and array.dtype.kind in "biuf"
     values = array.astype(np.float64) if numeric else None
     return {
