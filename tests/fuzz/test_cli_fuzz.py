@@ -1,0 +1,217 @@
+"""The fuzzer that keeps the CLI honest: generated careless and hostile arguments for every command that
+reads or writes files, on tiny real assets, checked by ``invoke_checked`` (exit code 0/1/2, no traceback,
+inputs unchanged, nothing left by a failed command, no temporary files).
+
+``make test`` runs a few hundred examples, derandomized (the same ones every run, < 60 s);
+``make fuzz`` runs thousands with fresh random seeds (``DEPLOYKIT_FUZZ_EXAMPLES``, ``DEPLOYKIT_FUZZ_RANDOM``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.fuzz.harness import invoke_checked, sha256
+from tests.fuzz.strategies import (
+    BACKENDS,
+    DEVICES,
+    INT_TEXTS,
+    NUMBER_TEXTS,
+    OPTIONS,
+    SHAPES,
+    SMALL_NUMBER_TEXTS,
+    flag,
+    optional,
+    path_choice,
+)
+
+SCALE = float(os.environ.get("DEPLOYKIT_FUZZ_SCALE", "1"))
+RANDOM = os.environ.get("DEPLOYKIT_FUZZ_RANDOM", "") not in ("", "0")
+
+
+def fuzz(examples: int) -> Any:
+    """Settings: ``examples`` × DEPLOYKIT_FUZZ_SCALE, derandomized unless DEPLOYKIT_FUZZ_RANDOM is set."""
+    return settings(
+        max_examples=max(1, int(examples * SCALE)),
+        derandomize=not RANDOM,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        print_blob=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("fuzz")
+
+
+def fresh(workdir: Path, tiny: dict[str, Path]) -> tuple[Path, dict[str, Path]]:
+    """Empty the work directory, copy the assets into it (commands may legitimately overwrite a
+    file they do not read) and link ``link-to-input`` to one of them."""
+    for entry in workdir.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    (workdir / "in").mkdir()
+    copies = {}
+    for name, path in tiny.items():
+        if name != "factory":
+            copies[name] = workdir / "in" / path.name
+            shutil.copy2(path, copies[name])
+    (workdir / "link-to-input").symlink_to(copies["dynamic"])
+    return workdir, copies
+
+
+def check(work: Path, args: list[str], reads: list[str], outputs: list[str]) -> None:
+    """Run and assert the promises; ``reads`` are the arguments the command reads as files."""
+    read_files = [Path(p) for p in reads if p and sha256(Path(p)) is not None]
+    writes = [Path(p) for p in outputs if p and Path(p).parent in (work, work / "in")]
+    invoke_checked(args, reads=read_files, writes=writes, watch=[work])
+
+
+@fuzz(60)
+@given(data=st.data())
+def test_run(tiny, workdir, data):
+    work, copies = fresh(workdir, tiny)
+    paths = path_choice(copies, work, output=True)
+    model = data.draw(st.one_of(st.sampled_from([str(copies["dynamic"]), str(copies["classifier"])]), paths))
+    save = data.draw(optional(paths.map(lambda p: ["--save", p])))
+    inputs = data.draw(flag("-i", st.one_of(SHAPES.map(lambda s: f"x=random:{s}"), st.just(str(copies["npz"])), paths)))
+    args = ["run", model, *inputs, *save]
+    args += data.draw(flag("-b", BACKENDS))
+    args += data.draw(flag("-d", DEVICES))
+    args += data.draw(optional(st.lists(OPTIONS, max_size=2).map(lambda items: [a for o in items for a in ("-o", o)])))
+    args += data.draw(flag("--seed", INT_TEXTS))
+    args += data.draw(optional(st.just(["--allow-fallback"])))
+    check(work, args, [model, *inputs[1:]], save[1:])
+
+
+@fuzz(50)
+@given(data=st.data())
+def test_inspect(tiny, workdir, data):
+    work, copies = fresh(workdir, tiny)
+    target = data.draw(
+        st.one_of(
+            st.sampled_from([str(copies["classifier"]), str(copies["cfg"])]), path_choice(copies, work, output=False)
+        )
+    )
+    args = ["inspect", target]
+    args += data.draw(optional(st.just(["--json"])))
+    args += data.draw(optional(st.just(["--full"])))
+    args += data.draw(flag("--input-size", st.one_of(SHAPES, st.sampled_from(["32x32", "64", "33x32", "0x0"]))))
+    check(work, args, [target], [])
+
+
+@fuzz(60)
+@given(data=st.data())
+def test_predict(tiny, workdir, data):
+    work, copies = fresh(workdir, tiny)
+    paths = path_choice(copies, work, output=True)
+    model = data.draw(st.one_of(st.just(str(copies["classifier"])), paths))
+    image = data.draw(st.one_of(st.sampled_from([str(copies["image"]), str(copies["png"])]), paths))
+    draw = data.draw(optional(paths.map(lambda p: ["--draw", p])))
+    json_out = data.draw(optional(paths.map(lambda p: ["--json", p])))
+    labels = data.draw(flag("--labels", paths))
+    args = ["predict", model, image, *draw, *json_out, *labels]
+    args += data.draw(flag("--task", st.sampled_from(["auto", "detect", "classify", "segment"])))
+    args += data.draw(flag("--conf", SMALL_NUMBER_TEXTS))
+    args += data.draw(flag("--iou", SMALL_NUMBER_TEXTS))
+    args += data.draw(flag("--top-k", INT_TEXTS))
+    args += data.draw(flag("-b", BACKENDS))
+    check(work, args, [model, image, *labels[1:]], [*draw[1:], *json_out[1:]])
+
+
+@fuzz(40)
+@given(data=st.data())
+def test_convert_darknet(tiny, workdir, data):
+    work, copies = fresh(workdir, tiny)
+    paths = path_choice(copies, work, output=True)
+    cfg = data.draw(st.one_of(st.just(str(copies["cfg"])), paths))
+    weights = data.draw(st.one_of(st.just(str(copies["weights"])), paths))
+    output = data.draw(paths)
+    report = data.draw(optional(paths.map(lambda p: ["--report", p])))
+    labels = data.draw(flag("--labels", st.one_of(st.just(str(copies["labels"])), paths)))
+    args = ["convert", "darknet", cfg, weights, "-o", output, *report, *labels]
+    # Verification runs rarely: a passing conversion costs a second, a refused one a millisecond.
+    args += ["--verify-backends", data.draw(st.sampled_from(["", "", "", "", "nosuch", "onnxruntime"]))]
+    args += data.draw(flag("--input-size", st.one_of(SHAPES, st.sampled_from(["32x32", "64x32", "33x32"]))))
+    args += data.draw(flag("--batch", st.one_of(INT_TEXTS, st.just("dynamic"))))
+    args += data.draw(flag("--head", st.sampled_from(["raw", "decoded", "both"])))
+    args += data.draw(flag("--opset", INT_TEXTS))
+    args += data.draw(flag("--opencv-threshold", SMALL_NUMBER_TEXTS))
+    check(work, args, [cfg, weights, *labels[1:]], [output, *report[1:]])
+
+
+@fuzz(12)
+@given(data=st.data())
+def test_convert_torch(tiny, workdir, data):
+    pytest.importorskip("torch")
+    work, copies = fresh(workdir, tiny)
+    paths = path_choice(copies, work, output=True)
+    factory = tiny["factory"]
+    source = data.draw(
+        st.one_of(st.sampled_from([f"{factory}:tiny_cnn", f"{factory}:nosuch", "os:getcwd", "nosuch.mod:x"]), paths)
+    )
+    output = data.draw(paths)
+    report = data.draw(optional(paths.map(lambda p: ["--report", p])))
+    weights = data.draw(flag("--weights", st.one_of(st.just(str(copies.get("state_dict", ""))), paths)))
+    args = ["convert", "torch", source, "-o", output, *report, *weights]
+    args += data.draw(st.one_of(st.just(["-i", "x:1x3x8x8"]), SHAPES.map(lambda s: ["-i", f"x:{s}"]), st.just([])))
+    args += data.draw(flag("--weights-key", st.sampled_from(["state_dict", "model", "a.b", ""])))
+    args += data.draw(flag("--ignore-keys", st.sampled_from(["^loss", "([", ".*", ""])))
+    args += data.draw(flag("--opset", st.sampled_from(["17", "6", "99", "-1", "x"])))
+    args += data.draw(flag("--atol", NUMBER_TEXTS))
+    args += data.draw(flag("--seed", INT_TEXTS))
+    args += data.draw(flag("--exporter", st.sampled_from(["torchscript", "dynamo", "auto", "onnx"])))
+    # Most examples are refused before exporting (what is fuzzed); a valid one exports in seconds.
+    args += ["--verify-backends", ""]
+    check(work, args, [source.rpartition(":")[0] or source, *weights[1:]], [output, *report[1:]])
+
+
+@fuzz(40)
+@given(data=st.data())
+def test_report(tiny, workdir, data):
+    work, copies = fresh(workdir, tiny)
+    files = {
+        "not-json": "{",
+        "list": "[]",
+        "foreign": '{"schema": "other"}',
+        "future": '{"schema": "deploykit.bench", "schema_version": 99}',
+        "partial": '{"schema": "deploykit.bench", "schema_version": 1, "rows": [{"latency": null}]}',
+        "binary": "\x00\x01",
+    }
+    for name, text in files.items():
+        (work / f"{name}.json").write_text(text)
+    reports = st.one_of(
+        st.sampled_from([str(work / f"{n}.json") for n in files]), path_choice(copies, work, output=False)
+    )
+    if data.draw(st.booleans()):
+        output = data.draw(st.one_of(reports, path_choice(copies, work, output=True)))
+        chosen = data.draw(st.lists(reports, min_size=0, max_size=3))
+        check(work, ["report", "merge", *chosen, "-o", output], chosen, [output])
+    else:
+        report = data.draw(reports)
+        baseline = data.draw(flag("--baseline", reports))
+        args = ["report", report, *baseline, *data.draw(flag("--threshold", NUMBER_TEXTS))]
+        check(work, args, [report, *baseline[1:]], [])
+
+
+@fuzz(20)
+@given(data=st.data())
+def test_backends_and_help(tiny, workdir, data):
+    work, _ = fresh(workdir, tiny)
+    args = data.draw(
+        st.sampled_from(
+            [["backends"], ["backends", "--options"], ["backends", "--json"], ["--help"], ["run", "--help"],
+             ["nosuch"], ["convert"], ["convert", "nosuch"], ["run"], ["predict"], ["--version"]]
+        )
+    )  # fmt: skip
+    check(work, args, [], [])
