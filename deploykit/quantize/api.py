@@ -152,7 +152,9 @@ def _data(
         )  # fmt: skip
     path = Path(source)
     if path.suffix.lower() == ".npz":
-        data = array_data(path, names, calibration_size=calibration_size, held_out=0 if fp16 else held_out, seed=seed)
+        data = array_data(
+            path, interface.inputs, calibration_size=calibration_size, held_out=0 if fp16 else held_out, seed=seed
+        )
     elif path.is_dir():
         spec = interface.inputs[0]
         if len(interface.inputs) != 1 or spec.shape is None or len(spec.shape) != 4 or preprocess is None:

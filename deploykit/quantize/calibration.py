@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from deploykit.errors import InputError, UsageError
+from deploykit.tensors import TensorSpec
 from deploykit.vision.image import Preprocess, list_images, load_image
 
 DEFAULT_CALIBRATION_SIZE = 100
@@ -198,7 +199,7 @@ def image_data(
 
 def array_data(
     path: str | os.PathLike[str],
-    input_names: Sequence[str],
+    inputs: Sequence[TensorSpec],
     *,
     calibration_size: int = DEFAULT_CALIBRATION_SIZE,
     held_out: float = DEFAULT_HELD_OUT,
@@ -206,14 +207,20 @@ def array_data(
 ) -> CalibrationData:
     """Calibration samples from an ``.npz`` holding one array per model input, samples along axis 0.
 
+    An array of the input's rank gives one sample per row (a batch of one each); an array of one
+    more rank gives one sample per entry of its first axis (a whole batch each).
+
     Raises:
         UsageError: the file cannot be read, misses an input, or its arrays differ in length.
+        InputError: a sample does not fit the model's input (dtype, rank, size).
     """
+    from deploykit.backends.base import validate_feeds
     from deploykit.inputs import load_arrays
 
     _check_fraction(held_out, calibration_size)
     file = Path(path)
     arrays = load_arrays(file)
+    input_names = [spec.name for spec in inputs]
     missing = [n for n in input_names if n not in arrays]
     if missing:
         raise UsageError(
@@ -234,7 +241,12 @@ def array_data(
             hint="add samples, or pass --held-out 0.",
         )
     chosen, held_indices = _split(count, held_out, seed)
-    rows = [{n: arrays[n][i : i + 1] for n in input_names} for i in range(count)]
+    ranks = {spec.name: len(spec.shape) if spec.shape is not None else arrays[spec.name].ndim for spec in inputs}
+    rows = [
+        {n: arrays[n][i] if arrays[n].ndim == ranks[n] + 1 else arrays[n][i : i + 1] for n in input_names}
+        for i in range(count)
+    ]
+    validate_feeds({spec.name: spec for spec in inputs}, rows[0])
     notes = [f"held out {len(held_indices)} of {count} samples for the accuracy delta"]
     if len(chosen) < calibration_size:
         notes.append(f"calibrated on {len(chosen)} samples, fewer than the {calibration_size} asked")
