@@ -6,7 +6,6 @@ from pathlib import Path
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from deploykit.bench.config import parse_duration, parse_int_list
 from deploykit.bench.report import BenchmarkResult, merge_html
@@ -14,6 +13,7 @@ from deploykit.errors import UsageError
 from deploykit.io import atomic_path, check_outputs
 
 from .console import coerce, console, err_console, parse_pairs, print_json
+from .verify_view import BATCH_AXIS_HELP, ORACLE_HELP, SHAPE_HELP, input_settings, threshold_options
 
 BACKEND_HELP = "BACKEND or BACKEND:DEVICE (repeat); default: every available backend × device."
 
@@ -23,7 +23,9 @@ def bench(
     backends: list[str] = typer.Option([], "--backend", "-b", help=BACKEND_HELP),
     batch: str = typer.Option(None, help="Batch size(s), e.g. 1,4,8 (default: the model's own, or 1)."),
     threads: str = typer.Option(None, help="Thread count(s) to sweep, e.g. 1,2 (default: runtime's)."),
-    precision: str = typer.Option(None, help="OpenVINO precision f32|bf16|f16 (default: the device's)."),
+    precision: str = typer.Option(
+        None, help="Precision sweep, e.g. f32,bf16,f16,int8 (each backend runs those it has here; default: device's)."
+    ),
     scenario: str = typer.Option("singlestream", help="singlestream | offline | multistream."),
     streams: int = typer.Option(4, help="Concurrent streams for --scenario multistream."),
     warmup: int = typer.Option(10, help="Untimed runs before timing."),
@@ -32,8 +34,20 @@ def bench(
     inputs: Path = typer.Option(
         None, "--inputs", help=".npz of input arrays, or an image / folder of images (default: seeded random)."
     ),
+    shapes: list[str] = typer.Option([], "--shape", help=SHAPE_HELP),
+    batch_axes: list[str] = typer.Option([], "--batch-axis", help=BATCH_AXIS_HELP),
     seed: int = typer.Option(0, help="Seed for random inputs."),
-    reference: str = typer.Option(None, help="Backend whose outputs the others must match (default: first)."),
+    oracle: str = typer.Option("auto", "--oracle", "--reference", help=ORACLE_HELP),
+    atol: float = typer.Option(None, help="f32 absolute tolerance (default 1e-4)."),
+    rtol: float = typer.Option(None, help="f32 relative tolerance (default 1e-3)."),
+    min_cosine: float = typer.Option(None, "--min-cosine", help="Reduced precision: per-output cosine."),
+    min_snr_db: float = typer.Option(None, "--min-snr", help="Reduced precision: per-output SNR in dB."),
+    min_top1: float = typer.Option(None, "--min-top1-agreement", help="Classifiers on images: top-1 agreement."),
+    min_map: float = typer.Option(None, "--min-map", help="Detectors on images: mAP@0.5 against the f32 model."),
+    timeout: float = typer.Option(900, "--timeout", help="Seconds one configuration's worker may take."),
+    allow_failures: bool = typer.Option(
+        False, "--allow-failures", help="Exit 0 even when a configuration fails or none can be recommended."
+    ),
     in_process: bool = typer.Option(False, "--in-process", help="Measure in this process, not a subprocess each."),
     cost_per_hour: float = typer.Option(
         None, "--cost-per-hour", help="Device price per hour → cost per 1M inferences."
@@ -60,6 +74,11 @@ def bench(
         _show(result, as_json, report_dir)
         return
 
+    from deploykit.inputs import check_seed
+
+    settings, axes = input_settings(shapes, batch_axes)
+    if report_dir is not None:
+        _check_report_dir(report_dir, model)
     if scenario == "offline" and batch in (None, "1"):
         err_console.print("note: offline scenario with batch 1; pass --batch 16 (or more) for throughput")
     progress = Progress(
@@ -89,17 +108,32 @@ def bench(
             iterations=iterations,
             duration_s=parse_duration(duration) if duration else None,
             inputs=inputs,
-            seed=seed,
-            reference=reference,
+            shapes=settings,
+            batch_axes=axes,
+            seed=check_seed(seed),
+            oracle=oracle,
+            thresholds=threshold_options(atol, rtol, min_cosine, min_snr_db, min_top1, min_map),
+            timeout_s=timeout,
             isolate=not in_process,
             cost_per_hour=cost_per_hour,
             options={k: coerce(v) for k, v in parse_pairs(options, "--option").items()},
             progress=report_progress,
         )
-    _show(result, as_json, report_dir)
+    _show(result, as_json, report_dir, allow_failures)
 
 
-def _show(result: BenchmarkResult, as_json: bool, report_dir: Path | None) -> None:
+def _check_report_dir(directory: Path, model: Path) -> None:
+    """A report directory must be usable before the benchmark runs, not after."""
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(
+            f"--report '{directory}' | is a file; the report is a directory of report.json/.csv/.md/.html.",
+            hint="pass a directory (it is created if missing), e.g. --report out/.",
+        )
+    if directory.resolve() == model.resolve().parent and (directory / model.name).exists() and model.suffix == ".json":
+        raise UsageError(f"--report '{directory}' | would overwrite the input.", hint="pick another directory.")
+
+
+def _show(result: BenchmarkResult, as_json: bool, report_dir: Path | None, allow_failures: bool = False) -> None:
     if as_json:
         print_json(result.data)
     else:
@@ -111,81 +145,30 @@ def _show(result: BenchmarkResult, as_json: bool, report_dir: Path | None) -> No
                 stages = row["stages"]
                 split = f"pre {stages['pre_p50_ms']:.1f} ms, inference {stages['infer_p50_ms']:.1f} ms"
                 console.print(f"{row['config']['label']}: {split}, post {stages['post_p50_ms']:.1f} ms (p50)")
+            verdict = row.get("verdict") or {}
+            if verdict and verdict["status"] != "pass":
+                err_console.print(f"{verdict['label']}: {row['config']['label']}: {verdict['reason']}", soft_wrap=True)
+        for note in result.data.get("notes", []):
+            err_console.print(f"note: {note}", soft_wrap=True)
         if result.data["recommendation"]:
-            console.print(f"recommended: {result.data['recommendation']['python']}")
+            recommendation = result.data["recommendation"]
+            console.print(f"recommended: {recommendation['python']} ({recommendation['why']})")
     if report_dir is not None:
         paths = result.write_all(report_dir)
         console.print("report: " + ", ".join(str(p) for p in paths))
-    failed = [r for r in result.rows if (r.get("parity") or {}).get("passed") is False]
-    if failed:
+    failed = [r for r in result.rows if r["status"] != "ok" or _bad(r.get("verdict") or {})]
+    problems = [f"{len(failed)} configuration(s) failed or did not verify"] if failed else []
+    if result.data["recommendation"] is None:
+        problems.append("no configuration can be recommended")
+    if problems and allow_failures:
+        err_console.print(f"note: {'; '.join(problems)} (exit 0 because of --allow-failures)")
+    elif problems:
+        err_console.print(f"error: {'; '.join(problems)}. Hint: see the table; --allow-failures exits 0 anyway.")
         raise typer.Exit(1)
 
 
-def compare(
-    model: Path = typer.Argument(..., help="The .onnx file."),
-    backends: list[str] = typer.Option([], "--backend", "-b", help=BACKEND_HELP),
-    batch: int = typer.Option(None, help="Batch size (default: the model's own, or 1)."),
-    precision: str = typer.Option("f32", help="OpenVINO precision for the comparison (default f32)."),
-    inputs: Path = typer.Option(
-        None, "--inputs", help=".npz of input arrays, or an image / folder of images (default: seeded random)."
-    ),
-    seed: int = typer.Option(0, help="Seed for random inputs."),
-    reference: str = typer.Option(None, help="Backend whose outputs the others must match (default: first)."),
-    atol: float = typer.Option(None, help="Absolute tolerance (default by precision)."),
-    rtol: float = typer.Option(None, help="Relative tolerance (default by precision)."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
-) -> None:
-    """Check that backends compute the same outputs on the same inputs; exit 1 on a mismatch."""
-    from deploykit.parity import compare_backends
-
-    result = compare_backends(
-        model,
-        backends or None,
-        batch=batch,
-        precision=precision,
-        inputs=inputs,
-        seed=seed,
-        reference=reference,
-        atol=atol,
-        rtol=rtol,
-    )
-    if as_json:
-        print_json(result)
-    else:
-        table = Table(title=f"parity of {model.name} against {result['reference']}")
-        for column in (
-            "backend",
-            "device",
-            "precision",
-            "output",
-            "max abs err",
-            "max rel err",
-            "cosine",
-            "verdict",
-        ):
-            table.add_column(column)
-        for entry in result["backends"]:
-            if entry["error"]:
-                table.add_row(entry["label"], "-", "-", "-", "-", "-", "-", f"[red]failed[/]: {entry['error']}")
-                continue
-            for output in entry["outputs"]:
-                verdict = "[green]pass[/]" if output["passed"] else "[red]FAIL[/]"
-                table.add_row(
-                    entry["label"],
-                    entry["device"],
-                    entry["precision"],
-                    output["name"],
-                    f"{output['max_abs_error']:.2e}",
-                    f"{output['max_rel_error']:.2e}",
-                    f"{output['cosine']:.6f}",
-                    verdict,
-                )
-        console.print(table)
-        for entry in result["backends"]:
-            for message in entry.get("failures", []):
-                err_console.print(f"mismatch: {entry['label']}: {message}")
-    if not result["passed"]:
-        raise typer.Exit(1)
+def _bad(verdict: dict[str, object]) -> bool:
+    return verdict.get("status") in ("fail", "error", "degenerate") or verdict.get("agreement") is False
 
 
 def report(

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from deploykit.convert.report import ConversionReport
 from deploykit.errors import ParityError
 
 from .console import console
+from .verify_view import print_details, verdict_table
 
 convert_app = typer.Typer(help="Convert a model to ONNX, verified against its source.", no_args_is_help=True)
 
@@ -30,16 +30,12 @@ def print_report(report: ConversionReport) -> None:
     )
     for note in report.notes:
         console.print(f"  [yellow]note[/]: {escape(note)}")
-    table = Table(title="parity against the source")
-    for column in ("backend", "device", "precision", "cases", "max abs err", "max rel err", "verdict"):
-        table.add_column(column)
-    for entry in report.parity:
-        outputs = [o for case in entry.cases for o in case["outputs"]]
-        abs_err = f"{max(o['max_abs_error'] for o in outputs):.2e}" if outputs else "reference"
-        rel_err = f"{max(o['max_rel_error'] for o in outputs):.2e}" if outputs else "-"
-        verdict = "[green]pass[/]" if entry.passed else f"[red]FAIL[/] {escape(entry.error or '')}"
-        table.add_row(entry.backend, entry.device, entry.precision, str(len(entry.cases)), abs_err, rel_err, verdict)
-    console.print(table)
+    oracle = report.oracle
+    title = "verification against " + (
+        f"{oracle.name}" + ("" if oracle.independent else " (no independent oracle)") if oracle else "nothing"
+    )
+    console.print(verdict_table(title, report.verdicts))
+    print_details(report.verdicts)
 
 
 def finish(report: ConversionReport | None, report_path: Path | None) -> None:

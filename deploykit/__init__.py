@@ -14,6 +14,11 @@ from typing import Any
 
 from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.registry import all_backends, backend_names, get_backend
+from deploykit.bench.report import BenchmarkResult
+from deploykit.bench.runner import benchmark
+from deploykit.convert.darknet.convert import convert_darknet
+from deploykit.convert.report import ConversionReport
+from deploykit.convert.torch import convert_torch
 from deploykit.errors import (
     BackendError,
     BackendUnavailableError,
@@ -32,6 +37,7 @@ from deploykit.errors import (
 from deploykit.inputs import make_inputs
 from deploykit.model import summarize
 from deploykit.tensors import TensorSpec
+from deploykit.verify import OracleInfo, Thresholds, Verdict, VerificationReport, verify_model
 
 __version__ = "0.1.0"
 
@@ -43,34 +49,6 @@ def __getattr__(name: str) -> Any:
 
         return getattr(pipelines, name, None) or getattr(results, name)
     raise AttributeError(f"module 'deploykit' has no attribute {name!r}")
-
-
-def benchmark(model: Any, backends: Any = None, **options: Any) -> Any:
-    """Benchmark a model across backends with parity checks; see ``deploykit.bench.runner.benchmark``."""
-    from deploykit.bench.runner import benchmark as _benchmark
-
-    return _benchmark(model, backends, **options)
-
-
-def compare_backends(model: Any, backends: Any = None, **options: Any) -> Any:
-    """Parity of several backends on the same inputs; see ``deploykit.parity.compare_backends``."""
-    from deploykit.parity import compare_backends as _compare_backends
-
-    return _compare_backends(model, backends, **options)
-
-
-def convert_darknet(cfg: Any, weights: Any, output: Any = "model.onnx", **options: Any) -> Any:
-    """Darknet .cfg + .weights → verified ONNX; see ``deploykit.convert.darknet.convert.convert_darknet``."""
-    from deploykit.convert.darknet.convert import convert_darknet as _convert_darknet
-
-    return _convert_darknet(cfg, weights, output, **options)
-
-
-def convert_torch(model: Any, example_inputs: Any = None, output: Any = "model.onnx", **options: Any) -> Any:
-    """Export a PyTorch model to ONNX behind a parity gate; see ``deploykit.convert.torch.convert_torch``."""
-    from deploykit.convert.torch import convert_torch as _convert_torch
-
-    return _convert_torch(model, example_inputs, output, **options)
 
 
 def load(
@@ -123,8 +101,14 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "__version__",
     "all_backends",
     "backend_names",
+    "BenchmarkResult",
+    "ConversionReport",
+    "OracleInfo",
+    "Thresholds",
+    "Verdict",
+    "VerificationReport",
     "benchmark",
-    "compare_backends",
+    "verify_model",
     "convert_darknet",
     "convert_torch",
     "get_backend",

@@ -271,34 +271,31 @@ def _build_darknet(recipe: Recipe, output: Path, weights: str | os.PathLike[str]
 
 
 def _build_onnx(recipe: Recipe, output: Path, verify_backends: Any, tolerance: dict[str, float]) -> ConversionReport:
-    from deploykit.convert.report import BackendParity, ConversionReport
+    import numpy as np
+
+    from deploykit.convert.report import ConversionReport
+    from deploykit.errors import ParityError
     from deploykit.model import summarize
-    from deploykit.parity import compare_backends
+    from deploykit.verify import verify_model
 
     source = recipe.weights_file()
     assert source is not None
     with atomic_path(output) as temporary:
         shutil.copyfile(source, temporary)
-    import numpy as np
-
     image = np.random.default_rng(0).uniform(0, 1, recipe.input["shape"]).astype(np.float32)
-    parity = compare_backends(output, list(verify_backends), precision="f32", inputs={recipe.input["name"]: image},
-                              atol=tolerance.get("atol"), rtol=tolerance.get("rtol"))  # fmt: skip
+    checked = verify_model(output, list(verify_backends), inputs={recipe.input["name"]: image}, precision="f32",
+                           thresholds={"atol": tolerance.get("atol"), "rtol": tolerance.get("rtol")})  # fmt: skip
     summary = summarize(output)
     report = ConversionReport(
         source=str(source), output=str(output), converter="onnx (copied from its package)", exporter="-",
         opset=summary.opsets.get("ai.onnx", 0), export_seconds=0.0, file_size_bytes=summary.size_bytes,
         parameter_count=summary.parameter_count, op_histogram=summary.op_histogram, written=True,
-        notes=[f"backends compared with {parity['reference']}"],
-        parity=[BackendParity(b["label"], b["device"] or "-", b["precision"] or "-", b["passed"], error=b["error"],
-                              cases=[{"case": 0, "outputs": b["outputs"], "messages": b["failures"]}])
-                for b in parity["backends"]],
+        notes=[f"verified against {checked.oracle.name}", *checked.notes], verdicts=checked.verdicts,
+        oracle=checked.oracle,
     )  # fmt: skip
     if not report.passed:
         output.unlink()
         report.written = False
-        from deploykit.errors import ParityError
-
-        raise ParityError(f"recipe '{recipe.name}' | backends disagree on the model.",
+        raise ParityError(f"recipe '{recipe.name}' | {report.first_failure()}.",
                           hint="see the report; a backend may not support an op.").with_report(report)  # fmt: skip
     return report

@@ -75,7 +75,7 @@ def spec_from_value_info(value_info: Any) -> TensorSpec:
         return TensorSpec(value_info.name, dtype, None)
     dims: list[Dim] = []
     for dim in tensor_type.shape.dim:
-        if dim.HasField("dim_value"):
+        if dim.HasField("dim_value") and dim.dim_value > 0:
             dims.append(int(dim.dim_value))
         elif dim.HasField("dim_param") and dim.dim_param:
             dims.append(dim.dim_param)

@@ -9,9 +9,6 @@ from deploykit.backends.registry import BUILTIN_BACKENDS, get_backend
 from tests.assets.catalog import CATALOG
 from tests.assets.paths import REQUIRE_VARIABLE, assets_required, environment_flag, missing_asset
 
-# OpenVINO is held to f32 in parity tests: bf16 is the default on CPUs that have it.
-BACKEND_OPTIONS = {"onnxruntime": {}, "openvino": {"precision": "f32"}, "opencv": {}}
-
 
 def has_cuda_gpu() -> bool:
     return Path("/dev/nvidia0").exists() or environment_flag("DEPLOYKIT_TEST_GPU")

@@ -221,6 +221,8 @@ class Backend(abc.ABC):
     independent_oracle: ClassVar[bool] = False
     """True when the backend shares no code with the runtimes it may check (the verification
     subsystem then treats its outputs as an independent oracle, not as another candidate)."""
+    distributions: ClassVar[tuple[str, ...]] = ()
+    """Package names that provide the runtime (for the device fingerprint); default: ``module``."""
     default_candidate: ClassVar[bool] = True
     """False keeps the backend out of the default backend × device sweeps (bench, compare)."""
     options: ClassVar[Mapping[str, OptionSpec | str]] = {}
@@ -256,6 +258,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def devices(self) -> list[str]:
         """Devices this machine offers to the backend, in the backend's spelling."""
+
+    def build_info(self) -> dict[str, Any]:
+        """Build details of the imported runtime worth recording in a report (providers, CPU features)."""
+        return {}
 
     def precisions(self, device: str | None = None) -> list[str]:
         """Compute precisions the backend runs natively on ``device`` here (``f32`` first).

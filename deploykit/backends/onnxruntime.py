@@ -31,8 +31,11 @@ _PROVIDER_LIBRARIES = {
 _OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
 
 
+_DISTRIBUTIONS = ("onnxruntime-gpu", "onnxruntime", "onnxruntime-openvino", "onnxruntime-directml")
+
+
 def _distribution() -> str:
-    for name in ("onnxruntime-gpu", "onnxruntime", "onnxruntime-openvino", "onnxruntime-directml"):
+    for name in _DISTRIBUTIONS:
         try:
             return f"{name} {metadata.version(name)}"
         except metadata.PackageNotFoundError:
@@ -71,9 +74,14 @@ class OnnxRuntimeBackend(Backend):
         ),
     }
 
+    distributions = _DISTRIBUTIONS
+
     def version(self) -> str:
         self.import_runtime()
         return _distribution()
+
+    def build_info(self) -> dict[str, Any]:
+        return {"build_providers": self.import_runtime().get_available_providers()}
 
     def devices(self) -> list[str]:
         ort = self.import_runtime()

@@ -52,6 +52,18 @@ class OpenCvBackend(Backend):
         "weights": OptionSpec("Darknet .weights file, when the model is a Darknet .cfg (OpenCV 4.x only)", "path"),
     }
 
+    distributions = (
+        "opencv-python-headless",
+        "opencv-python",
+        "opencv-contrib-python-headless",
+        "opencv-contrib-python",
+    )
+
+    def build_info(self) -> dict[str, Any]:
+        build = self.import_runtime().getBuildInformation()
+        keys = ("Parallel framework", "CPU/HW features", "Baseline", "OpenCL:", "CUDA:")
+        return {"build": [" ".join(line.split()) for line in build.splitlines() if any(k in line for k in keys)][:8]}
+
     def version(self) -> str:
         cv2 = self.import_runtime()
         return f"opencv {cv2.__version__}"

@@ -76,6 +76,8 @@ class OpenVinoBackend(Backend):
         ),
     }
 
+    distributions = ("openvino",)
+
     def version(self) -> str:
         ov = self.import_runtime()
         return f"openvino {ov.get_version().split('-')[0]}"

@@ -22,8 +22,8 @@ BUILTIN_BACKENDS: dict[str, str] = {
     "onnxruntime": "deploykit.backends.onnxruntime:OnnxRuntimeBackend",
     "openvino": "deploykit.backends.openvino:OpenVinoBackend",
     "opencv": "deploykit.backends.opencv:OpenCvBackend",
+    "reference": "deploykit.backends.reference:ReferenceBackend",
 }
-ALIASES: dict[str, str] = {"ort": "onnxruntime", "ov": "openvino", "cv": "opencv", "cv2": "opencv"}
 ENTRY_POINT_GROUP = "deploykit.backends"
 
 
@@ -71,30 +71,41 @@ def backend_names() -> list[str]:
     return names
 
 
+def _aliases() -> dict[str, str]:
+    """Alias → registered name, from each backend's own ``aliases`` (built-ins and plug-ins alike).
+
+    Backend modules import their runtime lazily, so reading the classes is cheap; a plug-in
+    that fails to load simply contributes no aliases here (its name still resolves).
+    """
+    table: dict[str, str] = {}
+    for name in backend_names():
+        try:
+            backend_class = _backend_class(name)
+        except Exception:
+            continue
+        for alias in getattr(backend_class, "aliases", ()):
+            table.setdefault(alias.lower(), name)
+    return table
+
+
 def canonical_name(name: str) -> str:
     """The registered name for a name or alias (case-insensitive)."""
     key = name.strip().lower()
-    key = ALIASES.get(key, key)
-    if key not in BUILTIN_BACKENDS and key not in _plugin_targets():
-        raise UnknownBackendError(
-            f"backend '{name}' | is not registered; known backends are "
-            f"{', '.join(backend_names())} (aliases: "
-            f"{', '.join(f'{a}={n}' for a, n in ALIASES.items())}).",
-            hint="check the spelling, or install the package that provides it.",
-        )
-    return key
+    if key in BUILTIN_BACKENDS or key in _plugin_targets():
+        return key
+    aliases = _aliases()
+    if key in aliases:
+        return aliases[key]
+    raise UnknownBackendError(
+        f"backend '{name}' | is not registered; known backends are "
+        f"{', '.join(backend_names())} (aliases: {', '.join(f'{a}={n}' for a, n in aliases.items())}).",
+        hint="check the spelling, or install the package that provides it.",
+    )
 
 
-@cache
-def get_backend(name: str) -> Backend:
-    """The backend registered under ``name`` or one of its aliases.
-
-    Raises:
-        UnknownBackendError: no backend is registered under that name.
-    """
-    key = canonical_name(name)
+def _backend_class(key: str) -> type[Backend]:
     if key in BUILTIN_BACKENDS:
-        return _load_class(BUILTIN_BACKENDS[key])()
+        return _load_class(BUILTIN_BACKENDS[key])
     entry = _plugin_targets()[key]
     try:
         backend_class = entry.load()  # type: ignore[attr-defined]
@@ -108,7 +119,17 @@ def get_backend(name: str) -> Backend:
             f"backend '{key}' | entry point {entry} is not a deploykit Backend subclass.",
             hint="a plug-in must point to a class derived from deploykit.backends.Backend.",
         )
-    return backend_class()
+    return backend_class
+
+
+@cache
+def get_backend(name: str) -> Backend:
+    """The backend registered under ``name`` or one of its aliases.
+
+    Raises:
+        UnknownBackendError: no backend is registered under that name.
+    """
+    return _backend_class(canonical_name(name))()
 
 
 def all_backends() -> list[Backend]:

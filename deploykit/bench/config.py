@@ -7,11 +7,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
-
 from deploykit.errors import UsageError
-from deploykit.inputs import make_inputs
-from deploykit.tensors import TensorSpec
 
 SCENARIOS = ("singlestream", "offline", "multistream")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min)?\s*$")
@@ -47,8 +43,6 @@ class BenchConfig:
         options = dict(self.options)
         if self.threads:
             options["threads"] = self.threads
-        if self.precision:
-            options["precision"] = self.precision
         return options
 
     def to_dict(self) -> dict[str, Any]:
@@ -61,14 +55,6 @@ class BenchConfig:
     def from_dict(cls, data: Mapping[str, Any]) -> BenchConfig:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         return cls(**known)
-
-
-def parse_backend_spec(text: str) -> tuple[str, str | None]:
-    """``openvino:CPU`` → (``openvino``, ``CPU``); ``ort`` → (``ort``, None)."""
-    name, _, device = text.partition(":")
-    if not name:
-        raise UsageError(f"backend '{text}' | expected BACKEND or BACKEND:DEVICE.", hint="e.g. -b ort -b openvino:CPU.")
-    return name, device or None
 
 
 def parse_int_list(text: str, what: str) -> list[int]:
@@ -93,40 +79,3 @@ def parse_duration(text: str) -> float:
         )
     value, unit = float(match.group(1)), match.group(2) or "s"
     return value * {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0}[unit]
-
-
-def model_batch(specs: Mapping[str, TensorSpec]) -> int:
-    """The batch a model runs with by default: its fixed first axis, or 1 when that axis is dynamic."""
-    for spec in specs.values():
-        if spec.shape and isinstance(spec.shape[0], int):
-            return spec.shape[0]
-    return 1
-
-
-def batch_inputs(
-    specs: Mapping[str, TensorSpec], batch: int, *, seed: int = 0, model_name: str = "the model"
-) -> dict[str, np.ndarray]:
-    """Deterministic random feeds with ``batch`` on every input's first axis.
-
-    Raises:
-        UsageError: an input's first axis is fixed to another size.
-    """
-    dims: dict[str, int] = {}
-    shapes: dict[str, tuple[int, ...]] = {}
-    for spec in specs.values():
-        if not spec.shape:
-            continue
-        first = spec.shape[0]
-        if isinstance(first, int):
-            if first != batch:
-                raise UsageError(
-                    f"batch {batch} | input '{spec.name}' of {model_name} has a fixed batch of {first}.",
-                    hint=f"benchmark --batch {first}, or re-export the model with a dynamic batch "
-                    f"(deploykit convert ... --dynamic {spec.name}:0=batch).",
-                )
-        elif isinstance(first, str):
-            dims[first] = batch
-        else:
-            rest = [d if isinstance(d, int) else 1 for d in spec.shape[1:]]
-            shapes[spec.name] = (batch, *rest)
-    return make_inputs(specs, seed=seed, dims=dims, shapes=shapes)

@@ -100,18 +100,6 @@ def gpu_info() -> list[dict[str, str]]:
     return gpus
 
 
-_DISTRIBUTIONS = {
-    "onnxruntime": ("onnxruntime-gpu", "onnxruntime", "onnxruntime-openvino", "onnxruntime-directml"),
-    "openvino": ("openvino",),
-    "opencv": (
-        "opencv-python-headless",
-        "opencv-python",
-        "opencv-contrib-python-headless",
-        "opencv-contrib-python",
-    ),
-}
-
-
 def _installed(names: tuple[str, ...]) -> list[str]:
     from importlib import metadata
 
@@ -131,7 +119,7 @@ def runtime_info() -> dict[str, Any]:
 
     runtimes: dict[str, Any] = {}
     for backend in all_backends():
-        entry: dict[str, Any] = {"distributions": _installed(_DISTRIBUTIONS.get(backend.name, (backend.module,)))}
+        entry: dict[str, Any] = {"distributions": _installed(backend.distributions or (backend.module,))}
         runtimes[backend.name] = entry
         if backend.module not in sys.modules:
             continue
@@ -140,19 +128,7 @@ def runtime_info() -> dict[str, Any]:
             entry.update(available=False, reason=reason)
             continue
         entry.update(available=True, version=backend.version(), devices=backend.devices())
-        if backend.name == "onnxruntime":
-            import onnxruntime
-
-            entry["build_providers"] = onnxruntime.get_available_providers()
-        elif backend.name == "opencv":
-            import cv2
-
-            build = cv2.getBuildInformation()
-            entry["build"] = [
-                " ".join(line.split())
-                for line in build.splitlines()
-                if any(k in line for k in ("Parallel framework", "CPU/HW features", "Baseline", "OpenCL:", "CUDA:"))
-            ][:8]
+        entry.update(backend.build_info())
         runtimes[backend.name] = entry
     return runtimes
 

@@ -149,7 +149,7 @@ def _table(result: BenchmarkResult) -> str:
     for row in rows:
         cells = []
         for key, value in row.items():
-            css = ' class="pass"' if value == "pass" else ' class="fail"' if key == "parity" and value != "pass" else ""
+            css = ' class="pass"' if value == "pass" else ' class="fail"' if key == "verdict" and value != "pass" else ""
             cells.append(f"<td{css}>{_e(value)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><tr>{header}</tr>{''.join(body)}</table>"
@@ -172,7 +172,7 @@ def _section(result: BenchmarkResult) -> str:
                 f"<p><b>Recommendation</b>: {_e(recommendation['label'])} — {_e(recommendation['why'])}<br>"
                 f"<code>{_e(recommendation['command'])}</code><br><code>{_e(recommendation['python'])}</code></p>"
                 if recommendation
-                else '<p class="fail">no configuration passed parity</p>'
+                else '<p class="fail">no configuration was verified</p>'
             ),
             "".join(f'<p class="note">warning: {_e(w)}</p>' for w in warnings),
             "<h3>p50 / p99 latency</h3>",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import resource
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,9 +91,15 @@ def _multistream(session: Any, feeds: Mapping[str, np.ndarray], config: BenchCon
 
 
 def measure(
-    model: Path, config: BenchConfig, feeds: Mapping[str, np.ndarray], *, cost_per_hour: float | None = None
-) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Benchmark one configuration; returns its result row and the first run's outputs."""
+    model: Path,
+    config: BenchConfig,
+    feeds: Mapping[str, np.ndarray],
+    *,
+    cost_per_hour: float | None = None,
+    check_cases: Sequence[Mapping[str, np.ndarray]] = (),
+) -> tuple[dict[str, Any], dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
+    """Benchmark one configuration; returns its result row, the first run's outputs, and its
+    outputs on ``check_cases`` (run after timing, on the same session, for the verification)."""
     backend = get_backend(config.backend)
     backend.import_runtime()  # load time is the model's, not the runtime's import
     start = time.perf_counter_ns()
@@ -113,6 +119,7 @@ def measure(
             samples = _loop(session, feeds, config)
             wall = time.perf_counter() - wall_start
         energy_end = _rapl_uj()
+        checked = [session.run(dict(case)) for case in check_cases]
         info = session.info.to_dict()
     stats = latency_stats(samples)
     throughput = config.batch * len(samples) / wall if wall > 0 else 0.0
@@ -142,10 +149,10 @@ def measure(
         "energy_j_per_inference": energy,
         "energy_source": "rapl" if energy is not None else "unavailable",
         "cost_per_million": cost_per_million(cost_per_hour, throughput) if cost_per_hour and throughput else None,
-        "parity": None,
+        "verdict": None,
         "warnings": warnings,
     }
-    return row, outputs
+    return row, outputs, checked
 
 
 def failed_row(config: BenchConfig, error: str) -> dict[str, Any]:
@@ -166,6 +173,6 @@ def failed_row(config: BenchConfig, error: str) -> dict[str, Any]:
         "energy_j_per_inference": None,
         "energy_source": "unavailable",
         "cost_per_million": None,
-        "parity": None,
+        "verdict": None,
         "warnings": [],
     }

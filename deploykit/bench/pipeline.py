@@ -15,13 +15,15 @@ from typing import Any
 import numpy as np
 
 from deploykit.backends.registry import canonical_name, get_backend
-from deploykit.bench.config import BenchConfig, parse_backend_spec
+from deploykit.bench.config import BenchConfig
 from deploykit.bench.fingerprint import fingerprint
 from deploykit.bench.measure import _peak_rss_bytes, failed_row
 from deploykit.bench.report import SCHEMA_VERSION, BenchmarkResult
 from deploykit.bench.runner import _file_sha256
 from deploykit.bench.stats import latency_stats
 from deploykit.errors import DeployKitError, UsageError
+from deploykit.verify.check import parse_backend_spec
+from deploykit.verify.verdict import OracleInfo, Verdict
 from deploykit.vision.image import IMAGE_SUFFIXES, list_images, load_image
 
 TASKS = ("detect", "classify")
@@ -113,7 +115,7 @@ def benchmark_pipeline(
             "config": config.to_dict(), "status": "ok", "error": None, "session": info, "load_ms": load_ms,
             "first_inference_ms": first_ms, "latency": stats.to_dict(), "latency_histogram": None, "wall_s": wall,
             "throughput_sps": len(samples) / wall, "peak_rss_bytes": _peak_rss_bytes(), "gpu_memory_bytes": None,
-            "energy_j_per_inference": None, "energy_source": "unavailable", "cost_per_million": None, "parity": None,
+            "energy_j_per_inference": None, "energy_source": "unavailable", "cost_per_million": None, "verdict": None,
             "warnings": [], "stages": {
                 f"{stage}_p50_ms": statistics.median(getattr(t, f"{stage}_ms") for t in stages)
                 for stage in ("pre", "infer", "post")
@@ -124,12 +126,18 @@ def benchmark_pipeline(
     for index, (row, produced) in enumerate(zip(rows, outputs, strict=True)):
         if produced is None or reference_index is None:
             continue
+        reference_label = rows[reference_index]["config"]["label"]
+        oracle = OracleInfo(reference_label, False, f"{task} results on {len(files)} images compared across backends")
+        precision = (row.get("session") or {}).get("precision")
         if index == reference_index:
-            row["parity"] = {"reference": "self", "passed": True, "outputs": []}
-            continue
-        passed, share = _agreement(task, produced, outputs[reference_index])  # type: ignore[arg-type]
-        row["parity"] = {"reference": rows[reference_index]["config"]["label"], "passed": passed, "outputs": [],
-                         "agreement": share, "compared": f"{task} results on {len(files)} images"}  # fmt: skip
+            verdict = Verdict(reference_label, "unverified", oracle, precision=precision, rule=f"{task} agreement",
+                              agreement=True, reason="the reference of the comparison")  # fmt: skip
+        else:
+            passed, share = _agreement(task, produced, outputs[reference_index])  # type: ignore[arg-type]
+            verdict = Verdict(row["config"]["label"], "unverified", oracle, precision=precision,
+                              rule=f"{task} agreement", agreement=passed,
+                              reason=f"{share:.0%} of the {task} results agree with {reference_label}")  # fmt: skip
+        row["verdict"] = verdict.to_dict()
     result = BenchmarkResult({
         "schema": "deploykit.bench", "schema_version": SCHEMA_VERSION,
         "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

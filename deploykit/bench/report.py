@@ -38,7 +38,7 @@ CSV_COLUMNS = [
     "peak_rss_bytes",
     "energy_j_per_inference",
     "cost_per_million",
-    "parity",
+    "verdict",
     "max_abs_error",
     "error",
 ]
@@ -46,8 +46,9 @@ CSV_COLUMNS = [
 
 def _flat(row: dict[str, Any]) -> dict[str, Any]:
     config, latency, session = row["config"], row.get("latency") or {}, row.get("session") or {}
-    parity = row.get("parity")
-    max_abs = max((o["max_abs_error"] for o in (parity or {}).get("outputs", [])), default=None)
+    verdict = row.get("verdict")
+    errors = [o["max_abs_error"] for o in (verdict or {}).get("outputs", []) if isinstance(o["max_abs_error"], float)]
+    max_abs = max(errors, default=None)
     return {
         "label": config["label"],
         "backend": config["backend"],
@@ -65,10 +66,19 @@ def _flat(row: dict[str, Any]) -> dict[str, Any]:
         "peak_rss_bytes": row.get("peak_rss_bytes"),
         "energy_j_per_inference": row.get("energy_j_per_inference"),
         "cost_per_million": row.get("cost_per_million"),
-        "parity": None if parity is None else ("pass" if parity["passed"] else "FAIL"),
+        "verdict": None if verdict is None else verdict["label"],
         "max_abs_error": max_abs,
         "error": row.get("error"),
     }
+
+
+def _why(row: dict[str, Any]) -> str:
+    verdict = row["verdict"]
+    oracle = verdict["oracle"]["name"]
+    if verdict["status"] == "pass":
+        rule = verdict["rule"]
+        return f"the fastest configuration verified against {oracle} ({verdict['precision']}, {rule})"
+    return f"the fastest configuration that agrees with {oracle}; no independent oracle verified it"
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -137,8 +147,11 @@ class BenchmarkResult:
         return min(rows, key=self._score) if rows else None
 
     def best(self) -> dict[str, Any] | None:
-        """The fastest configuration whose outputs pass parity (the recommendation's row)."""
-        rows = [r for r in self.ok_rows() if (r.get("parity") or {}).get("passed", False)]
+        """The fastest configuration an independent oracle verified (the recommendation's row); without
+        any verified row, the fastest that agrees with the others (the recommendation says so)."""
+        verified = [r for r in self.ok_rows() if (r.get("verdict") or {}).get("status") == "pass"]
+        agreeing = [r for r in self.ok_rows() if (r.get("verdict") or {}).get("agreement") is True]
+        rows = verified or agreeing
         return min(rows, key=self._score) if rows else None
 
     def recommend(self) -> dict[str, Any] | None:
@@ -161,7 +174,7 @@ class BenchmarkResult:
             "label": config["label"],
             "headline": self.headline,
             "value": row["throughput_sps"] if self.headline == "throughput_sps" else row["latency"][self.headline],
-            "why": "the fastest configuration whose outputs match the reference",
+            "why": _why(row),
             "command": command,
             "python": (f"deploykit.load({model!r}, backend={config['backend']!r}, device={device!r}{option_text})"),
         }
@@ -212,7 +225,7 @@ class BenchmarkResult:
                     "samples/s": _fmt(flat["throughput_sps"], 1),
                     "peak RSS MiB": _fmt(None if flat["peak_rss_bytes"] is None else flat["peak_rss_bytes"] / 2**20, 0),
                     "vs fastest": ratio,
-                    "parity": flat["parity"] or ("-" if row["status"] == "ok" else f"failed: {row['error']}"),
+                    "verdict": flat["verdict"] or ("-" if row["status"] == "ok" else f"failed: {row['error']}"),
                     **(
                         {"$/1M": _fmt(flat["cost_per_million"], 4)}
                         if self.data["settings"].get("cost_per_hour")
@@ -293,7 +306,7 @@ class BenchmarkResult:
     # --- judging -------------------------------------------------------------------------
     def regressions(self, baseline: BenchmarkResult, threshold: float = 0.10) -> list[str]:
         """Configurations whose p50/p99 grew (or throughput fell) by more than ``threshold``,
-        or whose parity verdict or status changed, versus ``baseline``.
+        or whose verdict or status changed, versus ``baseline``.
 
         Raises:
             ReportError: the two reports have no configuration in common.
@@ -324,10 +337,10 @@ class BenchmarkResult:
             was_tp, now_tp = before.get("throughput_sps") or 0, row.get("throughput_sps") or 0
             if self.headline == "throughput_sps" and was_tp > 0 and now_tp < was_tp * (1 - threshold):
                 findings.append(f"{label}: throughput {was_tp:.1f} → {now_tp:.1f} samples/s")
-            verdict_before = (before.get("parity") or {}).get("passed")
-            verdict_now = (row.get("parity") or {}).get("passed")
+            verdict_before = (before.get("verdict") or {}).get("status")
+            verdict_now = (row.get("verdict") or {}).get("status")
             if verdict_before != verdict_now:
-                findings.append(f"{label}: parity {verdict_before} → {verdict_now}")
+                findings.append(f"{label}: verdict {verdict_before} → {verdict_now}")
         return findings
 
 

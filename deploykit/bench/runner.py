@@ -1,16 +1,14 @@
-"""Run a benchmark: expand configurations, measure each (in its own subprocess by default),
-check every configuration's outputs against a reference, pick a recommendation.
+"""Run a benchmark: expand configurations (backend × device × precision × batch × threads),
+measure each in its own worker process, and judge every configuration's outputs through the
+verification subsystem (an independent oracle when one runs; the task metric on real images for
+reduced precision), then pick the fastest verified configuration.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
 import os
-import signal
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -18,46 +16,44 @@ from typing import Any
 
 import numpy as np
 
-from deploykit.backends.registry import backend_names, canonical_name, get_backend
-from deploykit.bench.config import SCENARIOS, BenchConfig, batch_inputs, model_batch, parse_backend_spec
+from deploykit.bench.config import SCENARIOS, BenchConfig
 from deploykit.bench.fingerprint import fingerprint
 from deploykit.bench.measure import failed_row, measure
 from deploykit.bench.report import SCHEMA_VERSION, BenchmarkResult
-from deploykit.bench.worker import ROW_PREFIX
-from deploykit.errors import DeployKitError, InputError, UsageError
-from deploykit.inputs import load_arrays, save_arrays
+from deploykit.errors import DeployKitError, UsageError
+from deploykit.inputs import InputSetting, batch_axis_of, fed_batch, load_arrays, make_inputs, save_arrays
 from deploykit.model import read_interface
-from deploykit.parity import parity_entry
+from deploykit.verify.check import (
+    Candidate,
+    check_given_inputs,
+    default_backend_specs,
+    expand_candidates,
+    judge_runs,
+    parse_precisions,
+    run_oracle,
+)
+from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, CandidateRun, run_worker
+from deploykit.verify.metrics import thresholds_for
+from deploykit.verify.verdict import OracleInfo
 
 Progress = Callable[[int, int, str], None]
-_WORKER_TIMEOUT_S = 900
+IMAGE_CHECK_LIMIT = 8
 
-
-def default_backend_specs() -> list[str]:
-    """Every available backend on each device it offers (AUTO left out: it picks one of the others)."""
-    specs = []
-    for name in backend_names():
-        backend = get_backend(name)
-        if not backend.is_available():
-            continue
-        specs += [f"{name}:{device}" for device in backend.devices() if device.upper() != "AUTO"]
-    return specs
+__all__ = ["benchmark", "default_backend_specs", "expand_configs"]
 
 
 def expand_configs(
-    backends: Sequence[str] | None,
+    candidates: Sequence[Candidate],
     *,
     batches: Sequence[int] = (1,),
     threads: Sequence[int | None] = (None,),
-    precision: str | None = None,
     scenario: str = "singlestream",
     streams: int = 4,
     warmup: int = 10,
     iterations: int | None = 100,
     duration_s: float | None = None,
-    options: Mapping[str, Any] | None = None,
 ) -> list[BenchConfig]:
-    """Every combination of backend × batch × threads, validated before anything runs."""
+    """Every combination of candidate × batch × threads, validated before anything runs."""
     if scenario not in SCENARIOS:
         raise UsageError(
             f"scenario '{scenario}' | is not one of {', '.join(SCENARIOS)}.",
@@ -72,31 +68,24 @@ def expand_configs(
         raise UsageError(f"warmup {warmup} | cannot be negative.", hint="use --warmup 0 to skip it.")
     if scenario == "multistream" and streams < 1:
         raise UsageError(f"streams {streams} | at least 1 stream is needed.", hint="e.g. --streams 4.")
-    configs = []
-    for spec in backends or default_backend_specs():
-        name, device = parse_backend_spec(spec)
-        name = canonical_name(name)
-        device = device or get_backend(name).default_device
-        for batch in batches:
-            for thread_count in threads:
-                configs.append(
-                    BenchConfig(
-                        backend=name,
-                        device=device,
-                        batch=batch,
-                        threads=thread_count,
-                        precision=precision if name == "openvino" else None,
-                        scenario=scenario,
-                        streams=streams if scenario == "multistream" else 1,
-                        warmup=warmup,
-                        iterations=None if duration_s else iterations,
-                        duration_s=duration_s,
-                        options=dict(options or {}),
-                    )
-                )
-    if not configs:
-        raise UsageError("bench | no backend is available.", hint="pip install 'deploykit[all]'.")
-    return configs
+    return [
+        BenchConfig(
+            backend=candidate.backend,
+            device=candidate.device,
+            batch=batch,
+            threads=thread_count,
+            precision=candidate.precision,
+            scenario=scenario,
+            streams=streams if scenario == "multistream" else 1,
+            warmup=warmup,
+            iterations=None if duration_s else iterations,
+            duration_s=duration_s,
+            options=dict(candidate.options),
+        )
+        for candidate in candidates
+        for batch in batches
+        for thread_count in threads
+    ]
 
 
 def _file_sha256(path: Path) -> str:
@@ -107,92 +96,36 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _feeds_for(interface: Any, batch: int, inputs: Mapping[str, np.ndarray] | None, seed: int) -> dict[str, np.ndarray]:
-    specs = {s.name: s for s in interface.inputs}
-    if inputs is None:
-        return batch_inputs(specs, batch, seed=seed, model_name=f"'{interface.path.name}'")
-    missing = [n for n in specs if n not in inputs]
-    unknown = [n for n in inputs if n not in specs]
-    if missing or unknown:
-        raise InputError(
-            f"inputs file | has {', '.join(inputs) or 'no arrays'}; the model's inputs are {', '.join(specs)}"
-            + (f" (missing {', '.join(missing)})" if missing else "")
-            + (f" (not inputs: {', '.join(unknown)})" if unknown else "")
-            + ".",
-            hint="save one array per model input, named like the input: np.savez(path, images=x).",
-        )
-    from deploykit.backends.base import validate_feeds
-
-    return validate_feeds(specs, inputs)
-
-
-def load_inputs(model: Path, source: str | os.PathLike[str], batch: int) -> dict[str, np.ndarray]:
-    """Feeds from a file: an .npz of arrays, or an image / a folder of images (pre-processed as the
-    model's metadata says)."""
-    from deploykit.vision.image import IMAGE_SUFFIXES, image_feeds
-
-    path = Path(source)
-    if path.is_dir() or path.suffix.lower() in IMAGE_SUFFIXES:
-        return image_feeds(model, path, batch)
-    return load_arrays(path)
-
-
-def _rebatch(feeds: Mapping[str, np.ndarray] | None, batch: int) -> dict[str, np.ndarray] | None:
-    """Image feeds made for one batch size, tiled or cut to another (arrays from .npz stay as given)."""
-    if feeds is None:
-        return None
+def _rebatch(feeds: Mapping[str, np.ndarray], axes: Mapping[str, int | None], batch: int) -> dict[str, np.ndarray]:
+    """Given arrays tiled or cut along their batch axes to another batch size (other inputs as given)."""
     out = {}
     for name, array in feeds.items():
-        if array.ndim == 4 and array.shape[0] != batch and array.dtype.kind == "f":
-            repeats = -(-batch // array.shape[0])
-            array = np.concatenate([array] * repeats)[:batch]
+        axis = axes.get(name)
+        if axis is not None and array.ndim > axis and array.shape[axis] != batch:
+            repeats = -(-batch // array.shape[axis])
+            array = np.take(np.concatenate([array] * repeats, axis=axis), range(batch), axis=axis)
         out[name] = array
     return out
 
 
-def _describe_exit(code: int) -> str:
-    if code < 0:
-        try:
-            return f"killed by signal {signal.Signals(-code).name} (exit code {code})"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exited with code {code}"
-
-
 def _measure_isolated(
-    model: Path, config: BenchConfig, inputs_path: Path, outputs_path: Path, cost_per_hour: float | None
-) -> tuple[dict[str, Any], dict[str, np.ndarray] | None]:
-    job = {
-        "model": str(model),
-        "config": config.to_dict(),
-        "inputs": str(inputs_path),
-        "outputs": str(outputs_path),
-        "cost_per_hour": cost_per_hour,
-    }
-    try:
-        completed = subprocess.run(
-            [sys.executable, "-m", "deploykit.bench.worker"],
-            input=json.dumps(job),
-            capture_output=True,
-            text=True,
-            timeout=_WORKER_TIMEOUT_S + (config.duration_s or 0),
-            env=os.environ.copy(),
-        )
-    except subprocess.TimeoutExpired:
-        return failed_row(config, f"the measurement did not finish within {_WORKER_TIMEOUT_S} s"), None
-    lines = [line for line in completed.stdout.splitlines() if line.startswith(ROW_PREFIX)]
-    if completed.returncode != 0 or not lines:
-        tail = " | ".join(completed.stderr.strip().splitlines()[-3:])
-        return failed_row(
-            config,
-            f"the isolated run {_describe_exit(completed.returncode)}" + (f"; last output: {tail}" if tail else ""),
-        ), None
-    row = json.loads(lines[-1][len(ROW_PREFIX) :])
+    model: Path, config: BenchConfig, inputs_path: Path, outputs_path: Path, checks: Sequence[Path],
+    cost_per_hour: float | None, timeout_s: float,
+) -> tuple[dict[str, Any], dict[str, np.ndarray] | None, list[dict[str, np.ndarray]]]:  # fmt: skip
+    job = {"model": str(model), "config": config.to_dict(), "inputs": str(inputs_path), "outputs": str(outputs_path),
+           "check_cases": [str(c) for c in checks], "cost_per_hour": cost_per_hour}  # fmt: skip
+    outcome = run_worker("deploykit.bench.worker", job, timeout_s=timeout_s + (config.duration_s or 0))
+    if outcome.result is None:
+        return failed_row(config, outcome.error or "the isolated run gave no result"), None, []
+    row = outcome.result
     if row["status"] != "ok" or not outputs_path.exists():
-        return row, None
-    with np.load(outputs_path, allow_pickle=False) as archive:
-        outputs = {name: archive[name] for name in archive.files}
-    return row, outputs
+        return row, None, []
+
+    def load(path: Path) -> dict[str, np.ndarray]:
+        with np.load(path, allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
+
+    return row, load(outputs_path), [load(Path(f"{outputs_path}.check-{i}.npz")) for i in range(len(checks))]
 
 
 def benchmark(
@@ -201,120 +134,159 @@ def benchmark(
     *,
     batch: int | Sequence[int] | None = None,
     threads: int | Sequence[int] | None = None,
-    precision: str | None = None,
+    precision: str | Sequence[str] | None = None,
     scenario: str = "singlestream",
     streams: int = 4,
     warmup: int = 10,
     iterations: int | None = 100,
     duration_s: float | None = None,
     inputs: str | os.PathLike[str] | Mapping[str, np.ndarray] | None = None,
+    shapes: Mapping[str, Sequence[int] | InputSetting] | None = None,
+    batch_axes: Mapping[str, int] | None = None,
     seed: int = 0,
-    reference: str | None = None,
+    oracle: str = "auto",
     isolate: bool = True,
     cost_per_hour: float | None = None,
     options: Mapping[str, Any] | None = None,
-    atol: float | None = None,
-    rtol: float | None = None,
+    thresholds: Mapping[str, float | None] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
     progress: Progress | None = None,
 ) -> BenchmarkResult:
-    """Benchmark a model on several backends/devices with the same inputs, and check parity.
+    """Benchmark a model on several backends/devices/precisions with the same inputs, and verify each.
 
     Args:
         model: the ``.onnx`` file.
         backends: ``BACKEND`` or ``BACKEND:DEVICE`` specs; default every available backend × device.
         batch: one size or a sweep; default the model's own (its fixed batch, or 1 if dynamic).
         threads: one count or a sweep; default the runtime's own.
-        precision: OpenVINO inference precision (f32/bf16/f16); others run the model's own.
+        precision: one or several of f32, bf16, f16, int8 (a sweep axis); each backend runs those it
+            can natively here and the report lists the rest as not supported. Default: each
+            device's own default precision.
         scenario: ``singlestream`` (p90 is the headline), ``offline`` (throughput), or
             ``multistream`` (``streams`` concurrent queries on one session).
         warmup, iterations, duration_s: untimed runs, then a count or a duration of timed runs.
-        inputs: an ``.npz`` file or dict of arrays; default seeded random data.
-        reference: the backend spec whose outputs the others are compared with (default: the first).
-        isolate: measure each configuration in its own subprocess.
+        inputs: an ``.npz`` file, a dict of arrays, or an image / folder of images (then reduced
+            precision is also judged by the task metric on up to 8 of the images); default
+            seeded random data shaped by ``shapes``/``batch_axes``/the model's metadata.
+        oracle: ``auto`` (onnx's reference evaluator), ``none``, or a backend spec.
+        isolate: measure each configuration in its own worker process.
         cost_per_hour: the device's price per hour, for cost per million inferences.
         options: extra backend options for every configuration.
-        atol, rtol: parity tolerances (default by precision).
+        thresholds: overrides for the verdict thresholds (atol, rtol, min_cosine, min_snr_db,
+            min_top1_agreement, min_map).
+        timeout_s: the most one configuration's worker may take.
         progress: called as ``progress(done, total, label)``.
     """
+    from deploykit.vision.image import IMAGE_SUFFIXES, image_cases, image_feeds
+
     model_path = Path(model)
     interface = read_interface(model_path)
-    if batch is None:
-        batch = model_batch({s.name: s for s in interface.inputs})
-    batches = [batch] if isinstance(batch, int) else list(batch)
-    thread_counts: list[int | None] = [threads] if threads is None or isinstance(threads, int) else list(threads)
-    configs = expand_configs(
-        backends,
-        batches=batches,
-        threads=thread_counts,
-        precision=precision,
-        scenario=scenario,
-        streams=streams,
-        warmup=warmup,
-        iterations=iterations,
-        duration_s=duration_s,
-        options=options,
+    overrides = dict(thresholds or {})
+    thresholds_for("f32", **overrides)
+    if timeout_s <= 0:
+        raise UsageError(f"--timeout {timeout_s:g} | must be positive.", hint="e.g. --timeout 300.")
+    candidates, notes = expand_candidates(
+        backends, parse_precisions(precision), model_precision=interface.precision, options=options
     )
-    given = load_inputs(model_path, inputs, batches[0]) if isinstance(inputs, (str, os.PathLike)) else inputs
-    feeds_by_batch = {b: _feeds_for(interface, b, _rebatch(given, b), seed) for b in batches}
-    reference_name = None
-    if reference:
-        reference_name = parse_backend_spec(reference)[0]
-        reference_name = canonical_name(reference_name)
+    if not candidates:
+        raise UsageError(f"bench | nothing to run: {'; '.join(notes) or 'no backend is available'}.",
+                         hint="'deploykit backends' lists what runs here; f32 runs everywhere.")  # fmt: skip
+    settings = {k: v if isinstance(v, InputSetting) else InputSetting(tuple(v)) for k, v in (shapes or {}).items()}
+    axes = {s.name: batch_axis_of(s, set(), dict(batch_axes or {})) for s in interface.inputs}
+    image_source = isinstance(inputs, (str, os.PathLike)) and (
+        Path(inputs).is_dir() or Path(inputs).suffix.lower() in IMAGE_SUFFIXES
+    )
+    given: dict[str, np.ndarray] | None = None
+    if isinstance(inputs, (str, os.PathLike)) and not image_source:
+        given = check_given_inputs({s.name: s for s in interface.inputs}, load_arrays(inputs))
+    elif isinstance(inputs, Mapping):
+        given = check_given_inputs({s.name: s for s in interface.inputs}, {k: np.asarray(v) for k, v in inputs.items()})
+    if batch is None:
+        batch = fed_batch(given, axes) if given is not None else None
+    first_batch = batch if isinstance(batch, int) or batch is None else next(iter(batch))
+
+    def feeds_for(size: int | None) -> dict[str, np.ndarray]:
+        if image_source:
+            return image_feeds(model_path, inputs, size or 1)  # type: ignore[arg-type]
+        if given is not None:
+            return _rebatch(given, axes, size) if size else given
+        return make_inputs(interface.inputs, seed=seed, metadata=interface.metadata, batch=size, settings=settings,
+                           batch_axes=batch_axes, model_name=f"'{model_path.name}'")  # fmt: skip
+
+    first_feeds = feeds_for(first_batch)
+    batches = [fed_batch(first_feeds, axes)] if batch is None or isinstance(batch, int) else list(batch)
+    thread_counts: list[int | None] = [threads] if threads is None or isinstance(threads, int) else list(threads)
+    configs = expand_configs(candidates, batches=batches, threads=thread_counts, scenario=scenario, streams=streams,
+                             warmup=warmup, iterations=iterations, duration_s=duration_s)  # fmt: skip
+    feeds_by_batch = {b: first_feeds if b == batches[0] else feeds_for(b) for b in batches}
+    checks: list[dict[str, np.ndarray]] = []
+    if image_source:
+        size = next((v.shape for v in settings.values() if v.shape and len(v.shape) == 4), None)
+        checks, _ = image_cases(model_path, inputs, IMAGE_CHECK_LIMIT, (size[2], size[3]) if size else None)  # type: ignore[arg-type]
 
     rows: list[dict[str, Any]] = []
     outputs_by_row: list[dict[str, np.ndarray] | None] = []
+    checked_by_row: list[list[dict[str, np.ndarray]]] = []
     with tempfile.TemporaryDirectory(prefix="deploykit-bench-") as scratch_dir:
         scratch = Path(scratch_dir)
-        inputs_paths = {}
+        inputs_paths, check_paths = {}, []
         for b, feeds in feeds_by_batch.items():
             inputs_paths[b] = scratch / f"inputs-b{b}.npz"
             save_arrays(inputs_paths[b], feeds)
+        for index, case in enumerate(checks):
+            check_paths.append(scratch / f"check-{index}.npz")
+            save_arrays(check_paths[-1], case)
         for index, config in enumerate(configs):
             if progress:
                 progress(index, len(configs), config.label())
             if isolate:
-                row, outputs = _measure_isolated(
-                    model_path,
-                    config,
-                    inputs_paths[config.batch],
-                    scratch / f"outputs-{index}.npz",
-                    cost_per_hour,
-                )
+                row, outputs, checked = _measure_isolated(model_path, config, inputs_paths[config.batch],
+                                                          scratch / f"outputs-{index}.npz", check_paths,
+                                                          cost_per_hour, timeout_s)  # fmt: skip
             else:
                 try:
-                    row, outputs = measure(
-                        model_path, config, feeds_by_batch[config.batch], cost_per_hour=cost_per_hour
-                    )
+                    row, outputs, checked = measure(model_path, config, feeds_by_batch[config.batch],
+                                                    cost_per_hour=cost_per_hour, check_cases=checks)  # fmt: skip
                 except DeployKitError as exc:
-                    row, outputs = failed_row(config, str(exc)), None
+                    row, outputs, checked = failed_row(config, str(exc)), None, []
             rows.append(row)
             outputs_by_row.append(outputs)
+            checked_by_row.append(checked)
         if progress:
-            progress(len(configs), len(configs), "done")
+            progress(len(configs), len(configs), "verifying")
 
-    for b in batches:
-        members = [i for i, c in enumerate(configs) if c.batch == b and outputs_by_row[i] is not None]
-        if not members:
-            continue
-        chosen = [i for i in members if configs[i].backend == reference_name] if reference_name else members
-        reference_index = (chosen or members)[0]
-        reference_outputs = outputs_by_row[reference_index]
-        assert reference_outputs is not None
-        reference_row = rows[reference_index]
+    task = None
+    if image_source:
+        from deploykit.verify.task_metric import task_of
+
+        task = task_of({s.name: s for s in interface.outputs}, interface.metadata)
+        groups = {0: (list(range(len(rows))), checks)}
+    else:
+        groups = {b: ([i for i, c in enumerate(configs) if c.batch == b], [feeds_by_batch[b]]) for b in batches}
+    for members, cases in groups.values():
+        oracle_cases = cases[:1]
+        info, references = run_oracle(model_path, oracle, oracle_cases, timeout_s=timeout_s, isolate=isolate)
+        runs = []
         for i in members:
-            if i == reference_index:
-                rows[i]["parity"] = {"reference": "self", "passed": True, "outputs": []}
-                continue
-            outputs = outputs_by_row[i]
-            assert outputs is not None
-            rows[i]["parity"] = parity_entry(
-                outputs,
-                reference_outputs,
-                configs[reference_index].label(),
-                [rows[i]["session"]["precision"], reference_row["session"]["precision"]],
-                atol,
-                rtol,
-            )
+            first_outputs = outputs_by_row[i]
+            produced = checked_by_row[i] if image_source else ([first_outputs] if first_outputs is not None else [])
+            error = None if rows[i]["status"] == "ok" and produced else (rows[i]["error"] or "no outputs")
+            runs.append((CandidateRun(configs[i].label(), rows[i]["session"], produced, error), configs[i].precision))
+        if references is None:
+            first = next((run for run, _ in runs if run.ok), None)
+            if first is not None:
+                detail = f"{info.detail}; " if info.detail else ""
+                info = OracleInfo(first.label, False, detail + f"configurations compared with {first.label}")
+                references = first.outputs[:1]
+        if info.detail:
+            notes.append(f"oracle: {info.detail}")
+        verdicts = judge_runs(runs, cases, references, info, overrides=overrides, task=task,
+                              metadata=interface.metadata)  # fmt: skip
+        for i, verdict in zip(members, verdicts, strict=True):
+            if rows[i]["status"] == "ok":
+                rows[i]["verdict"] = verdict.to_dict()
+    if image_source and task is None:
+        notes.append("no task metric: the model is neither a classifier nor a detector deploykit recognises")
 
     result = BenchmarkResult(
         {
@@ -335,10 +307,11 @@ def benchmark(
                 "seed": seed,
                 "isolated": isolate,
                 "cost_per_hour": cost_per_hour,
-                "inputs": "file" if given is not None else "seeded random",
+                "inputs": "images" if image_source else ("file" if given is not None else "seeded random"),
             },
             "device": fingerprint(),
             "rows": rows,
+            "notes": list(dict.fromkeys(notes)),
             "recommendation": None,
         }
     )

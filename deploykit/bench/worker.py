@@ -1,7 +1,8 @@
-"""Subprocess entry: measure one configuration in isolation.
+"""Subprocess entry: measure one configuration in isolation (started by ``verify.isolated.run_worker``).
 
-Reads a JSON job on stdin ({model, config, inputs, outputs, cost_per_hour}), writes the
-first run's outputs to the ``outputs`` .npz and the result row as the last line of stdout.
+Reads a JSON job on stdin ({model, config, inputs, outputs, check_cases, cost_per_hour}), writes
+the first run's outputs to ``outputs`` (and the check cases' outputs beside it as
+``<outputs>.check-<i>.npz``) and prints the result row as the last line of stdout.
 """
 
 from __future__ import annotations
@@ -16,21 +17,29 @@ from deploykit.bench.config import BenchConfig
 from deploykit.bench.measure import failed_row, measure
 from deploykit.errors import DeployKitError
 from deploykit.inputs import save_arrays
+from deploykit.verify.isolated import RESULT_PREFIX
 
-ROW_PREFIX = "DEPLOYKIT-ROW "
+
+def _load(path: str) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as archive:
+        return {name: archive[name] for name in archive.files}
 
 
 def main() -> int:
     job = json.loads(sys.stdin.read())
     config = BenchConfig.from_dict(job["config"])
-    with np.load(job["inputs"], allow_pickle=False) as archive:
-        feeds = {name: archive[name] for name in archive.files}
+    feeds = _load(job["inputs"])
+    checks = [_load(path) for path in job.get("check_cases", [])]
     try:
-        row, outputs = measure(Path(job["model"]), config, feeds, cost_per_hour=job.get("cost_per_hour"))
+        row, outputs, checked = measure(
+            Path(job["model"]), config, feeds, cost_per_hour=job.get("cost_per_hour"), check_cases=checks
+        )
         save_arrays(job["outputs"], outputs)
+        for index, arrays in enumerate(checked):
+            save_arrays(f"{job['outputs']}.check-{index}.npz", arrays)
     except DeployKitError as exc:
         row = failed_row(config, str(exc))
-    print(ROW_PREFIX + json.dumps(row), flush=True)
+    print(RESULT_PREFIX + json.dumps(row), flush=True)
     return 0
 
 

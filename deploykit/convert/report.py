@@ -8,18 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from deploykit.io import atomic_path
-
-
-@dataclass
-class BackendParity:
-    """Parity of one backend against the source framework, over every example input set."""
-
-    backend: str
-    device: str
-    precision: str
-    passed: bool
-    cases: list[dict[str, Any]] = field(default_factory=list)
-    error: str | None = None
+from deploykit.verify.verdict import OracleInfo, Verdict
 
 
 @dataclass
@@ -39,16 +28,36 @@ class ConversionReport:
     simplified: bool = False
     notes: list[str] = field(default_factory=list)
     op_histogram: dict[str, int] = field(default_factory=dict)
-    parity: list[BackendParity] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
+    oracle: OracleInfo | None = None
+    input_sets: list[dict[str, list[int]]] = field(default_factory=list)
+    """The shapes of every input set the verification ran (a second one doubles each dynamic axis)."""
     written: bool = False
 
     @property
     def passed(self) -> bool:
-        return all(p.passed for p in self.parity)
+        """No backend failed, crashed, disagreed or met a degenerate reference: the file may be written.
+        (Without an independent oracle this holds with every verdict ``unverified``; see ``status``.)"""
+        return all(not v.failed and v.status != "degenerate" for v in self.verdicts)
+
+    @property
+    def status(self) -> str:
+        """The worst verdict: error > fail > degenerate > unverified > pass (``unverified`` when none ran)."""
+        order = ("error", "fail", "degenerate", "unverified", "pass")
+        present = {v.status for v in self.verdicts}
+        return next((s for s in order if s in present), "unverified")
+
+    def first_failure(self) -> str:
+        """One sentence about the first verdict that stops the conversion."""
+        bad = next((v for v in self.verdicts if v.failed or v.status == "degenerate"), None)
+        return bad.describe() if bad else "no failure"
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        data["verdicts"] = [v.to_dict() for v in self.verdicts]
+        data["oracle"] = None if self.oracle is None else self.oracle.to_dict()
         data["passed"] = self.passed
+        data["status"] = self.status
         return data
 
     def write_json(self, path: str | os.PathLike[str]) -> None:

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from deploykit.convert.parity import first_failure, run_gate
 from deploykit.convert.report import ConversionReport
 from deploykit.convert.specs import InputSpec, check_dynamic_axis, parse_input_spec
 from deploykit.convert.torch_export import (
@@ -34,6 +33,7 @@ from deploykit.errors import ConversionError, ParityError
 from deploykit.io import check_outputs, commit_outputs, scratch_dir
 from deploykit.model import summarize
 from deploykit.validation import check_number, check_seed, check_tolerances
+from deploykit.verify import OracleInfo, gate
 
 EXPORTERS = ("auto", "dynamo", "torchscript")
 
@@ -160,9 +160,9 @@ def convert_torch(
         save_model(model_proto, candidate, external)
 
         gate_start = time.perf_counter()
-        parity = run_gate(
-            candidate, cases, references, verify_backends, atol=atol, rtol=rtol, precision=_precision(specs)
-        )
+        oracle = OracleInfo("pytorch", True, f"torch {torch.__version__}: the source module on the same inputs")
+        verdicts = gate(candidate, cases, references, oracle, verify_backends, precision=_precision(specs),
+                        atol=atol, rtol=rtol)  # fmt: skip
         summary = summarize(candidate)
         report = ConversionReport(
             source=source.description,
@@ -178,7 +178,9 @@ def convert_torch(
             simplified=simplify,
             notes=notes,
             op_histogram=summary.op_histogram,
-            parity=parity,
+            verdicts=verdicts,
+            oracle=oracle,
+            input_sets=[{k: list(v.shape) for k, v in case.items()} for case in cases],
         )
         report.written = report.passed or keep_on_mismatch
         commit_outputs(
@@ -187,7 +189,7 @@ def convert_torch(
         )
     if not report.passed:
         raise ParityError(
-            f"PyTorch → ONNX '{output_path.name}' | outputs differ {first_failure(parity)}.",
+            f"PyTorch → ONNX '{output_path.name}' | outputs differ: {report.first_failure()}.",
             hint=("the file was kept because of --keep-on-mismatch. " if keep_on_mismatch else "nothing was written. ")
             + "Try --exporter torchscript/dynamo, another --opset, or looser --atol/--rtol if the "
             "difference is expected (e.g. fp16).",

@@ -1,1 +1,29 @@
-"""Verification: the one place that says whether two runs give the same answer."""
+"""The one place that says pass or fail: oracles, isolated runs, metrics per precision, verdicts.
+
+- ``verify_model``: an ONNX file on backends × precisions against onnx's reference evaluator
+  (``compare``, recipes, ``predict --check``);
+- ``gate``: a converter's output against the source framework's outputs (``convert``);
+- ``Verdict`` / ``VerificationReport``: what every command prints and stores;
+- ``Thresholds``: element-wise tolerances for f32/f64, cosine/SNR and task metrics for
+  bf16/f16/int8.
+
+This package imports no ``bench`` or CLI module.
+"""
+
+from deploykit.verify.check import gate, run_oracle, verify_model
+from deploykit.verify.metrics import DEFAULT_THRESHOLDS, OutputMetrics, TaskResult, Thresholds, thresholds_for
+from deploykit.verify.verdict import OracleInfo, Verdict, VerificationReport
+
+__all__ = [
+    "DEFAULT_THRESHOLDS",
+    "OracleInfo",
+    "OutputMetrics",
+    "TaskResult",
+    "Thresholds",
+    "Verdict",
+    "VerificationReport",
+    "gate",
+    "run_oracle",
+    "thresholds_for",
+    "verify_model",
+]

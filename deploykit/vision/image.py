@@ -303,16 +303,15 @@ class Preprocess:
         return to_tensor(canvases, channel_order=self.channel_order, scale=self.scale, mean=self.mean, std=self.std)
 
 
-def image_feeds(model: str | os.PathLike[str], source: str | os.PathLike[str], batch: int = 1) -> dict[str, np.ndarray]:
-    """Real-image feeds for a one-input NCHW model: an image file (repeated to ``batch``) or a
-    folder (its first ``batch`` images), pre-processed as the model's metadata says (letterbox,
-    RGB, 1/255 by default) at the model's input size.
+def _image_source(
+    model: str | os.PathLike[str], source: str | os.PathLike[str], size: tuple[int, int] | None = None
+) -> tuple[Any, Preprocess, list[Path]]:
+    """The one NCHW image input of ``model``, its pre-processing from metadata, and the image files.
 
-    Raises:
-        InputError: the model does not take one NCHW image input, or the images cannot be read.
+    A dynamic image size comes from ``size`` (--shape), deploykit's metadata, or Ultralytics' imgsz.
     """
-    import json
 
+    from deploykit.inputs import image_size_from_metadata
     from deploykit.model import read_interface
 
     interface = read_interface(model)
@@ -327,19 +326,49 @@ def image_feeds(model: str | os.PathLike[str], source: str | os.PathLike[str], b
     assert spec.shape is not None
     height, width = spec.shape[2], spec.shape[3]
     if not (isinstance(height, int) and isinstance(width, int)):
-        stored = json.loads(metadata.get("deploykit.input", "{}"))
-        if "size" not in stored:
+        found = size or (image_size_from_metadata(metadata) or (None, ""))[0]
+        if found is None:
             raise InputError(
                 f"inputs '{source}' | '{Path(model).name}' has a dynamic image size and no size in its metadata.",
-                hint="pass arrays in an .npz file instead.",
+                hint=f"give the size to pre-process to: --shape {spec.name}:1x3x640x640 (your model's size).",
             )
-        height, width = stored["size"]
+        height, width = found
     path = Path(source)
+    if not path.exists():
+        raise InputError(f"inputs '{path}' | no such file or folder.", hint="pass an image file or a folder of them.")
     files = list_images(path) if path.is_dir() else [path]
     if not files:
         raise InputError(
             f"inputs '{path}' | the folder holds no images.", hint="pass an image file or a folder of them."
         )
-    preprocess = Preprocess.from_metadata(metadata, (height, width))
+    return spec, Preprocess.from_metadata(metadata, (height, width)), files
+
+
+def image_feeds(model: str | os.PathLike[str], source: str | os.PathLike[str], batch: int = 1) -> dict[str, np.ndarray]:
+    """Real-image feeds for a one-input NCHW model: an image file (repeated to ``batch``) or a
+    folder (its first ``batch`` images), pre-processed as the model's metadata says (letterbox,
+    RGB, 1/255 by default) at the model's input size.
+
+    Raises:
+        InputError: the model does not take one NCHW image input, or the images cannot be read.
+    """
+    spec, preprocess, files = _image_source(model, source)
     tensor = preprocess.tensor([preprocess.place(load_image(files[i % len(files)]))[0] for i in range(batch)])
     return {spec.name: tensor.astype(spec.dtype, copy=False)}
+
+
+def image_cases(
+    model: str | os.PathLike[str],
+    source: str | os.PathLike[str],
+    limit: int = 16,
+    size: tuple[int, int] | None = None,
+) -> tuple[list[dict[str, np.ndarray]], list[Path]]:
+    """One feed per image (batch 1), for up to ``limit`` images of a file or folder, and their paths:
+    what task metrics (top-1 agreement, detection mAP) are computed over."""
+    spec, preprocess, files = _image_source(model, source, size)
+    files = files[:limit]
+    cases = [
+        {spec.name: preprocess.tensor([preprocess.place(load_image(f))[0]]).astype(spec.dtype, copy=False)}
+        for f in files
+    ]
+    return cases, files

@@ -22,17 +22,9 @@ import numpy as np
 from deploykit.errors import UsageError
 from deploykit.tensors import TensorSpec
 from deploykit.validation import check_number
+from deploykit.vision.decode import candidates, require_layout, select
 from deploykit.vision.image import Placement, Preprocess, check_image, load_image
-from deploykit.vision.nms import nms
 from deploykit.vision.results import Classification, Detection, Timing
-from deploykit.vision.yolo import decode_heads
-
-LAYOUTS = {
-    "darknet-raw": "raw [yolo]/[region] heads of a deploykit Darknet conversion (metadata deploykit.darknet.heads)",
-    "darknet-decoded": "[batch, N, 4+1+classes] rows, box relative to the input (convert darknet --head decoded)",
-    "ultralytics": "[batch, 4+classes, N], box in input pixels, no objectness (YOLOv8/v11 exports)",
-    "yolov5": "[batch, N, 5+classes], box in input pixels, objectness then class probabilities",
-}
 
 
 def _image(image: Any) -> np.ndarray:
@@ -202,62 +194,25 @@ class Detector(_Pipeline):
                              hint="letterbox keeps the aspect ratio; stretch does not.")  # fmt: skip
 
     def _layout(self) -> tuple[str, int]:
-        heads = json.loads(self.metadata.get("deploykit.darknet.heads", "[]"))
-        outputs = self.session.outputs
-        if heads and all(h["output"] in outputs for h in heads):
-            self.heads = heads
-            decoded = self.metadata.get("deploykit.head") == "decoded"
-            return ("darknet-decoded" if decoded else "darknet-raw"), int(heads[0]["classes"])
-        if len(outputs) == 1:
-            shape = next(iter(outputs.values())).shape
-            if shape is not None and len(shape) == 3:
-                _, second, third = shape
-                ultralytics = "names" in self.metadata and "imgsz" in self.metadata
-                if (
-                    isinstance(second, int)
-                    and (ultralytics or not isinstance(third, int) or third > second)
-                    and second > 4
-                ):
-                    return "ultralytics", second - 4
-                if isinstance(third, int) and third > 5:
-                    return "yolov5", third - 5
-        known = "; ".join(f"{name}: {text}" for name, text in LAYOUTS.items())
-        shapes = ", ".join(f"{s.name} {s.shape_text()}" for s in outputs.values())
-        raise UsageError(
-            f"model '{self.model_path.name}' | outputs {shapes} are not a detection layout deploykit knows.",
-            hint=f"known layouts — {known}.",
-        )
+        found = require_layout(self.session.outputs, self.metadata, self.model_path.name)
+        self._decoding = found
+        self.heads = found.heads
+        return found.name, found.classes
 
     def _candidates(self, outputs: dict[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per image: boxes (cx, cy, w, h in input pixels) and class scores."""
-        height, width = self.size
-        if self.layout == "darknet-raw":
-            rows = decode_heads(outputs, self.heads)
-        elif self.layout == "darknet-decoded":
-            rows = outputs[self.heads[0]["output"]]
-        else:
-            rows = next(iter(outputs.values()))
-        if self.layout.startswith("darknet"):
-            boxes = rows[..., :4] * np.array([width, height, width, height], np.float32)
-            return [(boxes[i], rows[i, :, 5:]) for i in range(rows.shape[0])]
-        if self.layout == "ultralytics":
-            rows = rows.transpose(0, 2, 1)
-            return [(rows[i, :, :4], rows[i, :, 4:]) for i in range(rows.shape[0])]
-        return [(rows[i, :, :4], rows[i, :, 5:] * rows[i, :, 4:5]) for i in range(rows.shape[0])]
+        return candidates(self._decoding, outputs, self.size)
 
     def _postprocess(self, boxes: np.ndarray, scores: np.ndarray, placement: Placement | None, conf: float,
                      iou: float) -> list[Detection]:  # fmt: skip
         assert placement is not None, "a Detector letterboxes or stretches, so boxes can be mapped back"
-        class_ids = scores.argmax(axis=1)
-        best = scores[np.arange(scores.shape[0]), class_ids]
-        keep = best > conf
-        boxes, best, class_ids = boxes[keep], best[keep], class_ids[keep]
-        xyxy = np.concatenate([boxes[:, :2] - boxes[:, 2:] / 2, boxes[:, :2] + boxes[:, 2:] / 2], axis=1)
-        kept = nms(xyxy, best, None if self.agnostic else class_ids, iou=iou, max_detections=self.max_detections)
-        original = placement.to_original(xyxy[kept])
+        xyxy, best, class_ids = select(
+            boxes, scores, conf=conf, iou=iou, agnostic=self.agnostic, max_detections=self.max_detections
+        )
+        original = placement.to_original(xyxy)
         return [
             Detection(self.labels[int(c)], int(c), float(s), tuple(float(v) for v in box))  # type: ignore[arg-type]
-            for box, s, c in zip(original, best[kept], class_ids[kept], strict=True)
+            for box, s, c in zip(original, best, class_ids, strict=True)
         ]
 
     def __call__(self, image: Any, *, conf: float | None = None, iou: float | None = None) -> list[Detection]:

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import deploykit
-from deploykit.compare import compare_outputs
+from deploykit.backends.registry import get_backend
 from deploykit.model import run_reference
+from deploykit.verify.metrics import Thresholds, compare_outputs
 from tests.assets.catalog import CATALOG
-from tests.conftest import BACKEND_OPTIONS
 
 # fp32 tolerances for these small graphs: runtimes reorder sums, nothing more.
 ATOL, RTOL = 1e-5, 1e-4
@@ -21,7 +21,7 @@ ATOL, RTOL = 1e-5, 1e-4
 def test_matches_reference(backend_name, catalog_paths, entry):
     path = catalog_paths[entry.name]
     feeds_list = entry.feeds(np.random.default_rng(0))
-    with deploykit.load(path, backend_name, **BACKEND_OPTIONS[backend_name]) as session:
+    with deploykit.load(path, backend_name, **get_backend(backend_name).precision_options("f32")) as session:
         assert list(session.outputs) == [o for o in run_reference(path, feeds_list[0])]
         assert session.info.fallback is False
         assert session.info.precision == "f32"
@@ -32,15 +32,15 @@ def test_matches_reference(backend_name, catalog_paths, entry):
             for name, array in outputs.items():
                 assert array.flags.c_contiguous
                 assert array.dtype == reference[name].dtype
-            report = compare_outputs(outputs, reference, atol=ATOL, rtol=RTOL)
-            assert report.passed, [o.describe() for o in report.failures()]
+            report = compare_outputs(outputs, reference, Thresholds(atol=ATOL, rtol=RTOL))
+            assert all(o.passed for o in report), [o.describe() for o in report if not o.passed]
 
 
 def test_outputs_are_owned_by_the_caller(backend_name, catalog_paths):
     path = catalog_paths["mlp_dynamic_batch"]
     rng = np.random.default_rng(5)
     first_feed, second_feed = rng.uniform(-1, 1, (2, 3, 8)).astype(np.float32)
-    with deploykit.load(path, backend_name, **BACKEND_OPTIONS[backend_name]) as session:
+    with deploykit.load(path, backend_name, **get_backend(backend_name).precision_options("f32")) as session:
         first = session.run({"x": first_feed})["y"]
         kept = first.copy()
         session.run({"x": second_feed})
@@ -51,7 +51,7 @@ def test_concurrent_runs_equal_serial_runs(backend_name, catalog_paths):
     path = catalog_paths["conv_bn_act"]
     rng = np.random.default_rng(6)
     feeds = [rng.uniform(-1, 1, (1, 3, 16, 16)).astype(np.float32) for _ in range(8 * 50)]
-    with deploykit.load(path, backend_name, **BACKEND_OPTIONS[backend_name]) as session:
+    with deploykit.load(path, backend_name, **get_backend(backend_name).precision_options("f32")) as session:
         serial = [session.run({"x": x})["y"] for x in feeds]
         results: list[np.ndarray | None] = [None] * len(feeds)
         errors: list[BaseException] = []

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import deploykit
-from deploykit.compare import compare_outputs
 from deploykit.model import run_reference
+from deploykit.verify.metrics import Thresholds, compare_outputs
 from tests.assets.catalog import CATALOG
 
 pytestmark = pytest.mark.gpu
@@ -20,8 +20,8 @@ def test_onnxruntime_cuda_matches_the_reference(catalog_paths, entry):
         assert session.info.device == "cuda" and not session.info.fallback
         assert session.info.providers[0] == "CUDAExecutionProvider"
         for feeds in entry.feeds(np.random.default_rng(0)):
-            report = compare_outputs(session.run(feeds), run_reference(path, feeds), atol=1e-4, rtol=1e-3)
-            assert report.passed, [o.describe() for o in report.failures()]
+            report = compare_outputs(session.run(feeds), run_reference(path, feeds), Thresholds())
+            assert all(o.passed for o in report), [o.describe() for o in report if not o.passed]
 
 
 def test_opencv_cuda_target_where_built_with_cuda(catalog_paths):
@@ -33,4 +33,4 @@ def test_opencv_cuda_target_where_built_with_cuda(catalog_paths):
     feeds = CATALOG[0].feeds(np.random.default_rng(0))[0]
     with deploykit.load(path, "opencv", "cuda") as session:
         assert session.info.device == "cuda"
-        assert compare_outputs(session.run(feeds), run_reference(path, feeds), atol=1e-4, rtol=1e-3).passed
+        assert all(o.passed for o in compare_outputs(session.run(feeds), run_reference(path, feeds), Thresholds()))

@@ -7,12 +7,12 @@ import pytest
 
 import deploykit
 from deploykit import InputError
-from tests.conftest import BACKEND_OPTIONS
+from deploykit.backends.registry import get_backend
 
 
 @pytest.fixture
 def multi_io(backend_name, catalog_paths):
-    with deploykit.load(catalog_paths["multi_io"], backend_name, **BACKEND_OPTIONS[backend_name]) as s:
+    with deploykit.load(catalog_paths["multi_io"], backend_name, **get_backend(backend_name).precision_options("f32")) as s:
         yield s
 
 

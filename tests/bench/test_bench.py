@@ -46,7 +46,12 @@ def test_isolated_bench_on_every_backend(isolated_result):
     assert len(result.rows) == 6
     assert {r["session"]["backend"] for r in result.rows} == {"onnxruntime", "openvino", "opencv"}
     for row in result.rows:
-        assert row["parity"]["passed"], row["parity"]
+        assert row["verdict"]["status"] == "pass", row["verdict"]
+        assert row["verdict"]["oracle"] == {
+            "name": "onnx-reference",
+            "independent": True,
+            "detail": row["verdict"]["oracle"]["detail"],
+        }
     assert result.data["settings"]["isolated"] is True
     assert result.data["recommendation"]["label"] in {r["config"]["label"] for r in result.rows}
     assert result.data["device"]["cpu"]["logical_cores"] >= 1
@@ -100,7 +105,7 @@ def test_duration_mode(catalog_paths):
 
 
 def test_inputs_file(catalog_paths, tmp_path):
-    a = np.ones((2, 3), np.float32)
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)  # not constant: a constant reference proves nothing
     np.savez(tmp_path / "in.npz", a=a, b=a * 2)
     result = deploykit.benchmark(
         catalog_paths["multi_io"],
@@ -110,9 +115,9 @@ def test_inputs_file(catalog_paths, tmp_path):
         warmup=0,
         isolate=False,
     )
-    assert result.data["settings"]["inputs"] == "file" and all(r["parity"]["passed"] for r in result.rows)
+    assert result.data["settings"]["inputs"] == "file" and all(r["verdict"]["status"] == "pass" for r in result.rows)
     np.savez(tmp_path / "bad.npz", a=a)
-    with pytest.raises(InputError, match=r"inputs file \| has a; the model's inputs are a, b \(missing b\)"):
+    with pytest.raises(InputError, match=r"inputs \| have a; the model's inputs are a, b \(missing b\)"):
         deploykit.benchmark(catalog_paths["multi_io"], ["ort"], inputs=tmp_path / "bad.npz", isolate=False)
 
 
@@ -123,11 +128,8 @@ def test_isolation_survives_a_crashing_backend(catalog_paths, monkeypatch):
     crashed, survived = result.rows
     assert crashed["status"] == "failed"
     assert "killed by signal SIGABRT" in crashed["error"]
-    assert survived["status"] == "ok" and survived["parity"] == {
-        "reference": "self",
-        "passed": True,
-        "outputs": [],
-    }
+    assert survived["status"] == "ok" and survived["verdict"]["status"] == "pass"
+    assert crashed["verdict"] is None
     jsonschema.validate(result.data, SCHEMA)
 
 
@@ -167,8 +169,8 @@ def _constructed(result: BenchmarkResult, factor: float, passed: bool = True) ->
     for row in data["rows"]:
         for key in ("p50_ms", "p99_ms"):
             row["latency"][key] *= factor
-        if row["parity"]:
-            row["parity"]["passed"] = passed
+        if row["verdict"]:
+            row["verdict"]["status"] = "pass" if passed else "fail"
     return BenchmarkResult(data)
 
 
@@ -178,7 +180,7 @@ def test_baseline_regressions(isolated_result, tmp_path):
     slower = _constructed(baseline, 1.5).regressions(baseline)
     assert len(slower) == 12 and "p50_ms" in slower[0] and "(+50%)" in slower[0]
     flipped = _constructed(baseline, 1.0, passed=False).regressions(baseline)
-    assert all("parity True → False" in f for f in flipped) and len(flipped) == 6
+    assert all("verdict pass → fail" in f for f in flipped) and len(flipped) == 6
     baseline.to_json(tmp_path / "old.json")
     _constructed(baseline, 1.5).to_json(tmp_path / "new.json")
     runner = CliRunner()
@@ -263,7 +265,8 @@ def test_cli_bench_and_compare(catalog_paths, tmp_path):
     )
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["passed"] and data["reference"] == "ort" and len(data["backends"]) == 3
+    assert data["passed"] and data["oracle"]["name"] == "onnx-reference" and data["oracle"]["independent"]
+    assert [v["status"] for v in data["verdicts"]] == ["pass", "pass", "pass"]
     result = runner.invoke(app, ["bench", str(catalog_paths["multi_io"]), "--iterations", "0"])
     assert result.exit_code == 1 and "iterations 0" in result.stderr
     result = runner.invoke(app, ["bench", str(catalog_paths["multi_io"]), "--duration", "soon"])
@@ -271,19 +274,21 @@ def test_cli_bench_and_compare(catalog_paths, tmp_path):
 
 
 def test_compare_detects_a_mismatch(catalog_paths):
-    """With atol/rtol at zero, OpenVINO's reordered sums on a conv net must show up as a mismatch."""
+    """With atol/rtol at zero, OpenVINO's reordered sums on a conv net must show up as a failure."""
     import onnx
 
     from deploykit.samples import tiny_classifier
 
     onnx.save(tiny_classifier(size=64), catalog_paths["conv_bn_act"].parent / "classifier64.onnx")
-    result = deploykit.compare_backends(
-        catalog_paths["conv_bn_act"].parent / "classifier64.onnx", ["ort", "openvino"], atol=0.0, rtol=0.0
+    report = deploykit.verify_model(
+        catalog_paths["conv_bn_act"].parent / "classifier64.onnx",
+        ["ort", "openvino"],
+        thresholds={"atol": 0.0, "rtol": 0.0},
     )
-    mismatch = result["backends"][1]
-    assert not result["passed"] and not mismatch["passed"]
-    assert mismatch["failures"][0].startswith("output 'probabilities' | max abs error")
-    assert "top1_agreement" in mismatch
+    mismatch = report.verdicts[1]
+    assert not report.passed and mismatch.status == "fail"
+    assert mismatch.reason.startswith("output 'probabilities' | max abs error")
+    assert report.exit_code() == 1
 
 
 def _console_messages(stderr: str) -> list[str]:

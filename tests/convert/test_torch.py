@@ -39,9 +39,10 @@ def test_cnn_with_dynamic_batch_on_every_backend(tmp_path):
         verify_backends=ALL,
     )
     assert report.passed and report.written and out.is_file()
-    assert [p.backend for p in report.parity] == list(ALL)
-    assert all(len(p.cases) == 2 for p in report.parity), "a second batch size is checked"
-    assert report.parity[0].cases[1]["input_shapes"] == {"images": [2, 3, 32, 32]}
+    assert [v.candidate for v in report.verdicts] == list(ALL)
+    assert all(v.status == "pass" and v.oracle.name == "pytorch" for v in report.verdicts)
+    assert all({o.case for o in v.outputs} == {0, 1} for v in report.verdicts), "a second batch size is checked"
+    assert report.input_sets[1] == {"images": [2, 3, 32, 32]}
     assert _dims(out, "images") == ["batch", 3, 32, 32]
     meta = {p.key: p.value for p in onnx.load(str(out)).metadata_props}
     assert json.loads(meta["deploykit.export_options"])["dynamic"] == {"images": {"0": "batch"}}
@@ -66,7 +67,7 @@ def test_dynamo_exporter_names_dynamic_axes(tmp_path):
     )
     assert report.exporter == "dynamo" and report.opset == 18 and report.passed
     assert _dims(out, "images") == ["batch", 3, 32, 32]
-    assert report.parity[0].cases[1]["input_shapes"]["images"][0] == 2
+    assert report.input_sets[1]["images"][0] == 2
 
 
 def test_two_inputs_with_int64_ids(tmp_path):
@@ -80,7 +81,7 @@ def test_two_inputs_with_int64_ids(tmp_path):
         exporter="torchscript",
         verify_backends=ALL,
     )
-    assert report.passed, [p.error for p in report.parity]
+    assert report.passed, [v.describe() for v in report.verdicts]
     with deploykit.load(out) as session:
         assert session.inputs["ids"].dtype == np.int64
         assert session.inputs["ids"].shape == (2, "seq")
@@ -98,7 +99,7 @@ def test_lstm_with_dynamic_sequence(tmp_path):
         verify_backends=("onnxruntime", "openvino"),
     )
     assert report.passed
-    assert report.parity[0].cases[1]["input_shapes"] == {"sequence": [1, 18, 6]}
+    assert report.input_sets[1] == {"sequence": [1, 18, 6]}
     assert "LSTM" in report.op_histogram
 
 
@@ -332,7 +333,7 @@ def test_pretrained_mobilenet_v2_recognises_an_eagle(tmp_path):
         dynamic={"images": {0: "batch"}},
         verify_backends=ALL,
     )
-    assert report.passed, [p.error for p in report.parity]
+    assert report.passed, [v.describe() for v in report.verdicts]
     labels = (REPO / "models" / "labels" / "imagenet.txt").read_text().splitlines()
     x = _preprocess(darknet_image("eagle.jpg"))
     for backend, options in (("onnxruntime", {}), ("openvino", {"precision": "f32"}), ("opencv", {})):

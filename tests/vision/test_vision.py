@@ -253,7 +253,8 @@ def test_pipeline_bench_times_every_stage(detector_path, tmp_path):
 
     jsonschema.validate(result.data, schema)
     for row in result.rows:
-        assert row["status"] == "ok" and row["parity"]["passed"]
+        assert row["status"] == "ok" and row["verdict"]["agreement"] is True
+        assert row["verdict"]["status"] == "unverified"  # backends agree; no independent oracle for a pipeline
         stages = row["stages"]
         assert stages["infer_p50_ms"] > 0 and stages["pre_p50_ms"] > 0 and stages["post_p50_ms"] > 0
         assert row["latency"]["p50_ms"] >= stages["infer_p50_ms"]
@@ -279,14 +280,15 @@ def test_real_images_as_bench_and_compare_inputs(tmp_path):
     tensor = feeds["images"]
     assert tensor.shape == (1, 3, 416, 416) and tensor.dtype == np.float32
     np.testing.assert_allclose(tensor[0, :, 0, 0], 128 / 255, atol=1e-6)  # Darknet's gray letterbox border
-    result = deploykit.compare_backends(model, ["ort", "openvino", "opencv"], inputs=darknet_image("dog.jpg"))
-    assert result["passed"] and result["inputs"] == {"images": [1, 3, 416, 416]}
+    report = deploykit.verify_model(model, ["ort", "openvino", "opencv"], inputs=darknet_image("dog.jpg"))
+    assert report.passed and report.inputs == {"images": [1, 3, 416, 416]}
+    assert report.input_source == "images (1 images)"
     folder = tmp_path / "photos"
     folder.mkdir()
     for name in ("dog.jpg", "person.jpg"):
         shutil.copy(darknet_image(name), folder / name)
     bench = deploykit.benchmark(model, ["ort"], batch=[1, 3], inputs=folder, iterations=2, warmup=0, isolate=False)
-    assert bench.data["settings"]["inputs"] == "file" and [r["config"]["batch"] for r in bench.rows] == [1, 3]
+    assert bench.data["settings"]["inputs"] == "images" and [r["config"]["batch"] for r in bench.rows] == [1, 3]
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(InputError, match=r"inputs '.*empty' \| the folder holds no images"):

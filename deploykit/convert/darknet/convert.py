@@ -14,23 +14,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from onnx import helper
 
 from deploykit.convert.darknet.cfg import read_cfg
-from deploykit.convert.darknet.graph import DETECTIONS_NAME, INPUT_NAME, build_graph
+from deploykit.convert.darknet.graph import INPUT_NAME, build_graph
 from deploykit.convert.darknet.layers import Network, resolve
+from deploykit.convert.darknet.oracles import verify
 from deploykit.convert.darknet.weights import DarknetWeights
 from deploykit.convert.darknet.writer import write_streaming
-from deploykit.convert.report import BackendParity, ConversionReport
-from deploykit.errors import ConversionError, DeployKitError, ParityError
+from deploykit.convert.report import ConversionReport
+from deploykit.errors import ConversionError, ParityError
 from deploykit.io import check_outputs, commit_outputs, scratch_dir
 from deploykit.validation import check_number, check_tolerances
 
 HEADS = ("raw", "decoded")
 MIN_OPSET, MAX_OPSET = 13, 21
-# OpenCV's Darknet importer zeroes class scores at or below this ([region] layers use their thresh=).
-OPENCV_SCORE_THRESHOLD = 0.2
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -243,7 +241,8 @@ def convert_darknet(
             )
             if verify_backends:
                 gate_start = time.perf_counter()
-                report.parity, note = verify(
+                native = resolve(read_cfg(cfg_path))
+                report.verdicts, report.oracle = verify(
                     candidate,
                     net,
                     heads,
@@ -255,8 +254,9 @@ def convert_darknet(
                     rtol,
                     seed,
                     opencv_threshold,
+                    (native.width, native.height),
                 )
-                report.notes.append(note)
+                report.notes.append(f"oracle: {report.oracle.name} — {report.oracle.detail}")
                 report.gate_seconds = round(time.perf_counter() - gate_start, 3)
             report.written = report.passed or keep_on_mismatch
             commit_outputs(
@@ -264,10 +264,8 @@ def convert_darknet(
                 {report_path: json.dumps(report.to_dict(), indent=2, default=str)},
             )
     if not report.passed:
-        from deploykit.convert.parity import first_failure
-
         raise ParityError(
-            f"Darknet → ONNX '{output_path.name}' | outputs differ {first_failure(report.parity)}.",
+            f"Darknet → ONNX '{output_path.name}' | outputs differ: {report.first_failure()}.",
             hint=("the file was kept because of --keep-on-mismatch. " if keep_on_mismatch else "nothing was written. ")
             + "Please report this with the cfg: it is a converter bug or an unsupported Darknet variant.",
         ).with_report(report)
@@ -279,153 +277,3 @@ def _histogram(graph: Any) -> dict[str, int]:
     for node in graph.node:
         counts[node.op_type] = counts.get(node.op_type, 0) + 1
     return dict(sorted(counts.items(), key=lambda item: -item[1]))
-
-
-def opencv_darknet_outputs(cfg: Path, weights: Path, image: np.ndarray) -> dict[str, np.ndarray] | None:
-    """OpenCV 4.x's own Darknet forward pass (the oracle), or None where OpenCV has no importer."""
-    try:
-        import cv2
-    except ImportError:
-        return None
-    if not hasattr(cv2.dnn, "readNetFromDarknet"):
-        return None
-    net = cv2.dnn.readNetFromDarknet(str(cfg), str(weights))
-    net.setInput(image)
-    names = list(net.getUnconnectedOutLayersNames())
-    return dict(zip(names, net.forward(names), strict=True))
-
-
-def compare_with_opencv(
-    decoded: np.ndarray,
-    oracle: dict[str, np.ndarray],
-    heads: list[dict[str, Any]],
-    atol: float,
-    rtol: float,
-    threshold: float | None,
-) -> list[dict[str, Any]]:
-    """Our decoded rows against OpenCV's per-head rows; OpenCV zeroes class scores ≤ its threshold,
-    so where it reports 0 ours must be at most that threshold (unless we applied it too)."""
-    from deploykit.compare import compare_array
-
-    results: list[dict[str, Any]] = []
-    offset = 0
-    for head in heads:
-        h, w = head["grid"]
-        count = h * w * len(head["anchors"])
-        name = f"{head['type']}_{head['layer']}"
-        expected = oracle.get(name)
-        if expected is None:
-            expected = list(oracle.values())[len(results)]
-        expected = expected.reshape(decoded.shape[0], count, -1)
-        ours = decoded[:, offset : offset + count].copy()
-        offset += count
-        if threshold is None:
-            zeroed = expected[..., 5:] == 0
-            above = ours[..., 5:] > head.get("opencv_threshold", OPENCV_SCORE_THRESHOLD) + atol
-            if np.any(zeroed & above):
-                results.append(
-                    {
-                        "name": name,
-                        "passed": False,
-                        "max_abs_error": float("inf"),
-                        "max_rel_error": float("inf"),
-                        "cosine": 0.0,
-                        "problem": "OpenCV zeroed a class score above its threshold",
-                    }
-                )
-                continue
-            ours[..., 5:][zeroed] = 0.0
-        parity = compare_array(name, ours, expected, atol=atol, rtol=rtol)
-        results.append({**parity.__dict__, "message": parity.describe()})
-    return results
-
-
-def verify(
-    candidate: Path,
-    net: Network,
-    heads: list[dict[str, Any]],
-    head: str,
-    cfg: Path,
-    weights: Path,
-    backends: Sequence[str],
-    atol: float,
-    rtol: float,
-    seed: int,
-    opencv_threshold: float | None,
-) -> tuple[list[BackendParity], str]:
-    """Run the ONNX on each backend; compare with OpenCV's Darknet importer, else with each other."""
-    from deploykit.backends.registry import canonical_name, get_backend
-    from deploykit.compare import compare_outputs
-    from deploykit.convert.parity import PARITY_OPTIONS
-    from deploykit.vision.yolo import decode_heads
-
-    rng = np.random.default_rng(seed)
-    image = rng.uniform(0, 1, (1, net.channels, net.height, net.width)).astype(np.float32)
-    native_size = resolve(read_cfg(cfg))
-    oracle = None
-    note = "no Darknet oracle in this environment (OpenCV 5 has no Darknet importer); backends compared with each other"
-    if (native_size.width, native_size.height) != (net.width, net.height):
-        note = "input size differs from the cfg's, where OpenCV's importer decodes differently; backends compared"
-    elif heads:
-        try:
-            oracle = opencv_darknet_outputs(cfg, weights, image)
-        except Exception as exc:  # an OpenCV that cannot read this cfg is no oracle
-            note = f"OpenCV's Darknet importer failed on this cfg ({type(exc).__name__}); backends compared"
-    if oracle is not None:
-        import cv2
-
-        note = f"oracle: OpenCV {cv2.__version__} readNetFromDarknet on the same input"
-    results: list[BackendParity] = []
-    reference: dict[str, np.ndarray] | None = None
-    for requested in backends:
-        name = canonical_name(requested)
-        backend = get_backend(name)
-        try:
-            options: dict[str, Any] = dict(PARITY_OPTIONS.get(name, {}))
-            with backend.open(candidate, **options) as session:
-                outputs = session.run({INPUT_NAME: image})
-                info = session.info
-        except DeployKitError as exc:
-            results.append(BackendParity(name, backend.default_device, "-", False, error=str(exc)))
-            continue
-        entry = BackendParity(name, info.device, info.precision, True)
-        if oracle is not None:
-            decoded = outputs[DETECTIONS_NAME] if head == "decoded" else decode_heads(outputs, heads)
-            compared = compare_with_opencv(decoded, oracle, heads, atol, rtol, opencv_threshold)
-            entry.passed = all(c["passed"] for c in compared)
-            entry.cases.append(
-                {
-                    "case": 0,
-                    "against": "opencv-darknet",
-                    "passed": entry.passed,
-                    "outputs": compared,
-                    "messages": [c.get("message") or c.get("problem") for c in compared],
-                    "input_shapes": {INPUT_NAME: list(image.shape)},
-                }
-            )
-        elif reference is None:
-            reference = outputs
-            entry.cases.append(
-                {
-                    "case": 0,
-                    "against": "self (first backend)",
-                    "passed": True,
-                    "outputs": [],
-                    "messages": [],
-                    "input_shapes": {INPUT_NAME: list(image.shape)},
-                }
-            )
-        else:
-            report = compare_outputs(outputs, reference, atol=atol, rtol=rtol)
-            entry.passed = report.passed
-            entry.cases.append(
-                {
-                    "case": 0,
-                    "against": "first backend",
-                    **report.to_dict(),
-                    "messages": [o.describe() for o in report.outputs],
-                    "input_shapes": {INPUT_NAME: list(image.shape)},
-                }
-            )
-        results.append(entry)
-    return results, note

@@ -1,0 +1,111 @@
+"""The options every verifying command shares (oracle, thresholds, shapes) and how verdicts print.
+
+No domain logic: parsing option text into library arguments, and tables of ``Verdict`` objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import typer
+from rich.table import Table
+
+from deploykit.inputs import InputSetting, parse_batch_axes, parse_input_settings
+from deploykit.verify.verdict import Verdict
+
+from .console import console, err_console
+
+ORACLE_HELP = (
+    "Who computes the reference: auto (onnx's reference evaluator; if it cannot run the model, the first "
+    "backend, and verdicts are 'unverified'), reference, none, or a backend spec (not independent)."
+)
+SHAPE_HELP = "NAME:SHAPE[:LOW..HIGH] for an input's dynamic sizes (and an integer range), e.g. images:1x3x640x640."
+BATCH_AXIS_HELP = "NAME:AXIS: the batch axis of an input whose first axis is not the batch, e.g. state:1."
+
+STYLES = {"pass": "green", "fail": "red", "error": "red", "degenerate": "yellow", "unverified": "yellow"}
+
+
+def threshold_options(
+    atol: float | None,
+    rtol: float | None,
+    min_cosine: float | None,
+    min_snr_db: float | None,
+    min_top1_agreement: float | None,
+    min_map: float | None,
+) -> dict[str, float | None]:
+    """The threshold overrides as ``Thresholds`` field names (None: the precision's default)."""
+    return {
+        "atol": atol,
+        "rtol": rtol,
+        "min_cosine": min_cosine,
+        "min_snr_db": min_snr_db,
+        "min_top1_agreement": min_top1_agreement,
+        "min_map": min_map,
+    }
+
+
+def input_settings(shapes: Sequence[str], batch_axes: Sequence[str]) -> tuple[dict[str, InputSetting], dict[str, int]]:
+    return parse_input_settings(shapes), parse_batch_axes(batch_axes)
+
+
+def styled(verdict: Verdict | dict[str, Any]) -> str:
+    status = verdict.status if isinstance(verdict, Verdict) else verdict["status"]
+    label = verdict.label if isinstance(verdict, Verdict) else verdict["label"]
+    colour = "red" if label.startswith("DISAGREE") else STYLES.get(status, "white")
+    return f"[{colour}]{label}[/]"
+
+
+def verdict_table(title: str, verdicts: Sequence[Verdict]) -> Table:
+    """One row per candidate: device, precision, rule, the deciding numbers, the verdict."""
+    table = Table(title=title)
+    for column in (
+        "candidate",
+        "device",
+        "precision",
+        "rule",
+        "max abs err",
+        "min cosine",
+        "min SNR",
+        "task",
+        "verdict",
+    ):
+        table.add_column(column)
+    for verdict in verdicts:
+        outputs = verdict.outputs
+        errors = [o.max_abs_error for o in outputs]
+        cosines = [o.cosine for o in outputs if o.cosine is not None]
+        snrs = [o.snr_db for o in outputs if o.snr_db is not None]
+        table.add_row(
+            verdict.candidate,
+            verdict.device or "-",
+            verdict.precision or "-",
+            verdict.rule if verdict.status != "error" else "-",
+            f"{max(errors):.2e}" if errors else "-",
+            f"{min(cosines):.6f}" if cosines else "-",
+            (f"{min(snrs):.1f} dB" if min(snrs) != float("inf") else "∞") if snrs else "-",
+            f"{verdict.task.metric} {verdict.task.value:.3f}" if verdict.task else "-",
+            styled(verdict),
+        )
+    return table
+
+
+def print_details(verdicts: Sequence[Verdict], notes: Sequence[str] = ()) -> None:
+    """The reason of every verdict that is not a plain pass, and the report's notes, on stderr."""
+    for verdict in verdicts:
+        if verdict.status != "pass":
+            err_console.print(f"{verdict.label}: {verdict.candidate}: {verdict.reason}", soft_wrap=True)
+    for note in notes:
+        err_console.print(f"note: {note}", soft_wrap=True)
+
+
+def exit_for(verdicts: Sequence[Verdict], *, require_oracle: bool = False) -> None:
+    """Exit 1 for a failure, error, disagreement or degenerate reference (and with
+    ``require_oracle`` for an unverified verdict); print why."""
+    bad = [v for v in verdicts if v.failed or v.status == "degenerate"]
+    unverified = [v for v in verdicts if v.status == "unverified"]
+    if require_oracle and unverified and not bad:
+        console.print("[red]no independent oracle verified[/] " + ", ".join(v.candidate for v in unverified)
+                      + " (--require-oracle)")  # fmt: skip
+    if bad or (require_oracle and unverified):
+        raise typer.Exit(1)

@@ -1,0 +1,101 @@
+"""The ``reference`` backend: ``onnx.reference.ReferenceEvaluator``, onnx's own numpy implementation.
+
+Slow and CPU only, but it shares no code with ONNX Runtime, OpenVINO or OpenCV, so the
+verification subsystem uses its outputs as the independent oracle for those runtimes (and
+``deploykit compare -b reference`` runs it as a candidate). It ships with the ``onnx`` package:
+no extra to install. Floating inputs can be computed in float64 (``precision=f64``) and the
+outputs cast back to the graph's types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.options import OptionSpec
+from deploykit.errors import UnsupportedModelError
+from deploykit.model import load_onnx, read_interface
+
+
+class ReferenceBackend(Backend):
+    """onnx's reference evaluator: the independent oracle (CPU, f32 or f64)."""
+
+    name = "reference"
+    aliases = ("ref", "onnx-reference")
+    pip_extra = "onnx"
+    module = "onnx.reference"
+    distributions = ("onnx",)
+    independent_oracle = True
+    default_candidate = False
+    options: ClassVar[Mapping[str, OptionSpec | str]] = {
+        "precision": OptionSpec(
+            "f32: the model's own types; f64: floating inputs computed in float64", choices=("f32", "f64")
+        ),
+    }
+
+    def version(self) -> str:
+        return f"onnx {metadata.version('onnx')} (reference evaluator)"
+
+    def devices(self) -> list[str]:
+        return ["cpu"]
+
+    def precisions(self, device: str | None = None) -> list[str]:
+        return ["f32", "f64"]
+
+    def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+        from onnx.reference import ReferenceEvaluator
+
+        if device.lower() != "cpu":
+            raise self._device_error(device, "the reference evaluator runs on the CPU only.", hint="use device cpu.")
+        precision = str(options.get("precision", "f32"))
+        interface = read_interface(model_path)
+        model = load_onnx(model_path, load_external_data=True, check=False)
+        try:
+            evaluator = ReferenceEvaluator(model)
+        except Exception as exc:
+            raise UnsupportedModelError(
+                f"backend 'reference' | cannot load '{model_path.name}': {str(exc).strip()[:300]}",
+                hint="onnx's reference evaluator lacks some ops (and contrib domains); use another oracle.",
+            ) from exc
+        info = SessionInfo(
+            backend=self.name,
+            backend_version=self.version(),
+            device_requested=device,
+            device="cpu",
+            precision="f64" if precision == "f64" else interface.precision,
+            providers=["onnx.reference.ReferenceEvaluator"],
+            options=dict(options),
+        )
+        return ReferenceSession(
+            model_path, interface.inputs, interface.outputs, info, evaluator, precision == "f64", interface.metadata
+        )
+
+
+class ReferenceSession(Session):
+    def __init__(
+        self,
+        model_path: Path,
+        inputs: Any,
+        outputs: Any,
+        info: SessionInfo,
+        evaluator: Any,
+        widen: bool,
+        metadata: Any = None,
+    ) -> None:
+        super().__init__(model_path, inputs, outputs, info, metadata)
+        self._evaluator = evaluator
+        self._widen = widen
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        if self._widen:
+            feeds = {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in feeds.items()}
+        results = self._evaluator.run(None, feeds)
+        produced = dict(zip(self.outputs, results, strict=True))
+        return {
+            name: np.asarray(value).astype(self.outputs[name].dtype, copy=False) for name, value in produced.items()
+        }

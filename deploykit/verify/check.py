@@ -1,0 +1,433 @@
+"""Checks that produce verdicts: candidates (backend × device × precision) against one oracle.
+
+Two entry points serve every command that says "pass":
+
+- ``verify_model``: an ONNX file on several backends against onnx's reference evaluator (or
+  the oracle named); ``deploykit compare``, recipe builds and ``predict --check`` use it.
+- ``gate``: a converter's output on several backends against the source framework's outputs,
+  which the converter computed (PyTorch, Darknet); ``convert torch|darknet`` use it.
+
+Each candidate runs in its own worker process (``isolated``), so a crash is one ``error``
+verdict; the oracle runs the same way. Nothing here imports ``bench`` or the CLI.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from deploykit.errors import UsageError
+from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, CandidateRun, run_candidate
+from deploykit.verify.metrics import compare_outputs, is_reduced, normalize_precision, thresholds_for
+from deploykit.verify.verdict import OracleInfo, Verdict, VerificationReport, error_verdict, judge
+
+REFERENCE_BACKEND = "reference"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration to check: a backend on a device, asked for a precision."""
+
+    backend: str
+    device: str | None
+    precision: str | None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        text = f"{self.backend}:{self.device}" if self.device else self.backend
+        return f"{text} {self.precision}" if self.precision else text
+
+
+def parse_backend_spec(text: str) -> tuple[str, str | None]:
+    """``openvino:CPU`` → (``openvino``, ``CPU``); ``ort`` → (``ort``, None)."""
+    name, _, device = text.strip().partition(":")
+    if not name:
+        raise UsageError(f"backend '{text}' | expected BACKEND or BACKEND:DEVICE.", hint="e.g. -b ort -b openvino:CPU.")
+    return name, device or None
+
+
+def default_backend_specs() -> list[str]:
+    """Every available backend on each device it offers (AUTO left out: it picks one of the others;
+    oracle-only backends such as ``reference`` left out: they are too slow to be candidates)."""
+    from deploykit.backends.registry import backend_names, get_backend
+
+    specs = []
+    for name in backend_names():
+        backend = get_backend(name)
+        if not backend.default_candidate or not backend.is_available():
+            continue
+        specs += [f"{name}:{device}" for device in backend.devices() if device.upper() != "AUTO"]
+    return specs
+
+
+def parse_precisions(text: str | Sequence[str] | None) -> list[str | None]:
+    """``f32,bf16`` → [``f32``, ``bf16``]; None → [None] (the device's own default)."""
+    if text is None:
+        return [None]
+    parts = text.split(",") if isinstance(text, str) else list(text)
+    names = [normalize_precision(p) for p in parts if p and p.strip()]
+    unknown = [p for p in names if p not in ("f64", "f32", "bf16", "f16", "int8")]
+    if not names or unknown:
+        raise UsageError(
+            f"precision '{text}' | expected a list of f32, bf16, f16, int8 (f64 for the reference backend).",
+            hint="e.g. --precision f32,bf16.",
+        )
+    return list(dict.fromkeys(names))
+
+
+def expand_candidates(
+    specs: Sequence[str] | None,
+    precisions: Sequence[str | None] = ("f32",),
+    *,
+    model_precision: str = "f32",
+    options: Mapping[str, Any] | None = None,
+) -> tuple[list[Candidate], list[str]]:
+    """Every backend spec × precision the backend can run natively here, and one note per
+    combination it cannot (``not supported here``), never a silent skip.
+
+    A backend without a precision setting runs the model's own precision only.
+    """
+    from deploykit.backends.registry import canonical_name, get_backend
+
+    candidates: list[Candidate] = []
+    notes: list[str] = []
+    for spec in specs or default_backend_specs():
+        name, device = parse_backend_spec(spec)
+        name = canonical_name(name)
+        backend = get_backend(name)
+        device = device or backend.default_device
+        for precision in precisions:
+            settings = dict(options or {})
+            if precision is not None:
+                offered = backend.precisions(device) if backend.is_available() else []
+                if "precision" not in backend.options:
+                    offered = [normalize_precision(model_precision)]
+                if precision not in offered and backend.is_available():
+                    notes.append(
+                        f"{name}:{device} {precision}: not supported here ({name} on {device} runs "
+                        f"{', '.join(offered)})"
+                    )
+                    continue
+                settings.update(backend.precision_options(precision))
+            candidates.append(Candidate(name, device, precision, settings))
+    return candidates, notes
+
+
+@dataclass
+class Inputs:
+    """The input sets every candidate and the oracle see, and where they came from."""
+
+    cases: list[dict[str, np.ndarray]]
+    source: str
+    batch: int = 1
+    images: list[str] = field(default_factory=list)
+
+
+def prepare_inputs(
+    model: str | os.PathLike[str],
+    inputs: str | os.PathLike[str] | Mapping[str, np.ndarray] | None = None,
+    *,
+    batch: int | None = None,
+    shapes: Mapping[str, Any] | None = None,
+    batch_axes: Mapping[str, int] | None = None,
+    seed: int = 0,
+    image_limit: int = 16,
+) -> Inputs:
+    """Seeded random data (shapes decided by ``plan_inputs``), arrays from an ``.npz`` or a dict,
+    or real images (one input set per image: what task metrics need)."""
+    from deploykit.inputs import InputSetting, batch_axis_of, fed_batch, load_arrays, make_inputs
+    from deploykit.model import read_interface
+    from deploykit.vision.image import IMAGE_SUFFIXES, image_cases
+
+    interface = read_interface(model)
+    specs = {s.name: s for s in interface.inputs}
+    settings = {k: v if isinstance(v, InputSetting) else InputSetting(tuple(v)) for k, v in (shapes or {}).items()}
+    axes = {s.name: batch_axis_of(s, set(), dict(batch_axes or {})) for s in interface.inputs}
+    if isinstance(inputs, (str, os.PathLike)):
+        path = Path(inputs)
+        if path.is_dir() or path.suffix.lower() in IMAGE_SUFFIXES:
+            size = next((v.shape for v in settings.values() if v.shape and len(v.shape) == 4), None)
+            cases, files = image_cases(model, path, image_limit, (size[2], size[3]) if size else None)
+            return Inputs(cases, "images", 1, [str(f) for f in files])
+        given = load_arrays(path)
+        return Inputs([check_given_inputs(specs, given)], "file", fed_batch(given, axes))
+    if inputs is not None:
+        arrays = {k: np.asarray(v) for k, v in inputs.items()}
+        return Inputs([check_given_inputs(specs, arrays)], "arrays", fed_batch(arrays, axes))
+    feeds = make_inputs(interface.inputs, seed=seed, metadata=interface.metadata, batch=batch, settings=settings,
+                        batch_axes=batch_axes, model_name=f"'{interface.path.name}'")  # fmt: skip
+    return Inputs([feeds], "seeded random", fed_batch(feeds, axes))
+
+
+def check_given_inputs(specs: Mapping[str, Any], given: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """User-given arrays checked against the model's inputs (names, dtypes, shapes) before any run."""
+    from deploykit.backends.validation import validate_feeds
+    from deploykit.errors import InputError
+
+    missing = [n for n in specs if n not in given]
+    unknown = [n for n in given if n not in specs]
+    if missing or unknown:
+        raise InputError(
+            f"inputs | have {', '.join(given) or 'no arrays'}; the model's inputs are {', '.join(specs)}"
+            + (f" (missing {', '.join(missing)})" if missing else "")
+            + (f" (not inputs: {', '.join(unknown)})" if unknown else "")
+            + ".",
+            hint="save one array per model input, named like the input: np.savez(path, images=x).",
+        )
+    return validate_feeds(specs, given)
+
+
+def _run(model: Path, candidate: Candidate, cases: Sequence[Mapping[str, np.ndarray]], timeout_s: float,
+         isolate: bool, label: str | None = None) -> CandidateRun:  # fmt: skip
+    return run_candidate(model, candidate.backend, candidate.device, cases, options=candidate.options,
+                         label=label or candidate.label, timeout_s=timeout_s, isolate=isolate)  # fmt: skip
+
+
+def judge_run(
+    run: CandidateRun,
+    cases: Sequence[Mapping[str, np.ndarray]],
+    references: Sequence[Mapping[str, np.ndarray]],
+    oracle: OracleInfo,
+    *,
+    precision: str | None = None,
+    overrides: Mapping[str, float | None] | None = None,
+    task: Any = None,
+    task_reference: tuple[str, Sequence[Mapping[str, np.ndarray]]] | None = None,
+    metadata: Mapping[str, str] | None = None,
+) -> Verdict:
+    """A verdict for one candidate's run: ``error`` if it did not run, else judged by its precision.
+
+    ``references`` may cover only the first input sets (an expensive oracle runs on one image);
+    the task metric compares every input set with ``task_reference`` (label, outputs): a verified
+    f32 configuration's outputs.
+    """
+    info = run.info or {}
+    if not run.ok:
+        return error_verdict(run.label, oracle, run.error or "did not run", device=info.get("device"))
+    ran = normalize_precision(info.get("precision") or precision)
+    limits = thresholds_for(ran, **dict(overrides or {}))
+    reduced = is_reduced(ran)
+    outputs = []
+    for index, (actual, expected) in enumerate(zip(run.outputs, references, strict=False)):
+        outputs += compare_outputs(actual, expected, limits, reduced=reduced, case=index)
+    result = None
+    if task is not None and task_reference is not None and len(task_reference[1]) == len(run.outputs):
+        from deploykit.verify.task_metric import task_result
+
+        result = task_result(task, metadata or {}, cases, task_reference[1], run.outputs, limits)
+        result.details["reference"] = task_reference[0]
+    return judge(run.label, outputs, oracle, limits, precision=ran, device=info.get("device"), task=result)
+
+
+def judge_runs(
+    runs: Sequence[tuple[CandidateRun, str | None]],
+    cases: Sequence[Mapping[str, np.ndarray]],
+    references: Sequence[Mapping[str, np.ndarray]] | None,
+    oracle: OracleInfo,
+    *,
+    overrides: Mapping[str, float | None] | None = None,
+    task: Any = None,
+    metadata: Mapping[str, str] | None = None,
+) -> list[Verdict]:
+    """Verdicts for every (run, requested precision): element-wise/cosine against the oracle, and
+    for reduced precision on real images the task metric against the first element-wise
+    configuration that passed (or, without an independent oracle, that agreed): the f32 model."""
+    if references is None:
+        return [error_verdict(r.label, oracle, r.error or "no reference outputs ran") for r, _ in runs]
+    verdicts: list[Verdict | None] = [None] * len(runs)
+    task_reference = None
+    order = sorted(range(len(runs)), key=lambda i: is_reduced((runs[i][0].info or {}).get("precision") or runs[i][1]))
+    for index in order:
+        run, precision = runs[index]
+        verdict = judge_run(run, cases, references, oracle, precision=precision, overrides=overrides,
+                            task=task, task_reference=task_reference, metadata=metadata)  # fmt: skip
+        if (
+            task_reference is None
+            and task is not None
+            and not is_reduced(verdict.precision)
+            and (verdict.passed or verdict.agreement)
+        ):
+            task_reference = (run.label, run.outputs)
+        verdicts[index] = verdict
+    return [v for v in verdicts if v is not None]
+
+
+def verify_model(
+    model: str | os.PathLike[str],
+    backends: Sequence[str] | None = None,
+    *,
+    oracle: str = "auto",
+    inputs: str | os.PathLike[str] | Mapping[str, np.ndarray] | None = None,
+    precision: str | Sequence[str] | None = "f32",
+    batch: int | None = None,
+    shapes: Mapping[str, Any] | None = None,
+    batch_axes: Mapping[str, int] | None = None,
+    seed: int = 0,
+    thresholds: Mapping[str, float | None] | None = None,
+    options: Mapping[str, Any] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    isolate: bool = True,
+) -> VerificationReport:
+    """Run the same inputs on every candidate and judge each against the oracle.
+
+    Args:
+        model: the ``.onnx`` file.
+        backends: ``BACKEND[:DEVICE]`` specs; default every available backend × device.
+        oracle: ``auto`` (onnx's reference evaluator; when it cannot run the model, the first
+            candidate, and every verdict is then ``unverified``), ``reference``, ``none``, or a
+            backend spec (another backend: not independent, so verdicts are ``unverified``).
+        inputs: an ``.npz``, a dict of arrays, an image or a folder of images (which enables
+            the task metric for classifiers and detectors); default seeded random data.
+        precision: one or several of f32, bf16, f16, int8 (comma-separated); each backend runs
+            those it can natively here, the rest are listed as not supported in the notes.
+        batch, shapes, batch_axes: how random inputs are shaped (``deploykit.inputs.plan_inputs``).
+        thresholds: overrides of ``Thresholds`` fields (atol, rtol, min_cosine, min_snr_db,
+            min_top1_agreement, min_map) for every precision.
+        options: backend options for every candidate.
+        timeout_s: per worker process.
+        isolate: one worker process per backend (turn off only for debugging).
+    """
+    from deploykit.model import read_interface
+    from deploykit.verify.task_metric import task_of
+
+    model_path = Path(model)
+    interface = read_interface(model_path)
+    overrides = dict(thresholds or {})
+    thresholds_for("f32", **overrides)  # bad values fail before anything runs
+    candidates, notes = expand_candidates(
+        backends, parse_precisions(precision), model_precision=interface.precision, options=options
+    )
+    if not candidates:
+        raise UsageError(
+            f"compare '{model_path.name}' | no backend can run the precisions asked for here: {'; '.join(notes)}.",
+            hint="'deploykit backends' lists what runs here; f32 runs everywhere.",
+        )
+    prepared = prepare_inputs(model_path, inputs, batch=batch, shapes=shapes, batch_axes=batch_axes, seed=seed)
+    task = task_of({s.name: s for s in interface.outputs}, interface.metadata) if prepared.source == "images" else None
+    if prepared.source != "images":
+        notes.append("no task metric: the inputs are not real images (pass --inputs photos/ for top-1 agreement / mAP)")
+
+    # an independent oracle is slow (numpy): on real images it checks the first one; the task
+    # metric covers every image against the verified f32 configuration
+    oracle_cases = prepared.cases[:1] if task is not None else prepared.cases
+    oracle_info, references, runs = _oracle_outputs(
+        model_path, oracle, candidates, prepared.cases, oracle_cases, timeout_s, isolate
+    )
+    if oracle_info.detail:
+        notes.append(f"oracle: {oracle_info.detail}")
+    candidate_runs = [
+        (runs.get(c.label) or _run(model_path, c, prepared.cases, timeout_s, isolate), c.precision) for c in candidates
+    ]
+    if references is not None:
+        references = references[: len(oracle_cases)]
+    verdicts = judge_runs(candidate_runs, prepared.cases, references, oracle_info, overrides=overrides, task=task,
+                          metadata=interface.metadata)  # fmt: skip
+    first = prepared.cases[0]
+    return VerificationReport(
+        model=str(model_path),
+        oracle=oracle_info,
+        verdicts=verdicts,
+        inputs={k: list(v.shape) for k, v in first.items()},
+        input_source=prepared.source + (f" ({len(prepared.images)} images)" if prepared.images else ""),
+        notes=notes,
+    )
+
+
+def run_oracle(
+    model: str | os.PathLike[str],
+    oracle: str,
+    cases: Sequence[Mapping[str, np.ndarray]],
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    isolate: bool = True,
+) -> tuple[OracleInfo, list[dict[str, np.ndarray]] | None]:
+    """The oracle's outputs on ``cases`` and who made them; None when none was asked for (``none``)
+    or it could not run (``OracleInfo.detail`` says why).
+
+    ``auto`` and ``reference`` are onnx's reference evaluator; any other value is a backend spec,
+    independent only when the backend says so.
+    """
+    from deploykit.backends.registry import canonical_name, get_backend
+
+    choice = oracle.strip().lower()
+    if choice in ("none", "agree"):
+        return OracleInfo("none", False, "no independent oracle asked for (--oracle none)"), None
+    if choice == "auto":
+        choice = REFERENCE_BACKEND
+    name, device = parse_backend_spec(choice)
+    name = canonical_name(name)
+    backend = get_backend(name)
+    spec = Candidate(name, device or backend.default_device, None, backend.precision_options("f32"))
+    run = _run(Path(model), spec, cases, timeout_s, isolate)
+    label = "onnx-reference" if name == REFERENCE_BACKEND else f"{name}:{spec.device}"
+    if not run.ok:
+        return OracleInfo(label, backend.independent_oracle, f"{label} did not run: {run.error}"), None
+    detail = (
+        backend.version() if backend.independent_oracle else f"{label} is another backend, not an independent oracle"
+    )
+    return OracleInfo(label, backend.independent_oracle, detail), run.outputs
+
+
+def _oracle_outputs(
+    model: Path,
+    oracle: str,
+    candidates: Sequence[Candidate],
+    cases: Sequence[Mapping[str, np.ndarray]],
+    oracle_cases: Sequence[Mapping[str, np.ndarray]],
+    timeout_s: float,
+    isolate: bool,
+) -> tuple[OracleInfo, list[dict[str, np.ndarray]] | None, dict[str, CandidateRun]]:
+    """``run_oracle``; where ``auto`` finds none, the first candidate that runs is the (not
+    independent) reference. Candidates already run on the way are returned too."""
+    info, outputs = run_oracle(model, oracle, oracle_cases, timeout_s=timeout_s, isolate=isolate)
+    runs: dict[str, CandidateRun] = {}
+    if outputs is not None or oracle.strip().lower() not in ("auto", "none", "agree"):
+        return info, outputs, runs
+    for candidate in candidates:
+        run = _run(model, candidate, cases, timeout_s, isolate)
+        runs[candidate.label] = run
+        if run.ok:
+            detail = f"{info.detail}; " if info.detail else ""
+            detail += f"backends compared with {candidate.label} (no independent oracle)"
+            return OracleInfo(candidate.label, False, detail), run.outputs, runs
+    return OracleInfo("none", False, f"{info.detail}; no candidate ran"), None, runs
+
+
+def gate(
+    model: str | os.PathLike[str],
+    cases: Sequence[Mapping[str, np.ndarray]],
+    references: Sequence[Mapping[str, np.ndarray]] | None,
+    oracle: OracleInfo,
+    backends: Sequence[str],
+    *,
+    precision: str = "f32",
+    atol: float | None = None,
+    rtol: float | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    isolate: bool = True,
+) -> list[Verdict]:
+    """A converter's check: run its output on each backend (at ``precision``) in a worker, judge
+    against the source framework's ``references``. With no references (no oracle ran), the first
+    backend that runs is the reference and every verdict is ``unverified``."""
+    from deploykit.backends.registry import canonical_name, get_backend
+
+    runs = []
+    for spec in backends:
+        name, device = parse_backend_spec(spec)
+        name = canonical_name(name)
+        backend = get_backend(name)
+        candidate = Candidate(name, device or backend.default_device, None, backend.precision_options(precision))
+        label = f"{name}:{device}" if device else name
+        runs.append(_run(Path(model), candidate, cases, timeout_s, isolate, label))
+    overrides = {"atol": atol, "rtol": rtol}
+    if references is None:
+        first = next((r for r in runs if r.ok), None)
+        oracle = OracleInfo(first.label if first else "none", False, oracle.detail)
+        references = first.outputs if first else None
+    return judge_runs([(r, precision) for r in runs], cases, references, oracle, overrides=overrides)

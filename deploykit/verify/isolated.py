@@ -1,0 +1,144 @@
+"""Run a backend in its own worker process, so a crash or a hang costs one row, never the command.
+
+Every backend run that is part of a verification (and every bench measurement) goes through
+``run_worker``: a fresh interpreter that does not import from the current directory (an
+unrelated ``onnx.py`` there must not shadow the real package), in its own process group (so a
+timeout, Ctrl-C or SIGTERM of the parent kills the worker and anything it started), with a
+time limit. The worker prints one result line; anything else it prints is kept for the error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from deploykit.inputs import save_arrays
+
+RESULT_PREFIX = "DEPLOYKIT-RESULT "
+DEFAULT_TIMEOUT_S = 900.0
+# -c keeps '' (the current directory) first on sys.path: drop it before anything is imported.
+_BOOTSTRAP = (
+    "import sys, runpy\n"
+    "if sys.path and sys.path[0] == '':\n    del sys.path[0]\n"
+    "runpy.run_module(sys.argv[1], run_name='__main__', alter_sys=True)\n"
+)
+
+
+@dataclass
+class WorkerOutcome:
+    """What a worker produced: its result object, or why there is none."""
+
+    result: dict[str, Any] | None
+    error: str | None = None
+    stderr_tail: str = ""
+
+
+def describe_exit(code: int) -> str:
+    """``killed by signal SIGSEGV (exit code -11)`` or ``exited with code 3``."""
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name} (exit code {code})"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _kill_group(process: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    process.wait()
+
+
+def run_worker(module: str, job: Mapping[str, Any], *, timeout_s: float = DEFAULT_TIMEOUT_S) -> WorkerOutcome:
+    """Run ``python -m module`` (safely) with ``job`` as JSON on stdin; return its result line.
+
+    The worker and its children are killed when the time limit passes or when this process is
+    interrupted (the interruption is then re-raised).
+    """
+    process = subprocess.Popen(
+        [sys.executable, "-c", _BOOTSTRAP, module],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(json.dumps(dict(job)), timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(process)
+        return WorkerOutcome(None, f"did not finish within {timeout_s:g} s and was killed (--timeout to change)")
+    except BaseException:
+        _kill_group(process)
+        raise
+    lines = [line for line in stdout.splitlines() if line.startswith(RESULT_PREFIX)]
+    tail = " | ".join(line.strip() for line in stderr.strip().splitlines()[-3:])
+    if process.returncode != 0 or not lines:
+        reason = f"the isolated run {describe_exit(process.returncode)}"
+        return WorkerOutcome(None, reason + (f"; last output: {tail}" if tail else ""), tail)
+    return WorkerOutcome(json.loads(lines[-1][len(RESULT_PREFIX) :]), None, tail)
+
+
+@dataclass
+class CandidateRun:
+    """One backend's outputs on every input set, with what actually ran, or the reason it did not."""
+
+    label: str
+    info: dict[str, Any] | None = None
+    outputs: list[dict[str, np.ndarray]] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def run_candidate(
+    model: str | os.PathLike[str],
+    backend: str,
+    device: str | None,
+    cases: Sequence[Mapping[str, np.ndarray]],
+    *,
+    options: Mapping[str, Any] | None = None,
+    label: str | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    isolate: bool = True,
+) -> CandidateRun:
+    """Open ``model`` on ``backend:device`` and run every input set, in a worker process by default."""
+    label = label or (f"{backend}:{device}" if device else backend)
+    job: dict[str, Any] = {"model": str(model), "backend": backend, "device": device, "options": dict(options or {})}
+    if not isolate:
+        from deploykit.verify.worker import run_job
+
+        result, outputs = run_job(job, list(cases))
+        return CandidateRun(label, result.get("info"), outputs, result.get("error"))
+    with tempfile.TemporaryDirectory(prefix="deploykit-verify-") as scratch:
+        directory = Path(scratch)
+        job["cases"] = []
+        for index, feeds in enumerate(cases):
+            path = directory / f"inputs-{index}.npz"
+            save_arrays(path, feeds)
+            job["cases"].append(str(path))
+        job["outputs_dir"] = str(directory)
+        outcome = run_worker("deploykit.verify.worker", job, timeout_s=timeout_s)
+        if outcome.result is None:
+            return CandidateRun(label, error=outcome.error)
+        if outcome.result.get("status") != "ok":
+            return CandidateRun(label, outcome.result.get("info"), error=outcome.result.get("error"))
+        outputs = []
+        for index in range(len(cases)):
+            with np.load(directory / f"outputs-{index}.npz", allow_pickle=False) as archive:
+                outputs.append({name: archive[name] for name in archive.files})
+        return CandidateRun(label, outcome.result.get("info"), outputs)

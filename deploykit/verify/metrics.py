@@ -1,0 +1,260 @@
+"""Numbers that compare one output with its reference: element-wise error, cosine, SNR, degeneracy.
+
+Which numbers decide a verdict depends on the candidate's precision (``Thresholds``): f32/f64
+are judged element-wise (``|a - b| <= atol + rtol * |b|``, the numpy ``allclose`` rule);
+bf16/f16/int8 by cosine similarity and signal-to-noise ratio, because their rounding moves
+every element a little and an element-wise rule would fail every real model. This module only
+compares arrays; it never runs a model and never decides the final verdict (``judge`` does).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from deploykit.errors import UsageError
+
+ELEMENTWISE_PRECISIONS = ("f64", "f32")
+REDUCED_PRECISIONS = ("f16", "bf16", "int8")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """What a candidate must reach to pass, by the rule its precision implies.
+
+    Attributes:
+        atol, rtol: element-wise tolerances (f32/f64 candidates).
+        min_cosine: per-output cosine similarity with the reference (reduced precision).
+        min_snr_db: per-output signal-to-noise ratio, ``10 log10(|ref|² / |ref - cand|²)``.
+        min_top1_agreement: classifiers, on real images: share of images whose top-1 class agrees.
+        min_map: detectors, on real images: mAP@0.5 of the candidate's detections against the
+            reference's.
+    """
+
+    atol: float = 1e-4
+    rtol: float = 1e-3
+    min_cosine: float = 0.99
+    min_snr_db: float = 20.0
+    min_top1_agreement: float = 0.9
+    min_map: float = 0.9
+
+    def elementwise(self) -> dict[str, float]:
+        return {"atol": self.atol, "rtol": self.rtol}
+
+    def similarity(self) -> dict[str, float]:
+        return {"min_cosine": self.min_cosine, "min_snr_db": self.min_snr_db}
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+DEFAULT_THRESHOLDS: dict[str, Thresholds] = {
+    "f64": Thresholds(atol=1e-7, rtol=1e-6),
+    "f32": Thresholds(atol=1e-4, rtol=1e-3),
+    "f16": Thresholds(atol=1e-2, rtol=1e-2, min_cosine=0.999, min_snr_db=30.0),
+    "bf16": Thresholds(atol=5e-2, rtol=2e-2, min_cosine=0.99, min_snr_db=20.0),
+    "int8": Thresholds(atol=1e-1, rtol=5e-2, min_cosine=0.98, min_snr_db=15.0),
+}
+
+
+def thresholds_for(precision: str | None, **overrides: float | None) -> Thresholds:
+    """The default thresholds of a precision (unknown names get f16's), with overrides that are not None.
+
+    Raises:
+        UsageError: an override is negative, not finite, or a minimum outside its range.
+    """
+    base = DEFAULT_THRESHOLDS.get(normalize_precision(precision), DEFAULT_THRESHOLDS["f16"])
+    given = {k: float(v) for k, v in overrides.items() if v is not None}
+    for key, value in given.items():
+        if key not in Thresholds.__dataclass_fields__:
+            raise UsageError(f"threshold '{key}' | is not one of {', '.join(Thresholds.__dataclass_fields__)}.")
+        bounded = key in ("min_cosine", "min_top1_agreement", "min_map")
+        if not math.isfinite(value) or value < 0 or (bounded and value > 1):
+            expected = "a number in [0, 1]" if bounded else "a finite number ≥ 0"
+            raise UsageError(
+                f"--{key.replace('_', '-')} {value:g} | expected {expected}.",
+                hint="e.g. --atol 1e-4 --rtol 1e-3, --min-cosine 0.99, --min-map 0.9.",
+            )
+    return replace(base, **given)
+
+
+def normalize_precision(precision: str | None) -> str:
+    """``FP32``/``float32``/``f32`` → ``f32``; likewise f16, bf16, int8, f64 (others lower-cased)."""
+    text = (precision or "f32").strip().lower()
+    aliases = {
+        "fp32": "f32", "float32": "f32", "float": "f32", "fp16": "f16", "float16": "f16", "half": "f16",
+        "bfloat16": "bf16", "fp64": "f64", "float64": "f64", "double": "f64", "i8": "int8", "u8": "int8",
+        "uint8": "int8", "qdq": "int8",
+    }  # fmt: skip
+    return aliases.get(text, text)
+
+
+def is_reduced(precision: str | None) -> bool:
+    """True for precisions judged by similarity and task metrics instead of element-wise."""
+    return normalize_precision(precision) not in ELEMENTWISE_PRECISIONS
+
+
+@dataclass
+class OutputMetrics:
+    """How one output of one input set compares with its reference.
+
+    ``passed`` is by the rule named in ``rule``; ``degenerate`` says why the reference carries no
+    information (then agreement proves nothing). The worst element is the one furthest past the
+    element-wise tolerance (the one that fails first), or the largest absolute error when all pass.
+    """
+
+    name: str
+    case: int
+    rule: str
+    passed: bool
+    max_abs_error: float
+    max_rel_error: float
+    cosine: float | None
+    snr_db: float | None
+    worst_index: tuple[int, ...] | None = None
+    worst_value: float | None = None
+    worst_reference: float | None = None
+    problem: str | None = None
+    degenerate: str | None = None
+
+    def describe(self) -> str:
+        prefix = f"output '{self.name}'" + (f" (input set {self.case})" if self.case else "")
+        if self.problem:
+            return f"{prefix} | {self.problem}"
+        cosine = "undefined" if self.cosine is None else f"{self.cosine:.6f}"
+        snr = "∞" if self.snr_db is None or math.isinf(self.snr_db) else f"{self.snr_db:.1f} dB"
+        text = (
+            f"{prefix} | max abs error {self.max_abs_error:.3g}, max rel error {self.max_rel_error:.3g}, "
+            f"cosine {cosine}, SNR {snr}"
+        )
+        if not self.passed and self.worst_index is not None and self.rule == "element-wise":
+            text += (
+                f"; worst element {list(self.worst_index)}: {self.worst_value!r} vs reference {self.worst_reference!r}"
+            )
+        if self.degenerate:
+            text += f"; reference is degenerate: {self.degenerate}"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["worst_index"] = None if self.worst_index is None else list(self.worst_index)
+        for key in ("max_abs_error", "max_rel_error", "snr_db", "cosine"):
+            value = data[key]
+            if isinstance(value, float) and not math.isfinite(value):
+                data[key] = None if math.isnan(value) else ("inf" if value > 0 else "-inf")
+        return data
+
+
+def _failed(name: str, case: int, rule: str, problem: str) -> OutputMetrics:
+    return OutputMetrics(name, case, rule, False, math.inf, math.inf, None, None, problem=problem)
+
+
+def degeneracy(reference: np.ndarray, candidate: np.ndarray | None = None) -> str | None:
+    """Why a reference output says nothing, or None: NaN/inf where the candidate has numbers, or constant."""
+    if reference.size == 0:
+        return None
+    finite = np.isfinite(reference)
+    if not finite.all():
+        if candidate is None or not np.array_equal(np.isfinite(candidate), finite):
+            return "it holds NaN or infinity where the candidate has numbers"
+        return None
+    if reference.size > 1 and float(reference.max()) == float(reference.min()):
+        value = float(reference.flat[0])
+        return "all zero" if value == 0 else f"constant ({value:g})"
+    return None
+
+
+def compare_array(
+    name: str, actual: np.ndarray, reference: np.ndarray, thresholds: Thresholds, *, reduced: bool, case: int = 0
+) -> OutputMetrics:
+    """Compare one output with its reference by the rule of the candidate's precision."""
+    rule = "cosine/SNR" if reduced else "element-wise"
+    actual, reference = np.asarray(actual), np.asarray(reference)
+    if actual.shape != reference.shape:
+        return _failed(name, case, rule, f"shape {actual.shape} differs from the reference's {reference.shape}")
+    if actual.size == 0:
+        return OutputMetrics(name, case, rule, True, 0.0, 0.0, None, None)
+    a = actual.astype(np.float64)
+    b = reference.astype(np.float64)
+    degenerate = degeneracy(b, a)
+    if degenerate and not np.isfinite(b).all():  # the reference, not the candidate, is broken
+        return OutputMetrics(name, case, rule, True, math.inf, math.inf, None, None, degenerate=degenerate)
+    nan_a, nan_b = np.isnan(a), np.isnan(b)
+    if not np.array_equal(nan_a, nan_b) or not np.array_equal(np.isinf(a), np.isinf(b)):
+        metrics = _failed(name, case, rule, "NaN or infinity at other positions than in the reference")
+        metrics.degenerate = degenerate
+        return metrics
+    finite = np.isfinite(a) & np.isfinite(b)
+    inf_mismatch = bool(np.any(~finite & ~nan_a & (a != b)))
+    a_f = np.where(finite, a, 0.0)
+    b_f = np.where(finite, b, 0.0)
+    diff = np.abs(a_f - b_f)
+    allowed = thresholds.atol + thresholds.rtol * np.abs(b_f)
+    excess = diff - allowed
+    worst = np.unravel_index(int(np.argmax(excess)), excess.shape)
+    rel = diff / np.maximum(np.abs(b_f), max(thresholds.atol, np.finfo(np.float64).tiny))
+    norm = float(np.linalg.norm(a_f) * np.linalg.norm(b_f))
+    cosine = float(np.dot(a_f.ravel(), b_f.ravel()) / norm) if norm > 0 else None
+    signal, noise = float(np.sum(b_f * b_f)), float(np.sum(diff * diff))
+    snr_db = math.inf if noise == 0 else (10 * math.log10(signal / noise) if signal > 0 else -math.inf)
+    if reduced:
+        passed = (cosine if cosine is not None else float(np.array_equal(a_f, b_f))) >= thresholds.min_cosine
+        passed = passed and snr_db >= thresholds.min_snr_db
+    else:
+        passed = bool(excess[worst] <= 0)
+    return OutputMetrics(
+        name=name,
+        case=case,
+        rule=rule,
+        passed=passed and not inf_mismatch,
+        max_abs_error=float(diff.max()),
+        max_rel_error=float(rel.max()),
+        cosine=cosine,
+        snr_db=snr_db,
+        worst_index=tuple(int(i) for i in worst),
+        worst_value=float(a[worst]),
+        worst_reference=float(b[worst]),
+        problem="infinity with another sign than in the reference" if inf_mismatch else None,
+        degenerate=degenerate,
+    )
+
+
+def compare_outputs(
+    actual: Mapping[str, np.ndarray],
+    reference: Mapping[str, np.ndarray],
+    thresholds: Thresholds,
+    *,
+    reduced: bool = False,
+    case: int = 0,
+) -> list[OutputMetrics]:
+    """Every reference output against the candidate's output of the same name."""
+    rule = "cosine/SNR" if reduced else "element-wise"
+    return [
+        compare_array(name, actual[name], ref, thresholds, reduced=reduced, case=case)
+        if name in actual
+        else _failed(name, case, rule, "missing from the candidate's outputs")
+        for name, ref in reference.items()
+    ]
+
+
+@dataclass
+class TaskResult:
+    """A task metric on real images (classifier: top-1 agreement; detector: mAP@0.5) and its verdict."""
+
+    kind: str
+    metric: str
+    value: float
+    threshold: float
+    passed: bool
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        sign = "≥" if self.passed else "<"
+        return f"{self.kind}: {self.metric} {self.value:.3f} {sign} {self.threshold:g}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

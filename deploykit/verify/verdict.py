@@ -1,0 +1,227 @@
+"""Verdicts: the one answer to "does this candidate compute the same thing as its oracle?".
+
+A ``Verdict`` is ``pass`` or ``fail`` only when an *independent* oracle (PyTorch, onnx's
+reference evaluator, Darknet itself, OpenCV 4's Darknet importer) produced the reference.
+Against another backend it is ``unverified``, with ``agreement`` saying whether the two agree.
+``degenerate`` means the reference carries no information (constant, all zero, NaN), and
+``error`` that the candidate did not run (the runtime's reason, or the signal that killed it).
+Every command that says "pass" prints and stores these objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from deploykit.verify.metrics import OutputMetrics, TaskResult, Thresholds, is_reduced, normalize_precision
+
+Status = Literal["pass", "fail", "unverified", "degenerate", "error"]
+STATUSES: tuple[str, ...] = ("pass", "fail", "unverified", "degenerate", "error")
+
+
+@dataclass(frozen=True)
+class OracleInfo:
+    """Who produced the reference outputs, and whether that is independent of the candidates.
+
+    Attributes:
+        name: e.g. ``pytorch``, ``onnx-reference``, ``darknet``, ``opencv-darknet 4.14.0``,
+            ``onnxruntime:cpu``.
+        independent: True when the oracle shares no implementation with what it checks.
+        detail: how it ran (version, what it compares), or why no independent oracle ran.
+    """
+
+    name: str
+    independent: bool
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "independent": self.independent, "detail": self.detail}
+
+
+@dataclass
+class Verdict:
+    """One candidate (a backend on a device at a precision) judged against one oracle.
+
+    Attributes:
+        candidate: the label of what was checked (``openvino:CPU``).
+        status: ``pass``, ``fail``, ``unverified``, ``degenerate`` or ``error``.
+        oracle: who produced the reference.
+        precision: the precision that actually ran (from the runtime).
+        device: the device that actually ran.
+        rule: ``element-wise`` (f32/f64) or ``cosine/SNR`` (+ task metric) for reduced precision.
+        thresholds: the numbers the rule used.
+        outputs: per output and input set: errors, cosine, SNR.
+        task: the task metric on real images, when the model is a classifier or detector.
+        agreement: with an oracle that is not independent: whether the numbers agree.
+        reason: one sentence: why this status.
+    """
+
+    candidate: str
+    status: Status
+    oracle: OracleInfo
+    precision: str | None = None
+    device: str | None = None
+    rule: str = "element-wise"
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    outputs: list[OutputMetrics] = field(default_factory=list)
+    task: TaskResult | None = None
+    agreement: bool | None = None
+    reason: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "pass"
+
+    @property
+    def label(self) -> str:
+        """The status as printed: ``pass``, ``FAIL``, ``agree (no independent oracle)`` ..."""
+        if self.status == "unverified" and self.agreement is not None:
+            return "agree (no independent oracle)" if self.agreement else "DISAGREE (no independent oracle)"
+        return {"fail": "FAIL", "error": "ERROR"}.get(self.status, self.status)
+
+    @property
+    def failed(self) -> bool:
+        """A definite problem: fail, error, or disagreement with another backend."""
+        return self.status in ("fail", "error") or self.agreement is False
+
+    def failures(self) -> list[OutputMetrics]:
+        return [o for o in self.outputs if not o.passed]
+
+    def describe(self) -> str:
+        """One paragraph: status, against what, by which rule, and the deciding number."""
+        text = f"{self.candidate}: {self.label} against {self.oracle.name}"
+        if self.precision:
+            text += f" ({self.precision}, {self.rule})"
+        if self.reason:
+            text += f" — {self.reason}"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "candidate": self.candidate,
+            "status": self.status,
+            "label": self.label,
+            "passed": self.passed,
+            "oracle": self.oracle.to_dict(),
+            "precision": self.precision,
+            "device": self.device,
+            "rule": self.rule,
+            "thresholds": self.thresholds.to_dict(),
+            "outputs": [o.to_dict() for o in self.outputs],
+            "task": None if self.task is None else self.task.to_dict(),
+            "agreement": self.agreement,
+            "reason": self.reason,
+        }
+
+
+def error_verdict(candidate: str, oracle: OracleInfo, reason: str, *, device: str | None = None) -> Verdict:
+    """The verdict of a candidate that did not run: the runtime's reason, or the signal."""
+    return Verdict(candidate, "error", oracle, device=device, reason=reason)
+
+
+def judge(
+    candidate: str,
+    outputs: Sequence[OutputMetrics],
+    oracle: OracleInfo,
+    thresholds: Thresholds,
+    *,
+    precision: str | None,
+    device: str | None = None,
+    task: TaskResult | None = None,
+) -> Verdict:
+    """Turn compared outputs (and a task metric, if any) into a verdict.
+
+    A failing output makes a ``fail`` (``unverified`` + disagreement without an independent
+    oracle), whatever else holds; a reference that is degenerate in every output makes
+    ``degenerate``; reduced precision also needs the task metric, when there is one, to pass.
+    """
+    reduced = is_reduced(precision)
+    rule = ("cosine/SNR" + (f" + {task.metric}" if task else "")) if reduced else "element-wise"
+    failures = [o for o in outputs if not o.passed]
+    informative = [o for o in outputs if not o.degenerate]
+    task_failed = task is not None and reduced and not task.passed
+    agrees = not failures and not task_failed
+    verdict = Verdict(
+        candidate,
+        "pass",
+        oracle,
+        precision=normalize_precision(precision) if precision else None,
+        device=device,
+        rule=rule,
+        thresholds=thresholds,
+        outputs=list(outputs),
+        task=task,
+    )
+    if failures:
+        verdict.reason = failures[0].describe()
+    elif task_failed:
+        assert task is not None
+        verdict.reason = task.describe()
+    elif outputs and not informative:
+        verdict.status = "degenerate"
+        verdict.reason = f"the reference says nothing: {outputs[0].degenerate}; check the inputs"
+        return verdict
+    else:
+        verdict.reason = _summary(outputs, reduced, task)
+    if not oracle.independent:
+        verdict.status, verdict.agreement = "unverified", agrees
+        return verdict
+    verdict.status = "pass" if agrees else "fail"
+    return verdict
+
+
+def _summary(outputs: Sequence[OutputMetrics], reduced: bool, task: TaskResult | None) -> str:
+    if not outputs:
+        return "no outputs to compare"
+    if reduced:
+        cosines = [o.cosine for o in outputs if o.cosine is not None]
+        snrs = [o.snr_db for o in outputs if o.snr_db is not None]
+        text = f"min cosine {min(cosines):.5f}" if cosines else "cosine undefined"
+        text += f", min SNR {min(snrs):.1f} dB" if snrs else ""
+        text += f", max abs error {max(o.max_abs_error for o in outputs):.3g} (shown, not judged)"
+        return text + (f"; {task.describe()}" if task else "; no task metric (not a classifier/detector on images)")
+    return f"max abs error {max(o.max_abs_error for o in outputs):.3g}"
+
+
+@dataclass
+class VerificationReport:
+    """Every candidate's verdict on one model, against one oracle, on one set of inputs."""
+
+    model: str
+    oracle: OracleInfo
+    verdicts: list[Verdict]
+    inputs: dict[str, list[int]] = field(default_factory=dict)
+    input_source: str = "seeded random"
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        """The worst status over candidates: error > fail > degenerate > unverified > pass."""
+        order = ("error", "fail", "degenerate", "unverified", "pass")
+        present = {v.status for v in self.verdicts}
+        return next((s for s in order if s in present), "unverified")
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.verdicts) and all(v.passed for v in self.verdicts)
+
+    def exit_code(self, *, require_oracle: bool = False) -> int:
+        """1 when any candidate failed, errored, disagreed or is degenerate; with ``require_oracle``
+        also when any verdict is unverified; else 0."""
+        bad = any(v.failed or v.status == "degenerate" for v in self.verdicts)
+        if require_oracle and any(v.status == "unverified" for v in self.verdicts):
+            bad = True
+        return 1 if bad or not self.verdicts else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "oracle": self.oracle.to_dict(),
+            "status": self.status,
+            "passed": self.passed,
+            "inputs": self.inputs,
+            "input_source": self.input_source,
+            "notes": list(self.notes),
+            "verdicts": [v.to_dict() for v in self.verdicts],
+        }
