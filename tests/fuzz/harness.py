@@ -86,6 +86,10 @@ def invoke_checked(
                 assert not exists(path), f"failed command left output {path}\n{described}"
     leftovers = temporary_leftovers([*watch, *(p.parent for p in writes)])
     assert not leftovers, f"temporary files left: {leftovers}\n{described}"
+    log = os.environ.get("DEPLOYKIT_FUZZ_LOG")
+    if log:  # one line per invocation: exit code and command, to see what the fuzzer reaches
+        with open(log, "a") as handle:
+            handle.write(f"{result.exit_code}\t{' '.join(map(str, args))[:300]}\n")
     return result
 
 

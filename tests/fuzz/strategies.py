@@ -68,7 +68,13 @@ def path_choice(inputs: dict[str, Path], workdir: Path, *, output: bool) -> st.S
 
 
 def optional(strategy: st.SearchStrategy[list[str]]) -> st.SearchStrategy[list[str]]:
-    return st.one_of(st.just([]), strategy)
+    """Absent three times out of four, so that whole commands often succeed (and write) too."""
+    return st.sampled_from([False, False, False, True]).flatmap(lambda on: strategy if on else st.just([]))
+
+
+def mostly(valid: object, others: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    """The valid value three times out of four, else anything from ``others``."""
+    return st.sampled_from([True, True, True, False]).flatmap(lambda ok: st.just(str(valid)) if ok else others)
 
 
 def flag(name: str, values: st.SearchStrategy[str]) -> st.SearchStrategy[list[str]]:

@@ -27,6 +27,7 @@ from tests.fuzz.strategies import (
     SHAPES,
     SMALL_NUMBER_TEXTS,
     flag,
+    mostly,
     optional,
     path_choice,
 )
@@ -82,7 +83,7 @@ def check(work: Path, args: list[str], reads: list[str], outputs: list[str]) -> 
 def test_run(tiny, workdir, data):
     work, copies = fresh(workdir, tiny)
     paths = path_choice(copies, work, output=True)
-    model = data.draw(st.one_of(st.sampled_from([str(copies["dynamic"]), str(copies["classifier"])]), paths))
+    model = data.draw(mostly(copies["dynamic"], st.one_of(st.just(str(copies["classifier"])), paths)))
     save = data.draw(optional(paths.map(lambda p: ["--save", p])))
     inputs = data.draw(flag("-i", st.one_of(SHAPES.map(lambda s: f"x=random:{s}"), st.just(str(copies["npz"])), paths)))
     args = ["run", model, *inputs, *save]
@@ -115,8 +116,8 @@ def test_inspect(tiny, workdir, data):
 def test_predict(tiny, workdir, data):
     work, copies = fresh(workdir, tiny)
     paths = path_choice(copies, work, output=True)
-    model = data.draw(st.one_of(st.just(str(copies["classifier"])), paths))
-    image = data.draw(st.one_of(st.sampled_from([str(copies["image"]), str(copies["png"])]), paths))
+    model = data.draw(mostly(copies["classifier"], paths))
+    image = data.draw(mostly(copies["image"], st.one_of(st.just(str(copies["png"])), paths)))
     draw = data.draw(optional(paths.map(lambda p: ["--draw", p])))
     json_out = data.draw(optional(paths.map(lambda p: ["--json", p])))
     labels = data.draw(flag("--labels", paths))
@@ -134,9 +135,9 @@ def test_predict(tiny, workdir, data):
 def test_convert_darknet(tiny, workdir, data):
     work, copies = fresh(workdir, tiny)
     paths = path_choice(copies, work, output=True)
-    cfg = data.draw(st.one_of(st.just(str(copies["cfg"])), paths))
-    weights = data.draw(st.one_of(st.just(str(copies["weights"])), paths))
-    output = data.draw(paths)
+    cfg = data.draw(mostly(copies["cfg"], paths))
+    weights = data.draw(mostly(copies["weights"], paths))
+    output = data.draw(mostly(work / "out.onnx", paths))
     report = data.draw(optional(paths.map(lambda p: ["--report", p])))
     labels = data.draw(flag("--labels", st.one_of(st.just(str(copies["labels"])), paths)))
     args = ["convert", "darknet", cfg, weights, "-o", output, *report, *labels]
@@ -145,7 +146,7 @@ def test_convert_darknet(tiny, workdir, data):
     args += data.draw(flag("--input-size", st.one_of(SHAPES, st.sampled_from(["32x32", "64x32", "33x32"]))))
     args += data.draw(flag("--batch", st.one_of(INT_TEXTS, st.just("dynamic"))))
     args += data.draw(flag("--head", st.sampled_from(["raw", "decoded", "both"])))
-    args += data.draw(flag("--opset", INT_TEXTS))
+    args += data.draw(flag("--opset", mostly(13, INT_TEXTS)))
     args += data.draw(flag("--opencv-threshold", SMALL_NUMBER_TEXTS))
     check(work, args, [cfg, weights, *labels[1:]], [output, *report[1:]])
 
@@ -158,13 +159,15 @@ def test_convert_torch(tiny, workdir, data):
     paths = path_choice(copies, work, output=True)
     factory = tiny["factory"]
     source = data.draw(
-        st.one_of(st.sampled_from([f"{factory}:tiny_cnn", f"{factory}:nosuch", "os:getcwd", "nosuch.mod:x"]), paths)
+        mostly(
+            f"{factory}:tiny_cnn", st.one_of(st.sampled_from([f"{factory}:nosuch", "os:getcwd", "nosuch.mod:x"]), paths)
+        )
     )
-    output = data.draw(paths)
+    output = data.draw(mostly(work / "out.onnx", paths))
     report = data.draw(optional(paths.map(lambda p: ["--report", p])))
     weights = data.draw(flag("--weights", st.one_of(st.just(str(copies.get("state_dict", ""))), paths)))
     args = ["convert", "torch", source, "-o", output, *report, *weights]
-    args += data.draw(st.one_of(st.just(["-i", "x:1x3x8x8"]), SHAPES.map(lambda s: ["-i", f"x:{s}"]), st.just([])))
+    args += ["-i", "x:" + data.draw(mostly("1x3x8x8", SHAPES))]
     args += data.draw(flag("--weights-key", st.sampled_from(["state_dict", "model", "a.b", ""])))
     args += data.draw(flag("--ignore-keys", st.sampled_from(["^loss", "([", ".*", ""])))
     args += data.draw(flag("--opset", st.sampled_from(["17", "6", "99", "-1", "x"])))
