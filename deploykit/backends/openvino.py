@@ -199,17 +199,49 @@ def _last_line(exc: BaseException) -> str:
     return (useful or lines or [type(exc).__name__])[-1]
 
 
-class _Compiled:
-    """One compiled model and a pool of infer requests, so threads never share a request."""
+def _port_indices(ports: Any, names: list[str]) -> list[int]:
+    index_of: dict[str, int] = {}
+    for index, port in enumerate(ports):
+        for name in port.get_names():
+            index_of.setdefault(name, index)
+    return [index_of.get(name, i) for i, name in enumerate(names)]
 
-    def __init__(self, compiled: Any, output_names: list[str]) -> None:
+
+def _numpy_dtype(port: Any) -> np.dtype[Any] | None:
+    """The numpy dtype of a port's element type, or None where numpy has no exact match (bf16 ...)."""
+    element = port.get_element_type()
+    try:
+        dtype = np.dtype(element.to_dtype())
+    except Exception:
+        return None
+    return dtype if dtype.kind in "fiub" and dtype.itemsize == element.size else None
+
+
+class _Compiled:
+    """One compiled model and a pool of infer requests, so threads never share a request.
+
+    Nothing is copied on the way in or out: each input tensor wraps the caller's array, and
+    each output with a static shape is a new array, allocated per call, that OpenVINO writes
+    into and the caller then owns (the request drops it when the next call binds fresh ones).
+    Outputs with a dynamic shape are copied out of the request.
+    """
+
+    def __init__(self, compiled: Any, input_names: list[str], output_names: list[str]) -> None:
+        import openvino as ov
+
         self.compiled = compiled
         self.requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        port_of: dict[str, int] = {}
-        for index, port in enumerate(compiled.outputs):
-            for name in port.get_names():
-                port_of.setdefault(name, index)
-        self.output_ports = [port_of.get(name, i) for i, name in enumerate(output_names)]
+        self._tensor = ov.Tensor
+        self.inputs = [
+            (name, index, _numpy_dtype(compiled.inputs[index]))
+            for name, index in zip(input_names, _port_indices(compiled.inputs, input_names), strict=True)
+        ]
+        self.output_ports = _port_indices(compiled.outputs, output_names)
+        self.output_layouts: list[tuple[tuple[int, ...], np.dtype[Any]] | None] = []
+        for port in compiled.outputs:
+            dtype = _numpy_dtype(port)
+            static = port.get_partial_shape().is_static and dtype is not None
+            self.output_layouts.append((tuple(port.get_shape()), dtype) if static else None)  # type: ignore[arg-type]
 
     def infer(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         try:
@@ -217,8 +249,29 @@ class _Compiled:
         except queue.Empty:
             request = self.compiled.create_infer_request()
         try:
-            produced = request.infer(feeds).to_tuple()  # copies out of the request's buffers
-            return [produced[i] for i in self.output_ports]
+            tensor = self._tensor
+            # a shared Tensor does not keep its array alive: the arrays must outlive infer()
+            wrapped = []
+            for name, index, dtype in self.inputs:
+                array = np.ascontiguousarray(feeds[name], dtype=dtype)
+                if not array.flags.writeable:  # OpenVINO wraps only writeable memory
+                    array = array.copy()
+                wrapped.append(array)
+                request.set_input_tensor(index, tensor(array, shared_memory=True))
+            owned: list[np.ndarray | None] = []
+            for index, layout in enumerate(self.output_layouts):
+                if layout is None:
+                    owned.append(None)
+                    continue
+                output = np.empty(layout[0], layout[1])
+                request.set_output_tensor(index, tensor(output, shared_memory=True))
+                owned.append(output)
+            request.infer()
+            del wrapped
+            return [
+                result if (result := owned[i]) is not None else request.get_output_tensor(i).data.copy()
+                for i in self.output_ports
+            ]
         finally:
             self.requests.put(request)
 
@@ -278,7 +331,7 @@ class OpenVinoSession(Session):
             self.info.precision = precision_name(compiled.get_property("INFERENCE_PRECISION_HINT"))
         except Exception:
             self.info.precision = self.info.precision or "device default"
-        return _Compiled(compiled, list(self.outputs))
+        return _Compiled(compiled, list(self.inputs), list(self.outputs))
 
     def _for_shapes(self, feeds: dict[str, np.ndarray]) -> _Compiled:
         key = tuple(feeds[name].shape for name in self.inputs)
