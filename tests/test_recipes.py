@@ -62,7 +62,7 @@ def test_random_weights_only_when_asked_and_said_so(tmp_path):
     assert "--random-weights (generated weights: the model detects nothing)" in caught.value.hint
     assert not (tmp_path / "yolov3.onnx").exists()
     out = tmp_path / "yolov2-tiny.onnx"
-    report = build("yolov2-tiny", out, random_weights=True, verify_backends=["onnxruntime"])
+    report = build("yolov2-tiny", out, random_weights=True, verify_backends=[])
     assert _metadata(out)["deploykit.weights"].startswith("random (seeded, generated for this build)")
     assert "weights: random (seeded, generated for this build): the model detects nothing" in report.notes
 
@@ -104,7 +104,7 @@ def test_models_cli_lists_weights_and_builds_random(tmp_path):
     assert rows["yolov3"]["reason"] == "no packaged weights: pass --weights FILE, or --random-weights"
     out = tmp_path / "y.onnx"
     result = runner.invoke(app, ["models", "build", "yolov2-tiny", "-o", str(out), "--random-weights",
-                                 "--verify-backends", "onnxruntime"])  # fmt: skip
+                                 "--verify-backends", ""])  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "random (seeded, generated for this build)" in _metadata(out)["deploykit.weights"]
     result = runner.invoke(app, ["models", "build", "yolov2-tiny", "-o", str(tmp_path / "z.onnx")])
