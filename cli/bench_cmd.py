@@ -177,7 +177,7 @@ def report(
     ),
     baseline: Path = typer.Option(None, "--baseline", help="An earlier report.json to check for regressions."),
     threshold: float = typer.Option(0.10, help="Allowed slowdown before it is a regression (0.10 = 10%)."),
-    output: Path = typer.Option(None, "--output", "-o", help="With merge: the HTML file to write."),
+    output: Path = typer.Option(None, "--output", "-o", readable=False, help="With merge: the HTML file to write."),
 ) -> None:
     """Show a saved report, check it against a baseline (exit 1 on regression), or merge several into HTML."""
     if reports[0] == "merge":

@@ -52,7 +52,7 @@ def torch_command(
     source: str = typer.Argument(
         ..., help="file.py:factory, package.module:factory, a TorchScript .pt archive, or a pickled module."
     ),
-    output: Path = typer.Option(..., "--output", "-o", help="The .onnx file to write."),
+    output: Path = typer.Option(..., "--output", "-o", readable=False, help="The .onnx file to write."),
     weights: Path = typer.Option(
         None, "--weights", "-w", help="state_dict (or training checkpoint) to load into the factory's model."
     ),
@@ -87,7 +87,9 @@ def torch_command(
         False, "--keep-on-mismatch", help="Write the .onnx even if parity fails (still exits 1)."
     ),
     trust_pickle: bool = typer.Option(False, "--trust-pickle", help=TRUST_PICKLE_HELP),
-    report_path: Path = typer.Option(None, "--report", help="Also write the conversion report as JSON."),
+    report_path: Path = typer.Option(
+        None, "--report", readable=False, help="Also write the conversion report as JSON (with the model, or neither)."
+    ),
     seed: int = typer.Option(0, help="Seed for the random example inputs."),
 ) -> None:
     """Export a PyTorch model to ONNX; fail (and write nothing) unless it matches PyTorch."""
@@ -126,7 +128,7 @@ def torch_command(
 def darknet_command(
     cfg: Path = typer.Argument(..., help="The Darknet .cfg file."),
     weights: Path = typer.Argument(..., help="The Darknet .weights file."),
-    output: Path = typer.Option(..., "--output", "-o", help="The .onnx file to write."),
+    output: Path = typer.Option(..., "--output", "-o", readable=False, help="The .onnx file to write."),
     input_size: str = typer.Option(
         None, "--input-size", help="WIDTHxHEIGHT (default: the cfg's); a multiple of the stride."
     ),
@@ -145,7 +147,9 @@ def darknet_command(
     keep_on_mismatch: bool = typer.Option(
         False, "--keep-on-mismatch", help="Write the .onnx even if verification fails."
     ),
-    report_path: Path = typer.Option(None, "--report", help="Also write the conversion report as JSON."),
+    report_path: Path = typer.Option(
+        None, "--report", readable=False, help="Also write the conversion report as JSON (with the model, or neither)."
+    ),
 ) -> None:
     """Convert Darknet .cfg + .weights to ONNX natively (no PyTorch) and verify it."""
     from deploykit.convert.darknet.convert import convert_darknet

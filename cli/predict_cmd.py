@@ -58,8 +58,8 @@ def predict(
     imagenet: bool = typer.Option(
         False, "--imagenet", help="Classification: ImageNet mean/std (default: the model's metadata, else none)."
     ),
-    draw_path: Path = typer.Option(None, "--draw", help="Detection: write the image with boxes here."),
-    json_path: Path = typer.Option(None, "--json", help="Write the results as JSON here."),
+    draw_path: Path = typer.Option(None, "--draw", readable=False, help="Detection: write the image with boxes here."),
+    json_path: Path = typer.Option(None, "--json", readable=False, help="Write the results as JSON here."),
 ) -> None:
     """Detect objects or classify an image; print the results (and draw/save them)."""
     import deploykit

@@ -36,7 +36,7 @@ def run(
         False, "--allow-fallback", help="Run on the CPU if the device is unusable, and say so."
     ),
     seed: int = typer.Option(0, help="Seed for random inputs."),
-    save: Path = typer.Option(None, "--save", help="Write the outputs to this .npz file."),
+    save: Path = typer.Option(None, "--save", readable=False, help="Write the outputs to this .npz file."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
     """Run a model once and print each output's shape and statistics."""

@@ -47,7 +47,11 @@ def _type_name(value: Any) -> str:
         return "integer"
     if isinstance(value, float):
         return "number"
-    return {dict: "object", list: "array", str: "string"}.get(type(value), type(value).__name__)
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    return "string" if isinstance(value, str) else type(value).__name__
 
 
 def _is_type(value: Any, name: str) -> bool:
