@@ -14,7 +14,16 @@ from typer.testing import CliRunner
 
 from deploykit.cli.main import app
 from deploykit.recipes import build, list_recipes
-from tests.assets.paths import REPO, darknet_image, missing_asset, official_darknet, require_executable
+from tests.assets.paths import (
+    REPO,
+    darknet_image,
+    missing_asset,
+    mobilenet_v2_weights,
+    official_darknet,
+    require_executable,
+    require_module,
+    yolov4_detector_photo,
+)
 
 DOCKERFILES = sorted((REPO / "docker").glob("*.Dockerfile"))
 PINS = dict(
@@ -133,9 +142,14 @@ def _benchmark_row_holds(row: dict) -> bool:
 
 @pytest.mark.slow
 def test_demo_end_to_end(tmp_path):
+    # everything the demo uses, named here when missing rather than as a skipped step
+    require_module("torch", "pip install 'deploykit[torch]'", "PyTorch")
+    mobilenet_v2_weights()
     official_darknet("yolov4-tiny")
     official_darknet("yolov3-tiny")
-    darknet_image("dog.jpg")
+    for photo in ("eagle.jpg", "dog.jpg"):
+        darknet_image(photo)
+    yolov4_detector_photo("bus.jpg")
     from deploykit.convert.darknet import reference
 
     if reference.unavailable_reason():
