@@ -64,7 +64,7 @@ def _libdarknet_error(model: Path, cfg: Path, weights: Path, image: np.ndarray) 
     from deploykit.vision.yolo import decode_heads
 
     with deploykit.load(model) as session:
-        heads = json_heads(session.metadata)
+        heads = _heads(session.metadata)
         ours = session.run({"images": image})["detections"]
     raw = reference.darknet_outputs(cfg, weights, image, [h["layer"] for h in heads])
     heads = [{**h, "output": f"{h['type']}_{h['layer']}"} for h in heads]  # decoded models name them all "detections"
@@ -87,7 +87,8 @@ def _opencv4_error(model: Path, cfg: Path, weights: Path, image: np.ndarray) -> 
     return float(np.max(np.abs(ours - expected) / np.maximum(np.abs(expected), 1.0)))
 
 
-def json_heads(metadata: dict[str, str]) -> list[dict[str, Any]]:
+def _heads(metadata: dict[str, str]) -> list[dict[str, Any]]:
+    """The YOLO heads a deploykit Darknet conversion records in its metadata."""
     import json
 
     heads: list[dict[str, Any]] = json.loads(metadata["deploykit.darknet.heads"])
@@ -109,21 +110,21 @@ def verify_darknet(name: str, model: Path, cfg: Path, weights: Path) -> tuple[st
     if oracle == "libdarknet":
         reason = reference.unavailable_reason()
         if reason:
-            return "unverified", f"no independent oracle ran: {reason}"
+            return "unverified", f"no independent oracle ran here ({reason})"
         error, who = _libdarknet_error(model, cfg, weights, image), "Darknet's own forward pass (libdarknet)"
     elif oracle == "opencv4":
         import cv2
 
         if not hasattr(cv2.dnn, "readNetFromDarknet"):
             return "unverified", (
-                f"no independent oracle ran: OpenCV {cv2.__version__} has no Darknet importer (OpenCV 4.x has; "
-                "Debian's libdarknet lacks this model's layers)"
+                f"no independent oracle ran here (OpenCV {cv2.__version__} has no Darknet importer, OpenCV 4.x "
+                "has; Debian's libdarknet lacks this model's layers)"
             )
         error, who = _opencv4_error(model, cfg, weights, image), f"OpenCV {cv2.__version__} readNetFromDarknet"
     else:
         return "unverified", "no independent oracle is known for this model"
     verdict = "pass" if error <= 1e-3 else "fail"
-    return verdict, f"against {who}: max error {error:.1e} (threshold 1e-3) on {image.size:,} input values"
+    return verdict, f"checked against {who}, max error {error:.1e} (threshold 1e-3) on {image.size:,} input values"
 
 
 def _verdict_markup(verdict: str) -> str:
@@ -194,8 +195,13 @@ def _detect_everywhere(model: Path, photos: list[Path], output: Path) -> list[st
         image = load_image(photo)
         results = {}
         for backend in backends:
-            with deploykit.Detector(model, backend.name, **backend.precision_options("f32")) as detector:
-                results[backend.name] = detector(image)
+            try:
+                with deploykit.Detector(model, backend.name, **backend.precision_options("f32")) as detector:
+                    results[backend.name] = detector(image)
+            except DeployKitError as exc:  # one backend's failure is one problem, not the end of the demo
+                problems.append(f"{backend.name} on {photo.name}: {exc}")
+        if not results:
+            continue
         reference_name, reference = next(iter(results.items()))
         console.print(f"  {photo.name}: " + ", ".join(
             f"{d.label} {d.score:.2f} [{', '.join(f'{v:.0f}' for v in d.xyxy)}]" for d in reference
@@ -208,6 +214,8 @@ def _detect_everywhere(model: Path, photos: list[Path], output: Path) -> list[st
         console.print(f"    {', '.join(agreed)} find the same {len(reference)} objects (f32; matched at IoU ≥ "
                       f"{MATCH_IOU} with the same class)")  # fmt: skip
         drawn.append((image, reference))
+    if not drawn:
+        return problems
     # scale every photo to one height before drawing, so boxes and captions read the same across the row
     height = min(image.shape[0] for image, _ in drawn)
     row = np.concatenate([_drawn_at_height(image, detections, height) for image, detections in drawn], axis=1)
@@ -264,10 +272,11 @@ def demo(
             problems.append(f"{name}: {exc}")
             console.print(f"  [red]{name} failed[/]: {escape(str(exc))}")
             continue
-        verdict, sentence = verify_darknet(name, path, yolo.file(yolo.source["cfg"]), yolo.checked_weights())
+        weights = yolo.checked_weights()
+        verdict, sentence = verify_darknet(name, path, yolo.file(yolo.source["cfg"]), weights)
         console.print(f"  wrote {path.name}: {report.parameter_count:,} parameters from {yolo.weights_package}'s "
-                      f"{yolo.checked_weights().name} in {report.export_seconds:.2f} s; "
-                      f"{_verdict_markup(verdict)} {escape(sentence)}")  # fmt: skip
+                      f"{weights.name} in {report.export_seconds:.2f} s; {_verdict_markup(verdict)}: "
+                      f"{escape(sentence)}")  # fmt: skip
         if verdict == "fail":
             problems.append(f"{name}: {sentence}")
         if path == detector_path:

@@ -162,8 +162,10 @@ def test_demo_end_to_end(tmp_path):
     assert "skipped" not in out, "CI installs every optional part of the demo"
     assert "bald eagle" in out
     # YOLOv3-tiny is checked by Darknet itself; YOLOv4-tiny only where OpenCV 4.x runs, else said to be unverified
-    assert re.search(r"yolov3-tiny\.onnx: .* pass against Darknet's own forward pass \(libdarknet\)", out)
-    assert re.search(r"yolov4-tiny\.onnx: .* (unverified no independent oracle ran|pass against OpenCV 4\.)", out)
+    assert re.search(r"yolov3-tiny\.onnx: .* pass: checked against Darknet's own forward pass \(libdarknet\)", out)
+    assert re.search(
+        r"yolov4-tiny\.onnx: .* (unverified: no independent oracle ran|pass: checked against OpenCV 4\.)", out
+    )
     for photo, objects in {"dog.jpg": ("dog", "bicycle"), "bus.jpg": ("bus", "person")}.items():
         line = next(line for line in out.splitlines() if line.strip().startswith(f"{photo}:"))
         assert all(name in line for name in objects), line
