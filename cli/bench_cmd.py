@@ -59,9 +59,23 @@ def bench(
         None, "--pipeline", help="detect | classify: time the whole pipeline (pre + inference + post) on --images."
     ),
     images: Path = typer.Option(None, "--images", help="With --pipeline: a folder of images."),
+    fleet: str = typer.Option(None, "--fleet", help="Ray cluster address: bench on every device node, merged."),
+    devices: str = typer.Option(None, "--devices", help="With --fleet: device names a,b (default: all)."),
+    device_timeout: str = typer.Option("30m", "--device-timeout", help="With --fleet: time limit per device."),
 ) -> None:
     """Benchmark a model on backends × devices × batch × threads; check every output against the reference."""
     from deploykit.bench.runner import benchmark, default_backend_specs
+
+    if fleet is not None:  # one bench per device node of a Ray cluster: deploykit.distributed
+        from .fleet_cmd import bench_fleet
+
+        fleet_settings = {"backends": backends or None, "batch": parse_int_list(batch, "batch") if batch else None,
+            "threads": parse_int_list(threads, "threads") if threads else None, "precision": precision,
+            "scenario": scenario, "streams": streams, "warmup": warmup, "iterations": iterations, "seed": seed,
+            "duration_s": parse_duration(duration) if duration else None,
+            "options": {k: coerce(v) for k, v in parse_pairs(options, "--option").items()}}  # fmt: skip
+        bench_fleet(model, fleet, devices, parse_duration(device_timeout), fleet_settings, report_dir, as_json)
+        return
 
     if pipeline is not None:
         from deploykit.bench.pipeline import benchmark_pipeline

@@ -19,6 +19,7 @@ from deploykit.errors import DeployKitError
 from . import backends_cmd, bench_cmd, compare_cmd, demo_cmd, inspect_cmd, predict_cmd, quantize_cmd, run_cmd
 from .console import err_console
 from .convert_cmd import convert_app
+from .fleet_cmd import fleet_app
 from .models_cmd import models_app
 
 
@@ -79,6 +80,7 @@ app.command("report")(bench_cmd.report)
 app.command("predict")(predict_cmd.predict)
 app.command("quantize")(quantize_cmd.quantize)
 app.add_typer(models_app, name="models")
+app.add_typer(fleet_app, name="fleet")
 
 
 def main() -> None:

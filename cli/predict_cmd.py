@@ -60,6 +60,11 @@ def predict(
     ),
     draw_path: Path = typer.Option(None, "--draw", readable=False, help="Detection: write the image with boxes here."),
     json_path: Path = typer.Option(None, "--json", readable=False, help="Write the results as JSON here."),
+    engine: str = typer.Option("local", "--engine", help="local | ray: with --out, where a folder of images runs."),
+    address: str = typer.Option(None, "--address", help="--engine ray: cluster to join (default: a local Ray)."),
+    actors: int = typer.Option(None, "--actors", help="--engine ray: actors (default: cluster CPUs / per actor)."),
+    cpus_per_actor: float = typer.Option(1.0, "--cpus-per-actor", help="--engine ray: CPUs (= threads) per actor."),
+    out: str = typer.Option(None, "--out", help="A folder (or URI) for one JSON row per image (resumable)."),
 ) -> None:
     """Detect objects or classify an image; print the results (and draw/save them)."""
     import deploykit
@@ -75,6 +80,14 @@ def predict(
     kind = _task(model, task)
     if kind not in ("detect", "classify"):
         raise UsageError(f"task '{task}' | is not auto, detect or classify.", hint="e.g. --task detect.")
+    if engine != "local" or out is not None:  # many images, one row each: deploykit.distributed
+        from .fleet_cmd import predict_dataset
+
+        cli_options = {"labels": labels, "conf": conf, "iou": iou, "agnostic": agnostic, "imagenet": imagenet}
+        predict_dataset(model, image, out, task=kind, engine=engine, address=address, actors=actors,
+                        cpus_per_actor=cpus_per_actor, backend=backend, device=device, top_k=top_k,
+                        cli_options=cli_options)  # fmt: skip
+        return
     if kind == "detect":
         with deploykit.Detector(
             model, backend, device, labels=labels, conf=conf, iou=iou, agnostic=agnostic

@@ -1,0 +1,143 @@
+"""Beyond one machine: ``deploykit fleet join``, and the Ray branches of ``predict`` and ``bench``.
+
+Only terminal work happens here (options, progress bars, tables); the work itself is in
+``deploykit.distributed``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from deploykit.errors import BackendUnavailableError, UsageError
+
+from .console import console, err_console, print_json
+
+fleet_app = typer.Typer(help="Ray clusters of devices: join one, so `bench --fleet` measures this device too.")
+
+
+def _progress_bar(disable: bool = False) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=True,
+        disable=disable,
+    )
+
+
+def source_text(source: Path) -> str:
+    """The source as typed: a Path argument folds ``s3://bucket`` to ``s3:/bucket``; unfold it."""
+    text = str(source)
+    return re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*):/(?!/)", r"\1://", text)
+
+
+def predict_dataset(
+    model: Path, source: Path, out: str | None, *, task: str, engine: str, address: str | None, actors: int | None,
+    cpus_per_actor: float, backend: str, device: str | None, top_k: int, cli_options: dict[str, Any],
+) -> None:  # fmt: skip
+    """``predict`` over a folder or bucket: rows into ``out``, a progress bar, a summary line."""
+    from deploykit.distributed import predict
+
+    if out is None:
+        raise UsageError(f"--engine {engine} | needs --out FOLDER for the result rows.", hint="e.g. --out results/.")
+    if task == "detect":
+        options = {key: cli_options[key] for key in ("labels", "conf", "iou", "agnostic")}
+    else:
+        imagenet = cli_options["imagenet"]
+        mean, std = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)) if imagenet else (None, None)
+        options = {"labels": cli_options["labels"], "mean": mean, "std": std}
+    with _progress_bar() as progress:
+        bar = progress.add_task(f"predict ({engine})", total=None, rate="")
+
+        def report(done: int, total: int) -> None:
+            speed = progress.tasks[0].speed
+            progress.update(bar, completed=done, total=total, rate=f"{speed:.1f} rows/s" if speed else "")
+
+        summary = predict(
+            model, source_text(source), out, task=task, engine=engine, backend=backend, device=device, address=address,
+            actors=actors, cpus_per_actor=cpus_per_actor, top_k=top_k, pipeline_options=options,
+            progress=report,
+        )  # fmt: skip
+    console.print(
+        f"{summary.processed} rows written to {summary.out} ({summary.errors} error rows, "
+        f"{summary.skipped} of {summary.total} images already done, {summary.worker_restarts} restarted workers); "
+        f"{summary.images_per_s:.1f} images/s on {summary.actors} "
+        f"{'actor' if summary.actors == 1 else 'actors'}"
+        + (f", Ray start-up {summary.startup_s:.1f} s" if engine == "ray" else "")
+    )
+
+
+def bench_fleet(
+    model: Path, address: str, devices: str | None, device_timeout_s: float, settings: dict[str, Any],
+    report_dir: Path | None, as_json: bool,
+) -> None:  # fmt: skip
+    """``bench --fleet``: one bench per device node, the merged table, the per-device recommendations."""
+    from deploykit.distributed import fleet_benchmark
+
+    names = [n.strip() for n in devices.split(",") if n.strip()] if devices else None
+    with _progress_bar(disable=as_json) as progress:
+        bar = progress.add_task("fleet bench", total=None, rate="")
+
+        def report(done: int, total: int, name: str) -> None:
+            progress.update(bar, completed=done, total=total, description=f"fleet bench ({name} finished)")
+
+        result = fleet_benchmark(
+            model, address, devices=names, device_timeout_s=device_timeout_s, progress=report, **settings
+        )
+    if as_json:
+        print_json(result.data)
+    else:
+        console.print(result.table())
+        for name, recommendation in result.recommendations().items():
+            console.print(f"recommended on {name}: {recommendation['python'] if recommendation else 'none'}")
+    if report_dir is not None:
+        paths = result.write_all(report_dir)
+        console.print("report: " + ", ".join(str(p) for p in paths[:3]))
+    if any(device["status"] != "ok" for device in result.devices):
+        raise typer.Exit(1)
+
+
+@fleet_app.command("join")
+def join(
+    address: str = typer.Option(..., "--address", help="The head node, HOST:6379 (as `ray start --address`)."),
+    name: str = typer.Option(None, "--name", help="Device name (default: from this device's fingerprint)."),
+    num_cpus: int = typer.Option(None, "--num-cpus", help="CPUs this node offers to Ray (default: all)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the `ray start` command instead of running it."),
+) -> None:
+    """Join this device to a Ray cluster with the resource deploykit-device:<name>."""
+    from deploykit.distributed.cluster import DEVICE_RESOURCE_PREFIX
+    from deploykit.distributed.fleet import device_name
+
+    name = name or device_name()
+    if not name or any(c in name for c in " ,:\"'{}"):
+        raise UsageError(f"device name '{name}' | must be non-empty, without spaces, commas, colons or quotes.",
+                         hint="e.g. --name jetson-orin.")  # fmt: skip
+    ray_cli = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
+    resources = json.dumps({f"{DEVICE_RESOURCE_PREFIX}{name}": 1})
+    command = [ray_cli or "ray", "start", "--address", address, "--resources", resources]
+    command += ["--num-cpus", str(num_cpus)] if num_cpus is not None else []
+    if dry_run:
+        typer.echo(shlex.join(command))
+        return
+    if ray_cli is None:
+        raise BackendUnavailableError("ray | the `ray` command is not installed.", hint="pip install 'deploykit[ray]'.")
+    completed = subprocess.run(command, env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+    if completed.returncode != 0:
+        raise typer.Exit(completed.returncode)
+    err_console.print(f"joined {address} as device '{name}'; bench --fleet will measure it.")

@@ -1,0 +1,265 @@
+"""Batch inference: a vision pipeline over a folder (or bucket) of images, locally or on Ray Data.
+
+``engine="ray"`` reads the files with ``ray.data.read_binary_files`` and maps batches through a pool
+of actors; each actor opens the pipeline once, with the backend's thread count set to the actor's
+CPUs (Ray sets OMP_NUM_THREADS=1 in workers, and runtimes left to guess oversubscribe the cores).
+The model travels through Ray's object store, so nodes need no shared file system.
+``engine="local"`` runs the same row builder in this process. Both write the same rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deploykit.distributed.cluster import connect, require_ray
+from deploykit.distributed.rows import TASKS, ImagePredictor
+from deploykit.distributed.store import ResultStore, is_uri, list_sources, read_bytes
+from deploykit.errors import BackendError, ModelNotFoundError, UsageError
+from deploykit.vision.pipelines import _read_labels
+
+Progress = Callable[[int, int], None]
+ENGINES = ("local", "ray")
+
+
+@dataclass
+class PredictSummary:
+    """What one batch-inference run did.
+
+    Attributes:
+        engine: ``local`` or ``ray``.
+        total: images in the source.
+        skipped: images that already had a row in the output (resumed run).
+        processed: rows written by this run.
+        errors: of those, rows with ``status == "error"``.
+        worker_restarts: workers that replaced a crashed one and did work (their rows say ``restarted``).
+        actors: Ray actors in the pool (1 for local).
+        startup_s: seconds to start or join Ray (0 for local).
+        elapsed_s: seconds from the first image read to the last row written.
+        out: the output folder.
+    """
+
+    engine: str
+    total: int
+    skipped: int
+    processed: int = 0
+    errors: int = 0
+    worker_restarts: int = 0
+    actors: int = 1
+    startup_s: float = 0.0
+    elapsed_s: float = 0.0
+    out: str = ""
+    restarted_workers: set[tuple[str, int]] = field(default_factory=set, repr=False)
+
+    @property
+    def images_per_s(self) -> float:
+        return self.processed / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def count(self, rows: list[dict[str, Any]]) -> None:
+        self.processed += len(rows)
+        self.errors += sum(row["status"] == "error" for row in rows)
+        self.restarted_workers |= {(r["worker"]["node"], r["worker"]["pid"]) for r in rows if r["worker"]["restarted"]}
+        self.worker_restarts = len(self.restarted_workers)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("restarted_workers")
+        return {**data, "images_per_s": self.images_per_s}
+
+
+def _model_file(data: bytes, name: str) -> Path:
+    """The model's bytes as a file on this node: one copy per model per node, written atomically."""
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    path = Path(tempfile.gettempdir()) / "deploykit-models" / digest / name
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+        os.replace(temporary, path)
+    return path
+
+
+class _RayPredictActor:
+    """A Ray Data callable class: one pipeline per actor, one JSON row per image."""
+
+    def __init__(self, model: Any, model_name: str, settings: dict[str, Any]) -> None:
+        import ray
+
+        data = ray.get(model[0])  # the reference is wrapped in a list so Ray does not resolve it eagerly
+        restarted = ray.get_runtime_context().was_current_actor_reconstructed
+        self.predictor = ImagePredictor(_model_file(data, model_name), restarted=restarted, **settings)
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        import numpy as np
+
+        rows = self.predictor.rows([str(p) for p in batch["path"]], [bytes(b) for b in batch["bytes"]])
+        return {"row": np.array([json.dumps(row) for row in rows], dtype=object)}
+
+
+def _ray_batches(
+    ray: Any, model: Path, paths: list[str], settings: dict[str, Any], actors: int, cpus_per_actor: float,
+    batch_size: int,
+) -> Iterator[list[dict[str, Any]]]:  # fmt: skip
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False  # deploykit draws one bar for the whole job
+    model_ref = ray.put(model.read_bytes())
+    # Reading files is I/O: read tasks reserve no CPU, else they would wait for the cores the actors hold.
+    dataset = ray.data.read_binary_files(paths, include_paths=True, num_cpus=0, concurrency=actors)
+    # Ray Data restarts a crashed actor and retries its batch (max_restarts/max_task_retries -1 by default).
+    dataset = dataset.map_batches(
+        _RayPredictActor,
+        fn_constructor_kwargs={"model": [model_ref], "model_name": model.name, "settings": settings},
+        batch_size=batch_size,
+        batch_format="numpy",
+        compute=ray.data.ActorPoolStrategy(size=actors),
+        num_cpus=cpus_per_actor,
+    )
+    # URIs lose their scheme in Ray's path column; rows name the file as the user gave it.
+    scheme = paths[0].split("://", 1)[0] + "://" if is_uri(paths[0]) else ""
+    for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
+        rows = [json.loads(text) for text in batch["row"]]
+        for row in rows:
+            if scheme and not row["path"].startswith(scheme):
+                row["path"] = scheme + row["path"]
+        yield rows
+
+
+def _local_batches(
+    model: Path, paths: list[str], settings: dict[str, Any], batch_size: int
+) -> Iterator[list[dict[str, Any]]]:
+    predictor = ImagePredictor(model, **settings)
+    try:
+        for start in range(0, len(paths), batch_size):
+            chunk = paths[start : start + batch_size]
+            yield predictor.rows(chunk, [_read_or_empty(p) for p in chunk])
+    finally:
+        predictor.close()
+
+
+def _read_or_empty(path: str) -> bytes:
+    try:
+        return read_bytes(path)
+    except OSError:
+        return b""  # an unreadable file becomes an error row, as in the Ray engine
+
+
+def predict(
+    model: str | os.PathLike[str],
+    source: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    task: str = "detect",
+    engine: str = "ray",
+    backend: str = "onnxruntime",
+    device: str | None = None,
+    address: str | None = None,
+    actors: int | None = None,
+    cpus_per_actor: float = 1,
+    batch_size: int = 16,
+    top_k: int = 5,
+    pipeline_options: dict[str, Any] | None = None,
+    backend_options: dict[str, Any] | None = None,
+    progress: Progress | None = None,
+) -> PredictSummary:
+    """Run a Detector or Classifier over every image of ``source``; write one row per image into ``out``.
+
+    Args:
+        model: the ``.onnx`` file (on this machine; Ray ships it to the workers).
+        source: an image, a folder of images, or a folder URI (``s3://bucket/frames/``).
+        out: the output folder (local or URI); rows already there are skipped (resumable).
+        task: ``detect`` or ``classify``.
+        engine: ``ray`` (Ray Data, actor pool) or ``local`` (this process).
+        backend, device: where each worker runs the model.
+        address: Ray cluster to join (``ray://HEAD:10001``, ``auto``); default a local Ray.
+        actors: size of the actor pool; default every CPU of the cluster / ``cpus_per_actor``.
+        cpus_per_actor: CPUs each actor reserves; the backend gets as many threads.
+        batch_size: images per Ray batch (and per part-file write).
+        top_k: classification: classes per row.
+        pipeline_options: Detector/Classifier keyword arguments (``labels`` as a list, ``conf``, ...).
+        backend_options: further backend options.
+        progress: called as ``progress(done, total)`` after each batch.
+
+    Returns:
+        a ``PredictSummary``; the rows are in ``out/part-*.jsonl``.
+
+    Raises:
+        UsageError: an option cannot be used. BackendUnavailableError: ``engine="ray"`` without Ray.
+    """
+    model_path = Path(model)
+    if not model_path.is_file():
+        raise ModelNotFoundError(f"model '{model}' | no such file.", hint="pass the path of an .onnx file.")
+    if engine == "ray":
+        require_ray()  # before any work: a missing extra is the first thing to say
+    if engine not in ENGINES:
+        raise UsageError(f"engine '{engine}' | is not local or ray.", hint="--engine local runs in this process.")
+    if task not in TASKS:
+        raise UsageError(f"task '{task}' | is not detect or classify.", hint="e.g. --task detect.")
+    if cpus_per_actor <= 0 or (actors is not None and actors < 1) or batch_size < 1:
+        raise UsageError(
+            f"actors {actors}, cpus per actor {cpus_per_actor}, batch size {batch_size} | must be positive.",
+            hint="e.g. --actors 2 --cpus-per-actor 1.",
+        )
+    if not is_uri(out) and not is_uri(source) and Path(out).resolve() == Path(source).resolve():
+        raise UsageError(f"--out '{out}' | is the input folder.", hint="write the rows into another folder.")
+    pipeline_options = dict(pipeline_options or {})
+    if isinstance(pipeline_options.get("labels"), (str, os.PathLike)):
+        # a names file on this machine travels as its list of names: workers may not see the file
+        pipeline_options["labels"] = _read_labels(pipeline_options["labels"], {})
+    paths = list_sources(source)
+    store = ResultStore(out)
+    done = store.done_paths()
+    pending = [p for p in paths if p not in done]
+    summary = PredictSummary(engine=engine, total=len(paths), skipped=len(paths) - len(pending), out=str(out))
+    settings: dict[str, Any] = {"task": task, "backend": backend, "device": device, "top_k": top_k,
+                "pipeline_options": pipeline_options, "backend_options": backend_options or {}}  # fmt: skip
+    if progress:
+        progress(0, len(pending))
+    if not pending:
+        return summary
+    if engine == "local":
+        started = time.perf_counter()
+        _drain(store.write_rows(_counted(_local_batches(model_path, pending, settings, batch_size), summary)),
+               progress, len(pending))  # fmt: skip
+        summary.elapsed_s = time.perf_counter() - started
+        return summary
+    # Open the pipeline here once before starting Ray, so a bad model, task or label file is a clear
+    # error now rather than an actor that dies on every node.
+    ImagePredictor(model_path, **settings).close()
+    started = time.perf_counter()
+    with connect(address) as ray:
+        summary.startup_s = time.perf_counter() - started
+        cpus = float(ray.cluster_resources().get("CPU", 1))
+        summary.actors = actors or max(1, math.floor(cpus / cpus_per_actor))
+        settings["threads"] = max(1, math.ceil(cpus_per_actor))
+        started = time.perf_counter()
+        batches = _ray_batches(ray, model_path, pending, settings, summary.actors, cpus_per_actor, batch_size)
+        try:
+            _drain(store.write_rows(_counted(batches, summary)), progress, len(pending))
+        except ray.exceptions.RayError as exc:
+            raise BackendError(
+                f"ray job | failed after {summary.processed} of {len(pending)} rows: {exc}",
+                hint="the rows written so far are kept; run the same command again to resume.",
+            ) from exc
+        summary.elapsed_s = time.perf_counter() - started
+    return summary
+
+
+def _counted(batches: Iterator[list[dict[str, Any]]], summary: PredictSummary) -> Iterator[list[dict[str, Any]]]:
+    for rows in batches:
+        summary.count(rows)
+        yield rows
+
+
+def _drain(written: Iterator[int], progress: Progress | None, total: int) -> None:
+    for done in written:
+        if progress:
+            progress(done, total)

@@ -1,0 +1,165 @@
+"""Where batch inference reads its images and writes its rows: a local folder or any URI pyarrow opens.
+
+Rows are JSON lines in ``part-*.jsonl`` files inside the output folder. Each run adds new part files
+and never rewrites old ones, so re-running with the same output skips every path already there
+(resumable). Part files are written line by line rather than atomically on purpose: a job killed
+after an hour keeps the hour's rows; a torn last line is ignored when the folder is read back.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from deploykit.errors import InputError, UsageError
+
+PART_GLOB = "part-*.jsonl"
+_URI = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+
+
+def is_uri(location: str | os.PathLike[str]) -> bool:
+    """Whether ``location`` names a remote store (``s3://``, ``gs://`` ...) rather than a local path."""
+    return bool(_URI.match(str(location))) and not str(location).startswith("file://")
+
+
+def _filesystem(uri: str) -> tuple[Any, str]:
+    try:
+        from pyarrow import fs
+    except ImportError as exc:
+        raise UsageError(
+            f"'{uri}' | a URI needs pyarrow to be read or written.", hint="pip install 'deploykit[ray]'."
+        ) from exc
+    try:
+        return fs.FileSystem.from_uri(uri)
+    except Exception as exc:  # pyarrow raises ArrowInvalid, OSError ... for unknown schemes and credentials
+        raise UsageError(f"'{uri}' | pyarrow cannot open it: {exc}", hint="check the scheme and credentials.") from exc
+
+
+def _scheme(uri: str) -> str:
+    return uri.split("://", 1)[0] + "://"
+
+
+def list_sources(source: str | os.PathLike[str]) -> list[str]:
+    """The image files of ``source`` (a file, a folder, or a folder URI), sorted.
+
+    Raises:
+        InputError: the source does not exist or holds no image.
+    """
+    from deploykit.vision.image import IMAGE_SUFFIXES, list_images
+
+    text = str(source)
+    if is_uri(text):
+        from pyarrow import fs
+
+        filesystem, root = _filesystem(text)
+        infos = filesystem.get_file_info(fs.FileSelector(root, recursive=True, allow_not_found=True))
+        found = sorted(_scheme(text) + i.path for i in infos if i.is_file and i.path.lower().endswith(IMAGE_SUFFIXES))
+    else:
+        path = Path(text.removeprefix("file://")).resolve()
+        if not path.exists():
+            raise InputError(f"images '{source}' | no such file or folder.", hint="check the path.")
+        found = [str(p) for p in list_images(path)] if path.is_dir() else [str(path)]
+    if not found:
+        raise InputError(
+            f"images '{source}' | holds no image file ({', '.join(IMAGE_SUFFIXES)}).",
+            hint="point at a folder of images.",
+        )
+    return found
+
+
+def read_bytes(path: str) -> bytes:
+    """The bytes of one source file (local path or URI)."""
+    if is_uri(path):
+        filesystem, inner = _filesystem(path)
+        with filesystem.open_input_stream(inner) as stream:
+            return bytes(stream.read())
+    return Path(path).read_bytes()
+
+
+class ResultStore:
+    """The output folder of a batch-inference job.
+
+    Args:
+        out: a local folder (created if needed) or a folder URI.
+        rows_per_part: start a new part file after this many rows, so a remote store (where a file
+            appears only when closed) loses at most one part when a job is killed.
+    """
+
+    def __init__(self, out: str | os.PathLike[str], rows_per_part: int = 10_000) -> None:
+        self.location = str(out)
+        self.rows_per_part = rows_per_part
+        if is_uri(self.location):
+            self._fs, self._root = _filesystem(self.location)
+            self._fs.create_dir(self._root, recursive=True)
+        else:
+            self._fs, self._root = None, str(Path(self.location.removeprefix("file://")))
+            root = Path(self._root)
+            if root.exists() and not root.is_dir():
+                raise UsageError(
+                    f"--out '{out}' | is a file, expected a folder for the result parts.",
+                    hint="name a folder, e.g. --out results/.",
+                )
+            root.mkdir(parents=True, exist_ok=True)
+
+    def part_files(self) -> list[str]:
+        if self._fs is None:
+            return sorted(str(p) for p in Path(self._root).glob(PART_GLOB))
+        from pyarrow import fs
+
+        infos = self._fs.get_file_info(fs.FileSelector(self._root, allow_not_found=True))
+        return sorted(i.path for i in infos if i.is_file and re.fullmatch(r"part-.*\.jsonl", i.base_name))
+
+    def _lines(self, part: str) -> Iterator[str]:
+        if self._fs is None:
+            with open(part, encoding="utf-8") as handle:
+                yield from handle
+        else:
+            with self._fs.open_input_stream(part) as stream:
+                yield from bytes(stream.read()).decode("utf-8").splitlines()
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        """Every complete row in the folder (a torn last line of a killed job is skipped)."""
+        for part in self.part_files():
+            for line in self._lines(part):
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(row, dict) and "path" in row:
+                    yield row
+
+    def done_paths(self) -> set[str]:
+        """Paths that already have a row (ok or error): a re-run skips them."""
+        return {row["path"] for row in self.rows()}
+
+    def _open_part(self, index: int) -> IO[bytes]:
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+        name = f"part-{stamp}-{os.getpid()}-{index:05d}.jsonl"
+        if self._fs is None:
+            return open(Path(self._root) / name, "xb")  # closed by write_rows
+        stream: IO[bytes] = self._fs.open_output_stream(f"{self._root}/{name}")
+        return stream
+
+    def write_rows(self, batches: Iterable[list[dict[str, Any]]]) -> Iterator[int]:
+        """Append batches of rows to new part files; yield the running row count after each batch."""
+        written, handle, index, in_part = 0, None, 0, 0
+        try:
+            for rows in batches:
+                if not rows:
+                    continue
+                if handle is None or in_part >= self.rows_per_part:
+                    if handle is not None:
+                        handle.close()
+                    handle, index, in_part = self._open_part(index), index + 1, 0
+                handle.write("".join(json.dumps(row) + "\n" for row in rows).encode("utf-8"))
+                handle.flush()
+                written, in_part = written + len(rows), in_part + len(rows)
+                yield written
+        finally:
+            if handle is not None:
+                handle.close()

@@ -1,0 +1,118 @@
+"""Batch inference on real Ray Data: a real YOLOv8n over ≥ 200 real photos, against the local engine."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from deploykit.cli.main import app
+from deploykit.distributed import predict
+from deploykit.distributed.store import ResultStore
+from deploykit.errors import BackendUnavailableError, InputError, UsageError
+from tests.distributed.conftest import BROKEN
+
+# nudenet's classes are rare in these photos: a low threshold gives every image something to compare
+OPTIONS = {"conf": 0.05}
+
+
+def _rows(folder) -> dict[str, dict]:
+    """path → row, without what differs between runs (timings, which process did it)."""
+    rows = {}
+    for row in ResultStore(folder).rows():
+        assert row["path"] not in rows, f"two rows for {row['path']}"
+        rows[row["path"]] = {k: v for k, v in row.items() if k not in ("timing_ms", "worker")}
+    return rows
+
+
+@pytest.mark.slow
+def test_ray_engine_gives_the_local_rows_resumes_and_reports_broken_images(local_ray, detector, photo_folder, tmp_path):
+    images = sorted(p for p in photo_folder.iterdir())
+    assert len(images) >= 200
+
+    local = predict(detector, photo_folder, tmp_path / "local", engine="local", pipeline_options=OPTIONS)
+    expected = _rows(tmp_path / "local")
+    assert local.processed == len(images) == len(expected) and local.errors == len(BROKEN)
+    assert sum(len(r["results"]) for r in expected.values()) > len(images) // 2  # detections to compare
+    errors = {p.split("/")[-1]: r["error"] for p, r in expected.items() if r["status"] == "error"}
+    assert set(errors) == set(BROKEN)
+    assert "is empty (0 bytes)" in errors["empty.png"]
+    assert "is not an image OpenCV can decode" in errors["broken.jpg"]
+    assert "truncated" in errors["truncated.jpg"]
+
+    # A run that was cut short: the ray run must do exactly the rows that are missing.
+    resumed = tmp_path / "ray"
+    resumed.mkdir()
+    lines = next((tmp_path / "local").glob("part-*.jsonl")).read_text().splitlines()
+    (resumed / "part-earlier.jsonl").write_text("\n".join(lines[:120]) + "\n" + lines[120][:40])  # a torn last line
+    progress = []
+    summary = predict(detector, photo_folder, resumed, engine="ray", actors=2, cpus_per_actor=1,
+                      pipeline_options=OPTIONS, progress=lambda done, total: progress.append((done, total)))  # fmt: skip
+    assert (summary.skipped, summary.processed, summary.actors) == (120, len(images) - 120, 2)
+    assert progress[0] == (0, len(images) - 120) and progress[-1] == (len(images) - 120, len(images) - 120)
+    assert _rows(resumed) == expected  # same detections, same error rows, one row per image
+    workers = {(r["worker"]["node"], r["worker"]["pid"]) for r in ResultStore(resumed).rows() if "worker" in r}
+    assert len(workers) >= 2  # the local rows' process plus Ray actors
+
+    again = predict(detector, photo_folder, resumed, engine="ray", actors=2, pipeline_options=OPTIONS)
+    assert (again.skipped, again.processed) == (len(images), 0)
+
+
+def test_predict_cli_runs_a_folder_on_ray(local_ray, detector, photo_folder, tmp_path):
+    folder = tmp_path / "some"
+    folder.mkdir()
+    for image in sorted(photo_folder.glob("dog_*.jpg"))[:6]:
+        shutil.copy(image, folder)
+    shutil.copy(photo_folder / "broken.jpg", folder)
+    result = CliRunner().invoke(app, ["predict", str(detector), str(folder), "--engine", "ray", "--actors", "1",
+                                      "--out", str(tmp_path / "out"), "--conf", "0.05"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "7 rows written" in result.output and "1 error rows" in result.output
+    rows = [
+        json.loads(line) for part in (tmp_path / "out").glob("part-*.jsonl") for line in part.read_text().splitlines()
+    ]
+    assert sorted(r["path"].split("/")[-1] for r in rows) == sorted(p.name for p in folder.iterdir())
+    assert {r["backend"] for r in rows} == {"onnxruntime"}
+
+
+def test_missing_ray_names_the_extra(monkeypatch, detector, photo_folder, tmp_path):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
+    with pytest.raises(
+        BackendUnavailableError, match=r"ray \| cannot be imported .*Hint: pip install 'deploykit\[ray\]'"
+    ):
+        predict(detector, photo_folder, tmp_path / "out", engine="ray")
+    result = CliRunner().invoke(app, ["predict", str(detector), str(photo_folder), "--engine", "ray", "--out",
+                                      str(tmp_path / "out")])  # fmt: skip
+    assert result.exit_code == 1
+    assert "error: ray | cannot be imported" in result.output and "deploykit[ray]" in result.output
+    result = CliRunner().invoke(app, ["bench", str(detector), "--fleet", "auto"])
+    assert result.exit_code == 1 and "deploykit[ray]" in result.output
+
+
+def test_usage_errors_name_the_problem(detector, photo_folder, tmp_path):
+    with pytest.raises(UsageError, match=r"engine 'spark' \| is not local or ray"):
+        predict(detector, photo_folder, tmp_path / "out", engine="spark")
+    with pytest.raises(UsageError, match=r"is the input folder"):
+        predict(detector, photo_folder, photo_folder, engine="local")
+    with pytest.raises(UsageError, match=r"must be positive"):
+        predict(detector, photo_folder, tmp_path / "out", engine="local", actors=0)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match=r"holds no image file"):
+        predict(detector, tmp_path / "empty", tmp_path / "out", engine="local")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(UsageError, match=r"is a file, expected a folder"):
+        predict(detector, photo_folder, tmp_path / "file", engine="local")
+    result = CliRunner().invoke(app, ["predict", str(detector), str(photo_folder), "--engine", "ray"])
+    assert result.exit_code == 1 and "--engine ray | needs --out FOLDER" in result.output
+
+
+def test_a_uri_argument_keeps_its_scheme():
+    from pathlib import Path
+
+    from deploykit.cli.fleet_cmd import source_text
+
+    assert source_text(Path("s3://bucket/frames/")) == "s3://bucket/frames"
+    assert source_text(Path("/data/frames")) == "/data/frames"
