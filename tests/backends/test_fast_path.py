@@ -10,6 +10,7 @@ import pytest
 import deploykit
 from deploykit.backends.registry import get_backend
 from deploykit.model import run_reference
+from tests.assets.paths import missing_asset
 
 
 def _open(path, backend_name, **options):
@@ -54,7 +55,7 @@ def test_read_only_and_strided_inputs(backend_name, catalog_paths):
 @pytest.mark.parametrize("batch", [1, 3, 2])
 def test_openvino_dynamic_outputs_are_copied_out(catalog_paths, batch):
     if not get_backend("openvino").is_available():
-        pytest.skip(get_backend("openvino").unavailable_reason())
+        missing_asset("the openvino backend's runtime", str(get_backend("openvino").unavailable_reason()))
     path = catalog_paths["mlp_dynamic_batch"]
     x = np.random.default_rng(batch).uniform(-1, 1, (batch, 8)).astype(np.float32)
     with _open(path, "openvino", reshape="never") as session:

@@ -11,9 +11,10 @@ import pytest
 
 import deploykit
 from deploykit.errors import DeviceUnavailableError, ReportError
+from tests.assets.paths import require_module
 from tests.fuzz.harness import invoke_checked
 
-openvino = pytest.importorskip("openvino")
+openvino = require_module("openvino", "pip install 'deploykit[openvino]'", "OpenVINO")
 AVAILABLE = set(openvino.Core().available_devices)
 needs_no_gpu = pytest.mark.skipif(
     any(d.startswith("GPU") for d in AVAILABLE), reason="this machine has an OpenVINO GPU: nothing is missing"

@@ -10,6 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from tests.assets.paths import require_module
 from tests.assets.tiny import TINY_CFG
 from tests.fuzz.harness import invoke_checked
 
@@ -93,7 +94,7 @@ def test_weights_header_from_no_darknet(tiny, tmp_path):
 
 
 # --- PyTorch checkpoints ---------------------------------------------------------------------------------------------
-torch = pytest.importorskip("torch")
+torch = require_module("torch", "pip install 'deploykit[torch]'", "PyTorch")
 
 
 def _convert_torch(tiny, tmp_path, *extra):

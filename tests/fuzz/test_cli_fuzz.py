@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.assets.paths import require_module
 from tests.fuzz.harness import invoke_checked, sha256
 from tests.fuzz.strategies import (
     BACKENDS,
@@ -154,7 +155,7 @@ def test_convert_darknet(tiny, workdir, data):
 @fuzz(12)
 @given(data=st.data())
 def test_convert_torch(tiny, workdir, data):
-    pytest.importorskip("torch")
+    require_module("torch", "pip install 'deploykit[torch]'", "PyTorch")
     work, copies = fresh(workdir, tiny)
     paths = path_choice(copies, work, output=True)
     factory = tiny["factory"]
