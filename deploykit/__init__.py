@@ -36,6 +36,7 @@ from deploykit.errors import (
 )
 from deploykit.inputs import make_inputs
 from deploykit.model import summarize
+from deploykit.quantize import QuantizeReport  # also makes deploykit.quantize(...) callable
 from deploykit.tensors import TensorSpec
 from deploykit.verify import OracleInfo, Thresholds, Verdict, VerificationReport, verify_model
 
@@ -114,5 +115,7 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "get_backend",
     "load",
     "make_inputs",
+    "QuantizeReport",
+    "quantize",
     "summarize",
 ]

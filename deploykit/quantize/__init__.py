@@ -3,8 +3,26 @@
 ``quantize`` (in ``api``) is the entry point; ``calibration`` turns images into calibration and
 held-out samples, ``graph`` holds the graph facts (already quantized? the YOLO head?), ``engines``
 wraps ONNX Runtime, NNCF and onnxconverter-common, ``evaluate`` measures the result.
+
+The package and its function share the name, so the package itself is callable:
+``deploykit.quantize("model.onnx", "model.int8.onnx", calibrate="photos/")`` is ``quantize(...)``.
 """
 
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
 from deploykit.quantize.api import QuantizeReport, parse_drop, quantize, read_metadata
+
+
+class _CallablePackage(types.ModuleType):
+    # a function bound as deploykit.quantize would hide this package from 'import deploykit.quantize.x'
+    def __call__(self, *args: Any, **kwargs: Any) -> QuantizeReport:
+        return quantize(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallablePackage
 
 __all__ = ["QuantizeReport", "parse_drop", "quantize", "read_metadata"]

@@ -127,7 +127,9 @@ def test_float16_keeps_io_types_and_lists_ops_kept_in_f32(classifier_path, class
 
 def test_float16_without_data_and_with_an_excluded_node(classifier_path, tmp_path):
     out = tmp_path / "fp16.onnx"
-    report = quantize(classifier_path, out, fp16=True, exclude=["fc"], measure_speed=False)
+    report = deploykit.quantize(
+        classifier_path, out, fp16=True, exclude=["fc"], measure_speed=False
+    )  # the package calls
     assert report.kept_f32_ops == {"Gemm": 1} and report.excluded["user"] == ["fc"]
     assert "seeded random inputs" in report.calibration["source"]
     gemm = next(n for n in onnx.load(str(out)).graph.node if n.name == "fc")
