@@ -23,7 +23,9 @@ from deploykit.backends.base import Session, SessionInfo
 from deploykit.bench.config import BenchConfig
 from deploykit.bench.measure import _loop
 from deploykit.bench.runner import benchmark
-from deploykit.samples import tiny_classifier
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo, for tests.assets
+from tests.assets.samples import tiny_classifier
 
 
 class NoopSession(Session):

@@ -1,4 +1,4 @@
-"""Export time, parity-gate time and peak RSS of `convert_torch` for the test models and MobileNetV2.
+"""Export time, verification-gate time and peak RSS of `convert_torch` for the test models and MobileNetV2.
 
 Each model converts in its own subprocess so peak RSS is that conversion's alone.
 Prints one JSON line per model. Target: the gate adds at most 1x the export time.
@@ -60,7 +60,7 @@ def one(name: str) -> dict:
         "export_s": report.export_seconds,
         "gate_s": report.gate_seconds,
         "gate_over_export": round(report.gate_seconds / report.export_seconds, 2),
-        "verify_backends": [p.backend for p in report.parity],
+        "verify_backends": [v.candidate for v in report.verdicts],
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "passed": report.passed,
     }

@@ -19,8 +19,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo, for tests.assets
+
 import deploykit
-from deploykit.samples import tiny_classifier
+from tests.assets.samples import tiny_classifier
 
 
 def tiny_model(path: Path) -> Path:

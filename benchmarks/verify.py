@@ -19,8 +19,8 @@ import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from deploykit.verify import verify_model  # noqa: E402
-from tests.assets.catalog import CATALOG  # noqa: E402
+from deploykit.verify import verify_model
+from tests.assets.catalog import CATALOG
 
 BACKENDS = ["ort", "openvino", "opencv"]
 

@@ -277,7 +277,7 @@ def test_compare_detects_a_mismatch(catalog_paths):
     """With atol/rtol at zero, OpenVINO's reordered sums on a conv net must show up as a failure."""
     import onnx
 
-    from deploykit.samples import tiny_classifier
+    from tests.assets.samples import tiny_classifier
 
     onnx.save(tiny_classifier(size=64), catalog_paths["conv_bn_act"].parent / "classifier64.onnx")
     report = deploykit.verify_model(

@@ -132,7 +132,7 @@ def test_save_to_missing_directory_leaves_nothing(catalog_paths, tmp_path):
 def test_inspect_model_with_external_data(tmp_path):
     import onnx
 
-    from deploykit.samples import tiny_classifier
+    from tests.assets.samples import tiny_classifier
 
     path = tmp_path / "external.onnx"
     onnx.save_model(tiny_classifier(size=16), str(path), save_as_external_data=True, all_tensors_to_one_file=True,

@@ -1,4 +1,4 @@
-"""Small models built in code, with seeded weights, for the demo and self-checks.
+"""Small models built in code, with seeded weights, for tests and benchmarks.
 
 Nothing here downloads anything; every model is made from ``onnx.helper``.
 """
