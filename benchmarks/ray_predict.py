@@ -12,11 +12,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import platform
 import sys
 import tempfile
 from pathlib import Path
 
+from deploykit.bench.fingerprint import cpu_info
 from deploykit.distributed import predict
 
 PHOTOS = Path("/usr/share/darknet/data")
@@ -39,6 +39,7 @@ def _inputs(folder: Path) -> Path:
 
 
 def main() -> None:
+    load_before = round(os.getloadavg()[0], 2)  # other work on the machine skews every figure: say how much
     with tempfile.TemporaryDirectory() as scratch:
         images = Path(scratch) / "images"
         images.mkdir()
@@ -60,7 +61,8 @@ def main() -> None:
                 "benchmark": "ray_predict",
                 "model": "nudenet 320n.onnx (YOLOv8n 320x320), onnxruntime",
                 "cpus": os.cpu_count(),
-                "cpu": platform.processor() or platform.machine(),
+                "cpu": cpu_info()["model"],
+                "load_average_1m_before_after": [load_before, round(os.getloadavg()[0], 2)],
                 **runs,
                 "ratio_ray_1_actor_vs_local": round(runs["ray_1_actor"]["images_per_s"] / local, 2),
                 "ratio_ray_2_actors_vs_local": round(runs["ray_2_actors"]["images_per_s"] / local, 2),
