@@ -10,15 +10,10 @@ The public API::
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.registry import all_backends, backend_names, get_backend
-from deploykit.bench.report import BenchmarkResult
-from deploykit.bench.runner import benchmark
-from deploykit.convert.darknet.convert import convert_darknet
-from deploykit.convert.report import ConversionReport
-from deploykit.convert.torch import convert_torch
 from deploykit.errors import (
     BackendError,
     BackendUnavailableError,
@@ -36,19 +31,46 @@ from deploykit.errors import (
 )
 from deploykit.inputs import make_inputs
 from deploykit.model import summarize
-from deploykit.quantize import QuantizeReport  # also makes deploykit.quantize(...) callable
 from deploykit.tensors import TensorSpec
 from deploykit.verify import OracleInfo, Thresholds, Verdict, VerificationReport, verify_model
+
+if TYPE_CHECKING:  # the real objects, typed; imported on first use so workers and --help start fast
+    from deploykit import quantize
+    from deploykit.bench.report import BenchmarkResult
+    from deploykit.bench.runner import benchmark
+    from deploykit.convert.darknet.convert import convert_darknet
+    from deploykit.convert.report import ConversionReport
+    from deploykit.convert.torch import convert_torch
+    from deploykit.quantize import QuantizeReport
+    from deploykit.vision.pipelines import Classifier, Detector
+    from deploykit.vision.results import Classification, Detection, draw
+
+_LAZY = {
+    "BenchmarkResult": "deploykit.bench.report",
+    "benchmark": "deploykit.bench.runner",
+    "convert_darknet": "deploykit.convert.darknet.convert",
+    "ConversionReport": "deploykit.convert.report",
+    "convert_torch": "deploykit.convert.torch",
+    "QuantizeReport": "deploykit.quantize",
+    "Detector": "deploykit.vision.pipelines",
+    "Classifier": "deploykit.vision.pipelines",
+    "Detection": "deploykit.vision.results",
+    "Classification": "deploykit.vision.results",
+    "draw": "deploykit.vision.results",
+}
 
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:
-    # the vision pipelines import OpenCV helpers; load them only when asked for
-    if name in ("Detector", "Classifier", "Detection", "Classification", "draw"):
-        from deploykit.vision import pipelines, results
+    import importlib
 
-        return getattr(pipelines, name, None) or getattr(results, name)
+    if name == "quantize":  # the package is callable: deploykit.quantize("m.onnx", "m.int8.onnx", ...)
+        return importlib.import_module("deploykit.quantize")
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'deploykit' has no attribute {name!r}")
 
 
