@@ -1,11 +1,15 @@
-"""Batch inference on real Ray Data: a real YOLOv8n over ≥ 200 real photos, against the local engine."""
+"""Batch inference on real Ray Data: a real YOLOv8n over ≥ 200 real photos, against the local engine;
+an actor killed mid-run is restarted and its batch retried."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import sys
 
+import psutil
 import pytest
 from typer.testing import CliRunner
 
@@ -28,6 +32,19 @@ def _rows(folder) -> dict[str, dict]:
     return rows
 
 
+def _predict_actors(ray) -> list[psutil.Process]:
+    """The processes of this Ray's batch-inference actors."""
+    raylet = psutil.Process(ray._private.worker._global_node.all_processes["raylet"][0].process.pid)
+    actors = []
+    for process in raylet.children(recursive=True):
+        try:
+            if "_RayPredictActor" in " ".join(process.cmdline()):
+                actors.append(process)
+        except psutil.NoSuchProcess:
+            continue
+    return actors
+
+
 @pytest.mark.slow
 def test_ray_engine_gives_the_local_rows_resumes_and_reports_broken_images(local_ray, detector, photo_folder, tmp_path):
     images = sorted(p for p in photo_folder.iterdir())
@@ -35,6 +52,7 @@ def test_ray_engine_gives_the_local_rows_resumes_and_reports_broken_images(local
 
     local = predict(detector, photo_folder, tmp_path / "local", engine="local", pipeline_options=OPTIONS)
     expected = _rows(tmp_path / "local")
+    local_pid = os.getpid()
     assert local.processed == len(images) == len(expected) and local.errors == len(BROKEN)
     assert sum(len(r["results"]) for r in expected.values()) > len(images) // 2  # detections to compare
     errors = {p.split("/")[-1]: r["error"] for p, r in expected.items() if r["status"] == "error"}
@@ -43,19 +61,30 @@ def test_ray_engine_gives_the_local_rows_resumes_and_reports_broken_images(local
     assert "is not an image OpenCV can decode" in errors["broken.jpg"]
     assert "truncated" in errors["truncated.jpg"]
 
-    # A run that was cut short: the ray run must do exactly the rows that are missing.
+    # A run that was cut short: the Ray run must do exactly the rows that are missing ...
     resumed = tmp_path / "ray"
     resumed.mkdir()
     lines = next((tmp_path / "local").glob("part-*.jsonl")).read_text().splitlines()
     (resumed / "part-earlier.jsonl").write_text("\n".join(lines[:120]) + "\n" + lines[120][:40])  # a torn last line
-    progress = []
+    # ... and one of its actors is killed after the first batch: Ray restarts it and retries its batch.
+    progress, killed = [], []
+
+    def kill_an_actor_once(done: int, total: int) -> None:
+        progress.append((done, total))
+        if done and not killed:
+            actor = _predict_actors(local_ray)[0]
+            actor.send_signal(signal.SIGKILL)
+            killed.append(actor.pid)
+
     summary = predict(detector, photo_folder, resumed, engine="ray", actors=2, cpus_per_actor=1,
-                      pipeline_options=OPTIONS, progress=lambda done, total: progress.append((done, total)))  # fmt: skip
+                      pipeline_options=OPTIONS, progress=kill_an_actor_once)  # fmt: skip
+    assert killed
     assert (summary.skipped, summary.processed, summary.actors) == (120, len(images) - 120, 2)
     assert progress[0] == (0, len(images) - 120) and progress[-1] == (len(images) - 120, len(images) - 120)
-    assert _rows(resumed) == expected  # same detections, same error rows, one row per image
-    workers = {(r["worker"]["node"], r["worker"]["pid"]) for r in ResultStore(resumed).rows() if "worker" in r}
-    assert len(workers) >= 2  # the local rows' process plus Ray actors
+    assert _rows(resumed) == expected  # same detections, same error rows, one row per image: nothing lost or doubled
+    new_rows = [r for r in ResultStore(resumed).rows() if r["worker"]["pid"] != local_pid]
+    assert summary.worker_restarts >= 1 and any(r["worker"]["restarted"] for r in new_rows)
+    assert killed[0] not in {r["worker"]["pid"] for r in new_rows if r["worker"]["restarted"]}
 
     again = predict(detector, photo_folder, resumed, engine="ray", actors=2, pipeline_options=OPTIONS)
     assert (again.skipped, again.processed) == (len(images), 0)
