@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from deploykit.errors import UsageError
+from deploykit.labels import read_labels
 from deploykit.tensors import TensorSpec
 from deploykit.validation import check_number
 from deploykit.vision.decode import candidates, require_layout, select
@@ -45,10 +46,7 @@ def _read_labels(labels: str | os.PathLike[str] | Sequence[str] | None, metadata
                 return None
         return None
     if isinstance(labels, (str, os.PathLike)):
-        path = Path(labels)
-        if not path.is_file():
-            raise UsageError(f"labels '{path}' | no such file.", hint="pass a names file with one class per line.")
-        return [line.strip() for line in path.read_text().splitlines() if line.strip()]
+        return read_labels(labels)
     return list(labels)
 
 

@@ -18,13 +18,14 @@ from onnx import helper
 
 from deploykit.convert.darknet.cfg import read_cfg
 from deploykit.convert.darknet.graph import INPUT_NAME, build_graph
-from deploykit.convert.darknet.layers import Network, resolve
+from deploykit.convert.darknet.layers import MAX_INPUT_SIDE, Network, resolve
 from deploykit.convert.darknet.oracles import verify
 from deploykit.convert.darknet.weights import DarknetWeights
 from deploykit.convert.darknet.writer import write_streaming
 from deploykit.convert.report import ConversionReport
 from deploykit.errors import ConversionError, ParityError
 from deploykit.io import check_outputs, commit_outputs, scratch_dir
+from deploykit.labels import read_labels
 from deploykit.validation import check_number, check_tolerances
 
 HEADS = ("raw", "decoded")
@@ -42,6 +43,11 @@ def parse_size(text: str) -> tuple[int, int]:
         raise ConversionError(
             f"input size '{text}' | expected WIDTHxHEIGHT such as 416x416.",
             hint="pass --input-size 608x608 (multiples of the network stride).",
+        )
+    if any(v > MAX_INPUT_SIDE for v in values):
+        raise ConversionError(
+            f"input size '{text}' | a side is over {MAX_INPUT_SIDE} pixels.",
+            hint="Darknet networks take inputs such as 416x416 or 608x608.",
         )
     return (values[0], values[-1])
 
@@ -99,31 +105,6 @@ def _metadata(
         **({"deploykit.labels": json.dumps(labels)} if labels else {}),
         **({"deploykit.opencv_threshold": str(opencv_threshold)} if opencv_threshold is not None else {}),
     }
-
-
-def read_labels(path: str | os.PathLike[str]) -> list[str]:
-    """Class names, one per line (blank lines skipped), from a UTF-8 text file.
-
-    Raises:
-        ConversionError: the file is missing, a directory, or not text.
-    """
-    file = Path(path)
-    if not file.is_file():
-        raise ConversionError(
-            f"labels '{file}' | {'is a directory' if file.is_dir() else 'no such file'}.",
-            hint="pass a text file with one class name per line (e.g. coco.names).",
-        )
-    data = file.read_bytes()
-    try:
-        text: str | None = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        text = None
-    if text is None or "\x00" in text:
-        raise ConversionError(
-            f"labels '{file}' | is a binary file, not UTF-8 text with one class name per line.",
-            hint="pass the .names text file, not the .weights or an image.",
-        )
-    return [line.strip() for line in text.splitlines() if line.strip()]
 
 
 def _labels(path: str | os.PathLike[str] | None, net: Network) -> list[str] | None:

@@ -1,0 +1,37 @@
+"""Class-name files: one name per line, UTF-8 (a byte-order mark is dropped), blank lines skipped.
+
+One reader for the converters (names stored in the model) and the vision pipelines, so a
+missing, folder or binary labels file gives the same message everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from deploykit.errors import UsageError
+
+
+def read_labels(path: str | os.PathLike[str]) -> list[str]:
+    """Class names from a text file, in order.
+
+    Raises:
+        UsageError: the file is missing, a folder, or not UTF-8 text.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise UsageError(
+            f"labels '{file}' | {'is a directory' if file.is_dir() else 'no such file'}.",
+            hint="pass a text file with one class name per line (e.g. coco.names).",
+        )
+    data = file.read_bytes()
+    try:
+        text: str | None = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\x00" in text:
+        raise UsageError(
+            f"labels '{file}' | is a binary file, not UTF-8 text with one class name per line.",
+            hint="pass the .names text file, not a model, weights or an image.",
+        )
+    return [line.strip() for line in text.splitlines() if line.strip()]
