@@ -106,6 +106,11 @@ def _layer_index(section: Section, value: int, count: int) -> int:
     return target
 
 
+# Larger inputs are typos: the verification image alone would need terabytes.
+MAX_INPUT_SIDE = 16384
+MAX_INPUT_CHANNELS = 4096
+
+
 def resolve(cfg: DarknetCfg, width: int | None = None, height: int | None = None) -> Network:
     """Compute every layer's parameters and shapes; raise on anything unsupported or inconsistent."""
     net = cfg.net
@@ -119,6 +124,12 @@ def resolve(cfg: DarknetCfg, width: int | None = None, height: int | None = None
         )
     check_unused(net, NET_KEYS)
     layers: list[Layer] = []
+    if max(height, width) > MAX_INPUT_SIDE or channels > MAX_INPUT_CHANNELS:
+        raise ConversionError(
+            f"cfg '{cfg.path}' [net] | input {width}x{height}x{channels} is too large; each side may be up to "
+            f"{MAX_INPUT_SIDE} pixels and channels up to {MAX_INPUT_CHANNELS}.",
+            hint="Darknet networks take inputs such as 416x416x3; check width=, height= and channels=.",
+        )
     shape: Shape = (channels, height, width)
     for section in cfg.layers:
         builder = _BUILDERS.get(section.type)
