@@ -189,7 +189,7 @@ def convert_torch(
         )
     if not report.passed:
         raise ParityError(
-            f"PyTorch → ONNX '{output_path.name}' | outputs differ: {report.first_failure()}.",
+            f"PyTorch → ONNX '{output_path.name}' | verification failed: {report.first_failure()}.",
             hint=("the file was kept because of --keep-on-mismatch. " if keep_on_mismatch else "nothing was written. ")
             + "Try --exporter torchscript/dynamo, another --opset, or looser --atol/--rtol if the "
             "difference is expected (e.g. fp16).",

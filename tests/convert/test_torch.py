@@ -204,7 +204,7 @@ def test_parity_failure_writes_nothing_and_keeps_the_old_file(tmp_path):
     with pytest.raises(ParityError) as caught:
         convert_torch(f"{MODELS}:noisy_model", output=out, inputs=["x:2x5"])
     message = str(caught.value)
-    assert "outputs differ: onnxruntime: FAIL against pytorch (f32, element-wise) — output 'output' |" in message
+    assert "verification failed: onnxruntime: FAIL against pytorch (f32, element-wise) — output 'output' |" in message
     assert "worst element [" in message and "nothing was written" in message
     assert out.read_bytes() == b"a good model from yesterday"
     assert caught.value.report is not None and not caught.value.report.passed
@@ -303,7 +303,7 @@ def test_cli_failure_exits_1_without_traceback(tmp_path):
         app, ["convert", "torch", f"{MODELS}:noisy_model", "-i", "x:2x5", "-o", str(tmp_path / "n.onnx")]
     )
     assert result.exit_code == 1
-    assert "error: PyTorch → ONNX 'n.onnx' | outputs differ" in result.stderr
+    assert "error: PyTorch → ONNX 'n.onnx' | verification failed" in result.stderr
     assert "Traceback" not in result.output and not (tmp_path / "n.onnx").exists()
 
 

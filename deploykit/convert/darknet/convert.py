@@ -246,7 +246,7 @@ def convert_darknet(
             )
     if not report.passed:
         raise ParityError(
-            f"Darknet → ONNX '{output_path.name}' | outputs differ: {report.first_failure()}.",
+            f"Darknet → ONNX '{output_path.name}' | verification failed: {report.first_failure()}.",
             hint=("the file was kept because of --keep-on-mismatch. " if keep_on_mismatch else "nothing was written. ")
             + "Please report this with the cfg: it is a converter bug or an unsupported Darknet variant.",
         ).with_report(report)

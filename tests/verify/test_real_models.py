@@ -1,0 +1,175 @@
+"""Verdicts on real pretrained models and real photos; crashes in every verifying command; Darknet oracles.
+
+Reduced precision is parametrised, never left to the device's default: on a CPU with bf16 units the
+bf16 case is judged by the task metric and must pass; on one without, the report must say "not
+supported here" (a silent skip would be a defect).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+import deploykit
+from deploykit.convert.darknet import reference
+from deploykit.convert.darknet.convert import convert_darknet, load_network
+from deploykit.convert.darknet.weights import write_random_weights
+from deploykit.errors import ParityError
+from deploykit.recipes import build
+from tests.assets.paths import darknet_image, official_darknet, yolov4_detector_photo
+
+REPO = Path(__file__).resolve().parents[2]
+PHOTOS = ("dog.jpg", "eagle.jpg", "giraffe.jpg", "horses.jpg", "kite.jpg", "person.jpg", "scream.jpg")
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("photos")
+    for name in PHOTOS:
+        shutil.copy(darknet_image(name), folder / name)
+    for name in ("bus.jpg", "zidane.jpg"):
+        shutil.copy(yolov4_detector_photo(name), folder / name)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def mobilenet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    output = tmp_path_factory.mktemp("mobilenet") / "mobilenet_v2.onnx"
+    build("mobilenet_v2", output, verify_backends=[])
+    return output
+
+
+@pytest.fixture(scope="module")
+def yolov4_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cfg, weights, names = official_darknet("yolov4-tiny")
+    output = tmp_path_factory.mktemp("yolo") / "yolov4-tiny.onnx"
+    convert_darknet(cfg, weights, output, labels=names, verify_backends=[])
+    return output
+
+
+def _check_reduced(report: deploykit.VerificationReport, precision: str, metric: str) -> None:
+    by_precision = {v.precision: v for v in report.verdicts}
+    assert by_precision["f32"].status == "pass", by_precision["f32"].describe()
+    assert by_precision["f32"].rule == "element-wise"
+    if precision not in deploykit.get_backend("openvino").precisions("CPU"):
+        assert any(f"openvino:CPU {precision}: not supported here" in n for n in report.notes), report.notes
+        return
+    verdict = by_precision[precision]
+    assert verdict.status == "pass", verdict.describe()
+    assert verdict.task is not None and verdict.task.metric == metric, verdict.describe()
+    assert verdict.task.value >= verdict.task.threshold
+    assert verdict.rule == f"cosine/SNR + {metric}"
+    assert verdict.outputs and all(o.max_abs_error > 0 for o in verdict.outputs), "element-wise numbers are shown"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["bf16", "f16"])
+def test_real_classifier_reduced_precision_by_top1_agreement(mobilenet, photos, precision):
+    report = deploykit.verify_model(mobilenet, ["openvino"], precision=f"f32,{precision}", inputs=photos)
+    assert report.input_source == "images (9 images)"
+    _check_reduced(report, precision, "top-1 agreement")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["bf16", "f16"])
+def test_real_detector_reduced_precision_by_map(yolov4_tiny, photos, precision):
+    report = deploykit.verify_model(yolov4_tiny, ["openvino"], precision=f"f32,{precision}", inputs=photos)
+    _check_reduced(report, precision, "mAP@0.5")
+
+
+@pytest.mark.slow
+def test_a_wrong_model_fails_the_task_metric(yolov4_tiny, photos, tmp_path):
+    """The task metric can fail: random weights in the same architecture find other objects."""
+    from deploykit.verify.check import judge_runs
+    from deploykit.verify.isolated import run_candidate
+    from deploykit.verify.task_metric import task_of
+    from deploykit.verify.verdict import OracleInfo
+    from deploykit.vision.image import image_cases
+
+    cfg, _, names = official_darknet("yolov4-tiny")
+    weights = tmp_path / "random.weights"
+    write_random_weights(load_network(cfg), weights, seed=3)
+    wrong = tmp_path / "wrong.onnx"
+    convert_darknet(cfg, weights, wrong, labels=names, verify_backends=[])
+    cases, _ = image_cases(yolov4_tiny, photos)
+    right_run = run_candidate(yolov4_tiny, "ort", "cpu", cases, label="f32")
+    wrong_run = run_candidate(wrong, "ort", "cpu", cases, label="bf16-pretend")
+    interface = deploykit.model.read_interface(yolov4_tiny)
+    task = task_of({s.name: s for s in interface.outputs}, interface.metadata)
+    oracle = OracleInfo("onnx-reference", True)
+    verdicts = judge_runs([(right_run, "f32"), (wrong_run, "bf16")], cases, right_run.outputs[:1], oracle,
+                          task=task, metadata=interface.metadata)  # fmt: skip
+    wrong_verdict = verdicts[1]
+    assert wrong_verdict.status == "fail" and wrong_verdict.task is not None
+    assert wrong_verdict.task.value < 0.5
+
+
+# --- a crash is an error row in every verifying command ----------------------------------
+
+
+@pytest.fixture()
+def crasher(monkeypatch):
+    monkeypatch.setenv("DEPLOYKIT_BACKENDS", "crasher=tests.assets.crashing_backend:CrashingBackend")
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+
+
+def test_a_crash_in_the_torch_gate_is_an_error_verdict(tmp_path, crasher):
+    output = tmp_path / "m.onnx"
+    with pytest.raises(ParityError) as caught:
+        deploykit.convert_torch(
+            f"{REPO / 'tests' / 'assets' / 'torch_models.py'}:small_cnn",
+            output=output,
+            inputs=["images:1x3x16x16"],
+            verify_backends=["crasher", "onnxruntime"],
+        )
+    report = caught.value.report
+    assert report is not None
+    crashed, survived = report.verdicts
+    assert crashed.status == "error" and "killed by signal SIGABRT" in crashed.reason
+    assert survived.status == "pass"
+    assert "crasher: ERROR against pytorch" in str(caught.value) and not output.exists()
+
+
+def test_a_crash_in_a_recipe_build_is_an_error_verdict(tmp_path, crasher):
+    output = tmp_path / "nudenet.onnx"
+    with pytest.raises(ParityError) as caught:
+        build("yolov8n-nudenet", output, verify_backends=["crasher", "onnxruntime"])
+    report = caught.value.report
+    assert report is not None
+    crashed, survived = report.verdicts
+    assert crashed.status == "error" and "SIGABRT" in crashed.reason
+    assert survived.status == "pass"
+    assert not output.exists()
+
+
+# --- Darknet: an oracle or 'unverified', never a check against itself ----------------------
+
+
+def test_darknet_without_any_oracle_is_unverified(tmp_path, monkeypatch):
+    cfg = REPO / "models" / "darknet" / "yolov3-tiny.cfg"
+    weights = tmp_path / "w.weights"
+    write_random_weights(load_network(cfg), weights, seed=1)
+    monkeypatch.setattr(reference, "HEADER", tmp_path / "no-darknet.h")  # as on a machine without libdarknet
+    import deploykit.convert.darknet.oracles as oracles
+
+    monkeypatch.setattr(oracles, "opencv_darknet_outputs", lambda *args: None)  # as with OpenCV 5
+    report = convert_darknet(cfg, weights, tmp_path / "m.onnx", verify_backends=["onnxruntime", "openvino"])
+    assert report.status == "unverified" and report.written
+    assert all(v.status == "unverified" and v.agreement for v in report.verdicts)
+    assert not report.oracle.independent and "no Darknet oracle ran" in report.oracle.detail
+
+
+def test_darknet_against_libdarknet_passes(tmp_path):
+    if reference.unavailable_reason():
+        from tests.assets.paths import missing_asset
+
+        missing_asset("Debian's libdarknet (the Darknet oracle)", "apt-get install darknet gcc")
+    cfg, weights, _ = official_darknet("yolov3-tiny")
+    report = convert_darknet(cfg, weights, tmp_path / "m.onnx", verify_backends=["onnxruntime"])
+    if report.oracle.name.startswith("opencv-darknet"):  # the OpenCV 4 pass: the importer is asked first
+        assert report.status == "pass"
+        return
+    assert report.oracle.name == "darknet" and report.oracle.independent
+    assert report.status == "pass", [v.describe() for v in report.verdicts]
