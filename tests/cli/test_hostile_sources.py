@@ -211,3 +211,21 @@ def test_inspect_counts_constant_weights_and_truncates_metadata(tmp_path):
     assert "character 6665" not in result.stdout
     full = invoke_checked(["inspect", path, "--full"])
     assert "character 6665" in full.stdout
+
+
+# --- found by the fuzzer ---------------------------------------------------------------------------------------------
+def test_predict_with_a_binary_labels_file(tiny):
+    result = invoke_checked(["predict", tiny["classifier"], tiny["image"], "--labels", tiny["classifier"]])
+    assert result.exit_code == 1
+    assert f"labels '{tiny['classifier']}' | is a binary file, not UTF-8 text" in result.stderr
+
+
+def test_darknet_input_size_typo(tiny, tmp_path):
+    out = tmp_path / "x.onnx"
+    args = ["convert", "darknet", tiny["cfg"], tiny["weights"], "-o", out, "--input-size", "100000000000x16"]
+    result = invoke_checked(args, writes=[out])
+    assert result.exit_code == 1 and "input size '100000000000x16' | a side is over 16384 pixels." in result.stderr
+    cfg = tmp_path / "wide.cfg"
+    cfg.write_text(TINY_CFG.replace("width=32", "width=1000000000"))
+    result = invoke_checked(["inspect", cfg])
+    assert result.exit_code == 1 and "input 1000000000x32x3 is too large" in result.stderr
