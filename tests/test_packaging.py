@@ -103,7 +103,9 @@ def test_every_recipe_builds_and_verifies(tmp_path, name):
         name,
         out,
         random_weights=recipe.kind == "darknet" and not packaged,
-        verify_backends=["onnxruntime", "openvino"] if name == "yolov4" else ["onnxruntime", "openvino", "opencv"],
+        # the two 60M-parameter nets are verified elsewhere (against libdarknet at smaller sizes, against OpenCV 4.14
+        # at their own in the opencv4 pass); here they only build, which keeps a minute of Darknet's CPU loop out
+        verify_backends=[] if name in ("yolov3", "yolov4") else ["onnxruntime", "openvino", "opencv"],
     )
     assert report.passed and report.written and out.is_file()
     import onnx
