@@ -5,14 +5,17 @@ and Darknet itself (Debian's libdarknet)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 import deploykit
 from deploykit.backends.registry import BUILTIN_BACKENDS, get_backend
+from deploykit.cli.main import app
 from deploykit.convert.darknet.convert import convert_darknet, load_network
 from deploykit.recipes import build
 from deploykit.vision.results import Detection
@@ -148,3 +151,12 @@ def test_yolov3_tiny_raw_outputs_match_libdarknet(tmp_path):
             )
             objectness = want.reshape(3, 85, -1)[:, 4]
             assert objectness.max() > 0.5, "a trained network is confident about something in dog.jpg"
+
+
+def test_predict_prints_class_names(yolov4_tiny, tmp_path):
+    result = CliRunner().invoke(app, ["predict", str(yolov4_tiny), str(_photo("dog.jpg")), "--json",
+                                      str(tmp_path / "dog.json")])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "dog" in result.stdout and "bicycle" in result.stdout and "class_16" not in result.stdout
+    labels = {row["label"] for row in json.loads((tmp_path / "dog.json").read_text())["results"]}
+    assert {"dog", "bicycle"} <= labels
