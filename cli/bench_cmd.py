@@ -44,6 +44,9 @@ def bench(
     min_snr_db: float = typer.Option(None, "--min-snr", help="Reduced precision: per-output SNR in dB."),
     min_top1: float = typer.Option(None, "--min-top1-agreement", help="Classifiers on images: top-1 agreement."),
     min_map: float = typer.Option(None, "--min-map", help="Detectors on images: mAP@0.5 against the f32 model."),
+    max_drop: str = typer.Option(
+        None, "--max-drop", help="Accuracy budget, e.g. 1%: recommend the fastest configuration within it."
+    ),
     timeout: float = typer.Option(900, "--timeout", help="Seconds one configuration's worker may take."),
     allow_failures: bool = typer.Option(
         False, "--allow-failures", help="Exit 0 even when a configuration fails or none can be recommended."
@@ -89,6 +92,7 @@ def bench(
         return
 
     from deploykit.inputs import check_seed
+    from deploykit.quantize import parse_drop
 
     settings, axes = input_settings(shapes, batch_axes)
     if report_dir is not None:
@@ -127,6 +131,7 @@ def bench(
             seed=check_seed(seed),
             oracle=oracle,
             thresholds=threshold_options(atol, rtol, min_cosine, min_snr_db, min_top1, min_map),
+            max_drop=parse_drop(max_drop),
             timeout_s=timeout,
             isolate=not in_process,
             cost_per_hour=cost_per_hour,

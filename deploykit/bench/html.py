@@ -140,6 +140,40 @@ def _sweeps(rows: list[dict[str, Any]]) -> str:
     return "".join(out)
 
 
+def _pareto(result: BenchmarkResult) -> str:
+    """Latency against accuracy delta for every configuration with a measured delta; the front joined."""
+    rows = [r for r in result.ok_rows() if r.get("accuracy_delta") is not None]
+    if len(rows) < 2:
+        return '<p class="note">no accuracy trade-off measured: pass --precision f32,bf16,int8 --inputs photos/</p>'
+    front = {r["config"]["label"] for r in result.pareto_front()}
+    width, height, margin = 520, 240, 56
+    xs = [float(r["latency"]["p50_ms"]) for r in rows]
+    ys = [100 * float(r["accuracy_delta"]) for r in rows]
+    x_min, x_span = min(xs), (max(xs) - min(xs)) or 1.0
+    y_max = max(max(ys), 1.0)
+
+    def place(x: float, y: float) -> tuple[float, float]:
+        return margin + (width - 2 * margin) * (x - x_min) / x_span, height - margin - (height - 2 * margin) * y / y_max
+
+    parts = [
+        f'<svg class="plot" role="img" aria-label="latency against accuracy delta" width="{width + 220}" height="{height}">',
+        f'<line x1="{margin}" y1="{height - margin}" x2="{width - margin}" y2="{height - margin}" stroke="#999"/>',
+        f'<line x1="{margin}" y1="{margin}" x2="{margin}" y2="{height - margin}" stroke="#999"/>',
+        f'<text x="{width / 2}" y="{height - 10}" font-size="11" text-anchor="middle">p50 latency (ms)</text>',
+        f'<text x="4" y="{margin - 10}" font-size="11">accuracy delta against f32 (%, max {y_max:.2g})</text>',
+    ]
+    ordered = sorted(zip(xs, ys, rows, strict=True), key=lambda item: item[0])
+    path = " ".join(f"{place(x, y)[0]:.1f},{place(x, y)[1]:.1f}" for x, y, r in ordered if r["config"]["label"] in front)
+    parts.append(f'<polyline points="{path}" fill="none" stroke="#2a7" stroke-width="2"/>')
+    for x, y, row in ordered:
+        px, py = place(x, y)
+        on_front = row["config"]["label"] in front
+        parts.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="4" fill="{"#2a7" if on_front else "#bbb"}"/>')
+        parts.append(f'<text x="{px + 6:.1f}" y="{py - 4:.1f}" font-size="10">{_e(row["config"]["label"])}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
 def _table(result: BenchmarkResult) -> str:
     rows = result.summary_rows()
     if not rows:
@@ -180,6 +214,8 @@ def _section(result: BenchmarkResult) -> str:
             "<h3>Latency distribution</h3>",
             _histograms(result.rows),
             _sweeps(result.rows),
+            "<h3>Latency against accuracy (Pareto front in green)</h3>",
+            _pareto(result),
             "</section>",
         ]
     )

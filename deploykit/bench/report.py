@@ -39,6 +39,7 @@ CSV_COLUMNS = [
     "energy_j_per_inference",
     "cost_per_million",
     "verdict",
+    "accuracy_delta",
     "max_abs_error",
     "error",
 ]
@@ -67,17 +68,35 @@ def _flat(row: dict[str, Any]) -> dict[str, Any]:
         "energy_j_per_inference": row.get("energy_j_per_inference"),
         "cost_per_million": row.get("cost_per_million"),
         "verdict": None if verdict is None else verdict["label"],
+        "accuracy_delta": row.get("accuracy_delta"),
         "max_abs_error": max_abs,
         "error": row.get("error"),
     }
 
 
+def accuracy_delta(verdict: dict[str, Any] | None) -> float | None:
+    """What a configuration costs in task accuracy: 0 for an element-wise pass (f32), 1 − the task
+    metric (top-1 agreement, mAP@0.5) for reduced precision on real images, else unknown (None)."""
+    if not verdict or verdict["status"] in ("error", "degenerate"):
+        return None
+    if verdict["rule"] == "element-wise":
+        return 0.0 if verdict["status"] == "pass" or verdict.get("agreement") else None
+    task = verdict.get("task")
+    return None if task is None else round(1.0 - float(task["value"]), 6)
+
+
+def _budget(max_drop: float | None) -> str:
+    return "" if max_drop is None else f"; within the accuracy budget of {max_drop:.1%}"
+
+
 def _why(row: dict[str, Any]) -> str:
     verdict = row["verdict"]
     oracle = verdict["oracle"]["name"]
+    delta = row.get("accuracy_delta")
+    cost = f", accuracy delta {delta:.1%}" if delta else ""
     if verdict["status"] == "pass":
         rule = verdict["rule"]
-        return f"the fastest configuration verified against {oracle} ({verdict['precision']}, {rule})"
+        return f"the fastest configuration verified against {oracle} ({verdict['precision']}, {rule}{cost})"
     return f"the fastest configuration that agrees with {oracle}; no independent oracle verified it"
 
 
@@ -152,7 +171,24 @@ class BenchmarkResult:
         verified = [r for r in self.ok_rows() if (r.get("verdict") or {}).get("status") == "pass"]
         agreeing = [r for r in self.ok_rows() if (r.get("verdict") or {}).get("agreement") is True]
         rows = verified or agreeing
+        budget = self.data["settings"].get("max_drop")
+        if budget is not None:
+            rows = [r for r in rows if r.get("accuracy_delta") is not None and r["accuracy_delta"] <= budget]
         return min(rows, key=self._score) if rows else None
+
+    def pareto_front(self) -> list[dict[str, Any]]:
+        """The configurations no other beats on both latency (the headline) and accuracy delta,
+        fastest first: the trade-off a user picks from when reduced precision is on the table."""
+        rows = sorted(
+            (r for r in self.ok_rows() if r.get("accuracy_delta") is not None and (r.get("verdict") or {}).get(
+                "status") in ("pass", "fail", "unverified")),
+            key=self._score,
+        )  # fmt: skip
+        front: list[dict[str, Any]] = []
+        for row in rows:
+            if not front or row["accuracy_delta"] < front[-1]["accuracy_delta"]:
+                front.append(row)
+        return front
 
     def recommend(self) -> dict[str, Any] | None:
         row = self.best()
@@ -170,11 +206,13 @@ class BenchmarkResult:
         command = f"deploykit bench {model} -b {spec} --batch {config['batch']}"
         if config.get("threads"):
             command += f" --threads {config['threads']}"
+        if config.get("precision"):
+            command += f" --precision {config['precision']}"
         return {
             "label": config["label"],
             "headline": self.headline,
             "value": row["throughput_sps"] if self.headline == "throughput_sps" else row["latency"][self.headline],
-            "why": _why(row),
+            "why": _why(row) + _budget(self.data["settings"].get("max_drop")),
             "command": command,
             "python": (f"deploykit.load({model!r}, backend={config['backend']!r}, device={device!r}{option_text})"),
         }
@@ -225,6 +263,7 @@ class BenchmarkResult:
                     "samples/s": _fmt(flat["throughput_sps"], 1),
                     "peak RSS MiB": _fmt(None if flat["peak_rss_bytes"] is None else flat["peak_rss_bytes"] / 2**20, 0),
                     "vs fastest": ratio,
+                    "acc. delta": "-" if flat["accuracy_delta"] is None else f"{flat['accuracy_delta']:.1%}",
                     "verdict": flat["verdict"] or ("-" if row["status"] == "ok" else f"failed: {row['error']}"),
                     **(
                         {"$/1M": _fmt(flat["cost_per_million"], 4)}

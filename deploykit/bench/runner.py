@@ -19,7 +19,7 @@ import numpy as np
 from deploykit.bench.config import SCENARIOS, BenchConfig
 from deploykit.bench.fingerprint import fingerprint
 from deploykit.bench.measure import failed_row, measure
-from deploykit.bench.report import SCHEMA_VERSION, BenchmarkResult
+from deploykit.bench.report import SCHEMA_VERSION, BenchmarkResult, accuracy_delta
 from deploykit.errors import DeployKitError, UsageError
 from deploykit.inputs import InputSetting, batch_axis_of, fed_batch, load_arrays, make_inputs, save_arrays
 from deploykit.model import read_interface
@@ -149,6 +149,7 @@ def benchmark(
     cost_per_hour: float | None = None,
     options: Mapping[str, Any] | None = None,
     thresholds: Mapping[str, float | None] | None = None,
+    max_drop: float | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     progress: Progress | None = None,
 ) -> BenchmarkResult:
@@ -174,6 +175,9 @@ def benchmark(
         options: extra backend options for every configuration.
         thresholds: overrides for the verdict thresholds (atol, rtol, min_cosine, min_snr_db,
             min_top1_agreement, min_map).
+        max_drop: an accuracy budget (0.01 = 1 %): the recommendation is the fastest configuration
+            whose measured accuracy delta (1 − top-1 agreement or mAP@0.5 against the f32 model, on
+            real images; 0 for f32) stays within it. Default: any verified configuration.
         timeout_s: the most one configuration's worker may take.
         progress: called as ``progress(done, total, label)``.
     """
@@ -183,6 +187,9 @@ def benchmark(
     interface = read_interface(model_path)
     overrides = dict(thresholds or {})
     thresholds_for("f32", **overrides)
+    if max_drop is not None and not 0 <= max_drop <= 1:
+        raise UsageError(f"--max-drop {max_drop:g} | expected a share from 0 to 1 (or a percentage: 1%).",
+                         hint="e.g. --max-drop 1% (or 0.01).")  # fmt: skip
     if timeout_s <= 0:
         raise UsageError(f"--timeout {timeout_s:g} | must be positive.", hint="e.g. --timeout 300.")
     candidates, notes = expand_candidates(
@@ -285,6 +292,7 @@ def benchmark(
         for i, verdict in zip(members, verdicts, strict=True):
             if rows[i]["status"] == "ok":
                 rows[i]["verdict"] = verdict.to_dict()
+                rows[i]["accuracy_delta"] = accuracy_delta(rows[i]["verdict"])
     if image_source and task is None:
         notes.append("no task metric: the model is neither a classifier nor a detector deploykit recognises")
 
@@ -308,6 +316,7 @@ def benchmark(
                 "isolated": isolate,
                 "cost_per_hour": cost_per_hour,
                 "inputs": "images" if image_source else ("file" if given is not None else "seeded random"),
+                "max_drop": max_drop,
             },
             "device": fingerprint(),
             "rows": rows,
@@ -316,4 +325,10 @@ def benchmark(
         }
     )
     result.data["recommendation"] = result.recommend()
+    result.data["pareto_front"] = [row["config"]["label"] for row in result.pareto_front()]
+    if max_drop is not None and result.data["recommendation"] is None:
+        result.data["notes"].append(
+            f"no configuration stays within --max-drop {max_drop:.1%}: reduced precision needs --inputs photos/ "
+            "for a measured accuracy delta"
+        )
     return result

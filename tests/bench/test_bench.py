@@ -343,3 +343,25 @@ def test_html_report_renders_in_chromium(isolated_result, tmp_path):
 def test_worker_module_runs_standalone():
     completed = subprocess.run([sys.executable, "-c", "import deploykit.bench.worker"], capture_output=True, text=True)
     assert completed.returncode == 0, completed.stderr
+
+
+def test_accuracy_budget_picks_the_fastest_within_it(isolated_result):
+    """--max-drop: the recommendation honours the measured accuracy delta; the Pareto front lists the trade-off."""
+    data = copy.deepcopy(isolated_result.data)
+    rows = [r for r in data["rows"] if r["config"]["batch"] == 1][:3]
+    data["rows"] = rows
+    for row, (p90, delta) in zip(rows, [(1.0, 0.05), (2.0, 0.004), (3.0, 0.0)], strict=True):
+        row["latency"]["p90_ms"], row["accuracy_delta"] = p90, delta
+    labels = [r["config"]["label"] for r in rows]
+    assert [r["config"]["label"] for r in BenchmarkResult(data).pareto_front()] == labels
+    for budget, chosen in ((None, 0), (0.1, 0), (0.01, 1), (0.0, 2)):
+        data["settings"]["max_drop"] = budget
+        result = BenchmarkResult(data)
+        assert result.best() is rows[chosen], budget
+        if budget:
+            assert f"within the accuracy budget of {budget:.1%}" in result.recommend()["why"]
+    rows[2]["accuracy_delta"] = None  # unknown delta: never picked under a budget
+    data["settings"]["max_drop"] = 0.0
+    assert BenchmarkResult(data).best() is None
+    result = CliRunner().invoke(app, ["bench", "x.onnx", "--max-drop", "150%"])
+    assert result.exit_code in (1, 2) and "--max-drop" in result.output
