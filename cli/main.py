@@ -13,7 +13,7 @@ import typer
 from rich.text import Text
 from typer.core import TyperGroup
 
-from deploykit import __version__
+from deploykit._version import __version__
 from deploykit.errors import DeployKitError
 
 from . import backends_cmd, bench_cmd, compare_cmd, demo_cmd, inspect_cmd, predict_cmd, quantize_cmd, run_cmd

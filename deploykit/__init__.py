@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from deploykit._version import __version__
 from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.registry import all_backends, backend_names, get_backend
 from deploykit.errors import (
@@ -59,7 +60,6 @@ _LAZY = {
     "draw": "deploykit.vision.results",
 }
 
-__version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:

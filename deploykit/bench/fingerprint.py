@@ -137,7 +137,7 @@ def fingerprint() -> dict[str, Any]:
     """The whole description, as stored in every report."""
     import numpy
 
-    from deploykit import __version__
+    from deploykit._version import __version__
 
     return {
         "hostname": platform.node(),

@@ -369,7 +369,7 @@ def stamp_model(
 ) -> None:
     import torch
 
-    from deploykit import __version__
+    from deploykit._version import __version__
 
     model.producer_name = "deploykit"
     model.producer_version = __version__

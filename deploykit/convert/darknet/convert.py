@@ -79,7 +79,7 @@ def _metadata(
     labels: list[str] | None,
     opencv_threshold: float | None,
 ) -> dict[str, str]:
-    from deploykit import __version__
+    from deploykit._version import __version__
 
     task = "detect" if heads else "classify"
     return {
@@ -199,7 +199,7 @@ def convert_darknet(
         graph, lazy, heads = build_graph(net, reader, head=head, batch=batch_size, opencv_threshold=opencv_threshold)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="deploykit")
         model.ir_version = 8
-        from deploykit import __version__
+        from deploykit._version import __version__
 
         model.producer_version = __version__
         for key, value in _metadata(net, heads, head, cfg_path, weights_path, names, opencv_threshold).items():
