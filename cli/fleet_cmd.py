@@ -56,9 +56,10 @@ def predict_dataset(
 
     if out is None:
         raise UsageError(f"--engine {engine} | needs --out FOLDER for the result rows.", hint="e.g. --out results/.")
+    options: dict[str, Any] = {}
     if task == "detect":
         options = {key: cli_options[key] for key in ("labels", "conf", "iou", "agnostic")}
-    else:
+    elif task == "classify":
         imagenet = cli_options["imagenet"]
         mean, std = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)) if imagenet else (None, None)
         options = {"labels": cli_options["labels"], "mean": mean, "std": std}

@@ -78,8 +78,6 @@ def predict(
         {"--draw": draw_path, "--json": json_path}, inputs={"model": model, "image": image, "--labels": labels}
     )
     kind = _task(model, task)
-    if kind not in ("detect", "classify"):
-        raise UsageError(f"task '{task}' | is not auto, detect or classify.", hint="e.g. --task detect.")
     if engine != "local" or out is not None:  # many images, one row each: deploykit.distributed
         from .fleet_cmd import predict_dataset
 
@@ -88,6 +86,8 @@ def predict(
                         cpus_per_actor=cpus_per_actor, backend=backend, device=device, top_k=top_k,
                         cli_options=cli_options)  # fmt: skip
         return
+    if kind not in ("detect", "classify"):
+        raise UsageError(f"task '{task}' | is not auto, detect or classify.", hint="e.g. --task detect.")
     if kind == "detect":
         with deploykit.Detector(
             model, backend, device, labels=labels, conf=conf, iou=iou, agnostic=agnostic

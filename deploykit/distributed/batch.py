@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.distributed.cluster import connect, require_ray
-from deploykit.distributed.rows import TASKS, ImagePredictor
+from deploykit.distributed.rows import ARRAY_SUFFIXES, TASKS, Predictor
 from deploykit.distributed.store import ResultStore, is_uri, list_sources, read_bytes
 from deploykit.errors import BackendError, ModelNotFoundError, UsageError
 from deploykit.vision.pipelines import _read_labels
@@ -96,7 +96,7 @@ class _RayPredictActor:
 
         data = ray.get(model[0])  # the reference is wrapped in a list so Ray does not resolve it eagerly
         restarted = ray.get_runtime_context().was_current_actor_reconstructed
-        self.predictor = ImagePredictor(_model_file(data, model_name), restarted=restarted, **settings)
+        self.predictor = Predictor(_model_file(data, model_name), restarted=restarted, **settings)
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         import numpy as np
@@ -136,7 +136,7 @@ def _ray_batches(
 def _local_batches(
     model: Path, paths: list[str], settings: dict[str, Any], batch_size: int
 ) -> Iterator[list[dict[str, Any]]]:
-    predictor = ImagePredictor(model, **settings)
+    predictor = Predictor(model, **settings)
     try:
         for start in range(0, len(paths), batch_size):
             chunk = paths[start : start + batch_size]
@@ -170,13 +170,14 @@ def predict(
     backend_options: dict[str, Any] | None = None,
     progress: Progress | None = None,
 ) -> PredictSummary:
-    """Run a Detector or Classifier over every image of ``source``; write one row per image into ``out``.
+    """Run a Detector or Classifier over every image of ``source`` (or a plain session over every
+    ``.npy``/``.npz`` with ``task="tensor"``); write one row per file into ``out``.
 
     Args:
         model: the ``.onnx`` file (on this machine; Ray ships it to the workers).
-        source: an image, a folder of images, or a folder URI (``s3://bucket/frames/``).
+        source: a file, a folder, or a folder URI (``s3://bucket/frames/``).
         out: the output folder (local or URI); rows already there are skipped (resumable).
-        task: ``detect`` or ``classify``.
+        task: ``detect``, ``classify`` or ``tensor``.
         engine: ``ray`` (Ray Data, actor pool) or ``local`` (this process).
         backend, device: where each worker runs the model.
         address: Ray cluster to join (``ray://HEAD:10001``, ``auto``); default a local Ray.
@@ -202,7 +203,7 @@ def predict(
     if engine not in ENGINES:
         raise UsageError(f"engine '{engine}' | is not local or ray.", hint="--engine local runs in this process.")
     if task not in TASKS:
-        raise UsageError(f"task '{task}' | is not detect or classify.", hint="e.g. --task detect.")
+        raise UsageError(f"task '{task}' | is not detect, classify or tensor.", hint="e.g. --task detect.")
     if cpus_per_actor <= 0 or (actors is not None and actors < 1) or batch_size < 1:
         raise UsageError(
             f"actors {actors}, cpus per actor {cpus_per_actor}, batch size {batch_size} | must be positive.",
@@ -214,7 +215,7 @@ def predict(
     if isinstance(pipeline_options.get("labels"), (str, os.PathLike)):
         # a names file on this machine travels as its list of names: workers may not see the file
         pipeline_options["labels"] = _read_labels(pipeline_options["labels"], {})
-    paths = list_sources(source)
+    paths = list_sources(source, ARRAY_SUFFIXES if task == "tensor" else None)
     store = ResultStore(out)
     done = store.done_paths()
     pending = [p for p in paths if p not in done]
@@ -233,7 +234,7 @@ def predict(
         return summary
     # Open the pipeline here once before starting Ray, so a bad model, task or label file is a clear
     # error now rather than an actor that dies on every node.
-    ImagePredictor(model_path, **settings).close()
+    Predictor(model_path, **settings).close()
     started = time.perf_counter()
     with connect(address) as ray:
         summary.startup_s = time.perf_counter() - started

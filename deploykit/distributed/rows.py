@@ -1,19 +1,24 @@
-"""One image in, one result row out: the unit of work both engines (local and Ray) share.
+"""One file in, one result row out: the unit of work both engines (local and Ray) share.
 
 A row is a JSON-serialisable dict::
 
-    {"path": ..., "status": "ok" | "error", "error": None | reason, "task": "detect" | "classify",
-     "results": [detections or top-k classes], "timing_ms": {"pre_ms", "infer_ms", "post_ms", "total_ms"},
+    {"path": ..., "status": "ok" | "error", "error": None | reason, "task": "detect" | "classify" | "tensor",
+     "results": detections, top-k classes, or {output: {"shape", "dtype", "data"}} for "tensor",
+     "timing_ms": {"pre_ms", "infer_ms", "post_ms", "total_ms"},
      "backend": ..., "device": ..., "worker": {"node", "pid", "restarted"}}
 
-A bad input (not an image, empty, truncated, odd channels) becomes an error row with the reason;
-it never stops the job. Both engines build rows here, so they produce the same rows.
+``detect`` and ``classify`` read image files through the Detector / Classifier; ``tensor`` feeds
+``.npy`` (one-input models) or ``.npz`` files (one array per input name) to a plain session. A bad
+input (not an image, empty, truncated, odd channels, wrong shape) becomes an error row with the
+reason; it never stops the job. Both engines build rows here, so they produce the same rows.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import platform
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,9 +26,12 @@ from typing import Any
 import numpy as np
 
 from deploykit.errors import DeployKitError, InputError, UsageError
+from deploykit.tensors import TensorSpec
 from deploykit.vision.pipelines import Classifier, Detector
+from deploykit.vision.results import Timing
 
-TASKS = ("detect", "classify")
+TASKS = ("detect", "classify", "tensor")
+ARRAY_SUFFIXES = (".npy", ".npz")
 
 
 def decode_image(data: bytes, name: str) -> np.ndarray:
@@ -51,12 +59,42 @@ def decode_image(data: bytes, name: str) -> np.ndarray:
     return check_image(image, f"image '{name}'")
 
 
-class ImagePredictor:
-    """A pipeline (Detector or Classifier) that turns (path, bytes) into result rows.
+def decode_arrays(data: bytes, name: str, inputs: dict[str, TensorSpec]) -> dict[str, np.ndarray]:
+    """Feeds from a ``.npy`` (the one input of the model) or ``.npz`` (arrays named like the inputs);
+    an array one axis short of its input gets the batch axis.
+
+    Raises:
+        InputError: the bytes are not a numpy file, or a ``.npy`` is given to a multi-input model.
+    """
+    try:
+        loaded = np.load(io.BytesIO(data), allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise InputError(f"array file '{name}' | is not a .npy or .npz numpy file ({exc}).",
+                         hint="save inputs with np.save or np.savez.") from exc  # fmt: skip
+    if isinstance(loaded, np.ndarray):
+        if len(inputs) != 1:
+            raise InputError(
+                f"array file '{name}' | holds one array; the model has {len(inputs)} inputs ({', '.join(inputs)}).",
+                hint="save an .npz with one array per input name: np.savez(path, a=..., b=...).",
+            )
+        arrays = {next(iter(inputs)): loaded}
+    else:
+        arrays = {key: loaded[key] for key in loaded.files}
+    feeds = {}
+    for key, array in arrays.items():
+        spec = inputs.get(key)
+        rank = None if spec is None or spec.shape is None else len(spec.shape)
+        feeds[key] = array[None] if rank is not None and array.ndim == rank - 1 else array
+    return feeds
+
+
+class Predictor:
+    """A pipeline (Detector or Classifier), or a plain session for ``tensor``, that turns (path, bytes)
+    into result rows.
 
     Args:
         model: the ``.onnx`` file (already on this machine).
-        task: ``detect`` or ``classify``.
+        task: ``detect``, ``classify`` or ``tensor``.
         backend, device: where it runs.
         threads: the backend's thread count (the CPUs this worker may use).
         pipeline_options: keyword arguments of the pipeline (labels, conf, iou, mean, std ...).
@@ -79,30 +117,51 @@ class ImagePredictor:
         restarted: bool = False,
     ) -> None:
         if task not in TASKS:
-            raise UsageError(f"task '{task}' | is not detect or classify.", hint="e.g. task='detect'.")
+            raise UsageError(f"task '{task}' | is not detect, classify or tensor.", hint="e.g. task='detect'.")
         options = dict(backend_options or {})
         if threads:
             options["threads"] = threads
-        pipeline_class = Detector if task == "detect" else Classifier
-        options.update(pipeline_options or {})
-        self.pipeline: Detector | Classifier = pipeline_class(model, backend, device, **options)
+        self.pipeline: Detector | Classifier | None = None
+        if task == "tensor":
+            from deploykit import load
+
+            self.session = load(model, backend, device, **options)
+        else:
+            pipeline_class = Detector if task == "detect" else Classifier
+            self.pipeline = pipeline_class(model, backend, device, **options, **(pipeline_options or {}))
+            self.session = self.pipeline.session
         self.task, self.top_k = task, top_k
-        info = self.pipeline.session.info
+        info = self.session.info
         self.backend, self.device = info.backend, info.device
         self.worker = {"node": platform.node(), "pid": os.getpid(), "restarted": restarted}
 
+    def _tensor(self, path: str, data: bytes) -> tuple[dict[str, Any], Timing]:
+        start = time.perf_counter()
+        feeds = decode_arrays(data, path, self.session.inputs)
+        loaded = time.perf_counter()
+        outputs = self.session.run(feeds)
+        ran = time.perf_counter()
+        results = {name: {"shape": list(array.shape), "dtype": str(array.dtype), "data": array.tolist()}
+                   for name, array in outputs.items()}  # fmt: skip
+        return results, Timing((loaded - start) * 1e3, (ran - loaded) * 1e3, (time.perf_counter() - ran) * 1e3)
+
     def row(self, path: str, data: bytes) -> dict[str, Any]:
-        """The result row of one encoded image."""
+        """The result row of one file's bytes (an encoded image, or a .npy/.npz for ``tensor``)."""
         base = {"path": path, "task": self.task, "backend": self.backend, "device": self.device, "worker": self.worker}
+        results: list[Any] | dict[str, Any]
+        timing: Timing | None
         try:
-            image = decode_image(data, path)
-            if isinstance(self.pipeline, Detector):
-                results = [d.to_dict() for d in self.pipeline(image)]
+            if self.pipeline is None:
+                results, timing = self._tensor(path, data)
             else:
-                results = [c.to_dict() for c in self.pipeline(image, top_k=self.top_k)]
+                image = decode_image(data, path)
+                if isinstance(self.pipeline, Detector):
+                    results = [d.to_dict() for d in self.pipeline(image)]
+                else:
+                    results = [c.to_dict() for c in self.pipeline(image, top_k=self.top_k)]
+                timing = self.pipeline.last_timing
         except DeployKitError as exc:
             return {**base, "status": "error", "error": str(exc), "results": [], "timing_ms": None}
-        timing = self.pipeline.last_timing
         return {**base, "status": "ok", "error": None, "results": results,
                 "timing_ms": timing.to_dict() if timing else None}  # fmt: skip
 
@@ -110,4 +169,4 @@ class ImagePredictor:
         return [self.row(path, data) for path, data in zip(paths, blobs, strict=True)]
 
     def close(self) -> None:
-        self.pipeline.close()
+        self.session.close()

@@ -44,31 +44,34 @@ def _scheme(uri: str) -> str:
     return uri.split("://", 1)[0] + "://"
 
 
-def list_sources(source: str | os.PathLike[str]) -> list[str]:
-    """The image files of ``source`` (a file, a folder, or a folder URI), sorted.
+def list_sources(source: str | os.PathLike[str], suffixes: tuple[str, ...] | None = None) -> list[str]:
+    """The input files of ``source`` (a file, a folder, or a folder URI), sorted.
+
+    Args:
+        suffixes: the file suffixes that are inputs; default image files.
 
     Raises:
-        InputError: the source does not exist or holds no image.
+        InputError: the source does not exist or holds no input file.
     """
-    from deploykit.vision.image import IMAGE_SUFFIXES, list_images
+    from deploykit.vision.image import IMAGE_SUFFIXES
 
+    suffixes = suffixes or IMAGE_SUFFIXES
     text = str(source)
     if is_uri(text):
         from pyarrow import fs
 
         filesystem, root = _filesystem(text)
         infos = filesystem.get_file_info(fs.FileSelector(root, recursive=True, allow_not_found=True))
-        found = sorted(_scheme(text) + i.path for i in infos if i.is_file and i.path.lower().endswith(IMAGE_SUFFIXES))
+        found = sorted(_scheme(text) + i.path for i in infos if i.is_file and i.path.lower().endswith(suffixes))
     else:
         path = Path(text.removeprefix("file://")).resolve()
         if not path.exists():
-            raise InputError(f"images '{source}' | no such file or folder.", hint="check the path.")
-        found = [str(p) for p in list_images(path)] if path.is_dir() else [str(path)]
+            raise InputError(f"inputs '{source}' | no such file or folder.", hint="check the path.")
+        files = sorted(p for p in path.iterdir() if p.suffix.lower() in suffixes) if path.is_dir() else [path]
+        found = [str(p) for p in files]
     if not found:
-        raise InputError(
-            f"images '{source}' | holds no image file ({', '.join(IMAGE_SUFFIXES)}).",
-            hint="point at a folder of images.",
-        )
+        raise InputError(f"inputs '{source}' | holds no input file ({', '.join(suffixes)}).",
+                         hint="point at a folder of images (or of .npy/.npz files with --task tensor).")  # fmt: skip
     return found
 
 

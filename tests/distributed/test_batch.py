@@ -8,7 +8,10 @@ import os
 import shutil
 import signal
 import sys
+from pathlib import Path
 
+import numpy as np
+import onnx
 import psutil
 import pytest
 from typer.testing import CliRunner
@@ -17,6 +20,7 @@ from deploykit.cli.main import app
 from deploykit.distributed import predict
 from deploykit.distributed.store import ResultStore
 from deploykit.errors import BackendUnavailableError, InputError, UsageError
+from tests.assets.catalog import mlp_dynamic_batch
 from tests.distributed.conftest import BROKEN
 
 # nudenet's classes are rare in these photos: a low threshold gives every image something to compare
@@ -129,7 +133,7 @@ def test_usage_errors_name_the_problem(detector, photo_folder, tmp_path):
     with pytest.raises(UsageError, match=r"must be positive"):
         predict(detector, photo_folder, tmp_path / "out", engine="local", actors=0)
     (tmp_path / "empty").mkdir()
-    with pytest.raises(InputError, match=r"holds no image file"):
+    with pytest.raises(InputError, match=r"inputs .* \| holds no input file \(\.jpg"):
         predict(detector, tmp_path / "empty", tmp_path / "out", engine="local")
     (tmp_path / "file").write_text("x")
     with pytest.raises(UsageError, match=r"is a file, expected a folder"):
@@ -139,9 +143,38 @@ def test_usage_errors_name_the_problem(detector, photo_folder, tmp_path):
 
 
 def test_a_uri_argument_keeps_its_scheme():
-    from pathlib import Path
-
     from deploykit.cli.fleet_cmd import source_text
 
     assert source_text(Path("s3://bucket/frames/")) == "s3://bucket/frames"
     assert source_text(Path("/data/frames")) == "/data/frames"
+
+
+def test_tensor_task_runs_npy_files_on_ray_against_the_reference_evaluator(local_ray, tmp_path):
+    from onnx.reference import ReferenceEvaluator
+
+    model = tmp_path / "mlp.onnx"
+    onnx.save(mlp_dynamic_batch(), model)
+    folder = tmp_path / "arrays"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    inputs = {}
+    for index in range(10):
+        x = rng.uniform(-1, 1, (8,) if index % 2 else (3, 8)).astype(np.float32)  # (8,) gets the batch axis
+        np.save(folder / f"x{index:02d}.npy", x)
+        inputs[f"x{index:02d}.npy"] = x if x.ndim == 2 else x[None]
+    inputs["named.npz"] = rng.uniform(-1, 1, (2, 8)).astype(np.float32)
+    np.savez(folder / "named.npz", x=inputs["named.npz"])
+    (folder / "bad.npy").write_bytes(b"not numpy")
+    np.save(folder / "wrong.npy", np.zeros((2, 5), np.float32))
+
+    summary = predict(model, folder, tmp_path / "out", task="tensor", engine="ray", actors=2)
+    assert (summary.processed, summary.errors) == (13, 2)
+    rows = {Path(r["path"]).name: r for r in ResultStore(tmp_path / "out").rows()}
+    reference = ReferenceEvaluator(onnx.load(model))  # an independent implementation of the graph
+    for name, x in inputs.items():
+        (expected,) = reference.run(None, {"x": x})
+        got = rows[name]["results"]["y"]
+        assert rows[name]["status"] == "ok" and got["shape"] == list(expected.shape) and got["dtype"] == "float32"
+        np.testing.assert_allclose(np.array(got["data"], np.float32), expected, rtol=1e-5, atol=1e-6)
+    assert "array file" in rows["bad.npy"]["error"] and "is not a .npy or .npz numpy file" in rows["bad.npy"]["error"]
+    assert rows["wrong.npy"]["status"] == "error" and "'x'" in rows["wrong.npy"]["error"]
