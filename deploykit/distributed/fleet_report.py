@@ -46,6 +46,14 @@ def _cell(result: BenchmarkResult, row: dict[str, Any], best: dict[str, Any] | N
     return f"{value:.3f} {unit} {row['session']['precision']}{mark}"
 
 
+def _written(text: str, path: str | os.PathLike[str] | None) -> str:
+    """``text``, also written atomically to ``path`` when one is given."""
+    if path is not None:
+        with atomic_path(path) as temporary:
+            temporary.write_text(text)
+    return text
+
+
 class FleetResult:
     """A fleet benchmark: ``data`` is the JSON document; methods render it."""
 
@@ -115,10 +123,7 @@ class FleetResult:
     # --- writing -------------------------------------------------------------------------
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
         text = json.dumps(self.data, indent=2, default=str)
-        if path is not None:
-            with atomic_path(path) as temporary:
-                temporary.write_text(text)
-        return text
+        return _written(text, path)
 
     def to_markdown(self, path: str | os.PathLike[str] | None = None) -> str:
         rows = self.matrix()
@@ -131,10 +136,7 @@ class FleetResult:
             text = f"{recommendation['label']}: `{recommendation['python']}`" if recommendation else "none"
             lines.append(f"- **{name}**: {text}")
         text = "\n".join(lines) + "\n"
-        if path is not None:
-            with atomic_path(path) as temporary:
-                temporary.write_text(text)
-        return text
+        return _written(text, path)
 
     def to_html(self, path: str | os.PathLike[str] | None = None) -> str:
         """The device sections side by side (as ``report merge``), after the fleet table and a chart."""
@@ -160,10 +162,7 @@ class FleetResult:
         else:
             head = "<head><meta charset='utf-8'><title>deploykit fleet</title></head>"
             page = f"<!DOCTYPE html><html lang='en'>{head}<body>{fleet}</body></html>"
-        if path is not None:
-            with atomic_path(path) as temporary:
-                temporary.write_text(page)
-        return page
+        return _written(page, path)
 
     def _chart(self) -> str:
         """Grouped bars: for each configuration, one bar per device (its headline figure)."""
