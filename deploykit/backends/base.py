@@ -259,6 +259,10 @@ class Backend(abc.ABC):
     def devices(self) -> list[str]:
         """Devices this machine offers to the backend, in the backend's spelling."""
 
+    def unavailable_devices(self) -> dict[str, str]:
+        """Devices the backend knows but this machine cannot use, with the reason (for ``backends``)."""
+        return {}
+
     def build_info(self) -> dict[str, Any]:
         """Build details of the imported runtime worth recording in a report (providers, CPU features)."""
         return {}

@@ -23,7 +23,11 @@ _PROVIDERS = {
     "cpu": "CPUExecutionProvider",
     "cuda": "CUDAExecutionProvider",
     "tensorrt": "TensorrtExecutionProvider",
+    "openvino": "OpenVINOExecutionProvider",
 }
+# ORT's OpenVINO execution provider ships in the onnxruntime-openvino package (which replaces the
+# onnxruntime module); ``openvino:GPU`` picks its device_type, ``openvino`` means its CPU.
+_OPENVINO_DEVICE_TYPES = ("CPU", "GPU", "NPU", "AUTO")
 _PROVIDER_LIBRARIES = {
     "CUDAExecutionProvider": "libonnxruntime_providers_cuda.so",
     "TensorrtExecutionProvider": "libonnxruntime_providers_tensorrt.so",
@@ -48,13 +52,18 @@ def parse_device(device: str) -> tuple[str, int]:
     kind, _, index = device.strip().lower().partition(":")
     if kind == "gpu":
         kind = "cuda"
-    if kind not in _PROVIDERS or (index and not index.isdigit()):
+    valid_index = index.upper() in _OPENVINO_DEVICE_TYPES if kind == "openvino" else index.isdigit()
+    if kind not in _PROVIDERS or (index and not valid_index):
         raise UsageError(
             f"backend 'onnxruntime' | device '{device}' is not a device name; expected "
-            "cpu, cuda, cuda:N, tensorrt or tensorrt:N.",
+            "cpu, cuda, cuda:N, tensorrt, tensorrt:N, openvino or openvino:CPU|GPU|NPU.",
             hint="'deploykit backends' lists the devices this machine offers.",
         )
-    return kind, int(index or 0)
+    return kind, int(index) if index.isdigit() else 0
+
+
+def _openvino_device_type(device: str) -> str:
+    return device.partition(":")[2].upper() or "CPU"
 
 
 class OnnxRuntimeBackend(Backend):
@@ -79,6 +88,18 @@ class OnnxRuntimeBackend(Backend):
     def version(self) -> str:
         self.import_runtime()
         return _distribution()
+
+    def unavailable_devices(self) -> dict[str, str]:
+        ort = self.import_runtime()
+        available = set(ort.get_available_providers())
+        problems = {}
+        for kind, provider in _PROVIDERS.items():
+            if provider not in available:
+                extra = "onnxruntime-openvino" if kind == "openvino" else "onnxruntime-gpu"
+                problems[kind] = f"this {_distribution()} has no {provider} (install {extra} instead)"
+            elif (problem := _provider_library_problem(provider)) is not None:
+                problems[kind] = problem
+        return problems
 
     def build_info(self) -> dict[str, Any]:
         return {"build_providers": self.import_runtime().get_available_providers()}
@@ -120,6 +141,8 @@ class OnnxRuntimeBackend(Backend):
         }[level]
 
         providers: list[Any] = []
+        if kind == "openvino":
+            providers.append((wanted, {"device_type": _openvino_device_type(device)}))
         if kind == "tensorrt":
             providers.append((wanted, {"device_id": index}))
         if kind in ("tensorrt", "cuda"):
@@ -160,8 +183,12 @@ class OnnxRuntimeBackend(Backend):
             raise self._device_error(
                 device,
                 reason + ".",
-                hint="install the CUDA/cuDNN (or TensorRT) libraries this onnxruntime-gpu needs, "
-                "use device 'cpu', or pass allow_fallback=True (--allow-fallback) to run on "
+                hint=(
+                    "install onnxruntime-openvino in place of onnxruntime (it replaces the module)"
+                    if device.lower().startswith("openvino")
+                    else "install the CUDA/cuDNN (or TensorRT) libraries this onnxruntime-gpu needs"
+                )
+                + ", use device 'cpu', or pass allow_fallback=True (--allow-fallback) to run on "
                 "the CPU and have it reported.",
             )
 
