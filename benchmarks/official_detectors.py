@@ -16,17 +16,16 @@ import time
 from pathlib import Path
 
 import cv2
+import numpy as np
 
 import deploykit
 from deploykit.backends.registry import all_backends
 from deploykit.recipes import build, get_recipe
+from deploykit.vision.nms import iou_one_to_many
 
 
 def _iou(a: tuple[float, ...], b: tuple[float, ...]) -> float:
-    width = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    height = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    inter = width * height
-    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+    return float(iou_one_to_many(np.array(a), np.array([b]))[0])
 
 
 def main() -> None:

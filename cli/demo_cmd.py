@@ -133,11 +133,9 @@ def _verdict_markup(verdict: str) -> str:
 
 
 def _iou(a: tuple[float, ...], b: tuple[float, ...]) -> float:
-    width = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    height = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    inter = width * height
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return inter / union if union > 0 else 0.0
+    from deploykit.vision.nms import iou_one_to_many
+
+    return float(iou_one_to_many(np.array(a), np.array([b]))[0])
 
 
 def unmatched_detections(ours: list[Any], theirs: list[Any], min_iou: float = MATCH_IOU) -> list[str]:

@@ -18,6 +18,7 @@ from deploykit.backends.registry import BUILTIN_BACKENDS, get_backend
 from deploykit.cli.main import app
 from deploykit.convert.darknet.convert import convert_darknet, load_network
 from deploykit.recipes import build
+from deploykit.vision.nms import iou_one_to_many
 from deploykit.vision.results import Detection
 from tests.assets.paths import (
     darknet_image,
@@ -47,10 +48,7 @@ def yolov4_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _iou(a: tuple[float, ...], b: tuple[float, ...]) -> float:
-    width = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    height = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    inter = width * height
-    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+    return float(iou_one_to_many(np.array(a), np.array([b]))[0])
 
 
 def _assert_same_objects(ours: list[Detection], theirs: list[tuple[str, tuple[float, ...]]], min_iou: float,
