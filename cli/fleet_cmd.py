@@ -75,12 +75,14 @@ def predict_dataset(
             actors=actors, cpus_per_actor=cpus_per_actor, top_k=top_k, pipeline_options=options,
             progress=report,
         )  # fmt: skip
+    if summary.skipped == summary.total:
+        console.print(f"nothing to do: all {summary.total} inputs already have a row in {summary.out}")
+        return
+    startup = f", Ray start-up {summary.startup_s:.1f} s" if engine == "ray" else ""
     console.print(
-        f"{summary.processed} rows written to {summary.out} ({summary.errors} error rows, "
-        f"{summary.skipped} of {summary.total} images already done, {summary.worker_restarts} restarted workers); "
-        f"{summary.images_per_s:.1f} images/s on {summary.actors} "
-        f"{'actor' if summary.actors == 1 else 'actors'}"
-        + (f", Ray start-up {summary.startup_s:.1f} s" if engine == "ray" else "")
+        f"{summary.processed} rows written to {summary.out} ({summary.errors} with an error, "
+        f"{summary.skipped} of {summary.total} inputs done before, {summary.worker_restarts} restarted workers); "
+        f"{summary.images_per_s:.1f} rows/s on {summary.actors} {'actor' if summary.actors == 1 else 'actors'}{startup}"
     )
 
 

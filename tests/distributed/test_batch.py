@@ -103,12 +103,18 @@ def test_predict_cli_runs_a_folder_on_ray(local_ray, detector, photo_folder, tmp
     result = CliRunner().invoke(app, ["predict", str(detector), str(folder), "--engine", "ray", "--actors", "1",
                                       "--out", str(tmp_path / "out"), "--conf", "0.05"])  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert "7 rows written" in result.output and "1 error rows" in result.output
+    assert "7 rows written" in result.output and "(1 with an error, 0 of 7 inputs done before" in result.output
     rows = [
         json.loads(line) for part in (tmp_path / "out").glob("part-*.jsonl") for line in part.read_text().splitlines()
     ]
     assert sorted(r["path"].split("/")[-1] for r in rows) == sorted(p.name for p in folder.iterdir())
     assert {r["backend"] for r in rows} == {"onnxruntime"}
+    again = CliRunner().invoke(
+        app, ["predict", str(detector), str(folder), "--engine", "ray", "--out", str(tmp_path / "out")]
+    )
+    assert (
+        again.exit_code == 0 and f"nothing to do: all 7 inputs already have a row in {tmp_path / 'out'}" in again.output
+    )
 
 
 def test_missing_ray_names_the_extra(monkeypatch, detector, photo_folder, tmp_path):
