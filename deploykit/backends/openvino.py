@@ -8,6 +8,7 @@ and compiled once per distinct shape, so static-shape kernels run.
 from __future__ import annotations
 
 import queue
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -193,8 +194,18 @@ class OpenVinoBackend(Backend):
 
 
 def _last_line(exc: BaseException) -> str:
-    # OpenVINO ends some messages with a lone ';' (AUTO's): keep only lines that say something.
-    lines = [line.strip() for line in str(exc).strip().splitlines() if any(c.isalnum() for c in line)]
+    """The reason in an OpenVINO exception: for a failed ONNX conversion, each failed operation with
+    the last line of its own message (the summary alone names the ops, not why); else the last
+    line that says something (OpenVINO ends some messages with a lone ';', AUTO's)."""
+    text = str(exc).strip()
+    failed = re.findall(r"^-- (\S+) with a message:\n(.*?)(?=^-- |^Summary:|\Z)", text, re.M | re.S)
+    if failed:
+        reasons = []
+        for operation, message in failed:
+            said = [line.strip() for line in message.splitlines() if any(c.isalnum() for c in line)]
+            reasons.append(f"{operation}: {said[-1] if said else 'no reason given'}")
+        return "conversion failed for " + "; ".join(reasons)
+    lines = [line.strip() for line in text.splitlines() if any(c.isalnum() for c in line)]
     useful = [line for line in lines if not line.startswith(("Check ", "File ", "at "))]
     return (useful or lines or [type(exc).__name__])[-1]
 
