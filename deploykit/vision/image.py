@@ -43,22 +43,32 @@ def load_image(path: str | os.PathLike[str]) -> np.ndarray:
         )
     if not file.is_file():
         raise InputError(f"image '{file}' | no such file.", hint="check the path of the image.")
-    data = file.read_bytes()
-    check_image_bytes(file, data)
+    return decode_image(file.read_bytes(), file)
+
+
+def decode_image(data: bytes, name: str | os.PathLike[str]) -> np.ndarray:
+    """Decode an image file's bytes as HWC uint8 BGR, refusing truncated and huge images first.
+
+    Raises:
+        InputError: the bytes are empty, truncated, too large, or not an image OpenCV can decode.
+    """
+    if not data:
+        raise InputError(f"image '{name}' | is empty (0 bytes).", hint="remove or re-export the file.")
+    check_image_bytes(Path(name), data)
     cv2 = _cv2()
     try:
         image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
     except cv2.error as exc:
         raise InputError(
-            f"image '{file}' | OpenCV cannot decode it: {' '.join(str(exc).split())[-200:]}",
+            f"image '{name}' | OpenCV cannot decode it: {' '.join(str(exc).split())[-200:]}",
             hint="pass a JPEG, PNG, BMP, TIFF or WebP file of a sane size.",
         ) from exc
     if image is None:
         raise InputError(
-            f"image '{file}' | is not an image OpenCV can read.",
+            f"image '{name}' | is not an image OpenCV can read.",
             hint="pass a JPEG, PNG, BMP, TIFF or WebP file.",
         )
-    return check_image(image, str(file))
+    return check_image(image, str(name))
 
 
 MAX_IMAGE_PIXELS = 2**28

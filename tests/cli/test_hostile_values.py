@@ -202,3 +202,19 @@ def test_image_errors_in_the_library(tiny, tmp_path):
 
     with pytest.raises(InputError, match="is a folder"):
         load_image(tmp_path)
+
+
+def test_empty_image_file(tiny, tmp_path):
+    empty = tmp_path / "empty.jpg"
+    empty.write_bytes(b"")
+    result = invoke_checked(["predict", tiny["classifier"], empty])
+    assert result.exit_code == 1 and f"image '{empty}' | is empty (0 bytes)." in result.stderr
+
+
+def test_decode_image_bytes_like_files(tiny):
+    from deploykit.vision.image import decode_image, load_image
+
+    data = tiny["image"].read_bytes()
+    assert (decode_image(data, "from-bytes.jpg") == load_image(tiny["image"])).all()
+    with pytest.raises(InputError, match=r"image 'cut.jpg' \| the JPEG data ends before its end-of-image marker"):
+        decode_image(data[: len(data) // 2], "cut.jpg")
