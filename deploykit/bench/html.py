@@ -83,6 +83,17 @@ def _histograms(rows: list[dict[str, Any]]) -> str:
     return "".join(cells) or '<p class="note">no latency samples</p>'
 
 
+def _axes(width: int, height: int, margin: int, x_label: str, y_label: str, *, extra_width: int) -> list[str]:
+    """The opening of a plot: the svg element, both axes and their labels (close it with ``</svg>``)."""
+    return [
+        f'<svg class="plot" role="img" aria-label="{_e(y_label)} against {_e(x_label)}" width="{width + extra_width}" height="{height}">',
+        f'<line x1="{margin}" y1="{height - margin}" x2="{width - margin}" y2="{height - margin}" stroke="#999"/>',
+        f'<line x1="{margin}" y1="{margin}" x2="{margin}" y2="{height - margin}" stroke="#999"/>',
+        f'<text x="{width / 2}" y="{height - 10}" font-size="11" text-anchor="middle">{_e(x_label)}</text>',
+        f'<text x="4" y="{margin - 10}" font-size="11">{_e(y_label)}</text>',
+    ]
+
+
 def _lines(series: dict[str, list[tuple[float, float]]], x_label: str, y_label: str) -> str:
     points = [p for values in series.values() for p in values]
     if not points:
@@ -95,13 +106,7 @@ def _lines(series: dict[str, list[tuple[float, float]]], x_label: str, y_label: 
     def place(x: float, y: float) -> tuple[float, float]:
         return margin + (width - 2 * margin) * (x - x_min) / x_span, height - margin - (height - 2 * margin) * y / y_max
 
-    parts = [
-        f'<svg class="plot" role="img" aria-label="{_e(y_label)} against {_e(x_label)}" width="{width + 200}" height="{height}">',
-        f'<line x1="{margin}" y1="{height - margin}" x2="{width - margin}" y2="{height - margin}" stroke="#999"/>',
-        f'<line x1="{margin}" y1="{margin}" x2="{margin}" y2="{height - margin}" stroke="#999"/>',
-        f'<text x="{width / 2}" y="{height - 10}" font-size="11" text-anchor="middle">{_e(x_label)}</text>',
-        f'<text x="4" y="{margin - 10}" font-size="11">{_e(y_label)} (max {y_max:.3g})</text>',
-    ]
+    parts = _axes(width, height, margin, x_label, f"{y_label} (max {y_max:.3g})", extra_width=200)
     for index, (name, values) in enumerate(sorted(series.items())):
         colour = _COLOURS[index % len(_COLOURS)]
         coordinates = [place(x, y) for x, y in sorted(values)]
@@ -155,13 +160,8 @@ def _pareto(result: BenchmarkResult) -> str:
     def place(x: float, y: float) -> tuple[float, float]:
         return margin + (width - 2 * margin) * (x - x_min) / x_span, height - margin - (height - 2 * margin) * y / y_max
 
-    parts = [
-        f'<svg class="plot" role="img" aria-label="latency against accuracy delta" width="{width + 220}" height="{height}">',
-        f'<line x1="{margin}" y1="{height - margin}" x2="{width - margin}" y2="{height - margin}" stroke="#999"/>',
-        f'<line x1="{margin}" y1="{margin}" x2="{margin}" y2="{height - margin}" stroke="#999"/>',
-        f'<text x="{width / 2}" y="{height - 10}" font-size="11" text-anchor="middle">p50 latency (ms)</text>',
-        f'<text x="4" y="{margin - 10}" font-size="11">accuracy delta against f32 (%, max {y_max:.2g})</text>',
-    ]
+    parts = _axes(width, height, margin, "p50 latency (ms)", f"accuracy delta against f32 (%, max {y_max:.2g})",
+                  extra_width=220)  # fmt: skip
     ordered = sorted(zip(xs, ys, rows, strict=True), key=lambda item: item[0])
     path = " ".join(f"{place(x, y)[0]:.1f},{place(x, y)[1]:.1f}" for x, y, r in ordered if r["config"]["label"] in front)
     parts.append(f'<polyline points="{path}" fill="none" stroke="#2a7" stroke-width="2"/>')

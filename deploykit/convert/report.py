@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from deploykit.io import atomic_path
-from deploykit.verify.verdict import OracleInfo, Verdict
+from deploykit.verify.verdict import OracleInfo, Verdict, worst_status
 
 
 @dataclass
@@ -43,9 +43,7 @@ class ConversionReport:
     @property
     def status(self) -> str:
         """The worst verdict: error > fail > degenerate > unverified > pass (``unverified`` when none ran)."""
-        order = ("error", "fail", "degenerate", "unverified", "pass")
-        present = {v.status for v in self.verdicts}
-        return next((s for s in order if s in present), "unverified")
+        return worst_status(self.verdicts)
 
     def first_failure(self) -> str:
         """One sentence about the first verdict that stops the conversion."""

@@ -115,6 +115,12 @@ class Verdict:
         }
 
 
+def worst_status(verdicts: Sequence[Verdict]) -> str:
+    """error > fail > degenerate > unverified > pass; ``unverified`` when there is no verdict."""
+    present = {v.status for v in verdicts}
+    return next((s for s in ("error", "fail", "degenerate", "unverified", "pass") if s in present), "unverified")
+
+
 def error_verdict(candidate: str, oracle: OracleInfo, reason: str, *, device: str | None = None) -> Verdict:
     """The verdict of a candidate that did not run: the runtime's reason, or the signal."""
     return Verdict(candidate, "error", oracle, device=device, reason=reason)
@@ -198,9 +204,7 @@ class VerificationReport:
     @property
     def status(self) -> str:
         """The worst status over candidates: error > fail > degenerate > unverified > pass."""
-        order = ("error", "fail", "degenerate", "unverified", "pass")
-        present = {v.status for v in self.verdicts}
-        return next((s for s in order if s in present), "unverified")
+        return worst_status(self.verdicts)
 
     @property
     def passed(self) -> bool:
