@@ -354,6 +354,9 @@ def _quantize_in(
         kept_ops = engines.convert_fp16(base_path, quantized_path, exclude=excluded)
     seconds = time.perf_counter() - started
     result = onnx.load(str(quantized_path))
+    if engine != "fp16" and graph.float_outputs(result):
+        onnx.save(result, str(quantized_path))
+        notes.append("graph outputs stay float: the quantized last layers hand over unrounded values")
     if engine == "fp16":
         count = sum(1 for n in result.graph.node if n.op_type != "Cast") - sum(kept_ops.values())
     else:

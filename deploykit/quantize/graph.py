@@ -140,3 +140,33 @@ def check_node_names(model: Any, names: Iterable[str], option: str = "--exclude"
 
 def count_ops(model: Any, op_types: Sequence[str]) -> int:
     return sum(1 for node in model.graph.node if node.op_type in op_types)
+
+
+def float_outputs(model: Any) -> list[str]:
+    """Remove the Q→DQ pair an engine put on a graph output, so the output keeps its float value.
+
+    Rounding the final logits or boxes to 8 bits adds error after the last layer and can tie
+    close classes; the producing layer still computes in int8. Returns the outputs changed.
+    """
+    nodes = list(model.graph.node)
+    producer = {output: node for node in nodes for output in node.output}
+    consumers: dict[str, int] = {}
+    for node in nodes:
+        for name in node.input:
+            consumers[name] = consumers.get(name, 0) + 1
+    changed = []
+    for output in model.graph.output:
+        dequantize = producer.get(output.name)
+        if dequantize is None or dequantize.op_type != "DequantizeLinear":
+            continue
+        quantize = producer.get(dequantize.input[0])
+        if quantize is None or quantize.op_type != "QuantizeLinear" or consumers.get(quantize.output[0]) != 1:
+            continue
+        source = producer.get(quantize.input[0])
+        if source is None or consumers.get(quantize.input[0]) != 1:
+            continue
+        source.output[list(source.output).index(quantize.input[0])] = output.name
+        model.graph.node.remove(quantize)
+        model.graph.node.remove(dequantize)
+        changed.append(output.name)
+    return changed

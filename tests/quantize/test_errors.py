@@ -162,16 +162,20 @@ def test_output_onto_the_model_is_refused(classifier_path, classifier_npz, tmp_p
 
 
 def test_over_the_accuracy_budget_nothing_is_written(tmp_path, photos):
-    """A classifier whose ten logits differ by far less than one int8 step of the output's range:
-    quantizing the logits makes them tie, so top-1 agreement collapses and the budget is missed."""
+    """Small features next to a huge one: the huge one sets the 8-bit range of the activations
+    (steps of ~2), so the small ones (~0.001) round to zero. Class 1 is the sum of the small ones
+    × 1000, class 0 a constant 1: f32 picks class 1, int8 class 0; the budget is missed."""
     model = conv_classifier(seed=3)
-    fc_bias = next(t for t in model.graph.initializer if t.name == "b3")
-    bias = onnx.numpy_helper.to_array(fc_bias).copy()
-    bias[0] = -500.0  # one logit far below the rest stretches the output range: int8 steps of ~2
-    fc_bias.CopyFrom(onnx.numpy_helper.from_array(bias, "b3"))
-    weights = next(t for t in model.graph.initializer if t.name == "w3")
-    scaled = onnx.numpy_helper.to_array(weights) * 1e-3
-    weights.CopyFrom(onnx.numpy_helper.from_array(scaled.astype(np.float32), "w3"))
+    values = {t.name: onnx.numpy_helper.to_array(t).copy() for t in model.graph.initializer}
+    values["b2"][0] = 500.0  # channel 0 of the features ≈ 500, read by no logit
+    values["w2"][1:] *= 1e-3  # channels 1-15 ≈ 0.001
+    values["b2"][1:] *= 1e-3
+    values["w3"][:] = 0.0
+    values["w3"][1, 1:] = 1000.0
+    values["b3"][:] = 0.0
+    values["b3"][0] = 1.0
+    for tensor in model.graph.initializer:
+        tensor.CopyFrom(onnx.numpy_helper.from_array(values[tensor.name].astype(np.float32), tensor.name))
     path = tmp_path / "fragile.onnx"
     onnx.save(model, path)
     out = tmp_path / "q.onnx"
