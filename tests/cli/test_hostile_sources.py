@@ -229,3 +229,24 @@ def test_darknet_input_size_typo(tiny, tmp_path):
     cfg.write_text(TINY_CFG.replace("width=32", "width=1000000000"))
     result = invoke_checked(["inspect", cfg])
     assert result.exit_code == 1 and "input 1000000000x32x3 is too large" in result.stderr
+
+
+def test_failed_export_leaves_its_log_not_console_noise(tmp_path):
+    factory = tmp_path / "svd.py"
+    factory.write_text(
+        "import torch\n"
+        "class M(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return torch.linalg.svd(x)[1]\n"
+        "def build():\n"
+        "    return M()\n"
+    )
+    out = tmp_path / "svd.onnx"
+    args = ["convert", "torch", f"{factory}:build", "-i", "x:1x4x4", "-o", out, "--exporter", "torchscript"]
+    result = invoke_checked(args, reads=[factory], writes=[out], watch=[tmp_path])
+    assert result.exit_code == 1
+    assert "Exporting the operator 'aten::linalg_svd' to ONNX opset version 17 is not supported" in result.stderr
+    log = tmp_path / "svd.onnx.export.log"
+    assert f"The exporters' full output is in {log}." in result.stderr
+    assert "Torch IR graph at exception" in log.read_text() and "\x1b[" not in log.read_text()
+    assert "Torch IR graph" not in result.output
