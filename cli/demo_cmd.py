@@ -29,7 +29,8 @@ PHOTO = DARKNET_DATA / "eagle.jpg"
 STEPS = 6
 # The detector of steps 4-5, and which independent oracle can check each official Darknet model.
 DETECTOR = "yolov4-tiny"
-DARKNET_ORACLES = {"yolov3-tiny": "libdarknet", "yolov4-tiny": "opencv4"}
+# Checked against libdarknet (v3-tiny) and OpenCV 4.x's importer (v4-tiny, whose layers pjreddie's Darknet lacks).
+DARKNET_MODELS = ("yolov3-tiny", "yolov4-tiny")
 MATCH_IOU = 0.5
 
 
@@ -49,82 +50,25 @@ def _parity_line(report: Any) -> str:
     return ", ".join(f"{p.backend} {'pass' if p.passed else 'FAIL'}" for p in report.parity)
 
 
-def _decoded_rows(model: Path, image: np.ndarray) -> np.ndarray:
-    """The converted model's decoded detections (f32) for one input tensor."""
-    import deploykit
-
-    with deploykit.load(model) as session:
-        return session.run({"images": image})["detections"]
-
-
-def _libdarknet_error(model: Path, cfg: Path, weights: Path, image: np.ndarray) -> float:
-    """Largest error, relative to max(|value|, 1), of the model against Darknet's own forward pass."""
-    import deploykit
-    from deploykit.convert.darknet import reference
-    from deploykit.vision.yolo import decode_heads
-
-    with deploykit.load(model) as session:
-        heads = _heads(session.metadata)
-        ours = session.run({"images": image})["detections"]
-    raw = reference.darknet_outputs(cfg, weights, image, [h["layer"] for h in heads])
-    heads = [{**h, "output": f"{h['type']}_{h['layer']}"} for h in heads]  # decoded models name them all "detections"
-    expected = decode_heads({h["output"]: raw[h["layer"]].reshape(1, -1, *h["grid"]) for h in heads}, heads)
-    return float(np.max(np.abs(ours - expected) / np.maximum(np.abs(expected), 1.0)))
-
-
-def _opencv4_error(model: Path, cfg: Path, weights: Path, image: np.ndarray) -> float:
-    """Largest error of the model against OpenCV 4.x's own Darknet importer (class scores OpenCV zeroes at
-    or below its 0.2 threshold are compared as zero)."""
-    import cv2
-
-    dnn: Any = cv2.dnn  # the 4.x importer is not in OpenCV 5's type stubs
-    net = dnn.readNetFromDarknet(str(cfg), str(weights))
-    net.setInput(image)
-    outputs = net.forward(net.getUnconnectedOutLayersNames())
-    expected = np.concatenate([o.reshape(1, -1, o.shape[-1]) for o in outputs], axis=1)
-    ours = _decoded_rows(model, image)
-    ours[..., 5:][expected[..., 5:] == 0] = 0
-    return float(np.max(np.abs(ours - expected) / np.maximum(np.abs(expected), 1.0)))
-
-
-def _heads(metadata: dict[str, str]) -> list[dict[str, Any]]:
-    """The YOLO heads a deploykit Darknet conversion records in its metadata."""
-    import json
-
-    heads: list[dict[str, Any]] = json.loads(metadata["deploykit.darknet.heads"])
-    return heads
-
-
-def verify_darknet(name: str, model: Path, cfg: Path, weights: Path) -> tuple[str, str]:
-    """(verdict, sentence): the converted model against the independent oracle that runs here.
+def darknet_verdict(report: Any) -> tuple[str, str]:
+    """(verdict, sentence) of a Darknet conversion, as the verification subsystem judged it.
 
     ``pass``/``fail`` only when an oracle that shares no code with deploykit ran (Darknet's own
     libdarknet, or OpenCV 4.x's Darknet importer); ``unverified`` with the reason otherwise.
     """
-    from deploykit.convert.darknet import reference
-    from deploykit.convert.darknet.convert import load_network
-
-    net = load_network(cfg)
-    image = np.random.default_rng(0).uniform(0, 1, (1, 3, net.height, net.width)).astype(np.float32)
-    oracle = DARKNET_ORACLES.get(name)
-    if oracle == "libdarknet":
-        reason = reference.unavailable_reason()
-        if reason:
-            return "unverified", f"no independent oracle ran here ({reason})"
-        error, who = _libdarknet_error(model, cfg, weights, image), "Darknet's own forward pass (libdarknet)"
-    elif oracle == "opencv4":
-        import cv2
-
-        if not hasattr(cv2.dnn, "readNetFromDarknet"):
-            return "unverified", (
-                f"no independent oracle ran here (OpenCV {cv2.__version__} has no Darknet importer, OpenCV 4.x "
-                "has; Debian's libdarknet lacks this model's layers)"
-            )
-        error, who = _opencv4_error(model, cfg, weights, image), f"OpenCV {cv2.__version__} readNetFromDarknet"
-    else:
-        return "unverified", "no independent oracle is known for this model"
-    verdict = "pass" if error <= 1e-3 else "fail"
-    return verdict, f"checked against {who}, max error {error:.1e} (threshold 1e-3) on {image.size:,} input values"
+    oracle, verdicts = report.oracle, report.verdicts
+    if oracle is None or not verdicts:
+        return "unverified", "no check ran"
+    if not oracle.independent:
+        return "unverified", f"no independent oracle ran here ({oracle.detail})"
+    errors = [o.max_abs_error for v in verdicts for o in v.outputs]
+    who = f"OpenCV {oracle.name.split()[-1]} readNetFromDarknet" if oracle.name.startswith("opencv") else oracle.detail
+    status = "pass" if report.status == "pass" else "fail"
+    return status, (
+        f"checked against {who} on {', '.join(v.candidate for v in verdicts)}: max abs error "
+        f"{max(errors, default=float('nan')):.1e} (atol {verdicts[0].thresholds.atol:g}, "
+        f"rtol {verdicts[0].thresholds.rtol:g})"
+    )
 
 
 def _verdict_markup(verdict: str) -> str:
@@ -258,7 +202,7 @@ def demo(
 
     _step(2, "Darknet → ONNX: the official YOLOv3-tiny and YOLOv4-tiny (COCO weights), checked against Darknet oracles")
     detector_path = workdir / f"{DETECTOR}.onnx"
-    for name in DARKNET_ORACLES:
+    for name in DARKNET_MODELS:
         yolo = get_recipe(name)
         if yolo.unavailable_reason():
             _skip(f"{name}: {yolo.unavailable_reason()}")
@@ -271,7 +215,7 @@ def demo(
             console.print(f"  [red]{name} failed[/]: {escape(str(exc))}")
             continue
         weights = yolo.checked_weights()
-        verdict, sentence = verify_darknet(name, path, yolo.file(yolo.source["cfg"]), weights)
+        verdict, sentence = darknet_verdict(report)
         console.print(f"  wrote {path.name}: {report.parameter_count:,} parameters from {yolo.weights_package}'s "
                       f"{weights.name} in {report.export_seconds:.2f} s; {_verdict_markup(verdict)}: "
                       f"{escape(sentence)}")  # fmt: skip
@@ -303,13 +247,26 @@ def demo(
     else:
         problems += _detect_everywhere(detector_path, photos, workdir / "detections.jpg")
 
-    _step(5, "Benchmark every model on every available backend (each configuration in its own process)")
+    _step(5, "Benchmark every model on every backend and precision it runs here, each verified on real photos")
     results = []
+    photo_folder = DARKNET_DATA if (DARKNET_DATA / "dog.jpg").is_file() else None
+    if photo_folder is None:
+        console.print("  [yellow]note[/]: no photos (apt-get install darknet): reduced precision is judged by "
+                      "cosine/SNR only, without the task metric")  # fmt: skip
     for model in models:
         console.print(f"  {model.name} …")
-        result = benchmark(model, iterations=iterations, warmup=3)
+        result = benchmark(model, iterations=iterations, warmup=3, precision="f32,bf16", inputs=photo_folder)
         results.append(result)
         console.print(result.table())
+        notes = result.data.get("notes", [])
+        skipped = [n.split(": not supported here")[0] for n in notes if ": not supported here" in n]
+        if skipped:
+            console.print(f"  not supported here (never a silent skip): {', '.join(skipped)}")
+        for note in (n for n in notes if ": not supported here" not in n):
+            console.print(f"  note: {escape(note)}", soft_wrap=True)
+        bad = [r for r in result.rows if r["status"] != "ok" or (r.get("verdict") or {}).get("status") != "pass"]
+        problems += [f"{model.name}: {r['config']['label']}: {(r.get('verdict') or {}).get('reason') or r['error']}"
+                     for r in bad]  # fmt: skip
 
     _step(6, "Report")
     if not results:
@@ -338,6 +295,6 @@ def _write_report(workdir: Path, results: list[Any]) -> None:
     for result in results:
         recommendation = result.data["recommendation"]
         if recommendation:
-            console.print(f"  {Path(result.data['model']['path']).name}: fastest with matching outputs is "
-                          f"{recommendation['label']} → {recommendation['python']}")  # fmt: skip
+            console.print(f"  {Path(result.data['model']['path']).name}: {recommendation['label']} — "
+                          f"{recommendation['why']} → {recommendation['python']}", soft_wrap=True)  # fmt: skip
     console.print(f"  report: {report_dir / 'report.html'} (JSON and Markdown beside it)")

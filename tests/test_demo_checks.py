@@ -4,9 +4,8 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-from deploykit.cli.demo_cmd import unmatched_detections, verify_darknet
+from deploykit.cli.demo_cmd import darknet_verdict, unmatched_detections
 from deploykit.vision.results import Detection
 
 
@@ -28,42 +27,55 @@ def test_same_objects_match_and_differences_are_named():
     assert unmatched_detections([shifted[1]], reference[:1] * 2) == ["missing dog"]
 
 
-def test_no_oracle_is_unverified_not_pass(tmp_path):
-    import cv2
+def _converted(tmp_path, seed: int = 1):
+    from deploykit.convert.darknet.convert import load_network
+    from deploykit.convert.darknet.weights import write_random_weights
+    from deploykit.recipes import get_recipe
 
-    if hasattr(cv2.dnn, "readNetFromDarknet"):
-        pytest.skip("OpenCV 4.x is an oracle here; the OpenCV 5 pass checks the unverified wording")
-    verdict, sentence = verify_darknet("yolov4-tiny", tmp_path / "unused.onnx", _cfg(tmp_path), tmp_path / "w")
+    cfg = get_recipe("yolov3-tiny").file("darknet/yolov3-tiny.cfg")
+    weights = tmp_path / f"w{seed}.weights"
+    write_random_weights(load_network(cfg), weights, seed=seed)
+    return cfg, weights
+
+
+def test_no_oracle_is_unverified_not_pass(tmp_path, monkeypatch):
+    import deploykit.convert.darknet.oracles as oracles
+    from deploykit.convert.darknet import reference
+    from deploykit.convert.darknet.convert import convert_darknet
+
+    monkeypatch.setattr(reference, "HEADER", tmp_path / "no-darknet.h")  # as without libdarknet
+    monkeypatch.setattr(oracles, "opencv_darknet_outputs", lambda *args: None)  # as with OpenCV 5
+    cfg, weights = _converted(tmp_path)
+    report = convert_darknet(cfg, weights, tmp_path / "m.onnx", verify_backends=["onnxruntime"])
+    verdict, sentence = darknet_verdict(report)
     assert verdict == "unverified"
-    assert sentence.startswith(f"no independent oracle ran here (OpenCV {cv2.__version__} has no Darknet importer")
-    verdict, sentence = verify_darknet("some-other-model", tmp_path / "unused.onnx", _cfg(tmp_path), tmp_path / "w")
-    assert (verdict, sentence) == ("unverified", "no independent oracle is known for this model")
-
-
-def _cfg(directory):
-    cfg = directory / "tiny.cfg"
-    cfg.write_text("[net]\nwidth=32\nheight=32\nchannels=3\n\n[convolutional]\nfilters=4\nsize=3\nactivation=leaky\n")
-    return cfg
+    assert sentence.startswith("no independent oracle ran here (no Darknet oracle ran: ")
 
 
 def test_verdict_can_fail(tmp_path):
-    """A model that is not the cfg's network disagrees with Darknet's own forward pass."""
+    """A model that is not the cfg's network (other weights) disagrees with Darknet's own forward pass."""
     from deploykit.convert.darknet import reference
     from deploykit.convert.darknet.convert import convert_darknet, load_network
-    from deploykit.convert.darknet.weights import write_random_weights
-    from deploykit.recipes import get_recipe
+    from deploykit.convert.darknet.oracles import verify
+    from deploykit.convert.report import ConversionReport
     from tests.assets.paths import missing_asset
 
     if reference.unavailable_reason():
         missing_asset("the Darknet reference (Debian's libdarknet)", str(reference.unavailable_reason()))
-    cfg = get_recipe("yolov3-tiny").file("darknet/yolov3-tiny.cfg")
-    right, wrong = tmp_path / "right.weights", tmp_path / "wrong.weights"
-    write_random_weights(load_network(cfg), right, seed=1)
-    write_random_weights(load_network(cfg), wrong, seed=2)
+    cfg, right = _converted(tmp_path, seed=1)
+    _, wrong = _converted(tmp_path, seed=2)
     model = tmp_path / "m.onnx"
-    convert_darknet(cfg, wrong, model, head="decoded", verify_backends=[])
-    verdict, sentence = verify_darknet("yolov3-tiny", model, cfg, right)
-    assert verdict == "fail" and sentence.startswith(
-        "checked against Darknet's own forward pass (libdarknet), max error"
-    )
-    assert np.isfinite(float(sentence.split("max error ")[1].split()[0]))
+    convert_darknet(cfg, wrong, model, verify_backends=[])
+    import json
+
+    import deploykit
+
+    with deploykit.load(model) as session:
+        heads = json.loads(session.metadata["deploykit.darknet.heads"])
+    net = load_network(cfg)
+    verdicts, oracle = verify(model, net, heads, "raw", cfg, right, ["onnxruntime"], 1e-4, 1e-3, 0, None,
+                              (net.width, net.height))  # fmt: skip
+    report = ConversionReport("x", str(model), "darknet", "-", 13, 0.0, verdicts=verdicts, oracle=oracle)
+    verdict, sentence = darknet_verdict(report)
+    assert verdict == "fail" and sentence.startswith("checked against Darknet's own forward pass (libdarknet)")
+    assert np.isfinite(float(sentence.split("max abs error ")[1].split()[0]))

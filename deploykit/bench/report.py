@@ -85,6 +85,16 @@ def accuracy_delta(verdict: dict[str, Any] | None) -> float | None:
     return None if task is None else round(1.0 - float(task["value"]), 6)
 
 
+def _backend_options(name: str) -> Sequence[str]:
+    from deploykit.backends.registry import get_backend
+    from deploykit.errors import DeployKitError
+
+    try:
+        return list(get_backend(name).options)
+    except DeployKitError:  # a report from a machine with a plug-in this one lacks
+        return []
+
+
 def _budget(max_drop: float | None) -> str:
     return "" if max_drop is None else f"; within the accuracy budget of {max_drop:.1%}"
 
@@ -198,16 +208,17 @@ class BenchmarkResult:
         options = dict(config.get("options") or {})
         if config.get("threads"):
             options["threads"] = config["threads"]
-        if config.get("precision"):
-            options["precision"] = config["precision"]
+        precision = config.get("precision") or row["session"].get("precision")
+        if precision and "precision" in _backend_options(config["backend"]):  # pin what ran, not a device default
+            options["precision"] = precision
         device = row["session"]["device_requested"]
         spec = f"{config['backend']}:{device}"
         option_text = "".join(f", {k}={v!r}" for k, v in options.items())
         command = f"deploykit bench {model} -b {spec} --batch {config['batch']}"
         if config.get("threads"):
             command += f" --threads {config['threads']}"
-        if config.get("precision"):
-            command += f" --precision {config['precision']}"
+        if options.get("precision"):
+            command += f" --precision {options['precision']}"
         return {
             "label": config["label"],
             "headline": self.headline,
