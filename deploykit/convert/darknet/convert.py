@@ -29,6 +29,8 @@ from deploykit.labels import read_labels
 from deploykit.validation import check_number, check_tolerances
 
 HEADS = ("raw", "decoded")
+# A fixed batch beyond this is a typo (verification runs a whole batch at once).
+MAX_BATCH = 1024
 MIN_OPSET, MAX_OPSET = 13, 21
 
 
@@ -182,9 +184,10 @@ def convert_darknet(
             batch_size = int(batch)
         except (TypeError, ValueError):
             batch_size = 0
-        if batch_size <= 0:
+        if not 0 < batch_size <= MAX_BATCH:
             raise ConversionError(
-                f"batch '{batch}' | expected a positive integer or 'dynamic'.", hint="use --batch 1 or --batch dynamic."
+                f"batch '{batch}' | expected an integer from 1 to {MAX_BATCH}, or 'dynamic'.",
+                hint="use --batch 1, or --batch dynamic to choose the batch at run time.",
             )
     check_outputs(
         {"output": output_path, "report": report_path},
