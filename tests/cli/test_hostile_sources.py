@@ -250,3 +250,12 @@ def test_failed_export_leaves_its_log_not_console_noise(tmp_path):
     assert f"The exporters' full output is in {log}." in result.stderr
     assert "Torch IR graph at exception" in log.read_text() and "\x1b[" not in log.read_text()
     assert "Torch IR graph" not in result.output
+
+
+@pytest.mark.parametrize("batch", ["99999999999999999999", "0", "-2", "x"])
+def test_darknet_batch_out_of_range(tiny, tmp_path, batch):
+    out = tmp_path / "x.onnx"
+    args = ["convert", "darknet", tiny["cfg"], tiny["weights"], "-o", out, "--batch", batch]
+    result = invoke_checked(args, writes=[out])
+    assert result.exit_code == 1
+    assert f"batch '{batch}' | expected an integer from 1 to 1024, or 'dynamic'." in result.stderr
