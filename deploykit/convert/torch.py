@@ -232,6 +232,21 @@ def _log_path(output: Path) -> Path:
     return output.with_name(f"{output.name}.export.log")
 
 
+def _check_example_spec(spec: InputSpec) -> None:
+    """Random example data must fit in memory and, for integers, in the dtype."""
+    from deploykit.inputs import check_allocation
+
+    check_allocation(spec.name, spec.shape, spec.dtype)
+    if spec.dtype.kind in "iu":
+        info = np.iinfo(spec.dtype)
+        if not (info.min <= spec.low < spec.high <= int(info.max) + 1):
+            raise ConversionError(
+                f"input '{spec.name}' | the value range {spec.low}..{spec.high} does not fit {spec.dtype.name} "
+                f"({info.min} to {info.max}).",
+                hint="give a range inside the dtype, e.g. ids:1x16:int64:0..30000.",
+            )
+
+
 def _precision(specs: Sequence[InputSpec]) -> str:
     return "f16" if any(s.dtype == np.float16 for s in specs) else "f32"
 
@@ -293,6 +308,8 @@ def _examples(
                 "inputs | input_names given alongside named specs.",
                 hint="specs already carry names (NAME:SHAPE); drop input_names.",
             )
+        for spec in specs:
+            _check_example_spec(spec)
         rng = np.random.default_rng(seed)
         tensors = [torch.from_numpy(s.example(rng)) for s in specs]
     count = len(specs)
