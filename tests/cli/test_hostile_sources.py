@@ -259,3 +259,18 @@ def test_darknet_batch_out_of_range(tiny, tmp_path, batch):
     result = invoke_checked(args, writes=[out])
     assert result.exit_code == 1
     assert f"batch '{batch}' | expected an integer from 1 to 1024, or 'dynamic'." in result.stderr
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("x:100000000000x16", "input 'x' | random data of shape (100000000000, 16) (float32) would take 5.82 TiB"),
+        ("x:1x3x8x8:int64:0..99999999999999999999", "input 'x' | the value range 0..99999999999999999999 does not fit"),
+        ("x:1x3x8x8:uint8:0..300", "input 'x' | the value range 0..300 does not fit uint8 (0 to 255)."),
+    ],
+    ids=["huge", "int64-range", "uint8-range"],
+)
+def test_torch_example_specs_checked_before_allocating(tiny, tmp_path, spec, message):
+    out = tmp_path / "x.onnx"
+    result = invoke_checked(["convert", "torch", f"{tiny['factory']}:tiny_cnn", "-i", spec, "-o", out], writes=[out])
+    assert result.exit_code == 1 and message in result.stderr

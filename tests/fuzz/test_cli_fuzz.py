@@ -168,7 +168,12 @@ def test_convert_torch(tiny, workdir, data):
     report = data.draw(optional(paths.map(lambda p: ["--report", p])))
     weights = data.draw(flag("--weights", st.one_of(st.just(str(copies.get("state_dict", ""))), paths)))
     args = ["convert", "torch", source, "-o", output, *report, *weights]
-    args += ["-i", "x:" + data.draw(mostly("1x3x8x8", SHAPES))]
+    dtype_range = data.draw(
+        st.sampled_from(
+            ["", "", "", ":float16", ":int64:0..9", ":uint8:0..300", ":int64:0..99999999999999999999", ":x"]
+        )
+    )
+    args += ["-i", "x:" + data.draw(mostly("1x3x8x8", SHAPES)) + dtype_range]
     args += data.draw(flag("--weights-key", st.sampled_from(["state_dict", "model", "a.b", ""])))
     args += data.draw(flag("--ignore-keys", st.sampled_from(["^loss", "([", ".*", ""])))
     args += data.draw(flag("--opset", st.sampled_from(["17", "6", "99", "-1", "x"])))
