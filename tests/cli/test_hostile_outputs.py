@@ -4,11 +4,14 @@ modes, and no temporary file survives SIGINT, SIGTERM or SIGHUP (issue 12)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -35,25 +38,48 @@ def test_unwritable_output_is_a_message(tiny, command):
     assert "directory '/proc' is not writable" in result.stderr
 
 
-@pytest.mark.skipif(IS_ROOT, reason="root may write into a read-only directory")
-def test_read_only_directory(tiny, tmp_path):
-    locked = tmp_path / "locked"
+SETPRIV = shutil.which("setpriv")
+
+
+def _deploykit_as(args: list[object], *, unprivileged: bool) -> subprocess.CompletedProcess[str]:
+    """The real command line; as root it runs as 'nobody' (root may write anywhere)."""
+    command = [str(Path(sys.executable).with_name("deploykit")), *map(str, args)]
+    if unprivileged:
+        command = [str(SETPRIV), "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def shared_dir(tiny):
+    """A directory 'nobody' can read (pytest's tmp_path is private to root) holding the model."""
+    directory = Path(tempfile.mkdtemp(prefix="deploykit-hostile-"))
+    directory.chmod(0o755)
+    shutil.copy2(tiny["dynamic"], directory / "m.onnx")
+    (directory / "m.onnx").chmod(0o644)
+    yield directory
+    shutil.rmtree(directory)
+
+
+@pytest.mark.skipif(IS_ROOT and SETPRIV is None, reason="root may write anywhere, and setpriv is missing")
+def test_read_only_directory(shared_dir):
+    locked = shared_dir / "locked"
     locked.mkdir()
     locked.chmod(0o555)
-    try:
-        result = invoke_checked(["run", tiny["dynamic"], "--save", locked / "o.npz"], writes=[locked / "o.npz"])
-        assert result.exit_code == 1 and f"directory '{locked}' is not writable" in result.stderr
-    finally:
-        locked.chmod(0o755)
+    result = _deploykit_as(["run", shared_dir / "m.onnx", "--save", locked / "o.npz"], unprivileged=IS_ROOT)
+    assert result.returncode == 1, result.stderr
+    assert f"directory '{locked}' is not writable (Permission denied)" in result.stderr
+    assert "Traceback" not in result.stderr and not list(locked.iterdir())
 
 
-@pytest.mark.skipif(IS_ROOT, reason="root may replace a read-only file")
-def test_read_only_existing_output(tiny, tmp_path):
-    out = tmp_path / "o.npz"
+@pytest.mark.skipif(IS_ROOT and SETPRIV is None, reason="root may replace any file, and setpriv is missing")
+def test_read_only_existing_output(shared_dir):
+    out = shared_dir / "o.npz"
     out.write_bytes(b"keep")
     out.chmod(0o444)
-    result = invoke_checked(["run", tiny["dynamic"], "--save", out], writes=[out])
-    assert result.exit_code == 1 and "exists and is read-only" in result.stderr
+    result = _deploykit_as(["run", shared_dir / "m.onnx", "--save", out], unprivileged=IS_ROOT)
+    assert result.returncode == 1, result.stderr
+    assert f"--save '{out}' | exists and is read-only; deploykit does not replace protected files." in result.stderr
+    assert out.read_bytes() == b"keep"
 
 
 def test_device_file_is_never_replaced(tiny):
