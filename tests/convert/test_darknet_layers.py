@@ -199,7 +199,7 @@ def test_bad_options(tmp_path):
         _convert(tmp_path, "[maxpool]\nsize=2\nstride=2\n", head="boxes")
     with pytest.raises(ConversionError, match=r"opset 11 \| the Darknet converter writes opsets 13 to 21"):
         _convert(tmp_path, "[maxpool]\nsize=2\nstride=2\n", opset=11)
-    with pytest.raises(ConversionError, match=r"batch 'many' \| expected a positive integer or 'dynamic'"):
+    with pytest.raises(ConversionError, match=r"batch 'many' \| expected an integer from 1 to 1024, or 'dynamic'"):
         _convert(tmp_path, "[maxpool]\nsize=2\nstride=2\n", batch="many")
     with pytest.raises(ConversionError, match=r"input size 'big' \| expected WIDTHxHEIGHT"):
         _convert(tmp_path, "[maxpool]\nsize=2\nstride=2\n", input_size="big")
