@@ -422,8 +422,9 @@ def parse_input_options(
             if name not in merged and spec.shape and all(isinstance(d, int) or d in symbols for d in spec.shape):
                 merged[name] = InputSetting(tuple(d if isinstance(d, int) else symbols[str(d)] for d in spec.shape))
         batch_axes = {s.name: batch_axis_of(s, set(), {}) for s in specs.values()}
+        batched = any(axis is not None and name in feeds for name, axis in batch_axes.items())
         plan = plan_inputs(list(missing.values()), metadata, settings={n: v for n, v in merged.items() if n in missing},
-                           batch=fed_batch(feeds, batch_axes) if feeds else None)  # fmt: skip
+                           batch=fed_batch(feeds, batch_axes) if batched else None)  # fmt: skip
         rng = np.random.default_rng(check_seed(seed))
         feeds.update({n: random_array(s, plan.shapes[n], rng, merged.get(n)) for n, s in missing.items()})
     return feeds
