@@ -136,6 +136,11 @@ def _check_one(label: str, path: Path) -> None:
 
 
 def _check_path(subject: str, path: Path) -> None:
+    if str(path) in ("-", ""):
+        raise OutputError(
+            f"{subject} | is not a file name; deploykit writes outputs to files, not to standard output.",
+            hint="name the file to write, e.g. out.json (to write one literally named '-', pass ./-).",
+        )
     parent = Path(os.path.realpath(path)).parent
     if path.is_dir():
         raise OutputError(

@@ -229,3 +229,10 @@ def test_ignored_sighup_keeps_working_files(tmp_path):
         process.terminate()
         process.wait(timeout=30)
     assert not temporary_leftovers([tmp_path])
+
+
+def test_dash_is_not_a_file_name(tiny, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = invoke_checked(["predict", tiny["classifier"], tiny["image"], "--json", "-"], watch=[tmp_path])
+    assert result.exit_code == 1 and "--json '-' | is not a file name" in result.stderr
+    assert not list(tmp_path.iterdir())

@@ -74,9 +74,15 @@ def fresh(workdir: Path, tiny: dict[str, Path]) -> tuple[Path, dict[str, Path]]:
 
 def check(work: Path, args: list[str], reads: list[str], outputs: list[str]) -> None:
     """Run and assert the promises; ``reads`` are the arguments the command reads as files."""
-    read_files = [Path(p) for p in reads if p and sha256(Path(p)) is not None]
-    writes = [Path(p) for p in outputs if p and Path(p).parent in (work, work / "in")]
-    invoke_checked(args, reads=read_files, writes=writes, watch=[work])
+    # Relative outputs ("-", "") land in the working directory: make it the work directory.
+    previous = os.getcwd()
+    os.chdir(work)
+    try:
+        read_files = [(work / p) for p in reads if p and sha256(work / p) is not None]
+        writes = [(work / p) for p in outputs if p and (work / p).parent in (work, work / "in")]
+        invoke_checked(args, reads=read_files, writes=writes, watch=[work])
+    finally:
+        os.chdir(previous)
 
 
 @fuzz(60)
