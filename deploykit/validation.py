@@ -14,14 +14,20 @@ from deploykit.errors import UsageError
 MAX_SEED = 2**32 - 1
 
 
+def _number_text(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
 def _interval(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
+    """``in [0, 1]``, ``≥ 1``, ``< 5`` ... for messages."""
     if low is not None and high is not None:
-        return f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        left, right = "(" if low_open else "[", ")" if high_open else "]"
+        return f"in {left}{_number_text(low)}, {_number_text(high)}{right}"
     if low is not None:
-        return f"{'>' if low_open else '≥'} {low:g}"
+        return f"{'>' if low_open else '≥'} {_number_text(low)}"
     if high is not None:
-        return f"{'<' if high_open else '≤'} {high:g}"
-    return "a finite number"
+        return f"{'<' if high_open else '≤'} {_number_text(high)}"
+    return ""
 
 
 def check_number(
@@ -52,7 +58,7 @@ def check_number(
         return
     interval = _interval(low, high, low_open, high_open)
     kind = "an integer" if integer else "a number"
-    expected = f"expected {kind} in {interval}" if (low is not None or high is not None) else f"expected {kind}"
+    expected = f"expected {kind} {interval}".rstrip()
     bad = isinstance(value, bool) or not isinstance(value, int | float)
     if not bad:
         number = float(value)
@@ -63,7 +69,9 @@ def check_number(
             or (high is not None and (number > high or (high_open and number == high)))
         )
     if bad:
-        raise UsageError(f"{name} '{value}' | {expected}.", hint=hint or f"pass {name} within {interval}.")
+        raise UsageError(
+            f"{name} '{value}' | {expected}.", hint=hint or f"pass {name} {interval or 'as a finite number'}."
+        )
 
 
 def check_tolerances(*, atol: float | None, rtol: float | None) -> None:

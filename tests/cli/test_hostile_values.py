@@ -75,7 +75,7 @@ def test_backends_options_prints_the_schema():
 def test_negative_seed(tiny, tmp_path, command):
     args = [part.format(**tiny, out=tmp_path / "x.onnx") for part in command]
     result = invoke_checked(args, writes=[tmp_path / "x.onnx"])
-    assert result.exit_code == 1 and "--seed '-1' | expected an integer in [0, 4.29497e+09]" in result.stderr
+    assert result.exit_code == 1 and "--seed '-1' | expected an integer in [0, 4294967295]" in result.stderr
 
 
 @pytest.mark.parametrize("value", ["-1", "nan", "inf"])
@@ -83,7 +83,7 @@ def test_tolerances_checked_before_converting(tiny, tmp_path, value):
     out = tmp_path / "x.onnx"
     args = ["convert", "torch", f"{tiny['factory']}:tiny_cnn", "-i", "x:1x3x8x8", "-o", out, "--atol", value]
     result = invoke_checked(args, writes=[out])
-    assert result.exit_code == 1 and f"--atol '{float(value)}' | expected a number in ≥ 0" in result.stderr
+    assert result.exit_code == 1 and f"--atol '{float(value)}' | expected a number ≥ 0" in result.stderr
 
 
 @pytest.mark.parametrize("opset", ["99", "6"])
@@ -126,8 +126,8 @@ def test_model_opset_newer_than_onnx_is_refused_everywhere(opset99, backend):
         (["--iou", "2"], "--iou '2.0' | expected a number in [0, 1]"),
         (["--conf", "-5"], "--conf '-5.0' | expected a number in [0, 1]"),
         (["--conf", "nan"], "--conf 'nan' | expected a number in [0, 1]"),
-        (["--top-k", "-3"], "--top-k '-3' | expected an integer in ≥ 1"),
-        (["--top-k", "0"], "--top-k '0' | expected an integer in ≥ 1"),
+        (["--top-k", "-3"], "--top-k '-3' | expected an integer ≥ 1"),
+        (["--top-k", "0"], "--top-k '0' | expected an integer ≥ 1"),
         (["--draw", "out.xyz"], "--draw 'out.xyz' | OpenCV cannot write images with extension '.xyz'"),
         (["--draw", "noextension"], "OpenCV cannot write images with extension '(none)'"),
     ],
@@ -142,10 +142,10 @@ def test_predict_values(tiny, tmp_path, monkeypatch, option, message):
 def test_pipeline_arguments(tiny):
     with pytest.raises(UsageError, match=r"iou '5' \| expected a number in \[0, 1\]"):
         deploykit.Detector(tiny["classifier"], iou=5)
-    with pytest.raises(UsageError, match=r"max_detections '0' \| expected an integer in ≥ 1"):
+    with pytest.raises(UsageError, match=r"max_detections '0' \| expected an integer ≥ 1"):
         deploykit.Detector(tiny["classifier"], max_detections=0)
     with deploykit.Classifier(tiny["classifier"]) as classifier:
-        with pytest.raises(UsageError, match=r"top_k '-1' \| expected an integer in ≥ 1"):
+        with pytest.raises(UsageError, match=r"top_k '-1' \| expected an integer ≥ 1"):
             classifier(tiny["image"], top_k=-1)
         assert len(classifier(tiny["image"], top_k=3)) == 3
 
