@@ -81,7 +81,7 @@ def predict_dataset(
     startup = f", Ray start-up {summary.startup_s:.1f} s" if engine == "ray" else ""
     console.print(
         f"{summary.processed} rows written to {summary.out} ({summary.errors} with an error, "
-        f"{summary.skipped} of {summary.total} inputs done before, {summary.worker_restarts} restarted workers); "
+        f"{summary.skipped} of {summary.total} inputs done before, {summary.actor_crashes} actor crashes retried); "
         f"{summary.images_per_s:.1f} rows/s on {summary.actors} {'actor' if summary.actors == 1 else 'actors'}{startup}"
     )
 
@@ -93,6 +93,8 @@ def bench_fleet(
     """``bench --fleet``: one bench per device node, the merged table, the per-device recommendations."""
     from deploykit.distributed import fleet_benchmark
 
+    if report_dir is not None and report_dir.exists() and not report_dir.is_dir():
+        raise UsageError(f"--report '{report_dir}' | is a file, expected a folder.", hint="e.g. --report fleet/.")
     names = [n.strip() for n in devices.split(",") if n.strip()] if devices else None
     with _progress_bar(disable=as_json) as progress:
         bar = progress.add_task("fleet bench", total=None, rate="")

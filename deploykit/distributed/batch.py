@@ -13,10 +13,11 @@ import hashlib
 import json
 import math
 import os
+import re
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,8 @@ class PredictSummary:
         skipped: images that already had a row in the output (resumed run).
         processed: rows written by this run.
         errors: of those, rows with ``status == "error"``.
-        worker_restarts: workers that replaced a crashed one and did work (their rows say ``restarted``).
+        actor_crashes: how often an actor crashed; Ray restarted (or Ray Data replaced) it and retried
+            the batch it held. Rows made by a restarted actor say ``"restarted": true``.
         actors: Ray actors in the pool (1 for local).
         startup_s: seconds to start or join Ray (0 for local).
         elapsed_s: seconds from the first image read to the last row written.
@@ -52,12 +54,11 @@ class PredictSummary:
     skipped: int
     processed: int = 0
     errors: int = 0
-    worker_restarts: int = 0
+    actor_crashes: int = 0
     actors: int = 1
     startup_s: float = 0.0
     elapsed_s: float = 0.0
     out: str = ""
-    restarted_workers: set[tuple[str, int]] = field(default_factory=set, repr=False)
 
     @property
     def images_per_s(self) -> float:
@@ -66,13 +67,9 @@ class PredictSummary:
     def count(self, rows: list[dict[str, Any]]) -> None:
         self.processed += len(rows)
         self.errors += sum(row["status"] == "error" for row in rows)
-        self.restarted_workers |= {(r["worker"]["node"], r["worker"]["pid"]) for r in rows if r["worker"]["restarted"]}
-        self.worker_restarts = len(self.restarted_workers)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data.pop("restarted_workers")
-        return {**data, "images_per_s": self.images_per_s}
+        return {**asdict(self), "images_per_s": self.images_per_s}
 
 
 def _model_file(data: bytes, name: str) -> Path:
@@ -103,6 +100,29 @@ class _RayPredictActor:
 
         rows = self.predictor.rows([str(p) for p in batch["path"]], [bytes(b) for b in batch["bytes"]])
         return {"row": np.array([json.dumps(row) for row in rows], dtype=object)}
+
+
+def _actor_crashes(ray: Any) -> int:
+    """How often this job's batch-inference actors crashed, from Ray's actor table: restarts, plus
+    actors that died with their worker or node (Ray Data may replace such an actor instead).
+
+    ``ray.util.state`` would say the same but needs the dashboard, which deploykit does not start;
+    the GCS table is read directly instead (0 if a Ray version lacks it).
+    """
+    try:
+        from ray._private import state
+
+        actors = state.actors()
+    except Exception:  # a private API: if it moves, the count is lost, never the job
+        return 0
+    job = ray.get_runtime_context().get_job_id()
+    crashes = 0
+    for actor in actors.values():
+        if actor.get("JobID") != job or _RayPredictActor.__name__ not in str(actor.get("ActorClassName")):
+            continue
+        died = actor.get("State") == "DEAD" and re.search(r"reason: (WORKER|NODE)_DIED", str(actor.get("DeathCause")))
+        crashes += int(actor.get("NumRestarts") or 0) + bool(died)
+    return crashes
 
 
 def _ray_batches(
@@ -243,6 +263,7 @@ def predict(
         settings["threads"] = max(1, math.ceil(cpus_per_actor))
         started = time.perf_counter()
         batches = _ray_batches(ray, model_path, pending, settings, summary.actors, cpus_per_actor, batch_size)
+        crashes_before = _actor_crashes(ray)
         try:
             _drain(store.write_rows(_counted(batches, summary)), progress, len(pending))
         except ray.exceptions.RayError as exc:
@@ -251,6 +272,7 @@ def predict(
                 hint="the rows written so far are kept; run the same command again to resume.",
             ) from exc
         summary.elapsed_s = time.perf_counter() - started
+        summary.actor_crashes = _actor_crashes(ray) - crashes_before
     return summary
 
 

@@ -96,9 +96,9 @@ class ResultStore:
     def __init__(self, out: str | os.PathLike[str], rows_per_part: int = 10_000) -> None:
         self.location = str(out)
         self.rows_per_part = rows_per_part
+        # Nothing is created here: a run that fails before its first row leaves no folder behind.
         if is_uri(self.location):
             self._fs, self._root = _filesystem(self.location)
-            self._fs.create_dir(self._root, recursive=True)
         else:
             self._fs, self._root = None, str(Path(self.location.removeprefix("file://")))
             root = Path(self._root)
@@ -107,11 +107,11 @@ class ResultStore:
                     f"--out '{out}' | is a file, expected a folder for the result parts.",
                     hint="name a folder, e.g. --out results/.",
                 )
-            root.mkdir(parents=True, exist_ok=True)
 
     def part_files(self) -> list[str]:
         if self._fs is None:
-            return sorted(str(p) for p in Path(self._root).glob(PART_GLOB))
+            root = Path(self._root)
+            return sorted(str(p) for p in root.glob(PART_GLOB)) if root.is_dir() else []
         from pyarrow import fs
 
         infos = self._fs.get_file_info(fs.FileSelector(self._root, allow_not_found=True))
@@ -144,7 +144,9 @@ class ResultStore:
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
         name = f"part-{stamp}-{os.getpid()}-{index:05d}.jsonl"
         if self._fs is None:
+            Path(self._root).mkdir(parents=True, exist_ok=True)
             return open(Path(self._root) / name, "xb")  # closed by write_rows
+        self._fs.create_dir(self._root, recursive=True)
         stream: IO[bytes] = self._fs.open_output_stream(f"{self._root}/{name}")
         return stream
 

@@ -113,7 +113,10 @@ def test_unknown_device_and_timeout_are_failed_columns(cluster, small_model):
     assert by_name["alpha"]["error"] == "did not finish within 0.2 s"
 
 
-def test_fleet_usage_errors(small_model):
+def test_fleet_usage_errors(small_model, tmp_path):
+    (tmp_path / "taken").write_text("x")
+    result = CliRunner().invoke(app, ["bench", small_model, "--fleet", "auto", "--report", str(tmp_path / "taken")])
+    assert result.exit_code == 1 and f"--report '{tmp_path / 'taken'}' | is a file, expected a folder" in result.output
     with pytest.raises(UsageError, match=r"device timeout -1 s \| must be positive"):
         fleet_benchmark(small_model, device_timeout_s=-1)
     with pytest.raises(UsageError, match=r"--inputs \| is not sent to fleet nodes"):
