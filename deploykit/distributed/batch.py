@@ -159,17 +159,17 @@ def _local_batches(
     predictor = Predictor(model, **settings)
     try:
         for start in range(0, len(paths), batch_size):
-            chunk = paths[start : start + batch_size]
-            yield predictor.rows(chunk, [_read_or_empty(p) for p in chunk])
+            rows = []
+            for path in paths[start : start + batch_size]:
+                try:
+                    data = read_bytes(path)
+                except OSError as exc:  # unreadable (permissions, vanished): a row that says so
+                    rows.append(predictor.error_row(path, f"input '{path}' | cannot be read: {exc}."))
+                    continue
+                rows.append(predictor.row(path, data))
+            yield rows
     finally:
         predictor.close()
-
-
-def _read_or_empty(path: str) -> bytes:
-    try:
-        return read_bytes(path)
-    except OSError:
-        return b""  # an unreadable file becomes an error row, as in the Ray engine
 
 
 def predict(

@@ -135,6 +135,9 @@ class Predictor:
         self.backend, self.device = info.backend, info.device
         self.worker = {"node": platform.node(), "pid": os.getpid(), "restarted": restarted}
 
+    def _base(self, path: str) -> dict[str, Any]:
+        return {"path": path, "task": self.task, "backend": self.backend, "device": self.device, "worker": self.worker}
+
     def _tensor(self, path: str, data: bytes) -> tuple[dict[str, Any], Timing]:
         start = time.perf_counter()
         feeds = decode_arrays(data, path, self.session.inputs)
@@ -147,7 +150,6 @@ class Predictor:
 
     def row(self, path: str, data: bytes) -> dict[str, Any]:
         """The result row of one file's bytes (an encoded image, or a .npy/.npz for ``tensor``)."""
-        base = {"path": path, "task": self.task, "backend": self.backend, "device": self.device, "worker": self.worker}
         results: list[Any] | dict[str, Any]
         timing: Timing | None
         try:
@@ -161,9 +163,13 @@ class Predictor:
                     results = [c.to_dict() for c in self.pipeline(image, top_k=self.top_k)]
                 timing = self.pipeline.last_timing
         except DeployKitError as exc:
-            return {**base, "status": "error", "error": str(exc), "results": [], "timing_ms": None}
-        return {**base, "status": "ok", "error": None, "results": results,
+            return self.error_row(path, str(exc))
+        return {**self._base(path), "status": "ok", "error": None, "results": results,
                 "timing_ms": timing.to_dict() if timing else None}  # fmt: skip
+
+    def error_row(self, path: str, reason: str) -> dict[str, Any]:
+        """The row of an input that could not be used."""
+        return {**self._base(path), "status": "error", "error": reason, "results": [], "timing_ms": None}
 
     def rows(self, paths: Sequence[str], blobs: Sequence[bytes]) -> list[dict[str, Any]]:
         return [self.row(path, data) for path, data in zip(paths, blobs, strict=True)]
