@@ -10,6 +10,7 @@ The model travels through Ray's object store, so nodes need no shared file syste
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -153,6 +154,21 @@ def _ray_batches(
         yield rows
 
 
+def _read_error(path: str, exc: OSError) -> str:
+    return f"input '{path}' | cannot be read: {exc}."
+
+
+def _unreadable(path: str) -> str | None:
+    """Why a local input cannot be opened, or None (URIs are left to Ray and pyarrow)."""
+    if is_uri(path):
+        return None
+    try:
+        with open(path, "rb"):
+            return None
+    except OSError as exc:
+        return _read_error(path, exc)
+
+
 def _local_batches(
     model: Path, paths: list[str], settings: dict[str, Any], batch_size: int
 ) -> Iterator[list[dict[str, Any]]]:
@@ -164,7 +180,7 @@ def _local_batches(
                 try:
                     data = read_bytes(path)
                 except OSError as exc:  # unreadable (permissions, vanished): a row that says so
-                    rows.append(predictor.error_row(path, f"input '{path}' | cannot be read: {exc}."))
+                    rows.append(predictor.error_row(path, _read_error(path, exc)))
                     continue
                 rows.append(predictor.row(path, data))
             yield rows
@@ -253,8 +269,13 @@ def predict(
         summary.elapsed_s = time.perf_counter() - started
         return summary
     # Open the pipeline here once before starting Ray, so a bad model, task or label file is a clear
-    # error now rather than an actor that dies on every node.
-    Predictor(model_path, **settings).close()
+    # error now rather than an actor that dies on every node. It also writes the rows of local files
+    # that cannot be read, which would otherwise fail Ray's whole read.
+    probe = Predictor(model_path, **settings)
+    unreadable = {path: reason for path in pending if (reason := _unreadable(path))}
+    first_rows = [probe.error_row(path, reason) for path, reason in unreadable.items()]
+    probe.close()
+    readable = [path for path in pending if path not in unreadable]
     started = time.perf_counter()
     with connect(address) as ray:
         summary.startup_s = time.perf_counter() - started
@@ -262,7 +283,8 @@ def predict(
         summary.actors = actors or max(1, math.floor(cpus / cpus_per_actor))
         settings["threads"] = max(1, math.ceil(cpus_per_actor))
         started = time.perf_counter()
-        batches = _ray_batches(ray, model_path, pending, settings, summary.actors, cpus_per_actor, batch_size)
+        ray_rows = _ray_batches(ray, model_path, readable, settings, summary.actors, cpus_per_actor, batch_size)
+        batches = itertools.chain([first_rows], ray_rows if readable else [])
         crashes_before = _actor_crashes(ray)
         try:
             _drain(store.write_rows(_counted(batches, summary)), progress, len(pending))

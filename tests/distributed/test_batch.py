@@ -160,12 +160,13 @@ def test_usage_errors_name_the_problem(detector, photo_folder, tmp_path):
     assert result.exit_code == 1 and "--engine ray | needs --out FOLDER" in result.output
 
 
-def test_an_unreadable_input_is_an_error_row(detector, photo_folder, tmp_path):
+@pytest.mark.parametrize("engine", ["local", "ray"])
+def test_an_unreadable_input_is_an_error_row(local_ray, engine, detector, photo_folder, tmp_path):
     folder = tmp_path / "in"
     folder.mkdir()
     shutil.copy(photo_folder / "dog_00.jpg", folder)
     (folder / "gone.jpg").symlink_to(tmp_path / "deleted.jpg")  # listed, but nothing to read
-    summary = predict(detector, folder, tmp_path / "out", engine="local")
+    summary = predict(detector, folder, tmp_path / "out", engine=engine, actors=1)
     rows = {Path(r["path"]).name: r for r in ResultStore(tmp_path / "out").rows()}
     assert (summary.processed, summary.errors, rows["dog_00.jpg"]["status"]) == (2, 1, "ok")
     assert rows["gone.jpg"]["error"].startswith(f"input '{folder / 'gone.jpg'}' | cannot be read: [Errno 2]")
