@@ -39,11 +39,11 @@ def print_report(report: ConversionReport) -> None:
 
 
 def finish(report: ConversionReport | None, report_path: Path | None) -> None:
-    """Print the report; the converter already wrote it to ``report_path`` with the model."""
+    """Print the report; the converter wrote it to ``report_path`` with the model (both or neither)."""
     if report is None:
         return
     print_report(report)
-    if report_path is not None and report_path.is_file():
+    if report_path is not None and report.written:
         console.print(f"report written to {report_path}")
 
 

@@ -85,8 +85,8 @@ def convert_torch(
         weights_key: the checkpoint key holding the state_dict (default: found automatically
             among ``state_dict``, ``model_state``, ``model``, ``net``, ``ema`` ...).
         ignore_keys: regular expression of state_dict keys to drop (listed in the report's notes).
-        report_path: also write the report as JSON here; with the model, all or nothing
-            (on a parity failure the report alone is written: it says why).
+        report_path: also write the report as JSON here, with the model: both or neither (a failed
+            check writes neither unless ``keep_on_mismatch``; the error carries the report).
 
     Returns:
         the ``ConversionReport``.
@@ -183,10 +183,11 @@ def convert_torch(
             input_sets=[{k: list(v.shape) for k, v in case.items()} for case in cases],
         )
         report.written = report.passed or keep_on_mismatch
-        commit_outputs(
-            output_moves(candidate, output_path, external) if report.written else [],
-            {report_path: json.dumps(report.to_dict(), indent=2, default=str)},
-        )
+        if report.written:  # all or nothing: a failed parity gate writes no model and no report
+            commit_outputs(
+                output_moves(candidate, output_path, external),
+                {report_path: json.dumps(report.to_dict(), indent=2, default=str)},
+            )
     if not report.passed:
         raise ParityError(
             f"PyTorch → ONNX '{output_path.name}' | verification failed: {report.first_failure()}.",

@@ -156,8 +156,8 @@ def convert_darknet(
         atol, rtol: tolerances against the oracle (f32).
         keep_on_mismatch: write the file even when verification fails (the error is still raised).
         seed: seed of the random verification image.
-        report_path: also write the report as JSON here; with the model, all or nothing
-            (on a parity failure the report alone is written: it says why).
+        report_path: also write the report as JSON here, with the model: both or neither (a failed
+            check writes neither unless ``keep_on_mismatch``; the error carries the report).
 
     Raises:
         OutputError: an output path cannot be written or is one of the input files (before any work).
@@ -243,10 +243,8 @@ def convert_darknet(
                 report.notes.append(f"oracle: {report.oracle.name} — {report.oracle.detail}")
                 report.gate_seconds = round(time.perf_counter() - gate_start, 3)
             report.written = report.passed or keep_on_mismatch
-            commit_outputs(
-                [(candidate, output_path)] if report.written else [],
-                {report_path: json.dumps(report.to_dict(), indent=2, default=str)},
-            )
+            if report.written:  # all or nothing: a failed verification writes no model and no report
+                commit_outputs([(candidate, output_path)], {report_path: json.dumps(report.to_dict(), indent=2, default=str)})
     if not report.passed:
         raise ParityError(
             f"Darknet → ONNX '{output_path.name}' | verification failed: {report.first_failure()}.",
