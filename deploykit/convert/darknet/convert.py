@@ -244,7 +244,9 @@ def convert_darknet(
                 report.gate_seconds = round(time.perf_counter() - gate_start, 3)
             report.written = report.passed or keep_on_mismatch
             if report.written:  # all or nothing: a failed verification writes no model and no report
-                commit_outputs([(candidate, output_path)], {report_path: json.dumps(report.to_dict(), indent=2, default=str)})
+                commit_outputs(
+                    [(candidate, output_path)], {report_path: json.dumps(report.to_dict(), indent=2, default=str)}
+                )
     if not report.passed:
         raise ParityError(
             f"Darknet → ONNX '{output_path.name}' | verification failed: {report.first_failure()}.",
