@@ -236,3 +236,23 @@ def test_dash_is_not_a_file_name(tiny, tmp_path, monkeypatch):
     result = invoke_checked(["predict", tiny["classifier"], tiny["image"], "--json", "-"], watch=[tmp_path])
     assert result.exit_code == 1 and "--json '-' | is not a file name" in result.stderr
     assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["refused", "keep-on-mismatch"])
+def test_failed_verification_writes_neither_model_nor_report(tiny, tmp_path, monkeypatch, keep):
+    """A candidate backend that crashes fails the check: nothing is written (unless asked)."""
+    monkeypatch.setenv("DEPLOYKIT_BACKENDS", "crasher=tests.assets.crashing_backend:CrashingBackend")
+    out, report = tmp_path / "x.onnx", tmp_path / "r.json"
+    report.write_text("an older report")
+    args = ["convert", "darknet", tiny["cfg"], tiny["weights"], "-o", out, "--report", report,
+            "--verify-backends", "crasher", *(["--keep-on-mismatch"] if keep else [])]  # fmt: skip
+    # --keep-on-mismatch asks for the outputs of a failed check: only then may they be written.
+    writes = [] if keep else [out, report]
+    result = invoke_checked(args, reads=[tiny["cfg"], tiny["weights"]], writes=writes, watch=[tmp_path])
+    assert result.exit_code == 1
+    if keep:
+        assert out.is_file() and '"written": true' in report.read_text()
+        assert f"report written to {report}" in result.stdout
+    else:
+        assert not out.exists() and report.read_text() == "an older report"
+        assert "report written" not in result.stdout
