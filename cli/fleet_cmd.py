@@ -146,3 +146,27 @@ def join(
     if completed.returncode != 0:
         raise typer.Exit(completed.returncode)
     err_console.print(f"joined {address} as device '{name}'; bench --fleet will measure it.")
+
+
+@fleet_app.command("devices")
+def devices(
+    address: str = typer.Option("auto", "--address", help="The cluster (HEAD:6379, ray://HEAD:10001, auto)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """List the device nodes of a Ray cluster: the names `bench --fleet --devices` takes."""
+    from rich.table import Table
+
+    from deploykit.distributed.cluster import connect
+    from deploykit.distributed.fleet import fleet_devices
+
+    with connect(address) as ray:
+        found = fleet_devices(ray)
+    if as_json:
+        print_json(found)
+        return
+    table = Table(title=f"{len(found)} device nodes")
+    table.add_column("device")
+    table.add_column("node")
+    for name, node in sorted(found.items()):
+        table.add_row(name, node)
+    console.print(table)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -106,6 +109,13 @@ def test_a_device_that_dies_mid_run_is_a_failed_column(cluster, small_model):
     assert result.recommendations()["beta"] is None and result.recommendations()["alpha"] is not None
 
 
+def test_fleet_devices_lists_the_device_nodes(cluster):
+    result = CliRunner().invoke(app, ["fleet", "devices", "--json"])
+    assert result.exit_code == 0, result.output
+    nodes = json.loads(result.output)
+    assert sorted(nodes) == ["alpha", "beta"] and nodes["alpha"] != nodes["beta"]
+
+
 def test_unknown_device_and_timeout_are_failed_columns(cluster, small_model):
     result = fleet_benchmark(small_model, devices=["alpha", "gamma"], device_timeout_s=0.2, **SETTINGS)
     by_name = {d["name"]: d for d in result.devices}
@@ -121,6 +131,15 @@ def test_fleet_usage_errors(small_model, tmp_path):
         fleet_benchmark(small_model, device_timeout_s=-1)
     with pytest.raises(UsageError, match=r"--inputs \| is not sent to fleet nodes"):
         fleet_benchmark(small_model, inputs="x.npz")
+
+
+def test_a_cluster_that_cannot_be_reached_is_a_clear_error(ray_module):
+    # a fresh process: this one is connected to the test cluster, which every call would reuse
+    completed = subprocess.run([sys.executable, "-m", "deploykit.cli.main", "fleet", "devices", "--address", "http://x"],
+                               capture_output=True, text=True, timeout=120, env={**os.environ, "RAY_ADDRESS": ""})  # fmt: skip
+    assert completed.returncode == 1, completed.stderr
+    assert "error: ray cluster 'http://x' | cannot be reached or started: Invalid Ray address" in completed.stderr
+    assert "Hint: check the address (ray://HEAD:10001 or HEAD:6379)" in completed.stderr
 
 
 def test_fleet_join_names_the_device_from_its_fingerprint():
