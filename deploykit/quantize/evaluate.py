@@ -275,7 +275,7 @@ def speedup(
         else:
             row["f32_p50_ms"] = base["latency"]["p50_ms"]
             row["p50_ms"] = other["latency"]["p50_ms"]
-            row["precision"] = other["session"]["precision"]
+            row["session_precision"] = other["session"]["precision"]  # what the runtime reports running
             row["speedup"] = row["f32_p50_ms"] / row["p50_ms"]
             row["status"] = "slower than f32" if row["speedup"] < 1 else "ok"
         rows.append(row)
