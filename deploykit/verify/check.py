@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -183,6 +184,12 @@ def check_given_inputs(specs: Mapping[str, Any], given: Mapping[str, np.ndarray]
     return validate_feeds(specs, given)
 
 
+def _pool(isolate: bool, jobs: int) -> ThreadPoolExecutor:
+    """Worker processes run side by side, one per CPU; runs in this process (``isolate=False``) one
+    at a time, since runtimes sharing a process must not load models concurrently."""
+    return ThreadPoolExecutor(max_workers=max(1, min(jobs, os.cpu_count() or 1)) if isolate else 1)
+
+
 def _run(model: Path, candidate: Candidate, cases: Sequence[Mapping[str, np.ndarray]], timeout_s: float,
          isolate: bool, label: str | None = None) -> CandidateRun:  # fmt: skip
     return run_candidate(model, candidate.backend, candidate.device, cases, options=candidate.options,
@@ -316,14 +323,25 @@ def verify_model(
     # an independent oracle is slow (numpy): on real images it checks the first one; the task
     # metric covers every image against the verified f32 configuration
     oracle_cases = prepared.cases[:1] if task is not None else prepared.cases
-    oracle_info, references, runs = _oracle_outputs(
-        model_path, oracle, candidates, prepared.cases, oracle_cases, timeout_s, isolate
-    )
+    # verification times nothing, so the oracle and the candidates run side by side (one worker each)
+    with _pool(isolate, len(candidates) + 1) as pool:
+        pending_oracle = pool.submit(run_oracle, model_path, oracle, oracle_cases, timeout_s=timeout_s, isolate=isolate)
+        pending = [pool.submit(_run, model_path, c, prepared.cases, timeout_s, isolate) for c in candidates]
+        oracle_info, references = pending_oracle.result()
+        runs = [future.result() for future in pending]
+    if references is None and oracle.strip().lower() in ("auto", "none", "agree"):
+        # no independent oracle ran (or none was asked for): the first candidate that ran is the reference
+        reference_run = next((r for r in runs if r.ok), None)
+        detail = f"{oracle_info.detail}; " if oracle_info.detail else ""
+        if reference_run is None:
+            oracle_info = OracleInfo("none", False, detail + "no candidate ran")
+        else:
+            oracle_info = OracleInfo(reference_run.label, False, detail + f"backends compared with "
+                                     f"{reference_run.label} (no independent oracle)")  # fmt: skip
+            references = reference_run.outputs
     if oracle_info.detail:
         notes.append(f"oracle: {oracle_info.detail}")
-    candidate_runs = [
-        (runs.get(c.label) or _run(model_path, c, prepared.cases, timeout_s, isolate), c.precision) for c in candidates
-    ]
+    candidate_runs = [(run, c.precision) for run, c in zip(runs, candidates, strict=True)]
     if references is not None:
         references = references[: len(oracle_cases)]
     verdicts = judge_runs(candidate_runs, prepared.cases, references, oracle_info, overrides=overrides, task=task,
@@ -374,31 +392,6 @@ def run_oracle(
     return OracleInfo(label, backend.independent_oracle, detail), run.outputs
 
 
-def _oracle_outputs(
-    model: Path,
-    oracle: str,
-    candidates: Sequence[Candidate],
-    cases: Sequence[Mapping[str, np.ndarray]],
-    oracle_cases: Sequence[Mapping[str, np.ndarray]],
-    timeout_s: float,
-    isolate: bool,
-) -> tuple[OracleInfo, list[dict[str, np.ndarray]] | None, dict[str, CandidateRun]]:
-    """``run_oracle``; where ``auto`` finds none, the first candidate that runs is the (not
-    independent) reference. Candidates already run on the way are returned too."""
-    info, outputs = run_oracle(model, oracle, oracle_cases, timeout_s=timeout_s, isolate=isolate)
-    runs: dict[str, CandidateRun] = {}
-    if outputs is not None or oracle.strip().lower() not in ("auto", "none", "agree"):
-        return info, outputs, runs
-    for candidate in candidates:
-        run = _run(model, candidate, cases, timeout_s, isolate)
-        runs[candidate.label] = run
-        if run.ok:
-            detail = f"{info.detail}; " if info.detail else ""
-            detail += f"backends compared with {candidate.label} (no independent oracle)"
-            return OracleInfo(candidate.label, False, detail), run.outputs, runs
-    return OracleInfo("none", False, f"{info.detail}; no candidate ran"), None, runs
-
-
 def gate(
     model: str | os.PathLike[str],
     cases: Sequence[Mapping[str, np.ndarray]],
@@ -417,14 +410,16 @@ def gate(
     backend that runs is the reference and every verdict is ``unverified``."""
     from deploykit.backends.registry import canonical_name, get_backend
 
-    runs = []
+    jobs = []
     for spec in backends:
         name, device = parse_backend_spec(spec)
         name = canonical_name(name)
         backend = get_backend(name)
         candidate = Candidate(name, device or backend.default_device, None, backend.precision_options(precision))
-        label = f"{name}:{device}" if device else name
-        runs.append(_run(Path(model), candidate, cases, timeout_s, isolate, label))
+        jobs.append((candidate, f"{name}:{device}" if device else name))
+    with _pool(isolate, len(jobs)) as pool:
+        futures = [pool.submit(_run, Path(model), c, cases, timeout_s, isolate, label) for c, label in jobs]
+        runs = [future.result() for future in futures]
     overrides = {"atol": atol, "rtol": rtol}
     if references is None:
         first = next((r for r in runs if r.ok), None)
