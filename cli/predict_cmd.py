@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -65,6 +66,9 @@ def predict(
     actors: int = typer.Option(None, "--actors", help="--engine ray: actors (default: cluster CPUs / per actor)."),
     cpus_per_actor: float = typer.Option(1.0, "--cpus-per-actor", help="--engine ray: CPUs (= threads) per actor."),
     out: str = typer.Option(None, "--out", help="A folder (or URI) for one JSON row per image (resumable)."),
+    check: bool = typer.Option(
+        False, "--check", help="Also verify this backend/device on the image against onnx's reference evaluator."
+    ),
 ) -> None:
     """Detect objects or classify an image; print the results (and draw/save them)."""
     import deploykit
@@ -125,8 +129,23 @@ def predict(
     console.print(table)
     if timing is not None:
         console.print(f"pre {timing.pre_ms:.1f} ms, inference {timing.infer_ms:.1f} ms, post {timing.post_ms:.1f} ms")
+    verdict = _check(model, image, backend, device) if check else None
     if json_path is not None:
         payload = {"model": str(model), "image": str(image), "task": kind, "backend": backend, "results": results,
-                   "timing": timing.to_dict() if timing else None}  # fmt: skip
+                   "timing": timing.to_dict() if timing else None,
+                   "verdict": verdict.to_dict() if verdict else None}  # fmt: skip
         with atomic_path(json_path) as temporary:
             temporary.write_text(json.dumps(payload, indent=2))
+    if verdict is not None and (verdict.failed or verdict.status == "degenerate"):
+        raise typer.Exit(1)
+
+
+def _check(model: Path, image: Path, backend: str, device: str | None) -> Any:
+    """The backend's outputs on this image against the independent oracle; the verdict, printed."""
+    from deploykit.verify import verify_model
+
+    spec = f"{backend}:{device}" if device else backend
+    report = verify_model(model, [spec], inputs=image, precision=None)
+    verdict = report.verdicts[0]
+    console.print(f"check: {verdict.describe()}", soft_wrap=True)
+    return verdict

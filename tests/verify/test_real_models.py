@@ -173,3 +173,20 @@ def test_darknet_against_libdarknet_passes(tmp_path):
         return
     assert report.oracle.name == "darknet" and report.oracle.independent
     assert report.status == "pass", [v.describe() for v in report.verdicts]
+
+
+def test_predict_check_prints_and_stores_the_verdict(yolov4_tiny, tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from deploykit.cli.main import app
+
+    out = tmp_path / "p.json"
+    result = CliRunner().invoke(
+        app, ["predict", str(yolov4_tiny), str(darknet_image("dog.jpg")), "-b", "ort", "--check", "--json", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "check: onnxruntime:cpu: pass against onnx-reference (f32, element-wise)" in result.stdout
+    verdict = json.loads(out.read_text())["verdict"]
+    assert verdict["status"] == "pass" and verdict["oracle"]["independent"] is True
