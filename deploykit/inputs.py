@@ -339,13 +339,14 @@ def make_inputs(
 
 
 def check_seed(seed: int) -> int:
-    """A seed numpy accepts (0 to 2**32 - 1... and beyond, but not negative).
+    """A seed numpy accepts (``deploykit.validation.check_seed``), returned for use in an expression.
 
     Raises:
-        UsageError: a negative seed.
+        UsageError: a negative seed or one past 2**32 - 1.
     """
-    if seed < 0:
-        raise UsageError(f"--seed {seed} | must be a non-negative integer.", hint="e.g. --seed 0.")
+    from deploykit.validation import check_seed as check
+
+    check(seed)
     return seed
 
 
@@ -448,6 +449,13 @@ def _load_npy(name: str, source: str) -> Any:
         raise UsageError(
             f"--input '{name}={source}' | expected 'random', 'random:SHAPE' or an existing .npy file.",
             hint="save an array with np.save('x.npy', array).",
+        )
+    with open(path, "rb") as handle:
+        magic = handle.read(6)
+    if magic != b"\x93NUMPY":
+        raise UsageError(
+            f"--input '{name}={source}' | is not a .npy file (it does not start with NumPy's header).",
+            hint="save an array with np.save('x.npy', array); text or CSV data must be converted first.",
         )
     try:
         return np.load(path, allow_pickle=False)

@@ -207,3 +207,11 @@ def test_a_huge_shape_is_refused_before_allocating(tmp_path):
     result = runner.invoke(app, ["run", str(model), "-i", "x=random:100000000000x3x8x8"])
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert "would take 69.8 TiB" in result.output and "at most" in result.output
+
+
+def test_a_text_file_given_as_npy_is_named_for_what_it_is(tmp_path):
+    model = _conv(tmp_path / "conv.onnx", [1, 3, 8, 8])
+    text = tmp_path / "x.npy"
+    text.write_text("1, 2, 3\n")
+    result = runner.invoke(app, ["run", str(model), "-i", f"x={text}"])
+    assert result.exit_code == 1 and "is not a .npy file (it does not start with NumPy's header)" in result.output

@@ -107,15 +107,21 @@ def verify(
     """Run the converted model on each backend (a worker each) and judge it against OpenCV 4's
     importer, else Darknet itself, else (``unverified``) against the first backend that runs."""
     from deploykit.backends.registry import canonical_name, get_backend
+    from deploykit.model import read_interface
 
     rng = np.random.default_rng(seed)
     image = rng.uniform(0, 1, (1, net.channels, net.height, net.width)).astype(np.float32)
+    # a model converted with a fixed --batch N takes N images: the same one N times; item 0 is judged
+    batch = next((d for d in (read_interface(candidate).inputs[0].shape or (1,))[:1] if isinstance(d, int)), 1)
+    feeds = {INPUT_NAME: np.repeat(image, batch, axis=0)}
     runs = []
     for requested in backends:
         name = canonical_name(requested)
         backend = get_backend(name)
-        runs.append(run_candidate(candidate, name, backend.default_device, [{INPUT_NAME: image}],
-                                  options=backend.precision_options("f32"), label=name))  # fmt: skip
+        run = run_candidate(candidate, name, backend.default_device, [feeds],
+                            options=backend.precision_options("f32"), label=name)  # fmt: skip
+        run.outputs = [{k: v[:1] for k, v in outputs.items()} for outputs in run.outputs]
+        runs.append(run)
     limits = thresholds_for("f32", atol=atol, rtol=rtol)
     oracle, expected, opencv = _oracle(cfg, weights, image, heads, native_size, (net.width, net.height))
     verdicts: list[Verdict] = []
