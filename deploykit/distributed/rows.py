@@ -5,7 +5,7 @@ A row is a JSON-serialisable dict::
     {"path": ..., "status": "ok" | "error", "error": None | reason, "task": "detect" | "classify" | "tensor",
      "results": detections, top-k classes, or {output: {"shape", "dtype", "data"}} for "tensor",
      "timing_ms": {"pre_ms", "infer_ms", "post_ms", "total_ms"},
-     "backend": ..., "device": ..., "worker": {"node", "pid", "restarted"}}
+     "backend": ..., "device": ..., "worker": {"node", "pid", "threads", "restarted"}}
 
 ``detect`` and ``classify`` read image files through the Detector / Classifier; ``tensor`` feeds
 ``.npy`` (one-input models) or ``.npz`` files (one array per input name) to a plain session. A bad
@@ -133,7 +133,8 @@ class Predictor:
         self.task, self.top_k = task, top_k
         info = self.session.info
         self.backend, self.device = info.backend, info.device
-        self.worker = {"node": platform.node(), "pid": os.getpid(), "restarted": restarted}
+        threads = info.options.get("threads")
+        self.worker = {"node": platform.node(), "pid": os.getpid(), "threads": threads, "restarted": restarted}
 
     def _base(self, path: str) -> dict[str, Any]:
         return {"path": path, "task": self.task, "backend": self.backend, "device": self.device, "worker": self.worker}

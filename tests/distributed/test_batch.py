@@ -95,6 +95,7 @@ def test_ray_engine_gives_the_local_rows_resumes_and_reports_broken_images(local
     assert progress[0] == (0, len(images) - 120) and progress[-1] == (len(images) - 120, len(images) - 120)
     assert _rows(resumed) == expected  # same detections, same error rows, one row per image: nothing lost or doubled
     new_rows = [r for r in ResultStore(resumed).rows() if r["worker"]["pid"] != local_pid]
+    assert {r["worker"]["threads"] for r in new_rows} == {1}  # the backend got the actor's one CPU as its threads
     assert summary.actor_crashes == 1  # from Ray's actor table: the one kill
     assert killed[0] not in {r["worker"]["pid"] for r in new_rows if r["worker"]["restarted"]}
 
