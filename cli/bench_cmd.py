@@ -1,4 +1,4 @@
-"""``deploykit bench``, ``deploykit compare`` and ``deploykit report``: the backend comparison commands."""
+"""``deploykit bench``: time every backend × device × precision × batch × threads, each verified."""
 
 from __future__ import annotations
 
@@ -8,9 +8,8 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from deploykit.bench.config import parse_duration, parse_int_list
-from deploykit.bench.report import BenchmarkResult, merge_html
+from deploykit.bench.report import BenchmarkResult
 from deploykit.errors import UsageError
-from deploykit.io import atomic_path, check_outputs
 
 from .console import coerce, console, err_console, parse_pairs, print_json
 from .verify_view import BATCH_AXIS_HELP, ORACLE_HELP, SHAPE_HELP, input_settings, threshold_options
@@ -188,43 +187,3 @@ def _show(result: BenchmarkResult, as_json: bool, report_dir: Path | None, allow
 
 def _bad(verdict: dict[str, object]) -> bool:
     return verdict.get("status") in ("fail", "error", "degenerate") or verdict.get("agreement") is False
-
-
-def report(
-    reports: list[str] = typer.Argument(
-        ..., help="REPORT.json [--baseline OLD.json], or: merge A.json B.json ... -o fleet.html"
-    ),
-    baseline: Path = typer.Option(None, "--baseline", help="An earlier report.json to check for regressions."),
-    threshold: float = typer.Option(0.10, help="Allowed slowdown before it is a regression (0.10 = 10%)."),
-    output: Path = typer.Option(None, "--output", "-o", readable=False, help="With merge: the HTML file to write."),
-) -> None:
-    """Show a saved report, check it against a baseline (exit 1 on regression), or merge several into HTML."""
-    if reports[0] == "merge":
-        if len(reports) < 2 or output is None:
-            raise UsageError(
-                "report merge | needs report files and --output.",
-                hint="deploykit report merge jetson.json nuc.json -o fleet.html",
-            )
-        check_outputs({"--output": output}, inputs={path: path for path in reports[1:]})
-        loaded = [BenchmarkResult.from_json(path) for path in reports[1:]]
-        with atomic_path(output) as temporary:
-            temporary.write_text(merge_html(loaded))
-        console.print(f"merged {len(loaded)} reports into {output}")
-        return
-    if len(reports) != 1:
-        raise UsageError(
-            f"report | got {len(reports)} files; give one report (with --baseline) or 'merge' first.",
-            hint="deploykit report out/report.json --baseline last_week.json",
-        )
-    current = BenchmarkResult.from_json(reports[0])
-    if baseline is None:
-        console.print(current.table())
-        return
-    if threshold < 0:
-        raise UsageError(f"threshold {threshold} | cannot be negative.", hint="e.g. --threshold 0.1 for 10%.")
-    findings = current.regressions(BenchmarkResult.from_json(baseline), threshold)
-    for finding in findings:
-        console.print(f"[red]regression[/]: {finding}")
-    if findings:
-        raise typer.Exit(1)
-    console.print(f"no regression beyond {threshold:.0%} against {baseline}")

@@ -16,7 +16,17 @@ from typer.core import TyperGroup
 from deploykit._version import __version__
 from deploykit.errors import DeployKitError
 
-from . import backends_cmd, bench_cmd, compare_cmd, demo_cmd, inspect_cmd, predict_cmd, quantize_cmd, run_cmd
+from . import (
+    backends_cmd,
+    bench_cmd,
+    compare_cmd,
+    demo_cmd,
+    inspect_cmd,
+    predict_cmd,
+    quantize_cmd,
+    report_cmd,
+    run_cmd,
+)
 from .console import err_console
 from .convert_cmd import convert_app
 from .fleet_cmd import fleet_app
@@ -76,7 +86,7 @@ app.command("demo")(demo_cmd.demo)
 app.add_typer(convert_app, name="convert")
 app.command("bench")(bench_cmd.bench)
 app.command("compare")(compare_cmd.compare)
-app.command("report")(bench_cmd.report)
+app.command("report")(report_cmd.report)
 app.command("predict")(predict_cmd.predict)
 app.command("quantize")(quantize_cmd.quantize)
 app.add_typer(models_app, name="models")
