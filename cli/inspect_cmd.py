@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import typer
 from rich.table import Table
@@ -82,33 +81,7 @@ def _inspect_darknet(cfg: Path, as_json: bool, input_size: str | None) -> None:
     from deploykit.convert.darknet.convert import load_network, parse_size
 
     net = load_network(cfg, parse_size(input_size) if input_size else None)
-    rows: list[dict[str, Any]] = []
-    for layer in net.layers:
-        p = layer.params
-        detail = ""
-        if layer.type == "convolutional":
-            detail = f"{p['filters']} {p['size']}x{p['size']}/{p['stride'][0]}" + (
-                f" g{p['groups']}" if p["groups"] > 1 else ""
-            )
-            detail += f" {p['activation']}" + (" bn" if p["batch_normalize"] else "")
-        elif layer.type == "maxpool":
-            detail = f"{p['size']}x{p['size']}/{p['stride'][0]} pad {p['padding']}"
-        elif layer.type in ("route", "shortcut", "sam", "scale_channels"):
-            detail = "from " + ",".join(str(i) for i in layer.inputs)
-            if layer.type == "route" and p["groups"] > 1:
-                detail += f" group {p['group_id']}/{p['groups']}"
-        elif layer.type in ("yolo", "region"):
-            detail = f"{p['classes']} classes, {len(p['anchors'])} anchors"
-        rows.append(
-            {
-                "index": layer.index,
-                "type": layer.type,
-                "input": list(layer.in_shape),
-                "output": list(layer.out_shape),
-                "parameters": layer.parameter_count,
-                "detail": detail,
-            }
-        )
+    rows = [layer.to_dict() for layer in net.layers]
     if as_json:
         print_json(
             {

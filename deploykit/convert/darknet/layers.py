@@ -41,6 +41,36 @@ class Layer:
     def parameter_count(self) -> int:
         return sum(count for _, count in self.weight_blocks)
 
+    def detail(self) -> str:
+        """What the layer does, in Darknet's own terms: ``32 3x3/2 leaky bn``, ``from -1,-8``, ``80 classes``."""
+        p = self.params
+        if self.type == "convolutional":
+            text = f"{p['filters']} {p['size']}x{p['size']}/{p['stride'][0]}" + (
+                f" g{p['groups']}" if p["groups"] > 1 else ""
+            )
+            return text + f" {p['activation']}" + (" bn" if p["batch_normalize"] else "")
+        if self.type == "maxpool":
+            return f"{p['size']}x{p['size']}/{p['stride'][0]} pad {p['padding']}"
+        if self.type in ("route", "shortcut", "sam", "scale_channels"):
+            text = "from " + ",".join(str(i) for i in self.inputs)
+            if self.type == "route" and p["groups"] > 1:
+                text += f" group {p['group_id']}/{p['groups']}"
+            return text
+        if self.type in ("yolo", "region"):
+            return f"{p['classes']} classes, {len(p['anchors'])} anchors"
+        return ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The layer as ``inspect`` shows it: index, type, shapes (C, H, W), parameters and detail."""
+        return {
+            "index": self.index,
+            "type": self.type,
+            "input": list(self.in_shape),
+            "output": list(self.out_shape),
+            "parameters": self.parameter_count,
+            "detail": self.detail(),
+        }
+
 
 @dataclass
 class Network:
