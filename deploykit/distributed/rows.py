@@ -20,43 +20,18 @@ import os
 import platform
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from deploykit.errors import DeployKitError, InputError, UsageError
 from deploykit.tensors import TensorSpec
+from deploykit.vision.image import decode_image
 from deploykit.vision.pipelines import Classifier, Detector
 from deploykit.vision.results import Timing
 
 TASKS = ("detect", "classify", "tensor")
 ARRAY_SUFFIXES = (".npy", ".npz")
-
-
-def decode_image(data: bytes, name: str) -> np.ndarray:
-    """Decode an image file's bytes to HWC uint8 BGR, with the checks ``load_image`` makes on a file
-    (workers get bytes from Ray, not paths).
-
-    Raises:
-        InputError: the bytes are empty, truncated, too large, or not an image OpenCV can decode.
-    """
-    from deploykit.vision.image import _cv2, check_image, check_image_bytes
-
-    if not data:
-        raise InputError(f"image '{name}' | is empty (0 bytes).", hint="remove or re-export the file.")
-    check_image_bytes(Path(name), data)
-    cv2 = _cv2()
-    try:
-        image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
-    except cv2.error as exc:
-        raise InputError(f"image '{name}' | OpenCV cannot decode it: {' '.join(str(exc).split())[-200:]}",
-                         hint="pass a JPEG, PNG, BMP, TIFF or WebP file of a sane size.") from exc  # fmt: skip
-    if image is None:
-        raise InputError(
-            f"image '{name}' | is not an image OpenCV can decode.", hint="pass a JPEG, PNG, BMP, TIFF or WebP file."
-        )
-    return check_image(image, f"image '{name}'")
 
 
 def decode_arrays(data: bytes, name: str, inputs: dict[str, TensorSpec]) -> dict[str, np.ndarray]:

@@ -66,7 +66,7 @@ def test_ray_engine_gives_the_local_rows_resumes_and_reports_broken_images(local
     errors = {p.split("/")[-1]: r["error"] for p, r in expected.items() if r["status"] == "error"}
     assert set(errors) == set(BROKEN)
     assert "is empty (0 bytes)" in errors["empty.png"]
-    assert "is not an image OpenCV can decode" in errors["broken.jpg"]
+    assert "is not an image OpenCV can read" in errors["broken.jpg"]
     assert "truncated" in errors["truncated.jpg"]
 
     # A run that was cut short: the Ray run must do exactly the rows that are missing ...
