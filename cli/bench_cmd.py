@@ -65,8 +65,9 @@ def bench(
     devices: str = typer.Option(None, "--devices", help="With --fleet: device names a,b (default: all)."),
     device_timeout: str = typer.Option("30m", "--device-timeout", help="With --fleet: time limit per device."),
 ) -> None:
-    """Benchmark a model on backends × devices × batch × threads; check every output against the reference."""
+    """Benchmark a model on backends × devices × precisions × batch × threads; verify every configuration."""
     from deploykit.bench.runner import benchmark, default_backend_specs
+    from deploykit.quantize import parse_drop
 
     if fleet is not None:  # one bench per device node of a Ray cluster: deploykit.distributed
         from .fleet_cmd import bench_fleet
@@ -76,6 +77,12 @@ def bench(
             "scenario": scenario, "streams": streams, "warmup": warmup, "iterations": iterations, "seed": seed,
             "duration_s": parse_duration(duration) if duration else None,
             "options": {k: coerce(v) for k, v in parse_pairs(options, "--option").items()}}  # fmt: skip
+        fleet_shapes, fleet_axes = input_settings(shapes, batch_axes)
+        fleet_settings.update(
+            shapes=fleet_shapes, batch_axes=fleet_axes, oracle=oracle, timeout_s=timeout,
+            thresholds=threshold_options(atol, rtol, min_cosine, min_snr_db, min_top1, min_map),
+            max_drop=parse_drop(max_drop),
+        )  # fmt: skip
         bench_fleet(model, fleet, devices, parse_duration(device_timeout), fleet_settings, report_dir, as_json)
         return
 
@@ -91,7 +98,6 @@ def bench(
         return
 
     from deploykit.inputs import check_seed
-    from deploykit.quantize import parse_drop
 
     settings, axes = input_settings(shapes, batch_axes)
     if report_dir is not None:
