@@ -61,7 +61,6 @@ _LAZY = {
 }
 
 
-
 def __getattr__(name: str) -> Any:
     import importlib
 

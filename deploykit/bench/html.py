@@ -163,7 +163,9 @@ def _pareto(result: BenchmarkResult) -> str:
     parts = _axes(width, height, margin, "p50 latency (ms)", f"accuracy delta against f32 (%, max {y_max:.2g})",
                   extra_width=220)  # fmt: skip
     ordered = sorted(zip(xs, ys, rows, strict=True), key=lambda item: item[0])
-    path = " ".join(f"{place(x, y)[0]:.1f},{place(x, y)[1]:.1f}" for x, y, r in ordered if r["config"]["label"] in front)
+    path = " ".join(
+        f"{place(x, y)[0]:.1f},{place(x, y)[1]:.1f}" for x, y, r in ordered if r["config"]["label"] in front
+    )
     parts.append(f'<polyline points="{path}" fill="none" stroke="#2a7" stroke-width="2"/>')
     for x, y, row in ordered:
         px, py = place(x, y)
@@ -183,7 +185,9 @@ def _table(result: BenchmarkResult) -> str:
     for row in rows:
         cells = []
         for key, value in row.items():
-            css = ' class="pass"' if value == "pass" else ' class="fail"' if key == "verdict" and value != "pass" else ""
+            css = (
+                ' class="pass"' if value == "pass" else ' class="fail"' if key == "verdict" and value != "pass" else ""
+            )
             cells.append(f"<td{css}>{_e(value)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table><tr>{header}</tr>{''.join(body)}</table>"

@@ -12,7 +12,9 @@ from deploykit.backends.registry import get_backend
 
 @pytest.fixture
 def multi_io(backend_name, catalog_paths):
-    with deploykit.load(catalog_paths["multi_io"], backend_name, **get_backend(backend_name).precision_options("f32")) as s:
+    with deploykit.load(
+        catalog_paths["multi_io"], backend_name, **get_backend(backend_name).precision_options("f32")
+    ) as s:
         yield s
 
 
