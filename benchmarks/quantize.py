@@ -8,9 +8,10 @@ crop, four corner crops), so that no view of an evaluation photo is ever calibra
 For each model: ``deploykit.quantize`` with the ORT engine (MinMax, per-channel) and the NNCF
 engine, 100 calibration images; accuracy delta on the evaluation views (top-1 agreement with f32
 for MobileNetV2, mAP@0.5 against the f32 detections for YOLOv4-tiny, head kept in f32); p50 of
-f32 and INT8 on ONNX Runtime and OpenVINO (f32 inference precision), each in its own worker;
+f32 and INT8 on ONNX Runtime and OpenVINO (f32 inference precision), each in its own worker, the
+two models alternating for three rounds (median p50);
 OpenVINO bf16 on the f32 model for comparison. Prints one JSON line per model × engine.
-Run: ``.venv/bin/python benchmarks/quantize.py [--iterations 100] [--models mobilenet_v2,yolov4-tiny]``.
+Run: ``.venv/bin/python benchmarks/quantize.py [--iterations 50] [--rounds 3] [--models mobilenet_v2,yolov4-tiny]``.
 """
 
 from __future__ import annotations
@@ -119,7 +120,8 @@ def bf16_row(model: Path, feeds: dict, iterations: int) -> dict | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--iterations", type=int, default=100)
+    parser.add_argument("--iterations", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--models", default="mobilenet_v2,yolov4-tiny")
     parser.add_argument("--engines", default="ort,nncf")
     args = parser.parse_args()
@@ -134,7 +136,8 @@ def main() -> None:
                 started = time.perf_counter()
                 report = quantize(model, scratch / f"{name}.{engine}.int8.onnx", calibrate=calibrate,
                                   evaluate_on=evaluate, engine=engine, calibration_size=100,
-                                  backends=["onnxruntime:cpu", "openvino:CPU"], iterations=args.iterations)  # fmt: skip
+                                  backends=["onnxruntime:cpu", "openvino:CPU"], iterations=args.iterations,
+                                  rounds=args.rounds)  # fmt: skip
                 wall = time.perf_counter() - started
                 line = {
                     "benchmark": "quantize",

@@ -50,7 +50,10 @@ def _print(report: Any) -> None:
         table.add_row(f"{row['output']}: cosine / SNR", f"{row['cosine']:.5f} / {row['snr_db']:.1f} dB")
     console.print(table)
     if data["speed"]:
-        speed = Table(title=f"p50 latency, {data['speed']['iterations']} runs, each in its own process")
+        speed = Table(
+            title=f"p50 latency, median of {data['speed']['rounds']} rounds of {data['speed']['iterations']} runs, "
+            "each configuration in its own process"
+        )
         for column in ("configuration", "f32 ms", f"{data['precision']} ms", "speedup", "status"):
             speed.add_column(column)
         for row in data["speed"]["rows"]:
@@ -93,7 +96,8 @@ def quantize(
     debug_layers: bool = typer.Option(False, "--debug-layers", help="Report the 10 nodes that diverge most."),
     speed: bool = typer.Option(True, "--speed/--no-speed", help="Time f32 and the result on each backend."),
     backends: str = typer.Option(None, "--backends", "-b", help="Backend specs to time (default: all available)."),
-    iterations: int = typer.Option(50, "--iterations", "-n", help="Timed runs per configuration."),
+    iterations: int = typer.Option(50, "--iterations", "-n", help="Timed runs per configuration and round."),
+    rounds: int = typer.Option(3, "--rounds", help="f32 and the result alternate this many times (median p50)."),
     ir: Path = typer.Option(None, "--ir", help="Also write OpenVINO IR (.xml + .bin) here."),
     json_path: Path = typer.Option(None, "--json", help="Write the report as JSON here."),
     seed: int = typer.Option(0, "--seed", help="Shuffle of the held-out split."),
@@ -106,7 +110,8 @@ def quantize(
         model, output, calibrate=calibrate, fp16=fp16, engine=engine, method=method,
         calibration_size=calibration_size, held_out=held_out, evaluate_on=evaluate_on, max_drop=max_drop,
         exclude=_list(exclude), quantize_head=quantize_head, per_channel=not per_tensor, debug_layers=debug_layers,
-        measure_speed=speed, backends=_list(backends) or None, iterations=iterations, ir=ir, seed=seed,
+        measure_speed=speed, backends=_list(backends) or None, iterations=iterations, rounds=rounds, ir=ir,
+        seed=seed,
     )  # fmt: skip
     _print(report)
     if json_path is not None:

@@ -226,6 +226,7 @@ def quantize(
     measure_speed: bool = True,
     backends: Sequence[str] | None = None,
     iterations: int = 50,
+    rounds: int = 3,
     ir: str | os.PathLike[str] | None = None,
     seed: int = 0,
 ) -> QuantizeReport:
@@ -250,7 +251,8 @@ def quantize(
         debug_layers: report the 10 nodes whose outputs diverge most.
         measure_speed: time both models on ``backends`` in isolated workers.
         backends: backend specs for the speed measurement (default: every available one).
-        iterations: timed runs per configuration.
+        iterations: timed runs per configuration and round.
+        rounds: f32 and the result alternate this many times; p50 is the median of the rounds.
         ir: also write OpenVINO IR (``.xml`` + ``.bin``) of the result here.
         seed: the held-out split's shuffle.
 
@@ -269,8 +271,11 @@ def quantize(
     )
     budget = parse_drop(max_drop)
     engine_name = _check_options(engine, method, fp16, calibrate, budget)
-    if iterations < 1:
-        raise UsageError(f"--iterations {iterations} | at least 1 is needed.", hint="e.g. --iterations 50.")
+    if iterations < 1 or rounds < 1:
+        raise UsageError(
+            f"--iterations {iterations} --rounds {rounds} | at least 1 of each is needed.",
+            hint="e.g. --iterations 50 --rounds 3.",
+        )
     source = load_onnx(model_path, load_external_data=True)
     (graph.check_not_float16 if fp16 else graph.check_not_quantized)(source, model_path.name)
     task, preprocess, labels = _task(model_path)
@@ -288,7 +293,7 @@ def quantize(
             scratch, model_path, output_path, source, data, task=task, labels=labels, engine=engine_name,
             method=method or "minmax", per_channel=per_channel, exclude=exclude, quantize_head=quantize_head,
             budget=budget, debug_layers=debug_layers, measure_speed=measure_speed, backends=backends,
-            iterations=iterations, notes=notes,
+            iterations=iterations, rounds=rounds, notes=notes,
         )  # fmt: skip
         quantized = scratch / "quantized.onnx"
         _stamp(quantized, report)
@@ -319,6 +324,7 @@ def _quantize_in(
     measure_speed: bool,
     backends: Sequence[str] | None,
     iterations: int,
+    rounds: int,
     notes: list[str],
 ) -> QuantizeReport:
     import onnx
@@ -387,8 +393,10 @@ def _quantize_in(
         report.layers = evaluate.layer_divergence(base_path, quantized_path, data, data.held_out or data.calibration)
     if measure_speed:
         samples = data.held_out or data.calibration
-        report.speed = evaluate.speedup(float_path, quantized_path, data.feeds(samples[0]), backends,
-                                        iterations=iterations, warmup=max(3, iterations // 10))  # fmt: skip
+        report.speed = evaluate.speedup(
+            float_path, quantized_path, data.feeds(samples[0]), backends,
+            iterations=iterations, warmup=max(3, iterations // 10), rounds=rounds,
+        )  # fmt: skip
     return report
 
 

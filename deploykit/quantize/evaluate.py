@@ -248,34 +248,42 @@ def speedup(
     *,
     iterations: int,
     warmup: int,
+    rounds: int = 3,
 ) -> dict[str, Any]:
     """p50 latency of both models on each backend, each configuration in its own worker process.
 
+    The two models alternate for ``rounds`` rounds and each configuration's p50 is the median of
+    its rounds, so a machine whose load changes during the measurement slows both alike.
     OpenVINO runs with the f32 inference precision for both models, so the ratio is the
     quantization's own (not bf16's). A configuration where the candidate is slower is flagged
     and never recommended.
     """
     from deploykit.bench.runner import benchmark
 
-    runs = []
-    for model in (reference, candidate):
-        result = benchmark(
-            model, backends, precision="f32", inputs=dict(feeds), iterations=iterations, warmup=warmup, isolate=True
-        )
-        runs.append(result.data["rows"])
+    runs: list[list[list[dict[str, Any]]]] = [[], []]  # model → round → rows
+    for _ in range(rounds):
+        for index, model in enumerate((reference, candidate)):
+            result = benchmark(
+                model, backends, precision="f32", inputs=dict(feeds), iterations=iterations, warmup=warmup,
+                isolate=True,
+            )  # fmt: skip
+            runs[index].append(result.data["rows"])
     rows = []
-    # the same backend specs expand to the same configurations, in the same order, for both models
-    for base, other in zip(runs[0], runs[1], strict=True):
+    # the same backend specs expand to the same configurations, in the same order, every time
+    for position, base in enumerate(runs[0][0]):
         row: dict[str, Any] = {"configuration": base["config"]["label"], "f32_p50_ms": None, "p50_ms": None,
                                "speedup": None}  # fmt: skip
-        errors = [r["error"] for r in (base, other) if r["status"] != "ok"]
+        measured = [[r[position] for r in model_runs] for model_runs in runs]
+        errors = sorted({str(r["error"]) for model_rows in measured for r in model_rows if r["status"] != "ok"})
         if errors:
             row["status"] = "error"
-            row["error"] = "; ".join(str(e) for e in errors)
+            row["error"] = "; ".join(errors)
         else:
-            row["f32_p50_ms"] = base["latency"]["p50_ms"]
-            row["p50_ms"] = other["latency"]["p50_ms"]
-            row["session_precision"] = other["session"]["precision"]  # what the runtime reports running
+            f32, reduced = ([r["latency"]["p50_ms"] for r in model_rows] for model_rows in measured)
+            row["f32_p50_ms"] = float(np.median(f32))
+            row["p50_ms"] = float(np.median(reduced))
+            row["rounds"] = {"f32_p50_ms": f32, "p50_ms": reduced}
+            row["session_precision"] = measured[1][0]["session"]["precision"]  # what the runtime reports running
             row["speedup"] = row["f32_p50_ms"] / row["p50_ms"]
             row["status"] = "slower than f32" if row["speedup"] < 1 else "ok"
         rows.append(row)
@@ -283,6 +291,7 @@ def speedup(
     best = min(faster, key=lambda r: r["p50_ms"]) if faster else None
     return {
         "iterations": iterations,
+        "rounds": rounds,
         "rows": rows,
         "recommended": best["configuration"] if best else None,
         "best_speedup": max((r["speedup"] for r in faster), default=None),

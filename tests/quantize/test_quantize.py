@@ -165,9 +165,12 @@ def test_calibration_methods(classifier_path, classifier_npz, tmp_path, method):
 
 
 def test_speedup_is_measured_in_isolated_workers(classifier_path, classifier_npz, tmp_path):
-    report = quantize(classifier_path, tmp_path / "q.onnx", calibrate=classifier_npz, iterations=3,
+    report = quantize(classifier_path, tmp_path / "q.onnx", calibrate=classifier_npz, iterations=3, rounds=2,
                       backends=["onnxruntime:cpu"])  # fmt: skip
     (row,) = report.speed["rows"]
+    # two rounds each, alternating; the p50 is their median
+    assert len(row["rounds"]["f32_p50_ms"]) == len(row["rounds"]["p50_ms"]) == 2
+    assert row["p50_ms"] == pytest.approx(float(np.median(row["rounds"]["p50_ms"])))
     assert row["configuration"].startswith("onnxruntime:cpu") and row["f32_p50_ms"] > 0 and row["p50_ms"] > 0
     assert row["speedup"] == pytest.approx(row["f32_p50_ms"] / row["p50_ms"])
     # slower than f32 is flagged and never recommended
