@@ -7,6 +7,7 @@ shows the traceback instead); usage errors exit 2 as click decides.
 from __future__ import annotations
 
 import os
+import signal
 from typing import Any
 
 import typer
@@ -93,7 +94,16 @@ app.add_typer(models_app, name="models")
 app.add_typer(fleet_app, name="fleet")
 
 
+def _exit_on_signal(signum: int, frame: object) -> None:
+    # SIGTERM/SIGHUP become an exit that unwinds: finally blocks remove temporary files and kill
+    # isolated workers (bench, compare, convert), instead of leaving them behind as SIG_DFL would.
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is signal.SIG_DFL:  # an ignored SIGHUP (nohup) stays ignored
+            signal.signal(signum, _exit_on_signal)
     app()
 
 

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,12 +54,25 @@ def describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
+_live: set[subprocess.Popen[str]] = set()
+_live_lock = threading.Lock()
+
+
 def _kill_group(process: subprocess.Popen[str]) -> None:
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
     process.wait()
+
+
+def kill_workers() -> None:
+    """Kill every worker this process started that is still running (and whatever they started):
+    what an interrupted command does before it exits, so no worker outlives it."""
+    with _live_lock:
+        processes = list(_live)
+    for process in processes:
+        _kill_group(process)
 
 
 def run_worker(module: str, job: Mapping[str, Any], *, timeout_s: float = DEFAULT_TIMEOUT_S) -> WorkerOutcome:
@@ -75,6 +89,8 @@ def run_worker(module: str, job: Mapping[str, Any], *, timeout_s: float = DEFAUL
         text=True,
         start_new_session=True,
     )
+    with _live_lock:
+        _live.add(process)
     try:
         stdout, stderr = process.communicate(json.dumps(dict(job)), timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -83,6 +99,9 @@ def run_worker(module: str, job: Mapping[str, Any], *, timeout_s: float = DEFAUL
     except BaseException:
         _kill_group(process)
         raise
+    finally:
+        with _live_lock:
+            _live.discard(process)
     lines = [line for line in stdout.splitlines() if line.startswith(RESULT_PREFIX)]
     tail = " | ".join(line.strip() for line in stderr.strip().splitlines()[-3:])
     if process.returncode != 0 or not lines:

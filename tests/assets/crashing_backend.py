@@ -22,3 +22,26 @@ class CrashingBackend(Backend):
 
     def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         os.abort()
+
+
+class HangingBackend(Backend):
+    """A backend whose loading never ends: timeouts and interruptions must kill its worker."""
+
+    name = "hanger"
+    pip_extra = "none"
+    module = "os"
+
+    def version(self) -> str:
+        return "hanger 0"
+
+    def devices(self) -> list[str]:
+        return ["cpu"]
+
+    def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+        marker = os.environ.get("DEPLOYKIT_HANGER_PIDFILE")
+        if marker:
+            Path(marker).write_text(str(os.getpid()))
+        import time
+
+        while True:
+            time.sleep(1)

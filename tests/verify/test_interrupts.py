@@ -1,0 +1,67 @@
+"""A hanging backend costs one row after --timeout; SIGTERM or Ctrl-C of the command kills its workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.verify.test_verify import _conv
+
+REPO = Path(__file__).resolve().parents[2]
+PLUGINS = "hanger=tests.assets.crashing_backend:HangingBackend"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = Path(f"/proc/{pid}/stat").read_text().split()[2] if Path(f"/proc/{pid}/stat").exists() else "X"
+    return state != "Z"
+
+
+def test_a_hanging_backend_is_an_error_row_after_the_timeout(tmp_path, monkeypatch):
+    import deploykit
+
+    monkeypatch.setenv("DEPLOYKIT_BACKENDS", PLUGINS)
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    model = _conv(tmp_path / "conv.onnx", [1, 3, 8, 8])
+    report = deploykit.verify_model(model, ["hanger", "ort"], timeout_s=8)
+    hung, ran = report.verdicts
+    assert hung.status == "error" and "did not finish within 8 s and was killed (--timeout to change)" in hung.reason
+    assert ran.status == "pass"
+
+
+@pytest.mark.parametrize(("command", "signum"), [("bench", signal.SIGTERM), ("compare", signal.SIGINT)])
+def test_a_signal_to_the_command_kills_its_workers(tmp_path, command, signum):
+    model = _conv(tmp_path / "conv.onnx", [1, 3, 8, 8])
+    pidfile = tmp_path / "worker.pid"
+    env = {
+        **os.environ,
+        "DEPLOYKIT_BACKENDS": PLUGINS,
+        "PYTHONPATH": str(REPO),
+        "DEPLOYKIT_HANGER_PIDFILE": str(pidfile),
+    }
+    process = subprocess.Popen(
+        [sys.executable, "-m", "deploykit.cli.main", command, str(model), "-b", "hanger"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert pidfile.exists(), "the worker never started"
+    worker = int(pidfile.read_text())
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=30)
+    assert process.returncode != 0 and "Traceback" not in stderr
+    for _ in range(50):
+        if not _alive(worker):
+            break
+        time.sleep(0.1)
+    assert not _alive(worker), "the worker outlived the command"
