@@ -77,14 +77,14 @@ def torch_command(
         "auto",
         help="auto (TorchScript below opset 18, else dynamo; the other on failure) | dynamo | torchscript.",
     ),
-    simplify: bool = typer.Option(False, "--simplify", help="Simplify with onnxslim (parity still checked)."),
+    simplify: bool = typer.Option(False, "--simplify", help="Simplify with onnxslim (still verified)."),
     verify_backends: str = typer.Option(
         "onnxruntime", "--verify-backends", help="Comma-separated backends that must match PyTorch."
     ),
     atol: float = typer.Option(None, help="Absolute tolerance (default by precision: f32 1e-4)."),
     rtol: float = typer.Option(None, help="Relative tolerance (default by precision: f32 1e-3)."),
     keep_on_mismatch: bool = typer.Option(
-        False, "--keep-on-mismatch", help="Write the .onnx even if parity fails (still exits 1)."
+        False, "--keep-on-mismatch", help="Write the .onnx even if the verification fails (still exits 1)."
     ),
     trust_pickle: bool = typer.Option(False, "--trust-pickle", help=TRUST_PICKLE_HELP),
     report_path: Path = typer.Option(

@@ -1,7 +1,7 @@
 """``deploykit demo``: the whole job on real models that ship in packages, no downloads.
 
 1. export a pretrained PyTorch classifier (MobileNetV2, ImageNet weights from a package) behind
-   the parity gate on every backend; 2. convert the official Darknet YOLOv3-tiny and YOLOv4-tiny
+   verification against PyTorch on every backend; 2. convert the official Darknet YOLOv3-tiny and YOLOv4-tiny
    (COCO weights from packages) and check each against an independent oracle where one runs here
    (libdarknet for v3-tiny, OpenCV 4.x for v4-tiny), "unverified" otherwise; 3. classify a real
    photo; 4. detect objects in real photos on every backend, draw them, and check that every
@@ -42,12 +42,9 @@ def _skip(reason: str) -> None:
     console.print(f"  [yellow]skipped[/]: {escape(reason)}")
 
 
-def _parity_line(report: Any) -> str:
-    """Each backend's gate verdict as the conversion report states it (verdicts, or the older parity rows)."""
-    verdicts = getattr(report, "verdicts", None)
-    if verdicts is not None:
-        return ", ".join(f"{v.candidate} {v.label}" for v in verdicts)
-    return ", ".join(f"{p.backend} {'pass' if p.passed else 'FAIL'}" for p in report.parity)
+def _verdict_line(report: Any) -> str:
+    """Each backend's verdict, as the conversion report states it."""
+    return ", ".join(f"{v.candidate} {v.label}" for v in report.verdicts)
 
 
 def darknet_verdict(report: Any) -> tuple[str, str]:
@@ -185,7 +182,9 @@ def demo(
     models: list[Path] = []
     problems: list[str] = []
 
-    _step(1, "PyTorch → ONNX: MobileNetV2 with torchvision's ImageNet weights, parity-gated on every backend")
+    _step(
+        1, "PyTorch → ONNX: MobileNetV2 with torchvision's ImageNet weights, verified against PyTorch on every backend"
+    )
     classifier_path = workdir / "mobilenet_v2.onnx"
     recipe = get_recipe("mobilenet_v2")
     if recipe.unavailable_reason():
@@ -194,8 +193,8 @@ def demo(
         try:
             report = build(recipe, classifier_path)
             console.print(f"  wrote {classifier_path.name}: {report.parameter_count:,} parameters, {report.exporter} "
-                          f"exporter, opset {report.opset}, export {report.export_seconds:.1f} s; parity: "
-                          f"{_parity_line(report)}")  # fmt: skip
+                          f"exporter, opset {report.opset}, export {report.export_seconds:.1f} s; against PyTorch: "
+                          f"{_verdict_line(report)}")  # fmt: skip
             models.append(classifier_path)
         except DeployKitError as exc:
             _skip(str(exc))

@@ -1,4 +1,4 @@
-"""Feeds for runs, benches and parity checks: seeded random data or arrays from files.
+"""Feeds for runs, benches and verification: seeded random data or arrays from files.
 
 Every backend in a comparison must see exactly the same arrays, so inputs are
 made once here and passed to each session.

@@ -1,9 +1,9 @@
-"""PyTorch → ONNX with a parity gate: a conversion whose outputs differ from PyTorch's fails.
+"""PyTorch → ONNX behind a verification gate: a conversion whose outputs differ from PyTorch's fails.
 
 Flow: load the source → run PyTorch on example inputs → export (dynamo or TorchScript
 exporter, ``auto`` falls back from one to the other and says so) → check, infer
 shapes, optionally simplify, stamp metadata → run the ONNX on the verify backends →
-rename into place only when parity holds.
+rename into place only when the verification passes.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def convert_torch(
         model: an ``nn.Module``, ``file.py:factory``, ``package.module:factory``, a
             TorchScript archive, or a pickled module (with ``trust_pickle=True``).
         example_inputs: tensors/arrays in ``forward`` order; or give ``inputs`` specs.
-        output: the ``.onnx`` path; written only when the parity gate passes.
+        output: the ``.onnx`` path; written only when the verification against PyTorch passes.
         inputs: specs (``InputSpec`` or ``"name:1x3x224x224[:dtype]"``) instead of examples.
         input_names: names for the inputs (default: ``forward``'s parameter names).
         output_names: names for the outputs (default ``output`` or ``output_0``, ``output_1`` ...).
@@ -78,7 +78,7 @@ def convert_torch(
         simplify: run onnxslim on the result (the gate then checks the simplified model).
         verify_backends: backends that must reproduce PyTorch's outputs.
         atol, rtol: tolerances; default by precision (f32: 1e-4 / 1e-3).
-        keep_on_mismatch: write the file even when parity fails (the error is still raised).
+        keep_on_mismatch: write the file even when the verification fails (the error is still raised).
         weights: a state_dict to load into the factory's model.
         trust_pickle: allow a pickled whole-module file.
         seed: seed for random example inputs.
@@ -183,7 +183,7 @@ def convert_torch(
             input_sets=[{k: list(v.shape) for k, v in case.items()} for case in cases],
         )
         report.written = report.passed or keep_on_mismatch
-        if report.written:  # all or nothing: a failed parity gate writes no model and no report
+        if report.written:  # all or nothing: a failed verification writes no model and no report
             commit_outputs(
                 output_moves(candidate, output_path, external),
                 {report_path: json.dumps(report.to_dict(), indent=2, default=str)},

@@ -41,8 +41,9 @@ def _cell(result: BenchmarkResult, row: dict[str, Any], best: dict[str, Any] | N
         return f"failed: {row['error']}"
     unit = "samples/s" if result.headline == "throughput_sps" else "ms"
     value = row["throughput_sps"] if result.headline == "throughput_sps" else row["latency"][result.headline]
-    parity = (row.get("parity") or {}).get("passed")
-    mark = " ★" if row is best else "" if parity is not False else " (parity FAIL)"
+    verdict = row.get("verdict") or {}
+    bad = verdict.get("status") in ("fail", "error", "degenerate") or verdict.get("agreement") is False
+    mark = " ★" if row is best else f" ({verdict['label']})" if bad else ""
     return f"{value:.3f} {unit} {row['session']['precision']}{mark}"
 
 
@@ -97,7 +98,7 @@ class FleetResult:
         return {d["name"]: BenchmarkResult(d["report"]) for d in self.devices if d["status"] == "ok"}
 
     def recommendations(self) -> dict[str, dict[str, Any] | None]:
-        """Device name → the recommended configuration there (None: failed, or nothing passed parity)."""
+        """Device name → the recommended configuration there (None: failed, or nothing was verified)."""
         return {d["name"]: (d["report"] or {}).get("recommendation") for d in self.devices}
 
     def matrix(self) -> list[dict[str, str]]:
