@@ -55,7 +55,8 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> Iterator
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
         if address is None:
-            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+            # "local": a Ray of our own, even where another local cluster runs (ray.init would join it)
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
         else:
             ray.init(address=address, log_to_driver=False)
     except (ConnectionError, RuntimeError, ValueError) as exc:
