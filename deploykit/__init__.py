@@ -25,8 +25,12 @@ from deploykit.errors import (
     InvalidModelError,
     ModelError,
     ModelNotFoundError,
+    OutputError,
     ParityError,
+    QuantizationError,
+    ReportError,
     UnknownBackendError,
+    UnsupportedLayerError,
     UnsupportedModelError,
     UsageError,
 )
@@ -64,8 +68,8 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     import importlib
 
-    if name == "quantize":  # the package is callable: deploykit.quantize("m.onnx", "m.int8.onnx", ...)
-        return importlib.import_module("deploykit.quantize")
+    if name in ("quantize", "ray"):  # subpackages; quantize is callable: deploykit.quantize("m.onnx", ...)
+        return importlib.import_module(f"deploykit.{name}")
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
@@ -113,11 +117,15 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "InvalidModelError",
     "ModelError",
     "ModelNotFoundError",
+    "OutputError",
     "ParityError",
+    "QuantizationError",
+    "ReportError",
     "Session",
     "SessionInfo",
     "TensorSpec",
     "UnknownBackendError",
+    "UnsupportedLayerError",
     "UnsupportedModelError",
     "UsageError",
     "__version__",

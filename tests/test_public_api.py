@@ -1,0 +1,40 @@
+"""The public surface: every name in ``deploykit.__all__`` resolves to the real, typed object."""
+
+from __future__ import annotations
+
+import inspect
+
+import deploykit
+
+PUBLIC = {
+    "Backend", "BackendError", "BackendUnavailableError", "BenchmarkResult", "Classification", "Classifier",
+    "ConversionError", "ConversionReport", "DeployKitError", "Detection", "Detector", "DeviceUnavailableError",
+    "InputError", "InvalidModelError", "ModelError", "ModelNotFoundError", "OracleInfo", "OutputError", "ParityError",
+    "QuantizationError", "QuantizeReport", "ReportError", "Session", "SessionInfo", "TensorSpec", "Thresholds", "UnknownBackendError",
+    "UnsupportedLayerError", "UnsupportedModelError", "UsageError", "Verdict", "VerificationReport", "__version__",
+    "all_backends", "backend_names", "benchmark", "convert_darknet", "convert_torch", "draw", "get_backend", "load",
+    "make_inputs", "quantize", "summarize", "verify_model",
+}  # fmt: skip
+
+
+def test_all_is_the_public_surface_and_every_name_resolves():
+    assert set(deploykit.__all__) == PUBLIC
+    for name in deploykit.__all__:
+        assert getattr(deploykit, name) is not None, name
+
+
+def test_the_entry_points_are_the_real_functions_with_their_signatures():
+    from deploykit.bench.runner import benchmark
+    from deploykit.convert.darknet.convert import convert_darknet
+    from deploykit.convert.torch import convert_torch
+    from deploykit.distributed import fleet_benchmark, predict
+    from deploykit.verify import verify_model
+
+    assert deploykit.benchmark is benchmark and deploykit.verify_model is verify_model
+    assert deploykit.convert_darknet is convert_darknet and deploykit.convert_torch is convert_torch
+    assert deploykit.ray.predict is predict and deploykit.ray.fleet_benchmark is fleet_benchmark
+    for function in (benchmark, convert_darknet, convert_torch, verify_model):
+        signature = inspect.signature(function)
+        assert function.__doc__ and all(
+            p.annotation is not inspect.Parameter.empty for p in signature.parameters.values()
+        )
