@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import queue
 import re
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -228,20 +229,31 @@ def _numpy_dtype(port: Any) -> np.dtype[Any] | None:
     return dtype if dtype.kind in "fiub" and dtype.itemsize == element.size else None
 
 
+class _Bound:
+    """An infer request and the arrays its tensors wrap. A shared ``ov.Tensor`` does not keep its
+    array alive, so the arrays are held here for as long as they are bound."""
+
+    __slots__ = ("inputs", "outputs", "request")
+
+    def __init__(self, request: Any, inputs: list[np.ndarray | None], outputs: list[np.ndarray | None]) -> None:
+        self.request, self.inputs, self.outputs = request, inputs, outputs
+
+
 class _Compiled:
     """One compiled model and a pool of infer requests, so threads never share a request.
 
     Nothing is copied on the way in or out: each input tensor wraps the caller's array, and
-    each output with a static shape is a new array, allocated per call, that OpenVINO writes
-    into and the caller then owns (the request drops it when the next call binds fresh ones).
-    Outputs with a dynamic shape are copied out of the request.
+    each output with a static shape is an array OpenVINO writes into and the caller then owns.
+    An output array is reused on the next call only once the caller has dropped it, and an input
+    passed again as the same array stays bound, so a steady loop rebinds nothing (as a raw
+    ``request.infer()`` loop would). Outputs with a dynamic shape are copied out of the request.
     """
 
     def __init__(self, compiled: Any, input_names: list[str], output_names: list[str]) -> None:
         import openvino as ov
 
         self.compiled = compiled
-        self.requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.requests: queue.SimpleQueue[_Bound] = queue.SimpleQueue()
         self._tensor = ov.Tensor
         self.inputs = [
             (name, index, _numpy_dtype(compiled.inputs[index]))
@@ -256,35 +268,36 @@ class _Compiled:
 
     def infer(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         try:
-            request = self.requests.get_nowait()
+            bound = self.requests.get_nowait()
         except queue.Empty:
             request = self.compiled.create_infer_request()
+            bound = _Bound(request, [None] * len(self.inputs), [None] * len(self.output_layouts))
         try:
-            tensor = self._tensor
-            # a shared Tensor does not keep its array alive: the arrays must outlive infer()
-            wrapped = []
-            for name, index, dtype in self.inputs:
-                array = np.ascontiguousarray(feeds[name], dtype=dtype)
+            request, tensor = bound.request, self._tensor
+            for slot, (name, index, dtype) in enumerate(self.inputs):
+                given = feeds[name]
+                if given is bound.inputs[slot]:  # the very array of the last call: still bound
+                    continue
+                array = np.ascontiguousarray(given, dtype=dtype)
                 if not array.flags.writeable:  # OpenVINO wraps only writeable memory
                     array = array.copy()
-                wrapped.append(array)
                 request.set_input_tensor(index, tensor(array, shared_memory=True))
-            owned: list[np.ndarray | None] = []
+                bound.inputs[slot] = array
             for index, layout in enumerate(self.output_layouts):
-                if layout is None:
-                    owned.append(None)
+                # reuse last call's array only when nobody else holds it (the list and getrefcount's
+                # argument are the 2 references): the caller dropped it, so it is ours to overwrite
+                if layout is None or (bound.outputs[index] is not None and sys.getrefcount(bound.outputs[index]) == 2):
                     continue
                 output = np.empty(layout[0], layout[1])
                 request.set_output_tensor(index, tensor(output, shared_memory=True))
-                owned.append(output)
+                bound.outputs[index] = output
             request.infer()
-            del wrapped
             return [
-                result if (result := owned[i]) is not None else request.get_output_tensor(i).data.copy()
+                result if (result := bound.outputs[i]) is not None else request.get_output_tensor(i).data.copy()
                 for i in self.output_ports
             ]
         finally:
-            self.requests.put(request)
+            self.requests.put(bound)
 
 
 class OpenVinoSession(Session):

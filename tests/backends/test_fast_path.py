@@ -64,3 +64,28 @@ def test_openvino_dynamic_outputs_are_copied_out(catalog_paths, batch):
         session.run({"x": x * 2})
     np.testing.assert_array_equal(first, kept)
     np.testing.assert_allclose(first, run_reference(path, {"x": x})["y"], rtol=1e-4, atol=1e-5)
+
+
+def test_a_reused_input_array_is_read_afresh_and_dropped_outputs_may_be_reused(backend_name, catalog_paths):
+    """A steady loop passes the same input array and drops each result: the session may keep the
+    input bound and write into the dropped output again, but must read the input's current
+    content and never touch an output (or a view of one) the caller still holds."""
+    path = catalog_paths["conv_bn_act"]
+    rng = np.random.default_rng(7)
+    x = rng.uniform(-1, 1, (1, 3, 16, 16)).astype(np.float32)
+    with _open(path, backend_name) as session:
+        for _ in range(3):  # dropped results
+            session.run({"x": x})
+        first = session.run({"x": x})["y"]
+        np.testing.assert_allclose(first, run_reference(path, {"x": x})["y"], rtol=1e-4, atol=1e-5)
+        kept = first.copy()
+        x[...] = rng.uniform(-1, 1, x.shape)  # the same array, new content
+        view = session.run({"x": x})["y"][0]  # only a view of this result is kept
+        np.testing.assert_allclose(view, run_reference(path, {"x": x})["y"][0], rtol=1e-4, atol=1e-5)
+        view_kept = view.copy()
+        x[...] = rng.uniform(-1, 1, x.shape)
+        third = session.run({"x": x})["y"]
+        np.testing.assert_allclose(third, run_reference(path, {"x": x})["y"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(first, kept)
+    np.testing.assert_array_equal(view, view_kept)
+    assert not np.shares_memory(third, view) and not np.shares_memory(third, first)
