@@ -24,6 +24,7 @@ from deploykit.errors import (
     DeployKitError,
     DeviceUnavailableError,
     InputError,
+    UnsupportedModelError,
     UsageError,
 )
 from deploykit.tensors import TensorSpec
@@ -302,7 +303,45 @@ class Backend(abc.ABC):
         """
         self.import_runtime()
         checked = validate_options(self.name, self.options, options)
-        return self._open(Path(model), device or self.default_device, allow_fallback, checked)
+        model_path = Path(model)
+        try:
+            return self._open(model_path, device or self.default_device, allow_fallback, checked)
+        except DeployKitError:
+            raise
+        except Exception as exc:  # the runtime's own exception, translated in one place for every backend
+            raise self.load_error(model_path, exc) from exc
+
+    load_verb: ClassVar[str] = "load"
+    """How the message names the failing step: ``cannot load`` (ORT), ``cannot read`` (OpenVINO) ..."""
+    load_hint: ClassVar[str] = "try another backend, or 'deploykit inspect' the model for unusual ops."
+
+    def explain(self, exc: BaseException) -> str:
+        """The runtime's reason in one line: the backend's translation table for its exceptions
+        (the default keeps the last line, where most runtimes put the reason)."""
+        text = str(exc).strip()
+        return text.splitlines()[-1] if text else repr(exc)
+
+    def subject(self) -> str:
+        """How messages name the backend: ``backend 'openvino'``."""
+        return f"backend '{self.name}'"
+
+    def load_error(self, model_path: Path, exc: BaseException) -> DeployKitError:
+        """A runtime exception while loading, as one deploykit error: a broken file gets the same
+        message on every backend (from ``load_onnx``); anything else the runtime cannot load is an
+        ``UnsupportedModelError`` with the backend's ``explain``."""
+        from deploykit.model import load_onnx
+
+        if model_path.suffix.lower() != ".cfg":  # OpenCV 4 reads Darknet cfgs, which are no ONNX
+            try:
+                load_onnx(model_path)
+            except DeployKitError as broken:
+                return broken
+        reason = self.explain(exc).rstrip()
+        return UnsupportedModelError(
+            f"{self.subject()} | cannot {self.load_verb} '{model_path.name}': {reason}"
+            + ("" if reason.endswith((".", "!", "?")) else "."),
+            hint=self.load_hint,
+        )
 
     @abc.abstractmethod
     def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:

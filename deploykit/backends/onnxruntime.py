@@ -16,8 +16,8 @@ import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.options import OptionSpec
-from deploykit.errors import UnsupportedModelError, UsageError
-from deploykit.model import load_onnx, read_interface
+from deploykit.errors import UsageError
+from deploykit.model import read_interface
 
 _PROVIDERS = {
     "cpu": "CPUExecutionProvider",
@@ -148,15 +148,7 @@ class OnnxRuntimeBackend(Backend):
         if kind in ("tensorrt", "cuda"):
             providers.append((_PROVIDERS["cuda"], {"device_id": index}))
         providers.append(_PROVIDERS["cpu"])
-        try:
-            session = ort.InferenceSession(str(model_path), sess_options=session_options, providers=providers)
-        except Exception as exc:
-            load_onnx(model_path)  # a broken file gets the same message on every backend
-            raise UnsupportedModelError(
-                f"backend 'onnxruntime' | cannot load '{model_path.name}': "
-                f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else exc!r}",
-                hint="try another backend, or 'deploykit inspect' the model for unusual ops.",
-            ) from exc
+        session = ort.InferenceSession(str(model_path), sess_options=session_options, providers=providers)
 
         active = session.get_providers()
         if wanted not in active:

@@ -18,7 +18,7 @@ import numpy as np
 from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.options import OptionSpec
 from deploykit.errors import ModelError, UnsupportedModelError, UsageError
-from deploykit.model import check_model_path, load_onnx, read_interface
+from deploykit.model import check_model_path, read_interface
 from deploykit.tensors import TensorSpec
 
 _TARGETS = ("cpu", "opencl", "opencl_fp16", "cuda", "cuda_fp16")
@@ -58,6 +58,15 @@ class OpenCvBackend(Backend):
         "opencv-contrib-python-headless",
         "opencv-contrib-python",
     )
+
+    load_verb = "import"
+    load_hint = "OpenCV DNN supports fewer ops than ONNX Runtime or OpenVINO; try backend 'onnxruntime' or 'openvino'."
+
+    def explain(self, exc: BaseException) -> str:
+        return _cv_message(exc)
+
+    def subject(self) -> str:
+        return f"backend 'opencv' ({self.import_runtime().__version__})"
 
     def build_info(self) -> dict[str, Any]:
         build = self.import_runtime().getBuildInformation()
@@ -105,15 +114,7 @@ class OpenCvBackend(Backend):
             interface = read_interface(model_path)
             inputs, outputs, precision = interface.inputs, interface.outputs, interface.precision
             metadata = interface.metadata
-            try:
-                net = cv2.dnn.readNetFromONNX(str(model_path))
-            except Exception as exc:
-                load_onnx(model_path)
-                raise UnsupportedModelError(
-                    f"backend 'opencv' ({cv2.__version__}) | cannot import '{model_path.name}': {_cv_message(exc)}",
-                    hint="OpenCV DNN supports fewer ops than ONNX Runtime or OpenVINO; "
-                    "try backend 'onnxruntime' or 'openvino'.",
-                ) from exc
+            net = cv2.dnn.readNetFromONNX(str(model_path))
         backend_id, target_id = {
             "cpu": (cv2.dnn.DNN_BACKEND_OPENCV, cv2.dnn.DNN_TARGET_CPU),
             "opencl": (cv2.dnn.DNN_BACKEND_OPENCV, cv2.dnn.DNN_TARGET_OPENCL),

@@ -22,7 +22,7 @@ import numpy as np
 from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.options import OptionSpec
 from deploykit.errors import UnsupportedModelError
-from deploykit.model import load_onnx, read_interface
+from deploykit.model import read_interface
 from deploykit.tensors import TensorSpec
 
 _PRECISIONS = {"f32": "f32", "fp32": "f32", "bf16": "bf16", "f16": "f16", "fp16": "f16"}
@@ -79,6 +79,11 @@ class OpenVinoBackend(Backend):
     }
 
     distributions = ("openvino",)
+
+    load_verb = "read"
+
+    def explain(self, exc: BaseException) -> str:
+        return _last_line(exc)
 
     def version(self) -> str:
         ov = self.import_runtime()
@@ -162,14 +167,7 @@ class OpenVinoBackend(Backend):
         config = self._config(options)
         reshape = str(options.get("reshape", "auto")).lower()
         interface = read_interface(model_path)
-        try:
-            model = _core().read_model(str(model_path))
-        except Exception as exc:
-            load_onnx(model_path)
-            raise UnsupportedModelError(
-                f"backend 'openvino' | cannot read '{model_path.name}': {_last_line(exc)}",
-                hint="try another backend, or 'deploykit inspect' the model for unusual ops.",
-            ) from exc
+        model = _core().read_model(str(model_path))
         session = OpenVinoSession(
             model_path,
             interface.inputs,

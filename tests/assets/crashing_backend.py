@@ -45,3 +45,21 @@ class HangingBackend(Backend):
 
         while True:
             time.sleep(1)
+
+
+class RaisingBackend(Backend):
+    """A plug-in whose runtime raises its own exception type while loading: the base class translates it."""
+
+    name = "raiser"
+    aliases = ("rz",)
+    pip_extra = "none"
+    module = "os"
+
+    def version(self) -> str:
+        return "raiser 0"
+
+    def devices(self) -> list[str]:
+        return ["cpu"]
+
+    def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+        raise RuntimeError("runtime internals\nop Foo is not implemented")
