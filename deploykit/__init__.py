@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from deploykit._version import __version__
 from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.options import OptionValue
 from deploykit.backends.registry import all_backends, backend_names, get_backend
 from deploykit.errors import (
     BackendError,
@@ -83,7 +84,7 @@ def load(
     device: str | None = None,
     *,
     allow_fallback: bool = False,
-    **options: Any,
+    **options: OptionValue,
 ) -> Session:
     """Load a model on a backend and device.
 

@@ -16,6 +16,9 @@ from typing import Any
 
 from deploykit.errors import UsageError
 
+OptionValue = bool | int | float | str | os.PathLike[str]
+"""What a backend option may be given as (checked and converted by its ``OptionSpec``)."""
+
 # More threads than this multiple of the CPUs only adds contention (and 100,000 threads exhaust memory).
 THREADS_PER_CPU_LIMIT = 4
 _TRUE = ("true", "1", "yes", "on")

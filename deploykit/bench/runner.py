@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from deploykit.backends.options import OptionValue
 from deploykit.bench.config import SCENARIOS, BenchConfig
 from deploykit.bench.fingerprint import fingerprint
 from deploykit.bench.measure import failed_row, measure
@@ -147,7 +148,7 @@ def benchmark(
     oracle: str = "auto",
     isolate: bool = True,
     cost_per_hour: float | None = None,
-    options: Mapping[str, Any] | None = None,
+    options: Mapping[str, OptionValue] | None = None,
     thresholds: Mapping[str, float | None] | None = None,
     max_drop: float | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,

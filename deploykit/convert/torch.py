@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,12 +35,15 @@ from deploykit.model import summarize
 from deploykit.validation import check_number, check_seed, check_tolerances
 from deploykit.verify import OracleInfo, gate
 
+if TYPE_CHECKING:  # torch is imported only when a conversion runs
+    import torch
+
 EXPORTERS = ("auto", "dynamo", "torchscript")
 
 
 def convert_torch(
-    model: Any,
-    example_inputs: Sequence[Any] | None = None,
+    model: torch.nn.Module | str | os.PathLike[str],
+    example_inputs: Sequence[torch.Tensor | np.ndarray] | None = None,
     output: str | os.PathLike[str] = "model.onnx",
     *,
     inputs: Sequence[InputSpec | str] | None = None,

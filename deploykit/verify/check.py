@@ -23,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from deploykit.backends.options import OptionValue
 from deploykit.errors import UsageError
+from deploykit.inputs import InputSetting
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, CandidateRun, kill_workers, run_candidate
 from deploykit.verify.metrics import compare_outputs, is_reduced, normalize_precision, thresholds_for
 from deploykit.verify.verdict import OracleInfo, Verdict, VerificationReport, error_verdict, judge
@@ -88,7 +90,7 @@ def expand_candidates(
     precisions: Sequence[str | None] = ("f32",),
     *,
     model_precision: str = "f32",
-    options: Mapping[str, Any] | None = None,
+    options: Mapping[str, OptionValue] | None = None,
 ) -> tuple[list[Candidate], list[str]]:
     """Every backend spec × precision the backend can run natively here, and one note per
     combination it cannot (``not supported here``), never a silent skip.
@@ -136,7 +138,7 @@ def prepare_inputs(
     inputs: str | os.PathLike[str] | Mapping[str, np.ndarray] | None = None,
     *,
     batch: int | None = None,
-    shapes: Mapping[str, Any] | None = None,
+    shapes: Mapping[str, Sequence[int] | InputSetting] | None = None,
     batch_axes: Mapping[str, int] | None = None,
     seed: int = 0,
     image_limit: int = 16,
@@ -285,11 +287,11 @@ def verify_model(
     inputs: str | os.PathLike[str] | Mapping[str, np.ndarray] | None = None,
     precision: str | Sequence[str] | None = "f32",
     batch: int | None = None,
-    shapes: Mapping[str, Any] | None = None,
+    shapes: Mapping[str, Sequence[int] | InputSetting] | None = None,
     batch_axes: Mapping[str, int] | None = None,
     seed: int = 0,
     thresholds: Mapping[str, float | None] | None = None,
-    options: Mapping[str, Any] | None = None,
+    options: Mapping[str, OptionValue] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     isolate: bool = True,
 ) -> VerificationReport:
