@@ -38,3 +38,13 @@ def test_the_entry_points_are_the_real_functions_with_their_signatures():
         assert function.__doc__ and all(
             p.annotation is not inspect.Parameter.empty for p in signature.parameters.values()
         )
+        assert not [name for name, p in signature.parameters.items() if "Any" in str(p.annotation)], function
+
+
+def test_reports_show_in_notebooks(tmp_path):
+    from tests.verify.test_verify import _conv
+
+    report = deploykit.verify_model(_conv(tmp_path / "c.onnx", [1, 3, 8, 8]), ["ort"])
+    html = report._repr_html_()
+    assert "<table" in html and "onnxruntime:cpu" in html and "pass" in html
+    assert "onnx-reference" in report.verdicts[0]._repr_html_()

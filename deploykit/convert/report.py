@@ -45,6 +45,12 @@ class ConversionReport:
         """The worst verdict: error > fail > degenerate > unverified > pass (``unverified`` when none ran)."""
         return worst_status(self.verdicts)
 
+    def _repr_html_(self) -> str:
+        from deploykit.verify.verdict import verdicts_html
+
+        oracle = self.oracle.name if self.oracle else "nothing"
+        return verdicts_html(self.verdicts, f"{self.source} → {self.output}: verified against {oracle}")
+
     def first_failure(self) -> str:
         """One sentence about the first verdict that stops the conversion."""
         bad = next((v for v in self.verdicts if v.failed or v.status == "degenerate"), None)

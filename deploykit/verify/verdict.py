@@ -97,6 +97,9 @@ class Verdict:
             text += f" — {self.reason}"
         return text
 
+    def _repr_html_(self) -> str:
+        return verdicts_html([self], f"against {self.oracle.name}")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "candidate": self.candidate,
@@ -223,6 +226,10 @@ class VerificationReport:
             bad = True
         return 1 if bad or not self.verdicts else 0
 
+    def _repr_html_(self) -> str:
+        independent = "independent" if self.oracle.independent else "not independent"
+        return verdicts_html(self.verdicts, f"{self.model} against {self.oracle.name} ({independent})")
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
@@ -234,3 +241,17 @@ class VerificationReport:
             "notes": list(self.notes),
             "verdicts": [v.to_dict() for v in self.verdicts],
         }
+
+
+def verdicts_html(verdicts: Sequence[Verdict], title: str) -> str:
+    """A small table of verdicts for notebooks (``_repr_html_``)."""
+    from html import escape
+
+    colours = {"pass": "#2a7", "fail": "#c33", "error": "#c33", "degenerate": "#c90", "unverified": "#c90"}
+    rows = "".join(
+        f"<tr><td>{escape(v.candidate)}</td><td>{escape(v.precision or '-')}</td><td>{escape(v.rule)}</td>"
+        f"<td style='color:{colours.get(v.status, '#000')}'>{escape(v.label)}</td><td>{escape(v.reason)}</td></tr>"
+        for v in verdicts
+    )
+    header = "<tr><th>candidate</th><th>precision</th><th>rule</th><th>verdict</th><th>why</th></tr>"
+    return f"<p><b>{escape(title)}</b></p><table>{header}{rows}</table>"
