@@ -363,6 +363,9 @@ def _quantize_in(
     if engine != "fp16" and graph.float_outputs(result):
         onnx.save(result, str(quantized_path))
         notes.append("graph outputs stay float: the quantized last layers hand over unrounded values")
+    if engine != "fp16" and head and graph.float_inputs_of(result, head):
+        onnx.save(result, str(quantized_path))
+        notes.append("the float head reads unrounded values from the int8 layers before it")
     if engine == "fp16":
         count = sum(1 for n in result.graph.node if n.op_type != "Cast") - sum(kept_ops.values())
     else:

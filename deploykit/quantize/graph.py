@@ -170,3 +170,41 @@ def float_outputs(model: Any) -> list[str]:
         model.graph.node.remove(dequantize)
         changed.append(output.name)
     return changed
+
+
+def float_inputs_of(model: Any, nodes: Iterable[str]) -> int:
+    """Remove the Q→DQ pairs that only feed nodes kept in float (a detector's head), so that the
+    last int8 layers hand them unrounded values; returns how many pairs were removed.
+
+    The decode head's exp() and grid arithmetic turn an 8-bit rounding of the raw box
+    regression into pixels of box error; the convolutions before it still run in int8.
+    """
+    kept = set(nodes)
+    graph_outputs = {o.name for o in model.graph.output}
+    producer = {output: node for node in model.graph.node for output in node.output}
+    users: dict[str, list[Any]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            users.setdefault(name, []).append(node)
+    removed = 0
+    for dequantize in [n for n in model.graph.node if n.op_type == "DequantizeLinear"]:
+        quantize = producer.get(dequantize.input[0])
+        readers = users.get(dequantize.output[0], [])
+        if (
+            quantize is None
+            or quantize.op_type != "QuantizeLinear"
+            or quantize.input[0] not in producer  # a graph input or weight, not a layer's output
+            or len(users.get(quantize.output[0], [])) != 1
+            or not readers
+            or dequantize.output[0] in graph_outputs
+            or not all(reader.name in kept for reader in readers)
+        ):
+            continue
+        for reader in readers:
+            for position, name in enumerate(reader.input):
+                if name == dequantize.output[0]:
+                    reader.input[position] = quantize.input[0]
+        model.graph.node.remove(dequantize)
+        model.graph.node.remove(quantize)
+        removed += 1
+    return removed
