@@ -125,8 +125,12 @@ def graph_io(model: Any) -> tuple[list[TensorSpec], list[TensorSpec]]:
     return inputs, outputs
 
 
+_QUANTIZED_OPS = {"DequantizeLinear", "QuantizeLinear", "QLinearConv", "QLinearMatMul", "MatMulInteger", "ConvInteger"}
+
+
 def model_precision(model: Any) -> str:
-    """The floating type most of the model's weights use: ``f32``, ``f16``, ``bf16`` or ``f64``."""
+    """The type most of the model's weights use: ``f32``, ``f16``, ``bf16``, ``f64``, or ``int8`` for a
+    quantized model (QDQ or QOperator) whose weights are mostly 8-bit integers."""
     from onnx import TensorProto
 
     names = {
@@ -136,9 +140,12 @@ def model_precision(model: Any) -> str:
         TensorProto.DOUBLE: "f64",
     }
     counts: collections.Counter[str] = collections.Counter()
+    quantized = any(node.op_type in _QUANTIZED_OPS for node in model.graph.node)
     for tensor in model.graph.initializer:
         if tensor.data_type in names:
             counts[names[tensor.data_type]] += int(np.prod(tensor.dims, dtype=np.int64))
+        elif quantized and tensor.data_type in (TensorProto.INT8, TensorProto.UINT8):
+            counts["int8"] += int(np.prod(tensor.dims, dtype=np.int64))
     if not counts:
         for value in model.graph.input:
             elem = value.type.tensor_type.elem_type

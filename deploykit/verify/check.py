@@ -109,16 +109,20 @@ def expand_candidates(
         for precision in precisions:
             settings = dict(options or {})
             if precision is not None:
+                own = normalize_precision(model_precision)
                 offered = backend.precisions(device) if backend.is_available() else []
                 if "precision" not in backend.options:
-                    offered = [normalize_precision(model_precision)]
+                    offered = [own]
+                elif own not in offered:  # an INT8 model runs as it is, whatever the backend's precision setting
+                    offered = [*offered, own]
                 if precision not in offered and backend.is_available():
                     notes.append(
                         f"{name}:{device} {precision}: not supported here ({name} on {device} runs "
                         f"{', '.join(offered)})"
                     )
                     continue
-                settings.update(backend.precision_options(precision))
+                if precision in backend.precisions(device) if backend.is_available() else False:
+                    settings.update(backend.precision_options(precision))
             candidates.append(Candidate(name, device, precision, settings))
     return candidates, notes
 
@@ -231,7 +235,8 @@ def judge_run(
     info = run.info or {}
     if not run.ok:
         return error_verdict(run.label, oracle, run.error or "did not run", device=info.get("device"))
-    ran = normalize_precision(info.get("precision") or precision)
+    # a quantized model computes in int8 whatever the runtime says of its other layers (OpenVINO: bf16)
+    ran = "int8" if precision == "int8" else normalize_precision(info.get("precision") or precision)
     limits = thresholds_for(ran, **dict(overrides or {}))
     reduced = is_reduced(ran)
     outputs = []

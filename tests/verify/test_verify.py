@@ -215,3 +215,28 @@ def test_a_text_file_given_as_npy_is_named_for_what_it_is(tmp_path):
     text.write_text("1, 2, 3\n")
     result = runner.invoke(app, ["run", str(model), "-i", f"x={text}"])
     assert result.exit_code == 1 and "is not a .npy file (it does not start with NumPy's header)" in result.output
+
+
+def test_a_qdq_model_is_int8_and_judged_as_int8(tmp_path):
+    """Weights stored as int8 behind DequantizeLinear: the model's precision is int8 on every backend."""
+    weight = np.random.default_rng(0).integers(-100, 100, (4, 3, 3, 3)).astype(np.int8)
+    model = _save(
+        tmp_path / "qdq.onnx",
+        [
+            helper.make_node("DequantizeLinear", ["wq", "scale", "zero"], ["w"]),
+            helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1]),
+        ],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [
+            helper.make_tensor("wq", TensorProto.INT8, weight.shape, weight.ravel()),
+            helper.make_tensor("scale", TensorProto.FLOAT, [], [0.01]),
+            helper.make_tensor("zero", TensorProto.INT8, [], [0]),
+        ],
+    )
+    assert read_interface(model).precision == "int8"
+    report = verify_model(model, ["ort", "openvino"], precision="int8")
+    assert [v.precision for v in report.verdicts] == ["int8", "int8"]
+    assert all(v.rule == "cosine/SNR" for v in report.verdicts)
+    assert all(not v.failed for v in report.verdicts), [v.describe() for v in report.verdicts]
+    assert not any("not supported here" in n for n in report.notes), report.notes
