@@ -111,8 +111,8 @@ def expand_candidates(
             if precision is not None:
                 own = normalize_precision(model_precision)
                 offered = backend.precisions(device) if backend.is_available() else []
-                if "precision" not in backend.options:
-                    offered = [own]
+                if "precision" not in backend.options:  # the model's own (an INT8 model's float parts: f32)
+                    offered = [own, "f32"] if own == "int8" else [own]
                 elif own not in offered:  # an INT8 model runs as it is, whatever the backend's precision setting
                     offered = [*offered, own]
                 if precision not in offered and backend.is_available():
