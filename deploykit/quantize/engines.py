@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,16 +54,31 @@ def _quiet() -> Any:
         logger.setLevel(level)
 
 
+@contextlib.contextmanager
+def _working_directory(path: str) -> Iterator[None]:
+    # contextlib.chdir is Python 3.11+; the process-wide directory is restored whatever happens
+    previous = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+
+
 def ort_pre_process(source: Path, output: Path) -> str | None:
     """ONNX Runtime's recommended pre-processing (shape inference, basic graph optimisation).
 
     Returns None on success, or why it was skipped (the model is then quantized as it is).
     """
+    import tempfile
+
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     try:
-        with _quiet():
-            quant_pre_process(str(source), str(output), skip_symbolic_shape=False)
+        # ORT's symbolic shape inference, when it cannot finish, dumps sym_shape_infer_temp.onnx and its
+        # external data into the current directory: run it from a scratch directory, never the user's
+        with _quiet(), tempfile.TemporaryDirectory(prefix="deploykit-pre-") as scratch, _working_directory(scratch):
+            quant_pre_process(str(source.resolve()), str(output.resolve()), skip_symbolic_shape=False)
     except Exception as exc:
         return f"ONNX Runtime's quant_pre_process skipped ({type(exc).__name__}: {_first_line(exc)})"
     return None
