@@ -169,6 +169,8 @@ def _show(result: BenchmarkResult, as_json: bool, report_dir: Path | None, allow
                 stages = row["stages"]
                 split = f"pre {stages['pre_p50_ms']:.1f} ms, inference {stages['infer_p50_ms']:.1f} ms"
                 console.print(f"{row['config']['label']}: {split}, post {stages['post_p50_ms']:.1f} ms (p50)")
+            if row["status"] != "ok":
+                err_console.print(f"failed: {row['config']['label']}: {row['error']}", soft_wrap=True)
             verdict = row.get("verdict") or {}
             if verdict and verdict["status"] != "pass":
                 err_console.print(f"{verdict['label']}: {row['config']['label']}: {verdict['reason']}", soft_wrap=True)

@@ -95,6 +95,13 @@ def _backend_options(name: str) -> Sequence[str]:
         return []
 
 
+def _short(error: str | None, limit: int = 60) -> str:
+    """An error as a table cell: without its hint, cut to ``limit`` characters (the full text is in the JSON)."""
+    text = (error or "").split(" Hint: ")[0]
+    text = text.split(" | ", 1)[-1]
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _budget(max_drop: float | None) -> str:
     return "" if max_drop is None else f"; within the accuracy budget of {max_drop:.1%}"
 
@@ -275,7 +282,7 @@ class BenchmarkResult:
                     "peak RSS MiB": _fmt(None if flat["peak_rss_bytes"] is None else flat["peak_rss_bytes"] / 2**20, 0),
                     "vs fastest": ratio,
                     "acc. delta": "-" if flat["accuracy_delta"] is None else f"{flat['accuracy_delta']:.1%}",
-                    "verdict": flat["verdict"] or ("-" if row["status"] == "ok" else f"failed: {row['error']}"),
+                    "verdict": flat["verdict"] or ("-" if row["status"] == "ok" else f"failed: {_short(row['error'])}"),
                     **(
                         {"$/1M": _fmt(flat["cost_per_million"], 4)}
                         if self.data["settings"].get("cost_per_hour")
