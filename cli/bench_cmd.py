@@ -12,7 +12,19 @@ from deploykit.bench.report import BenchmarkResult
 from deploykit.errors import UsageError
 
 from .console import coerce, console, err_console, parse_pairs, print_json
-from .verify_view import BATCH_AXIS_HELP, ORACLE_HELP, SHAPE_HELP, input_settings, threshold_options
+from .verify_view import (
+    ATOL_OPTION,
+    BATCH_AXIS_OPTION,
+    MIN_COSINE_OPTION,
+    MIN_MAP_OPTION,
+    MIN_SNR_OPTION,
+    MIN_TOP1_OPTION,
+    ORACLE_OPTION,
+    RTOL_OPTION,
+    SHAPE_OPTION,
+    input_settings,
+    threshold_options,
+)
 
 BACKEND_HELP = "BACKEND or BACKEND:DEVICE (repeat); default: every available backend × device."
 
@@ -33,16 +45,16 @@ def bench(
     inputs: Path = typer.Option(
         None, "--inputs", help=".npz of input arrays, or an image / folder of images (default: seeded random)."
     ),
-    shapes: list[str] = typer.Option([], "--shape", help=SHAPE_HELP),
-    batch_axes: list[str] = typer.Option([], "--batch-axis", help=BATCH_AXIS_HELP),
+    shapes: list[str] = SHAPE_OPTION,
+    batch_axes: list[str] = BATCH_AXIS_OPTION,
     seed: int = typer.Option(0, help="Seed for random inputs."),
-    oracle: str = typer.Option("auto", "--oracle", "--reference", help=ORACLE_HELP),
-    atol: float = typer.Option(None, help="f32 absolute tolerance (default 1e-4)."),
-    rtol: float = typer.Option(None, help="f32 relative tolerance (default 1e-3)."),
-    min_cosine: float = typer.Option(None, "--min-cosine", help="Reduced precision: per-output cosine."),
-    min_snr_db: float = typer.Option(None, "--min-snr", help="Reduced precision: per-output SNR in dB."),
-    min_top1: float = typer.Option(None, "--min-top1-agreement", help="Classifiers on images: top-1 agreement."),
-    min_map: float = typer.Option(None, "--min-map", help="Detectors on images: mAP@0.5 against the f32 model."),
+    oracle: str = ORACLE_OPTION,
+    atol: float = ATOL_OPTION,
+    rtol: float = RTOL_OPTION,
+    min_cosine: float = MIN_COSINE_OPTION,
+    min_snr_db: float = MIN_SNR_OPTION,
+    min_top1: float = MIN_TOP1_OPTION,
+    min_map: float = MIN_MAP_OPTION,
     max_drop: str = typer.Option(
         None, "--max-drop", help="Accuracy budget, e.g. 1%: recommend the fastest configuration within it."
     ),

@@ -23,6 +23,17 @@ ORACLE_HELP = (
 SHAPE_HELP = "NAME:SHAPE[:LOW..HIGH] for an input's dynamic sizes (and an integer range), e.g. images:1x3x640x640."
 BATCH_AXIS_HELP = "NAME:AXIS: the batch axis of an input whose first axis is not the batch, e.g. state:1."
 
+# One definition of each verification option, shared by the commands that verify (bench, compare).
+SHAPE_OPTION = typer.Option([], "--shape", help=SHAPE_HELP)
+BATCH_AXIS_OPTION = typer.Option([], "--batch-axis", help=BATCH_AXIS_HELP)
+ORACLE_OPTION = typer.Option("auto", "--oracle", "--reference", help=ORACLE_HELP)
+ATOL_OPTION = typer.Option(None, "--atol", help="f32 absolute tolerance (default 1e-4).")
+RTOL_OPTION = typer.Option(None, "--rtol", help="f32 relative tolerance (default 1e-3).")
+MIN_COSINE_OPTION = typer.Option(None, "--min-cosine", help="Reduced precision: per-output cosine.")
+MIN_SNR_OPTION = typer.Option(None, "--min-snr", help="Reduced precision: per-output SNR in dB.")
+MIN_TOP1_OPTION = typer.Option(None, "--min-top1-agreement", help="Classifiers on images: top-1 agreement.")
+MIN_MAP_OPTION = typer.Option(None, "--min-map", help="Detectors on images: mAP@0.5 against the f32 model.")
+
 STYLES = {"pass": "green", "fail": "red", "error": "red", "degenerate": "yellow", "unverified": "yellow"}
 
 
