@@ -106,11 +106,13 @@ def expand_candidates(
         name = canonical_name(name)
         backend = get_backend(name)
         device = device or backend.default_device
+        own = normalize_precision(model_precision)
+        asked = any(p is not None for p in precisions)
+        native = backend.precisions(device) if asked and backend.is_available() else []
         for precision in precisions:
             settings = dict(options or {})
             if precision is not None:
-                own = normalize_precision(model_precision)
-                offered = backend.precisions(device) if backend.is_available() else []
+                offered = native
                 if "precision" not in backend.options:  # the model's own (an INT8 model's float parts: f32)
                     offered = [own, "f32"] if own == "int8" else [own]
                 elif own not in offered:  # an INT8 model runs as it is, whatever the backend's precision setting
@@ -121,7 +123,7 @@ def expand_candidates(
                         f"{', '.join(offered)})"
                     )
                     continue
-                if precision in backend.precisions(device) if backend.is_available() else False:
+                if precision in native:
                     settings.update(backend.precision_options(precision))
             candidates.append(Candidate(name, device, precision, settings))
     return candidates, notes
