@@ -16,6 +16,7 @@ from deploykit.cli.main import app
 from deploykit.errors import InputError, UsageError
 from deploykit.vision.image import check_image, letterbox, load_image, stretch, to_tensor
 from deploykit.vision.nms import iou_one_to_many, nms
+from deploykit.vision.results import Detection
 from tests.assets.paths import (
     REPO,
     darknet_image,
@@ -128,33 +129,48 @@ def _nudenet_canvas(path) -> np.ndarray:
     return cv2.copyMakeBorder(image, 0, side - image.shape[0], 0, side - image.shape[1], cv2.BORDER_CONSTANT)
 
 
+# nudenet feeds the model BGR (it swaps channels twice), keeps scores >= 0.25 and suppresses across classes at 0.45
+NUDENET_SETTINGS = {"conf": 0.25, "iou": 0.45, "agnostic": True, "channel_order": "BGR"}
+
+
+def _nudenets_own_detections(canvas: np.ndarray) -> list[dict]:
+    """What nudenet's NudeDetector (its own ONNX Runtime session, decoding and OpenCV NMS) finds in a square image."""
+    nudenet = require_module("nudenet", "pip install --no-deps nudenet", "nudenet's own pipeline")
+    return nudenet.NudeDetector().detect(canvas)
+
+
+def _assert_same_as_nudenet(ours: list[Detection], expected: list[dict], where: str) -> None:
+    """The same labels in the same order, boxes at IoU >= 0.9 and scores within 1e-3 of nudenet's."""
+    assert expected, f"nudenet finds something in {where}"  # else agreeing with it proves nothing
+    assert [d.label for d in ours] == [e["class"] for e in expected], where
+    for detection, oracle in zip(ours, expected, strict=True):
+        x, y, w, h = oracle["box"]  # nudenet truncates to whole pixels
+        assert iou_one_to_many(np.array(detection.xyxy), np.array([[x, y, x + w, y + h]]))[0] >= 0.9, where
+        assert detection.score == pytest.approx(oracle["score"], abs=1e-3), where
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("photo", ["person.jpg", "bus.jpg"])
 def test_real_detector_matches_nudenets_own_pipeline_on_every_backend(detector_path, photo):
     """The oracle is nudenet's NudeDetector (its own ONNX Runtime session, decoding and OpenCV NMS). It feeds
     the model BGR (it swaps channels twice), pads to a square, keeps scores >= 0.25 and suppresses across classes
     at IoU 0.45: our Detector is set up the same way, so what differs is only our decoding, NMS and box mapping."""
-    nudenet = require_module("nudenet", "pip install --no-deps nudenet", "nudenet's own pipeline")
     path = darknet_image(photo) if photo == "person.jpg" else yolov4_detector_photo(photo)
     canvas = _nudenet_canvas(path)
-    expected = nudenet.NudeDetector().detect(canvas)
-    assert expected, f"nudenet finds something in {photo}"
+    expected = _nudenets_own_detections(canvas)
     for backend in ("onnxruntime", "openvino", "opencv"):
         options = get_backend(backend).precision_options("f32")
-        with deploykit.Detector(detector_path, backend, conf=0.25, iou=0.45, agnostic=True, channel_order="BGR",
-                                **options) as detector:  # fmt: skip
+        with deploykit.Detector(detector_path, backend, **NUDENET_SETTINGS, **options) as detector:
             assert detector.layout == "ultralytics" and detector.size == (320, 320)
             ours = detector(canvas)
-        assert [d.label for d in ours] == [e["class"] for e in expected], backend
-        for detection, oracle in zip(ours, expected, strict=True):
-            x, y, w, h = oracle["box"]  # nudenet truncates to whole pixels
-            assert iou_one_to_many(np.array(detection.xyxy), np.array([[x, y, x + w, y + h]]))[0] >= 0.9, backend
-            assert detection.score == pytest.approx(oracle["score"], abs=1e-3), backend
+        _assert_same_as_nudenet(ours, expected, f"{photo} on {backend}")
 
 
 def test_detector_is_thread_safe_and_batches(detector_path):
-    image = load_image(darknet_image("person.jpg"))
-    with deploykit.Detector(detector_path, conf=0.2) as detector:
+    image = _nudenet_canvas(darknet_image("person.jpg"))
+    mirrored = cv2.flip(image, 1)  # still square: nudenet sees exactly these pixels too
+    options = get_backend("onnxruntime").precision_options("f32")
+    with deploykit.Detector(detector_path, **NUDENET_SETTINGS, **options) as detector:
         expected = detector(image)
         assert detector.last_timing.infer_ms > 0 and detector.last_timing.total_ms >= detector.last_timing.infer_ms
         results, errors = [None] * 8, []
@@ -171,9 +187,10 @@ def test_detector_is_thread_safe_and_batches(detector_path):
         for t in threads:
             t.join()
         assert not errors and all(r == expected for r in results)
-        batched = detector.batch([image, cv2.flip(image, 1), image])
+        batched = detector.batch([image, mirrored, image])
         assert batched[0] == expected and batched[2] == expected
-        assert any(d.label == "FEET_COVERED" for d in batched[1]), "the mirrored image still shows the covered feet"
+    _assert_same_as_nudenet(expected, _nudenets_own_detections(image), "person.jpg")
+    _assert_same_as_nudenet(batched[1], _nudenets_own_detections(mirrored), "person.jpg mirrored, in a batch")
 
 
 def test_detector_from_darknet_conversion_matches_decoded_graph(tmp_path):
@@ -228,12 +245,19 @@ def test_unknown_layout_and_bad_labels(catalog_paths, detector_path, tmp_path):
 
 
 def test_predict_cli(detector_path, tmp_path):
-    result = CliRunner().invoke(app, ["predict", str(detector_path), str(darknet_image("person.jpg")), "--conf", "0.2",
-                                      "--draw", str(tmp_path / "out.jpg"), "--json", str(tmp_path / "out.json")])  # fmt: skip
+    canvas = _nudenet_canvas(darknet_image("person.jpg"))
+    # predict feeds the model RGB and nudenet feeds it BGR: give predict the file whose RGB is nudenet's BGR
+    photo = tmp_path / "person-swapped.png"
+    assert cv2.imwrite(str(photo), np.ascontiguousarray(canvas[..., ::-1]))
+    result = CliRunner().invoke(app, ["predict", str(detector_path), str(photo), "--conf", "0.25", "--iou", "0.45",
+                                      "--agnostic", "--draw", str(tmp_path / "out.jpg"),
+                                      "--json", str(tmp_path / "out.json")])  # fmt: skip
     assert result.exit_code == 0, result.output
     data = json.loads((tmp_path / "out.json").read_text())
-    assert data["task"] == "detect" and data["results"][0]["label"] == "FEET_COVERED"
-    assert cv2.imread(str(tmp_path / "out.jpg")).shape == cv2.imread(str(darknet_image("person.jpg"))).shape
+    assert data["task"] == "detect"
+    found = [Detection(**{**row, "xyxy": tuple(row["xyxy"])}) for row in data["results"]]
+    _assert_same_as_nudenet(found, _nudenets_own_detections(canvas), "person.jpg through predict")
+    assert cv2.imread(str(tmp_path / "out.jpg")).shape == canvas.shape
     result = CliRunner().invoke(app, ["predict", str(detector_path), str(tmp_path / "out.json")])
     assert result.exit_code == 1 and "is not an image OpenCV can read" in result.stderr
 
