@@ -15,6 +15,12 @@ from .verify_view import print_details, verdict_table
 
 convert_app = typer.Typer(help="Convert a model to ONNX, verified against its source.", no_args_is_help=True)
 
+DARKNET_ORACLE_HELP = (
+    "Who checks the conversion: auto (OpenCV 4.x's importer if installed, else Darknet itself if its helper is "
+    "already built; never compiles), darknet (build Darknet's own forward pass with a C compiler against "
+    "Debian's libdarknet if needed, into $DEPLOYKIT_CACHE_DIR or ~/.cache/deploykit), opencv (OpenCV 4.x's "
+    "readNetFromDarknet), none."
+)
 TRUST_PICKLE_HELP = (
     "Allow a whole pickled nn.Module file. Unpickling runs arbitrary code from the file, "
     "so only use it for files you trust; prefer TorchScript or a state_dict + factory."
@@ -144,6 +150,7 @@ def darknet_command(
     verify_backends: str = typer.Option(
         "onnxruntime", "--verify-backends", help="Comma-separated backends to verify on ('' to skip)."
     ),
+    oracle: str = typer.Option("auto", "--oracle", help=DARKNET_ORACLE_HELP),
     keep_on_mismatch: bool = typer.Option(
         False, "--keep-on-mismatch", help="Write the .onnx even if verification fails."
     ),
@@ -153,6 +160,7 @@ def darknet_command(
 ) -> None:
     """Convert Darknet .cfg + .weights to ONNX natively (no PyTorch) and verify it."""
     from deploykit.convert.darknet.convert import convert_darknet
+    from deploykit.convert.darknet.oracles import check_oracle_choice
 
     try:
         report = convert_darknet(
@@ -166,6 +174,7 @@ def darknet_command(
             opencv_threshold=opencv_threshold,
             labels=labels,
             verify_backends=[b.strip() for b in verify_backends.split(",") if b.strip()],
+            oracle=check_oracle_choice(oracle),
             keep_on_mismatch=keep_on_mismatch,
             report_path=report_path,
         )

@@ -24,7 +24,9 @@ The tree::
     │   └── UnsupportedModelError  the runtime cannot load or run this graph (unsupported op ...)
     ├── ConversionError            a conversion to ONNX failed; nothing is left at the output path
     │   ├── UnsupportedLayerError  a source layer or option that the converter does not handle
-    │   └── ParityError            the converted model's outputs differ from the source's
+    │   ├── ParityError            the converted model's outputs differ from the source's
+    │   └── OracleError            an oracle asked for by name cannot run here (no compiler, no Darknet,
+    │                              no OpenCV 4.x importer) or failed on the model
     ├── QuantizationError          quantizing failed or missed its accuracy budget; nothing is written
     └── ReportError                a benchmark report cannot be read or compared
 """
@@ -115,6 +117,12 @@ class ParityError(ConversionError):
     def with_report(self, report: object) -> ParityError:
         self.report = report
         return self
+
+
+class OracleError(ConversionError):
+    """An oracle the user asked for by name cannot run here (no C compiler, no Darknet, OpenCV
+    without the Darknet importer), or it failed on the model. Never raised for ``auto``, which
+    says ``unverified`` instead."""
 
 
 class QuantizationError(DeployKitError):

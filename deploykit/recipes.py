@@ -30,6 +30,7 @@ from deploykit.errors import ConversionError, UsageError
 from deploykit.io import atomic_path, check_output_dir
 
 if TYPE_CHECKING:
+    from deploykit.convert.darknet.oracles import DarknetOracle
     from deploykit.convert.report import ConversionReport
 
 DEFAULT_VERIFY = ("onnxruntime", "openvino", "opencv")
@@ -189,6 +190,7 @@ def build(
     random_weights: bool = False,
     verify_backends: tuple[str, ...] | list[str] = DEFAULT_VERIFY,
     seed: int = 0,
+    darknet_oracle: DarknetOracle = "auto",
 ) -> ConversionReport:
     """Build a recipe's ONNX at ``output`` and verify it on ``verify_backends``.
 
@@ -200,6 +202,8 @@ def build(
             notes and the model's ``deploykit.weights`` metadata say so.
         verify_backends: backends that run the result.
         seed: seed of the generated weights.
+        darknet_oracle: a Darknet recipe only: who checks the conversion (``convert_darknet``'s
+            ``oracle``: ``auto``, ``darknet``, ``opencv`` or ``none``).
 
     Raises:
         ConversionError: the weights are missing or not the recipe's (SHA-256), or the conversion failed.
@@ -213,6 +217,12 @@ def build(
             f"recipe '{recipe.name}' | random weights are for Darknet recipes built without --weights.",
             hint="pass either --weights FILE or --random-weights, the latter only for Darknet recipes.",
         )
+    if darknet_oracle != "auto" and recipe.kind != "darknet":
+        raise UsageError(
+            f"recipe '{recipe.name}' | a Darknet oracle ('{darknet_oracle}') was asked for a {recipe.kind} recipe, "
+            "expected a Darknet recipe.",
+            hint=f"{recipe.kind} recipes are verified against their own source; leave the Darknet oracle at auto.",
+        )
     if weights is None and not random_weights and recipe.kind != "onnx":
         weights = recipe.checked_weights() if recipe.weights_package or recipe.kind == "darknet" else None
     if recipe.kind == "torch" and importlib.util.find_spec("torch") is None:
@@ -223,7 +233,7 @@ def build(
     tolerance = {k: float(v) for k, v in recipe.tolerance.items() if k in ("atol", "rtol")}
     origin = _weights_origin(recipe, weights)
     if recipe.kind == "darknet":
-        report = _build_darknet(recipe, output_path, weights, verify_backends, seed, tolerance)
+        report = _build_darknet(recipe, output_path, weights, verify_backends, seed, tolerance, darknet_oracle)
     elif recipe.kind == "torch":
         from deploykit.convert.torch import convert_torch
 
@@ -258,8 +268,8 @@ def _weights_origin(recipe: Recipe, weights: str | os.PathLike[str] | None) -> s
     return f"user-supplied: {Path(weights).name}"
 
 
-def _build_darknet(recipe: Recipe, output: Path, weights: str | os.PathLike[str] | None,
-                   verify_backends: Any, seed: int, tolerance: dict[str, float]) -> ConversionReport:  # fmt: skip
+def _build_darknet(recipe: Recipe, output: Path, weights: str | os.PathLike[str] | None, verify_backends: Any,
+                   seed: int, tolerance: dict[str, float], oracle: DarknetOracle) -> ConversionReport:  # fmt: skip
     from deploykit.convert.darknet.convert import convert_darknet, load_network
     from deploykit.convert.darknet.weights import write_random_weights
 
@@ -270,7 +280,7 @@ def _build_darknet(recipe: Recipe, output: Path, weights: str | os.PathLike[str]
             weights = Path(scratch) / f"{recipe.name}.weights"
             write_random_weights(load_network(cfg), weights, seed=seed)
         return convert_darknet(cfg, weights, output, head=recipe.convert.get("head", "raw"), labels=labels,
-                               verify_backends=list(verify_backends), atol=tolerance.get("atol", 1e-4),
+                               verify_backends=list(verify_backends), oracle=oracle, atol=tolerance.get("atol", 1e-4),
                                rtol=tolerance.get("rtol", 1e-3))  # fmt: skip
 
 

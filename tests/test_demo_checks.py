@@ -40,10 +40,9 @@ def _converted(tmp_path, seed: int = 1):
 
 def test_no_oracle_is_unverified_not_pass(tmp_path, monkeypatch):
     import deploykit.convert.darknet.oracles as oracles
-    from deploykit.convert.darknet import reference
     from deploykit.convert.darknet.convert import convert_darknet
 
-    monkeypatch.setattr(reference, "HEADER", tmp_path / "no-darknet.h")  # as without libdarknet
+    monkeypatch.setenv("DEPLOYKIT_DARKNET_INCLUDE", str(tmp_path))  # no darknet.h there: as without libdarknet
     monkeypatch.setattr(oracles, "opencv_darknet_outputs", lambda *args: None)  # as with OpenCV 5
     cfg, weights = _converted(tmp_path)
     report = convert_darknet(cfg, weights, tmp_path / "m.onnx", verify_backends=["onnxruntime"])
@@ -54,10 +53,10 @@ def test_no_oracle_is_unverified_not_pass(tmp_path, monkeypatch):
 
 def test_verdict_can_fail(tmp_path):
     """A model that is not the cfg's network (other weights) disagrees with Darknet's own forward pass."""
-    from deploykit.convert.darknet import reference
     from deploykit.convert.darknet.convert import convert_darknet, load_network
     from deploykit.convert.darknet.oracles import verify
     from deploykit.convert.report import ConversionReport
+    from deploykit.testing import darknet as reference
     from tests.assets.paths import missing_asset
 
     if reference.unavailable_reason():
@@ -74,7 +73,7 @@ def test_verdict_can_fail(tmp_path):
         heads = json.loads(session.metadata["deploykit.darknet.heads"])
     net = load_network(cfg)
     verdicts, oracle = verify(model, net, heads, "raw", cfg, right, ["onnxruntime"], 1e-4, 1e-3, 0, None,
-                              (net.width, net.height))  # fmt: skip
+                              (net.width, net.height), "darknet")  # fmt: skip
     report = ConversionReport("x", str(model), "darknet", "-", 13, 0.0, verdicts=verdicts, oracle=oracle)
     verdict, sentence = darknet_verdict(report)
     assert verdict == "fail" and sentence.startswith("checked against Darknet's own forward pass (libdarknet)")

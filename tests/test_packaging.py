@@ -145,7 +145,7 @@ def test_demo_end_to_end(tmp_path):
     for photo in ("eagle.jpg", "dog.jpg"):
         darknet_image(photo)
     yolov4_detector_photo("bus.jpg")
-    from deploykit.convert.darknet import reference
+    from deploykit.testing import darknet as reference
 
     if reference.unavailable_reason():
         missing_asset("the Darknet reference (Debian's libdarknet)", str(reference.unavailable_reason()))

@@ -1,5 +1,6 @@
-"""Darknet → ONNX against independent implementations: Darknet itself (Debian's libdarknet through a
-small C program) and OpenCV 4.x's readNetFromDarknet (in the CI pass that puts OpenCV 4.14 first)."""
+"""Darknet → ONNX against independent implementations: Darknet itself (Debian's libdarknet through
+``deploykit.testing.darknet``'s small C program) and OpenCV 4.x's readNetFromDarknet (in the CI pass
+that puts OpenCV 4.14 first); and which of them a conversion asks for (``oracle=``, ``--oracle``)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,16 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from typer.testing import CliRunner
 
 import deploykit
+from deploykit.cli.main import app
 from deploykit.convert.darknet.convert import convert_darknet, load_network
 from deploykit.convert.darknet.weights import write_random_weights
-from deploykit.errors import ConversionError
+from deploykit.errors import ConversionError, OracleError, UsageError
+from deploykit.testing import darknet
 from deploykit.vision.yolo import decode_heads
-from tests.assets.paths import DARKNET_CFG, REPO, missing_asset, require_opencv4
+from tests.assets.paths import DARKNET_CFG, REPO, darknet_cfg, missing_asset, require_opencv4
 
 MODELS = REPO / "models" / "darknet"
 RAW_ATOL = 1e-4
@@ -24,14 +28,12 @@ RAW_ATOL = 1e-4
 
 @pytest.fixture(scope="session")
 def darknet_reference():
-    """Darknet's own library through deploykit's C helper (compiled on first use)."""
-    from deploykit.convert.darknet import reference
-
-    reason = reference.unavailable_reason()
+    """Darknet's own library through deploykit.testing's C helper (built here, as a user would ask)."""
+    reason = darknet.unavailable_reason()
     if reason:
-        missing_asset("the Darknet reference", reason)
-    reference.helper_binary()
-    return reference
+        missing_asset("Darknet's own forward pass (deploykit.testing.darknet)", reason)
+    darknet.build_helper()
+    return darknet
 
 
 def _resized_cfg(source: Path, directory: Path, size: tuple[int, int] | None) -> Path:
@@ -207,3 +209,194 @@ def test_converted_model_runs_on_every_backend(tmp_path):
     )
     assert report.passed, [v.describe() for v in report.verdicts]
     assert [v.candidate for v in report.verdicts] == ["onnxruntime", "openvino", "opencv"]
+
+
+# --- Which oracle: auto never compiles; darknet and opencv run or say why not -------------------------------------
+
+
+@pytest.fixture
+def empty_cache(tmp_path, monkeypatch) -> Path:
+    """A cache directory with no helper in it (not even created)."""
+    directory = tmp_path / "cache"
+    monkeypatch.setenv("DEPLOYKIT_CACHE_DIR", str(directory))
+    return directory
+
+
+@pytest.fixture
+def no_compiler(tmp_path, monkeypatch) -> None:
+    """Darknet's files where the checks look (not the real thing) and no C compiler on PATH."""
+    fake = tmp_path / "fake-darknet"
+    fake.mkdir()
+    (fake / "darknet.h").write_text("")
+    (fake / "libdarknet.so").write_bytes(b"")
+    (tmp_path / "bin").mkdir()
+    monkeypatch.setenv("DEPLOYKIT_DARKNET_INCLUDE", str(fake))
+    monkeypatch.setenv("DEPLOYKIT_DARKNET_LIB", str(fake))
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.delenv("CC", raising=False)
+
+
+@pytest.fixture(scope="module")
+def yolov3_tiny(tmp_path_factory) -> tuple[Path, Path]:
+    cfg = MODELS / "yolov3-tiny.cfg"
+    weights = tmp_path_factory.mktemp("weights") / "yolov3-tiny.weights"
+    write_random_weights(load_network(cfg), weights, seed=9)
+    return cfg, weights
+
+
+def _has_opencv4_importer() -> bool:
+    try:
+        import cv2
+    except ImportError:
+        return False
+    return hasattr(cv2.dnn, "readNetFromDarknet")
+
+
+def test_auto_never_compiles_the_darknet_helper(tmp_path, empty_cache, yolov3_tiny):
+    cfg, weights = yolov3_tiny
+    report = convert_darknet(cfg, weights, tmp_path / "m.onnx", verify_backends=["onnxruntime"])
+    assert not empty_cache.exists(), "auto must not build anything"
+    assert report.written
+    if _has_opencv4_importer():
+        assert report.oracle.name.startswith("opencv-darknet 4.") and report.status == "pass"
+        return
+    assert report.status == "unverified" and not report.oracle.independent
+    detail = report.oracle.detail
+    assert detail.startswith("no Darknet oracle ran: OpenCV here has no Darknet importer (OpenCV 5 dropped it; "
+                             "pip install 'opencv-python-headless<5' for OpenCV 4.x's importer); ")  # fmt: skip
+    if darknet.unavailable_reason() is None:
+        assert (f"Darknet's own forward pass is not built here: pass --oracle darknet (oracle='darknet') to build it "
+                f"into {empty_cache}; backends compared with each other") in detail  # fmt: skip
+    else:
+        assert f"{darknet.unavailable_reason()}; backends compared with each other" in detail
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("source", "size"),
+    [(MODELS / "yolov3-tiny.cfg", None), (MODELS / "yolov3-tiny.cfg", "320x256"), (DARKNET_CFG / "tiny.cfg", None)],
+    ids=["yolov3-tiny", "yolov3-tiny-320x256", "classifier-tiny"],
+)
+def test_darknet_oracle_builds_the_helper_and_checks_the_conversion(tmp_path, empty_cache, source, size):
+    reason = darknet.unavailable_reason()
+    if reason:
+        missing_asset("Darknet's own forward pass (deploykit.testing.darknet)", reason)
+    cfg = darknet_cfg(source.name) if source.parent == DARKNET_CFG else source
+    weights = tmp_path / "w.weights"
+    write_random_weights(load_network(cfg), weights, seed=12)
+    report = convert_darknet(cfg, weights, tmp_path / "m.onnx", input_size=size, verify_backends=["onnxruntime"],
+                             oracle="darknet")  # fmt: skip
+    assert report.oracle.name == "darknet" and report.oracle.independent
+    assert report.status == "pass", [v.describe() for v in report.verdicts]
+    assert [path.name for path in empty_cache.iterdir()] == [darknet.helper_path().name]
+    # now that it is built, auto uses it too, where OpenCV 4.x does not come first
+    again = convert_darknet(cfg, weights, tmp_path / "n.onnx", input_size=size, verify_backends=["onnxruntime"])
+    if not _has_opencv4_importer():
+        assert again.oracle.name == "darknet" and again.status == "pass"
+
+
+def test_darknet_oracle_disagrees_with_the_wrong_weights(tmp_path, yolov3_tiny):
+    """The same check fails when the model is not what Darknet runs: the oracle can say no."""
+    reason = darknet.unavailable_reason()
+    if reason:
+        missing_asset("Darknet's own forward pass (deploykit.testing.darknet)", reason)
+    from deploykit.convert.darknet.oracles import verify
+
+    cfg, right = yolov3_tiny
+    wrong = tmp_path / "wrong.weights"
+    net = load_network(cfg)
+    write_random_weights(net, wrong, seed=10)
+    model = tmp_path / "m.onnx"
+    convert_darknet(cfg, wrong, model, verify_backends=[])
+    with deploykit.load(model) as session:
+        heads = json.loads(session.metadata["deploykit.darknet.heads"])
+    verdicts, oracle = verify(model, net, heads, "raw", cfg, right, ["onnxruntime"], 1e-4, 1e-3, 0, None,
+                              (net.width, net.height), "darknet")  # fmt: skip
+    assert oracle.name == "darknet" and [v.status for v in verdicts] == ["fail"]
+
+
+def test_darknet_oracle_without_a_compiler_is_an_error(tmp_path, empty_cache, no_compiler, yolov3_tiny):
+    cfg, weights = yolov3_tiny
+    output = tmp_path / "m.onnx"
+    with pytest.raises(OracleError) as caught:
+        convert_darknet(cfg, weights, output, verify_backends=["onnxruntime"], oracle="darknet")
+    assert caught.value.message == (
+        "Darknet helper | no C compiler: neither gcc nor cc is on PATH, expected a C compiler to build Darknet's "
+        f"forward pass into {empty_cache}."
+    )
+    assert not output.exists() and not empty_cache.exists()
+
+
+def test_darknet_oracle_refuses_a_cfg_pjreddies_darknet_does_not_know(tmp_path, yolov3_tiny):
+    cfg = MODELS / "yolov4-tiny.cfg"
+    weights = tmp_path / "w.weights"
+    write_random_weights(load_network(cfg), weights, seed=1)
+    with pytest.raises(OracleError) as caught:
+        convert_darknet(cfg, weights, tmp_path / "m.onnx", verify_backends=["onnxruntime"], oracle="darknet")
+    assert caught.value.message == (
+        "oracle 'darknet' | Debian's libdarknet (pjreddie's Darknet) does not implement group_id, scale_x_y used by "
+        "this cfg, expected a cfg of the layers pjreddie's Darknet knows (YOLOv2/v3)."
+    )
+    assert not (tmp_path / "m.onnx").exists()
+
+
+def test_opencv_oracle_runs_or_says_opencv_has_no_importer(tmp_path, yolov3_tiny):
+    cfg, weights = yolov3_tiny
+    output = tmp_path / "m.onnx"
+    if _has_opencv4_importer():  # the OpenCV 4 pass, or a machine with OpenCV 4 installed
+        report = convert_darknet(cfg, weights, output, verify_backends=["onnxruntime"], oracle="opencv")
+        assert report.oracle.name.startswith("opencv-darknet 4.") and report.status == "pass"
+        return
+    with pytest.raises(OracleError) as caught:
+        convert_darknet(cfg, weights, output, verify_backends=["onnxruntime"], oracle="opencv")
+    assert caught.value.message == (
+        "oracle 'opencv' | OpenCV here has no Darknet importer (OpenCV 5 dropped it; pip install "
+        "'opencv-python-headless<5' for OpenCV 4.x's importer), expected OpenCV 4.x's readNetFromDarknet to run "
+        "this cfg."
+    )
+    assert not output.exists()
+
+
+@pytest.mark.opencv4
+def test_opencv_oracle_with_opencv4(tmp_path, yolov3_tiny):
+    require_opencv4()
+    cfg, weights = yolov3_tiny
+    report = convert_darknet(cfg, weights, tmp_path / "m.onnx", verify_backends=["onnxruntime"], oracle="opencv")
+    assert report.oracle.name.startswith("opencv-darknet 4.") and report.status == "pass"
+
+
+def test_none_oracle_compares_backends_only(tmp_path, empty_cache, yolov3_tiny):
+    cfg, weights = yolov3_tiny
+    report = convert_darknet(cfg, weights, tmp_path / "m.onnx", verify_backends=["onnxruntime", "openvino"],
+                             oracle="none")  # fmt: skip
+    assert report.status == "unverified" and report.written and not empty_cache.exists()
+    assert report.oracle.detail == "no oracle asked for (oracle 'none'); backends compared with each other"
+    assert all(v.agreement for v in report.verdicts)
+
+
+def test_oracle_choice_is_checked_before_any_work(tmp_path, yolov3_tiny):
+    cfg, weights = yolov3_tiny
+    with pytest.raises(UsageError) as caught:
+        convert_darknet(cfg, weights, tmp_path / "m.onnx", oracle="libdarknet")  # type: ignore[arg-type]
+    assert caught.value.message == "oracle 'libdarknet' | is not one of auto, opencv, darknet, none."
+    with pytest.raises(UsageError) as caught:
+        convert_darknet(cfg, weights, tmp_path / "m.onnx", verify_backends=[], oracle="darknet")
+    assert caught.value.message == (
+        "oracle 'darknet' | asked for with no backends to verify, expected at least one backend."
+    )
+
+
+def test_cli_oracle_errors_exit_1_without_a_traceback(tmp_path, empty_cache, no_compiler, yolov3_tiny):
+    cfg, weights = yolov3_tiny
+    runner = CliRunner()
+    output = tmp_path / "m.onnx"
+    result = runner.invoke(
+        app, ["convert", "darknet", str(cfg), str(weights), "-o", str(output), "--oracle", "darknet"]
+    )
+    assert result.exit_code == 1, result.output
+    assert "Darknet helper | no C compiler: neither gcc nor cc is on PATH" in result.stderr
+    assert "Hint: apt-get install gcc, or set CC to a C compiler" in result.stderr
+    assert "Traceback" not in result.output and not output.exists() and not empty_cache.exists()
+    result = runner.invoke(app, ["convert", "darknet", str(cfg), str(weights), "-o", str(output), "--oracle", "gcc"])
+    assert result.exit_code == 1 and "oracle 'gcc' | is not one of auto, opencv, darknet, none." in result.stderr
+    assert "Traceback" not in result.output and not output.exists()

@@ -122,7 +122,7 @@ def test_yolov4_tiny_detections_match_opencv4_darknet(yolov4_tiny, photo):
 @pytest.mark.slow
 def test_yolov3_tiny_raw_outputs_match_libdarknet(tmp_path):
     """The package's cfg and weights, converted as a user would, against Darknet's own forward pass on a photo."""
-    from deploykit.convert.darknet import reference
+    from deploykit.testing import darknet as reference
 
     cfg, weights, _ = official_darknet("yolov3-tiny")
     reason = reference.unavailable_reason()

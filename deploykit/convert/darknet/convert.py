@@ -1,8 +1,9 @@
 """``convert_darknet``: Darknet ``.cfg`` + ``.weights`` → ONNX, natively (no PyTorch), verified.
 
-Verification runs the ONNX on the asked-for backends and compares with OpenCV 4.x's own
-Darknet importer where the installed OpenCV has it (an independent implementation); without
-it the backends are compared with each other and the report says that no oracle was available.
+Verification runs the ONNX on the asked-for backends and compares with an independent oracle,
+chosen by ``oracle`` (see ``oracles.py``): OpenCV 4.x's own Darknet importer, or Darknet itself
+(``deploykit.testing.darknet``, compiled only when asked for). Without one the backends are compared
+with each other and the report says why no oracle ran and how to get one.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from onnx import helper
 from deploykit.convert.darknet.cfg import read_cfg
 from deploykit.convert.darknet.graph import INPUT_NAME, build_graph
 from deploykit.convert.darknet.layers import MAX_INPUT_SIDE, Network, resolve
-from deploykit.convert.darknet.oracles import verify
+from deploykit.convert.darknet.oracles import DarknetOracle, check_oracle_choice, verify
 from deploykit.convert.darknet.weights import DarknetWeights
 from deploykit.convert.darknet.writer import write_streaming
 from deploykit.convert.report import ConversionReport
-from deploykit.errors import ConversionError, ParityError
+from deploykit.errors import ConversionError, ParityError, UsageError
 from deploykit.io import check_outputs, commit_outputs, scratch_dir
 from deploykit.labels import read_labels
 from deploykit.validation import check_number, check_tolerances
@@ -134,6 +135,7 @@ def convert_darknet(
     opencv_threshold: float | None = None,
     labels: str | os.PathLike[str] | None = None,
     verify_backends: Sequence[str] = ("onnxruntime",),
+    oracle: DarknetOracle = "auto",
     atol: float = 1e-4,
     rtol: float = 1e-3,
     keep_on_mismatch: bool = False,
@@ -153,6 +155,10 @@ def convert_darknet(
         opencv_threshold: with ``head="decoded"``, zero class scores at or below it, as OpenCV 4.x does.
         labels: a names file (one class per line) stored in the model's metadata.
         verify_backends: backends that run the result; empty to skip verification.
+        oracle: who checks them: ``auto`` (OpenCV 4.x's importer if installed, else Darknet's own
+            forward pass if its helper is already built, else ``unverified`` with the reason; never
+            compiles anything), ``darknet`` (build ``deploykit.testing.darknet``'s helper if needed and
+            run Darknet), ``opencv`` (OpenCV 4.x's importer), ``none`` (backends compared only).
         atol, rtol: tolerances against the oracle (f32).
         keep_on_mismatch: write the file even when verification fails (the error is still raised).
         seed: seed of the random verification image.
@@ -161,6 +167,9 @@ def convert_darknet(
 
     Raises:
         OutputError: an output path cannot be written or is one of the input files (before any work).
+        UsageError: an unknown ``oracle``, or one named with no backends to verify.
+        OracleError: ``darknet`` or ``opencv`` cannot run here or on this cfg (nothing is written).
+        ParityError: verification failed.
     """
     cfg_path, weights_path, output_path = Path(cfg), Path(weights), Path(output)
     if head not in HEADS:
@@ -176,6 +185,12 @@ def convert_darknet(
     check_tolerances(atol=atol, rtol=rtol)
     check_number("--opencv-threshold", opencv_threshold, low=0.0, high=1.0, high_open=True, hint="OpenCV 4.x uses 0.2.")
     check_number("--seed", seed, low=0, high=2**32 - 1, integer=True)
+    oracle = check_oracle_choice(oracle)
+    if oracle not in ("auto", "none") and not verify_backends:
+        raise UsageError(
+            f"oracle '{oracle}' | asked for with no backends to verify, expected at least one backend.",
+            hint="pass --verify-backends onnxruntime (or verify_backends=['onnxruntime']), or drop --oracle.",
+        )
     batch_size: int | None
     if batch == "dynamic":
         batch_size = None
@@ -239,6 +254,7 @@ def convert_darknet(
                     seed,
                     opencv_threshold,
                     (native.width, native.height),
+                    oracle,
                 )
                 report.notes.append(f"oracle: {report.oracle.name} — {report.oracle.detail}")
                 report.gate_seconds = round(time.perf_counter() - gate_start, 3)

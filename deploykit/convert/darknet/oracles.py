@@ -1,24 +1,36 @@
 """Independent oracles for a Darknet conversion: OpenCV 4.x's own Darknet importer, and Darknet
-itself (Debian's ``libdarknet``). Each turns the oracle's output into the decoded-rows form
-``[batch, N, 4 + 1 + classes]`` so any converted head (raw or decoded) can be compared with it.
+itself (Debian's ``libdarknet``, through ``deploykit.testing.darknet``). Each turns the oracle's output
+into the decoded-rows form ``[batch, N, 4 + 1 + classes]`` so any converted head (raw or decoded) can
+be compared with it.
 
-The candidates (the converted ONNX on each backend) run in worker processes; the verdicts come
-from the verification subsystem. Without either oracle the verdicts are ``unverified``.
+Which oracle runs is the caller's choice (``ORACLE_CHOICES``): ``auto`` asks OpenCV 4.x, then
+Darknet only if its helper is already built (nothing is compiled unasked); ``opencv`` and ``darknet``
+run that oracle or raise ``OracleError``; ``none`` runs none. The candidates (the converted ONNX on
+each backend) run in worker processes; the verdicts come from the verification subsystem. Without an
+oracle the verdicts are ``unverified`` and the oracle's detail says how to get one.
 """
 
 from __future__ import annotations
 
+import re
+import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from deploykit.convert.darknet.graph import DETECTIONS_NAME, INPUT_NAME
 from deploykit.convert.darknet.layers import Network
+from deploykit.errors import OracleError, UsageError
 from deploykit.verify.isolated import run_candidate
 from deploykit.verify.metrics import OutputMetrics, compare_array, thresholds_for
 from deploykit.verify.verdict import OracleInfo, Verdict, error_verdict, judge
+
+DarknetOracle = Literal["auto", "opencv", "darknet", "none"]
+ORACLE_CHOICES: tuple[DarknetOracle, ...] = ("auto", "opencv", "darknet", "none")
+_NO_OPENCV4 = "pip install 'opencv-python-headless<5' for OpenCV 4.x's importer"
 
 # OpenCV's Darknet importer zeroes class scores at or below this ([region] layers use their thresh=).
 OPENCV_SCORE_THRESHOLD = 0.2
@@ -74,81 +86,38 @@ def _opencv_rows(
     return results
 
 
-def _libdarknet_rows(cfg: Path, weights: Path, image: np.ndarray, heads: list[dict[str, Any]]) -> np.ndarray:
-    """Darknet's own head outputs on ``image``, decoded like ours (``decode_heads``)."""
-    from deploykit.convert.darknet import reference
-    from deploykit.vision.yolo import decode_heads
-
-    raw = reference.darknet_outputs(cfg, weights, image, [h["layer"] for h in heads])
-    named = [{**h, "output": f"{h['type']}_{h['layer']}"} for h in heads]
-    return decode_heads({h["output"]: raw[h["layer"]].reshape(1, -1, *h["grid"]) for h in named}, named)
-
-
 def _decoded(outputs: dict[str, np.ndarray], heads: list[dict[str, Any]], head: str) -> np.ndarray:
     from deploykit.vision.yolo import decode_heads
 
     return outputs[DETECTIONS_NAME] if head == "decoded" else decode_heads(outputs, heads)
 
 
-def verify(
-    candidate: Path,
-    net: Network,
-    heads: list[dict[str, Any]],
-    head: str,
-    cfg: Path,
-    weights: Path,
-    backends: Sequence[str],
-    atol: float,
-    rtol: float,
-    seed: int,
-    opencv_threshold: float | None,
-    native_size: tuple[int, int],
-) -> tuple[list[Verdict], OracleInfo]:
-    """Run the converted model on each backend (a worker each) and judge it against OpenCV 4's
-    importer, else Darknet itself, else (``unverified``) against the first backend that runs."""
-    from deploykit.backends.registry import canonical_name, get_backend
-    from deploykit.model import read_interface
+def check_oracle_choice(oracle: str) -> DarknetOracle:
+    """``oracle`` as one of ``ORACLE_CHOICES``, or a ``UsageError`` naming them."""
+    for choice in ORACLE_CHOICES:
+        if oracle == choice:
+            return choice
+    raise UsageError(
+        f"oracle '{oracle}' | is not one of {', '.join(ORACLE_CHOICES)}.",
+        hint="auto: OpenCV 4.x's importer, else Darknet if its helper is built; darknet: build and run "
+        "Darknet's own forward pass; opencv: OpenCV 4.x's importer; none: compare the backends only.",
+    )
 
-    rng = np.random.default_rng(seed)
-    image = rng.uniform(0, 1, (1, net.channels, net.height, net.width)).astype(np.float32)
-    # a model converted with a fixed --batch N takes N images: the same one N times; item 0 is judged
-    batch = next((d for d in (read_interface(candidate).inputs[0].shape or (1,))[:1] if isinstance(d, int)), 1)
-    feeds = {INPUT_NAME: np.repeat(image, batch, axis=0)}
-    runs = []
-    for requested in backends:
-        name = canonical_name(requested)
-        backend = get_backend(name)
-        run = run_candidate(candidate, name, backend.default_device, [feeds],
-                            options=backend.precision_options("f32"), label=name)  # fmt: skip
-        run.outputs = [{k: v[:1] for k, v in outputs.items()} for outputs in run.outputs]
-        runs.append(run)
-    limits = thresholds_for("f32", atol=atol, rtol=rtol)
-    oracle, expected, opencv = _oracle(cfg, weights, image, heads, native_size, (net.width, net.height))
-    verdicts: list[Verdict] = []
-    reference: np.ndarray | None = None
-    for run in runs:
-        info = run.info or {}
-        if not run.ok:
-            verdicts.append(error_verdict(run.label, oracle, run.error or "did not run", device=info.get("device")))
-            continue
-        if not heads:  # a classifier cfg: raw outputs only, compared across backends
-            outputs_ref = reference if reference is not None else None
-            decoded = next(iter(run.outputs[0].values()))
-        else:
-            decoded = _decoded(run.outputs[0], heads, head)
-            outputs_ref = expected
-        if opencv is not None:
-            metrics = _opencv_rows(decoded, opencv, heads, atol, rtol, opencv_threshold)
-        else:
-            if outputs_ref is None and reference is None:
-                reference = decoded
-                oracle = OracleInfo(run.label, False, oracle.detail)
-            target = outputs_ref if outputs_ref is not None else reference
-            assert target is not None
-            metrics = [compare_array(DETECTIONS_NAME if heads else "output", decoded, target, limits, reduced=False)]
-        verdicts.append(judge(run.label, metrics, oracle, limits, precision=info.get("precision") or "f32",
-                              device=info.get("device")))  # fmt: skip
-    return verdicts, oracle
+
+@dataclass
+class OracleOutputs:
+    """What the chosen oracle computed, in the form ``verify`` compares.
+
+    Attributes:
+        info: who computed it, whether that is independent, and (without an oracle) why none ran.
+        rows: Darknet's decoded rows (a detector) or its final output (a classifier), or, without an
+            oracle, the first backend's, which the others are compared with.
+        opencv: OpenCV's outputs per head, by layer name.
+    """
+
+    info: OracleInfo
+    rows: np.ndarray | None = None
+    opencv: dict[str, np.ndarray] | None = None
 
 
 # What pjreddie's Darknet (Debian's libdarknet) does not implement: it reads such cfgs without an
@@ -165,42 +134,164 @@ def _beyond_pjreddie(cfg: Path) -> str | None:
     return None
 
 
-def _oracle(
+def _cfg_at_size(cfg: Path, directory: Path, size: tuple[int, int]) -> Path:
+    """A copy of ``cfg`` whose [net] section says width, height = ``size``: Darknet runs any size its cfg says."""
+    text = cfg.read_text(errors="replace")
+    after_net = re.search(r"(?im)^\s*\[(?!net\]|network\])", text)
+    end = after_net.start() if after_net else len(text)
+    net = re.sub(r"(?im)^(\s*width\s*=).*$", rf"\g<1>{size[0]}", text[:end])
+    net = re.sub(r"(?im)^(\s*height\s*=).*$", rf"\g<1>{size[1]}", net)
+    path = directory / cfg.name
+    path.write_text(net + text[end:])
+    return path
+
+
+def _darknet_rows(cfg: Path, weights: Path, image: np.ndarray, heads: list[dict[str, Any]], net: Network,
+                  native_size: tuple[int, int]) -> np.ndarray:  # fmt: skip
+    """Darknet's own outputs on ``image``: the heads decoded like ours (``decode_heads``), or a
+    classifier's final output as one row."""
+    from deploykit.testing.darknet import darknet_outputs
+    from deploykit.vision.yolo import decode_heads
+
+    layers = [h["layer"] for h in heads] or [net.layers[-1].index]
+    with tempfile.TemporaryDirectory(prefix="deploykit-oracle-") as directory:
+        size = (net.width, net.height)
+        raw = darknet_outputs(cfg if size == native_size else _cfg_at_size(cfg, Path(directory), size),
+                              weights, image, layers)  # fmt: skip
+    if not heads:
+        return raw[layers[0]].reshape(1, -1)
+    named = [{**h, "output": f"{h['type']}_{h['layer']}"} for h in heads]
+    return decode_heads({h["output"]: raw[h["layer"]].reshape(1, -1, *h["grid"]) for h in named}, named)
+
+
+def _opencv(cfg: Path, weights: Path, image: np.ndarray, heads: list[dict[str, Any]],
+            same_size: bool) -> tuple[OracleOutputs | None, str]:  # fmt: skip
+    """OpenCV 4.x's importer on ``image``, or (None, why it cannot be the oracle)."""
+    if not heads:
+        return None, "OpenCV's importer is compared on detector heads, and this cfg has none"
+    if not same_size:
+        return None, "OpenCV's importer decodes another input size than the cfg's differently"
+    try:
+        outputs = opencv_darknet_outputs(cfg, weights, image)
+    except Exception as exc:  # an OpenCV that cannot read this cfg is no oracle
+        return None, f"OpenCV's Darknet importer failed on this cfg ({type(exc).__name__}: {str(exc)[:160]})"
+    if outputs is None:
+        return None, f"OpenCV here has no Darknet importer (OpenCV 5 dropped it; {_NO_OPENCV4})"
+    import cv2
+
+    info = OracleInfo(f"opencv-darknet {cv2.__version__}", True, "OpenCV's own Darknet importer")
+    return OracleOutputs(info, opencv=outputs), ""
+
+
+def _darknet(choice: DarknetOracle, cfg: Path, weights: Path, image: np.ndarray, heads: list[dict[str, Any]],
+             net: Network, native_size: tuple[int, int]) -> tuple[OracleOutputs | None, str]:  # fmt: skip
+    """Darknet's own forward pass, or (None, why not). ``auto`` never compiles the helper;
+    ``darknet`` builds it when needed and raises ``OracleError`` when it cannot run."""
+    from deploykit.testing import darknet
+
+    problem = _beyond_pjreddie(cfg)
+    if choice == "darknet":
+        if problem:
+            raise OracleError(
+                f"oracle 'darknet' | {problem}, expected a cfg of the layers pjreddie's Darknet knows (YOLOv2/v3).",
+                hint=f"use --oracle opencv ({_NO_OPENCV4}), or --oracle auto to convert unverified.",
+            )
+        rows = _darknet_rows(cfg, weights, image, heads, net, native_size)  # build errors reach the user
+    else:
+        problem = problem or darknet.unavailable_reason()
+        if problem:
+            return None, problem
+        if not darknet.is_built():
+            return None, (f"Darknet's own forward pass is not built here: pass --oracle darknet (oracle='darknet') "
+                          f"to build it into {darknet.cache_dir()}")  # fmt: skip
+        try:
+            rows = _darknet_rows(cfg, weights, image, heads, net, native_size)
+        except OracleError as exc:  # pjreddie's Darknet does not run every cfg
+            return None, f"libdarknet could not run this cfg ({exc.message[:200]})"
+    return OracleOutputs(OracleInfo("darknet", True, "Darknet's own forward pass (libdarknet)"), rows=rows), ""
+
+
+def oracle_outputs(choice: DarknetOracle, cfg: Path, weights: Path, image: np.ndarray, heads: list[dict[str, Any]],
+                   net: Network, native_size: tuple[int, int]) -> OracleOutputs:  # fmt: skip
+    """The chosen oracle's outputs on ``image``; without one, why none ran (``info.detail``).
+
+    Raises:
+        OracleError: ``opencv`` or ``darknet`` was asked for and cannot run here or on this cfg.
+    """
+    if choice == "none":
+        return OracleOutputs(OracleInfo("none", False, "no oracle asked for (oracle 'none'); backends compared "
+                                                       "with each other"))  # fmt: skip
+    reasons = []
+    if choice in ("auto", "opencv"):
+        found, reason = _opencv(cfg, weights, image, heads, native_size == (net.width, net.height))
+        if found:
+            return found
+        if choice == "opencv":
+            raise OracleError(f"oracle 'opencv' | {reason}, expected OpenCV 4.x's readNetFromDarknet to run this cfg.",
+                              hint=f"{_NO_OPENCV4}, or use --oracle darknet or --oracle auto.")  # fmt: skip
+        reasons.append(reason)
+    found, reason = _darknet(choice, cfg, weights, image, heads, net, native_size)
+    if found:
+        return found
+    reasons.append(reason)
+    detail = "no Darknet oracle ran: " + "; ".join(reasons) + "; backends compared with each other"
+    return OracleOutputs(OracleInfo("none", False, detail))
+
+
+def verify(
+    candidate: Path,
+    net: Network,
+    heads: list[dict[str, Any]],
+    head: str,
     cfg: Path,
     weights: Path,
-    image: np.ndarray,
-    heads: list[dict[str, Any]],
+    backends: Sequence[str],
+    atol: float,
+    rtol: float,
+    seed: int,
+    opencv_threshold: float | None,
     native_size: tuple[int, int],
-    size: tuple[int, int],
-) -> tuple[OracleInfo, np.ndarray | None, dict[str, np.ndarray] | None]:
-    """(who, Darknet's decoded rows, OpenCV's per-head outputs): the first oracle that runs here."""
-    reasons = []
-    if native_size != size:
-        reasons.append("OpenCV's importer decodes another input size than the cfg's differently")
-    elif heads:
-        try:
-            outputs = opencv_darknet_outputs(cfg, weights, image)
-        except Exception as exc:  # an OpenCV that cannot read this cfg is no oracle
-            outputs = None
-            reasons.append(f"OpenCV's Darknet importer failed on this cfg ({type(exc).__name__})")
-        else:
-            if outputs is None:
-                reasons.append("OpenCV here has no Darknet importer (OpenCV 5 dropped it)")
-        if outputs is not None:
-            import cv2
+    oracle: DarknetOracle = "auto",
+) -> tuple[list[Verdict], OracleInfo]:
+    """Run the converted model on each backend (a worker each) and judge it against the ``oracle``
+    chosen (``oracle_outputs``); without one, (``unverified``) against the first backend that runs.
 
-            return OracleInfo(f"opencv-darknet {cv2.__version__}", True, "OpenCV's own Darknet importer"), None, outputs
-    if heads:
-        from deploykit.convert.darknet import reference
+    Raises:
+        OracleError: ``opencv`` or ``darknet`` was asked for and cannot run (before any backend runs).
+    """
+    from deploykit.backends.registry import canonical_name, get_backend
+    from deploykit.model import read_interface
 
-        problem = reference.unavailable_reason() or _beyond_pjreddie(cfg)
-        if problem is None:
-            try:
-                rows = _libdarknet_rows(cfg, weights, image, heads)
-                return OracleInfo("darknet", True, "Darknet's own forward pass (libdarknet)"), rows, None
-            except Exception as exc:  # pjreddie's Darknet does not know every layer (mish, ...)
-                reasons.append(f"libdarknet could not run this cfg ({str(exc)[:160]})")
+    rng = np.random.default_rng(seed)
+    image = rng.uniform(0, 1, (1, net.channels, net.height, net.width)).astype(np.float32)
+    reference = oracle_outputs(oracle, cfg, weights, image, heads, net, native_size)
+    # a model converted with a fixed --batch N takes N images: the same one N times; item 0 is judged
+    batch = next((d for d in (read_interface(candidate).inputs[0].shape or (1,))[:1] if isinstance(d, int)), 1)
+    feeds = {INPUT_NAME: np.repeat(image, batch, axis=0)}
+    limits = thresholds_for("f32", atol=atol, rtol=rtol)
+    verdicts: list[Verdict] = []
+    for requested in backends:
+        name = canonical_name(requested)
+        backend = get_backend(name)
+        run = run_candidate(candidate, name, backend.default_device, [feeds],
+                            options=backend.precision_options("f32"), label=name)  # fmt: skip
+        info = run.info or {}
+        if not run.ok:
+            verdicts.append(error_verdict(run.label, reference.info, run.error or "did not run",
+                                          device=info.get("device")))  # fmt: skip
+            continue
+        first = {key: value[:1] for key, value in run.outputs[0].items()}
+        ours = _decoded(first, heads, head) if heads else next(iter(first.values()))
+        if reference.opencv is not None:
+            metrics = _opencv_rows(ours, reference.opencv, heads, atol, rtol, opencv_threshold)
         else:
-            reasons.append(problem)
-    detail = "no Darknet oracle ran: " + "; ".join(reasons or ["not a detector cfg"])
-    return OracleInfo("none", False, detail + "; backends compared with each other"), None, None
+            rows = reference.rows
+            if rows is None:  # no oracle: the first backend that runs is what the others must match
+                rows = ours
+                reference = OracleOutputs(OracleInfo(run.label, False, reference.info.detail), rows=rows)
+            # Darknet's classifier output comes flat; another size fails below as a shape mismatch
+            expected = rows.reshape(ours.shape) if rows.size == ours.size else rows
+            metrics = [compare_array(DETECTIONS_NAME if heads else "output", ours, expected, limits, reduced=False)]
+        verdicts.append(judge(run.label, metrics, reference.info, limits, precision=info.get("precision") or "f32",
+                              device=info.get("device")))  # fmt: skip
+    return verdicts, reference.info
