@@ -17,6 +17,7 @@ import pytest
 
 from deploykit.errors import OracleError
 from deploykit.testing import darknet
+from tests.assets.darknet_helper import use_empty_cache, use_fake_darknet, use_no_compiler
 from tests.assets.paths import REPO, missing_asset, require_executable
 
 YOLOV3_TINY = REPO / "models" / "darknet" / "yolov3-tiny.cfg"
@@ -24,23 +25,12 @@ YOLOV3_TINY = REPO / "models" / "darknet" / "yolov3-tiny.cfg"
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch) -> Path:
-    """An empty cache directory (not created yet) for this test only."""
-    directory = tmp_path / "cache"
-    monkeypatch.setenv("DEPLOYKIT_CACHE_DIR", str(directory))
-    return directory
+    return use_empty_cache(tmp_path, monkeypatch)
 
 
 @pytest.fixture
 def fake_darknet(tmp_path, monkeypatch) -> Path:
-    """A darknet.h and libdarknet.so that exist (the checks that come before compiling pass) but
-    are not Darknet: any machine can then reach the compiler steps."""
-    directory = tmp_path / "fake-darknet"
-    directory.mkdir()
-    (directory / "darknet.h").write_text('#error "this is not Darknet\'s header"\n')
-    (directory / "libdarknet.so").write_bytes(b"")
-    monkeypatch.setenv("DEPLOYKIT_DARKNET_INCLUDE", str(directory))
-    monkeypatch.setenv("DEPLOYKIT_DARKNET_LIB", str(directory))
-    return directory
+    return use_fake_darknet(tmp_path, monkeypatch, header='#error "this is not Darknet\'s header"\n')
 
 
 def _require_darknet() -> None:
@@ -87,10 +77,7 @@ def test_missing_darknet_is_a_clear_error(tmp_path, cache, monkeypatch):
 
 
 def test_no_compiler_on_path_is_a_clear_error(tmp_path, cache, fake_darknet, monkeypatch):
-    empty = tmp_path / "bin"
-    empty.mkdir()
-    monkeypatch.setenv("PATH", str(empty))
-    monkeypatch.delenv("CC", raising=False)
+    use_no_compiler(tmp_path, monkeypatch)
     assert darknet.unavailable_reason() == (
         "no C compiler: neither gcc nor cc is on PATH to build Darknet's forward pass (apt-get install gcc)"
     )
@@ -144,18 +131,18 @@ def test_darknet_failures_are_clear_errors(tmp_path):
     with pytest.raises(OracleError) as caught:
         darknet.darknet_outputs(YOLOV3_TINY, weights, np.zeros((3, 32, 32), np.float32), [16])
     assert caught.value.message == (
-        "Darknet 'yolov3-tiny.cfg' | Darknet's forward pass failed (exit code 1): the input is not 519168 floats "
+        "Darknet 'yolov3-tiny.cfg' | Darknet's forward pass failed (exited with code 1): the input is not 519168 floats "
         "(3 x 416 x 416) as the cfg's [net] says; expected it to run the cfg with these weights."
     )
     with pytest.raises(OracleError) as caught:
         darknet.darknet_outputs(YOLOV3_TINY, weights, np.zeros((3, 416, 416), np.float32), [99])
-    assert "(exit code 1): layer 99 is out of range: the network has 24 layers;" in caught.value.message
+    assert "(exited with code 1): layer 99 is out of range: the network has 24 layers;" in caught.value.message
     # a cfg without [net]: Darknet's parser gives up with assert(0) (exit(-1) in a build without asserts)
     crash = tmp_path / "no-net.cfg"
     crash.write_text("[convolutional]\nfilters=4\nsize=3\nstride=1\npad=1\nactivation=leaky\n")
     with pytest.raises(OracleError) as caught:
         darknet.darknet_outputs(crash, weights, np.zeros((3, 32, 32), np.float32), [0])
-    assert re.match(r"Darknet 'no-net.cfg' \| Darknet's forward pass failed \((killed by SIGABRT|exit code 255)\): ",
+    assert re.match(r"Darknet 'no-net.cfg' \| Darknet's forward pass failed \((killed by signal SIGABRT|exited with code 255)",
                     caught.value.message), caught.value.message  # fmt: skip
 
 

@@ -31,7 +31,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -42,6 +41,7 @@ import numpy as np
 
 from deploykit.errors import OracleError
 from deploykit.io import scratch_dir
+from deploykit.verify.isolated import describe_exit
 
 SOURCE_NAME = "darknet_dump.c"
 _SUBJECT = "Darknet helper"
@@ -204,15 +204,6 @@ def build_helper() -> Path:
     return binary
 
 
-def _describe_exit(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            return f"killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"killed by signal {-returncode}"
-    return f"exit code {returncode}"
-
-
 def darknet_outputs(
     cfg: str | os.PathLike[str], weights: str | os.PathLike[str], image: np.ndarray, layers: Sequence[int]
 ) -> dict[int, np.ndarray]:
@@ -253,7 +244,7 @@ def darknet_outputs(
         # Darknet exits 0 after printing "Couldn't open file" for a cfg it cannot read, and writes nothing.
         if completed.returncode != 0 or not target.is_file():
             raise OracleError(
-                f"Darknet '{cfg_path.name}' | Darknet's forward pass failed ({_describe_exit(completed.returncode)}): "
+                f"Darknet '{cfg_path.name}' | Darknet's forward pass failed ({describe_exit(completed.returncode)}): "
                 f"{lines[-1] if lines else 'no message'}; expected it to run the cfg with these weights.",
                 hint="pjreddie's Darknet (Debian's) knows the YOLOv2/v3 layers, not AlexeyAB's additions; "
                 "check that the weights belong to the cfg, " + _ALTERNATIVE,

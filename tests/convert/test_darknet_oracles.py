@@ -20,6 +20,7 @@ from deploykit.convert.darknet.weights import write_random_weights
 from deploykit.errors import ConversionError, OracleError, UsageError
 from deploykit.testing import darknet
 from deploykit.vision.yolo import decode_heads
+from tests.assets.darknet_helper import use_empty_cache, use_fake_darknet, use_no_compiler
 from tests.assets.paths import DARKNET_CFG, REPO, darknet_cfg, missing_asset, require_opencv4
 
 MODELS = REPO / "models" / "darknet"
@@ -216,24 +217,14 @@ def test_converted_model_runs_on_every_backend(tmp_path):
 
 @pytest.fixture
 def empty_cache(tmp_path, monkeypatch) -> Path:
-    """A cache directory with no helper in it (not even created)."""
-    directory = tmp_path / "cache"
-    monkeypatch.setenv("DEPLOYKIT_CACHE_DIR", str(directory))
-    return directory
+    return use_empty_cache(tmp_path, monkeypatch)
 
 
 @pytest.fixture
 def no_compiler(tmp_path, monkeypatch) -> None:
     """Darknet's files where the checks look (not the real thing) and no C compiler on PATH."""
-    fake = tmp_path / "fake-darknet"
-    fake.mkdir()
-    (fake / "darknet.h").write_text("")
-    (fake / "libdarknet.so").write_bytes(b"")
-    (tmp_path / "bin").mkdir()
-    monkeypatch.setenv("DEPLOYKIT_DARKNET_INCLUDE", str(fake))
-    monkeypatch.setenv("DEPLOYKIT_DARKNET_LIB", str(fake))
-    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
-    monkeypatch.delenv("CC", raising=False)
+    use_fake_darknet(tmp_path, monkeypatch)
+    use_no_compiler(tmp_path, monkeypatch)
 
 
 @pytest.fixture(scope="module")
@@ -400,3 +391,19 @@ def test_cli_oracle_errors_exit_1_without_a_traceback(tmp_path, empty_cache, no_
     result = runner.invoke(app, ["convert", "darknet", str(cfg), str(weights), "-o", str(output), "--oracle", "gcc"])
     assert result.exit_code == 1 and "oracle 'gcc' | is not one of auto, opencv, darknet, none." in result.stderr
     assert "Traceback" not in result.output and not output.exists()
+
+
+def test_recipes_pass_the_darknet_oracle_on(tmp_path, empty_cache):
+    from deploykit.recipes import build
+
+    with pytest.raises(UsageError) as caught:
+        build("mobilenet_v2", tmp_path / "m.onnx", darknet_oracle="darknet")
+    assert caught.value.message == (
+        "recipe 'mobilenet_v2' | a Darknet oracle ('darknet') was asked for a torch recipe, expected a Darknet recipe."
+    )
+    reason = darknet.unavailable_reason()
+    if reason:
+        missing_asset("Darknet's own forward pass (deploykit.testing.darknet)", reason)
+    report = build("yolov3-tiny", tmp_path / "y.onnx", random_weights=True, verify_backends=["onnxruntime"],
+                   darknet_oracle="darknet")  # fmt: skip
+    assert report.oracle.name == "darknet" and report.status == "pass", [v.describe() for v in report.verdicts]
