@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from deploykit.quantize.calibration import CalibrationData, Sample
+from deploykit.verify.metrics import cosine_snr
 
 DEBUG_LAYER_SAMPLES = 8
 MAP_MIN_SCORE = 0.001  # COCO evaluations rank predictions down to this score
@@ -24,15 +25,11 @@ TOP_LAYERS = 10
 
 
 def similarity(reference: np.ndarray, candidate: np.ndarray) -> dict[str, float]:
-    """Cosine similarity and SNR (dB, ``10 log10(|ref|² / |ref − cand|²)``) of two arrays."""
-    ref = np.asarray(reference, np.float64).ravel()
-    cand = np.asarray(candidate, np.float64).ravel()
-    noise = float(np.sum((ref - cand) ** 2))
-    signal = float(np.sum(ref**2))
-    norms = math.sqrt(signal) * float(np.linalg.norm(cand))
-    cosine = float(np.dot(ref, cand) / norms) if norms > 0 else float(noise == 0)
-    snr = math.inf if noise == 0 else (10 * math.log10(signal / noise) if signal > 0 else -math.inf)
-    return {"cosine": cosine, "snr_db": snr}
+    """Cosine similarity and SNR (dB) of two arrays, as ``deploykit.verify.metrics.cosine_snr``
+    computes them; where the cosine is undefined (an all-zero array) it is 1.0 for equal arrays
+    (infinite SNR) and 0.0 otherwise, so a report always holds a number."""
+    cosine, snr_db = cosine_snr(reference, candidate)
+    return {"cosine": float(snr_db == math.inf) if cosine is None else cosine, "snr_db": snr_db}
 
 
 def _ort_session(model: Any) -> Any:

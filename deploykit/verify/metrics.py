@@ -51,6 +51,10 @@ class Thresholds:
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, float]) -> Thresholds:
+        return cls(**{k: float(v) for k, v in data.items() if k in cls.__dataclass_fields__})
+
 
 DEFAULT_THRESHOLDS: dict[str, Thresholds] = {
     "f64": Thresholds(atol=1e-7, rtol=1e-6),
@@ -150,6 +154,24 @@ class OutputMetrics:
                 data[key] = None if math.isnan(value) else ("inf" if value > 0 else "-inf")
         return data
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> OutputMetrics:
+        """The metrics ``to_dict`` wrote: ``"inf"``/``"-inf"`` back to floats, a missing error to NaN."""
+
+        def number(value: Any, missing: float | None) -> float | None:
+            return missing if value is None else float(value)
+
+        index = data.get("worst_index")
+        return cls(
+            name=data["name"], case=int(data.get("case", 0)), rule=data["rule"], passed=bool(data["passed"]),
+            max_abs_error=number(data.get("max_abs_error"), math.nan),  # type: ignore[arg-type]
+            max_rel_error=number(data.get("max_rel_error"), math.nan),  # type: ignore[arg-type]
+            cosine=number(data.get("cosine"), None), snr_db=number(data.get("snr_db"), None),
+            worst_index=None if index is None else tuple(index), worst_value=data.get("worst_value"),
+            worst_reference=data.get("worst_reference"), problem=data.get("problem"),
+            degenerate=data.get("degenerate"),
+        )  # fmt: skip
+
 
 def _failed(name: str, case: int, rule: str, problem: str) -> OutputMetrics:
     return OutputMetrics(name, case, rule, False, math.inf, math.inf, None, None, problem=problem)
@@ -168,6 +190,24 @@ def degeneracy(reference: np.ndarray, candidate: np.ndarray | None = None) -> st
         value = float(reference.flat[0])
         return "all zero" if value == 0 else f"constant ({value:g})"
     return None
+
+
+def cosine_snr(reference: np.ndarray, candidate: np.ndarray) -> tuple[float | None, float]:
+    """Cosine similarity and SNR in dB (``10 log10(|ref|² / |ref − cand|²)``) of two arrays, flattened.
+
+    Both are computed in float64. The cosine is None when either array is all zero (it is
+    undefined there); the SNR is ``inf`` when the arrays are equal and ``-inf`` when they differ
+    and the reference is all zero. Non-finite elements are the caller's to mask (``compare_array``
+    does): with them the two numbers mean nothing.
+    """
+    ref = np.asarray(reference, np.float64).ravel()
+    cand = np.asarray(candidate, np.float64).ravel()
+    norm = float(np.linalg.norm(ref) * np.linalg.norm(cand))
+    cosine = float(np.dot(ref, cand) / norm) if norm > 0 else None
+    diff = ref - cand
+    signal, noise = float(np.sum(ref * ref)), float(np.sum(diff * diff))
+    snr_db = math.inf if noise == 0 else (10 * math.log10(signal / noise) if signal > 0 else -math.inf)
+    return cosine, snr_db
 
 
 def compare_array(
@@ -199,10 +239,7 @@ def compare_array(
     excess = diff - allowed
     worst = np.unravel_index(int(np.argmax(excess)), excess.shape)
     rel = diff / np.maximum(np.abs(b_f), max(thresholds.atol, np.finfo(np.float64).tiny))
-    norm = float(np.linalg.norm(a_f) * np.linalg.norm(b_f))
-    cosine = float(np.dot(a_f.ravel(), b_f.ravel()) / norm) if norm > 0 else None
-    signal, noise = float(np.sum(b_f * b_f)), float(np.sum(diff * diff))
-    snr_db = math.inf if noise == 0 else (10 * math.log10(signal / noise) if signal > 0 else -math.inf)
+    cosine, snr_db = cosine_snr(b_f, a_f)
     if reduced:
         passed = (cosine if cosine is not None else float(np.array_equal(a_f, b_f))) >= thresholds.min_cosine
         passed = passed and snr_db >= thresholds.min_snr_db
@@ -260,3 +297,8 @@ class TaskResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TaskResult:
+        return cls(data["kind"], data["metric"], float(data["value"]), float(data["threshold"]),
+                   bool(data["passed"]), dict(data.get("details") or {}))  # fmt: skip
