@@ -5,6 +5,8 @@ Every backend run that is part of a verification (and every bench measurement) g
 unrelated ``onnx.py`` there must not shadow the real package), in its own process group (so a
 timeout, Ctrl-C or SIGTERM of the parent kills the worker and anything it started), with a
 time limit. The worker prints one result line; anything else it prints is kept for the error.
+On Linux the worker also dies with its parent, even when the parent is killed with SIGKILL and
+has no chance to kill it (see ``_BOOTSTRAP``).
 """
 
 from __future__ import annotations
@@ -27,12 +29,34 @@ from deploykit.inputs import save_arrays
 
 RESULT_PREFIX = "DEPLOYKIT-RESULT "
 DEFAULT_TIMEOUT_S = 900.0
-# -c keeps '' (the current directory) first on sys.path: drop it before anything is imported.
-_BOOTSTRAP = (
-    "import sys, runpy\n"
-    "if sys.path and sys.path[0] == '':\n    del sys.path[0]\n"
-    "runpy.run_module(sys.argv[1], run_name='__main__', alter_sys=True)\n"
-)
+# Run as `python -c _BOOTSTRAP <module> <parent pid>`, before the worker imports anything:
+# - -c puts '' (the current directory) first on sys.path: it goes before any import, so an
+#   unrelated ctypes.py or onnx.py there cannot shadow the real module.
+# - On Linux, PR_SET_PDEATHSIG (prctl option 1) asks the kernel to SIGKILL the worker when its
+#   parent dies: a parent killed with SIGKILL cannot kill its workers itself, and they would run
+#   on until their time limit. (The signal comes when the parent *thread* that started the worker
+#   ends; run_worker's thread waits in communicate() until the worker is gone, so that is the
+#   parent's death.) If the parent died before prctl ran, no signal will ever come; the parent
+#   pid has then changed, and the worker exits at once. Other systems have no such call: there
+#   the time limit and kill_workers are all there is.
+_BOOTSTRAP = """\
+import sys
+if sys.path and sys.path[0] == '':
+    del sys.path[0]
+import os
+if sys.platform.startswith('linux'):
+    import ctypes, signal
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != int(sys.argv[2]):
+        sys.stderr.write(
+            f'deploykit worker | its parent process (pid {sys.argv[2]}) exited before the worker started; '
+            'expected it to wait for the result. Exiting.\\n'
+        )
+        os._exit(3)
+del sys.argv[2]
+import runpy
+runpy.run_module(sys.argv[1], run_name='__main__', alter_sys=True)
+"""
 
 
 @dataclass
@@ -82,7 +106,7 @@ def run_worker(module: str, job: Mapping[str, Any], *, timeout_s: float = DEFAUL
     interrupted (the interruption is then re-raised).
     """
     process = subprocess.Popen(
-        [sys.executable, "-c", _BOOTSTRAP, module],
+        [sys.executable, "-c", _BOOTSTRAP, module, str(os.getpid())],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
