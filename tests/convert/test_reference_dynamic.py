@@ -1,0 +1,119 @@
+"""onnx's reference evaluator on a dynamic-batch YOLOv3-tiny conversion, and why it cannot run it as is.
+
+YOLOv3-tiny's [maxpool] size=2 stride=1 keeps 13x13 by padding one row below and one column to
+the right: MaxPool pads=[0, 0, 1, 1], which the ONNX spec reads as [top, left, bottom, right]
+(``x1_begin, x2_begin, x1_end, x2_end``), as ONNX Runtime, OpenVINO and onnx's own shape
+inference do. onnx's reference evaluator (1.23.2, and onnx's main branch at commit 043be319) reads
+four pads of a stride-1 pool as [top, bottom, left, right] (``CommonPool._run`` in
+``onnx/reference/ops/_op_common_pool.py``; strided pools take another, correct path), pads 0
+rows and 2 columns, and returns 12x14; the head's Reshape then fails with "cannot reshape array
+of size 42840" (85680 at batch 2). The graph is valid ONNX; the evaluator is wrong. With a MaxPool
+that pads as the spec says (below) the evaluator runs the whole network and agrees with ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+from onnx.reference.ops.op_max_pool import MaxPool as OnnxMaxPool
+
+from deploykit.convert.darknet.convert import convert_darknet, load_network
+from deploykit.convert.darknet.weights import write_random_weights
+from tests.assets.paths import REPO
+
+
+class MaxPool(OnnxMaxPool):
+    """onnx's MaxPool, but a stride-1 pool's explicit pads are applied here, in the spec's order.
+
+    The padding is NaN, which onnx's pooling skips as it skips its own padding; strided or dilated
+    pools, ``auto_pad`` and the Indices output are left to onnx unchanged.
+    """
+
+    def _run(self, x, auto_pad=None, ceil_mode=None, dilations=None, kernel_shape=None, pads=None,
+             storage_order=None, strides=None):  # fmt: skip
+        def ones(values):
+            return values is None or all(int(v) == 1 for v in values)
+
+        spatial = x.ndim - 2
+        if pads is not None and any(pads) and auto_pad in (None, "NOTSET") and ones(strides) and ones(dilations):
+            if len(self.output) == 1:
+                widths = [(0, 0), (0, 0)] + [(pads[i], pads[i + spatial]) for i in range(spatial)]
+                x, pads = np.pad(x, widths, constant_values=np.nan), [0] * (2 * spatial)
+        return super()._run(x, auto_pad=auto_pad, ceil_mode=ceil_mode, dilations=dilations,
+                            kernel_shape=kernel_shape, pads=pads, storage_order=storage_order, strides=strides)  # fmt: skip
+
+
+def _stride_one_pool(pads: list[int]) -> onnx.ModelProto:
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[1, 1], pads=pads)
+    graph = helper.make_graph(
+        [node], "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def _spec_max_pool(x: np.ndarray, pads: list[int]) -> np.ndarray:
+    """A 2x2 stride-1 max pool with pads [top, left, bottom, right], written out: the spec's reading."""
+    top, left, bottom, right = pads
+    padded = np.pad(x, [(0, 0), (0, 0), (top, bottom), (left, right)], constant_values=-np.inf)
+    return np.maximum.reduce([padded[..., i : i + padded.shape[2] - 1, j : j + padded.shape[3] - 1]
+                              for i in (0, 1) for j in (0, 1)])  # fmt: skip
+
+
+@pytest.mark.parametrize("pads", [[0, 0, 1, 1], [0, 1, 0, 1]])
+def test_the_spec_padded_max_pool_is_the_specs_and_onnx_runtimes(pads):
+    import onnxruntime as ort
+
+    model = _stride_one_pool(pads)
+    x = np.random.default_rng(1).normal(size=(1, 1, 4, 5)).astype(np.float32)
+    expected = _spec_max_pool(x, pads)
+    fixed = ReferenceEvaluator(model, new_ops=[MaxPool]).run(None, {"x": x})[0]
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(fixed, expected)
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], expected)
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=True).graph.output[0]
+    assert [d.dim_value for d in inferred.type.tensor_type.shape.dim] == list(expected.shape)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="onnx's reference evaluator reads a stride-1 pool's 2-D pads as [top, bottom, left, right]; when this "
+    "passes, onnx has fixed it and the MaxPool above is no longer needed",
+)
+def test_onnx_reference_evaluator_pads_a_stride_one_pool_as_the_spec_says():
+    pads = [0, 0, 1, 1]
+    x = np.random.default_rng(1).normal(size=(1, 1, 4, 5)).astype(np.float32)
+    got = ReferenceEvaluator(_stride_one_pool(pads)).run(None, {"x": x})[0]
+    assert got.shape == (1, 1, 4, 5), f"got {got.shape}"
+    np.testing.assert_array_equal(got, _spec_max_pool(x, pads))
+
+
+@pytest.mark.slow
+def test_dynamic_batch_yolov3_tiny_under_the_reference_evaluator_matches_onnx_runtime(tmp_path):
+    import onnxruntime as ort
+
+    cfg = REPO / "models" / "darknet" / "yolov3-tiny.cfg"
+    weights = tmp_path / "random.weights"
+    write_random_weights(load_network(cfg), weights, seed=4)
+    model_path = tmp_path / "yolov3-tiny.onnx"
+    convert_darknet(cfg, weights, model_path, batch="dynamic", input_size="160x160", verify_backends=[])
+    model = onnx.load(str(model_path))
+    pools = [{a.name: list(helper.get_attribute_value(a)) for a in n.attribute} for n in model.graph.node
+             if n.op_type == "MaxPool"]  # fmt: skip
+    assert [p["pads"] for p in pools if p["strides"] == [1, 1]] == [[0, 0, 1, 1]]  # the one pool onnx misreads
+    name = model.graph.input[0].name
+    assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param  # the batch is dynamic
+    x = np.random.default_rng(5).random((2, 3, 160, 160), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"cannot reshape array of size"):  # onnx's MaxPool, as documented above
+        ReferenceEvaluator(model).run(None, {name: x})
+    reference = ReferenceEvaluator(model, new_ops=[MaxPool]).run(None, {name: x})
+    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    ours = session.run(None, {name: x})
+    assert [r.shape for r in reference] == [(2, 255, 5, 5), (2, 255, 10, 10)]
+    for expected, got in zip(reference, ours, strict=True):
+        assert float(np.std(expected)) > 0.1  # the heads carry signal: agreeing on them means something
+        np.testing.assert_allclose(got, expected, atol=1e-4, rtol=1e-3)
