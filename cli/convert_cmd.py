@@ -18,8 +18,8 @@ convert_app = typer.Typer(help="Convert a model to ONNX, verified against its so
 DARKNET_ORACLE_HELP = (
     "Who checks the conversion: auto (OpenCV 4.x's importer if installed, else Darknet itself if its helper is "
     "already built; never compiles), darknet (build Darknet's own forward pass with a C compiler against "
-    "Debian's libdarknet if needed, into $DEPLOYKIT_CACHE_DIR or ~/.cache/deploykit), opencv (OpenCV 4.x's "
-    "readNetFromDarknet), none."
+    "Debian's libdarknet if needed, into $DEPLOYKIT_CACHE_DIR, else $XDG_CACHE_HOME/deploykit, else "
+    "~/.cache/deploykit), opencv (OpenCV 4.x's readNetFromDarknet), none (backends compared only)."
 )
 TRUST_PICKLE_HELP = (
     "Allow a whole pickled nn.Module file. Unpickling runs arbitrary code from the file, "
