@@ -180,3 +180,17 @@ def test_the_wheel_carries_the_c_source(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"deploykit/testing/darknet_dump.c", "deploykit/testing/darknet.py"} <= names
     assert not any(name.startswith("deploykit/convert/darknet/darknet_dump") for name in names)
+
+
+def test_a_cache_dir_that_cannot_be_made_is_a_clear_error(tmp_path, fake_darknet, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("DEPLOYKIT_CACHE_DIR", str(blocker / "cache"))
+    monkeypatch.setenv("CC", sys.executable)  # found, so the cache directory is what fails
+    with pytest.raises(OracleError) as caught:
+        darknet.build_helper()
+    assert caught.value.message == (
+        f"Darknet helper | cannot create the cache directory {blocker}/cache (Not a directory), "
+        "expected a directory this user can write."
+    )
+    assert caught.value.hint == "set DEPLOYKIT_CACHE_DIR to a writable directory."
