@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .console import console, print_json
+from .convert_cmd import DARKNET_ORACLE_HELP
 
 models_app = typer.Typer(
     help="Model recipes (models/recipes/*.toml): list them, build one.", invoke_without_command=True
@@ -54,13 +55,16 @@ def build_model(
     verify_backends: str = typer.Option(
         "onnxruntime,openvino,opencv", "--verify-backends", help="Backends to verify on."
     ),
+    oracle: str = typer.Option("auto", "--oracle", help=f"Darknet recipes only. {DARKNET_ORACLE_HELP}"),
     report_path: Path = typer.Option(None, "--report", help="Also write the conversion report as JSON."),
 ) -> None:
     """Build a recipe into a verified ONNX file."""
+    from deploykit.convert.darknet.oracles import check_oracle_choice
     from deploykit.recipes import build
 
     from .convert_cmd import finish
 
     report = build(name, output or Path(f"{name}.onnx"), weights=weights, random_weights=random_weights,
-                   verify_backends=[b.strip() for b in verify_backends.split(",") if b.strip()])  # fmt: skip
+                   verify_backends=[b.strip() for b in verify_backends.split(",") if b.strip()],
+                   darknet_oracle=check_oracle_choice(oracle))  # fmt: skip
     finish(report, report_path)

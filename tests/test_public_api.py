@@ -9,7 +9,7 @@ import deploykit
 PUBLIC = {
     "Backend", "BackendError", "BackendUnavailableError", "BenchmarkResult", "Classification", "Classifier",
     "ConversionError", "ConversionReport", "DeployKitError", "Detection", "Detector", "DeviceUnavailableError",
-    "InputError", "InvalidModelError", "ModelError", "ModelNotFoundError", "OracleInfo", "OutputError", "ParityError",
+    "InputError", "InvalidModelError", "ModelError", "ModelNotFoundError", "OracleError", "OracleInfo", "OutputError", "ParityError",
     "QuantizationError", "QuantizeReport", "ReportError", "Session", "SessionInfo", "TensorSpec", "Thresholds", "UnknownBackendError",
     "UnsupportedLayerError", "UnsupportedModelError", "UsageError", "Verdict", "VerificationReport", "__version__",
     "all_backends", "backend_names", "benchmark", "convert_darknet", "convert_torch", "draw", "get_backend", "load",

@@ -155,6 +155,8 @@ def test_convert_darknet(tiny, workdir, data):
     args += data.draw(flag("--head", st.sampled_from(["raw", "decoded", "both"])))
     args += data.draw(flag("--opset", mostly(13, INT_TEXTS)))
     args += data.draw(flag("--opencv-threshold", SMALL_NUMBER_TEXTS))
+    # Not 'darknet': it may compile Darknet's helper, which is its own test's business.
+    args += data.draw(flag("--oracle", st.sampled_from(["auto", "none", "opencv", "nosuch", ""])))
     check(work, args, [cfg, weights, *labels[1:]], [output, *report[1:]])
 
 

@@ -1,0 +1,47 @@
+"""`deploykit models build --oracle` through the real CLI: the choice reaches the Darknet conversion,
+and a value that cannot be used is refused before anything is built."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from deploykit.cli.main import app
+
+runner = CliRunner()
+
+
+def test_oracle_none_builds_a_darknet_recipe_and_says_no_oracle_ran(tmp_path):
+    out = tmp_path / "y.onnx"
+    result = runner.invoke(app, ["models", "build", "yolov2-tiny", "-o", str(out), "--random-weights",
+                                 "--verify-backends", "onnxruntime", "--oracle", "none"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "no oracle asked for (oracle 'none')" in result.stdout
+    assert "agree (no independent oracle)" in result.stdout and out.is_file()
+
+
+def test_an_unknown_oracle_is_refused_with_the_choices(tmp_path):
+    out = tmp_path / "y.onnx"
+    result = runner.invoke(app, ["models", "build", "yolov2-tiny", "-o", str(out), "--random-weights",
+                                 "--verify-backends", "", "--oracle", "nosuch"])  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "oracle 'nosuch' | is not one of auto, opencv, darknet, none." in result.stderr
+    assert "none: compare the backends only" in result.stderr and "Traceback" not in result.output
+    assert not out.exists()
+
+
+def test_a_darknet_oracle_for_a_torch_recipe_is_refused_before_torch_is_needed(tmp_path):
+    out = tmp_path / "m.onnx"
+    result = runner.invoke(app, ["models", "build", "mobilenet_v2", "-o", str(out), "--verify-backends", "",
+                                 "--oracle", "darknet"])  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert (
+        "recipe 'mobilenet_v2' | a Darknet oracle ('darknet') was asked for a torch recipe, "
+        "expected a Darknet recipe." in result.stderr
+    )
+    assert "leave the Darknet oracle at auto" in result.stderr and not out.exists()
+
+
+def test_the_help_names_the_oracles():
+    result = runner.invoke(app, ["models", "build", "--help"])
+    assert result.exit_code == 0
+    assert "--oracle" in result.stdout
