@@ -71,16 +71,17 @@ def wall_budget() -> dict:
         result = benchmark(path, ["onnxruntime"], iterations=200, warmup=0, threads=1, isolate=False)
         total_s = time.perf_counter() - start
     row = result.rows[0]
-    budget_s = 1.5 * (200 * row["latency"]["mean_ms"] / 1e3) + row["load_ms"] / 1e3 + row["first_inference_ms"] / 1e3
+    assert row.load_ms is not None and row.first_inference_ms is not None and row.wall_s is not None, row.error
+    budget_s = 1.5 * (200 * row.latency_ms("mean_ms") / 1e3) + row.load_ms / 1e3 + row.first_inference_ms / 1e3
     return {
         "benchmark": "bench_harness_wall",
         "backend": "onnxruntime",
         "device": "cpu",
         "precision": "f32",
         "iterations": 200,
-        "mean_ms": round(row["latency"]["mean_ms"], 4),
+        "mean_ms": round(row.latency_ms("mean_ms"), 4),
         "total_s": round(total_s, 3),
-        "loop_s": round(row["wall_s"], 3),
+        "loop_s": round(row.wall_s, 3),
         "budget_s": round(budget_s, 3),
         "within_budget": total_s <= budget_s,
     }

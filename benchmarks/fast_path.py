@@ -52,11 +52,11 @@ def benchmark_app_median_ms(model: Path, precision: str, iterations: int) -> flo
 
 def deploykit_p50_ms(model: Path, precision: str, iterations: int) -> float:
     result = benchmark(model, ["openvino:CPU"], precision=precision, iterations=iterations, warmup=20, isolate=True)
-    row = result.data["rows"][0]
-    if row["status"] != "ok":
-        raise RuntimeError(row["error"])
-    assert row["session"]["precision"] == precision, row["session"]
-    return float(row["latency"]["p50_ms"])
+    row = result.rows[0]
+    if not row.ok:
+        raise RuntimeError(row.error)
+    assert row.precision == precision, row.session
+    return row.latency_ms("p50_ms")
 
 
 def openvino_line(model: Path, precision: str, rounds: int, iterations: int) -> dict:

@@ -112,10 +112,10 @@ def cpu() -> dict:
 
 def bf16_row(model: Path, feeds: dict, iterations: int) -> dict | None:
     result = benchmark(model, ["openvino:CPU"], precision="bf16", inputs=feeds, iterations=iterations, isolate=True)
-    row = result.data["rows"][0]
-    if row["status"] != "ok" or row["session"]["precision"] != "bf16":
+    row = result.rows[0]
+    if not row.ok or row.precision != "bf16":
         return None
-    return {"configuration": row["config"]["label"], "p50_ms": row["latency"]["p50_ms"]}
+    return {"configuration": row.label, "p50_ms": row.latency_ms("p50_ms")}
 
 
 def main() -> None:

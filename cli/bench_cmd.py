@@ -8,8 +8,9 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from deploykit.bench.config import parse_duration, parse_int_list
-from deploykit.bench.report import BenchmarkResult
+from deploykit.bench.report import BenchmarkReport
 from deploykit.errors import UsageError
+from deploykit.verify.verdict import Verdict
 
 from .console import coerce, console, err_console, parse_pairs, print_json
 from .verify_view import (
@@ -169,34 +170,32 @@ def _check_report_dir(directory: Path, model: Path) -> None:
         raise UsageError(f"--report '{directory}' | would overwrite the input.", hint="pick another directory.")
 
 
-def _show(result: BenchmarkResult, as_json: bool, report_dir: Path | None, allow_failures: bool = False) -> None:
+def _show(result: BenchmarkReport, as_json: bool, report_dir: Path | None, allow_failures: bool = False) -> None:
     if as_json:
-        print_json(result.data)
+        print_json(result.to_dict())
     else:
         console.print(result.table())
         for row in result.rows:
-            for warning in row.get("warnings", []):
-                err_console.print(f"warning: {row['config']['label']}: {warning}")
-            if row.get("stages"):
-                stages = row["stages"]
+            for warning in row.warnings:
+                err_console.print(f"warning: {row.label}: {warning}")
+            if row.stages:
+                stages = row.stages
                 split = f"pre {stages['pre_p50_ms']:.1f} ms, inference {stages['infer_p50_ms']:.1f} ms"
-                console.print(f"{row['config']['label']}: {split}, post {stages['post_p50_ms']:.1f} ms (p50)")
-            if row["status"] != "ok":
-                err_console.print(f"failed: {row['config']['label']}: {row['error']}", soft_wrap=True)
-            verdict = row.get("verdict") or {}
-            if verdict and verdict["status"] != "pass":
-                err_console.print(f"{verdict['label']}: {row['config']['label']}: {verdict['reason']}", soft_wrap=True)
-        for note in result.data.get("notes", []):
+                console.print(f"{row.label}: {split}, post {stages['post_p50_ms']:.1f} ms (p50)")
+            if not row.ok:
+                err_console.print(f"failed: {row.label}: {row.error}", soft_wrap=True)
+            if row.verdict is not None and row.verdict.status != "pass":
+                err_console.print(f"{row.verdict.label}: {row.label}: {row.verdict.reason}", soft_wrap=True)
+        for note in result.notes:
             err_console.print(f"note: {note}", soft_wrap=True)
-        if result.data["recommendation"]:
-            recommendation = result.data["recommendation"]
-            console.print(f"recommended: {recommendation['python']} ({recommendation['why']})")
+        if result.recommendation:
+            console.print(f"recommended: {result.recommendation.python} ({result.recommendation.why})")
     if report_dir is not None:
         paths = result.write_all(report_dir)
         console.print("report: " + ", ".join(str(p) for p in paths))
-    failed = [r for r in result.rows if r["status"] != "ok" or _bad(r.get("verdict") or {})]
+    failed = [r for r in result.rows if not r.ok or (r.verdict is not None and _bad(r.verdict))]
     problems = [f"{len(failed)} configuration(s) failed or did not verify"] if failed else []
-    if result.data["recommendation"] is None:
+    if result.recommendation is None:
         problems.append("no configuration can be recommended")
     if problems and allow_failures:
         err_console.print(f"note: {'; '.join(problems)} (exit 0 because of --allow-failures)")
@@ -205,5 +204,5 @@ def _show(result: BenchmarkResult, as_json: bool, report_dir: Path | None, allow
         raise typer.Exit(1)
 
 
-def _bad(verdict: dict[str, object]) -> bool:
-    return verdict.get("status") in ("fail", "error", "degenerate") or verdict.get("agreement") is False
+def _bad(verdict: Verdict) -> bool:
+    return verdict.failed or verdict.status == "degenerate"

@@ -14,7 +14,7 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import typer
@@ -23,6 +23,9 @@ from rich.markup import escape
 from deploykit.errors import DeployKitError
 
 from .console import console
+
+if TYPE_CHECKING:
+    from deploykit.bench.report import BenchmarkReport
 
 DARKNET_DATA = Path("/usr/share/darknet/data")
 PHOTO = DARKNET_DATA / "eagle.jpg"
@@ -261,15 +264,14 @@ def demo(
         result = benchmark(model, iterations=iterations, warmup=3, precision="f32,bf16", inputs=photo_folder)
         results.append(result)
         console.print(result.table())
-        notes = result.data.get("notes", [])
+        notes = result.notes
         skipped = [n.split(": not supported here")[0] for n in notes if ": not supported here" in n]
         if skipped:
             console.print(f"  not supported here (never a silent skip): {', '.join(skipped)}")
         for note in (n for n in notes if ": not supported here" not in n):
             console.print(f"  note: {escape(note)}", soft_wrap=True)
-        bad = [r for r in result.rows if r["status"] != "ok" or (r.get("verdict") or {}).get("status") != "pass"]
-        problems += [f"{model.name}: {r['config']['label']}: {(r.get('verdict') or {}).get('reason') or r['error']}"
-                     for r in bad]  # fmt: skip
+        bad = [r for r in result.rows if not r.ok or r.verdict is None or r.verdict.status != "pass"]
+        problems += [f"{model.name}: {r.label}: {(r.verdict.reason if r.verdict else None) or r.error}" for r in bad]
 
     _step(6, "Report")
     if not results:
@@ -283,21 +285,21 @@ def demo(
         raise typer.Exit(1)
 
 
-def _write_report(workdir: Path, results: list[Any]) -> None:
+def _write_report(workdir: Path, results: list[BenchmarkReport]) -> None:
     from deploykit.bench.html import render_html
     from deploykit.io import atomic_path
 
     report_dir = workdir / "report"
     report_dir.mkdir(exist_ok=True)
     for result in results:
-        stem = Path(result.data["model"]["path"]).stem
+        stem = Path(result.model.path).stem
         result.to_json(report_dir / f"{stem}.json")
         result.to_markdown(report_dir / f"{stem}.md")
     with atomic_path(report_dir / "report.html") as temporary:
         temporary.write_text(render_html(results))
     for result in results:
-        recommendation = result.data["recommendation"]
+        recommendation = result.recommendation
         if recommendation:
-            console.print(f"  {Path(result.data['model']['path']).name}: {recommendation['label']} — "
-                          f"{recommendation['why']} → {recommendation['python']}", soft_wrap=True)  # fmt: skip
+            console.print(f"  {Path(result.model.path).name}: {recommendation.label} — "
+                          f"{recommendation.why} → {recommendation.python}", soft_wrap=True)  # fmt: skip
     console.print(f"  report: {report_dir / 'report.html'} (JSON and Markdown beside it)")

@@ -106,15 +106,15 @@ def bench_fleet(
             model, address, devices=names, device_timeout_s=device_timeout_s, progress=report, **settings
         )
     if as_json:
-        print_json(result.data)
+        print_json(result.to_dict())
     else:
         console.print(result.table())
         for name, recommendation in result.recommendations().items():
-            console.print(f"recommended on {name}: {recommendation['python'] if recommendation else 'none'}")
+            console.print(f"recommended on {name}: {recommendation.python if recommendation else 'none'}")
     if report_dir is not None:
         paths = result.write_all(report_dir)
         console.print("report: " + ", ".join(str(p) for p in paths[:3]))
-    if any(device["status"] != "ok" for device in result.devices):
+    if any(device.status != "ok" for device in result.devices):
         raise typer.Exit(1)
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from deploykit.bench.report import BenchmarkResult, merge_html
+from deploykit.bench.report import BenchmarkReport, merge_html
 from deploykit.errors import UsageError
 from deploykit.io import atomic_path, check_outputs
 
@@ -29,7 +29,7 @@ def report(
                 hint="deploykit report merge jetson.json nuc.json -o fleet.html",
             )
         check_outputs({"--output": output}, inputs={path: path for path in reports[1:]})
-        loaded = [BenchmarkResult.from_json(path) for path in reports[1:]]
+        loaded = [BenchmarkReport.from_json(path) for path in reports[1:]]
         with atomic_path(output) as temporary:
             temporary.write_text(merge_html(loaded))
         console.print(f"merged {len(loaded)} reports into {output}")
@@ -39,13 +39,13 @@ def report(
             f"report | got {len(reports)} files; give one report (with --baseline) or 'merge' first.",
             hint="deploykit report out/report.json --baseline last_week.json",
         )
-    current = BenchmarkResult.from_json(reports[0])
+    current = BenchmarkReport.from_json(reports[0])
     if baseline is None:
         console.print(current.table())
         return
     if threshold < 0:
         raise UsageError(f"threshold {threshold} | cannot be negative.", hint="e.g. --threshold 0.1 for 10%.")
-    findings = current.regressions(BenchmarkResult.from_json(baseline), threshold)
+    findings = current.regressions(BenchmarkReport.from_json(baseline), threshold)
     for finding in findings:
         console.print(f"[red]regression[/]: {finding}")
     if findings:

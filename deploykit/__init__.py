@@ -43,7 +43,8 @@ from deploykit.verify import OracleInfo, Thresholds, Verdict, VerificationReport
 
 if TYPE_CHECKING:  # the real objects, typed; imported on first use so workers and --help start fast
     from deploykit import quantize
-    from deploykit.bench.report import BenchmarkResult
+    from deploykit.bench.report import BenchmarkReport
+    from deploykit.bench.rows import Row
     from deploykit.bench.runner import benchmark
     from deploykit.convert.darknet.convert import convert_darknet
     from deploykit.convert.report import ConversionReport
@@ -53,7 +54,9 @@ if TYPE_CHECKING:  # the real objects, typed; imported on first use so workers a
     from deploykit.vision.results import Classification, Detection, draw
 
 _LAZY = {
-    "BenchmarkResult": "deploykit.bench.report",
+    "BenchmarkReport": "deploykit.bench.report",
+    "BenchmarkResult": "deploykit.bench.report",  # the earlier name of BenchmarkReport, not in __all__
+    "Row": "deploykit.bench.rows",
     "benchmark": "deploykit.bench.runner",
     "convert_darknet": "deploykit.convert.darknet.convert",
     "ConversionReport": "deploykit.convert.report",
@@ -134,7 +137,8 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "__version__",
     "all_backends",
     "backend_names",
-    "BenchmarkResult",
+    "BenchmarkReport",
+    "Row",
     "ConversionReport",
     "OracleInfo",
     "Thresholds",

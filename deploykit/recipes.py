@@ -16,6 +16,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -32,8 +33,6 @@ from deploykit.io import atomic_path, check_output_dir
 if TYPE_CHECKING:
     from deploykit.convert.darknet.oracles import DarknetOracle
     from deploykit.convert.report import ConversionReport
-
-DEFAULT_VERIFY = ("onnxruntime", "openvino", "opencv")
 
 
 def models_dir() -> Path:
@@ -182,13 +181,22 @@ def _stamp(path: Path, entries: dict[str, str]) -> None:
         onnx.save(model, str(temporary))
 
 
+def default_verify_backends() -> list[str]:
+    """Every registered backend available here that runs models as a candidate (plug-ins included;
+    oracle-only backends such as ``reference`` left out): who checks a recipe build by default."""
+    from deploykit.backends.registry import backend_names, get_backend
+
+    backends = [get_backend(name) for name in backend_names()]
+    return [backend.name for backend in backends if backend.default_candidate and backend.is_available()]
+
+
 def build(
     recipe: Recipe | str,
     output: str | os.PathLike[str],
     *,
     weights: str | os.PathLike[str] | None = None,
     random_weights: bool = False,
-    verify_backends: tuple[str, ...] | list[str] = DEFAULT_VERIFY,
+    verify_backends: Sequence[str] | None = None,
     seed: int = 0,
     darknet_oracle: DarknetOracle = "auto",
 ) -> ConversionReport:
@@ -200,7 +208,8 @@ def build(
         weights: trained weights to use instead of the packaged ones.
         random_weights: a Darknet recipe only: build from generated (seeded) weights; the report's
             notes and the model's ``deploykit.weights`` metadata say so.
-        verify_backends: backends that run the result.
+        verify_backends: backends that run the result; default every backend available here
+            (``deploykit backends``), the oracle-only ``reference`` left out; empty to skip.
         seed: seed of the generated weights.
         darknet_oracle: a Darknet recipe only: who checks the conversion (``convert_darknet``'s
             ``oracle``: ``auto``, ``darknet``, ``opencv`` or ``none``).
@@ -210,6 +219,8 @@ def build(
         ParityError: the backends disagree.
     """
     recipe = get_recipe(recipe) if isinstance(recipe, str) else recipe
+    if verify_backends is None:
+        verify_backends = default_verify_backends()
     output_path = Path(output)
     check_output_dir(output_path)
     if random_weights and (weights is not None or recipe.kind != "darknet"):

@@ -5,6 +5,7 @@ This module knows numpy and ONNX type numbers; it must not import a runtime.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +56,18 @@ class TensorSpec:
             "dtype": self.dtype.name,
             "shape": None if self.shape is None else list(self.shape),
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TensorSpec:
+        """The spec ``to_dict`` wrote; ONNX's extra element types (bfloat16 ...) through ml_dtypes."""
+        try:
+            dtype = np.dtype(data["dtype"])
+        except TypeError:
+            import ml_dtypes
+
+            dtype = np.dtype(getattr(ml_dtypes, data["dtype"]))
+        shape = data.get("shape")
+        return cls(data["name"], dtype, None if shape is None else tuple(shape))
 
     def __str__(self) -> str:
         return f"{self.name}: {self.dtype.name}{self.shape_text()}"

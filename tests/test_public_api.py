@@ -7,7 +7,7 @@ import inspect
 import deploykit
 
 PUBLIC = {
-    "Backend", "BackendError", "BackendUnavailableError", "BenchmarkResult", "Classification", "Classifier",
+    "Backend", "BackendError", "BackendUnavailableError", "BenchmarkReport", "Row", "Classification", "Classifier",
     "ConversionError", "ConversionReport", "DeployKitError", "Detection", "Detector", "DeviceUnavailableError",
     "InputError", "InvalidModelError", "ModelError", "ModelNotFoundError", "OracleError", "OracleInfo", "OutputError", "ParityError",
     "QuantizationError", "QuantizeReport", "ReportError", "Session", "SessionInfo", "TensorSpec", "Thresholds", "UnknownBackendError",

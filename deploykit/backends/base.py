@@ -64,6 +64,11 @@ class SessionInfo:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SessionInfo:
+        """The info ``to_dict`` wrote (keys this version does not know are ignored)."""
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
 
 class Session(abc.ABC):
     """A loaded model on one backend and device.

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from deploykit.bench.report import BenchmarkResult
+    from deploykit.bench.report import BenchmarkReport
+    from deploykit.bench.rows import Row
 
 _COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 _STYLE = """
@@ -31,12 +32,12 @@ def _e(value: Any) -> str:
     return html.escape(str(value))
 
 
-def _bars(rows: list[dict[str, Any]]) -> str:
+def _bars(rows: list[Row]) -> str:
     """Grouped horizontal bars: p50 and p99 per configuration."""
-    ok = [r for r in rows if r["status"] == "ok"]
+    ok = [r for r in rows if r.ok]
     if not ok:
         return '<p class="note">no successful configuration to plot</p>'
-    top = max(r["latency"]["p99_ms"] for r in ok) or 1.0
+    top = max(r.latency_ms("p99_ms") for r in ok) or 1.0
     label_width, bar_width, line = 230, 420, 34
     height = line * len(ok) + 30
     parts = [
@@ -44,9 +45,9 @@ def _bars(rows: list[dict[str, Any]]) -> str:
     ]
     for i, row in enumerate(ok):
         y = 10 + i * line
-        parts.append(f'<text x="4" y="{y + 16}" font-size="12">{_e(row["config"]["label"])}</text>')
+        parts.append(f'<text x="4" y="{y + 16}" font-size="12">{_e(row.label)}</text>')
         for j, (key, colour) in enumerate((("p50_ms", "#1f77b4"), ("p99_ms", "#ff7f0e"))):
-            value = row["latency"][key]
+            value = row.latency_ms(key)
             width = max(1.0, bar_width * value / top)
             parts.append(
                 f'<rect x="{label_width}" y="{y + j * 13}" width="{width:.1f}" height="11" fill="{colour}"><title>{key} {value:.3f} ms</title></rect>'
@@ -58,14 +59,14 @@ def _bars(rows: list[dict[str, Any]]) -> str:
     return "".join(parts)
 
 
-def _histograms(rows: list[dict[str, Any]]) -> str:
+def _histograms(rows: list[Row]) -> str:
     """One small histogram per configuration: the shape of its latency distribution."""
     cells = []
     for row in rows:
-        hist = row.get("latency_histogram")
-        if row["status"] != "ok" or not hist:
+        hist = row.latency_histogram
+        if not row.ok or not hist:
             continue
-        counts, edges = hist["counts"], hist["edges_ms"]
+        counts, edges = hist.counts, hist.edges_ms
         peak = max(counts) or 1
         width, height = 260, 80
         step = width / len(counts)
@@ -78,7 +79,7 @@ def _histograms(rows: list[dict[str, Any]]) -> str:
             f'<figure style="display:inline-block;margin:.2rem"><svg class="plot" role="img" aria-label="latency distribution" width="{width}" height="{height}">{bars}'
             f'<text x="2" y="{height - 2}" font-size="10">{edges[0]:.3f}</text>'
             f'<text x="{width - 2}" y="{height - 2}" font-size="10" text-anchor="end">{edges[-1]:.3f} ms</text></svg>'
-            f'<figcaption class="note">{_e(row["config"]["label"])}</figcaption></figure>'
+            f'<figcaption class="note">{_e(row.label)}</figcaption></figure>'
         )
     return "".join(cells) or '<p class="note">no latency samples</p>'
 
@@ -123,16 +124,16 @@ def _lines(series: dict[str, list[tuple[float, float]]], x_label: str, y_label: 
     return "".join(parts)
 
 
-def _sweeps(rows: list[dict[str, Any]]) -> str:
-    ok = [r for r in rows if r["status"] == "ok"]
+def _sweeps(rows: list[Row]) -> str:
+    ok = [r for r in rows if r.ok]
     by_batch: dict[str, list[tuple[float, float]]] = defaultdict(list)
     by_threads: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for row in ok:
-        config = row["config"]
-        target = f"{config['backend']}:{row['session']['device']}"
-        by_batch[f"{target} t{config.get('threads') or 'default'}"].append((config["batch"], row["throughput_sps"]))
-        if config.get("threads"):
-            by_threads[f"{target} b{config['batch']}"].append((config["threads"], row["latency"]["p50_ms"]))
+        config = row.config
+        target = f"{config.backend}:{row.device}"
+        by_batch[f"{target} t{config.threads or 'default'}"].append((config.batch, float(row.throughput_sps or 0)))
+        if config.threads:
+            by_threads[f"{target} b{config.batch}"].append((config.threads, row.latency_ms("p50_ms")))
     out = []
     if len({x for values in by_batch.values() for x, _ in values}) > 1:
         out.append("<h3>Throughput against batch</h3>" + _lines(by_batch, "batch", "samples/s"))
@@ -145,15 +146,15 @@ def _sweeps(rows: list[dict[str, Any]]) -> str:
     return "".join(out)
 
 
-def _pareto(result: BenchmarkResult) -> str:
+def _pareto(result: BenchmarkReport) -> str:
     """Latency against accuracy delta for every configuration with a measured delta; the front joined."""
-    rows = [r for r in result.ok_rows() if r.get("accuracy_delta") is not None]
+    rows = [r for r in result.ok_rows() if r.accuracy_delta is not None]
     if len(rows) < 2:
         return '<p class="note">no accuracy trade-off measured: pass --precision f32,bf16,int8 --inputs photos/</p>'
-    front = {r["config"]["label"] for r in result.pareto_front()}
+    front = {r.label for r in result.pareto_front()}
     width, height, margin = 520, 240, 56
-    xs = [float(r["latency"]["p50_ms"]) for r in rows]
-    ys = [100 * float(r["accuracy_delta"]) for r in rows]
+    xs = [r.latency_ms("p50_ms") for r in rows]
+    ys = [100 * float(r.accuracy_delta or 0) for r in rows]
     x_min, x_span = min(xs), (max(xs) - min(xs)) or 1.0
     y_max = max(max(ys), 1.0)
 
@@ -163,20 +164,18 @@ def _pareto(result: BenchmarkResult) -> str:
     parts = _axes(width, height, margin, "p50 latency (ms)", f"accuracy delta against f32 (%, max {y_max:.2g})",
                   extra_width=220)  # fmt: skip
     ordered = sorted(zip(xs, ys, rows, strict=True), key=lambda item: item[0])
-    path = " ".join(
-        f"{place(x, y)[0]:.1f},{place(x, y)[1]:.1f}" for x, y, r in ordered if r["config"]["label"] in front
-    )
+    path = " ".join(f"{place(x, y)[0]:.1f},{place(x, y)[1]:.1f}" for x, y, r in ordered if r.label in front)
     parts.append(f'<polyline points="{path}" fill="none" stroke="#2a7" stroke-width="2"/>')
     for x, y, row in ordered:
         px, py = place(x, y)
-        on_front = row["config"]["label"] in front
+        on_front = row.label in front
         parts.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="4" fill="{"#2a7" if on_front else "#bbb"}"/>')
-        parts.append(f'<text x="{px + 6:.1f}" y="{py - 4:.1f}" font-size="10">{_e(row["config"]["label"])}</text>')
+        parts.append(f'<text x="{px + 6:.1f}" y="{py - 4:.1f}" font-size="10">{_e(row.label)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
 
-def _table(result: BenchmarkResult) -> str:
+def _table(result: BenchmarkReport) -> str:
     rows = result.summary_rows()
     if not rows:
         return ""
@@ -193,22 +192,21 @@ def _table(result: BenchmarkResult) -> str:
     return f"<table><tr>{header}</tr>{''.join(body)}</table>"
 
 
-def _section(result: BenchmarkResult) -> str:
-    data = result.data
-    device, cpu = data["device"], data["device"]["cpu"]
-    recommendation = data.get("recommendation")
-    warnings = [f"{r['config']['label']}: {w}" for r in result.rows for w in r.get("warnings", [])]
+def _section(result: BenchmarkReport) -> str:
+    device, cpu = result.device, result.device["cpu"]
+    recommendation = result.recommendation
+    warnings = [f"{r.label}: {w}" for r in result.rows for w in r.warnings]
     return "".join(
         [
-            f'<section class="device"><h2>{_e(Path(data["model"]["path"]).name)} on {_e(device.get("hostname"))}: '
+            f'<section class="device"><h2>{_e(Path(result.model.path).name)} on {_e(device.get("hostname"))}: '
             f"{_e(cpu['model'])}</h2>",
             f'<p class="note">{_e(cpu["logical_cores"])} logical cores, flags {_e(", ".join(cpu["flags"]) or "-")}, '
             f"governor {_e(cpu.get('governor') or 'unknown')}, {_e(device['os'])}, Python {_e(device['python'])}; "
-            f"scenario {_e(data['settings']['scenario'])}, headline {_e(result.headline)}; {_e(data['created'])}</p>",
+            f"scenario {_e(result.settings.scenario)}, headline {_e(result.headline)}; {_e(result.created)}</p>",
             _table(result),
             (
-                f"<p><b>Recommendation</b>: {_e(recommendation['label'])} — {_e(recommendation['why'])}<br>"
-                f"<code>{_e(recommendation['command'])}</code><br><code>{_e(recommendation['python'])}</code></p>"
+                f"<p><b>Recommendation</b>: {_e(recommendation.label)} — {_e(recommendation.why)}<br>"
+                f"<code>{_e(recommendation.command)}</code><br><code>{_e(recommendation.python)}</code></p>"
                 if recommendation
                 else '<p class="fail">no configuration was verified</p>'
             ),
@@ -225,8 +223,8 @@ def _section(result: BenchmarkResult) -> str:
     )
 
 
-def render_html(results: list[BenchmarkResult]) -> str:
-    names = sorted({Path(r.data["model"]["path"]).name for r in results})
+def render_html(results: list[BenchmarkReport]) -> str:
+    names = sorted({Path(r.model.path).name for r in results})
     title = f"deploykit bench: {', '.join(names)}"
     sections = "".join(_section(r) for r in results)
     return (

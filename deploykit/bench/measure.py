@@ -6,6 +6,7 @@ numpy outputs, so the clock stops only when results are in the caller's hands.
 
 from __future__ import annotations
 
+import copy
 import resource
 import threading
 import time
@@ -17,6 +18,7 @@ import numpy as np
 
 from deploykit.backends.registry import get_backend
 from deploykit.bench.config import BenchConfig
+from deploykit.bench.rows import Histogram, Row
 from deploykit.bench.stats import NOISY_COV, cost_per_million, latency_stats
 
 _RAPL = Path("/sys/class/powercap/intel-rapl:0/energy_uj")
@@ -97,7 +99,7 @@ def measure(
     *,
     cost_per_hour: float | None = None,
     check_cases: Sequence[Mapping[str, np.ndarray]] = (),
-) -> tuple[dict[str, Any], dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
+) -> tuple[Row, dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
     """Benchmark one configuration; returns its result row, the first run's outputs, and its
     outputs on ``check_cases`` (run after timing, on the same session, for the verification)."""
     backend = get_backend(config.backend)
@@ -120,7 +122,7 @@ def measure(
             wall = time.perf_counter() - wall_start
         energy_end = _rapl_uj()
         checked = [session.run(dict(case)) for case in check_cases]
-        info = session.info.to_dict()
+        info = copy.deepcopy(session.info)
     stats = latency_stats(samples)
     throughput = config.batch * len(samples) / wall if wall > 0 else 0.0
     energy = None
@@ -133,46 +135,20 @@ def measure(
             f"latency varies a lot (CoV {stats.cov:.2f} > {NOISY_COV}): the machine is busy or "
             "throttling; compare ratios within one run, or run longer"
         )
-    row: dict[str, Any] = {
-        "config": config.to_dict(),
-        "status": "ok",
-        "error": None,
-        "session": info,
-        "load_ms": load_ms,
-        "first_inference_ms": first_ms,
-        "latency": stats.to_dict(),
-        "latency_histogram": {"edges_ms": edges.tolist(), "counts": counts.tolist()},
-        "wall_s": wall,
-        "throughput_sps": throughput,
-        "peak_rss_bytes": _peak_rss_bytes(),
-        "gpu_memory_bytes": None,
-        "energy_j_per_inference": energy,
-        "energy_source": "rapl" if energy is not None else "unavailable",
-        "cost_per_million": cost_per_million(cost_per_hour, throughput) if cost_per_hour and throughput else None,
-        "verdict": None,
-        "warnings": warnings,
-    }
+    row = Row(
+        config,
+        "ok",
+        session=info,
+        load_ms=load_ms,
+        first_inference_ms=first_ms,
+        latency=stats,
+        latency_histogram=Histogram([float(e) for e in edges], [int(c) for c in counts]),
+        wall_s=wall,
+        throughput_sps=throughput,
+        peak_rss_bytes=_peak_rss_bytes(),
+        energy_j_per_inference=energy,
+        energy_source="rapl" if energy is not None else "unavailable",
+        cost_per_million=cost_per_million(cost_per_hour, throughput) if cost_per_hour and throughput else None,
+        warnings=warnings,
+    )
     return row, outputs, checked
-
-
-def failed_row(config: BenchConfig, error: str) -> dict[str, Any]:
-    """The row of a configuration that could not be measured; the bench goes on."""
-    return {
-        "config": config.to_dict(),
-        "status": "failed",
-        "error": error,
-        "session": None,
-        "load_ms": None,
-        "first_inference_ms": None,
-        "latency": None,
-        "latency_histogram": None,
-        "wall_s": None,
-        "throughput_sps": None,
-        "peak_rss_bytes": None,
-        "gpu_memory_bytes": None,
-        "energy_j_per_inference": None,
-        "energy_source": "unavailable",
-        "cost_per_million": None,
-        "verdict": None,
-        "warnings": [],
-    }

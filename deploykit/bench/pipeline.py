@@ -4,7 +4,7 @@ images: latency as an app experiences it, split by stage, on each backend, in on
 
 from __future__ import annotations
 
-import datetime as dt
+import copy
 import os
 import statistics
 import time
@@ -17,8 +17,9 @@ import numpy as np
 from deploykit.backends.registry import canonical_name, get_backend
 from deploykit.bench.config import BenchConfig
 from deploykit.bench.fingerprint import fingerprint
-from deploykit.bench.measure import _peak_rss_bytes, failed_row
-from deploykit.bench.report import SCHEMA_VERSION, BenchmarkResult
+from deploykit.bench.measure import _peak_rss_bytes
+from deploykit.bench.report import BenchmarkReport
+from deploykit.bench.rows import BenchSettings, ModelInfo, Row
 from deploykit.bench.runner import _file_sha256
 from deploykit.bench.stats import latency_stats
 from deploykit.errors import DeployKitError, UsageError
@@ -67,7 +68,7 @@ def benchmark_pipeline(
     iterations: int = 20,
     warmup: int = 2,
     options: dict[str, Any] | None = None,
-) -> BenchmarkResult:
+) -> BenchmarkReport:
     """Time ``Detector``/``Classifier`` calls over every image in a folder, on each backend."""
     import deploykit
 
@@ -78,7 +79,7 @@ def benchmark_pipeline(
     files = _images(images)
     loaded = [load_image(f) for f in files]
     pipeline_class = deploykit.Detector if task == "detect" else deploykit.Classifier
-    rows: list[dict[str, Any]] = []
+    rows: list[Row] = []
     outputs: list[list[Any] | None] = []
     for spec in backends:
         name, device = parse_backend_spec(spec)
@@ -90,7 +91,7 @@ def benchmark_pipeline(
             pipeline = pipeline_class(model, name, device, **(options or {}))
             load_ms = (time.perf_counter_ns() - start) / 1e6
         except DeployKitError as exc:
-            rows.append(failed_row(config, str(exc)))
+            rows.append(Row.failed(config, str(exc)))
             outputs.append(None)
             continue
         with pipeline:
@@ -109,43 +110,41 @@ def benchmark_pipeline(
                 stages.append(pipeline.last_timing)
             wall = time.perf_counter() - wall
             results = first + [pipeline(image) for image in loaded[1:]]
-            info = pipeline.session.info.to_dict()
-        stats = latency_stats(samples)
-        rows.append({
-            "config": config.to_dict(), "status": "ok", "error": None, "session": info, "load_ms": load_ms,
-            "first_inference_ms": first_ms, "latency": stats.to_dict(), "latency_histogram": None, "wall_s": wall,
-            "throughput_sps": len(samples) / wall, "peak_rss_bytes": _peak_rss_bytes(), "gpu_memory_bytes": None,
-            "energy_j_per_inference": None, "energy_source": "unavailable", "cost_per_million": None, "verdict": None,
-            "warnings": [], "stages": {
-                f"{stage}_p50_ms": statistics.median(getattr(t, f"{stage}_ms") for t in stages)
-                for stage in ("pre", "infer", "post")
-            },
-        })  # fmt: skip
+            info = copy.deepcopy(pipeline.session.info)
+        stages_p50 = {f"{stage}_p50_ms": statistics.median(getattr(t, f"{stage}_ms") for t in stages)
+                      for stage in ("pre", "infer", "post")}  # fmt: skip
+        rows.append(Row(config, "ok", session=info, load_ms=load_ms, first_inference_ms=first_ms,
+                        latency=latency_stats(samples), wall_s=wall, throughput_sps=len(samples) / wall,
+                        peak_rss_bytes=_peak_rss_bytes(), stages=stages_p50))  # fmt: skip
         outputs.append(results)
     reference_index = next((i for i, o in enumerate(outputs) if o is not None), None)
     for index, (row, produced) in enumerate(zip(rows, outputs, strict=True)):
         if produced is None or reference_index is None:
             continue
-        reference_label = rows[reference_index]["config"]["label"]
+        reference_label = rows[reference_index].label
         oracle = OracleInfo(reference_label, False, f"{task} results on {len(files)} images compared across backends")
-        precision = (row.get("session") or {}).get("precision")
+        precision = row.session.precision if row.session else None
         if index == reference_index:
             verdict = Verdict(reference_label, "unverified", oracle, precision=precision, rule=f"{task} agreement",
                               agreement=True, reason="the reference of the comparison")  # fmt: skip
         else:
             passed, share = _agreement(task, produced, outputs[reference_index])  # type: ignore[arg-type]
-            verdict = Verdict(row["config"]["label"], "unverified", oracle, precision=precision,
+            verdict = Verdict(row.label, "unverified", oracle, precision=precision,
                               rule=f"{task} agreement", agreement=passed,
                               reason=f"{share:.0%} of the {task} results agree with {reference_label}")  # fmt: skip
-        row["verdict"] = verdict.to_dict()
-    result = BenchmarkResult({
-        "schema": "deploykit.bench", "schema_version": SCHEMA_VERSION,
-        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "model": {"path": str(model), "sha256": _file_sha256(Path(model)), "inputs": [], "outputs": []},
-        "settings": {"scenario": "singlestream", "warmup": warmup, "iterations": iterations, "duration_s": None,
-                     "seed": 0, "isolated": False, "cost_per_hour": None, "inputs": "file",
-                     "pipeline": task, "images": [str(f) for f in files]},
-        "device": fingerprint(), "rows": rows, "recommendation": None,
-    })  # fmt: skip
-    result.data["recommendation"] = result.recommend()
+        row.verdict = verdict
+    result = BenchmarkReport(
+        model=ModelInfo(str(model), _file_sha256(Path(model))),
+        settings=BenchSettings(
+            warmup=warmup,
+            iterations=iterations,
+            isolated=False,
+            inputs="file",
+            pipeline=task,
+            images=[str(f) for f in files],
+        ),
+        device=fingerprint(),
+        rows=rows,
+    )
+    result.recommendation = result.recommend()
     return result

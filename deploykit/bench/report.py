@@ -7,17 +7,26 @@ The schema is ``docs/report-schema.json``; ``schema_version`` grows when a field
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deploykit.bench.report_schema import validate_report
+from deploykit.bench.rows import BenchSettings, ModelInfo, Recommendation, Row, accuracy_delta
 from deploykit.errors import ReportError
 from deploykit.io import atomic_path
 
+if TYPE_CHECKING:
+    from rich.table import Table
+
+__all__ = ["BenchSettings", "BenchmarkReport", "ModelInfo", "Recommendation", "Row", "accuracy_delta", "merge_html"]
+
+SCHEMA = "deploykit.bench"
 SCHEMA_VERSION = 1
 LATENCY_KEYS = ("min_ms", "mean_ms", "std_ms", "cov", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms")
 HEADLINE = {"singlestream": "p90_ms", "multistream": "p90_ms", "offline": "throughput_sps"}
@@ -45,44 +54,30 @@ CSV_COLUMNS = [
 ]
 
 
-def _flat(row: dict[str, Any]) -> dict[str, Any]:
-    config, latency, session = row["config"], row.get("latency") or {}, row.get("session") or {}
-    verdict = row.get("verdict")
-    errors = [o["max_abs_error"] for o in (verdict or {}).get("outputs", []) if isinstance(o["max_abs_error"], float)]
-    max_abs = max(errors, default=None)
+def _flat(row: Row) -> dict[str, Any]:
+    latency = row.latency.to_dict() if row.latency else {}
     return {
-        "label": config["label"],
-        "backend": config["backend"],
-        "device": session.get("device") or config.get("device"),
-        "precision": session.get("precision"),
-        "batch": config["batch"],
-        "threads": config.get("threads"),
-        "scenario": config["scenario"],
-        "streams": config.get("streams"),
-        "status": row["status"],
-        "load_ms": row.get("load_ms"),
-        "first_inference_ms": row.get("first_inference_ms"),
+        "label": row.label,
+        "backend": row.config.backend,
+        "device": row.device,
+        "precision": row.session.precision if row.session else None,
+        "batch": row.config.batch,
+        "threads": row.config.threads,
+        "scenario": row.config.scenario,
+        "streams": row.config.streams,
+        "status": row.status,
+        "load_ms": row.load_ms,
+        "first_inference_ms": row.first_inference_ms,
         **{k: latency.get(k) for k in LATENCY_KEYS},
-        "throughput_sps": row.get("throughput_sps"),
-        "peak_rss_bytes": row.get("peak_rss_bytes"),
-        "energy_j_per_inference": row.get("energy_j_per_inference"),
-        "cost_per_million": row.get("cost_per_million"),
-        "verdict": None if verdict is None else verdict["label"],
-        "accuracy_delta": row.get("accuracy_delta"),
-        "max_abs_error": max_abs,
-        "error": row.get("error"),
+        "throughput_sps": row.throughput_sps,
+        "peak_rss_bytes": row.peak_rss_bytes,
+        "energy_j_per_inference": row.energy_j_per_inference,
+        "cost_per_million": row.cost_per_million,
+        "verdict": None if row.verdict is None else row.verdict.label,
+        "accuracy_delta": row.accuracy_delta,
+        "max_abs_error": row.max_abs_error,
+        "error": row.error,
     }
-
-
-def accuracy_delta(verdict: dict[str, Any] | None) -> float | None:
-    """What a configuration costs in task accuracy: 0 for an element-wise pass (f32), 1 − the task
-    metric (top-1 agreement, mAP@0.5) for reduced precision on real images, else unknown (None)."""
-    if not verdict or verdict["status"] in ("error", "degenerate"):
-        return None
-    if verdict["rule"] == "element-wise":
-        return 0.0 if verdict["status"] == "pass" or verdict.get("agreement") else None
-    task = verdict.get("task")
-    return None if task is None else round(1.0 - float(task["value"]), 6)
 
 
 def _backend_options(name: str) -> Sequence[str]:
@@ -106,15 +101,14 @@ def _budget(max_drop: float | None) -> str:
     return "" if max_drop is None else f"; within the accuracy budget of {max_drop:.1%}"
 
 
-def _why(row: dict[str, Any]) -> str:
-    verdict = row["verdict"]
-    oracle = verdict["oracle"]["name"]
-    delta = row.get("accuracy_delta")
-    cost = f", accuracy delta {delta:.1%}" if delta else ""
-    if verdict["status"] == "pass":
-        rule = verdict["rule"]
-        return f"the fastest configuration verified against {oracle} ({verdict['precision']}, {rule}{cost})"
-    return f"the fastest configuration that agrees with {oracle}; no independent oracle verified it"
+def _why(row: Row) -> str:
+    verdict = row.verdict
+    assert verdict is not None
+    cost = f", accuracy delta {row.accuracy_delta:.1%}" if row.accuracy_delta else ""
+    if verdict.status == "pass":
+        return (f"the fastest configuration verified against {verdict.oracle.name} "
+                f"({verdict.precision}, {verdict.rule}{cost})")  # fmt: skip
+    return f"the fastest configuration that agrees with {verdict.oracle.name}; no independent oracle verified it"
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -125,123 +119,186 @@ def _fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
-class BenchmarkResult:
-    """A benchmark report: ``data`` is the JSON document; methods render and judge it."""
+def _written(text: str, path: str | os.PathLike[str] | None) -> str:
+    """``text``, also written atomically to ``path`` when one is given."""
+    if path is not None:
+        with atomic_path(path) as temporary:
+            temporary.write_text(text)
+    return text
 
-    def __init__(self, data: dict[str, Any]) -> None:
-        self.data = data
+
+def _invalid(file: Path, problem: str) -> ReportError:
+    return ReportError(f"report '{file}' | {problem}", hint="pass a report.json written by deploykit bench.")
+
+
+@dataclass
+class BenchmarkReport:
+    """A benchmark report: the model, the machine, the settings and one ``Row`` per configuration;
+    methods judge it (fastest, best, Pareto front, regressions) and render it (JSON, CSV, Markdown,
+    HTML, a rich table). ``to_dict()`` is ``docs/report-schema.json``; notebooks show the HTML page.
+
+    Attributes:
+        model: the benchmarked file (path, sha256, interface).
+        settings: how it ran.
+        device: the machine's fingerprint (CPU, flags, memory, GPUs, runtime versions).
+        rows: one per configuration, in the order they ran.
+        created: ISO 8601 UTC time the bench finished.
+        notes: precisions not supported here, which oracle ran, budgets nothing met.
+        recommendation: the configuration to deploy, or None when nothing was verified.
+    """
+
+    model: ModelInfo
+    settings: BenchSettings
+    device: dict[str, Any]
+    rows: list[Row]
+    created: str = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+    notes: list[str] = field(default_factory=list)
+    recommendation: Recommendation | None = None
 
     # --- reading -------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "schema_version": SCHEMA_VERSION,
+            "created": self.created,
+            "model": self.model.to_dict(),
+            "settings": self.settings.to_dict(),
+            "device": self.device,
+            "rows": [row.to_dict() for row in self.rows],
+            "notes": list(self.notes),
+            "pareto_front": [row.label for row in self.pareto_front()],
+            "recommendation": None if self.recommendation is None else self.recommendation.to_dict(),
+        }
+
     @classmethod
-    def from_json(cls, path: str | os.PathLike[str]) -> BenchmarkResult:
-        file = Path(path)
-        try:
-            data = json.loads(file.read_text())
-        except FileNotFoundError as exc:
-            raise ReportError(
-                f"report '{file}' | no such file.", hint="pass a report.json written by deploykit bench."
-            ) from exc
-        except (OSError, ValueError) as exc:
-            raise ReportError(
-                f"report '{file}' | is not JSON: {exc}.",
-                hint="pass a report.json written by deploykit bench.",
-            ) from exc
-        if not isinstance(data, dict) or data.get("schema") != "deploykit.bench":
-            raise ReportError(
-                f"report '{file}' | is not a deploykit bench report.",
-                hint="pass a report.json written by deploykit bench.",
-            )
+    def from_dict(cls, data: Mapping[str, Any], source: str | os.PathLike[str] = "<report>") -> BenchmarkReport:
+        """The report ``to_dict`` wrote, validated against the schema first.
+
+        Raises:
+            ReportError: not a deploykit bench report, a newer schema version, or a field that
+                breaks the schema (the message names its JSON path).
+        """
+        file = Path(source)
+        if not isinstance(data, Mapping) or data.get("schema") != SCHEMA:
+            raise _invalid(file, "is not a deploykit bench report.")
         version = data.get("schema_version")
         if not isinstance(version, int) or version > SCHEMA_VERSION:
             raise ReportError(
                 f"report '{file}' | has schema version {version}, this deploykit reads up to {SCHEMA_VERSION}.",
                 hint="upgrade deploykit to read reports from newer versions.",
             )
-        validate_report(data, file)
-        return cls(data)
+        validate_report(dict(data), file)
+        recommendation = data.get("recommendation")
+        return cls(
+            model=ModelInfo.from_dict(data["model"]),
+            settings=BenchSettings.from_dict(data["settings"]),
+            device=dict(data["device"]),
+            rows=[Row.from_dict(row) for row in data["rows"]],
+            created=data["created"],
+            notes=list(data.get("notes") or []),
+            recommendation=None if recommendation is None else Recommendation.from_dict(recommendation),
+        )
 
-    @property
-    def rows(self) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = self.data["rows"]
-        return rows
+    @classmethod
+    def from_json(cls, path: str | os.PathLike[str]) -> BenchmarkReport:
+        """Read a ``report.json``.
+
+        Raises:
+            ReportError: no such file, not JSON, or not a valid deploykit bench report.
+        """
+        file = Path(path)
+        try:
+            data = json.loads(file.read_text())
+        except FileNotFoundError as exc:
+            raise _invalid(file, "no such file.") from exc
+        except (OSError, ValueError) as exc:
+            raise _invalid(file, f"is not JSON: {exc}.") from exc
+        return cls.from_dict(data, file)
 
     @property
     def headline(self) -> str:
-        return HEADLINE[self.data["settings"]["scenario"]]
+        """The figure configurations are ranked by: ``p90_ms``, or ``throughput_sps`` offline."""
+        return HEADLINE[self.settings.scenario]
 
-    def _score(self, row: dict[str, Any]) -> float:
-        """Lower is better."""
+    def headline_value(self, row: Row) -> float:
+        """``row``'s headline figure (an ``ok`` row)."""
         if self.headline == "throughput_sps":
-            return -float(row["throughput_sps"])
-        return float(row["latency"][self.headline])
+            return float(row.throughput_sps or 0.0)
+        return row.latency_ms(self.headline)
 
-    def ok_rows(self) -> list[dict[str, Any]]:
-        return [r for r in self.rows if r["status"] == "ok"]
+    def _score(self, row: Row) -> float:
+        """Lower is better."""
+        value = self.headline_value(row)
+        return -value if self.headline == "throughput_sps" else value
 
-    def fastest(self) -> dict[str, Any] | None:
+    def row(self, label: str) -> Row | None:
+        """The row of the configuration labelled ``label`` (``openvino:CPU b1 bf16``), if any."""
+        return next((r for r in self.rows if r.label == label), None)
+
+    def ok_rows(self) -> list[Row]:
+        return [r for r in self.rows if r.ok]
+
+    def fastest(self) -> Row | None:
         rows = self.ok_rows()
         return min(rows, key=self._score) if rows else None
 
-    def best(self) -> dict[str, Any] | None:
+    def best(self) -> Row | None:
         """The fastest configuration an independent oracle verified (the recommendation's row); without
         any verified row, the fastest that agrees with the others (the recommendation says so)."""
-        verified = [r for r in self.ok_rows() if (r.get("verdict") or {}).get("status") == "pass"]
-        agreeing = [r for r in self.ok_rows() if (r.get("verdict") or {}).get("agreement") is True]
+        verified = [r for r in self.ok_rows() if r.verdict is not None and r.verdict.status == "pass"]
+        agreeing = [r for r in self.ok_rows() if r.verdict is not None and r.verdict.agreement is True]
         rows = verified or agreeing
-        budget = self.data["settings"].get("max_drop")
+        budget = self.settings.max_drop
         if budget is not None:
-            rows = [r for r in rows if r.get("accuracy_delta") is not None and r["accuracy_delta"] <= budget]
+            rows = [r for r in rows if r.accuracy_delta is not None and r.accuracy_delta <= budget]
         return min(rows, key=self._score) if rows else None
 
-    def pareto_front(self) -> list[dict[str, Any]]:
+    def pareto_front(self) -> list[Row]:
         """The configurations no other beats on both latency (the headline) and accuracy delta,
         fastest first: the trade-off a user picks from when reduced precision is on the table."""
+        judged = ("pass", "fail", "unverified")
         rows = sorted(
-            (r for r in self.ok_rows() if r.get("accuracy_delta") is not None and (r.get("verdict") or {}).get(
-                "status") in ("pass", "fail", "unverified")),
+            (r for r in self.ok_rows()
+             if r.accuracy_delta is not None and r.verdict is not None and r.verdict.status in judged),
             key=self._score,
         )  # fmt: skip
-        front: list[dict[str, Any]] = []
+        front: list[Row] = []
         for row in rows:
-            if not front or row["accuracy_delta"] < front[-1]["accuracy_delta"]:
+            if not front or row.accuracy_delta < front[-1].accuracy_delta:  # type: ignore[operator]
                 front.append(row)
         return front
 
-    def recommend(self) -> dict[str, Any] | None:
+    def recommend(self) -> Recommendation | None:
+        """The recommendation for this report's rows: what to deploy, with the command and the call."""
         row = self.best()
-        if row is None:
+        if row is None or row.session is None:
             return None
-        config, model = row["config"], self.data["model"]["path"]
-        options = dict(config.get("options") or {})
-        if config.get("threads"):
-            options["threads"] = config["threads"]
-        precision = config.get("precision") or row["session"].get("precision")
-        if precision and "precision" in _backend_options(config["backend"]):  # pin what ran, not a device default
+        config, model = row.config, self.model.path
+        options = dict(config.options or {})
+        if config.threads:
+            options["threads"] = config.threads
+        precision = config.precision or row.session.precision
+        if precision and "precision" in _backend_options(config.backend):  # pin what ran, not a device default
             options["precision"] = precision
-        device = row["session"]["device_requested"]
-        spec = f"{config['backend']}:{device}"
-        option_text = "".join(f", {k}={v!r}" for k, v in options.items())
-        command = f"deploykit bench {model} -b {spec} --batch {config['batch']}"
-        if config.get("threads"):
-            command += f" --threads {config['threads']}"
+        device = row.session.device_requested
+        command = f"deploykit bench {model} -b {config.backend}:{device} --batch {config.batch}"
+        if config.threads:
+            command += f" --threads {config.threads}"
         if options.get("precision"):
             command += f" --precision {options['precision']}"
-        return {
-            "label": config["label"],
-            "headline": self.headline,
-            "value": row["throughput_sps"] if self.headline == "throughput_sps" else row["latency"][self.headline],
-            "why": _why(row) + _budget(self.data["settings"].get("max_drop")),
-            "command": command,
-            "python": (f"deploykit.load({model!r}, backend={config['backend']!r}, device={device!r}{option_text})"),
-        }
+        option_text = "".join(f", {k}={v!r}" for k, v in options.items())
+        return Recommendation(
+            label=row.label,
+            headline=self.headline,
+            value=self.headline_value(row),
+            why=_why(row) + _budget(self.settings.max_drop),
+            command=command,
+            python=f"deploykit.load({model!r}, backend={config.backend!r}, device={device!r}{option_text})",
+        )
 
     # --- writing -------------------------------------------------------------------------
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
-        text = json.dumps(self.data, indent=2, default=str)
-        if path is not None:
-            with atomic_path(path) as temporary:
-                temporary.write_text(text)
-        return text
+        return _written(json.dumps(self.to_dict(), indent=2, default=str), path)
 
     def to_csv(self, path: str | os.PathLike[str] | None = None) -> str:
         buffer = io.StringIO()
@@ -249,10 +306,7 @@ class BenchmarkResult:
         writer.writeheader()
         for row in self.rows:
             writer.writerow(_flat(row))
-        if path is not None:
-            with atomic_path(path) as temporary:
-                temporary.write_text(buffer.getvalue())
-        return buffer.getvalue()
+        return _written(buffer.getvalue(), path)
 
     def summary_rows(self) -> list[dict[str, str]]:
         """Rows as the table, Markdown and HTML show them: headline ratio vs the fastest."""
@@ -262,14 +316,12 @@ class BenchmarkResult:
         for row in self.rows:
             flat = _flat(row)
             ratio = "-"
-            if row["status"] == "ok" and fastest is not None:
-                if self.headline == "throughput_sps":
-                    ratio = f"{fastest['throughput_sps'] / row['throughput_sps']:.2f}x"
-                else:
-                    ratio = f"{row['latency'][self.headline] / fastest['latency'][self.headline]:.2f}x"
+            if row.ok and fastest is not None:
+                ours, theirs = self.headline_value(row), self.headline_value(fastest)
+                ratio = f"{theirs / ours:.2f}x" if self.headline == "throughput_sps" else f"{ours / theirs:.2f}x"
             shown.append(
                 {
-                    "configuration": flat["label"] + (" ★" if row is best else ""),
+                    "configuration": row.label + (" ★" if row is best else ""),
                     "device": _fmt(flat["device"]),
                     "precision": _fmt(flat["precision"]),
                     "load ms": _fmt(flat["load_ms"], 1),
@@ -279,58 +331,40 @@ class BenchmarkResult:
                     "p99 ms": _fmt(flat["p99_ms"]),
                     "CoV": _fmt(flat["cov"], 2),
                     "samples/s": _fmt(flat["throughput_sps"], 1),
-                    "peak RSS MiB": _fmt(None if flat["peak_rss_bytes"] is None else flat["peak_rss_bytes"] / 2**20, 0),
+                    "peak RSS MiB": _fmt(None if row.peak_rss_bytes is None else row.peak_rss_bytes / 2**20, 0),
                     "vs fastest": ratio,
-                    "acc. delta": "-" if flat["accuracy_delta"] is None else f"{flat['accuracy_delta']:.1%}",
-                    "verdict": flat["verdict"] or ("-" if row["status"] == "ok" else f"failed: {_short(row['error'])}"),
-                    **(
-                        {"$/1M": _fmt(flat["cost_per_million"], 4)}
-                        if self.data["settings"].get("cost_per_hour")
-                        else {}
-                    ),
+                    "acc. delta": "-" if row.accuracy_delta is None else f"{row.accuracy_delta:.1%}",
+                    "verdict": flat["verdict"] or ("-" if row.ok else f"failed: {_short(row.error)}"),
+                    **({"$/1M": _fmt(row.cost_per_million, 4)} if self.settings.cost_per_hour else {}),
                 }
             )
         return shown
 
     def to_markdown(self, path: str | os.PathLike[str] | None = None) -> str:
         rows = self.summary_rows()
-        device = self.data["device"]
+        cpu = self.device["cpu"]
         lines = [
-            f"# deploykit bench: {Path(self.data['model']['path']).name}",
+            f"# deploykit bench: {Path(self.model.path).name}",
             "",
-            f"{device['cpu']['model']} ({device['cpu']['logical_cores']} logical cores, flags "
-            f"{', '.join(device['cpu']['flags']) or '-'}), {device['os']}, Python {device['python']}; "
-            f"scenario {self.data['settings']['scenario']}, headline {self.headline}; {self.data['created']}",
+            f"{cpu['model']} ({cpu['logical_cores']} logical cores, flags {', '.join(cpu['flags']) or '-'}), "
+            f"{self.device['os']}, Python {self.device['python']}; "
+            f"scenario {self.settings.scenario}, headline {self.headline}; {self.created}",
             "",
         ]
         if rows:
             header = list(rows[0])
             lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
             lines += ["| " + " | ".join(r[h].replace("|", "/") for h in header) + " |" for r in rows]
-        recommendation = self.data.get("recommendation")
+        recommendation = self.recommendation
         if recommendation:
-            lines += [
-                "",
-                f"**Recommendation**: {recommendation['label']} — {recommendation['why']}.",
-                "",
-                f"`{recommendation['command']}`",
-                "",
-                f"`{recommendation['python']}`",
-            ]
-        text = "\n".join(lines) + "\n"
-        if path is not None:
-            with atomic_path(path) as temporary:
-                temporary.write_text(text)
-        return text
+            lines += ["", f"**Recommendation**: {recommendation.label} — {recommendation.why}.", "",
+                      f"`{recommendation.command}`", "", f"`{recommendation.python}`"]  # fmt: skip
+        return _written("\n".join(lines) + "\n", path)
 
     def to_html(self, path: str | os.PathLike[str] | None = None) -> str:
         from deploykit.bench.html import render_html
 
-        text = render_html([self])
-        if path is not None:
-            with atomic_path(path) as temporary:
-                temporary.write_text(text)
-        return text
+        return _written(render_html([self]), path)
 
     def write_all(self, directory: str | os.PathLike[str]) -> list[Path]:
         """report.json, report.csv, report.md and report.html in ``directory`` (created if needed)."""
@@ -343,16 +377,15 @@ class BenchmarkResult:
         self.to_html(paths[3])
         return paths
 
-    def table(self) -> Any:
+    def table(self) -> Table:
         """A rich Table of the summary rows (print it with rich's console)."""
+        from rich.markup import escape
         from rich.table import Table
 
-        table = Table(title=f"{Path(self.data['model']['path']).name} — headline {self.headline} (★ = recommended)")
+        table = Table(title=f"{Path(self.model.path).name} — headline {self.headline} (★ = recommended)")
         rows = self.summary_rows()
         for column in rows[0] if rows else ["configuration"]:
             table.add_column(column, overflow="fold")
-        from rich.markup import escape
-
         for row in rows:
             table.add_row(*(escape(value) for value in row.values()))
         return table
@@ -361,47 +394,49 @@ class BenchmarkResult:
         return self.to_html()
 
     # --- judging -------------------------------------------------------------------------
-    def regressions(self, baseline: BenchmarkResult, threshold: float = 0.10) -> list[str]:
+    def regressions(self, baseline: BenchmarkReport, threshold: float = 0.10) -> list[str]:
         """Configurations whose p50/p99 grew (or throughput fell) by more than ``threshold``,
         or whose verdict or status changed, versus ``baseline``.
 
         Raises:
             ReportError: the two reports have no configuration in common.
         """
-        old = {r["config"]["label"]: r for r in baseline.rows}
-        if not any(r["config"]["label"] in old for r in self.rows):
+        old = {r.label: r for r in baseline.rows}
+        if not any(r.label in old for r in self.rows):
             raise ReportError(
                 f"baseline | shares no configuration with this report (this: "
-                f"{', '.join(r['config']['label'] for r in self.rows)}; "
-                f"baseline: {', '.join(old) or 'none'}).",
+                f"{', '.join(r.label for r in self.rows)}; baseline: {', '.join(old) or 'none'}).",
                 hint="benchmark the same backends, devices, batch sizes and threads as the baseline.",
             )
         findings = []
         for row in self.rows:
-            label = row["config"]["label"]
-            before = old.get(label)
+            label, before = row.label, old.get(row.label)
             if before is None:
                 continue
-            if before["status"] != row["status"]:
-                findings.append(f"{label}: status {before['status']} → {row['status']}")
+            if before.status != row.status:
+                findings.append(f"{label}: status {before.status} → {row.status}")
                 continue
-            if row["status"] != "ok":
+            if not row.ok:
                 continue
             for key in ("p50_ms", "p99_ms"):
-                was, now = before["latency"][key], row["latency"][key]
+                was, now = before.latency_ms(key), row.latency_ms(key)
                 if was > 0 and now > was * (1 + threshold):
                     findings.append(f"{label}: {key} {was:.3f} → {now:.3f} ms (+{100 * (now / was - 1):.0f}%)")
-            was_tp, now_tp = before.get("throughput_sps") or 0, row.get("throughput_sps") or 0
+            was_tp, now_tp = before.throughput_sps or 0, row.throughput_sps or 0
             if self.headline == "throughput_sps" and was_tp > 0 and now_tp < was_tp * (1 - threshold):
                 findings.append(f"{label}: throughput {was_tp:.1f} → {now_tp:.1f} samples/s")
-            verdict_before = (before.get("verdict") or {}).get("status")
-            verdict_now = (row.get("verdict") or {}).get("status")
+            verdict_before = None if before.verdict is None else before.verdict.status
+            verdict_now = None if row.verdict is None else row.verdict.status
             if verdict_before != verdict_now:
                 findings.append(f"{label}: verdict {verdict_before} → {verdict_now}")
         return findings
 
 
-def merge_html(reports: Sequence[BenchmarkResult]) -> str:
+BenchmarkResult = BenchmarkReport
+"""The earlier name of ``BenchmarkReport`` (whose ``data`` dict is now ``to_dict()``), kept for existing code."""
+
+
+def merge_html(reports: Sequence[BenchmarkReport]) -> str:
     """One HTML page with several devices' reports side by side."""
     from deploykit.bench.html import render_html
 

@@ -6,21 +6,20 @@ reduced precision), then pick the fastest verified configuration.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from deploykit.backends.options import OptionValue
 from deploykit.bench.config import SCENARIOS, BenchConfig
 from deploykit.bench.fingerprint import fingerprint
-from deploykit.bench.measure import failed_row, measure
-from deploykit.bench.report import SCHEMA_VERSION, BenchmarkResult, accuracy_delta
+from deploykit.bench.measure import measure
+from deploykit.bench.report import BenchmarkReport
+from deploykit.bench.rows import BenchSettings, ModelInfo, Row
 from deploykit.errors import DeployKitError, UsageError
 from deploykit.inputs import InputSetting, batch_axis_of, fed_batch, load_arrays, make_inputs, save_arrays
 from deploykit.model import read_interface
@@ -112,14 +111,14 @@ def _rebatch(feeds: Mapping[str, np.ndarray], axes: Mapping[str, int | None], ba
 def _measure_isolated(
     model: Path, config: BenchConfig, inputs_path: Path, outputs_path: Path, checks: Sequence[Path],
     cost_per_hour: float | None, timeout_s: float,
-) -> tuple[dict[str, Any], dict[str, np.ndarray] | None, list[dict[str, np.ndarray]]]:  # fmt: skip
+) -> tuple[Row, dict[str, np.ndarray] | None, list[dict[str, np.ndarray]]]:  # fmt: skip
     job = {"model": str(model), "config": config.to_dict(), "inputs": str(inputs_path), "outputs": str(outputs_path),
            "check_cases": [str(c) for c in checks], "cost_per_hour": cost_per_hour}  # fmt: skip
     outcome = run_worker("deploykit.bench.worker", job, timeout_s=timeout_s + (config.duration_s or 0))
     if outcome.result is None:
-        return failed_row(config, outcome.error or "the isolated run gave no result"), None, []
-    row = outcome.result
-    if row["status"] != "ok" or not outputs_path.exists():
+        return Row.failed(config, outcome.error or "the isolated run gave no result"), None, []
+    row = Row.from_dict(outcome.result)
+    if not row.ok or not outputs_path.exists():
         return row, None, []
 
     def load(path: Path) -> dict[str, np.ndarray]:
@@ -153,7 +152,7 @@ def benchmark(
     max_drop: float | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     progress: Progress | None = None,
-) -> BenchmarkResult:
+) -> BenchmarkReport:
     """Benchmark a model on several backends/devices/precisions with the same inputs, and verify each.
 
     Args:
@@ -232,7 +231,7 @@ def benchmark(
         size = next((v.shape for v in settings.values() if v.shape and len(v.shape) == 4), None)
         checks, _ = image_cases(model_path, inputs, IMAGE_CHECK_LIMIT, (size[2], size[3]) if size else None)  # type: ignore[arg-type]
 
-    rows: list[dict[str, Any]] = []
+    rows: list[Row] = []
     outputs_by_row: list[dict[str, np.ndarray] | None] = []
     checked_by_row: list[list[dict[str, np.ndarray]]] = []
     with tempfile.TemporaryDirectory(prefix="deploykit-bench-") as scratch_dir:
@@ -256,7 +255,7 @@ def benchmark(
                     row, outputs, checked = measure(model_path, config, feeds_by_batch[config.batch],
                                                     cost_per_hour=cost_per_hour, check_cases=checks)  # fmt: skip
                 except DeployKitError as exc:
-                    row, outputs, checked = failed_row(config, str(exc)), None, []
+                    row, outputs, checked = Row.failed(config, str(exc)), None, []
             rows.append(row)
             outputs_by_row.append(outputs)
             checked_by_row.append(checked)
@@ -278,8 +277,10 @@ def benchmark(
         for i in members:
             first_outputs = outputs_by_row[i]
             produced = checked_by_row[i] if image_source else ([first_outputs] if first_outputs is not None else [])
-            error = None if rows[i]["status"] == "ok" and produced else (rows[i]["error"] or "no outputs")
-            runs.append((CandidateRun(configs[i].label(), rows[i]["session"], produced, error), configs[i].precision))
+            error = None if rows[i].ok and produced else (rows[i].error or "no outputs")
+            ran = rows[i].session
+            run = CandidateRun(configs[i].label(), None if ran is None else ran.to_dict(), produced, error)
+            runs.append((run, configs[i].precision))
         if references is None:
             first = next((run for run, _ in runs if run.ok), None)
             if first is not None:
@@ -291,44 +292,31 @@ def benchmark(
         verdicts = judge_runs(runs, cases, references, info, overrides=overrides, task=task,
                               metadata=interface.metadata)  # fmt: skip
         for i, verdict in zip(members, verdicts, strict=True):
-            if rows[i]["status"] == "ok":
-                rows[i]["verdict"] = verdict.to_dict()
-                rows[i]["accuracy_delta"] = accuracy_delta(rows[i]["verdict"])
+            if rows[i].ok:
+                rows[i].set_verdict(verdict)
     if image_source and task is None:
         notes.append("no task metric: the model is neither a classifier nor a detector deploykit recognises")
 
-    result = BenchmarkResult(
-        {
-            "schema": "deploykit.bench",
-            "schema_version": SCHEMA_VERSION,
-            "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "model": {
-                "path": str(model_path),
-                "sha256": _file_sha256(model_path),
-                "inputs": [s.to_dict() for s in interface.inputs],
-                "outputs": [s.to_dict() for s in interface.outputs],
-            },
-            "settings": {
-                "scenario": scenario,
-                "warmup": warmup,
-                "iterations": None if duration_s else iterations,
-                "duration_s": duration_s,
-                "seed": seed,
-                "isolated": isolate,
-                "cost_per_hour": cost_per_hour,
-                "inputs": "images" if image_source else ("file" if given is not None else "seeded random"),
-                "max_drop": max_drop,
-            },
-            "device": fingerprint(),
-            "rows": rows,
-            "notes": list(dict.fromkeys(notes)),
-            "recommendation": None,
-        }
+    result = BenchmarkReport(
+        model=ModelInfo(str(model_path), _file_sha256(model_path), list(interface.inputs), list(interface.outputs)),
+        settings=BenchSettings(
+            scenario=scenario,
+            warmup=warmup,
+            iterations=None if duration_s else iterations,
+            duration_s=duration_s,
+            seed=seed,
+            isolated=isolate,
+            cost_per_hour=cost_per_hour,
+            inputs="images" if image_source else ("file" if given is not None else "seeded random"),
+            max_drop=max_drop,
+        ),
+        device=fingerprint(),
+        rows=rows,
+        notes=list(dict.fromkeys(notes)),
     )
-    result.data["recommendation"] = result.recommend()
-    result.data["pareto_front"] = [row["config"]["label"] for row in result.pareto_front()]
-    if max_drop is not None and result.data["recommendation"] is None:
-        result.data["notes"].append(
+    result.recommendation = result.recommend()
+    if max_drop is not None and result.recommendation is None:
+        result.notes.append(
             f"no configuration stays within --max-drop {max_drop:.1%}: reduced precision needs --inputs photos/ "
             "for a measured accuracy delta"
         )

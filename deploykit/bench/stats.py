@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -34,6 +34,10 @@ class LatencyStats:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LatencyStats:
+        return cls(int(data["count"]), *(float(data[k]) for k in list(cls.__dataclass_fields__)[1:]))
 
 
 def latency_stats(samples_ns: Sequence[int] | np.ndarray) -> LatencyStats:

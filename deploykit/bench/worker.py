@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from deploykit.bench.config import BenchConfig
-from deploykit.bench.measure import failed_row, measure
+from deploykit.bench.measure import measure
+from deploykit.bench.rows import Row
 from deploykit.errors import DeployKitError
 from deploykit.inputs import save_arrays
 from deploykit.verify.isolated import RESULT_PREFIX
@@ -38,8 +39,8 @@ def main() -> int:
         for index, arrays in enumerate(checked):
             save_arrays(f"{job['outputs']}.check-{index}.npz", arrays)
     except DeployKitError as exc:
-        row = failed_row(config, str(exc))
-    print(RESULT_PREFIX + json.dumps(row), flush=True)
+        row = Row.failed(config, str(exc))
+    print(RESULT_PREFIX + json.dumps(row.to_dict()), flush=True)
     return 0
 
 

@@ -13,6 +13,16 @@ from __future__ import annotations
 
 from deploykit.distributed.batch import PredictSummary, predict
 from deploykit.distributed.cluster import DEVICE_RESOURCE_PREFIX, require_ray
-from deploykit.distributed.fleet import FleetResult, fleet_benchmark
+from deploykit.distributed.fleet import fleet_benchmark
+from deploykit.distributed.fleet_report import DeviceOutcome, FleetReport, FleetResult
 
-__all__ = ["DEVICE_RESOURCE_PREFIX", "FleetResult", "PredictSummary", "fleet_benchmark", "predict", "require_ray"]
+__all__ = [
+    "DEVICE_RESOURCE_PREFIX",
+    "DeviceOutcome",
+    "FleetReport",
+    "FleetResult",
+    "PredictSummary",
+    "fleet_benchmark",
+    "predict",
+    "require_ray",
+]

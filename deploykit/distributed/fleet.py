@@ -5,7 +5,7 @@ Each device joins the cluster with a custom resource ``deploykit-device:<name>``
 resource, runs ``deploykit.bench.runner.benchmark`` there; the bench still measures every
 configuration in its own subprocess, so a runtime crash costs one row, and a node that dies or
 times out costs one column. The reports come back with their device fingerprints and are merged
-into a ``FleetResult``.
+into a ``FleetReport``.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from deploykit.bench.report import BenchmarkReport
 from deploykit.distributed.cluster import DEVICE_RESOURCE_PREFIX, connect
-from deploykit.distributed.fleet_report import DeviceOutcome, FleetResult
-from deploykit.errors import ModelNotFoundError, UsageError
+from deploykit.distributed.fleet_report import DeviceOutcome, FleetReport
+from deploykit.errors import ModelNotFoundError, ReportError, UsageError
 
 Progress = Callable[[int, int, str], None]
 DEFAULT_DEVICE_TIMEOUT_S = 1800.0
@@ -62,9 +63,9 @@ def _bench_on_device(model: list[Any], model_name: str, original_path: str, sett
     os.environ.pop("OMP_NUM_THREADS", None)
     path = _model_file(ray.get(model[0]), model_name)
     result = benchmark(path, **settings)
-    result.data["model"]["path"] = original_path  # the report names the user's file, not the node's copy
-    result.data["recommendation"] = result.recommend()
-    return result.data
+    result.model.path = original_path  # the report names the user's file, not the node's copy
+    result.recommendation = result.recommend()
+    return result.to_dict()  # plain data across Ray: the head may run another deploykit
 
 
 def _reason(exc: BaseException) -> str:
@@ -80,7 +81,7 @@ def fleet_benchmark(
     device_timeout_s: float = DEFAULT_DEVICE_TIMEOUT_S,
     progress: Progress | None = None,
     **bench_settings: Any,
-) -> FleetResult:
+) -> FleetReport:
     """Benchmark ``model`` on every device node of a Ray cluster and merge the reports.
 
     Args:
@@ -139,11 +140,12 @@ def fleet_benchmark(
             ref = ready[0]
             name = pending.pop(ref)
             try:
-                outcomes[name] = DeviceOutcome(name, "ok", None, node=known[name], report=ray.get(ref),
+                report = BenchmarkReport.from_dict(ray.get(ref), f"device {name}")
+                outcomes[name] = DeviceOutcome(name, "ok", None, node=known[name], report=report,
                                                elapsed_s=time.monotonic() - started)  # fmt: skip
-            except ray.exceptions.RayError as exc:
+            except (ray.exceptions.RayError, ReportError) as exc:  # a device with another deploykit's report
                 outcomes[name] = DeviceOutcome(name, "failed", _reason(exc), node=known[name],
                                                elapsed_s=time.monotonic() - started)  # fmt: skip
             if progress:
                 progress(len(outcomes), len(chosen), name)
-    return FleetResult.build(model_path, [outcomes[name] for name in chosen], bench_settings, device_timeout_s)
+    return FleetReport.build(model_path, [outcomes[name] for name in chosen], bench_settings, device_timeout_s)

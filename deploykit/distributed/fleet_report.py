@@ -13,11 +13,13 @@ import html
 import json
 import os
 import re
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploykit.bench.report import BenchmarkResult, merge_html
+from deploykit.bench.report import BenchmarkReport, merge_html
+from deploykit.bench.rows import Recommendation, Row
 from deploykit.errors import ReportError
 from deploykit.io import atomic_path
 
@@ -26,25 +28,44 @@ SCHEMA_VERSION = 1
 
 @dataclass
 class DeviceOutcome:
-    """One device's part of a fleet run: its bench report, or why there is none."""
+    """One device's part of a fleet run: its bench report, or why there is none.
+
+    Attributes:
+        name: the device name (its ``deploykit-device:NAME`` Ray resource).
+        status: ``ok``, or ``failed`` with ``error`` saying why (no node, timeout, crash).
+        node: the Ray node id that ran it.
+        report: the device's bench report (``ok`` devices).
+        elapsed_s: seconds from the fleet's start until this device finished.
+    """
 
     name: str
     status: str  # "ok" or "failed"
     error: str | None
     node: str | None = None
-    report: dict[str, Any] | None = None
+    report: BenchmarkReport | None = None
     elapsed_s: float | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        report = None if self.report is None else self.report.to_dict()
+        return {"name": self.name, "status": self.status, "error": self.error, "node": self.node, "report": report,
+                "elapsed_s": self.elapsed_s}  # fmt: skip
 
-def _cell(result: BenchmarkResult, row: dict[str, Any], best: dict[str, Any] | None) -> str:
-    if row["status"] != "ok":
-        return f"failed: {row['error']}"
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DeviceOutcome:
+        report = data.get("report")
+        return cls(data["name"], data["status"], data.get("error"), data.get("node"),
+                   None if report is None else BenchmarkReport.from_dict(report, f"fleet device {data['name']}"),
+                   data.get("elapsed_s"))  # fmt: skip
+
+
+def _cell(result: BenchmarkReport, row: Row, best: Row | None) -> str:
+    if not row.ok:
+        return f"failed: {row.error}"
     unit = "samples/s" if result.headline == "throughput_sps" else "ms"
-    value = row["throughput_sps"] if result.headline == "throughput_sps" else row["latency"][result.headline]
-    verdict = row.get("verdict") or {}
-    bad = verdict.get("status") in ("fail", "error", "degenerate") or verdict.get("agreement") is False
-    mark = " ★" if row is best else f" ({verdict['label']})" if bad else ""
-    return f"{value:.3f} {unit} {row['session']['precision']}{mark}"
+    verdict = row.verdict
+    bad = verdict is not None and (verdict.status in ("fail", "error", "degenerate") or verdict.agreement is False)
+    mark = " ★" if row is best else f" ({verdict.label})" if bad and verdict else ""
+    return f"{result.headline_value(row):.3f} {unit} {row.precision}{mark}"
 
 
 def _written(text: str, path: str | os.PathLike[str] | None) -> str:
@@ -55,29 +76,52 @@ def _written(text: str, path: str | os.PathLike[str] | None) -> str:
     return text
 
 
-class FleetResult:
-    """A fleet benchmark: ``data`` is the JSON document; methods render it."""
+@dataclass
+class FleetReport:
+    """A fleet benchmark: one outcome per device (its bench report, or why it failed); methods
+    render the configuration × device matrix. ``to_dict()`` is the ``deploykit.fleet`` document.
 
-    def __init__(self, data: dict[str, Any]) -> None:
-        self.data = data
+    Attributes:
+        model_path, model_sha256: the benchmarked file on the machine that started the fleet.
+        settings: the bench settings sent to every device, and ``device_timeout_s``.
+        devices: one outcome per device, in the order asked for.
+        created: ISO 8601 UTC time the fleet finished.
+    """
+
+    model_path: str
+    model_sha256: str
+    settings: dict[str, Any]
+    devices: list[DeviceOutcome]
+    created: str = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
 
     @classmethod
     def build(
         cls, model: Path, outcomes: list[DeviceOutcome], settings: dict[str, Any], device_timeout_s: float
-    ) -> FleetResult:
+    ) -> FleetReport:
         return cls(
-            {
-                "schema": "deploykit.fleet",
-                "schema_version": SCHEMA_VERSION,
-                "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                "model": {"path": str(model), "sha256": hashlib.sha256(model.read_bytes()).hexdigest()},
-                "settings": {**json.loads(json.dumps(settings, default=str)), "device_timeout_s": device_timeout_s},
-                "devices": [asdict(outcome) for outcome in outcomes],
-            }
+            str(model),
+            hashlib.sha256(model.read_bytes()).hexdigest(),
+            {**json.loads(json.dumps(settings, default=str)), "device_timeout_s": device_timeout_s},
+            outcomes,
         )
 
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": "deploykit.fleet",
+            "schema_version": SCHEMA_VERSION,
+            "created": self.created,
+            "model": {"path": self.model_path, "sha256": self.model_sha256},
+            "settings": self.settings,
+            "devices": [device.to_dict() for device in self.devices],
+        }
+
     @classmethod
-    def from_json(cls, path: str | os.PathLike[str]) -> FleetResult:
+    def from_json(cls, path: str | os.PathLike[str]) -> FleetReport:
+        """Read a ``fleet.json``.
+
+        Raises:
+            ReportError: not readable, not a fleet report, or a device report that breaks the schema.
+        """
         try:
             data = json.loads(Path(path).read_text())
         except (OSError, ValueError) as exc:
@@ -86,55 +130,50 @@ class FleetResult:
         if not isinstance(data, dict) or data.get("schema") != "deploykit.fleet":
             raise ReportError(f"fleet report '{path}' | is not a deploykit fleet report.",
                               hint="pass a fleet.json written by deploykit bench --fleet.")  # fmt: skip
-        return cls(data)
+        return cls(data["model"]["path"], data["model"]["sha256"], dict(data.get("settings") or {}),
+                   [DeviceOutcome.from_dict(d) for d in data["devices"]], data["created"])  # fmt: skip
 
-    @property
-    def devices(self) -> list[dict[str, Any]]:
-        devices: list[dict[str, Any]] = self.data["devices"]
-        return devices
-
-    def reports(self) -> dict[str, BenchmarkResult]:
+    def reports(self) -> dict[str, BenchmarkReport]:
         """Device name → its bench report, for the devices that finished."""
-        return {d["name"]: BenchmarkResult(d["report"]) for d in self.devices if d["status"] == "ok"}
+        return {d.name: d.report for d in self.devices if d.status == "ok" and d.report is not None}
 
-    def recommendations(self) -> dict[str, dict[str, Any] | None]:
+    def recommendations(self) -> dict[str, Recommendation | None]:
         """Device name → the recommended configuration there (None: failed, or nothing was verified)."""
-        return {d["name"]: (d["report"] or {}).get("recommendation") for d in self.devices}
+        return {d.name: None if d.report is None else d.report.recommendation for d in self.devices}
 
     def matrix(self) -> list[dict[str, str]]:
         """One row per configuration, one column per device: the headline figure, or why it failed."""
         reports = self.reports()
         labels: list[str] = []
         for result in reports.values():
-            labels += [r["config"]["label"] for r in result.rows if r["config"]["label"] not in labels]
+            labels += [r.label for r in result.rows if r.label not in labels]
         table = []
         for label in labels or ["(every configuration)"]:
             line = {"configuration": label}
             for device in self.devices:
-                name = device["name"]
-                if device["status"] != "ok":
-                    line[name] = f"failed: {device['error']}"
+                if device.name not in reports:
+                    line[device.name] = f"failed: {device.error}"
                     continue
-                result = reports[name]
-                row = next((r for r in result.rows if r["config"]["label"] == label), None)
-                line[name] = "-" if row is None else _cell(result, row, result.best())
+                result = reports[device.name]
+                row = result.row(label)
+                line[device.name] = "-" if row is None else _cell(result, row, result.best())
             table.append(line)
         return table
 
     # --- writing -------------------------------------------------------------------------
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
-        text = json.dumps(self.data, indent=2, default=str)
+        text = json.dumps(self.to_dict(), indent=2, default=str)
         return _written(text, path)
 
     def to_markdown(self, path: str | os.PathLike[str] | None = None) -> str:
         rows = self.matrix()
         header = list(rows[0])
-        lines = [f"# deploykit fleet bench: {Path(self.data['model']['path']).name}", ""]
+        lines = [f"# deploykit fleet bench: {Path(self.model_path).name}", ""]
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         lines += ["| " + " | ".join(r[h].replace("|", "/") for h in header) + " |" for r in rows]
         lines += ["", "## Recommendation per device", ""]
         for name, recommendation in self.recommendations().items():
-            text = f"{recommendation['label']}: `{recommendation['python']}`" if recommendation else "none"
+            text = f"{recommendation.label}: `{recommendation.python}`" if recommendation else "none"
             lines.append(f"- **{name}**: {text}")
         text = "\n".join(lines) + "\n"
         return _written(text, path)
@@ -149,9 +188,7 @@ class FleetResult:
             + "</tr>" for r in rows
         )  # fmt: skip
         recommendations = "".join(
-            f"<li><b>{e(name)}</b>: "
-            + (f"{e(rec['label'])} — <code>{e(rec['python'])}</code>" if rec else "none")
-            + "</li>"
+            f"<li><b>{e(name)}</b>: " + (f"{e(rec.label)} — <code>{e(rec.python)}</code>" if rec else "none") + "</li>"
             for name, rec in self.recommendations().items()
         )
         fleet = (f'<section class="fleet"><h2>Fleet: configuration × device</h2><table><tr>{head}</tr>{body}</table>'
@@ -171,14 +208,9 @@ class FleetResult:
         bars = []
         for label in [r["configuration"] for r in self.matrix()]:
             for name, result in reports.items():
-                row = next((r for r in result.ok_rows() if r["config"]["label"] == label), None)
-                if row is not None:
-                    value = (
-                        row["throughput_sps"]
-                        if result.headline == "throughput_sps"
-                        else row["latency"][result.headline]
-                    )
-                    bars.append((label, name, float(value), result.headline))
+                row = result.row(label)
+                if row is not None and row.ok:
+                    bars.append((label, name, result.headline_value(row), result.headline))
         if not bars:
             return '<p class="note">no device finished</p>'
         top = max(b[2] for b in bars) or 1.0
@@ -215,9 +247,13 @@ class FleetResult:
         from rich.table import Table
 
         rows = self.matrix()
-        table = Table(title=f"fleet: {Path(self.data['model']['path']).name} (★ = recommended on that device)")
+        table = Table(title=f"fleet: {Path(self.model_path).name} (★ = recommended on that device)")
         for column in rows[0]:
             table.add_column(column, overflow="fold")
         for row in rows:
             table.add_row(*(escape(v) for v in row.values()))
         return table
+
+
+FleetResult = FleetReport
+"""The earlier name of ``FleetReport`` (whose ``data`` dict is now ``to_dict()``), kept for existing code."""

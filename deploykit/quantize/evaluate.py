@@ -12,12 +12,15 @@ import math
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from deploykit.quantize.calibration import CalibrationData, Sample
 from deploykit.verify.metrics import cosine_snr
+
+if TYPE_CHECKING:
+    from deploykit.bench.rows import Row
 
 DEBUG_LAYER_SAMPLES = 8
 MAP_MIN_SCORE = 0.001  # COCO evaluations rank predictions down to this score
@@ -269,30 +272,30 @@ def speedup(
     """
     from deploykit.bench.runner import benchmark
 
-    runs: list[list[list[dict[str, Any]]]] = [[], []]  # model → round → rows
+    runs: list[list[list[Row]]] = [[], []]  # model → round → rows
     for _ in range(rounds):
         for index, model in enumerate((reference, candidate)):
             result = benchmark(
                 model, backends, precision="f32", inputs=dict(feeds), iterations=iterations, warmup=warmup,
                 isolate=True,
             )  # fmt: skip
-            runs[index].append(result.data["rows"])
+            runs[index].append(result.rows)
     rows = []
     # the same backend specs expand to the same configurations, in the same order, every time
     for position, base in enumerate(runs[0][0]):
-        row: dict[str, Any] = {"configuration": base["config"]["label"], "f32_p50_ms": None, "p50_ms": None,
+        row: dict[str, Any] = {"configuration": base.label, "f32_p50_ms": None, "p50_ms": None,
                                "speedup": None}  # fmt: skip
         measured = [[r[position] for r in model_runs] for model_runs in runs]
-        errors = sorted({str(r["error"]) for model_rows in measured for r in model_rows if r["status"] != "ok"})
+        errors = sorted({str(r.error) for model_rows in measured for r in model_rows if not r.ok})
         if errors:
             row["status"] = "error"
             row["error"] = "; ".join(errors)
         else:
-            f32, reduced = ([r["latency"]["p50_ms"] for r in model_rows] for model_rows in measured)
+            f32, reduced = ([r.latency_ms("p50_ms") for r in model_rows] for model_rows in measured)
             row["f32_p50_ms"] = float(np.median(f32))
             row["p50_ms"] = float(np.median(reduced))
             row["rounds"] = {"f32_p50_ms": f32, "p50_ms": reduced}
-            row["session_precision"] = measured[1][0]["session"]["precision"]  # what the runtime reports running
+            row["session_precision"] = measured[1][0].precision  # what the runtime reports running
             row["speedup"] = row["f32_p50_ms"] / row["p50_ms"]
             row["status"] = "slower than f32" if row["speedup"] < 1 else "ok"
         rows.append(row)

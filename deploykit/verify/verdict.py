@@ -10,7 +10,7 @@ Every command that says "pass" prints and stores these objects.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -37,6 +37,10 @@ class OracleInfo:
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "independent": self.independent, "detail": self.detail}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> OracleInfo:
+        return cls(str(data["name"]), bool(data["independent"]), str(data.get("detail") or ""))
 
 
 @dataclass
@@ -116,6 +120,24 @@ class Verdict:
             "agreement": self.agreement,
             "reason": self.reason,
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
+        """The verdict ``to_dict`` wrote (``label`` and ``passed`` are derived, so not read)."""
+        task = data.get("task")
+        return cls(
+            candidate=data["candidate"],
+            status=data["status"],
+            oracle=OracleInfo.from_dict(data["oracle"]),
+            precision=data.get("precision"),
+            device=data.get("device"),
+            rule=data.get("rule", "element-wise"),
+            thresholds=Thresholds.from_dict(data.get("thresholds") or {}),
+            outputs=[OutputMetrics.from_dict(o) for o in data.get("outputs") or []],
+            task=None if task is None else TaskResult.from_dict(task),
+            agreement=data.get("agreement"),
+            reason=data.get("reason", ""),
+        )
 
 
 def worst_status(verdicts: Sequence[Verdict]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 import shutil
@@ -15,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 import deploykit
-from deploykit.bench.report import BenchmarkResult
+from deploykit.bench.report import BenchmarkReport
 from deploykit.cli.main import app
 from deploykit.errors import InputError, ReportError, UnknownBackendError, UsageError
 from tests.assets.paths import REPO, missing_asset
@@ -24,15 +25,16 @@ SCHEMA = json.loads((REPO / "docs" / "report-schema.json").read_text())
 ALL = ["onnxruntime", "openvino:CPU", "opencv"]
 
 
-def _check_numbers(result: BenchmarkResult) -> None:
-    jsonschema.validate(result.data, SCHEMA)
+def _check_numbers(result: BenchmarkReport) -> None:
+    jsonschema.validate(result.to_dict(), SCHEMA)
     for row in result.rows:
-        assert row["status"] == "ok", row["error"]
-        stats = row["latency"]
-        assert 0 < stats["min_ms"] <= stats["p50_ms"] <= stats["p90_ms"] <= stats["p95_ms"]
-        assert stats["p95_ms"] <= stats["p99_ms"] <= stats["p999_ms"] <= stats["max_ms"]
-        assert row["load_ms"] > 0 and row["first_inference_ms"] > 0
-        assert row["throughput_sps"] > 0 and row["peak_rss_bytes"] > 0
+        assert row.status == "ok", row.error
+        stats = row.latency
+        assert stats is not None
+        assert 0 < stats.min_ms <= stats.p50_ms <= stats.p90_ms <= stats.p95_ms
+        assert stats.p95_ms <= stats.p99_ms <= stats.p999_ms <= stats.max_ms
+        assert row.load_ms > 0 and row.first_inference_ms > 0
+        assert row.throughput_sps > 0 and row.peak_rss_bytes > 0
 
 
 @pytest.fixture(scope="module")
@@ -44,18 +46,14 @@ def test_isolated_bench_on_every_backend(isolated_result):
     result = isolated_result
     _check_numbers(result)
     assert len(result.rows) == 6
-    assert {r["session"]["backend"] for r in result.rows} == {"onnxruntime", "openvino", "opencv"}
+    assert {r.session.backend for r in result.rows} == {"onnxruntime", "openvino", "opencv"}
     for row in result.rows:
-        assert row["verdict"]["status"] == "pass", row["verdict"]
-        assert row["verdict"]["oracle"] == {
-            "name": "onnx-reference",
-            "independent": True,
-            "detail": row["verdict"]["oracle"]["detail"],
-        }
-    assert result.data["settings"]["isolated"] is True
-    assert result.data["recommendation"]["label"] in {r["config"]["label"] for r in result.rows}
-    assert result.data["device"]["cpu"]["logical_cores"] >= 1
-    rss = {r["config"]["label"]: r["peak_rss_bytes"] for r in result.rows}
+        assert row.verdict.status == "pass", row.verdict
+        assert (row.verdict.oracle.name, row.verdict.oracle.independent) == ("onnx-reference", True)
+    assert result.settings.isolated is True
+    assert result.recommendation.label in {r.label for r in result.rows}
+    assert result.device["cpu"]["logical_cores"] >= 1
+    rss = {r.label: r.peak_rss_bytes for r in result.rows}
     assert len(set(rss.values())) > 1, "each isolated worker reports its own peak RSS"
 
 
@@ -71,6 +69,26 @@ def test_report_files(isolated_result, tmp_path):
     assert page.count("<svg") >= 3 and "<script" not in page
 
 
+def test_the_report_is_typed_and_reads_back_the_same(isolated_result, tmp_path):
+    """Rows, verdicts, sessions and latency are objects; to_dict is the schema; JSON reads back equal."""
+    from deploykit.backends.base import SessionInfo
+    from deploykit.bench.stats import LatencyStats
+
+    row = isolated_result.rows[0]
+    assert isinstance(row, deploykit.Row) and isinstance(row.session, SessionInfo)
+    assert isinstance(row.latency, LatencyStats) and isinstance(row.verdict, deploykit.Verdict)
+    assert row.label == row.config.label() and row.precision == row.session.precision
+    data = isolated_result.to_dict()
+    jsonschema.validate(data, SCHEMA)
+    assert data["rows"][0]["verdict"]["oracle"]["name"] == "onnx-reference"
+    isolated_result.to_json(tmp_path / "report.json")
+    again = BenchmarkReport.from_json(tmp_path / "report.json")
+    assert again == BenchmarkReport.from_dict(json.loads(json.dumps(data)))
+    assert json.loads(json.dumps(again.to_dict())) == json.loads(json.dumps(data))
+    assert again.best().label == isolated_result.best().label
+    assert again.recommendation == isolated_result.recommendation
+
+
 def test_in_process_multistream_and_offline(catalog_paths):
     multi = deploykit.benchmark(
         catalog_paths["conv_bn_act"],
@@ -82,7 +100,7 @@ def test_in_process_multistream_and_offline(catalog_paths):
         isolate=False,
     )
     _check_numbers(multi)
-    assert multi.rows[0]["latency"]["count"] == 30 and multi.rows[0]["config"]["streams"] == 3
+    assert multi.rows[0].latency.count == 30 and multi.rows[0].config.streams == 3
     offline = deploykit.benchmark(
         catalog_paths["mlp_dynamic_batch"],
         ["ort", "opencv"],
@@ -95,13 +113,13 @@ def test_in_process_multistream_and_offline(catalog_paths):
     )
     _check_numbers(offline)
     assert offline.headline == "throughput_sps"
-    assert all(r["cost_per_million"] > 0 for r in offline.rows)
-    assert offline.data["recommendation"]["headline"] == "throughput_sps"
+    assert all(r.cost_per_million > 0 for r in offline.rows)
+    assert offline.recommendation.headline == "throughput_sps"
 
 
 def test_duration_mode(catalog_paths):
     result = deploykit.benchmark(catalog_paths["multi_io"], ["ort"], duration_s=0.2, warmup=0, isolate=False)
-    assert result.rows[0]["wall_s"] >= 0.2 and result.rows[0]["latency"]["count"] > 10
+    assert result.rows[0].wall_s >= 0.2 and result.rows[0].latency.count > 10
 
 
 def test_inputs_file(catalog_paths, tmp_path):
@@ -115,7 +133,7 @@ def test_inputs_file(catalog_paths, tmp_path):
         warmup=0,
         isolate=False,
     )
-    assert result.data["settings"]["inputs"] == "file" and all(r["verdict"]["status"] == "pass" for r in result.rows)
+    assert result.settings.inputs == "file" and all(r.verdict.status == "pass" for r in result.rows)
     np.savez(tmp_path / "bad.npz", a=a)
     with pytest.raises(InputError, match=r"inputs \| have a; the model's inputs are a, b \(missing b\)"):
         deploykit.benchmark(catalog_paths["multi_io"], ["ort"], inputs=tmp_path / "bad.npz", isolate=False)
@@ -126,19 +144,19 @@ def test_isolation_survives_a_crashing_backend(catalog_paths, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     result = deploykit.benchmark(catalog_paths["conv_bn_act"], ["crasher", "ort"], iterations=5, warmup=0)
     crashed, survived = result.rows
-    assert crashed["status"] == "failed"
-    assert "killed by signal SIGABRT" in crashed["error"]
-    assert survived["status"] == "ok" and survived["verdict"]["status"] == "pass"
-    assert crashed["verdict"] is None
-    jsonschema.validate(result.data, SCHEMA)
+    assert crashed.status == "failed"
+    assert "killed by signal SIGABRT" in crashed.error
+    assert survived.status == "ok" and survived.verdict.status == "pass"
+    assert crashed.verdict is None
+    jsonschema.validate(result.to_dict(), SCHEMA)
 
 
 def test_failed_backend_is_a_row_not_a_crash(catalog_paths):
     result = deploykit.benchmark(
         catalog_paths["conv_bn_act"], ["opencv:cuda", "ort"], iterations=3, warmup=0, isolate=False
     )
-    assert result.rows[0]["status"] == "failed" and "device 'cuda' cannot be used" in result.rows[0]["error"]
-    assert result.rows[1]["status"] == "ok"
+    assert result.rows[0].status == "failed" and "device 'cuda' cannot be used" in result.rows[0].error
+    assert result.rows[1].status == "ok"
 
 
 @pytest.mark.parametrize(
@@ -164,14 +182,14 @@ def test_bad_bench_arguments(catalog_paths, kwargs, error, pattern):
         deploykit.benchmark(catalog_paths["conv_bn_act"], **args)
 
 
-def _constructed(result: BenchmarkResult, factor: float, passed: bool = True) -> BenchmarkResult:
-    data = copy.deepcopy(result.data)
+def _constructed(result: BenchmarkReport, factor: float, passed: bool = True) -> BenchmarkReport:
+    data = copy.deepcopy(result.to_dict())
     for row in data["rows"]:
         for key in ("p50_ms", "p99_ms"):
             row["latency"][key] *= factor
         if row["verdict"]:
             row["verdict"]["status"] = "pass" if passed else "fail"
-    return BenchmarkResult(data)
+    return BenchmarkReport.from_dict(data)
 
 
 def test_baseline_regressions(isolated_result, tmp_path):
@@ -191,24 +209,24 @@ def test_baseline_regressions(isolated_result, tmp_path):
 
 
 def test_report_errors(isolated_result, tmp_path):
-    newer = copy.deepcopy(isolated_result.data)
+    newer = isolated_result.to_dict()
     newer["schema_version"] = 99
     (tmp_path / "newer.json").write_text(json.dumps(newer))
     with pytest.raises(ReportError, match=r"has schema version 99, this deploykit reads up to 1.*upgrade deploykit"):
-        BenchmarkResult.from_json(tmp_path / "newer.json")
+        BenchmarkReport.from_json(tmp_path / "newer.json")
     (tmp_path / "junk.json").write_text("{not json")
     with pytest.raises(ReportError, match=r"is not JSON"):
-        BenchmarkResult.from_json(tmp_path / "junk.json")
-    other = copy.deepcopy(isolated_result.data)
-    for row in other["rows"]:
-        row["config"]["label"] = "something:else b9"
+        BenchmarkReport.from_json(tmp_path / "junk.json")
+    other = copy.deepcopy(isolated_result)
+    for row in other.rows:
+        row.config = dataclasses.replace(row.config, backend="something", batch=9)
     with pytest.raises(ReportError, match=r"shares no configuration with this report"):
-        isolated_result.regressions(BenchmarkResult(other))
+        isolated_result.regressions(other)
 
 
 def test_merge_two_devices(isolated_result, tmp_path):
     isolated_result.to_json(tmp_path / "a.json")
-    other = copy.deepcopy(isolated_result.data)
+    other = isolated_result.to_dict()
     other["device"]["hostname"] = "jetson-orin"
     (tmp_path / "b.json").write_text(json.dumps(other))
     result = CliRunner().invoke(
@@ -347,21 +365,19 @@ def test_worker_module_runs_standalone():
 
 def test_accuracy_budget_picks_the_fastest_within_it(isolated_result):
     """--max-drop: the recommendation honours the measured accuracy delta; the Pareto front lists the trade-off."""
-    data = copy.deepcopy(isolated_result.data)
-    rows = [r for r in data["rows"] if r["config"]["batch"] == 1][:3]
-    data["rows"] = rows
+    report = copy.deepcopy(isolated_result)
+    rows = report.rows = [r for r in report.rows if r.config.batch == 1][:3]
     for row, (p90, delta) in zip(rows, [(1.0, 0.05), (2.0, 0.004), (3.0, 0.0)], strict=True):
-        row["latency"]["p90_ms"], row["accuracy_delta"] = p90, delta
-    labels = [r["config"]["label"] for r in rows]
-    assert [r["config"]["label"] for r in BenchmarkResult(data).pareto_front()] == labels
+        row.latency, row.accuracy_delta = dataclasses.replace(row.latency, p90_ms=p90), delta
+    labels = [r.label for r in rows]
+    assert [r.label for r in report.pareto_front()] == labels
     for budget, chosen in ((None, 0), (0.1, 0), (0.01, 1), (0.0, 2)):
-        data["settings"]["max_drop"] = budget
-        result = BenchmarkResult(data)
-        assert result.best() is rows[chosen], budget
+        report.settings.max_drop = budget
+        assert report.best() is rows[chosen], budget
         if budget:
-            assert f"within the accuracy budget of {budget:.1%}" in result.recommend()["why"]
-    rows[2]["accuracy_delta"] = None  # unknown delta: never picked under a budget
-    data["settings"]["max_drop"] = 0.0
-    assert BenchmarkResult(data).best() is None
+            assert f"within the accuracy budget of {budget:.1%}" in report.recommend().why
+    rows[2].accuracy_delta = None  # unknown delta: never picked under a budget
+    report.settings.max_drop = 0.0
+    assert report.best() is None
     result = CliRunner().invoke(app, ["bench", "x.onnx", "--max-drop", "150%"])
     assert result.exit_code in (1, 2) and "--max-drop" in result.output

@@ -99,15 +99,15 @@ def test_baseline_with_a_string_p50(report_path, tmp_path):
 
 
 def test_valid_report_reads(report_path):
-    from deploykit.bench.report import BenchmarkResult
+    from deploykit.bench.report import BenchmarkReport
 
-    assert BenchmarkResult.from_json(report_path).rows
+    assert BenchmarkReport.from_json(report_path).rows
     assert invoke_checked(["report", report_path], reads=[report_path]).exit_code == 0
 
 
 def test_report_missing_a_required_field(report_path, tmp_path):
-    from deploykit.bench.report import BenchmarkResult
+    from deploykit.bench.report import BenchmarkReport
 
     path = _broken(report_path, tmp_path, lambda d: d.pop("rows"))
     with pytest.raises(ReportError, match=r"\(the report\): required field 'rows' is missing"):
-        BenchmarkResult.from_json(path)
+        BenchmarkReport.from_json(path)

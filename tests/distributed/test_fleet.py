@@ -15,7 +15,7 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from deploykit.bench.report import BenchmarkResult
+from deploykit.bench.report import BenchmarkReport
 from deploykit.cli.main import app
 from deploykit.distributed import fleet_benchmark
 from deploykit.distributed.fleet import device_name
@@ -63,9 +63,9 @@ def test_bench_fleet_merges_both_devices(cluster, small_model, tmp_path):
     nodes = {d["name"]: d["node"] for d in fleet["devices"]}
     assert nodes["alpha"] != nodes["beta"]  # each bench ran on its own node
     for name in ("alpha", "beta"):
-        report = BenchmarkResult.from_json(tmp_path / "fleet" / name / "report.json")  # the ordinary bench schema
-        assert report.data["model"]["path"] == small_model
-        assert report.rows[0]["status"] == "ok" and report.data["device"]["cpu"]["logical_cores"]
+        report = BenchmarkReport.from_json(tmp_path / "fleet" / name / "report.json")  # the ordinary bench schema
+        assert report.model.path == small_model
+        assert report.rows[0].status == "ok" and report.device["cpu"]["logical_cores"]
     page = (tmp_path / "fleet" / "fleet.html").read_text()
     assert "configuration × device" in page and page.count('<section class="device">') == 2
     table = (tmp_path / "fleet" / "fleet.md").read_text()
@@ -100,10 +100,10 @@ def test_a_device_that_dies_mid_run_is_a_failed_column(cluster, small_model):
         process.send_signal(signal.SIGKILL)
     thread.join(120)
     result = outcome["result"]
-    by_name = {d["name"]: d for d in result.devices}
-    assert by_name["alpha"]["status"] == "ok" and by_name["alpha"]["report"]["rows"][0]["status"] == "ok"
-    assert by_name["beta"]["status"] == "failed" and by_name["beta"]["report"] is None
-    assert "Worker" in by_name["beta"]["error"] or "died" in by_name["beta"]["error"], by_name["beta"]["error"]
+    by_name = {d.name: d for d in result.devices}
+    assert by_name["alpha"].status == "ok" and by_name["alpha"].report.rows[0].status == "ok"
+    assert by_name["beta"].status == "failed" and by_name["beta"].report is None
+    assert "Worker" in by_name["beta"].error or "died" in by_name["beta"].error, by_name["beta"].error
     matrix = result.matrix()
     assert matrix[0]["beta"].startswith("failed: ") and "ms" in matrix[0]["alpha"]
     assert result.recommendations()["beta"] is None and result.recommendations()["alpha"] is not None
@@ -118,9 +118,9 @@ def test_fleet_devices_lists_the_device_nodes(cluster):
 
 def test_unknown_device_and_timeout_are_failed_columns(cluster, small_model):
     result = fleet_benchmark(small_model, devices=["alpha", "gamma"], device_timeout_s=0.2, **SETTINGS)
-    by_name = {d["name"]: d for d in result.devices}
-    assert "no alive node carries resource 'deploykit-device:gamma' (known: alpha, beta)" in by_name["gamma"]["error"]
-    assert by_name["alpha"]["error"] == "did not finish within 0.2 s"
+    by_name = {d.name: d for d in result.devices}
+    assert "no alive node carries resource 'deploykit-device:gamma' (known: alpha, beta)" in by_name["gamma"].error
+    assert by_name["alpha"].error == "did not finish within 0.2 s"
 
 
 def test_fleet_usage_errors(small_model, tmp_path):

@@ -198,8 +198,8 @@ def test_a_fixed_size_state_input_is_not_batched(tmp_path):
     settings = parse_input_settings(["sr:1:16000..16000"])
     result = deploykit.benchmark(model, ["ort"], batch=3, shapes=settings, iterations=3, warmup=0, isolate=False)
     row = result.rows[0]
-    assert row["config"]["batch"] == 3 and row["config"]["label"].startswith("onnxruntime:cpu b3")
-    assert row["verdict"]["status"] == "pass", row["verdict"]
+    assert row.config.batch == 3 and row.label.startswith("onnxruntime:cpu b3")
+    assert row.verdict.status == "pass", row.verdict
 
 
 def test_a_huge_shape_is_refused_before_allocating(tmp_path):

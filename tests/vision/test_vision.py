@@ -275,13 +275,13 @@ def test_pipeline_bench_times_every_stage(detector_path, tmp_path):
     schema = json.loads((REPO / "docs" / "report-schema.json").read_text())
     import jsonschema
 
-    jsonschema.validate(result.data, schema)
+    jsonschema.validate(result.to_dict(), schema)
     for row in result.rows:
-        assert row["status"] == "ok" and row["verdict"]["agreement"] is True
-        assert row["verdict"]["status"] == "unverified"  # backends agree; no independent oracle for a pipeline
-        stages = row["stages"]
+        assert row.status == "ok" and row.verdict.agreement is True
+        assert row.verdict.status == "unverified"  # backends agree; no independent oracle for a pipeline
+        stages = row.stages
         assert stages["infer_p50_ms"] > 0 and stages["pre_p50_ms"] > 0 and stages["post_p50_ms"] > 0
-        assert row["latency"]["p50_ms"] >= stages["infer_p50_ms"]
+        assert row.latency.p50_ms >= stages["infer_p50_ms"]
     result = CliRunner().invoke(
         app, ["bench", str(detector_path), "--pipeline", "detect", "--images", str(tmp_path / "none")]
     )
@@ -315,7 +315,7 @@ def test_real_images_as_bench_and_compare_inputs(tmp_path):
     for name in ("dog.jpg", "person.jpg"):
         shutil.copy(darknet_image(name), folder / name)
     bench = deploykit.benchmark(model, ["ort"], batch=[1, 3], inputs=folder, iterations=2, warmup=0, isolate=False)
-    assert bench.data["settings"]["inputs"] == "images" and [r["config"]["batch"] for r in bench.rows] == [1, 3]
+    assert bench.settings.inputs == "images" and [r.config.batch for r in bench.rows] == [1, 3]
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(InputError, match=r"inputs '.*empty' \| the folder holds no images"):

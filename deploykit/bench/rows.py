@@ -1,0 +1,272 @@
+"""The typed parts of a benchmark report: what was measured for one configuration (``Row``), the
+model, the settings and the recommendation.
+
+Each has ``to_dict()`` giving exactly its part of ``docs/report-schema.json`` and ``from_dict()``
+reading it back, so a report written by one deploykit is the same objects when read by another.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from deploykit.backends.base import SessionInfo
+from deploykit.bench.config import BenchConfig
+from deploykit.bench.stats import LatencyStats
+from deploykit.tensors import TensorSpec
+from deploykit.verify.verdict import Verdict
+
+RowStatus = Literal["ok", "failed"]
+EnergySource = Literal["rapl", "nvidia-smi", "unavailable"]
+
+
+def accuracy_delta(verdict: Verdict | None) -> float | None:
+    """What a configuration costs in task accuracy: 0 for an element-wise pass (f32), 1 − the task
+    metric (top-1 agreement, mAP@0.5) for reduced precision on real images, else unknown (None)."""
+    if verdict is None or verdict.status in ("error", "degenerate"):
+        return None
+    if verdict.rule == "element-wise":
+        return 0.0 if verdict.status == "pass" or verdict.agreement else None
+    return None if verdict.task is None else round(1.0 - float(verdict.task.value), 6)
+
+
+@dataclass
+class Histogram:
+    """The warm latency distribution: ``counts[i]`` samples in ``[edges_ms[i], edges_ms[i + 1])``."""
+
+    edges_ms: list[float]
+    counts: list[int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Histogram:
+        return cls([float(e) for e in data["edges_ms"]], [int(c) for c in data["counts"]])
+
+
+@dataclass
+class Row:
+    """One configuration's result: what ran, how fast, and whether it computed the right answer.
+
+    Attributes:
+        config: what was asked for (backend, device, batch, threads, precision, scenario).
+        status: ``ok``, or ``failed`` with ``error`` saying why (the bench goes on).
+        session: what actually ran, as the runtime reports it (device, precision, providers).
+        load_ms, first_inference_ms: model load and the first (cold) inference.
+        latency: warm latency statistics (ms); ``latency_histogram`` their distribution.
+        wall_s: the timed loop's wall time.
+        throughput_sps: samples (batch items) per second.
+        peak_rss_bytes: the measuring process's peak resident memory.
+        energy_j_per_inference: from RAPL where readable (``energy_source``), else None.
+        cost_per_million: the price of a million inferences at the given cost per hour.
+        verdict: the verification of this configuration's outputs.
+        accuracy_delta: 0 for an element-wise pass, 1 − the task metric for reduced precision on
+            real images, None when unknown.
+        warnings: e.g. noisy latency.
+        stages: for pipeline benchmarks: p50 of pre-processing, inference and post-processing.
+    """
+
+    config: BenchConfig
+    status: RowStatus
+    error: str | None = None
+    session: SessionInfo | None = None
+    load_ms: float | None = None
+    first_inference_ms: float | None = None
+    latency: LatencyStats | None = None
+    latency_histogram: Histogram | None = None
+    wall_s: float | None = None
+    throughput_sps: float | None = None
+    peak_rss_bytes: int | None = None
+    gpu_memory_bytes: int | None = None
+    energy_j_per_inference: float | None = None
+    energy_source: EnergySource = "unavailable"
+    cost_per_million: float | None = None
+    verdict: Verdict | None = None
+    accuracy_delta: float | None = None
+    warnings: list[str] = field(default_factory=list)
+    stages: dict[str, float] | None = None
+
+    @classmethod
+    def failed(cls, config: BenchConfig, error: str) -> Row:
+        """The row of a configuration that could not be measured."""
+        return cls(config, "failed", error)
+
+    @property
+    def label(self) -> str:
+        return self.config.label()
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def precision(self) -> str | None:
+        """The precision that ran (the runtime's word), else the one asked for."""
+        return self.session.precision if self.session else self.config.precision
+
+    @property
+    def device(self) -> str | None:
+        """The device that ran, else the one asked for."""
+        return self.session.device if self.session else self.config.device
+
+    @property
+    def max_abs_error(self) -> float | None:
+        """The largest finite absolute error of any output against the oracle."""
+        outputs = self.verdict.outputs if self.verdict else []
+        errors = [o.max_abs_error for o in outputs if math.isfinite(o.max_abs_error)]
+        return max(errors, default=None)
+
+    def set_verdict(self, verdict: Verdict) -> None:
+        """Store the verification of this row's outputs and what it costs in accuracy."""
+        self.verdict = verdict
+        self.accuracy_delta = accuracy_delta(verdict)
+
+    def latency_ms(self, key: str) -> float:
+        """A latency statistic (``p50_ms`` ...) of an ``ok`` row."""
+        if self.latency is None:
+            raise ValueError(f"{self.label} has no latency: it {self.status}")
+        return float(getattr(self.latency, key))
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "config": self.config.to_dict(),
+            "status": self.status,
+            "error": self.error,
+            "session": None if self.session is None else self.session.to_dict(),
+            "load_ms": self.load_ms,
+            "first_inference_ms": self.first_inference_ms,
+            "latency": None if self.latency is None else self.latency.to_dict(),
+            "latency_histogram": None if self.latency_histogram is None else self.latency_histogram.to_dict(),
+            "wall_s": self.wall_s,
+            "throughput_sps": self.throughput_sps,
+            "peak_rss_bytes": self.peak_rss_bytes,
+            "gpu_memory_bytes": self.gpu_memory_bytes,
+            "energy_j_per_inference": self.energy_j_per_inference,
+            "energy_source": self.energy_source,
+            "cost_per_million": self.cost_per_million,
+            "verdict": None if self.verdict is None else self.verdict.to_dict(),
+            "accuracy_delta": self.accuracy_delta,
+            "warnings": list(self.warnings),
+        }
+        if self.stages is not None:
+            data["stages"] = dict(self.stages)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Row:
+        """A row as ``to_dict`` (or an older deploykit of the same schema version) wrote it."""
+
+        def part(key: str, kind: Any) -> Any:
+            value = data.get(key)
+            return None if value is None else kind.from_dict(value)
+
+        return cls(
+            config=BenchConfig.from_dict(data["config"]),
+            status=data["status"],
+            error=data.get("error"),
+            session=part("session", SessionInfo),
+            load_ms=data.get("load_ms"),
+            first_inference_ms=data.get("first_inference_ms"),
+            latency=part("latency", LatencyStats),
+            latency_histogram=part("latency_histogram", Histogram),
+            wall_s=data.get("wall_s"),
+            throughput_sps=data.get("throughput_sps"),
+            peak_rss_bytes=data.get("peak_rss_bytes"),
+            gpu_memory_bytes=data.get("gpu_memory_bytes"),
+            energy_j_per_inference=data.get("energy_j_per_inference"),
+            energy_source=data.get("energy_source", "unavailable"),
+            cost_per_million=data.get("cost_per_million"),
+            verdict=part("verdict", Verdict),
+            accuracy_delta=data.get("accuracy_delta"),
+            warnings=list(data.get("warnings") or []),
+            stages=None if data.get("stages") is None else dict(data["stages"]),
+        )
+
+
+@dataclass
+class ModelInfo:
+    """The benchmarked file: its path, content hash and interface."""
+
+    path: str
+    sha256: str
+    inputs: list[TensorSpec] = field(default_factory=list)
+    outputs: list[TensorSpec] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "sha256": self.sha256, "inputs": [s.to_dict() for s in self.inputs],
+                "outputs": [s.to_dict() for s in self.outputs]}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ModelInfo:
+        return cls(data["path"], data["sha256"], [TensorSpec.from_dict(s) for s in data.get("inputs") or []],
+                   [TensorSpec.from_dict(s) for s in data.get("outputs") or []])  # fmt: skip
+
+
+@dataclass
+class BenchSettings:
+    """How the benchmark ran.
+
+    Attributes:
+        scenario: ``singlestream``, ``offline`` or ``multistream``.
+        warmup, iterations, duration_s: untimed runs, then a count or a duration of timed runs.
+        seed: the seed of random inputs.
+        isolated: each configuration ran in its own worker process.
+        cost_per_hour: the device's price, for cost per million inferences.
+        inputs: ``seeded random``, ``file`` or ``images``.
+        max_drop: the accuracy budget of the recommendation (``--max-drop``).
+        pipeline, images: for pipeline benchmarks: the task and the image files.
+    """
+
+    scenario: str = "singlestream"
+    warmup: int = 10
+    iterations: int | None = 100
+    duration_s: float | None = None
+    seed: int = 0
+    isolated: bool = True
+    cost_per_hour: float | None = None
+    inputs: str = "seeded random"
+    max_drop: float | None = None
+    pipeline: str | None = None
+    images: list[str] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for key in ("pipeline", "images"):
+            if data[key] is None:
+                del data[key]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BenchSettings:
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass
+class Recommendation:
+    """The configuration to deploy: the fastest one verified (within the accuracy budget, if any).
+
+    Attributes:
+        label: the configuration's label.
+        headline: ``p90_ms`` (single/multistream) or ``throughput_sps`` (offline).
+        value: its headline figure.
+        why: one sentence: why this one.
+        command: the ``deploykit bench`` command that measures it alone.
+        python: the ``deploykit.load(...)`` call that deploys it.
+    """
+
+    label: str
+    headline: str
+    value: float
+    why: str
+    command: str
+    python: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Recommendation:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__})
