@@ -13,10 +13,8 @@ verdict; the oracle runs the same way. Nothing here imports ``bench`` or the CLI
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,8 +24,9 @@ import numpy as np
 from deploykit.backends.options import OptionValue
 from deploykit.errors import UsageError
 from deploykit.inputs import InputSetting
-from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, CandidateRun, kill_workers, run_candidate
+from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, CandidateRun, run_candidate
 from deploykit.verify.metrics import compare_outputs, is_reduced, normalize_precision, thresholds_for
+from deploykit.verify.pool import WorkerPool
 from deploykit.verify.verdict import OracleInfo, Verdict, VerificationReport, error_verdict, judge
 
 REFERENCE_BACKEND = "reference"
@@ -193,23 +192,6 @@ def check_given_inputs(specs: Mapping[str, Any], given: Mapping[str, np.ndarray]
     return validate_feeds(specs, given)
 
 
-def _pool(isolate: bool, jobs: int) -> ThreadPoolExecutor:
-    """Worker processes run side by side, one per CPU; runs in this process (``isolate=False``) one
-    at a time, since runtimes sharing a process must not load models concurrently."""
-    return ThreadPoolExecutor(max_workers=max(1, min(jobs, os.cpu_count() or 1)) if isolate else 1)
-
-
-@contextlib.contextmanager
-def _killing_workers_on_interrupt() -> Iterator[None]:
-    """Ctrl-C or SIGTERM while workers run in pool threads: kill them, so the pool (and the
-    command) can end at once instead of waiting for every worker to finish."""
-    try:
-        yield
-    except BaseException:
-        kill_workers()
-        raise
-
-
 def _run(model: Path, candidate: Candidate, cases: Sequence[Mapping[str, np.ndarray]], timeout_s: float,
          isolate: bool, label: str | None = None) -> CandidateRun:  # fmt: skip
     return run_candidate(model, candidate.backend, candidate.device, cases, options=candidate.options,
@@ -345,11 +327,11 @@ def verify_model(
     # metric covers every image against the verified f32 configuration
     oracle_cases = prepared.cases[:1] if task is not None else prepared.cases
     # verification times nothing, so the oracle and the candidates run side by side (one worker each)
-    with _pool(isolate, len(candidates) + 1) as pool, _killing_workers_on_interrupt():
+    with WorkerPool(isolate, len(candidates) + 1) as pool:
         pending_oracle = pool.submit(run_oracle, model_path, oracle, oracle_cases, timeout_s=timeout_s, isolate=isolate)
         pending = [pool.submit(_run, model_path, c, prepared.cases, timeout_s, isolate) for c in candidates]
-        oracle_info, references = pending_oracle.result()
-        runs = [future.result() for future in pending]
+        oracle_info, references = pool.results([pending_oracle])[0]
+        runs = pool.results(pending)
     if references is None and oracle.strip().lower() in ("auto", "none", "agree"):
         # no independent oracle ran (or none was asked for): the first candidate that ran is the reference
         reference_run = next((r for r in runs if r.ok), None)
@@ -438,9 +420,8 @@ def gate(
         backend = get_backend(name)
         candidate = Candidate(name, device or backend.default_device, None, backend.precision_options(precision))
         jobs.append((candidate, f"{name}:{device}" if device else name))
-    with _pool(isolate, len(jobs)) as pool, _killing_workers_on_interrupt():
-        futures = [pool.submit(_run, Path(model), c, cases, timeout_s, isolate, label) for c, label in jobs]
-        runs = [future.result() for future in futures]
+    with WorkerPool(isolate, len(jobs)) as pool:
+        runs = pool.results([pool.submit(_run, Path(model), c, cases, timeout_s, isolate, label) for c, label in jobs])
     overrides = {"atol": atol, "rtol": rtol}
     if references is None:
         first = next((r for r in runs if r.ok), None)
