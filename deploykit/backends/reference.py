@@ -51,12 +51,14 @@ class ReferenceBackend(Backend):
     def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         from onnx.reference import ReferenceEvaluator
 
+        from deploykit.backends.reference_ops import REFERENCE_OPS
+
         if device.lower() != "cpu":
             raise self._device_error(device, "the reference evaluator runs on the CPU only.", hint="use device cpu.")
         precision = str(options.get("precision", "f32"))
         interface = read_interface(model_path)
         model = load_onnx(model_path, load_external_data=True, check=False)
-        evaluator = ReferenceEvaluator(model)
+        evaluator = ReferenceEvaluator(model, new_ops=REFERENCE_OPS)
         info = SessionInfo(
             backend=self.name,
             backend_version=self.version(),
