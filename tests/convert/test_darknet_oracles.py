@@ -407,3 +407,36 @@ def test_recipes_pass_the_darknet_oracle_on(tmp_path, empty_cache):
     report = build("yolov3-tiny", tmp_path / "y.onnx", random_weights=True, verify_backends=["onnxruntime"],
                    darknet_oracle="darknet")  # fmt: skip
     assert report.oracle.name == "darknet" and report.status == "pass", [v.describe() for v in report.verdicts]
+
+
+def test_opencv_importer_runs_in_a_worker_that_cannot_take_the_conversion_down(yolov3_tiny):
+    """OpenCV's importer runs in its own process: a hang is killed at the time limit with an
+    OracleError naming the cfg; where OpenCV has no importer (OpenCV 5) the worker says so."""
+    from deploykit.convert.darknet.oracles import opencv_darknet_outputs
+
+    cfg, weights = yolov3_tiny
+    image = np.random.default_rng(0).uniform(0, 1, (1, 3, 416, 416)).astype(np.float32)
+    with pytest.raises(OracleError, match=r"OpenCV's Darknet importer \| failed on 'yolov3-tiny.cfg': did not finish"):
+        opencv_darknet_outputs(cfg, weights, image, timeout_s=0.05)
+    if not _has_opencv4_importer():
+        assert opencv_darknet_outputs(cfg, weights, image) is None
+
+
+@pytest.mark.opencv4
+def test_opencv_importer_worker_returns_outputs_and_refusals(tmp_path, yolov3_tiny):
+    """With OpenCV 4: the worker's outputs and version come back; OpenCV's refusal of a cfg is an
+    OracleError with OpenCV's own words."""
+    from deploykit.convert.darknet.oracles import opencv_darknet_outputs
+
+    require_opencv4()
+    cfg, weights = yolov3_tiny
+    image = np.random.default_rng(0).uniform(0, 1, (1, 3, 416, 416)).astype(np.float32)
+    found = opencv_darknet_outputs(cfg, weights, image)
+    assert found is not None
+    outputs, version = found
+    assert version.startswith("4.") and sorted(outputs) == ["yolo_16", "yolo_23"]
+    assert outputs["yolo_16"].shape[-1] == 85 and np.isfinite(outputs["yolo_16"]).all()
+    unknown = tmp_path / "unknown.cfg"
+    unknown.write_text(cfg.read_text().replace("[maxpool]", "[bogus]", 1))
+    with pytest.raises(OracleError, match=r"failed on 'unknown.cfg': cv2.error: .*Unknown layer type: bogus"):
+        opencv_darknet_outputs(unknown, weights, image)

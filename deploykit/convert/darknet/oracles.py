@@ -24,7 +24,8 @@ import numpy as np
 from deploykit.convert.darknet.graph import DETECTIONS_NAME, INPUT_NAME
 from deploykit.convert.darknet.layers import Network
 from deploykit.errors import OracleError, UsageError
-from deploykit.verify.isolated import run_candidate
+from deploykit.inputs import save_arrays
+from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, run_candidate, run_worker
 from deploykit.verify.metrics import OutputMetrics, compare_array, thresholds_for
 from deploykit.verify.verdict import OracleInfo, Verdict, error_verdict, judge
 
@@ -36,18 +37,29 @@ _NO_OPENCV4 = "pip install 'opencv-python-headless<5' for OpenCV 4.x's importer"
 OPENCV_SCORE_THRESHOLD = 0.2
 
 
-def opencv_darknet_outputs(cfg: Path, weights: Path, image: np.ndarray) -> dict[str, np.ndarray] | None:
-    """OpenCV 4.x's own Darknet forward pass, or None where OpenCV has no importer (OpenCV 5)."""
-    try:
-        import cv2
-    except ImportError:
-        return None
-    if not hasattr(cv2.dnn, "readNetFromDarknet"):
-        return None
-    net = cv2.dnn.readNetFromDarknet(str(cfg), str(weights))
-    net.setInput(image)
-    names = list(net.getUnconnectedOutLayersNames())
-    return dict(zip(names, net.forward(names), strict=True))
+def opencv_darknet_outputs(
+    cfg: Path, weights: Path, image: np.ndarray, *, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> tuple[dict[str, np.ndarray], str] | None:
+    """OpenCV 4.x's own Darknet forward pass and OpenCV's version, or None where OpenCV has no
+    importer (OpenCV 5). It runs in a worker process: a cfg that crashes OpenCV costs the oracle only.
+
+    Raises:
+        OracleError: OpenCV refused the cfg, crashed on it or did not finish within ``timeout_s``.
+    """
+    with tempfile.TemporaryDirectory(prefix="deploykit-opencv-darknet-") as directory:
+        image_path, outputs_path = Path(directory) / "image.npz", Path(directory) / "outputs.npz"
+        save_arrays(image_path, {"image": np.ascontiguousarray(image, dtype=np.float32)})
+        job = {"cfg": str(cfg), "weights": str(weights), "image": str(image_path), "outputs": str(outputs_path)}
+        outcome = run_worker("deploykit.convert.darknet.opencv_worker", job, timeout_s=timeout_s)
+        result = outcome.result
+        if result is None or result["status"] == "error":
+            reason = outcome.error if result is None else result["error"]
+            raise OracleError(f"OpenCV's Darknet importer | failed on '{Path(cfg).name}': {reason}.",
+                              hint="this cfg may use layers OpenCV's importer does not know.")  # fmt: skip
+        if result["status"] == "missing":
+            return None
+        with np.load(outputs_path, allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}, str(result["version"])
 
 
 def _opencv_rows(
@@ -172,14 +184,13 @@ def _opencv(cfg: Path, weights: Path, image: np.ndarray, heads: list[dict[str, A
     if not same_size:
         return None, "OpenCV's importer decodes another input size than the cfg's differently"
     try:
-        outputs = opencv_darknet_outputs(cfg, weights, image)
-    except Exception as exc:  # an OpenCV that cannot read this cfg is no oracle
-        return None, f"OpenCV's Darknet importer failed on this cfg ({type(exc).__name__}: {str(exc)[:160]})"
-    if outputs is None:
+        found = opencv_darknet_outputs(cfg, weights, image)
+    except OracleError as exc:  # an OpenCV that cannot read this cfg is no oracle
+        return None, f"OpenCV's Darknet importer could not run this cfg ({exc.message.split(' | ', 1)[-1][:200]})"
+    if found is None:
         return None, f"OpenCV here has no Darknet importer (OpenCV 5 dropped it; {_NO_OPENCV4})"
-    import cv2
-
-    info = OracleInfo(f"opencv-darknet {cv2.__version__}", True, "OpenCV's own Darknet importer")
+    outputs, version = found
+    info = OracleInfo(f"opencv-darknet {version}", True, "OpenCV's own Darknet importer, in a worker process")
     return OracleOutputs(info, opencv=outputs), ""
 
 
