@@ -53,7 +53,7 @@ def build_model(
         False, "--random-weights", help="Darknet recipes: generated weights (valid, but the model detects nothing)."
     ),
     verify_backends: str = typer.Option(
-        "onnxruntime,openvino,opencv", "--verify-backends", help="Backends to verify on."
+        None, "--verify-backends", help="Backends to verify on, comma-separated (default: all available; '' skips)."
     ),
     oracle: str = typer.Option("auto", "--oracle", help=f"Darknet recipes only. {DARKNET_ORACLE_HELP}"),
     report_path: Path = typer.Option(None, "--report", help="Also write the conversion report as JSON."),
@@ -65,6 +65,7 @@ def build_model(
     from .convert_cmd import finish
 
     report = build(name, output or Path(f"{name}.onnx"), weights=weights, random_weights=random_weights,
-                   verify_backends=[b.strip() for b in verify_backends.split(",") if b.strip()],
-                   darknet_oracle=check_oracle_choice(oracle))  # fmt: skip
+                   verify_backends=None if verify_backends is None else [
+                       b.strip() for b in verify_backends.split(",") if b.strip()],
+                   darknet_oracle=check_oracle_choice(oracle), report_path=report_path)  # fmt: skip
     finish(report, report_path)

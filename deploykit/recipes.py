@@ -28,7 +28,7 @@ else:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
 from deploykit.errors import ConversionError, UsageError
-from deploykit.io import atomic_path, check_output_dir
+from deploykit.io import atomic_path, check_outputs
 
 if TYPE_CHECKING:
     from deploykit.convert.darknet.oracles import DarknetOracle
@@ -199,6 +199,7 @@ def build(
     verify_backends: Sequence[str] | None = None,
     seed: int = 0,
     darknet_oracle: DarknetOracle = "auto",
+    report_path: str | os.PathLike[str] | None = None,
 ) -> ConversionReport:
     """Build a recipe's ONNX at ``output`` and verify it on ``verify_backends``.
 
@@ -213,6 +214,8 @@ def build(
         seed: seed of the generated weights.
         darknet_oracle: a Darknet recipe only: who checks the conversion (``convert_darknet``'s
             ``oracle``: ``auto``, ``darknet``, ``opencv`` or ``none``).
+        report_path: also write the conversion report as JSON here, once the model is built and
+            verified (checked before any work; never onto an input or the model).
 
     Raises:
         ConversionError: the weights are missing or not the recipe's (SHA-256), or the conversion failed.
@@ -222,7 +225,7 @@ def build(
     if verify_backends is None:
         verify_backends = default_verify_backends()
     output_path = Path(output)
-    check_output_dir(output_path)
+    check_outputs({"output": output_path, "--report": report_path}, inputs={"weights": weights})
     if random_weights and (weights is not None or recipe.kind != "darknet"):
         raise UsageError(
             f"recipe '{recipe.name}' | random weights are for Darknet recipes built without --weights.",
@@ -264,6 +267,9 @@ def build(
     if recipe.kind != "onnx":
         _stamp(output_path, {**_input_metadata(recipe), "deploykit.weights": origin})
         report.notes.append(f"weights: {origin}")
+    if report_path is not None:
+        with atomic_path(report_path) as temporary:
+            temporary.write_text(json.dumps(report.to_dict(), indent=2, default=str))
     return report
 
 

@@ -45,3 +45,22 @@ def test_the_help_names_the_oracles():
     result = runner.invoke(app, ["models", "build", "--help"])
     assert result.exit_code == 0
     assert "--oracle" in result.stdout
+
+
+def test_report_is_written_after_the_build_and_never_onto_the_model(tmp_path):
+    import json
+
+    out, report = tmp_path / "y.onnx", tmp_path / "build.json"
+    result = runner.invoke(app, ["models", "build", "yolov2-tiny", "-o", str(out), "--random-weights",
+                                 "--verify-backends", "onnxruntime", "--oracle", "none", "--report", str(report)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(report.read_text())
+    assert data["output"] == str(out) and data["oracle"]["independent"] is False  # --oracle none
+    assert any(note.startswith("weights: random") for note in data["notes"])
+    again = runner.invoke(app, ["models", "build", "yolov2-tiny", "-o", str(out), "--random-weights",
+                                "--verify-backends", "", "--report", str(out)])  # fmt: skip
+    assert (
+        again.exit_code == 1
+        and f"is also the path of output '{out}'" in again.stderr
+        and "Traceback" not in again.output
+    )
