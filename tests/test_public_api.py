@@ -33,11 +33,13 @@ def test_the_entry_points_are_the_real_functions_with_their_signatures():
     assert deploykit.benchmark is benchmark and deploykit.verify_model is verify_model
     assert deploykit.convert_darknet is convert_darknet and deploykit.convert_torch is convert_torch
     assert deploykit.ray.predict is predict and deploykit.ray.fleet_benchmark is fleet_benchmark
-    for function in (benchmark, convert_darknet, convert_torch, verify_model):
-        signature = inspect.signature(function)
+    entry_points = (benchmark, convert_darknet, convert_torch, verify_model, deploykit.quantize.quantize, deploykit.load,
+                    deploykit.Detector, deploykit.Classifier, predict, fleet_benchmark)  # fmt: skip
+    for function in entry_points:
+        signature = inspect.signature(function)  # of a class: its __init__ without self
         assert function.__doc__ and all(
             p.annotation is not inspect.Parameter.empty for p in signature.parameters.values()
-        )
+        ), function
         assert not [name for name, p in signature.parameters.items() if "Any" in str(p.annotation)], function
 
 

@@ -17,11 +17,12 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from deploykit.backends.options import OptionValue
 from deploykit.distributed.cluster import connect, require_ray
 from deploykit.distributed.rows import ARRAY_SUFFIXES, TASKS, Predictor
 from deploykit.distributed.store import ResultStore, is_uri, list_sources, read_bytes
@@ -202,8 +203,8 @@ def predict(
     cpus_per_actor: float = 1,
     batch_size: int = 16,
     top_k: int = 5,
-    pipeline_options: dict[str, Any] | None = None,
-    backend_options: dict[str, Any] | None = None,
+    pipeline_options: Mapping[str, object] | None = None,
+    backend_options: Mapping[str, OptionValue] | None = None,
     progress: Progress | None = None,
 ) -> PredictSummary:
     """Run a Detector or Classifier over every image of ``source`` (or a plain session over every
@@ -248,9 +249,10 @@ def predict(
     if not is_uri(out) and not is_uri(source) and Path(out).resolve() == Path(source).resolve():
         raise UsageError(f"--out '{out}' | is the input folder.", hint="write the rows into another folder.")
     pipeline_options = dict(pipeline_options or {})
-    if isinstance(pipeline_options.get("labels"), (str, os.PathLike)):
+    labels = pipeline_options.get("labels")
+    if isinstance(labels, (str, os.PathLike)):
         # a names file on this machine travels as its list of names: workers may not see the file
-        pipeline_options["labels"] = _read_labels(pipeline_options["labels"], {})
+        pipeline_options["labels"] = _read_labels(labels, {})
     paths = list_sources(source, ARRAY_SUFFIXES if task == "tensor" else None)
     store = ResultStore(out)
     done = store.done_paths()

@@ -14,14 +14,42 @@ import os
 import platform
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from deploykit.bench.report import BenchmarkReport
 from deploykit.distributed.cluster import DEVICE_RESOURCE_PREFIX, connect
 from deploykit.distributed.fleet_report import DeviceOutcome, FleetReport
 from deploykit.errors import ModelNotFoundError, ReportError, UsageError
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from deploykit.backends.options import OptionValue
+
+
+class FleetBenchSettings(TypedDict, total=False):
+    """The ``benchmark`` keywords a fleet sends to every device (inputs: seeded random data)."""
+
+    backends: Sequence[str] | None
+    batch: int | Sequence[int] | None
+    threads: int | Sequence[int] | None
+    precision: str | Sequence[str] | None
+    scenario: str
+    streams: int
+    warmup: int
+    iterations: int | None
+    duration_s: float | None
+    seed: int
+    oracle: str
+    isolate: bool
+    cost_per_hour: float | None
+    options: Mapping[str, OptionValue] | None
+    thresholds: Mapping[str, float | None] | None
+    max_drop: float | None
+    timeout_s: float
+
 
 Progress = Callable[[int, int, str], None]
 DEFAULT_DEVICE_TIMEOUT_S = 1800.0
@@ -80,7 +108,7 @@ def fleet_benchmark(
     devices: Sequence[str] | None = None,
     device_timeout_s: float = DEFAULT_DEVICE_TIMEOUT_S,
     progress: Progress | None = None,
-    **bench_settings: Any,
+    **bench_settings: Unpack[FleetBenchSettings],
 ) -> FleetReport:
     """Benchmark ``model`` on every device node of a Ray cluster and merge the reports.
 
@@ -148,4 +176,4 @@ def fleet_benchmark(
                                                elapsed_s=time.monotonic() - started)  # fmt: skip
             if progress:
                 progress(len(outcomes), len(chosen), name)
-    return FleetReport.build(model_path, [outcomes[name] for name in chosen], bench_settings, device_timeout_s)
+    return FleetReport.build(model_path, [outcomes[name] for name in chosen], dict(bench_settings), device_timeout_s)

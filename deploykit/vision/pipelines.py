@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from deploykit.backends.options import OptionValue
 from deploykit.errors import UsageError
 from deploykit.labels import read_labels
 from deploykit.tensors import TensorSpec
@@ -110,12 +111,14 @@ def check_thresholds(*, conf: float | None, iou: float | None, prefix: str = "")
 
 class _Pipeline:
     def __init__(
-        self, model: str | os.PathLike[str], backend: str, device: str | None, options: dict[str, Any]
+        self, model: str | os.PathLike[str], backend: str, device: str | None, options: dict[str, OptionValue]
     ) -> None:
         from deploykit import load
 
         self.model_path = Path(model)
-        self.session = load(self.model_path, backend, device, **options)
+        options = dict(options)
+        fallback = bool(options.pop("allow_fallback", False))
+        self.session = load(self.model_path, backend, device, allow_fallback=fallback, **options)
         self.metadata = self.session.metadata
         self.input = _input_spec(self.session)
         self._local = threading.local()
@@ -174,7 +177,7 @@ class Detector(_Pipeline):
         scale: float | None = None,
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
-        **options: Any,
+        **options: OptionValue,
     ) -> None:
         check_thresholds(conf=conf, iou=iou)
         check_number("max_detections", max_detections, low=1, integer=True)
@@ -273,7 +276,7 @@ class Classifier(_Pipeline):
         resize: str | None = None,
         softmax: str = "auto",
         input_size: tuple[int, int] | None = None,
-        **options: Any,
+        **options: OptionValue,
     ) -> None:
         super().__init__(model, backend, device, options)
         self.size = _input_size(self.input, self.metadata, input_size, self.model_path.name)
