@@ -7,3 +7,9 @@
 Importing this package compiles and loads nothing; the library itself uses these helpers only as
 oracles, never on the path that produces a model.
 """
+
+# ``import deploykit.testing as t; t.darknet`` works: the module is light (numpy and deploykit's own
+# errors and io) and defers the converter and the compiler to the calls that need them.
+from deploykit.testing import darknet as darknet
+
+__all__ = ["darknet"]

@@ -19,29 +19,37 @@ Where things are looked for:
   carries a digest of the C source and of ``darknet.h``, so a new Darknet or deploykit builds a new one;
 - ``darknet.h`` in ``$DEPLOYKIT_DARKNET_INCLUDE`` (default ``/usr/lib/darknet/include``) and
   ``libdarknet.so`` in ``$DEPLOYKIT_DARKNET_LIB`` (default ``/usr/lib/darknet``): Debian's ``darknet``;
-- the C compiler: ``$CC`` when set, else ``gcc`` or ``cc`` on ``PATH``.
+- the C compiler: ``$CC`` when set (split like Make does, so ``CC='ccache gcc'`` works), else ``gcc``
+  or ``cc`` on ``PATH``.
 
 This is pjreddie's Darknet, so it knows the YOLOv2/v3 layers but not AlexeyAB's additions (mish,
 route groups, scale_x_y ...): for those cfgs it computes something else, and OpenCV 4.x's
-``readNetFromDarknet`` is the oracle to use.
+``readNetFromDarknet`` is the oracle to use. ``darknet_outputs`` refuses such a cfg
+(``unsupported_reason``), and checks in Python what Darknet itself would accept silently: the image's
+shape against the cfg's ``[net]``, the weights' size against the cfg, and the layer indices.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from deploykit.errors import OracleError
+from deploykit.errors import DeployKitError, OracleError
 from deploykit.io import scratch_dir
 from deploykit.verify.isolated import describe_exit
+
+if TYPE_CHECKING:
+    from deploykit.convert.darknet.layers import Network
 
 SOURCE_NAME = "darknet_dump.c"
 _SUBJECT = "Darknet helper"
@@ -72,10 +80,17 @@ def library_dir() -> Path:
     return Path(os.environ.get("DEPLOYKIT_DARKNET_LIB") or "/usr/lib/darknet")
 
 
-def _compiler() -> str | None:
-    if os.environ.get("CC"):
-        return shutil.which(os.environ["CC"])
-    return shutil.which("gcc") or shutil.which("cc")
+def _compiler() -> list[str] | None:
+    """The compiler's command line: ``$CC`` split into words as Make does (``ccache gcc``, ``gcc -O2``)."""
+    if os.environ.get("CC", "").strip():
+        try:
+            program, *arguments = shlex.split(os.environ["CC"])
+        except ValueError:  # an unbalanced quote
+            return None
+        found = shutil.which(program)
+        return [found, *arguments] if found else None
+    found = shutil.which("gcc") or shutil.which("cc")
+    return [found] if found else None
 
 
 def _darknet_missing() -> str | None:
@@ -89,7 +104,7 @@ def _darknet_missing() -> str | None:
 def _compiler_missing() -> str | None:
     if _compiler() is not None:
         return None
-    if os.environ.get("CC"):
+    if os.environ.get("CC", "").strip():
         return f"the C compiler $CC={os.environ['CC']} is not found"
     return "no C compiler: neither gcc nor cc is on PATH"
 
@@ -180,13 +195,13 @@ def build_helper() -> Path:
     header, library = header_path(), library_dir()
     with scratch_dir(binary) as scratch, resources.as_file(resources.files(__package__).joinpath(SOURCE_NAME)) as c:
         temporary = scratch / binary.name
-        command = [compiler, "-O2", "-o", str(temporary), str(c), f"-I{header.parent}", f"-L{library}", "-ldarknet",
+        command = [*compiler, "-O2", "-o", str(temporary), str(c), f"-I{header.parent}", f"-L{library}", "-ldarknet",
                    f"-Wl,-rpath,{library}", "-lm"]  # fmt: skip
         try:
             completed = subprocess.run(command, capture_output=True, text=True, errors="replace")
         except OSError as exc:
             raise OracleError(
-                f"{_SUBJECT} | the C compiler {compiler} cannot be started ({exc.strerror or exc}), "
+                f"{_SUBJECT} | the C compiler {shlex.join(compiler)} cannot be started ({exc.strerror or exc}), "
                 "expected a working C compiler.",
                 hint="apt-get install gcc, or set CC to a working C compiler.",
             ) from exc
@@ -195,7 +210,7 @@ def build_helper() -> Path:
             # the first error says why; what follows it is mostly its consequences
             first = next((line.strip() for line in lines if "error" in line.lower()), lines[0] if lines else "")
             raise OracleError(
-                f"{_SUBJECT} | {Path(compiler).name} failed to compile {SOURCE_NAME} against {header} "
+                f"{_SUBJECT} | {Path(compiler[0]).name} failed to compile {SOURCE_NAME} against {header} "
                 f"(exit code {completed.returncode}): {first[:300] or 'no message'}; expected a clean build.",
                 hint="the installed darknet.h may be from another Darknet fork than Debian's (pjreddie's); "
                 + _ALTERNATIVE,
@@ -204,41 +219,145 @@ def build_helper() -> Path:
     return binary
 
 
+# What pjreddie's Darknet (Debian's libdarknet) does not implement: it reads such cfgs without an
+# error and computes something else, so it is no oracle for them.
+_ALEXEYAB_ONLY = ("group_id", "scale_x_y", "new_coords", "mish", "swish", "hard_mish", "hardswish", "gelu", "[sam]",
+                  "[scale_channels]", "[reorg3d]", "[local_avgpool]", "[implicit_", "[conv_lstm]")  # fmt: skip
+
+
+def unsupported_reason(cfg: str | os.PathLike[str]) -> str | None:
+    """Why pjreddie's Darknet (Debian's ``libdarknet``) is no oracle for ``cfg``, or None.
+
+    Darknet reads a cfg that uses AlexeyAB's additions (route ``group_id``, ``scale_x_y``, mish ...)
+    without an error and computes something else, so such a cfg is refused rather than run.
+
+    Args:
+        cfg: the Darknet ``.cfg`` (read as text; nothing is compiled or run).
+
+    Returns:
+        None, or which of AlexeyAB's additions the cfg uses, in one sentence.
+    """
+    text = Path(cfg).read_text(errors="replace").lower()
+    found = sorted({word for word in _ALEXEYAB_ONLY if word in text})
+    if found:
+        return f"Debian's libdarknet (pjreddie's Darknet) does not implement {', '.join(found)} used by this cfg"
+    return None
+
+
+def _checked_layers(layers: object, cfg: Path, count: int) -> list[int]:
+    """``layers`` as ints in ``range(count)``; Darknet would read a wrong index as another layer or as 0."""
+    if isinstance(layers, (str, bytes, int, np.integer)) or not hasattr(layers, "__iter__"):
+        raise OracleError(
+            f"layers | got {layers!r} ({type(layers).__name__}), expected a list of layer indices.",
+            hint="pass a list, e.g. [16, 23] for YOLOv3-tiny's [yolo] layers, or [16] for one.",
+        )
+    entries = list(layers)
+    if not entries:
+        raise OracleError(f"{_SUBJECT} | no layers to read, expected at least one layer index.",
+                          hint="pass the indices of the layers to read, e.g. the [yolo] layers.")  # fmt: skip
+    for entry in entries:
+        if isinstance(entry, (bool, np.bool_)) or not isinstance(entry, (int, np.integer)):
+            raise OracleError(
+                f"layers | entry {entry!r} is a {type(entry).__name__}, expected int layer indices.",
+                hint="pass ints: 0-based indices in the cfg's order ([net] not counted), e.g. [16, 23].",
+            )
+        if not 0 <= entry < count:
+            raise OracleError(
+                f"layers | {int(entry)} is out of range for '{cfg.name}', expected 0 to {count - 1} "
+                f"(the cfg has {count} layers, [net] not counted).",
+                hint="indices are 0-based in the cfg's order; negative indices are not supported.",
+            )
+    return [int(entry) for entry in entries]
+
+
+def _checked_image(image: np.ndarray, cfg: Path, expected: tuple[int, int, int]) -> np.ndarray:
+    """``image`` as ``(C, H, W)`` of the cfg's ``[net]``: Darknet reads any array of the right size."""
+    array = np.asarray(image)
+    if not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
+        raise OracleError(f"image | dtype {array.dtype}, expected real numbers (passed to Darknet as float32).",
+                          hint="pass a float32 array, e.g. image.astype(np.float32).")  # fmt: skip
+    if array.shape in (expected, (1, *expected)):
+        return array.reshape(expected)
+    channels, height, width = expected
+    if array.shape in ((height, width, channels), (1, height, width, channels)):
+        hint = "the image is laid out HWC (height, width, channels); transpose it to CHW: image.transpose(2, 0, 1)."
+    elif array.ndim == 4 and array.shape[0] != 1:
+        hint = "pass one image; run Darknet once per image for a batch."
+    else:
+        hint = (f"resize the image to {width}x{height} with {channels} channels and lay it out as CHW "
+                "(an HWC image: image.transpose(2, 0, 1)).")  # fmt: skip
+    raise OracleError(
+        f"image | shape {array.shape}, expected {expected} or {(1, *expected)} for '{cfg.name}' "
+        "(channels, height, width from its [net]).",
+        hint=hint,
+    )
+
+
+def _check_weights(weights: Path, network: Network) -> None:
+    """The converter's exact-size check: Darknet reads a file of another net's weights without a word."""
+    from deploykit.convert.darknet.weights import DarknetWeights
+
+    try:
+        with DarknetWeights(weights) as reader:
+            reader.check_size(network)
+    except DeployKitError as exc:
+        raise OracleError(exc.message, hint=exc.hint) from exc
+    except OSError as exc:
+        raise OracleError(f"weights '{weights}' | cannot be read ({exc.strerror or exc}), expected a readable file.",
+                          hint="check the file's permissions.") from exc  # fmt: skip
+
+
 def darknet_outputs(
     cfg: str | os.PathLike[str], weights: str | os.PathLike[str], image: np.ndarray, layers: Sequence[int]
 ) -> dict[int, np.ndarray]:
     """Darknet's own outputs of ``layers`` for one image; builds the helper first if needed.
 
+    Before anything is built or run, the inputs are checked in Python against the cfg (Darknet itself
+    accepts them silently and computes something else): the cfg must be one pjreddie's Darknet
+    implements (``unsupported_reason``), the image must be ``(C, H, W)`` or ``(1, C, H, W)`` of the
+    cfg's ``[net]``, the weights must hold exactly the cfg's parameters (the converter's check), and
+    ``layers`` must be a list of int indices of the cfg's layers.
+
     Args:
         cfg: the Darknet ``.cfg``; Darknet runs it at its ``[net]`` width and height.
         weights: the Darknet ``.weights``.
-        image: one float image, CHW or NCHW with N = 1, of the cfg's channels, height and width.
+        image: one float image, ``(C, H, W)`` or ``(1, C, H, W)``, of the cfg's channels, height and width.
         layers: indices of the layers to read (0-based, as in the cfg order).
 
     Returns:
         For each layer index, that layer's output as a flat float32 array (Darknet's C x H x W order).
 
     Raises:
-        OracleError: the helper cannot be built (see ``build_helper``), the files are missing, or
-            Darknet failed or crashed on the cfg.
+        OracleError: an input does not fit the cfg (see above), the files are missing, deploykit's
+            parser refuses the cfg, the helper cannot be built (see ``build_helper``), or Darknet
+            failed or crashed on the cfg.
     """
+    from deploykit.convert.darknet.convert import load_network
+
     cfg_path, weights_path = Path(cfg), Path(weights)
     for label, path in (("cfg", cfg_path), ("weights", weights_path)):
         if not path.is_file():
             raise OracleError(f"{_SUBJECT} | the {label} '{path}' is not a file, expected an existing Darknet {label}.",
                               hint=f"pass the path of the Darknet .{label} file.")  # fmt: skip
-    if not layers:
-        raise OracleError(f"{_SUBJECT} | no layers to read, expected at least one layer index.",
-                          hint="pass the indices of the layers to read, e.g. the [yolo] layers.")  # fmt: skip
-    array = np.asarray(image)
-    if array.ndim not in (3, 4) or (array.ndim == 4 and array.shape[0] != 1):
-        raise OracleError(f"{_SUBJECT} | the image has shape {array.shape}, expected one image as CHW or 1xCxHxW.",
-                          hint="pass one image; run Darknet once per image for a batch.")  # fmt: skip
+    unsupported = unsupported_reason(cfg_path)
+    if unsupported:
+        raise OracleError(
+            f"Darknet '{cfg_path.name}' | {unsupported}, expected a cfg of the layers pjreddie's Darknet knows "
+            "(YOLOv2/v3).",
+            hint="Darknet would run it without an error and compute something else; " + _ALTERNATIVE,
+        )
+    try:
+        network = load_network(cfg_path)
+    except DeployKitError as exc:
+        raise OracleError(exc.message, hint=exc.hint) from exc
+    indices = _checked_layers(layers, cfg_path, len(network.layers))
+    array = _checked_image(image, cfg_path, (network.channels, network.height, network.width))
+    _check_weights(weights_path, network)
     binary = build_helper()
     with tempfile.TemporaryDirectory(prefix="deploykit-darknet-") as directory:
         source, target = Path(directory) / "input.bin", Path(directory) / "output.bin"
         np.ascontiguousarray(array, dtype="<f4").tofile(source)
-        command = [str(binary), str(cfg_path), str(weights_path), str(source), str(target), *map(str, layers)]
+        command = [str(binary), str(cfg_path), str(weights_path), str(source), str(target), *map(str, indices)]
         completed = subprocess.run(command, capture_output=True, text=True, errors="replace")
         lines = completed.stderr.strip().splitlines()
         # Darknet exits 0 after printing "Couldn't open file" for a cfg it cannot read, and writes nothing.
@@ -251,9 +370,9 @@ def darknet_outputs(
             )
         data = target.read_bytes()
     outputs, offset = {}, 0
-    for index in layers:
+    for index in indices:
         *_, count = np.frombuffer(data, dtype="<i4", count=4, offset=offset)
         offset += 16
-        outputs[int(index)] = np.frombuffer(data, dtype="<f4", count=int(count), offset=offset).copy()
+        outputs[index] = np.frombuffer(data, dtype="<f4", count=int(count), offset=offset).copy()
         offset += 4 * int(count)
     return outputs

@@ -132,20 +132,6 @@ class OracleOutputs:
     opencv: dict[str, np.ndarray] | None = None
 
 
-# What pjreddie's Darknet (Debian's libdarknet) does not implement: it reads such cfgs without an
-# error and computes something else, so it is no oracle for them.
-_ALEXEYAB_ONLY = ("group_id", "scale_x_y", "new_coords", "mish", "swish", "hard_mish", "hardswish", "gelu", "[sam]",
-                  "[scale_channels]", "[reorg3d]", "[local_avgpool]", "[implicit_", "[conv_lstm]")  # fmt: skip
-
-
-def _beyond_pjreddie(cfg: Path) -> str | None:
-    text = cfg.read_text(errors="replace").lower()
-    found = sorted({word for word in _ALEXEYAB_ONLY if word in text})
-    if found:
-        return f"Debian's libdarknet (pjreddie's Darknet) does not implement {', '.join(found)} used by this cfg"
-    return None
-
-
 def _cfg_at_size(cfg: Path, directory: Path, size: tuple[int, int]) -> Path:
     """A copy of ``cfg`` whose [net] section says width, height = ``size``: Darknet runs any size its cfg says."""
     text = cfg.read_text(errors="replace")
@@ -200,7 +186,7 @@ def _darknet(choice: DarknetOracle, cfg: Path, weights: Path, image: np.ndarray,
     ``darknet`` builds it when needed and raises ``OracleError`` when it cannot run."""
     from deploykit.testing import darknet
 
-    problem = _beyond_pjreddie(cfg)
+    problem = darknet.unsupported_reason(cfg)
     if choice == "darknet":
         if problem:
             raise OracleError(
