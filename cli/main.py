@@ -1,14 +1,17 @@
 """Entry point of the ``deploykit`` command: one place that turns errors into messages.
 
 A ``DeployKitError`` prints as one paragraph on stderr and exits 1 (``--debug``
-shows the traceback instead); usage errors exit 2 as click decides.
+shows the traceback instead); usage errors exit 2 as click decides. A reader that
+closes stdout early (``| head``) ends the command quietly with 141 (128 + SIGPIPE).
 """
 
 from __future__ import annotations
 
 import os
+import select
 import signal
-from typing import Any
+import sys
+from typing import Any, NoReturn
 
 import typer
 from rich.text import Text
@@ -33,8 +36,41 @@ from .convert_cmd import convert_app
 from .fleet_cmd import fleet_app
 from .models_cmd import models_app
 
+# A reader that stops early (deploykit bench --help | head -1) closes the pipe. Python ignores
+# SIGPIPE, so the next write raises BrokenPipeError; end as a Unix tool killed by SIGPIPE would:
+# no message, status 128 + SIGPIPE = 141. Not 0: the output was cut short, and a script under
+# `set -o pipefail` should see what it sees from cat or grep; not 1 with an "error:" line: the
+# command did nothing wrong (click's own EPIPE handling exits 1, which reads as a failure).
+BROKEN_PIPE_EXIT = 128 + signal.SIGPIPE if hasattr(signal, "SIGPIPE") else 1
+
+
+def _stdout_is_broken(fd: int | None = None) -> bool:
+    """Whether standard output (or ``fd``) is a pipe nobody reads any more (not some other pipe, e.g. a worker's)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno() if fd is None else fd, select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows), or stdout is no file (tests)
+        return False
+
+
+def _quiet_exit() -> NoReturn:
+    # The Python docs' recipe (signal module, "Note on SIGPIPE"): point stdout at devnull so that
+    # flushing what is still buffered at exit cannot raise again and print "Exception ignored".
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    raise SystemExit(BROKEN_PIPE_EXIT)
+
 
 class _Group(TyperGroup):
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        try:  # 'deploykit --help' prints while parsing, before invoke
+            return super().make_context(*args, **kwargs)
+        except BrokenPipeError:
+            if _stdout_is_broken():
+                _quiet_exit()
+            raise
+
     def invoke(self, ctx: Any) -> Any:  # click's Context (typer vendors click privately)
         try:
             return super().invoke(ctx)
@@ -44,6 +80,8 @@ class _Group(TyperGroup):
             err_console.print(Text(f"error: {exc}"), soft_wrap=True)
             raise typer.Exit(1) from None
         except OSError as exc:
+            if isinstance(exc, BrokenPipeError) and _stdout_is_broken():
+                _quiet_exit()
             # The last line of defence: the operating system refused a path (name too long, no
             # permission, disk full ...) somewhere that did not check it first. Still one message.
             if ctx.params.get("debug") or os.environ.get("DEPLOYKIT_DEBUG"):
@@ -104,7 +142,33 @@ def main() -> None:
     for signum in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(signum) is signal.SIG_DFL:  # an ignored SIGHUP (nohup) stays ignored
             signal.signal(signum, _exit_on_signal)
-    app()
+    try:  # a duplicate of stdout, to ask at exit whether its reader went away (dup2 may replace fd 1)
+        original = os.dup(sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):
+        original = None
+    try:
+        app()
+    except SystemExit as done:
+        # rich meets a broken pipe with the same recipe but exits 1 (Console.on_broken_pipe, which
+        # typer's help uses): its sign is stdout turned into devnull while the real pipe is broken.
+        if done.code not in (0, None) and original is not None and _is_devnull() and _stdout_is_broken(original):
+            raise SystemExit(BROKEN_PIPE_EXIT) from None
+        raise
+    finally:
+        try:  # what is still buffered goes out now, while a broken pipe can still end quietly
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _quiet_exit()
+        finally:
+            if original is not None:
+                os.close(original)
+
+
+def _is_devnull() -> bool:
+    try:
+        return os.path.samestat(os.fstat(sys.stdout.fileno()), os.stat(os.devnull))
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 if __name__ == "__main__":

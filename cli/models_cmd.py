@@ -21,9 +21,23 @@ def list_models(
     ctx: typer.Context,
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
-    """List the recipes."""
+    """List the recipes (also 'deploykit models list')."""
     if ctx.invoked_subcommand is not None:
         return
+    _print_recipes(as_json)
+
+
+# The group's help says "list them": users type 'models list', so it is a command too.
+@models_app.command("list")
+def list_command(
+    ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")
+) -> None:
+    """List the recipes (the same as a bare 'deploykit models')."""
+    group_json = bool(ctx.parent and ctx.parent.params.get("as_json"))  # 'models --json list'
+    _print_recipes(as_json or group_json)
+
+
+def _print_recipes(as_json: bool) -> None:
     from deploykit.recipes import list_recipes
 
     rows = [

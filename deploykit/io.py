@@ -222,6 +222,28 @@ def check_outputs(
         seen.append((label, path))
 
 
+def check_onnx_output(path: PathLike | None, label: str = "output") -> None:
+    """Refuse a converter output whose name does not end in ``.onnx``, before any work.
+
+    What a converter writes is ONNX whatever the name says, and the name decides how it is
+    read back: OpenCV takes ``x.cfg`` for a Darknet model, other tools guess from ``.weights``
+    or ``.txt``. So the name must say ONNX (any case: ``.ONNX`` is accepted).
+
+    Raises:
+        OutputError: naming the path and the expected name.
+    """
+    if path is None:
+        return
+    target = Path(path)
+    if target.suffix.lower() == ".onnx" and target.stem:
+        return
+    stem = target.stem if target.stem and not target.name.startswith(".") else "model"
+    raise OutputError(
+        f"{_describe(label, target)} | is not an .onnx file name, expected NAME.onnx.",
+        hint=f"the converter writes ONNX whatever the name says; name it so, e.g. {target.with_name(stem + '.onnx')}.",
+    )
+
+
 def check_output_dir(path: PathLike) -> None:
     """Refuse an output that cannot be written (see ``check_outputs``), before any work is done."""
     check_outputs({"output": path})

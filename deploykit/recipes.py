@@ -28,7 +28,7 @@ else:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
 from deploykit.errors import ConversionError, UsageError
-from deploykit.io import atomic_path, check_outputs
+from deploykit.io import atomic_path, check_onnx_output, check_outputs
 
 if TYPE_CHECKING:
     from deploykit.convert.darknet.oracles import DarknetOracle
@@ -226,6 +226,7 @@ def build(
         verify_backends = default_verify_backends()
     output_path = Path(output)
     check_outputs({"output": output_path, "--report": report_path}, inputs={"weights": weights})
+    check_onnx_output(output_path)
     if random_weights and (weights is not None or recipe.kind != "darknet"):
         raise UsageError(
             f"recipe '{recipe.name}' | random weights are for Darknet recipes built without --weights.",

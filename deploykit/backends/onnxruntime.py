@@ -7,6 +7,7 @@ session whose providers end up CPU-only is an error unless fallback was allowed.
 from __future__ import annotations
 
 import ctypes
+import re
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
@@ -16,7 +17,7 @@ import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.options import OptionSpec
-from deploykit.errors import UsageError
+from deploykit.errors import DeployKitError, UnsupportedModelError, UsageError
 from deploykit.model import read_interface
 
 _PROVIDERS = {
@@ -34,6 +35,9 @@ _PROVIDER_LIBRARIES = {
 }
 _OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
 
+
+# onnx >= 1.23 saves IR version 14 by default, which older runtimes refuse with this sentence.
+_IR_VERSION = re.compile(r"Unsupported model IR version: (\d+)(?:, max supported IR version: (\d+))?")
 
 _DISTRIBUTIONS = ("onnxruntime-gpu", "onnxruntime", "onnxruntime-openvino", "onnxruntime-directml")
 
@@ -88,6 +92,27 @@ class OnnxRuntimeBackend(Backend):
     def version(self) -> str:
         self.import_runtime()
         return _distribution()
+
+    def explain(self, exc: BaseException) -> str:
+        """The runtime's reason; for a too new IR version only its sentence, without ORT's source location."""
+        match = _IR_VERSION.search(str(exc))
+        return match.group(0) if match else super().explain(exc)
+
+    def load_error(self, model_path: Path, exc: BaseException) -> DeployKitError:
+        """As the base class's, with a hint that fits a model whose IR version this runtime is too old for."""
+        error = super().load_error(model_path, exc)
+        match = _IR_VERSION.search(str(exc))
+        if match is None or not isinstance(error, UnsupportedModelError):
+            return error
+        newest = match.group(2)
+        if newest is None:
+            hint = "re-save it with an older ir_version (onnx.save after model.ir_version = N), or upgrade onnxruntime."
+        else:
+            hint = (
+                f"re-save it with ir_version ≤ {newest} (onnx.save after model.ir_version = {newest}), "
+                "or upgrade onnxruntime."
+            )
+        return UnsupportedModelError(error.message, hint=hint)
 
     def unavailable_devices(self) -> dict[str, str]:
         ort = self.import_runtime()

@@ -51,10 +51,44 @@ class ConversionReport:
         oracle = self.oracle.name if self.oracle else "nothing"
         return verdicts_html(self.verdicts, f"{self.source} → {self.output}: verified against {oracle}")
 
+    def failing_verdict(self) -> Verdict | None:
+        """The first verdict that stops the conversion (fail, error, disagreement, degenerate), if any."""
+        return next((v for v in self.verdicts if v.failed or v.status == "degenerate"), None)
+
     def first_failure(self) -> str:
-        """One sentence about the first verdict that stops the conversion."""
-        bad = next((v for v in self.verdicts if v.failed or v.status == "degenerate"), None)
-        return bad.describe() if bad else "no failure"
+        """One clause about the first verdict that stops the conversion, to end a sentence with.
+
+        An error row's reason is a whole deploykit error ("... Hint: ..."): its hint is left out
+        here (``failure_hint`` places it) and so is the final period, so that the caller's
+        sentence neither shows two hints nor ends in "..".
+        """
+        bad = self.failing_verdict()
+        return _without_hint(bad.describe())[0] if bad else "no failure"
+
+    def failure_hint(self, *, kept: bool, mismatch: str) -> str:
+        """The hint of the error a failed verification raises.
+
+        Args:
+            kept: the file was written anyway (``keep_on_mismatch``).
+            mismatch: the converter's advice for numbers that disagree with the oracle.
+
+        A backend that could not run the model (an ``error`` row) compared no numbers, so the
+        converter's advice for a numeric disagreement does not fit: the hint names the backend
+        and passes on the hint its own error gave.
+        """
+        written = "the file was kept because of --keep-on-mismatch. " if kept else "nothing was written. "
+        bad = self.failing_verdict()
+        if bad is None or bad.status != "error":
+            return written + mismatch
+        inner = _without_hint(bad.reason)[1]
+        backend = bad.candidate.split(":")[0]
+        return (
+            written
+            + f"{bad.candidate} could not run the converted model, so nothing was compared"
+            + (f"; its hint: {inner}" if inner else ".")
+            + ("" if not inner or inner.endswith(".") else ".")
+            + f" If you do not deploy on {backend}, leave it out of --verify-backends."
+        )
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -67,3 +101,9 @@ class ConversionReport:
     def write_json(self, path: str | os.PathLike[str]) -> None:
         with atomic_path(path) as temporary:
             temporary.write_text(json.dumps(self.to_dict(), indent=2, default=str))
+
+
+def _without_hint(text: str) -> tuple[str, str | None]:
+    """``text`` without a deploykit error's "Hint: ..." and final period, and that hint."""
+    message, found, hint = text.partition(" Hint: ")
+    return message.rstrip().rstrip("."), (hint.strip() or None) if found else None

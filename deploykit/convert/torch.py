@@ -30,7 +30,7 @@ from deploykit.convert.torch_export import (
 )
 from deploykit.convert.torch_sources import TorchSource, load_torch_source
 from deploykit.errors import ConversionError, ParityError
-from deploykit.io import check_outputs, commit_outputs, scratch_dir
+from deploykit.io import check_onnx_output, check_outputs, commit_outputs, scratch_dir
 from deploykit.model import summarize
 from deploykit.validation import check_number, check_seed, check_tolerances
 from deploykit.verify import OracleInfo, gate
@@ -113,6 +113,7 @@ def convert_torch(
         {"output": output_path, "report": report_path},
         inputs={"model": _source_file(model), "weights": weights},
     )
+    check_onnx_output(output_path)
     source = load_torch_source(
         model, weights=weights, trust_pickle=trust_pickle, weights_key=weights_key, ignore_keys=ignore_keys
     )
@@ -194,9 +195,11 @@ def convert_torch(
     if not report.passed:
         raise ParityError(
             f"PyTorch → ONNX '{output_path.name}' | verification failed: {report.first_failure()}.",
-            hint=("the file was kept because of --keep-on-mismatch. " if keep_on_mismatch else "nothing was written. ")
-            + "Try --exporter torchscript/dynamo, another --opset, or looser --atol/--rtol if the "
-            "difference is expected (e.g. fp16).",
+            hint=report.failure_hint(
+                kept=keep_on_mismatch,
+                mismatch="Try --exporter torchscript/dynamo, another --opset, or looser --atol/--rtol if the "
+                "difference is expected (e.g. fp16).",
+            ),
         ).with_report(report)
     return report
 

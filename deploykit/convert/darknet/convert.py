@@ -25,7 +25,7 @@ from deploykit.convert.darknet.weights import DarknetWeights
 from deploykit.convert.darknet.writer import write_streaming
 from deploykit.convert.report import ConversionReport
 from deploykit.errors import ConversionError, ParityError, UsageError
-from deploykit.io import check_outputs, commit_outputs, scratch_dir
+from deploykit.io import check_onnx_output, check_outputs, commit_outputs, scratch_dir
 from deploykit.labels import read_labels
 from deploykit.validation import check_number, check_tolerances
 
@@ -166,7 +166,8 @@ def convert_darknet(
             check writes neither unless ``keep_on_mismatch``; the error carries the report).
 
     Raises:
-        OutputError: an output path cannot be written or is one of the input files (before any work).
+        OutputError: an output path cannot be written, is one of the input files, or the model's
+            is not named ``.onnx`` (before any work).
         UsageError: an unknown ``oracle``, or one named with no backends to verify.
         OracleError: ``darknet`` or ``opencv`` cannot run here or on this cfg (nothing is written).
         ParityError: verification failed.
@@ -208,6 +209,7 @@ def convert_darknet(
         {"output": output_path, "report": report_path},
         inputs={"cfg": cfg_path, "weights": weights_path, "labels": labels},
     )
+    check_onnx_output(output_path)
     size = parse_size(input_size) if isinstance(input_size, str) else input_size
     start = time.perf_counter()
     net = load_network(cfg_path, size)
@@ -266,8 +268,10 @@ def convert_darknet(
     if not report.passed:
         raise ParityError(
             f"Darknet → ONNX '{output_path.name}' | verification failed: {report.first_failure()}.",
-            hint=("the file was kept because of --keep-on-mismatch. " if keep_on_mismatch else "nothing was written. ")
-            + "Please report this with the cfg: it is a converter bug or an unsupported Darknet variant.",
+            hint=report.failure_hint(
+                kept=keep_on_mismatch,
+                mismatch="Please report this with the cfg: it is a converter bug or an unsupported Darknet variant.",
+            ),
         ).with_report(report)
     return report
 
