@@ -8,10 +8,11 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from deploykit.bench.config import parse_duration, parse_int_list
-from deploykit.bench.report import BenchmarkReport
+from deploykit.bench.report import BenchmarkReport, check_report_dir
 from deploykit.errors import UsageError
 from deploykit.verify.verdict import Verdict
 
+from .bench_view import print_bench_report
 from .console import coerce, console, err_console, parse_pairs, print_json
 from .verify_view import (
     ATOL_OPTION,
@@ -82,6 +83,8 @@ def bench(
     from deploykit.bench.runner import benchmark, default_backend_specs
     from deploykit.quantize import parse_drop
 
+    if report_dir is not None:  # before any work: a report that cannot be written would lose the run
+        check_report_dir(report_dir, inputs=[model, *([inputs] if inputs else [])])
     if fleet is not None:  # one bench per device node of a Ray cluster: deploykit.distributed
         from .fleet_cmd import bench_fleet
 
@@ -113,8 +116,6 @@ def bench(
     from deploykit.inputs import check_seed
 
     settings, axes = input_settings(shapes, batch_axes)
-    if report_dir is not None:
-        _check_report_dir(report_dir, model)
     if scenario == "offline" and batch in (None, "1"):
         err_console.print("note: offline scenario with batch 1; pass --batch 16 (or more) for throughput")
     progress = Progress(
@@ -159,37 +160,11 @@ def bench(
     _show(result, as_json, report_dir, allow_failures)
 
 
-def _check_report_dir(directory: Path, model: Path) -> None:
-    """A report directory must be usable before the benchmark runs, not after."""
-    if directory.exists() and not directory.is_dir():
-        raise UsageError(
-            f"--report '{directory}' | is a file; the report is a directory of report.json/.csv/.md/.html.",
-            hint="pass a directory (it is created if missing), e.g. --report out/.",
-        )
-    if directory.resolve() == model.resolve().parent and (directory / model.name).exists() and model.suffix == ".json":
-        raise UsageError(f"--report '{directory}' | would overwrite the input.", hint="pick another directory.")
-
-
 def _show(result: BenchmarkReport, as_json: bool, report_dir: Path | None, allow_failures: bool = False) -> None:
     if as_json:
         print_json(result.to_dict())
     else:
-        console.print(result.table())
-        for row in result.rows:
-            for warning in row.warnings:
-                err_console.print(f"warning: {row.label}: {warning}")
-            if row.stages:
-                stages = row.stages
-                split = f"pre {stages['pre_p50_ms']:.1f} ms, inference {stages['infer_p50_ms']:.1f} ms"
-                console.print(f"{row.label}: {split}, post {stages['post_p50_ms']:.1f} ms (p50)")
-            if not row.ok:
-                err_console.print(f"failed: {row.label}: {row.error}", soft_wrap=True)
-            if row.verdict is not None and row.verdict.status != "pass":
-                err_console.print(f"{row.verdict.label}: {row.label}: {row.verdict.reason}", soft_wrap=True)
-        for note in result.notes:
-            err_console.print(f"note: {note}", soft_wrap=True)
-        if result.recommendation:
-            console.print(f"recommended: {result.recommendation.python} ({result.recommendation.why})")
+        print_bench_report(result)
     if report_dir is not None:
         paths = result.write_all(report_dir)
         console.print("report: " + ", ".join(str(p) for p in paths))

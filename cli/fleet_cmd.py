@@ -19,6 +19,7 @@ from typing import Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from deploykit.bench.report import check_report_dir
 from deploykit.errors import BackendUnavailableError, UsageError
 
 from .console import console, err_console, print_json
@@ -93,8 +94,8 @@ def bench_fleet(
     """``bench --fleet``: one bench per device node, the merged table, the per-device recommendations."""
     from deploykit.distributed import fleet_benchmark
 
-    if report_dir is not None and report_dir.exists() and not report_dir.is_dir():
-        raise UsageError(f"--report '{report_dir}' | is a file, expected a folder.", hint="e.g. --report fleet/.")
+    if report_dir is not None:
+        check_report_dir(report_dir, inputs=[model])
     names = [n.strip() for n in devices.split(",") if n.strip()] if devices else None
     with _progress_bar(disable=as_json) as progress:
         bar = progress.add_task("fleet bench", total=None, rate="")

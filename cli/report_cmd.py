@@ -10,7 +10,8 @@ from deploykit.bench.report import BenchmarkReport, merge_html
 from deploykit.errors import UsageError
 from deploykit.io import atomic_path, check_outputs
 
-from .console import console
+from .bench_view import print_bench_report
+from .console import console, err_console
 
 
 def report(
@@ -23,31 +24,51 @@ def report(
 ) -> None:
     """Show a saved report, check it against a baseline (exit 1 on regression), or merge several into HTML."""
     if reports[0] == "merge":
+        if baseline is not None:
+            raise UsageError("--baseline | checks one report; merge only puts reports side by side.",
+                             hint="deploykit report new.json --baseline old.json")  # fmt: skip
         if len(reports) < 2 or output is None:
             raise UsageError(
                 "report merge | needs report files and --output.",
                 hint="deploykit report merge jetson.json nuc.json -o fleet.html",
             )
         check_outputs({"--output": output}, inputs={path: path for path in reports[1:]})
+        if output.suffix.lower() not in (".html", ".htm"):
+            raise UsageError(f"--output '{output}' | merge writes one HTML page, expected a .html file name.",
+                             hint="e.g. -o fleet.html.")  # fmt: skip
         loaded = [BenchmarkReport.from_json(path) for path in reports[1:]]
         with atomic_path(output) as temporary:
             temporary.write_text(merge_html(loaded))
-        console.print(f"merged {len(loaded)} reports into {output}")
+        console.print(f"merged {len(loaded)} report{'s' if len(loaded) != 1 else ''} into {output}")
         return
+    if output is not None:
+        raise UsageError("--output | is for 'report merge'; showing one report writes nothing.",
+                         hint="deploykit report merge a.json b.json -o fleet.html")  # fmt: skip
     if len(reports) != 1:
         raise UsageError(
             f"report | got {len(reports)} files; give one report (with --baseline) or 'merge' first.",
             hint="deploykit report out/report.json --baseline last_week.json",
         )
-    current = BenchmarkReport.from_json(reports[0])
+    current = BenchmarkReport.from_json(_report_file(reports[0]))
     if baseline is None:
-        console.print(current.table())
+        print_bench_report(current)
         return
     if threshold < 0:
         raise UsageError(f"threshold {threshold} | cannot be negative.", hint="e.g. --threshold 0.1 for 10%.")
-    findings = current.regressions(BenchmarkReport.from_json(baseline), threshold)
+    before = BenchmarkReport.from_json(_report_file(baseline))
+    for note in current.differences(before):
+        err_console.print(f"note: {note}", soft_wrap=True)
+    findings = current.regressions(before, threshold)
     for finding in findings:
         console.print(f"[red]regression[/]: {finding}")
     if findings:
         raise typer.Exit(1)
     console.print(f"no regression beyond {threshold:.0%} against {baseline}")
+
+
+def _report_file(path: str | Path) -> Path:
+    """A report path; a folder written by ``bench --report`` stands for its report.json."""
+    file = Path(path)
+    if file.is_dir() and (file / "report.json").is_file():
+        return file / "report.json"
+    return file

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from deploykit.bench.report_schema import validate_report
 from deploykit.bench.rows import BenchSettings, ModelInfo, Recommendation, Row, accuracy_delta
-from deploykit.errors import ReportError
+from deploykit.errors import OutputError, ReportError
 from deploykit.io import atomic_path
 
 if TYPE_CHECKING:
@@ -127,6 +127,44 @@ def _written(text: str, path: str | os.PathLike[str] | None) -> str:
     return text
 
 
+# Worse to the right; no verdict counts as unverified.
+_VERDICT_RANK = {"pass": 0, "unverified": 1, None: 1, "degenerate": 2, "fail": 3, "error": 4}
+
+
+def check_report_dir(directory: str | os.PathLike[str], *, inputs: Sequence[str | os.PathLike[str]] = ()) -> None:
+    """Refuse a report folder that cannot be written, before the benchmark runs: a file, a path
+    under a file, a folder where no file can be created, or one whose report files are inputs.
+
+    Raises:
+        OutputError: the folder cannot take the report; the message says why.
+    """
+    import tempfile
+
+    folder = Path(directory)
+    hint = "pass a folder you can write to (it is created if missing), e.g. --report out/."
+    if folder.exists() and not folder.is_dir():
+        raise OutputError(f"--report '{folder}' | is a file, expected a folder to write the report files into.",
+                          hint=hint)  # fmt: skip
+    existing = folder.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise OutputError(
+            f"--report '{folder}' | '{existing}' is a file, so no folder can be made under it.", hint=hint
+        )
+    try:  # os.access is not enough: read-only mounts, immutable folders, root
+        handle, probe = tempfile.mkstemp(prefix=".deploykit-probe-", dir=existing)
+    except OSError as exc:
+        raise OutputError(f"--report '{folder}' | no file can be created in '{existing}' ({exc.strerror or exc}).",
+                          hint=hint) from exc  # fmt: skip
+    os.close(handle)
+    os.unlink(probe)
+    for name in ("report.json", "report.csv", "report.md", "report.html"):
+        target = folder / name
+        if target.exists() and any(Path(p).exists() and target.samefile(p) for p in inputs):
+            raise OutputError(f"--report '{folder}' | would overwrite the input {target}.", hint="pick another folder.")
+
+
 def _invalid(file: Path, problem: str) -> ReportError:
     return ReportError(f"report '{file}' | {problem}", hint="pass a report.json written by deploykit bench.")
 
@@ -182,7 +220,9 @@ class BenchmarkReport:
         if not isinstance(data, Mapping) or data.get("schema") != SCHEMA:
             raise _invalid(file, "is not a deploykit bench report.")
         version = data.get("schema_version")
-        if not isinstance(version, int) or version > SCHEMA_VERSION:
+        if not isinstance(version, int) or isinstance(version, bool):
+            raise _invalid(file, f"does not follow the report schema: schema_version is {version!r}, expected 1.")
+        if version > SCHEMA_VERSION:
             raise ReportError(
                 f"report '{file}' | has schema version {version}, this deploykit reads up to {SCHEMA_VERSION}.",
                 hint="upgrade deploykit to read reports from newer versions.",
@@ -214,6 +254,20 @@ class BenchmarkReport:
         except (OSError, ValueError) as exc:
             raise _invalid(file, f"is not JSON: {exc}.") from exc
         return cls.from_dict(data, file)
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The JSON document, as ``BenchmarkResult.data`` was; use ``to_dict()`` (or the attributes)."""
+        import warnings
+
+        warnings.warn("BenchmarkReport.data is to_dict() now; read the attributes (rows, model, settings ...)",
+                      DeprecationWarning, stacklevel=2)  # fmt: skip
+        return self.to_dict()
+
+    def __repr__(self) -> str:
+        best = self.recommendation.label if self.recommendation else None
+        return (f"BenchmarkReport({Path(self.model.path).name!r}, {len(self.rows)} rows, "
+                f"{len(self.ok_rows())} ok, recommended {best!r})")  # fmt: skip
 
     @property
     def headline(self) -> str:
@@ -369,7 +423,12 @@ class BenchmarkReport:
     def write_all(self, directory: str | os.PathLike[str]) -> list[Path]:
         """report.json, report.csv, report.md and report.html in ``directory`` (created if needed)."""
         folder = Path(directory)
-        folder.mkdir(parents=True, exist_ok=True)
+        check_report_dir(folder)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(f"--report '{folder}' | cannot be created ({exc.strerror or exc}).",
+                              hint="pass a folder you can write to, e.g. --report out/.") from exc  # fmt: skip
         paths = [folder / f"report.{ext}" for ext in ("json", "csv", "md", "html")]
         self.to_json(paths[0])
         self.to_csv(paths[1])
@@ -394,9 +453,28 @@ class BenchmarkReport:
         return self.to_html()
 
     # --- judging -------------------------------------------------------------------------
+    def differences(self, baseline: BenchmarkReport) -> list[str]:
+        """What makes the comparison with ``baseline`` less than like for like: another model file,
+        another machine, another scenario (notes, not regressions)."""
+        notes = []
+        if self.model.sha256 != baseline.model.sha256:
+            notes.append(f"the baseline benchmarked another model file ({Path(baseline.model.path).name}, "
+                         f"sha256 {baseline.model.sha256[:12]}… vs {self.model.sha256[:12]}…)")  # fmt: skip
+        if self.device.get("cpu", {}).get("model") != baseline.device.get("cpu", {}).get("model"):
+            notes.append(f"the baseline ran on another CPU ({baseline.device.get('cpu', {}).get('model')})")
+        if self.settings.scenario != baseline.settings.scenario:
+            notes.append(
+                f"the baseline's scenario was {baseline.settings.scenario}, this one's {self.settings.scenario}"
+            )
+        for row in self.rows:
+            if baseline.row(row.label) is None:
+                notes.append(f"{row.label}: new, not in the baseline")
+        return notes
+
     def regressions(self, baseline: BenchmarkReport, threshold: float = 0.10) -> list[str]:
-        """Configurations whose p50/p99 grew (or throughput fell) by more than ``threshold``,
-        or whose verdict or status changed, versus ``baseline``.
+        """What got worse versus ``baseline``: p50/p99 grew (or throughput fell) by more than
+        ``threshold``, a configuration that ran now fails or is missing, or its verdict got worse
+        (pass → unverified → degenerate → fail → error). Improvements are not regressions.
 
         Raises:
             ReportError: the two reports have no configuration in common.
@@ -408,15 +486,17 @@ class BenchmarkReport:
                 f"{', '.join(r.label for r in self.rows)}; baseline: {', '.join(old) or 'none'}).",
                 hint="benchmark the same backends, devices, batch sizes and threads as the baseline.",
             )
-        findings = []
+        findings = [f"{label}: in the baseline, missing from this report" for label in old if self.row(label) is None]
         for row in self.rows:
             label, before = row.label, old.get(row.label)
             if before is None:
                 continue
-            if before.status != row.status:
-                findings.append(f"{label}: status {before.status} → {row.status}")
+            if before.ok and not row.ok:
+                findings.append(
+                    f"{label}: status {before.status} → {row.status} ({_short(row.error, 120).rstrip('.')})"
+                )
                 continue
-            if not row.ok:
+            if not (row.ok and before.ok):
                 continue
             for key in ("p50_ms", "p99_ms"):
                 was, now = before.latency_ms(key), row.latency_ms(key)
@@ -427,7 +507,7 @@ class BenchmarkReport:
                 findings.append(f"{label}: throughput {was_tp:.1f} → {now_tp:.1f} samples/s")
             verdict_before = None if before.verdict is None else before.verdict.status
             verdict_now = None if row.verdict is None else row.verdict.status
-            if verdict_before != verdict_now:
+            if _VERDICT_RANK.get(verdict_now, 1) > _VERDICT_RANK.get(verdict_before, 1):
                 findings.append(f"{label}: verdict {verdict_before} → {verdict_now}")
         return findings
 

@@ -111,8 +111,14 @@ def first_problem(value: Any, schema: dict[str, Any], root: dict[str, Any], wher
             found = [p for p in problems if p]
             if not found:
                 return f"{here}: matches more than one allowed form"
-            # The branch that got deepest into the value says most (not "expected null").
-            return max(found, key=lambda p: len(p.split(": ", 1)[0]))
+            # A branch that looked inside the value says most ("required field 'oracle' is missing",
+            # not "expected null"); when every branch refused the type, name all the allowed types.
+            wrong_type = re.compile(rf"^{re.escape(here)}: expected ([a-z ]+), got \w+$")
+            inside = [p for p in found if not wrong_type.match(p)]
+            if inside:
+                return max(inside, key=lambda p: len(p.split(": ", 1)[0]))
+            allowed = dict.fromkeys(m.group(1) for p in found if (m := wrong_type.match(p)))
+            return f"{here}: expected {' or '.join(allowed)}, got {_type_name(value)}"
     if "if" in schema and first_problem(value, schema["if"], root, where) is None and "then" in schema:
         return first_problem(value, schema["then"], root, where)
     return None

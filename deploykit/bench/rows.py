@@ -15,6 +15,7 @@ from typing import Any, Literal
 from deploykit.backends.base import SessionInfo
 from deploykit.bench.config import BenchConfig
 from deploykit.bench.stats import LatencyStats
+from deploykit.errors import UsageError
 from deploykit.tensors import TensorSpec
 from deploykit.verify.verdict import Verdict
 
@@ -90,9 +91,16 @@ class Row:
     stages: dict[str, float] | None = None
 
     @classmethod
-    def failed(cls, config: BenchConfig, error: str) -> Row:
+    def from_failure(cls, config: BenchConfig, error: str) -> Row:
         """The row of a configuration that could not be measured."""
         return cls(config, "failed", error)
+
+    def __repr__(self) -> str:
+        if not self.ok:
+            return f"Row({self.label!r}, failed: {(self.error or '').split(' Hint: ')[0][:80]!r})"
+        p50 = f", p50 {self.latency.p50_ms:.3f} ms" if self.latency else ""
+        verdict = f", {self.verdict.label}" if self.verdict else ""
+        return f"Row({self.label!r}, ok, {self.precision}{p50}{verdict})"
 
     @property
     def label(self) -> str:
@@ -125,9 +133,18 @@ class Row:
         self.accuracy_delta = accuracy_delta(verdict)
 
     def latency_ms(self, key: str) -> float:
-        """A latency statistic (``p50_ms`` ...) of an ``ok`` row."""
+        """A latency statistic of an ``ok`` row: ``p50_ms``, ``p90_ms``, ``p99_ms``, ``mean_ms`` ...
+
+        Raises:
+            UsageError: an unknown statistic, or a row that failed (the message says why it failed).
+        """
+        keys = [k for k in LatencyStats.__dataclass_fields__ if k.endswith("_ms")]
+        if key not in keys:
+            raise UsageError(f"latency '{key}' | is not a latency statistic, expected one of {', '.join(keys)}.",
+                             hint="e.g. row.latency_ms('p50_ms').")  # fmt: skip
         if self.latency is None:
-            raise ValueError(f"{self.label} has no latency: it {self.status}")
+            raise UsageError(f"row '{self.label}' | has no latency: it failed ({self.error}).",
+                             hint="check row.ok first; row.error says why it failed.")  # fmt: skip
         return float(getattr(self.latency, key))
 
     def to_dict(self) -> dict[str, Any]:

@@ -116,7 +116,7 @@ def _measure_isolated(
            "check_cases": [str(c) for c in checks], "cost_per_hour": cost_per_hour}  # fmt: skip
     outcome = run_worker("deploykit.bench.worker", job, timeout_s=timeout_s + (config.duration_s or 0))
     if outcome.result is None:
-        return Row.failed(config, outcome.error or "the isolated run gave no result"), None, []
+        return Row.from_failure(config, outcome.error or "the isolated run gave no result"), None, []
     row = Row.from_dict(outcome.result)
     if not row.ok or not outputs_path.exists():
         return row, None, []
@@ -255,7 +255,7 @@ def benchmark(
                     row, outputs, checked = measure(model_path, config, feeds_by_batch[config.batch],
                                                     cost_per_hour=cost_per_hour, check_cases=checks)  # fmt: skip
                 except DeployKitError as exc:
-                    row, outputs, checked = Row.failed(config, str(exc)), None, []
+                    row, outputs, checked = Row.from_failure(config, str(exc)), None, []
             rows.append(row)
             outputs_by_row.append(outputs)
             checked_by_row.append(checked)

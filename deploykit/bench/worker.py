@@ -39,7 +39,7 @@ def main() -> int:
         for index, arrays in enumerate(checked):
             save_arrays(f"{job['outputs']}.check-{index}.npz", arrays)
     except DeployKitError as exc:
-        row = Row.failed(config, str(exc))
+        row = Row.from_failure(config, str(exc))
     print(RESULT_PREFIX + json.dumps(row.to_dict()), flush=True)
     return 0
 

@@ -381,3 +381,86 @@ def test_accuracy_budget_picks_the_fastest_within_it(isolated_result):
     assert report.best() is None
     result = CliRunner().invoke(app, ["bench", "x.onnx", "--max-drop", "150%"])
     assert result.exit_code in (1, 2) and "--max-drop" in result.output
+
+
+def test_regressions_are_what_got_worse(isolated_result, tmp_path):
+    """A better verdict or a fixed failure is no regression; a configuration that vanished is one;
+    another model file is said, as a note."""
+    failing = _constructed(isolated_result, 1.0, passed=False)
+    assert isolated_result.regressions(failing) == []  # fail → pass: an improvement
+    fewer = copy.deepcopy(isolated_result)
+    gone = fewer.rows.pop()
+    assert fewer.regressions(isolated_result) == [f"{gone.label}: in the baseline, missing from this report"]
+    assert isolated_result.differences(fewer) == [f"{gone.label}: new, not in the baseline"]
+    other = copy.deepcopy(isolated_result)
+    other.model.sha256 = "0" * 64
+    assert isolated_result.differences(other)[0].startswith("the baseline benchmarked another model file")
+    broken = copy.deepcopy(isolated_result)
+    broken.rows[0] = deploykit.Row.from_failure(broken.rows[0].config, "OpenVINO | could not compile. Hint: x")
+    assert broken.regressions(isolated_result) == [f"{broken.rows[0].label}: status ok → failed (could not compile)"]
+
+
+def test_typed_rows_read_as_users_expect(isolated_result):
+    row = isolated_result.rows[0]
+    assert repr(row).startswith(f"Row({row.label!r}, ok, ") and "p50" in repr(row) and len(repr(row)) < 150
+    assert repr(isolated_result).startswith("BenchmarkReport('mlp_dynamic_batch.onnx', 6 rows, 6 ok")
+    with pytest.raises(UsageError, match=r"latency 'p50' \| is not a latency statistic, expected one of .*p50_ms"):
+        row.latency_ms("p50")
+    failed = deploykit.Row.from_failure(row.config, "no such device")
+    with pytest.raises(UsageError, match=r"has no latency: it failed \(no such device\)"):
+        failed.latency_ms("p50_ms")
+    with pytest.warns(DeprecationWarning, match="to_dict"):
+        assert isolated_result.data == isolated_result.to_dict()
+    assert deploykit.BenchmarkResult is BenchmarkReport
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda d: d["rows"][0]["verdict"]["oracle"].clear() or d["rows"][0]["verdict"].pop("oracle"),
+            r"rows\[0\]\.verdict: required field 'oracle' is missing",
+        ),
+        (lambda d: d["rows"][0].update(latency="0.1ms"), r"rows\[0\]\.latency: expected null or object, got string"),
+        (lambda d: d.update(schema_version="1"), r"schema_version is '1', expected 1"),
+        (lambda d: d.pop("schema_version"), r"schema_version is None, expected 1"),
+    ],
+)
+def test_a_broken_report_names_what_is_wrong(isolated_result, tmp_path, edit, message):
+    data = isolated_result.to_dict()
+    edit(data)
+    (tmp_path / "r.json").write_text(json.dumps(data))
+    with pytest.raises(ReportError, match=message):
+        BenchmarkReport.from_json(tmp_path / "r.json")
+
+
+def test_report_folder_is_checked_before_the_bench(catalog_paths, tmp_path):
+    from deploykit.errors import OutputError
+
+    (tmp_path / "afile").write_text("x")
+    started = tmp_path / "started"
+    for target, message in ((tmp_path / "afile", "is a file, expected a folder"),
+                            (tmp_path / "afile" / "sub", "is a file, so no folder can be made under it")):  # fmt: skip
+        result = CliRunner().invoke(app, ["bench", str(catalog_paths["conv_bn_act"]), "-b", "ort", "--iterations",
+                                          "2", "--report", str(target)])  # fmt: skip
+        assert result.exit_code == 1 and message in result.stderr and "Traceback" not in result.output
+        assert "onnxruntime:cpu" not in result.stdout, "the bench ran before the folder was checked"
+    assert not started.exists()
+    with pytest.raises(OutputError, match="is a file"):
+        deploykit.bench.report.check_report_dir(tmp_path / "afile")
+
+
+def test_report_command_options_that_do_nothing_are_refused(isolated_result, tmp_path):
+    isolated_result.write_all(tmp_path / "out")
+    runner = CliRunner()
+    shown = runner.invoke(app, ["report", str(tmp_path / "out")])  # the folder stands for its report.json
+    assert shown.exit_code == 0 and "recommended: deploykit.load(" in shown.stdout
+    result = runner.invoke(app, ["report", str(tmp_path / "out" / "report.json"), "-o", str(tmp_path / "x.html")])
+    assert result.exit_code == 1 and "--output | is for 'report merge'" in result.stderr
+    assert not (tmp_path / "x.html").exists()
+    result = runner.invoke(
+        app, ["report", "merge", str(tmp_path / "out" / "report.json"), "-o", str(tmp_path / "m.json")]
+    )
+    assert (
+        result.exit_code == 1 and "expected a .html file name" in result.stderr and not (tmp_path / "m.json").exists()
+    )
