@@ -17,6 +17,7 @@ import pytest
 
 from deploykit.errors import OutputError
 from deploykit.io import atomic_path, check_outputs
+from tests.assets.paths import REPO
 from tests.fuzz.harness import copy_assets, invoke_checked, temporary_leftovers
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -242,6 +243,7 @@ def test_dash_is_not_a_file_name(tiny, tmp_path, monkeypatch):
 def test_failed_verification_writes_neither_model_nor_report(tiny, tmp_path, monkeypatch, keep):
     """A candidate backend that crashes fails the check: nothing is written (unless asked)."""
     monkeypatch.setenv("DEPLOYKIT_BACKENDS", "crasher=tests.assets.crashing_backend:CrashingBackend")
+    monkeypatch.setenv("PYTHONPATH", str(REPO))  # the verification worker must import the plug-in to crash in it
     out, report = tmp_path / "x.onnx", tmp_path / "r.json"
     report.write_text("an older report")
     args = ["convert", "darknet", tiny["cfg"], tiny["weights"], "-o", out, "--report", report,
@@ -250,6 +252,7 @@ def test_failed_verification_writes_neither_model_nor_report(tiny, tmp_path, mon
     writes = [] if keep else [out, report]
     result = invoke_checked(args, reads=[tiny["cfg"], tiny["weights"]], writes=writes, watch=[tmp_path])
     assert result.exit_code == 1
+    assert "killed by signal SIGABRT" in result.output, result.output  # the crash, not a plug-in that failed to load
     if keep:
         assert out.is_file() and '"written": true' in report.read_text()
         assert f"report written to {report}" in result.stdout
