@@ -6,9 +6,7 @@ The schema is ``docs/report-schema.json``; ``schema_version`` grows when a field
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
-import io
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -16,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from deploykit.bench import views
 from deploykit.bench.report_schema import validate_report
 from deploykit.bench.rows import BenchSettings, ModelInfo, Recommendation, Row, accuracy_delta
 from deploykit.errors import OutputError, ReportError
@@ -28,56 +27,8 @@ __all__ = ["BenchSettings", "BenchmarkReport", "ModelInfo", "Recommendation", "R
 
 SCHEMA = "deploykit.bench"
 SCHEMA_VERSION = 1
-LATENCY_KEYS = ("min_ms", "mean_ms", "std_ms", "cov", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms")
+
 HEADLINE = {"singlestream": "p90_ms", "multistream": "p90_ms", "offline": "throughput_sps"}
-CSV_COLUMNS = [
-    "label",
-    "backend",
-    "device",
-    "precision",
-    "batch",
-    "threads",
-    "scenario",
-    "streams",
-    "status",
-    "load_ms",
-    "first_inference_ms",
-    *LATENCY_KEYS,
-    "throughput_sps",
-    "peak_rss_bytes",
-    "energy_j_per_inference",
-    "cost_per_million",
-    "verdict",
-    "accuracy_delta",
-    "max_abs_error",
-    "error",
-]
-
-
-def _flat(row: Row) -> dict[str, Any]:
-    latency = row.latency.to_dict() if row.latency else {}
-    return {
-        "label": row.label,
-        "backend": row.config.backend,
-        "device": row.device,
-        "precision": row.session.precision if row.session else None,
-        "batch": row.config.batch,
-        "threads": row.config.threads,
-        "scenario": row.config.scenario,
-        "streams": row.config.streams,
-        "status": row.status,
-        "load_ms": row.load_ms,
-        "first_inference_ms": row.first_inference_ms,
-        **{k: latency.get(k) for k in LATENCY_KEYS},
-        "throughput_sps": row.throughput_sps,
-        "peak_rss_bytes": row.peak_rss_bytes,
-        "energy_j_per_inference": row.energy_j_per_inference,
-        "cost_per_million": row.cost_per_million,
-        "verdict": None if row.verdict is None else row.verdict.label,
-        "accuracy_delta": row.accuracy_delta,
-        "max_abs_error": row.max_abs_error,
-        "error": row.error,
-    }
 
 
 def _backend_options(name: str) -> Sequence[str]:
@@ -88,13 +39,6 @@ def _backend_options(name: str) -> Sequence[str]:
         return list(get_backend(name).options)
     except DeployKitError:  # a report from a machine with a plug-in this one lacks
         return []
-
-
-def _short(error: str | None, limit: int = 60) -> str:
-    """An error as a table cell: without its hint, cut to ``limit`` characters (the full text is in the JSON)."""
-    text = (error or "").split(" Hint: ")[0]
-    text = text.split(" | ", 1)[-1]
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _budget(max_drop: float | None) -> str:
@@ -109,14 +53,6 @@ def _why(row: Row) -> str:
         return (f"the fastest configuration verified against {verdict.oracle.name} "
                 f"({verdict.precision}, {verdict.rule}{cost})")  # fmt: skip
     return f"the fastest configuration that agrees with {verdict.oracle.name}; no independent oracle verified it"
-
-
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}" if abs(value) < 1e6 else f"{value:.3g}"
-    return str(value)
 
 
 def _written(text: str, path: str | os.PathLike[str] | None) -> str:
@@ -355,65 +291,15 @@ class BenchmarkReport:
         return _written(json.dumps(self.to_dict(), indent=2, default=str), path)
 
     def to_csv(self, path: str | os.PathLike[str] | None = None) -> str:
-        buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS)
-        writer.writeheader()
-        for row in self.rows:
-            writer.writerow(_flat(row))
-        return _written(buffer.getvalue(), path)
+        """One line per configuration, the headline numbers flattened (``views.CSV_COLUMNS``)."""
+        return _written(views.csv_text(self), path)
 
     def summary_rows(self) -> list[dict[str, str]]:
         """Rows as the table, Markdown and HTML show them: headline ratio vs the fastest."""
-        fastest = self.fastest()
-        best = self.best()
-        shown = []
-        for row in self.rows:
-            flat = _flat(row)
-            ratio = "-"
-            if row.ok and fastest is not None:
-                ours, theirs = self.headline_value(row), self.headline_value(fastest)
-                ratio = f"{theirs / ours:.2f}x" if self.headline == "throughput_sps" else f"{ours / theirs:.2f}x"
-            shown.append(
-                {
-                    "configuration": row.label + (" ★" if row is best else ""),
-                    "device": _fmt(flat["device"]),
-                    "precision": _fmt(flat["precision"]),
-                    "load ms": _fmt(flat["load_ms"], 1),
-                    "first ms": _fmt(flat["first_inference_ms"], 2),
-                    "p50 ms": _fmt(flat["p50_ms"]),
-                    "p90 ms": _fmt(flat["p90_ms"]),
-                    "p99 ms": _fmt(flat["p99_ms"]),
-                    "CoV": _fmt(flat["cov"], 2),
-                    "samples/s": _fmt(flat["throughput_sps"], 1),
-                    "peak RSS MiB": _fmt(None if row.peak_rss_bytes is None else row.peak_rss_bytes / 2**20, 0),
-                    "vs fastest": ratio,
-                    "acc. delta": "-" if row.accuracy_delta is None else f"{row.accuracy_delta:.1%}",
-                    "verdict": flat["verdict"] or ("-" if row.ok else f"failed: {_short(row.error)}"),
-                    **({"$/1M": _fmt(row.cost_per_million, 4)} if self.settings.cost_per_hour else {}),
-                }
-            )
-        return shown
+        return views.summary_rows(self)
 
     def to_markdown(self, path: str | os.PathLike[str] | None = None) -> str:
-        rows = self.summary_rows()
-        cpu = self.device["cpu"]
-        lines = [
-            f"# deploykit bench: {Path(self.model.path).name}",
-            "",
-            f"{cpu['model']} ({cpu['logical_cores']} logical cores, flags {', '.join(cpu['flags']) or '-'}), "
-            f"{self.device['os']}, Python {self.device['python']}; "
-            f"scenario {self.settings.scenario}, headline {self.headline}; {self.created}",
-            "",
-        ]
-        if rows:
-            header = list(rows[0])
-            lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-            lines += ["| " + " | ".join(r[h].replace("|", "/") for h in header) + " |" for r in rows]
-        recommendation = self.recommendation
-        if recommendation:
-            lines += ["", f"**Recommendation**: {recommendation.label} — {recommendation.why}.", "",
-                      f"`{recommendation.command}`", "", f"`{recommendation.python}`"]  # fmt: skip
-        return _written("\n".join(lines) + "\n", path)
+        return _written(views.markdown_text(self), path)
 
     def to_html(self, path: str | os.PathLike[str] | None = None) -> str:
         from deploykit.bench.html import render_html
@@ -438,16 +324,7 @@ class BenchmarkReport:
 
     def table(self) -> Table:
         """A rich Table of the summary rows (print it with rich's console)."""
-        from rich.markup import escape
-        from rich.table import Table
-
-        table = Table(title=f"{Path(self.model.path).name} — headline {self.headline} (★ = recommended)")
-        rows = self.summary_rows()
-        for column in rows[0] if rows else ["configuration"]:
-            table.add_column(column, overflow="fold")
-        for row in rows:
-            table.add_row(*(escape(value) for value in row.values()))
-        return table
+        return views.rich_table(self)
 
     def _repr_html_(self) -> str:
         return self.to_html()
@@ -493,7 +370,7 @@ class BenchmarkReport:
                 continue
             if before.ok and not row.ok:
                 findings.append(
-                    f"{label}: status {before.status} → {row.status} ({_short(row.error, 120).rstrip('.')})"
+                    f"{label}: status {before.status} → {row.status} ({views.short_error(row.error, 120).rstrip('.')})"
                 )
                 continue
             if not (row.ok and before.ok):
