@@ -288,6 +288,15 @@ def atomic_outputs(paths: Iterable[PathLike]) -> Iterator[list[Path]]:
             _unregister(temporary)
 
 
+def written(text: str, path: PathLike | None) -> str:
+    """``text``, also written atomically to ``path`` when one is given: the ``to_json(path=None)``
+    pattern of reports, which return their text and save it only when asked."""
+    if path is not None:
+        with atomic_path(path) as temporary:
+            temporary.write_text(text)
+    return text
+
+
 @contextlib.contextmanager
 def atomic_path(path: PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success rename it over ``path``.

@@ -18,7 +18,7 @@ from deploykit.bench import views
 from deploykit.bench.report_schema import validate_report
 from deploykit.bench.rows import BenchSettings, ModelInfo, Recommendation, Row, accuracy_delta
 from deploykit.errors import OutputError, ReportError
-from deploykit.io import atomic_path
+from deploykit.io import written
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -53,14 +53,6 @@ def _why(row: Row) -> str:
         return (f"the fastest configuration verified against {verdict.oracle.name} "
                 f"({verdict.precision}, {verdict.rule}{cost})")  # fmt: skip
     return f"the fastest configuration that agrees with {verdict.oracle.name}; no independent oracle verified it"
-
-
-def _written(text: str, path: str | os.PathLike[str] | None) -> str:
-    """``text``, also written atomically to ``path`` when one is given."""
-    if path is not None:
-        with atomic_path(path) as temporary:
-            temporary.write_text(text)
-    return text
 
 
 # Worse to the right; no verdict counts as unverified.
@@ -288,23 +280,23 @@ class BenchmarkReport:
 
     # --- writing -------------------------------------------------------------------------
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
-        return _written(json.dumps(self.to_dict(), indent=2, default=str), path)
+        return written(json.dumps(self.to_dict(), indent=2, default=str), path)
 
     def to_csv(self, path: str | os.PathLike[str] | None = None) -> str:
         """One line per configuration, the headline numbers flattened (``views.CSV_COLUMNS``)."""
-        return _written(views.csv_text(self), path)
+        return written(views.csv_text(self), path)
 
     def summary_rows(self) -> list[dict[str, str]]:
         """Rows as the table, Markdown and HTML show them: headline ratio vs the fastest."""
         return views.summary_rows(self)
 
     def to_markdown(self, path: str | os.PathLike[str] | None = None) -> str:
-        return _written(views.markdown_text(self), path)
+        return written(views.markdown_text(self), path)
 
     def to_html(self, path: str | os.PathLike[str] | None = None) -> str:
         from deploykit.bench.html import render_html
 
-        return _written(render_html([self]), path)
+        return written(render_html([self]), path)
 
     def write_all(self, directory: str | os.PathLike[str]) -> list[Path]:
         """report.json, report.csv, report.md and report.html in ``directory`` (created if needed)."""

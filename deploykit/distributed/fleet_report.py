@@ -21,7 +21,7 @@ from typing import Any
 from deploykit.bench.report import BenchmarkReport, merge_html
 from deploykit.bench.rows import Recommendation, Row
 from deploykit.errors import ReportError
-from deploykit.io import atomic_path
+from deploykit.io import written
 
 SCHEMA_VERSION = 1
 
@@ -66,14 +66,6 @@ def _cell(result: BenchmarkReport, row: Row, best: Row | None) -> str:
     bad = verdict is not None and (verdict.status in ("fail", "error", "degenerate") or verdict.agreement is False)
     mark = " ★" if row is best else f" ({verdict.label})" if bad and verdict else ""
     return f"{result.headline_value(row):.3f} {unit} {row.precision}{mark}"
-
-
-def _written(text: str, path: str | os.PathLike[str] | None) -> str:
-    """``text``, also written atomically to ``path`` when one is given."""
-    if path is not None:
-        with atomic_path(path) as temporary:
-            temporary.write_text(text)
-    return text
 
 
 @dataclass
@@ -163,7 +155,7 @@ class FleetReport:
     # --- writing -------------------------------------------------------------------------
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
         text = json.dumps(self.to_dict(), indent=2, default=str)
-        return _written(text, path)
+        return written(text, path)
 
     def to_markdown(self, path: str | os.PathLike[str] | None = None) -> str:
         rows = self.matrix()
@@ -176,7 +168,7 @@ class FleetReport:
             text = f"{recommendation.label}: `{recommendation.python}`" if recommendation else "none"
             lines.append(f"- **{name}**: {text}")
         text = "\n".join(lines) + "\n"
-        return _written(text, path)
+        return written(text, path)
 
     def to_html(self, path: str | os.PathLike[str] | None = None) -> str:
         """The device sections side by side (as ``report merge``), after the fleet table and a chart."""
@@ -200,7 +192,7 @@ class FleetReport:
         else:
             head = "<head><meta charset='utf-8'><title>deploykit fleet</title></head>"
             page = f"<!DOCTYPE html><html lang='en'>{head}<body>{fleet}</body></html>"
-        return _written(page, path)
+        return written(page, path)
 
     def _chart(self) -> str:
         """Grouped bars: for each configuration, one bar per device (its headline figure)."""
