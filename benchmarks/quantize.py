@@ -151,10 +151,10 @@ def main() -> None:
                     "quantize_seconds": report.seconds,
                     "command_seconds": round(wall, 1),
                     "head_kept_f32": len(report.excluded["head"]),
-                    "task": report.accuracy["task"],
-                    "drop": report.accuracy["drop"],
-                    "outputs": report.accuracy["outputs"],
-                    "speed": report.speed,
+                    "task": None if report.accuracy.task is None else report.accuracy.task.to_dict(),
+                    "drop": report.accuracy.drop,
+                    "outputs": [output.to_dict() for output in report.accuracy.outputs],
+                    "speed": None if report.speed is None else report.speed.to_dict(),
                 }
                 if engine == args.engines.split(",")[0]:
                     from deploykit.vision.image import image_feeds

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
@@ -13,67 +13,68 @@ from deploykit.io import atomic_path, check_outputs
 
 from .console import console
 
+if TYPE_CHECKING:  # the CLI imports the quantize package (and its runtimes) only when it runs
+    from deploykit.quantize import QuantizeReport
+
 
 def _list(value: str | None) -> list[str]:
     return [item.strip() for item in (value or "").split(",") if item.strip()]
 
 
-def _print(report: Any) -> None:
-    data = report.to_dict()
+def _print(report: QuantizeReport) -> None:
     console.print(
-        f"[bold]{data['precision']}[/] model written to {data['output']} by engine {data['engine']}"
-        + (f" ({data['method']}, {'per-channel' if data['per_channel'] else 'per-tensor'})" if data["method"] else "")
-        + f" in {data['seconds']:.1f} s; {data['quantized_nodes']} "
-        + ("quantized tensors" if data["precision"] == "int8" else "nodes in float16")
+        f"[bold]{report.precision}[/] model written to {report.output} by engine {report.engine}"
+        + (f" ({report.method}, {'per-channel' if report.per_channel else 'per-tensor'})" if report.method else "")
+        + f" in {report.seconds:.1f} s; {report.quantized_nodes} "
+        + ("quantized tensors" if report.precision == "int8" else "nodes in float16")
     )
-    if data["ir"]:
-        console.print(f"OpenVINO IR written to {data['ir']}")
-    for kind, nodes in data["excluded"].items():
+    if report.ir:
+        console.print(f"OpenVINO IR written to {report.ir}")
+    for kind, nodes in report.excluded.items():
         if nodes:
             label = "detector head kept in f32" if kind == "head" else "excluded by you"
             console.print(f"{label}: {len(nodes)} nodes ({', '.join(nodes[:6])}{' ...' if len(nodes) > 6 else ''})")
-    if data["kept_f32_ops"]:
-        console.print("kept in f32: " + ", ".join(f"{op} ×{n}" for op, n in data["kept_f32_ops"].items()))
-    accuracy = data["accuracy"]
-    table = Table(title=f"Accuracy on {accuracy['samples']} held-out samples ({accuracy['backend']})")
+    if report.kept_f32_ops:
+        console.print("kept in f32: " + ", ".join(f"{op} ×{n}" for op, n in report.kept_f32_ops.items()))
+    accuracy = report.accuracy
+    table = Table(title=f"Accuracy on {accuracy.samples} held-out samples ({accuracy.backend})")
     table.add_column("measure")
     table.add_column("value", justify="right")
-    for key, value in (accuracy["task"] or {}).items():
+    for key, value in ({} if accuracy.task is None else accuracy.task.to_dict()).items():
         if value is not None:
             table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
-    if accuracy["drop"] is not None:
+    if accuracy.drop is not None:
         table.add_row(
-            "drop",
-            f"{accuracy['drop']:.2%}" + (f" (budget {accuracy['max_drop']:.2%})" if accuracy["max_drop"] else ""),
+            "drop", f"{accuracy.drop:.2%}" + (f" (budget {accuracy.max_drop:.2%})" if accuracy.max_drop else "")
         )
-    for row in accuracy["outputs"]:
-        table.add_row(f"{row['output']}: cosine / SNR", f"{row['cosine']:.5f} / {row['snr_db']:.1f} dB")
+    for output in accuracy.outputs:
+        table.add_row(f"{output.output}: cosine / SNR", f"{output.cosine:.5f} / {output.snr_db:.1f} dB")
     console.print(table)
-    if data["speed"]:
+    if report.speed:
         speed = Table(
-            title=f"p50 latency, median of {data['speed']['rounds']} rounds of {data['speed']['iterations']} runs, "
+            title=f"p50 latency, median of {report.speed.rounds} rounds of {report.speed.iterations} runs, "
             "each configuration in its own process"
         )
-        for column in ("configuration", "f32 ms", f"{data['precision']} ms", "speedup", "status"):
+        for column in ("configuration", "f32 ms", f"{report.precision} ms", "speedup", "status"):
             speed.add_column(column)
-        for row in data["speed"]["rows"]:
-            cells = [row["f32_p50_ms"], row["p50_ms"]]
+        for row in report.speed.rows:
+            cells = [row.f32_p50_ms, row.p50_ms]
             speed.add_row(
-                row["configuration"], *("-" if v is None else f"{v:.2f}" for v in cells),
-                "-" if row["speedup"] is None else f"{row['speedup']:.2f}×",
-                row["status"] if row["status"] != "error" else f"error: {row.get('error', '')[:80]}",
+                row.configuration, *("-" if v is None else f"{v:.2f}" for v in cells),
+                "-" if row.speedup is None else f"{row.speedup:.2f}×",
+                row.status if row.status != "error" else f"error: {(row.error or '')[:80]}",
             )  # fmt: skip
         console.print(speed)
-        recommended = data["speed"]["recommended"]
+        recommended = report.speed.recommended
         console.print(f"recommended: {recommended}" if recommended else "no configuration is faster than f32 here")
-    if data["layers"]:
+    if report.layers:
         layers = Table(title="Nodes that add the most error (candidates for --exclude)")
         for column in ("node", "op", "SNR dB", "SNR lost dB"):
             layers.add_column(column)
-        for row in data["layers"]:
-            layers.add_row(row["node"], row["op_type"], str(row["snr_db"]), str(row["snr_lost_db"]))
+        for layer in report.layers:
+            layers.add_row(layer.node, layer.op_type, str(layer.snr_db), str(layer.snr_lost_db))
         console.print(layers)
-    for note in data["notes"]:
+    for note in report.notes:
         console.print(f"note: {note}")
 
 

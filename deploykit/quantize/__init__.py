@@ -2,7 +2,8 @@
 
 ``quantize`` (in ``api``) is the entry point; ``calibration`` turns images into calibration and
 held-out samples, ``graph`` holds the graph facts (already quantized? the YOLO head?), ``engines``
-wraps ONNX Runtime, NNCF and onnxconverter-common, ``evaluate`` measures the result.
+wraps ONNX Runtime, NNCF and onnxconverter-common, ``evaluate`` measures the result, ``results``
+holds the typed report (``QuantizeReport`` with its ``AccuracyDelta``, ``SpeedComparison`` ...).
 
 The package and its function share the name, so the package itself is callable:
 ``deploykit.quantize("model.onnx", "model.int8.onnx", calibrate="photos/")`` is ``quantize(...)``.
@@ -14,7 +15,17 @@ import sys
 import types
 from typing import Any
 
-from deploykit.quantize.api import QuantizeReport, parse_drop, quantize, read_metadata
+from deploykit.quantize.api import parse_drop, quantize, read_metadata
+from deploykit.quantize.results import (
+    AccuracyDelta,
+    DetectionDelta,
+    LayerDivergence,
+    OutputSimilarity,
+    QuantizeReport,
+    SpeedComparison,
+    SpeedRounds,
+    SpeedRow,
+)
 
 
 class _CallablePackage(types.ModuleType):
@@ -25,4 +36,16 @@ class _CallablePackage(types.ModuleType):
 
 sys.modules[__name__].__class__ = _CallablePackage
 
-__all__ = ["QuantizeReport", "parse_drop", "quantize", "read_metadata"]
+__all__ = [
+    "AccuracyDelta",
+    "DetectionDelta",
+    "LayerDivergence",
+    "OutputSimilarity",
+    "QuantizeReport",
+    "SpeedComparison",
+    "SpeedRounds",
+    "SpeedRow",
+    "parse_drop",
+    "quantize",
+    "read_metadata",
+]

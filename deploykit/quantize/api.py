@@ -13,7 +13,6 @@ import os
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,65 +30,11 @@ from deploykit.quantize.calibration import (
     array_data,
     image_data,
 )
+from deploykit.quantize.results import AccuracyDelta, QuantizeReport
 from deploykit.vision.image import Preprocess
 
 METADATA_KEY = "deploykit.quantize"
 RANDOM_SAMPLES = 4
-
-
-@dataclass
-class QuantizeReport:
-    """What ``quantize`` did and measured.
-
-    Attributes:
-        model, output: the float model read and the reduced model written (``ir``: OpenVINO IR too).
-        precision: ``int8`` or ``f16``.
-        engine: ``ort``, ``nncf`` or ``fp16`` (onnxconverter-common).
-        method: the ORT calibration method (None for the others).
-        task: ``classify``, ``detect`` or None (then only cosine/SNR are measured).
-        calibration: source, hash, sizes and notes of the calibration/held-out data.
-        excluded: nodes kept in float: ``head`` (the detector preset) and ``user`` (``exclude``).
-        kept_f32_ops: for ``f16``: op type → nodes kept in float32.
-        quantized_nodes: QuantizeLinear nodes in the INT8 model (float16: nodes converted).
-        seconds: time the engine took.
-        accuracy: the task metric on the held-out data, its ``drop``, ``max_drop``, cosine/SNR per output.
-        speed: p50 per backend for both models, speedup, the recommended configuration.
-        layers: with ``debug_layers``: the nodes that diverge most (top 10).
-        notes: plain statements: pre-processing skipped, fewer images than asked, opset raised ...
-    """
-
-    model: str
-    output: str
-    precision: str
-    engine: str
-    method: str | None
-    per_channel: bool
-    task: str | None
-    calibration: dict[str, Any]
-    excluded: dict[str, list[str]]
-    kept_f32_ops: dict[str, int]
-    quantized_nodes: int
-    seconds: float
-    accuracy: dict[str, Any]
-    speed: dict[str, Any] | None = None
-    layers: list[dict[str, Any]] | None = None
-    ir: str | None = None
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def metadata(self) -> dict[str, Any]:
-        """What the quantized model carries under ``deploykit.quantize``."""
-        return {
-            "precision": self.precision,
-            "engine": self.engine,
-            "method": self.method,
-            "per_channel": self.per_channel,
-            "calibration": {k: self.calibration[k] for k in ("source", "sha256", "calibration_size", "held_out_size")},
-            "excluded_nodes": self.excluded,
-            "accuracy": {k: self.accuracy.get(k) for k in ("task", "drop", "outputs")},
-        }
 
 
 def parse_drop(value: str | float | None) -> float | None:
@@ -379,10 +324,10 @@ def _quantize_in(
             )
     _copy_metadata(source, quantized_path)
     accuracy = _accuracy(float_path, quantized_path, data, task, labels, reference, notes)
-    accuracy["max_drop"] = budget
-    if budget is not None and accuracy["drop"] is not None and accuracy["drop"] > budget + 1e-12:
+    accuracy.max_drop = budget
+    if budget is not None and accuracy.drop is not None and accuracy.drop > budget + 1e-12:
         raise QuantizationError(
-            f"quantize '{model_path.name}' | the {task} metric dropped by {accuracy['drop']:.2%} on "
+            f"quantize '{model_path.name}' | the {task} metric dropped by {accuracy.drop:.2%} on "
             f"{len(data.held_out)} held-out samples; the budget is {budget:.2%}. Nothing was written.",
             hint="use --engine nncf (accuracy-controlled), or --debug-layers and --exclude the worst nodes.",
         )
@@ -411,24 +356,20 @@ def _accuracy(
     labels: list[str],
     reference: list[dict[str, np.ndarray]],
     notes: list[str],
-) -> dict[str, Any]:
+) -> AccuracyDelta:
     candidate = evaluate.run_all(quantized_path, data, data.held_out)
-    accuracy: dict[str, Any] = {
-        "samples": len(data.held_out),
-        "backend": "onnxruntime cpu",
-        "outputs": evaluate.output_similarity(reference, candidate) if data.held_out else [],
-        "task": None,
-        "drop": None,
-    }
+    accuracy = AccuracyDelta(
+        samples=len(data.held_out),
+        backend="onnxruntime cpu",
+        outputs=evaluate.output_similarity(reference, candidate) if data.held_out else [],
+    )
     if not data.held_out:
         notes.append("no held-out samples (--held-out 0): no accuracy delta")
     elif task == "classify":
-        accuracy["task"], accuracy["drop"], more = evaluate.classification_delta(
-            reference, candidate, data.held_out, labels
-        )
+        accuracy.task, accuracy.drop, more = evaluate.classification_delta(reference, candidate, data.held_out, labels)
         notes += more
     elif task == "detect" and data.preprocess is not None:
-        accuracy["task"], accuracy["drop"] = evaluate.detection_delta(float_path, quantized_path, data.held_out)
+        accuracy.task, accuracy.drop = evaluate.detection_delta(float_path, quantized_path, data.held_out)
     return accuracy
 
 

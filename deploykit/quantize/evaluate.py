@@ -17,13 +17,22 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from deploykit.quantize.calibration import CalibrationData, Sample
+from deploykit.quantize.results import (
+    MAP_MIN_SCORE,
+    DetectionDelta,
+    LayerDivergence,
+    OutputSimilarity,
+    SpeedComparison,
+    SpeedRounds,
+    SpeedRow,
+)
 from deploykit.verify.metrics import cosine_snr
 
 if TYPE_CHECKING:
     from deploykit.bench.rows import Row
+    from deploykit.verify.tasks import ClassificationAgreement
 
 DEBUG_LAYER_SAMPLES = 8
-MAP_MIN_SCORE = 0.001  # COCO evaluations rank predictions down to this score
 TOP_LAYERS = 10
 
 
@@ -53,13 +62,14 @@ def run_all(model: Any, data: CalibrationData, samples: Sequence[Sample]) -> lis
 
 def output_similarity(
     reference: Sequence[Mapping[str, np.ndarray]], candidate: Sequence[Mapping[str, np.ndarray]]
-) -> list[dict[str, Any]]:
+) -> list[OutputSimilarity]:
     """Cosine and SNR per output over all samples together."""
     rows = []
     for name in reference[0]:
         ref = np.concatenate([r[name].ravel() for r in reference])
         cand = np.concatenate([c[name].ravel() for c in candidate])
-        rows.append({"output": name, **similarity(ref, cand)})
+        measured = similarity(ref, cand)
+        rows.append(OutputSimilarity(name, measured["cosine"], measured["snr_db"]))
     return rows
 
 
@@ -92,7 +102,7 @@ def classification_delta(
     candidate: Sequence[Mapping[str, np.ndarray]],
     samples: Sequence[Sample],
     labels: Sequence[str],
-) -> tuple[dict[str, Any], float, list[str]]:
+) -> tuple[ClassificationAgreement, float, list[str]]:
     """The classifier's agreement, its drop (1 − top-1 agreement, or the accuracy drop with labels), notes."""
     from deploykit.verify.tasks import classification_agreement
 
@@ -102,12 +112,12 @@ def classification_delta(
         drop = agreement.reference_top1_accuracy - agreement.top1_accuracy
     else:
         drop = 1.0 - agreement.top1_agreement
-    return agreement.to_dict(), round(drop, 9), [note] if note else []
+    return agreement, round(drop, 9), [note] if note else []
 
 
 def detection_delta(
     reference_model: Path, candidate_model: Path, samples: Sequence[Sample]
-) -> tuple[dict[str, Any], float]:
+) -> tuple[DetectionDelta, float]:
     """The candidate's detections against the reference's on the held-out images; drop = 1 − mAP@0.5.
 
     The reference's detections at the Detector's confidence threshold are the truth. Precision
@@ -115,7 +125,7 @@ def detection_delta(
     candidate's detections down to ``MAP_MIN_SCORE``, as mAP is defined, so a box that scores
     0.24 instead of 0.26 lowers the AP a little instead of counting as missed.
     """
-    from dataclasses import replace
+    from dataclasses import asdict
 
     from deploykit.verify.tasks import detection_agreement
     from deploykit.vision.pipelines import Detector
@@ -125,8 +135,8 @@ def detection_delta(
         truth = reference.batch(images)
         at_threshold = detection_agreement(truth, candidate.batch(images))
         ranked = detection_agreement(truth, candidate.batch(images, conf=MAP_MIN_SCORE))
-    agreement = replace(at_threshold, map50=ranked.map50)
-    return {**agreement.to_dict(), "map_min_score": MAP_MIN_SCORE}, round(1.0 - agreement.map50, 9)
+    delta = DetectionDelta(**{**asdict(at_threshold), "map50": ranked.map50}, map_min_score=MAP_MIN_SCORE)
+    return delta, round(1.0 - delta.map50, 9)
 
 
 def _float_tensors(model: Any) -> dict[str, Any]:
@@ -166,7 +176,7 @@ def _capped(snr_db: float) -> float:
 
 def layer_divergence(
     reference_path: Path, candidate_path: Path, data: CalibrationData, samples: Sequence[Sample]
-) -> list[dict[str, Any]]:
+) -> list[LayerDivergence]:
     """The nodes whose outputs diverge most between the float and the reduced model.
 
     Every float tensor a node of the reference produces, and that the candidate also has (QDQ and
@@ -239,16 +249,16 @@ def layer_divergence(
         worst_input = min((signal_in(i) for i in node.input if i), default=_SNR_CAP_DB)
         added = worst_input - _capped(snr[name])
         rows.append(
-            {
-                "node": node.name,
-                "op_type": node.op_type,
-                "tensor": name,
-                "snr_db": round(snr[name], 2) if math.isfinite(snr[name]) else snr[name],
-                "snr_lost_db": round(added, 2),
-                "graph_output": name in graph_outputs,
-            }
+            LayerDivergence(
+                node=node.name,
+                op_type=node.op_type,
+                tensor=name,
+                snr_db=round(snr[name], 2) if math.isfinite(snr[name]) else snr[name],
+                snr_lost_db=round(added, 2),
+                graph_output=name in graph_outputs,
+            )
         )
-    rows.sort(key=lambda r: (-r["snr_lost_db"], r["snr_db"]))
+    rows.sort(key=lambda r: (-r.snr_lost_db, r.snr_db))
     return rows[:TOP_LAYERS]
 
 
@@ -261,7 +271,7 @@ def speedup(
     iterations: int,
     warmup: int,
     rounds: int = 3,
-) -> dict[str, Any]:
+) -> SpeedComparison:
     """p50 latency of both models on each backend, each configuration in its own worker process.
 
     The two models alternate for ``rounds`` rounds and each configuration's p50 is the median of
@@ -283,28 +293,26 @@ def speedup(
     rows = []
     # the same backend specs expand to the same configurations, in the same order, every time
     for position, base in enumerate(runs[0][0]):
-        row: dict[str, Any] = {"configuration": base.label, "f32_p50_ms": None, "p50_ms": None,
-                               "speedup": None}  # fmt: skip
         measured = [[r[position] for r in model_runs] for model_runs in runs]
         errors = sorted({str(r.error) for model_rows in measured for r in model_rows if not r.ok})
         if errors:
-            row["status"] = "error"
-            row["error"] = "; ".join(errors)
-        else:
-            f32, reduced = ([r.latency_ms("p50_ms") for r in model_rows] for model_rows in measured)
-            row["f32_p50_ms"] = float(np.median(f32))
-            row["p50_ms"] = float(np.median(reduced))
-            row["rounds"] = {"f32_p50_ms": f32, "p50_ms": reduced}
-            row["session_precision"] = measured[1][0].precision  # what the runtime reports running
-            row["speedup"] = row["f32_p50_ms"] / row["p50_ms"]
-            row["status"] = "slower than f32" if row["speedup"] < 1 else "ok"
-        rows.append(row)
-    faster = [r for r in rows if r["status"] == "ok"]
-    best = min(faster, key=lambda r: r["p50_ms"]) if faster else None
-    return {
-        "iterations": iterations,
-        "rounds": rounds,
-        "rows": rows,
-        "recommended": best["configuration"] if best else None,
-        "best_speedup": max((r["speedup"] for r in faster), default=None),
-    }
+            rows.append(SpeedRow(base.label, "error", error="; ".join(errors)))
+            continue
+        f32, reduced = ([r.latency_ms("p50_ms") for r in model_rows] for model_rows in measured)
+        f32_p50, p50 = float(np.median(f32)), float(np.median(reduced))
+        rows.append(
+            SpeedRow(
+                base.label, "slower than f32" if f32_p50 / p50 < 1 else "ok", f32_p50_ms=f32_p50, p50_ms=p50,
+                speedup=f32_p50 / p50, rounds=SpeedRounds(f32, reduced),
+                session_precision=measured[1][0].precision,  # what the runtime reports running
+            )
+        )  # fmt: skip
+    faster = [r for r in rows if r.status == "ok"]
+    best = min(faster, key=lambda r: math.inf if r.p50_ms is None else r.p50_ms) if faster else None
+    return SpeedComparison(
+        iterations=iterations,
+        rounds=rounds,
+        rows=rows,
+        recommended=best.configuration if best else None,
+        best_speedup=max((r.speedup for r in faster if r.speedup is not None), default=None),
+    )

@@ -12,8 +12,9 @@ import pytest
 
 import deploykit
 from deploykit.model import read_interface
-from deploykit.quantize import quantize, read_metadata
+from deploykit.quantize import DetectionDelta, QuantizeReport, quantize, read_metadata
 from deploykit.quantize.graph import head_nodes
+from deploykit.verify.tasks import ClassificationAgreement
 from tests.assets.paths import darknet_image, nudenet_model, require_module
 
 
@@ -47,8 +48,9 @@ def test_mobilenet_v2_int8_on_real_photos(mobilenet_v2, photos, tmp_path):
         # an independent fact: ImageNet class 22 is the bald eagle, in f32 and in int8
         assert f32(darknet_image("eagle.jpg"))[0].label == int8(darknet_image("eagle.jpg"))[0].label == "bald eagle"
     assert np.mean(np.equal(first, second)) >= 0.75
-    assert report.accuracy["task"]["samples"] == 2 and 0 <= report.accuracy["drop"] <= 1
-    assert report.accuracy["outputs"][0]["cosine"] > 0.95
+    assert report.accuracy.task is not None and report.accuracy.task.samples == 2
+    assert report.accuracy.drop is not None and 0 <= report.accuracy.drop <= 1
+    assert report.accuracy.outputs[0].cosine > 0.95
     stamped = read_metadata(out)
     assert stamped["engine"] == "ort" and stamped["precision"] == "int8"
     assert stamped["calibration"]["calibration_size"] == 6 and len(stamped["calibration"]["sha256"]) == 64
@@ -62,10 +64,11 @@ def test_top1_accuracy_from_class_folders(mobilenet_v2, photos, tmp_path):
     shutil.copy(darknet_image("eagle.jpg"), evaluation / "bald eagle" / "eagle.jpg")
     report = quantize(mobilenet_v2, tmp_path / "q.onnx", calibrate=photos, calibration_size=4,
                       evaluate_on=evaluation, measure_speed=False)  # fmt: skip
-    task = report.accuracy["task"]
-    assert task["samples"] == 1 and task["reference_top1_accuracy"] == 1.0
-    assert task["top1_accuracy"] in (0.0, 1.0)
-    assert report.accuracy["drop"] == task["reference_top1_accuracy"] - task["top1_accuracy"]
+    task = report.accuracy.task
+    assert isinstance(task, ClassificationAgreement)
+    assert task.samples == 1 and task.reference_top1_accuracy == 1.0
+    assert task.top1_accuracy in (0.0, 1.0)
+    assert report.accuracy.drop == task.reference_top1_accuracy - task.top1_accuracy
     assert report.calibration["held_out_size"] == 1 and report.calibration["labelled"]
 
 
@@ -84,12 +87,14 @@ def test_yolov8_head_stays_float_and_detections_agree(photos, tmp_path):
     final = next(n for n in quantized.graph.node if n.name == "/model.22/Concat_25")
     assert all(producer[i].op_type != "DequantizeLinear" for i in final.input), "the head reads float tensors"
     assert op_count(out, "QuantizeLinear") > 20
-    task = report.accuracy["task"]
-    assert task["images"] == 6 and 0 <= task["map50"] <= 1 and task["map_min_score"] == 0.001
+    task = report.accuracy.task
+    assert isinstance(task, DetectionDelta)
+    assert task.images == 6 and 0 <= task.map50 <= 1 and task.map_min_score == 0.001
     # the head reads the int8 convolutions' outputs unrounded: no Q→DQ between them
     per_scale = next(n for n in quantized.graph.node if n.name == "/model.22/Concat")
     assert all(producer[i].op_type == "Conv" for i in per_scale.input)
-    assert report.accuracy["drop"] == pytest.approx(1 - task["map50"], abs=1e-9)
+    assert report.accuracy.drop == pytest.approx(1 - task.map50, abs=1e-9)
+    assert QuantizeReport.from_dict(json.loads(json.dumps(report.to_dict()))) == report
     with_head = quantize(model, tmp_path / "all.onnx", calibrate=photos, calibration_size=6, quantize_head=True,
                          measure_speed=False)  # fmt: skip
     assert with_head.excluded["head"] == []
@@ -127,7 +132,7 @@ def test_float16_keeps_io_types_and_lists_ops_kept_in_f32(classifier_path, class
     x = np.load(classifier_npz)["images"][:1]
     expected = onnx.reference.ReferenceEvaluator(str(classifier_path)).run(None, {"images": x})[0]
     np.testing.assert_allclose(ort_run(out, {"images": x})[0], expected, rtol=2e-2, atol=2e-2)
-    assert report.accuracy["outputs"][0]["snr_db"] > 40
+    assert report.accuracy.outputs[0].snr_db > 40
 
 
 def test_float16_without_data_and_with_an_excluded_node(classifier_path, tmp_path):
@@ -155,8 +160,8 @@ def test_exclude_keeps_a_node_float_and_debug_layers_names_real_nodes(classifier
     assert producer[conv.input[1]].op_type == "DequantizeLinear"
     names = {n.name for n in onnx.load(str(classifier_path)).graph.node}
     assert report.layers and len(report.layers) <= 10
-    assert all(row["node"] in names for row in report.layers)
-    lost = [row["snr_lost_db"] for row in report.layers]
+    assert all(row.node in names for row in report.layers)
+    lost = [row.snr_lost_db for row in report.layers]
     assert lost == sorted(lost, reverse=True)
 
 
@@ -170,15 +175,18 @@ def test_calibration_methods(classifier_path, classifier_npz, tmp_path, method):
 def test_speedup_is_measured_in_isolated_workers(classifier_path, classifier_npz, tmp_path):
     report = quantize(classifier_path, tmp_path / "q.onnx", calibrate=classifier_npz, iterations=3, rounds=2,
                       backends=["onnxruntime:cpu"])  # fmt: skip
-    (row,) = report.speed["rows"]
+    assert report.speed is not None
+    (row,) = report.speed.rows
     # two rounds each, alternating; the p50 is their median
-    assert len(row["rounds"]["f32_p50_ms"]) == len(row["rounds"]["p50_ms"]) == 2
-    assert row["p50_ms"] == pytest.approx(float(np.median(row["rounds"]["p50_ms"])))
-    assert row["configuration"].startswith("onnxruntime:cpu") and row["f32_p50_ms"] > 0 and row["p50_ms"] > 0
-    assert row["speedup"] == pytest.approx(row["f32_p50_ms"] / row["p50_ms"])
+    assert row.rounds is not None and len(row.rounds.f32_p50_ms) == len(row.rounds.p50_ms) == 2
+    assert row.p50_ms == pytest.approx(float(np.median(row.rounds.p50_ms)))
+    assert row.f32_p50_ms == pytest.approx(float(np.median(row.rounds.f32_p50_ms)))
+    assert row.configuration.startswith("onnxruntime:cpu") and row.f32_p50_ms > 0 and row.p50_ms > 0
+    assert row.speedup == pytest.approx(row.f32_p50_ms / row.p50_ms)
+    assert row.session_precision == "int8" and row.error is None
     # slower than f32 is flagged and never recommended
-    assert (row["status"] == "slower than f32") == (row["speedup"] < 1)
-    assert (report.speed["recommended"] is None) == (row["speedup"] < 1)
+    assert (row.status == "slower than f32") == (row.speedup < 1)
+    assert (report.speed.recommended is None) == (row.speedup < 1)
 
 
 def test_nncf_engine_and_openvino_ir(classifier_path, classifier_npz, tmp_path):
@@ -200,4 +208,5 @@ def test_nncf_accuracy_control_on_a_real_classifier(mobilenet_v2, photos, tmp_pa
     require_module("nncf", "pip install 'deploykit[quantize]'")
     report = quantize(mobilenet_v2, tmp_path / "q.onnx", calibrate=photos, calibration_size=4, engine="nncf",
                       max_drop="50%", measure_speed=False)  # fmt: skip
-    assert report.accuracy["max_drop"] == 0.5 and report.accuracy["drop"] <= 0.5
+    assert report.accuracy.max_drop == 0.5
+    assert report.accuracy.drop is not None and report.accuracy.drop <= 0.5
