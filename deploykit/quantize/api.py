@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from deploykit.errors import InputError, QuantizationError, UsageError
-from deploykit.io import atomic_path, check_outputs
+from deploykit.io import atomic_path, check_onnx_output, check_outputs
 from deploykit.model import check_model_path, load_onnx
 from deploykit.quantize import engines, evaluate, graph
 from deploykit.quantize.calibration import (
@@ -214,6 +214,7 @@ def quantize(
         {"--output": output_path, "--ir": ir, "--ir weights": Path(ir).with_suffix(".bin") if ir else None},
         inputs={"model": model_path, "--calibrate": calibrate, "--eval": evaluate_on},
     )
+    check_onnx_output(output_path, "--output")
     budget = parse_drop(max_drop)
     engine_name = _check_options(engine, method, fp16, calibrate, budget)
     if iterations < 1 or rounds < 1:

@@ -203,3 +203,11 @@ def test_cli(classifier_path, classifier_npz, tmp_path):
     assert failed.exit_code == 1
     assert "error: --calibrate | INT8 needs calibration data" in failed.output
     assert not (tmp_path / "x.onnx").exists()
+
+
+def test_an_output_not_named_onnx_is_refused_before_any_work(classifier_path, classifier_npz, tmp_path):
+    from deploykit.errors import OutputError
+
+    with pytest.raises(OutputError, match=r"--output '.*q\.npz' \| is not an \.onnx file name, expected NAME\.onnx"):
+        quantize(classifier_path, tmp_path / "q.npz", calibrate=classifier_npz, measure_speed=False)
+    assert not (tmp_path / "q.npz").exists()
