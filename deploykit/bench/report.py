@@ -18,7 +18,7 @@ from deploykit.bench import views
 from deploykit.bench.report_schema import validate_report
 from deploykit.bench.rows import BenchSettings, ModelInfo, Recommendation, Row, accuracy_delta
 from deploykit.errors import OutputError, ReportError
-from deploykit.io import written
+from deploykit.io import check_outputs, written
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -27,6 +27,7 @@ __all__ = ["BenchSettings", "BenchmarkReport", "ModelInfo", "Recommendation", "R
 
 SCHEMA = "deploykit.bench"
 SCHEMA_VERSION = 1
+REPORT_FILES = ("report.json", "report.csv", "report.md", "report.html")
 
 HEADLINE = {"singlestream": "p90_ms", "multistream": "p90_ms", "offline": "throughput_sps"}
 
@@ -61,7 +62,8 @@ _VERDICT_RANK = {"pass": 0, "unverified": 1, None: 1, "degenerate": 2, "fail": 3
 
 def check_report_dir(directory: str | os.PathLike[str], *, inputs: Sequence[str | os.PathLike[str]] = ()) -> None:
     """Refuse a report folder that cannot be written, before the benchmark runs: a file, a path
-    under a file, a folder where no file can be created, or one whose report files are inputs.
+    under a file, a folder where no file can be created, or report files that cannot be replaced
+    or are inputs (``check_outputs``, file by file, once the folder exists).
 
     Raises:
         OutputError: the folder cannot take the report; the message says why.
@@ -73,7 +75,11 @@ def check_report_dir(directory: str | os.PathLike[str], *, inputs: Sequence[str 
     if folder.exists() and not folder.is_dir():
         raise OutputError(f"--report '{folder}' | is a file, expected a folder to write the report files into.",
                           hint=hint)  # fmt: skip
-    existing = folder.absolute()
+    if folder.is_dir():
+        files = {f"--report {name}": folder / name for name in REPORT_FILES}
+        check_outputs(files, inputs=[Path(p) for p in inputs])
+        return
+    existing = folder.absolute()  # the folder is made by write_all: its nearest existing parent must take it
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
@@ -87,10 +93,6 @@ def check_report_dir(directory: str | os.PathLike[str], *, inputs: Sequence[str 
                           hint=hint) from exc  # fmt: skip
     os.close(handle)
     os.unlink(probe)
-    for name in ("report.json", "report.csv", "report.md", "report.html"):
-        target = folder / name
-        if target.exists() and any(Path(p).exists() and target.samefile(p) for p in inputs):
-            raise OutputError(f"--report '{folder}' | would overwrite the input {target}.", hint="pick another folder.")
 
 
 def _invalid(file: Path, problem: str) -> ReportError:
@@ -307,7 +309,7 @@ class BenchmarkReport:
         except OSError as exc:
             raise OutputError(f"--report '{folder}' | cannot be created ({exc.strerror or exc}).",
                               hint="pass a folder you can write to, e.g. --report out/.") from exc  # fmt: skip
-        paths = [folder / f"report.{ext}" for ext in ("json", "csv", "md", "html")]
+        paths = [folder / name for name in REPORT_FILES]
         self.to_json(paths[0])
         self.to_csv(paths[1])
         self.to_markdown(paths[2])
