@@ -86,6 +86,10 @@ class OpenCvBackend(Backend):
             devices += ["cuda", "cuda_fp16"]
         return devices
 
+    def precisions(self, device: str | None = None) -> list[str]:
+        """The ``_fp16`` targets compute f16; the others the model's own precision (f32 for a float model)."""
+        return ["f16"] if (device or self.default_device).strip().lower().endswith("_fp16") else ["f32"]
+
     def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         cv2 = self.import_runtime()
         target = device.strip().lower()

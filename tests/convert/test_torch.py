@@ -204,7 +204,7 @@ def test_parity_failure_writes_nothing_and_keeps_the_old_file(tmp_path):
     with pytest.raises(ParityError) as caught:
         convert_torch(f"{MODELS}:noisy_model", output=out, inputs=["x:2x5"])
     message = str(caught.value)
-    assert "verification failed: onnxruntime: FAIL against pytorch (f32, element-wise) — output 'output' |" in message
+    assert "verification failed: onnxruntime: fail against pytorch (f32, element-wise) — output 'output' |" in message
     assert "worst element [" in message and "nothing was written" in message
     assert out.read_bytes() == b"a good model from yesterday"
     assert caught.value.report is not None and not caught.value.report.passed
