@@ -251,7 +251,7 @@ def judge_runs(
     if references is None:
         return [error_verdict(r.label, oracle, r.error or "no reference outputs ran") for r, _ in runs]
     verdicts: list[Verdict | None] = [None] * len(runs)
-    task_reference = None
+    task_reference: tuple[str, Sequence[Mapping[str, np.ndarray]]] | None = None
     if task is not None and oracle.independent and len(references) == len(cases):
         # the oracle's own f32 outputs on every image: every row, f32 included, gets its task metric
         task_reference = (oracle.name, list(references))

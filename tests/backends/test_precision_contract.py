@@ -82,3 +82,16 @@ def test_an_allowed_fallback_says_what_ran(catalog_paths):
                 assert info.precision == precision and not info.fallback
             elif info.precision != precision:
                 assert info.fallback and f"precision {precision} → {info.precision}" in info.fallback_reason
+
+
+def test_the_other_cpu_pass_really_is_another_cpu():
+    """`make test`'s pytest-other-cpu pass limits oneDNN to avx512_bf16 without avx512_fp16: OpenVINO
+    must then claim no f16, so that pass exercises the refusals this CPU may never reach."""
+    import os
+
+    if os.environ.get("ONEDNN_MAX_CPU_ISA") != "AVX512_CORE_BF16":
+        pytest.skip("only in make test's pytest-other-cpu pass (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16)")
+    backend = get_backend("openvino")
+    if not backend.is_available():
+        pytest.skip("openvino is not installed")
+    assert "f16" not in backend.precisions("CPU"), backend.precisions("CPU")
