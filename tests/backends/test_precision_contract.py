@@ -95,3 +95,16 @@ def test_the_other_cpu_pass_really_is_another_cpu():
     if not backend.is_available():
         pytest.skip("openvino is not installed")
     assert "f16" not in backend.precisions("CPU"), backend.precisions("CPU")
+
+
+def test_the_emulated_cpu_pass_really_has_no_bf16():
+    """`make test`'s pytest-cpu-without-bf16 pass runs under qemu-x86_64 -cpu Haswell-v4: OpenVINO must
+    then claim f32 alone, so that pass is the case of a user's CPU without bf16 or f16."""
+    import os
+
+    if not os.environ.get("DEPLOYKIT_EMULATED_CPU"):
+        pytest.skip("only in make test's pytest-cpu-without-bf16 pass (qemu-x86_64 -cpu Haswell-v4)")
+    backend = get_backend("openvino")
+    if not backend.is_available():
+        pytest.skip("openvino is not installed")
+    assert backend.precisions("CPU") == ["f32"], backend.precisions("CPU")
