@@ -235,3 +235,26 @@ def test_a_row_without_a_task_metric_says_why(mobilenet, photos):
     assert reference_row.task_note is not None and "this row is the task reference" in reference_row.task_note
     assert other.task is not None and other.task.details["reference"] == reference_row.candidate
     assert all(v.status == "unverified" and v.label == "unverified" for v in report.verdicts)
+
+
+@pytest.mark.slow
+def test_compare_with_only_a_reduced_precision_shows_the_task_metric_on_every_row(mobilenet, photos):
+    """The issue's command: `compare mnv2.onnx -b ort -b openvino --precision P --inputs photos/`."""
+    from typer.testing import CliRunner
+
+    from deploykit.cli.main import app
+
+    reduced = [p for p in deploykit.get_backend("openvino").precisions("CPU") if p != "f32"]
+    precision = reduced[0] if reduced else "f32"  # a CPU without bf16/f16: the f32 rows must show it as well
+    result = CliRunner().invoke(app, ["compare", str(mobilenet), "-b", "ort", "-b", "openvino", "--precision",
+                                      precision, "--inputs", str(photos), "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    import json
+
+    data = json.loads(result.stdout)
+    assert data["verdicts"], data
+    for verdict in data["verdicts"]:
+        assert verdict["task"] is not None and verdict["task"]["metric"] == "top-1 agreement", verdict
+        assert verdict["status"] == "pass"
+    if precision != "f32":
+        assert any(f"onnxruntime:cpu {precision}: not supported here" in n for n in data["notes"]), data["notes"]
