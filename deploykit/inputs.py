@@ -364,10 +364,14 @@ def load_arrays(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     Raises:
         UsageError: the file is missing or not an npz archive.
     """
+    from deploykit.io import regular_file_problem, shown
+
     file = Path(path)
-    if not file.is_file():
+    problem = regular_file_problem(path)
+    if problem is not None:
         raise UsageError(
-            f"inputs file '{file}' | does not exist.",
+            f"inputs file '{shown(path)}' | {'does not exist' if problem == 'no such file' else problem}; "
+            "expected a regular .npz file.",
             hint="pass an .npz file whose array names are the model's input names.",
         )
     try:

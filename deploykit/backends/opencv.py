@@ -134,7 +134,9 @@ class OpenCvBackend(Backend):
             backend_version=self.version(),
             device_requested=device,
             device=target,
-            precision="f16" if target.endswith("_fp16") else precision,
+            # OpenCV's importer widens f16/bf16 weights to f32 and its CPU/OpenCL/CUDA paths compute f32;
+            # only the _fp16 targets compute f16
+            precision="f16" if target.endswith("_fp16") else ("f32" if precision in ("f16", "bf16") else precision),
             providers=[f"DNN_BACKEND_{'CUDA' if 'cuda' in target else 'OPENCV'}", target],
             fallback=fallback_reason is not None,
             fallback_reason=fallback_reason,
