@@ -173,8 +173,11 @@ def degeneracy(reference: np.ndarray, candidate: np.ndarray | None = None) -> st
         return None
     finite = np.isfinite(reference)
     if not finite.all():
+        nan = int(np.isnan(reference).sum())
+        if nan:  # a NaN says the reference computed nothing there, even where the candidate agrees
+            return f"it holds NaN ({nan} of {reference.size} elements)"
         if candidate is None or not np.array_equal(np.isfinite(candidate), finite):
-            return "it holds NaN or infinity where the candidate has numbers"
+            return "it holds infinity where the candidate has numbers"
         return None
     if reference.size > 1 and float(reference.max()) == float(reference.min()):
         value = float(reference.flat[0])
