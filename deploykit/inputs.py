@@ -392,6 +392,15 @@ def save_arrays(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarray]) 
     np.savez(path, **named)
 
 
+def _once(given: dict[str, str], name: str, value: str) -> None:
+    if name in given:
+        raise UsageError(
+            f"--input '{name}' | is given twice ({given[name]} and {value}); expected each input once.",
+            hint=f"keep one --input for '{name}'.",
+        )
+    given[name] = value
+
+
 def parse_input_options(
     values: Sequence[str],
     specs: Mapping[str, TensorSpec],
@@ -405,11 +414,16 @@ def parse_input_options(
     get seeded random data, shaped as ``plan_inputs`` decides."""
     feeds: dict[str, np.ndarray] = {}
     merged = dict(settings or {})
+    given: dict[str, str] = {}  # input name → the --input value that set it: each input is set once
     for value in values:
         name, sep, source = value.partition("=")
         if not sep:
-            feeds.update(load_arrays(value))
+            arrays = load_arrays(value)
+            for key in arrays:
+                _once(given, key, f"{value} (its array '{key}')")
+            feeds.update(arrays)
             continue
+        _once(given, name, value)
         if name not in specs:
             raise UsageError(
                 f"--input '{value}' | '{name}' is not an input of the model; inputs are {', '.join(specs)}.",
