@@ -82,6 +82,17 @@ def regular_file_problem(path: PathLike) -> str | None:
     return next((what for test, what in kinds if test(mode)), "is not a regular file")
 
 
+def file_sha256(path: PathLike) -> str:
+    """The SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 _live_paths: set[Path] = set()
 _live_lock = threading.Lock()
 _installed: set[int] = set()

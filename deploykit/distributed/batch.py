@@ -27,6 +27,7 @@ from deploykit.distributed.cluster import connect, require_ray
 from deploykit.distributed.rows import ARRAY_SUFFIXES, TASKS, Predictor
 from deploykit.distributed.store import ResultStore, is_uri, list_sources, read_bytes
 from deploykit.errors import BackendError, ModelNotFoundError, UsageError
+from deploykit.io import file_sha256
 from deploykit.vision.pipelines import _read_labels
 
 Progress = Callable[[int, int], None]
@@ -255,11 +256,13 @@ def predict(
         pipeline_options["labels"] = _read_labels(labels, {})
     paths = list_sources(source, ARRAY_SUFFIXES if task == "tensor" else None)
     store = ResultStore(out)
+    settings: dict[str, Any] = {"task": task, "backend": backend, "device": device, "top_k": top_k,
+                "pipeline_options": pipeline_options, "backend_options": backend_options or {}}  # fmt: skip
+    # a resume keeps only rows the same model and settings made (never another model's rows)
+    store.claim({"model_sha256": file_sha256(model_path), **{k: v for k, v in settings.items()}})
     done = store.done_paths()
     pending = [p for p in paths if p not in done]
     summary = PredictSummary(engine=engine, total=len(paths), skipped=len(paths) - len(pending), out=str(out))
-    settings: dict[str, Any] = {"task": task, "backend": backend, "device": device, "top_k": top_k,
-                "pipeline_options": pipeline_options, "backend_options": backend_options or {}}  # fmt: skip
     if progress:
         progress(0, len(pending))
     if not pending:
