@@ -244,3 +244,12 @@ def test_rows_without_a_record_of_their_run_are_not_resumed(detector, photo_fold
         UsageError, match=r"holds result rows but no run.json saying which model and settings made them"
     ):
         predict(detector, photo_folder, out, engine="local", pipeline_options=OPTIONS)
+
+
+def test_two_runs_at_once_on_one_folder_are_refused(detector, photo_folder, tmp_path):
+    """The second run would write every row again (12 rows for 6 images): it is refused, by name."""
+    out = tmp_path / "rows"
+    with ResultStore(out).exclusive():  # what a first run holds while it writes
+        with pytest.raises(UsageError, match=r"another run is writing into this folder now"):
+            predict(detector, photo_folder, out, engine="local", pipeline_options=OPTIONS)
+    assert not out.exists()
