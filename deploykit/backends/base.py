@@ -314,6 +314,11 @@ class Backend(abc.ABC):
         """
         return ["f32"]
 
+    def model_precision(self, own: str, device: str | None = None) -> str:
+        """The precision a backend without a precision setting computes a model stored in ``own``
+        (``f32``, ``f16``, ``int8`` ...) in on ``device``: by default the model's own."""
+        return own
+
     def precision_options(self, precision: str) -> dict[str, Any]:
         """Options that make a session compute in ``precision`` (empty: the model's own)."""
         return {"precision": precision} if "precision" in self.options else {}

@@ -90,6 +90,13 @@ class OpenCvBackend(Backend):
         """The ``_fp16`` targets compute f16; the others the model's own precision (f32 for a float model)."""
         return ["f16"] if (device or self.default_device).strip().lower().endswith("_fp16") else ["f32"]
 
+    def model_precision(self, own: str, device: str | None = None) -> str:
+        """OpenCV's importer widens f16/bf16 weights to f32, and its cpu/opencl/cuda targets compute
+        f32; only the ``_fp16`` targets compute f16."""
+        if (device or self.default_device).strip().lower().endswith("_fp16"):
+            return "f16"
+        return "f32" if own in ("f16", "bf16") else own
+
     def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         cv2 = self.import_runtime()
         target = device.strip().lower()
@@ -134,9 +141,7 @@ class OpenCvBackend(Backend):
             backend_version=self.version(),
             device_requested=device,
             device=target,
-            # OpenCV's importer widens f16/bf16 weights to f32 and its CPU/OpenCL/CUDA paths compute f32;
-            # only the _fp16 targets compute f16
-            precision="f16" if target.endswith("_fp16") else ("f32" if precision in ("f16", "bf16") else precision),
+            precision=self.model_precision(precision, target),
             providers=[f"DNN_BACKEND_{'CUDA' if 'cuda' in target else 'OPENCV'}", target],
             fallback=fallback_reason is not None,
             fallback_reason=fallback_reason,

@@ -48,6 +48,10 @@ class ReferenceBackend(Backend):
     def precisions(self, device: str | None = None) -> list[str]:
         return ["f32", "f64"]
 
+    def requested_precision(self, options: Mapping[str, Any]) -> str | None:
+        """Only f64 is a request: ``precision=f32`` means the model's own types (f16 for an f16 model)."""
+        return "f64" if str(options.get("precision", "")).lower() == "f64" else None
+
     def precision_options(self, precision: str) -> dict[str, Any]:
         """f64 widens floating inputs; anything else runs the model's own types (f32 for an f32 model)."""
         return {"precision": "f64"} if precision == "f64" else {}

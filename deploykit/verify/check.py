@@ -94,10 +94,17 @@ def expand_candidates(
     """Every backend spec × precision the backend can run natively here, and one note per
     combination it cannot (``not supported here``), never a silent skip.
 
-    A backend without a precision setting runs the model's own precision only.
+    A backend with a precision setting runs what its device claims (``Backend.precisions``); one
+    without runs the model in the precision ``Backend.model_precision`` says (asking it for f32
+    means "no reduced setting"). An INT8 model is judged as INT8 whatever its float parts run in.
+    A ``precision`` among the backend options is the sweep itself (given twice, differently, it is
+    an error: it would otherwise be overridden silently).
     """
     from deploykit.backends.registry import canonical_name, get_backend
 
+    options = dict(options or {})
+    precisions = _sweep_with_option(list(precisions), options.pop("precision", None))
+    own = normalize_precision(model_precision)
     candidates: list[Candidate] = []
     notes: list[str] = []
     for spec in specs or default_backend_specs():
@@ -105,27 +112,47 @@ def expand_candidates(
         name = canonical_name(name)
         backend = get_backend(name)
         device = device or backend.default_device
-        own = normalize_precision(model_precision)
-        asked = any(p is not None for p in precisions)
-        native = backend.precisions(device) if asked and backend.is_available() else []
+        available = backend.is_available()
+        settable = "precision" in backend.options
+        native = backend.precisions(device) if available and settable else []
+        ran = backend.model_precision(own, device) if available and not settable else own
+        seen: set[tuple[str | None, str]] = set()
         for precision in precisions:
-            settings = dict(options or {})
+            settings = dict(options)
+            judged = precision
             if precision is not None:
-                offered = native
-                if "precision" not in backend.options:  # the model's own (an INT8 model's float parts: f32)
-                    offered = [own, "f32"] if own == "int8" else [own]
-                elif own not in offered:  # an INT8 model runs as it is, whatever the backend's precision setting
-                    offered = [*offered, own]
-                if precision not in offered and backend.is_available():
-                    notes.append(
-                        f"{name}:{device} {precision}: not supported here ({name} on {device} runs "
-                        f"{', '.join(offered)})"
-                    )
+                if precision == "int8" and own != "int8":
+                    notes.append(f"{name}:{device} int8: the model is not quantized (run 'deploykit quantize' "
+                                 "first, then compare the INT8 model)")  # fmt: skip
                     continue
-                if precision in native:
+                offered = [*native, *(["int8"] if own == "int8" else [])] if settable else sorted({ran, "f32"})
+                if precision not in offered and available:
+                    runs = ", ".join(offered if settable else [ran])
+                    notes.append(f"{name}:{device} {precision}: not supported here ({name} on {device} runs {runs})")
+                    continue
+                if settable and precision in native:
                     settings.update(backend.precision_options(precision))
-            candidates.append(Candidate(name, device, precision, settings))
+                # an INT8 model at f32 (its float parts) is judged as INT8; at bf16/f16 by that precision
+                judged = "int8" if own == "int8" and precision in ("f32", "int8") else (precision if settable else ran)
+            key = (judged, repr(sorted(settings.items())))
+            if key in seen:  # f32 and int8 of an INT8 model on one setting are one run
+                continue
+            seen.add(key)
+            candidates.append(Candidate(name, device, judged, settings))
     return candidates, notes
+
+
+def _sweep_with_option(precisions: list[str | None], option: OptionValue | None) -> list[str | None]:
+    """The precision sweep, with a ``precision`` backend option folded in (the default sweep yields to it)."""
+    if option is None:
+        return precisions
+    asked = normalize_precision(str(option))
+    if precisions in ([None], ["f32"], [asked]):
+        return [asked]
+    raise UsageError(
+        f"precision | given twice: --option precision={option} and --precision {','.join(str(p) for p in precisions)}.",
+        hint="give the precision once, with --precision (it sweeps, e.g. --precision f32,bf16).",
+    )
 
 
 @dataclass

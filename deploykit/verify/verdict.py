@@ -219,10 +219,7 @@ def _summary(outputs: Sequence[OutputMetrics], reduced: bool, task: TaskResult |
         text += f", min SNR {min(snrs):.1f} dB" if snrs else ""
         text += f", max abs error {max(o.max_abs_error for o in outputs):.3g} (shown, not judged)"
         return text + (
-            f"; {task.describe()}"
-            if task
-            else "; no task metric (it needs a classifier or detector, real images "
-            "and a verified f32 run to compare with)"
+            f"; {task.describe()}" if task else "; no task metric (it needs a classifier or detector and real images)"
         )
     return f"max abs error {max(o.max_abs_error for o in outputs):.3g}"
 
