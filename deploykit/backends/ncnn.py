@@ -1,0 +1,578 @@
+"""ncnn backend: Tencent's edge runtime (ARM NEON/fp16/bf16 kernels, Vulkan), devices ``cpu`` and ``vulkan[:N]``.
+
+An ``.onnx`` model is converted once with pnnx into deploykit's cache (``ncnn_convert``); a native
+``.param`` + ``.bin`` pair is opened as it is, with the interface from the ``.json`` that
+``deploykit export ncnn`` writes beside it when there is one. Inputs and outputs keep the ONNX
+names: pnnx's ``in0``/``out0`` are mapped by order and every shape is checked against the ONNX graph.
+
+pnnx needs fixed input shapes: they come from the model, the ``shape`` option or deploykit's metadata,
+else opening is an error naming the input. An ncnn ``Mat`` holds one sample, so a dynamic batch axis
+is converted at batch 1 and a batch of N runs as N samples, one after the other.
+
+Precisions are what ncnn does on this machine, found by running a one-layer net, not by CPU flags:
+``f32`` (fp16/bf16 storage and arithmetic off, weights kept f32), ``f16`` where ncnn stores
+activations in fp16 here (ARM CPUs with fp16 or VFPv4), ``bf16`` where its bf16 storage is built in.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.ncnn_convert import (
+    NO_BATCH,
+    Conversion,
+    Port,
+    convert,
+    file_sha256,
+    ignored_params,
+    pnnx_type,
+)
+from deploykit.backends.options import OptionSpec
+from deploykit.errors import InputError, ModelError, ModelNotFoundError, UnsupportedModelError, UsageError
+from deploykit.inputs import parse_input_settings, plan_inputs
+from deploykit.model import read_interface
+from deploykit.tensors import Dim, TensorSpec
+
+_PRECISIONS = ("f32", "f16", "bf16")
+IO_FORMAT = "deploykit-ncnn-io"
+"""The ``format`` field of the ``.json`` beside an exported ``.param``/``.bin`` pair."""
+_PROBE_PARAM = "7767517\n2 2\nInput in0 0 1 in0\nAbsVal abs 1 1 in0 out0\n"
+
+
+def _quiet_gpu_count() -> int:
+    """``ncnn.get_gpu_count()`` without the lines ncnn prints when no Vulkan loader is installed."""
+    import os
+
+    import ncnn
+
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            return int(ncnn.get_gpu_count())
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+@cache
+def gpu_count() -> int:
+    return _quiet_gpu_count()
+
+
+def _set_precision(opt: Any, precision: str) -> None:
+    fp16, bf16 = precision == "f16", precision == "bf16"
+    opt.use_fp16_storage = opt.use_fp16_packed = opt.use_fp16_arithmetic = fp16
+    opt.use_bf16_storage = opt.use_bf16_packed = bf16
+
+
+@cache
+def applied_precisions() -> tuple[str, ...]:
+    """The precisions ncnn's CPU path really applies here: a value that f16 (or bf16) storage rounds
+    comes back rounded only when ncnn casts activations to that type on this CPU."""
+    import ncnn
+
+    found = ["f32"]
+    for precision in ("f16", "bf16"):
+        net = ncnn.Net()
+        _set_precision(net.opt, precision)
+        net.opt.num_threads = 1
+        if net.load_param_mem(_PROBE_PARAM) != 0 or net.load_model(ncnn.DataReaderFromEmpty()) != 0:
+            continue
+        # 1 + 2**-12 is below half an ulp of 1.0 in both f16 (2**-10) and bf16 (2**-7)
+        probe = np.full((4, 4, 16), 1 + 2.0**-12, np.float32)
+        extractor = net.create_extractor()
+        extractor.input("in0", ncnn.Mat(probe).clone())
+        status, result = extractor.extract("out0")
+        if status == 0 and np.all(np.array(result) == 1.0):
+            found.append(precision)
+    return tuple(found)
+
+
+class NcnnBackend(Backend):
+    """Tencent ncnn through its Python bindings, with pnnx converting ONNX models."""
+
+    name = "ncnn"
+    pip_extra = "ncnn"
+    module = "ncnn"
+    distributions = ("ncnn", "pnnx")
+    formats = (".onnx", ".param")
+    options: ClassVar[Mapping[str, OptionSpec | str]] = {
+        "precision": OptionSpec(
+            "f32 (no fp16/bf16 storage, f32 weights) | f16 | bf16, where this machine runs it",
+            "str",
+            "f32",
+            choices=_PRECISIONS,
+        ),
+        "threads": OptionSpec("ncnn threads (0 = ncnn's default: the big cores)", "int", 0, low=0, per_cpu=True),
+        "light_mode": OptionSpec("free intermediate blobs as soon as they are used", "bool", True),
+        "winograd": OptionSpec("Winograd convolution kernels", "bool", True),
+        "sgemm": OptionSpec("im2col + sgemm convolution kernels", "bool", True),
+        "shape": OptionSpec(
+            "fixed shapes for dynamic inputs, NAME:SHAPE;NAME:SHAPE (pnnx converts at fixed shapes)", "str"
+        ),
+    }
+    load_hint = "try another backend, or 'deploykit inspect' the model for ops ncnn lacks."
+
+    def version(self) -> str:
+        self.import_runtime()
+        return f"ncnn {metadata.version('ncnn')}"
+
+    def devices(self) -> list[str]:
+        self.import_runtime()
+        return ["cpu", *(f"vulkan:{index}" for index in range(gpu_count()))]
+
+    def unavailable_devices(self) -> dict[str, str]:
+        self.import_runtime()
+        return {} if gpu_count() else {"vulkan": "ncnn finds no Vulkan device (no GPU, driver or libvulkan)"}
+
+    def precisions(self, device: str | None = None) -> list[str]:
+        """f32 everywhere; on the CPU f16/bf16 where ncnn really stores activations so (see
+        ``applied_precisions``); on a Vulkan device f16 where the device stores fp16."""
+        import ncnn
+
+        self.import_runtime()
+        kind, index = _parse_device(device or self.default_device)
+        if kind == "cpu":
+            return list(applied_precisions())
+        if index >= gpu_count():
+            return ["f32"]
+        info = ncnn.get_gpu_info(index)
+        return ["f32", "f16"] if info.support_fp16_storage() else ["f32"]
+
+    def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+        import ncnn
+
+        kind, index = _parse_device(device)
+        fallback_reason = None
+        if kind == "vulkan" and index >= gpu_count():
+            fallback_reason = (
+                f"ncnn finds {gpu_count()} Vulkan device(s) here (no GPU, driver or libvulkan.so.1)"
+                if gpu_count() == 0
+                else f"ncnn finds only {gpu_count()} Vulkan device(s) (vulkan:0 to vulkan:{gpu_count() - 1})"
+            )
+            if not allow_fallback:
+                raise self._device_error(
+                    device,
+                    fallback_reason + ".",
+                    hint="install the GPU's Vulkan driver and loader, use device 'cpu', or pass "
+                    "allow_fallback=True (--allow-fallback) to run on the CPU and have it reported.",
+                )
+            kind = "cpu"
+        asked = str(options.get("precision", "f32"))
+        ran = asked if asked in self.precisions(f"{kind}:{index}" if kind == "vulkan" else "cpu") else "f32"
+        if model_path.suffix.lower() == ".param":
+            layout = _native_layout(model_path)
+        else:
+            layout = _onnx_layout(model_path, options, fp16_weights=ran == "f16")
+        net = ncnn.Net()
+        opt = net.opt
+        _set_precision(opt, ran)
+        if int(options.get("threads", 0)):
+            opt.num_threads = int(options["threads"])
+        opt.lightmode = bool(options.get("light_mode", True))
+        winograd = bool(options.get("winograd", True))
+        opt.use_winograd_convolution = winograd
+        opt.use_winograd23_convolution = opt.use_winograd43_convolution = opt.use_winograd63_convolution = winograd
+        opt.use_sgemm_convolution = bool(options.get("sgemm", True))
+        if kind == "vulkan":
+            opt.use_vulkan_compute = True
+            net.set_vulkan_device(index)
+        if model_path.suffix.lower() == ".param":
+            _check_layers(layout.param, layout.subject)
+        if net.load_param(str(layout.param)) != 0:
+            raise UnsupportedModelError(
+                f"backend 'ncnn' | cannot read {layout.subject}: ncnn refused its .param file {layout.param}.",
+                hint=self.load_hint,
+            )
+        if net.load_model(str(layout.bin)) != 0:
+            raise ModelError(
+                f"model '{layout.param.name}' | ncnn cannot read its weights {layout.bin.name}: the file is "
+                "shorter than the layers in the .param need, so it belongs to another model.",
+                hint="pass the .bin written together with this .param (deploykit export ncnn writes both).",
+            )
+        if kind == "vulkan" and not opt.use_vulkan_compute:
+            raise self._device_error(device, "ncnn turned Vulkan compute off while loading.", hint="use device 'cpu'.")
+        blobs = {"inputs": list(net.input_names()), "outputs": list(net.output_names())}
+        for side, ports in (("inputs", layout.inputs), ("outputs", layout.outputs)):
+            missing = [p.blob for p in ports if p.blob not in blobs[side]]
+            if missing:
+                raise UnsupportedModelError(
+                    f"backend 'ncnn' | {layout.subject}: the ncnn graph has no {side[:-1]} blob(s) "
+                    f"{', '.join(missing)}; it has {', '.join(blobs[side]) or 'none'}.",
+                    hint="convert the model again (deploykit export ncnn), or try another backend.",
+                )
+        precision_note = None if ran == asked else f"ncnn does not run {asked} on {device} here; it runs {ran}"
+        info = SessionInfo(
+            backend=self.name,
+            backend_version=self.version(),
+            device_requested=device,
+            device="cpu" if kind == "cpu" else f"vulkan:{index}",
+            precision=ran,
+            providers=[f"ncnn {'vulkan' if kind == 'vulkan' else 'cpu'}", f"{opt.num_threads} thread(s)"],
+            fallback=fallback_reason is not None or precision_note is not None,
+            fallback_reason="; ".join(r for r in (fallback_reason, precision_note) if r) or None,
+            options=dict(options),
+        )
+        return NcnnSession(model_path, layout, info, net)
+
+
+def _parse_device(device: str) -> tuple[str, int]:
+    kind, _, index = device.strip().lower().partition(":")
+    if kind not in ("cpu", "vulkan") or (index and not index.isdigit()) or (kind == "cpu" and index):
+        raise UsageError(
+            f"backend 'ncnn' | device '{device}' is not a device name; expected cpu, vulkan or vulkan:N.",
+            hint="'deploykit backends' lists the devices this machine offers.",
+        )
+    return kind, int(index or 0)
+
+
+class _Layout:
+    """What a session needs besides the net: files, ONNX-side specs, and each tensor's ncnn port."""
+
+    def __init__(
+        self,
+        subject: str,
+        param: Path,
+        bin_path: Path,
+        inputs: list[TensorSpec],
+        outputs: list[TensorSpec],
+        input_ports: list[Port],
+        output_ports: list[Port],
+        batch_axes: dict[str, int | None],
+        metadata: dict[str, str],
+    ) -> None:
+        self.subject, self.param, self.bin = subject, param, bin_path
+        self.specs_in, self.specs_out = inputs, outputs
+        self.inputs, self.outputs = input_ports, output_ports
+        self.batch_axes, self.metadata = batch_axes, metadata
+
+
+def _shape_settings(options: Mapping[str, Any]) -> list[str]:
+    text = str(options.get("shape") or "")
+    return [part.strip() for part in text.split(";") if part.strip()]
+
+
+def _onnx_layout(model_path: Path, options: Mapping[str, Any], *, fp16_weights: bool) -> _Layout:
+    interface = read_interface(model_path)
+    subject = f"'{model_path.name}'"
+    try:
+        plan = plan_inputs(
+            interface.inputs,
+            interface.metadata,
+            settings=parse_input_settings(_shape_settings(options)),
+            model_name=subject,
+        )
+    except UsageError as exc:
+        if "is dynamic" not in exc.message and "unknown rank" not in exc.message:
+            raise
+        raise UnsupportedModelError(
+            exc.message + " pnnx converts a model at fixed input shapes only.",
+            hint="give the shape as the backend option shape=NAME:SHAPE (-O shape=NAME:SHAPE on the command "
+            "line; NAME:SHAPE;NAME:SHAPE for several inputs), e.g. shape="
+            + ";".join(
+                f"{s.name}:{'x'.join(str(d) if isinstance(d, int) else 'N' for d in s.shape or ())}"
+                for s in interface.inputs
+                if not s.is_static
+            )
+            + " with N replaced by the size.",
+        ) from exc
+    # only a dynamic axis is split into samples; a fixed one is the model's own
+    batch_axes: dict[str, int | None] = {
+        s.name: axis
+        for s in interface.inputs
+        if (axis := plan.batch_axes.get(s.name)) is not None and s.shape and not isinstance(s.shape[axis], int)
+    }
+    for spec in interface.outputs:
+        if spec.dtype != np.float32:
+            raise UnsupportedModelError(
+                f"output '{spec.name}' | has element type {spec.dtype.name}; ncnn returns float32 tensors only, "
+                "so deploykit cannot give it back as the ONNX graph types it.",
+                hint="cast the output to float32 in the model, or use another backend.",
+            )
+    shapes = [plan.shapes[s.name] for s in interface.inputs]
+    types = [pnnx_type(s.name, s.dtype) for s in interface.inputs]
+    conversion = convert(model_path, shapes, types, fp16=fp16_weights)
+    _check_conversion(conversion, interface.inputs, interface.outputs, shapes, subject)
+    symbols = {s.shape[axis] for s in interface.inputs if (axis := batch_axes.get(s.name)) is not None and s.shape}
+    inputs = [
+        TensorSpec(spec.name, spec.dtype, _with_batch(plan.shapes[spec.name], spec.shape, batch_axes.get(spec.name)))
+        for spec in interface.inputs
+    ]
+    outputs = []
+    for spec, port in zip(interface.outputs, conversion.outputs, strict=True):
+        axis = _output_batch_axis(spec, symbols) if batch_axes else None
+        batch_axes[spec.name] = axis
+        outputs.append(TensorSpec(spec.name, spec.dtype, _with_batch(port.shape, spec.shape, axis)))
+    return _Layout(
+        subject,
+        conversion.param,
+        conversion.bin,
+        inputs,
+        outputs,
+        list(conversion.inputs),
+        list(conversion.outputs),
+        batch_axes,
+        interface.metadata,
+    )
+
+
+def _with_batch(shape: tuple[int, ...], declared: tuple[Dim, ...] | None, axis: int | None) -> tuple[Dim, ...]:
+    """The fixed ``shape`` with the batch axis given back its symbol (it is fed at any size)."""
+    if axis is None or declared is None:
+        return tuple(shape)
+    return tuple(declared[i] if i == axis else d for i, d in enumerate(shape))
+
+
+def _output_batch_axis(spec: TensorSpec, symbols: set[Dim]) -> int | None:
+    if not spec.shape:
+        return None
+    for axis, dim in enumerate(spec.shape):
+        if isinstance(dim, str) and dim in symbols:
+            return axis
+    return 0 if not isinstance(spec.shape[0], int) else None
+
+
+def _check_conversion(
+    conversion: Conversion,
+    inputs: list[TensorSpec],
+    outputs: list[TensorSpec],
+    shapes: list[tuple[int, ...]],
+    subject: str,
+) -> None:
+    """Every pnnx port against the ONNX interface: counts, input shapes as fed, output shapes as declared."""
+    _check_layers(conversion.param, subject)
+    ignored = ignored_params(conversion.log.read_text() if conversion.log.exists() else "")
+    if ignored:
+        raise UnsupportedModelError(
+            f"backend 'ncnn' | pnnx dropped attributes while converting {subject} ({'; '.join(ignored)}), so "
+            "the ncnn graph would compute something else.",
+            hint=f"try another backend; pnnx's log is {conversion.log}.",
+        )
+    if len(conversion.inputs) != len(inputs) or len(conversion.outputs) != len(outputs):
+        raise UnsupportedModelError(
+            f"backend 'ncnn' | pnnx turned {subject} into a graph with {len(conversion.inputs)} input(s) and "
+            f"{len(conversion.outputs)} output(s); the ONNX graph has {len(inputs)} and {len(outputs)}.",
+            hint=f"pnnx drops inputs that no output uses and merges equal outputs; pnnx's log is {conversion.log}.",
+        )
+    for spec, shape, port in zip(inputs, shapes, conversion.inputs, strict=True):
+        if port.shape != shape:
+            raise UnsupportedModelError(
+                f"input '{spec.name}' | pnnx's ncnn graph takes {port.shape} as {port.blob}, fed {shape}.",
+                hint="try another backend.",
+            )
+        _check_rank(spec.name, port, subject)
+    for spec, port in zip(outputs, conversion.outputs, strict=True):
+        declared = spec.shape
+        if declared is not None and (
+            len(declared) != len(port.shape)
+            or any(isinstance(d, int) and d != p for d, p in zip(declared, port.shape, strict=True))
+        ):
+            raise UnsupportedModelError(
+                f"output '{spec.name}' | pnnx's ncnn graph gives {port.shape} as {port.blob}, the ONNX graph "
+                f"declares {spec.shape_text()}.",
+                hint="try another backend.",
+            )
+        _check_rank(spec.name, port, subject)
+
+
+def _check_rank(name: str, port: Port, subject: str) -> None:
+    rank = len(port.shape) - (port.batch_index != NO_BATCH)
+    if rank > 4:
+        raise UnsupportedModelError(
+            f"tensor '{name}' | of {subject} has {rank} axes besides the batch; an ncnn Mat holds at most 4.",
+            hint="try another backend.",
+        )
+
+
+def _check_layers(param: Path, subject: str) -> None:
+    """Every layer type in a .param must be one ncnn has: pnnx leaves ops it cannot map under their
+    own name (``Gather``, ``pnnx.Expression`` ...), which ncnn would refuse without saying which."""
+    import ncnn
+
+    unknown = []
+    for line in param.read_text(errors="replace").splitlines()[2:]:
+        fields = line.split()
+        if len(fields) >= 2 and ncnn.layer_to_index(fields[0]) < 0:
+            unknown.append(f"{fields[0]} (node '{fields[1]}')")
+    if unknown:
+        raise UnsupportedModelError(
+            f"backend 'ncnn' | cannot run {subject}: ncnn has no layer for operator {', '.join(unknown)}.",
+            hint="try another backend, or rewrite those nodes with ops ncnn has.",
+        )
+
+
+def _native_layout(param: Path) -> _Layout:
+    """A ``.param`` + ``.bin`` pair; the ONNX names and shapes from the ``.json`` beside it when there is one."""
+    import ncnn
+
+    if not param.is_file():
+        raise ModelNotFoundError(
+            f"model '{param}' | does not exist or is not a file.", hint="check the path (and the .param suffix)."
+        )
+    bin_path = param.with_suffix(".bin")
+    if not bin_path.is_file():
+        raise ModelNotFoundError(
+            f"model '{param.name}' | has no weights file {bin_path.name} beside it; an ncnn model is a .param "
+            "and a .bin with the same name.",
+            hint="put the .bin written with this .param next to it (deploykit export ncnn writes both).",
+        )
+    io_path = param.with_suffix(".json")
+    subject = f"'{param.name}'"
+    if not io_path.is_file():
+        net = ncnn.Net()
+        if net.load_param(str(param)) != 0:
+            raise UnsupportedModelError(
+                f"backend 'ncnn' | cannot read {subject}: it is not an ncnn .param file.",
+                hint="pass a .param written by pnnx or deploykit export ncnn.",
+            )
+        ins = [Port(b, (), NO_BATCH) for b in net.input_names()]
+        outs = [Port(b, (), NO_BATCH) for b in net.output_names()]
+        return _Layout(
+            subject,
+            param,
+            bin_path,
+            [TensorSpec(p.blob, np.dtype(np.float32), None) for p in ins],
+            [TensorSpec(p.blob, np.dtype(np.float32), None) for p in outs],
+            ins,
+            outs,
+            {},
+            {},
+        )
+    try:
+        io = json.loads(io_path.read_text())
+        if io.get("format") != IO_FORMAT:
+            raise ValueError(f"format is {io.get('format')!r}")
+        tensors = {
+            side: [
+                (
+                    TensorSpec.from_dict(t),
+                    Port(t["blob"], tuple(t["ncnn_shape"]), int(t["batch_index"])),
+                    t.get("batch_axis"),
+                )
+                for t in io[side]
+            ]
+            for side in ("inputs", "outputs")
+        }
+        expected_bin = io["bin_sha256"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelError(
+            f"model '{param.name}' | its interface file {io_path.name} is not one deploykit export ncnn wrote ({exc}).",
+            hint=f"export the model again, or remove {io_path.name} to open the pair with ncnn's own blob names.",
+        ) from exc
+    if file_sha256(bin_path) != expected_bin:
+        raise ModelError(
+            f"model '{param.name}' | its weights file {bin_path.name} is not the one it was exported with "
+            f"(SHA-256 differs from {io_path.name}).",
+            hint="put the .bin written together with this .param next to it, or export the model again.",
+        )
+    return _Layout(
+        subject,
+        param,
+        bin_path,
+        [spec for spec, _, _ in tensors["inputs"]],
+        [spec for spec, _, _ in tensors["outputs"]],
+        [port for _, port, _ in tensors["inputs"]],
+        [port for _, port, _ in tensors["outputs"]],
+        {spec.name: axis for side in tensors.values() for spec, _, axis in side},
+        dict(io.get("metadata") or {}),
+    )
+
+
+class NcnnSession(Session):
+    """One ``ncnn.Net``; each run makes its own ``Extractor`` (ncnn runs extractors of one net in parallel)."""
+
+    def __init__(self, model_path: Path, layout: _Layout, info: SessionInfo, net: Any) -> None:
+        super().__init__(model_path, layout.specs_in, layout.specs_out, info, layout.metadata)
+        self._layout = layout
+        self._net = net
+        self._lock = threading.Lock()
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        layout = self._layout
+        batches = {
+            feeds[name].shape[axis] for name, axis in layout.batch_axes.items() if name in feeds and axis is not None
+        }
+        batch = batches.pop() if batches else 1
+        if batch != 1:
+            unbatched = [s.name for s in layout.specs_out if layout.batch_axes.get(s.name) is None]
+            if unbatched:
+                raise InputError(
+                    f"batch {batch} | an ncnn Mat holds one sample, so deploykit runs a batch sample by sample, "
+                    f"but output(s) {', '.join(unbatched)} of {layout.subject} have no batch axis to join them on.",
+                    hint="feed one sample at a time.",
+                )
+        samples = [self._run_one(feeds, index if batch != 1 else None) for index in range(batch)]
+        if batch == 1:
+            return samples[0]
+        return {
+            name: np.concatenate([sample[name] for sample in samples], axis=layout.batch_axes[name] or 0)
+            for name in self.outputs
+        }
+
+    def _run_one(self, feeds: dict[str, np.ndarray], index: int | None) -> dict[str, np.ndarray]:
+        import ncnn
+
+        layout = self._layout
+        with self._lock:
+            if self._net is None:
+                raise UsageError(f"session for '{self.model_path.name}' | is closed.", hint="open a new session.")
+            extractor = self._net.create_extractor()
+        for spec, port in zip(layout.specs_in, layout.inputs, strict=True):
+            array = feeds[spec.name]
+            axis = layout.batch_axes.get(spec.name)
+            if index is not None and axis is not None:
+                array = np.take(array, [index], axis=axis)
+            if port.batch_index != NO_BATCH:
+                array = np.squeeze(array, axis=port.batch_index)
+            if array.dtype.kind in "iub":
+                array = _as_int32(spec.name, array)
+            elif array.dtype != np.float32:
+                array = array.astype(np.float32)
+            extractor.input(port.blob, ncnn.Mat(np.ascontiguousarray(array)).clone())
+        produced = {}
+        for spec, port in zip(layout.specs_out, layout.outputs, strict=True):
+            status, mat = extractor.extract(port.blob)
+            if status != 0:
+                raise UnsupportedModelError(
+                    f"backend 'ncnn' | running {layout.subject} failed at output '{spec.name}' ({port.blob}) "
+                    f"with status {status}.",
+                    hint="try another backend.",
+                )
+            array = np.array(mat, dtype=np.float32, copy=True)
+            if port.shape:
+                if array.size != int(np.prod(port.shape)):
+                    raise UnsupportedModelError(
+                        f"output '{spec.name}' | ncnn gave {array.size} values as {port.blob}, the converted graph "
+                        f"declares {port.shape}.",
+                        hint="try another backend.",
+                    )
+                array = array.reshape(port.shape)
+            produced[spec.name] = array
+        return produced
+
+    def _close(self) -> None:
+        with self._lock:
+            net, self._net = self._net, None
+        if net is not None:
+            net.clear()
+
+
+def _as_int32(name: str, array: np.ndarray) -> np.ndarray:
+    """ncnn reads integer inputs (indices) as int32 bits, as pnnx's own test script feeds them."""
+    info = np.iinfo(np.int32)
+    if array.size and (array.min() < info.min or array.max() > info.max):
+        raise InputError(
+            f"input '{name}' | holds values outside int32, which is what ncnn reads integer inputs as.",
+            hint="feed values in the int32 range.",
+        )
+    return array.astype(np.int32)
