@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -168,12 +169,13 @@ class NcnnBackend(Backend):
                     "allow_fallback=True (--allow-fallback) to run on the CPU and have it reported.",
                 )
             kind = "cpu"
-        asked = str(options.get("precision", "f32"))
-        ran = asked if asked in self.precisions(f"{kind}:{index}" if kind == "vulkan" else "cpu") else "f32"
+        asked = options.get("precision")
+        offered = self.precisions(f"vulkan:{index}" if kind == "vulkan" else "cpu")
+        ran = asked if asked in offered else "f32"
         if model_path.suffix.lower() == ".param":
             layout = _native_layout(model_path)
         else:
-            layout = _onnx_layout(model_path, options, fp16_weights=ran == "f16")
+            layout = onnx_layout(model_path, options, fp16_weights=ran == "f16")
         net = ncnn.Net()
         opt = net.opt
         _set_precision(opt, ran)
@@ -211,14 +213,22 @@ class NcnnBackend(Backend):
                     f"{', '.join(missing)}; it has {', '.join(blobs[side]) or 'none'}.",
                     hint="convert the model again (deploykit export ncnn), or try another backend.",
                 )
-        precision_note = None if ran == asked else f"ncnn does not run {asked} on {device} here; it runs {ran}"
+        # a .bin with f16 weights computes in f32 on f16-rounded weights: an f16 model, as ORT reports one
+        ran = "f16" if layout.weights == "f16" and ran == "f32" else ran
+        precision_note = None if asked in (None, ran) else f"ncnn runs {ran} here, not {asked}"
+        if precision_note and layout.weights == "f16":
+            precision_note += f" ({layout.param.name}'s .bin holds f16 weights)"
         info = SessionInfo(
             backend=self.name,
             backend_version=self.version(),
             device_requested=device,
             device="cpu" if kind == "cpu" else f"vulkan:{index}",
             precision=ran,
-            providers=[f"ncnn {'vulkan' if kind == 'vulkan' else 'cpu'}", f"{opt.num_threads} thread(s)"],
+            providers=[
+                f"ncnn {'vulkan' if kind == 'vulkan' else 'cpu'}",
+                f"{opt.num_threads} thread(s)",
+                f"{layout.weights} weights",
+            ],
             fallback=fallback_reason is not None or precision_note is not None,
             fallback_reason="; ".join(r for r in (fallback_reason, precision_note) if r) or None,
             options=dict(options),
@@ -236,25 +246,59 @@ def _parse_device(device: str) -> tuple[str, int]:
     return kind, int(index or 0)
 
 
-class _Layout:
-    """What a session needs besides the net: files, ONNX-side specs, and each tensor's ncnn port."""
+@dataclass
+class NcnnLayout:
+    """An ncnn model and how it maps to the ONNX graph it came from (``deploykit export ncnn`` writes it
+    into the ``.json`` beside the pair, and reads it back).
 
-    def __init__(
-        self,
-        subject: str,
-        param: Path,
-        bin_path: Path,
-        inputs: list[TensorSpec],
-        outputs: list[TensorSpec],
-        input_ports: list[Port],
-        output_ports: list[Port],
-        batch_axes: dict[str, int | None],
-        metadata: dict[str, str],
-    ) -> None:
-        self.subject, self.param, self.bin = subject, param, bin_path
-        self.specs_in, self.specs_out = inputs, outputs
-        self.inputs, self.outputs = input_ports, output_ports
-        self.batch_axes, self.metadata = batch_axes, metadata
+    Attributes:
+        subject: how messages name the model (``'model.onnx'``).
+        param, bin: the ncnn files.
+        specs_in, specs_out: the ONNX-side tensors (names, dtypes, shapes as a session takes them).
+        inputs, outputs: the ncnn blob of each tensor, in the same order.
+        batch_axes: tensor name → the dynamic batch axis run sample by sample, or None.
+        metadata: the ONNX model's ``metadata_props``.
+        weights: how the ``.bin`` stores weights: ``f32`` or ``f16`` (pnnx ``fp16=1``).
+    """
+
+    subject: str
+    param: Path
+    bin: Path
+    specs_in: list[TensorSpec]
+    specs_out: list[TensorSpec]
+    inputs: list[Port]
+    outputs: list[Port]
+    batch_axes: dict[str, int | None]
+    metadata: dict[str, str]
+    weights: str = "f32"
+
+    def io_document(self, source: Path) -> dict[str, Any]:
+        """The ``.json`` written beside an exported pair: the name map and everything a session needs."""
+
+        def tensors(specs: list[TensorSpec], ports: list[Port]) -> list[dict[str, Any]]:
+            return [
+                {
+                    **spec.to_dict(),
+                    "blob": port.blob,
+                    "ncnn_shape": list(port.shape),
+                    "batch_index": port.batch_index,
+                    "batch_axis": self.batch_axes.get(spec.name),
+                }
+                for spec, port in zip(specs, ports, strict=True)
+            ]
+
+        return {
+            "format": IO_FORMAT,
+            "version": 1,
+            "source": source.name,
+            "source_sha256": file_sha256(source),
+            "weights": self.weights,
+            "param_sha256": file_sha256(self.param),
+            "bin_sha256": file_sha256(self.bin),
+            "inputs": tensors(self.specs_in, self.inputs),
+            "outputs": tensors(self.specs_out, self.outputs),
+            "metadata": self.metadata,
+        }
 
 
 def _shape_settings(options: Mapping[str, Any]) -> list[str]:
@@ -262,7 +306,7 @@ def _shape_settings(options: Mapping[str, Any]) -> list[str]:
     return [part.strip() for part in text.split(";") if part.strip()]
 
 
-def _onnx_layout(model_path: Path, options: Mapping[str, Any], *, fp16_weights: bool) -> _Layout:
+def onnx_layout(model_path: Path, options: Mapping[str, Any], *, fp16_weights: bool) -> NcnnLayout:
     interface = read_interface(model_path)
     subject = f"'{model_path.name}'"
     try:
@@ -313,7 +357,7 @@ def _onnx_layout(model_path: Path, options: Mapping[str, Any], *, fp16_weights: 
         axis = _output_batch_axis(spec, symbols) if batch_axes else None
         batch_axes[spec.name] = axis
         outputs.append(TensorSpec(spec.name, spec.dtype, _with_batch(port.shape, spec.shape, axis)))
-    return _Layout(
+    return NcnnLayout(
         subject,
         conversion.param,
         conversion.bin,
@@ -323,6 +367,7 @@ def _onnx_layout(model_path: Path, options: Mapping[str, Any], *, fp16_weights: 
         list(conversion.outputs),
         batch_axes,
         interface.metadata,
+        "f16" if fp16_weights else "f32",
     )
 
 
@@ -411,7 +456,7 @@ def _check_layers(param: Path, subject: str) -> None:
         )
 
 
-def _native_layout(param: Path) -> _Layout:
+def _native_layout(param: Path) -> NcnnLayout:
     """A ``.param`` + ``.bin`` pair; the ONNX names and shapes from the ``.json`` beside it when there is one."""
     import ncnn
 
@@ -435,9 +480,10 @@ def _native_layout(param: Path) -> _Layout:
                 f"backend 'ncnn' | cannot read {subject}: it is not an ncnn .param file.",
                 hint="pass a .param written by pnnx or deploykit export ncnn.",
             )
+        _check_weights_size(param, bin_path)
         ins = [Port(b, (), NO_BATCH) for b in net.input_names()]
         outs = [Port(b, (), NO_BATCH) for b in net.output_names()]
-        return _Layout(
+        return NcnnLayout(
             subject,
             param,
             bin_path,
@@ -475,7 +521,7 @@ def _native_layout(param: Path) -> _Layout:
             f"(SHA-256 differs from {io_path.name}).",
             hint="put the .bin written together with this .param next to it, or export the model again.",
         )
-    return _Layout(
+    return NcnnLayout(
         subject,
         param,
         bin_path,
@@ -485,13 +531,43 @@ def _native_layout(param: Path) -> _Layout:
         [port for _, port, _ in tensors["outputs"]],
         {spec.name: axis for side in tensors.values() for spec, _, axis in side},
         dict(io.get("metadata") or {}),
+        "f16" if io.get("weights") == "f16" else "f32",
     )
+
+
+def _check_weights_size(param: Path, bin_path: Path) -> None:
+    """The .bin must hold exactly the bytes the .param's layers read: ncnn itself refuses a short
+    one but silently ignores a longer one (another model's weights)."""
+    import ncnn
+
+    class Counting(ncnn.DataReaderFromEmpty):
+        def __init__(self) -> None:
+            super().__init__()
+            self.total = 0
+
+        def read(self, buf: Any, size: int) -> int:
+            self.total += size
+            return int(super().read(buf, size))
+
+    net = ncnn.Net()
+    net.opt.num_threads = 1
+    net.load_param(str(param))
+    reader = Counting()
+    net.load_model(reader)
+    net.clear()
+    size = bin_path.stat().st_size
+    if reader.total != size:
+        raise ModelError(
+            f"model '{param.name}' | its weights file {bin_path.name} holds {size} bytes, the layers in the "
+            f".param read {reader.total}: the .bin belongs to another model.",
+            hint="put the .bin written together with this .param next to it (deploykit export ncnn writes both).",
+        )
 
 
 class NcnnSession(Session):
     """One ``ncnn.Net``; each run makes its own ``Extractor`` (ncnn runs extractors of one net in parallel)."""
 
-    def __init__(self, model_path: Path, layout: _Layout, info: SessionInfo, net: Any) -> None:
+    def __init__(self, model_path: Path, layout: NcnnLayout, info: SessionInfo, net: Any) -> None:
         super().__init__(model_path, layout.specs_in, layout.specs_out, info, layout.metadata)
         self._layout = layout
         self._net = net
