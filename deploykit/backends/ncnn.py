@@ -137,18 +137,12 @@ class NcnnBackend(Backend):
         return {} if gpu_count() else {"vulkan": "ncnn finds no Vulkan device (no GPU, driver or libvulkan)"}
 
     def precisions(self, device: str | None = None) -> list[str]:
-        """f32 everywhere; on the CPU f16/bf16 where ncnn really stores activations so (see
-        ``applied_precisions``); on a Vulkan device f16 where the device stores fp16."""
-        import ncnn
-
+        """On the CPU: f32, and f16/bf16 where ncnn really stores activations so here (see
+        ``applied_precisions``). On a Vulkan device f32 only: ncnn's Python binding does not say
+        whether a device stores fp16, and ncnn would quietly keep f32 where it does not."""
         self.import_runtime()
-        kind, index = _parse_device(device or self.default_device)
-        if kind == "cpu":
-            return list(applied_precisions())
-        if index >= gpu_count():
-            return ["f32"]
-        info = ncnn.get_gpu_info(index)
-        return ["f32", "f16"] if info.support_fp16_storage() else ["f32"]
+        kind, _ = _parse_device(device or self.default_device)
+        return list(applied_precisions()) if kind == "cpu" else ["f32"]
 
     def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         import ncnn
@@ -321,7 +315,7 @@ def onnx_layout(model_path: Path, options: Mapping[str, Any], *, fp16_weights: b
             raise
         raise UnsupportedModelError(
             exc.message + " pnnx converts a model at fixed input shapes only.",
-            hint="give the shape as the backend option shape=NAME:SHAPE (-O shape=NAME:SHAPE on the command "
+            hint="give the shape as the backend option shape=NAME:SHAPE (--option shape=NAME:SHAPE on the command "
             "line; NAME:SHAPE;NAME:SHAPE for several inputs), e.g. shape="
             + ";".join(
                 f"{s.name}:{'x'.join(str(d) if isinstance(d, int) else 'N' for d in s.shape or ())}"
