@@ -100,7 +100,8 @@ def export_ncnn(
         UnsupportedModelError, BackendUnavailableError: ncnn or pnnx cannot take the model.
         ParityError: the exported pair does not pass against the oracle; nothing is written.
     """
-    from deploykit.backends.ncnn import NcnnBackend, onnx_layout
+    from deploykit.backends.ncnn import NcnnBackend
+    from deploykit.backends.ncnn_layout import onnx_layout
     from deploykit.io import check_outputs, commit, scratch_dir
     from deploykit.model import check_model_path
     from deploykit.verify.check import judge_runs, prepare_inputs, run_oracle
