@@ -248,6 +248,45 @@ def test_an_operator_without_an_ncnn_layer_is_named(ncnn_backend, models):
     )
 
 
+def _node_test_model(name: str, directory: Path) -> Path:
+    """One model of onnx's own node tests (shipped in the onnx package)."""
+    import warnings
+
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the collection computes its expected outputs, some with inf/nan
+        case = next(c for c in collect_testcases(None) if c.name == name)
+    path = directory / f"{name}.onnx"
+    onnx.save(case.model, path)
+    return path
+
+
+def test_an_attribute_pnnx_drops_is_a_refusal_not_another_graph(ncnn_backend, cache, tmp_path):
+    """pnnx converts this LSTM but says 'ignore LSTM LSTM_0 param hidden_size=4': its graph would differ."""
+    path = _node_test_model("test_lstm_with_initial_bias", tmp_path)
+    with pytest.raises(UnsupportedModelError) as caught:
+        deploykit.load(path, "ncnn")
+    message = str(caught.value)
+    assert message.startswith(
+        "backend 'ncnn' | pnnx dropped attributes while converting 'test_lstm_with_initial_bias.onnx' "
+        "(ignore LSTM LSTM_0 param hidden_size=4), so the ncnn graph would compute something else."
+    )
+    (entry,) = _entries(cache)
+    assert f"Hint: try another backend; pnnx's log is {entry / 'pnnx.log'}." in message
+
+
+def test_pnnx_crashing_is_a_message_with_its_signal(ncnn_backend, cache, tmp_path):
+    path = _node_test_model("test_spacetodepth", tmp_path)
+    with pytest.raises(UnsupportedModelError) as caught:
+        deploykit.load(path, "ncnn")
+    message = str(caught.value)
+    assert message.startswith("backend 'ncnn' | pnnx could not convert 'test_spacetodepth.onnx' (signal ")
+    assert "Hint: run 'deploykit inspect' on the model for unusual ops, or try another backend." in message
+    assert not cache.exists() or _entries(cache) == [], "a failed conversion leaves no entry"
+    assert not cache.exists() or not [p for p in cache.iterdir() if p.is_dir()], "nor a scratch directory"
+
+
 def test_an_integer_output_is_refused_by_name(ncnn_backend, tmp_path):
     graph = helper.make_graph(
         [helper.make_node("ArgMax", ["x"], ["index"], axis=1, keepdims=0)],
