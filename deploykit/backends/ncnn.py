@@ -277,7 +277,9 @@ class NcnnSession(Session):
                 array = _as_int32(spec.name, array)
             elif array.dtype != np.float32:
                 array = array.astype(np.float32)
-            extractor.input(port.blob, ncnn.Mat(np.ascontiguousarray(array)).clone())
+            # a Mat made from an array only points at its memory: keep the array alive until cloned
+            contiguous = np.ascontiguousarray(array)
+            extractor.input(port.blob, ncnn.Mat(contiguous).clone())
         produced = {}
         for spec, port in zip(layout.specs_out, layout.outputs, strict=True):
             status, mat = extractor.extract(port.blob)

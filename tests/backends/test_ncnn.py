@@ -194,6 +194,19 @@ def test_a_bad_shape_option_is_a_usage_error(ncnn_backend, models):
         deploykit.load(models["symbolic_sequence"], "ncnn", shape="y:1x7x4")
 
 
+def test_a_feed_that_is_a_view_gives_the_same_answer(ncnn_backend, models):
+    """An image made as photos are (HWC → CHW, a transposed view) is not contiguous: deploykit copies it,
+    and the copy must live until ncnn has taken it (once it did not: NaN and 1e21 came back)."""
+    path = models["conv_bn_act"]
+    hwc = np.random.default_rng(7).uniform(-1, 1, (16, 16, 3)).astype(np.float32)
+    view = hwc.transpose(2, 0, 1)[None]
+    assert not view.flags.c_contiguous
+    with deploykit.load(path, "ncnn") as session:
+        for _ in range(3):
+            _matches_reference(session, path, {"x": view})
+        np.testing.assert_array_equal(session.run({"x": view})["y"], session.run({"x": view.copy()})["y"])
+
+
 def test_a_batch_runs_sample_by_sample(ncnn_backend, models):
     path = models["classifier"]
     images = np.random.default_rng(3).uniform(0, 1, (3, 3, 32, 32)).astype(np.float32)
