@@ -266,6 +266,9 @@ class Backend(abc.ABC):
     """False keeps the backend out of the default backend × device sweeps (bench, compare)."""
     options: ClassVar[Mapping[str, OptionSpec | str]] = {}
     """Option name → ``OptionSpec`` (type, range, default, doc), validated by ``open`` before loading."""
+    formats: ClassVar[tuple[str, ...]] = (".onnx",)
+    """File suffixes the backend opens: ``.onnx`` and any native format of its runtime (OpenCV's
+    Darknet ``.cfg``, ncnn's ``.param``), whose load errors are the runtime's, not a broken ONNX file."""
 
     def import_runtime(self) -> Any:
         """Import and return the runtime module, or raise ``BackendUnavailableError``."""
@@ -404,7 +407,7 @@ class Backend(abc.ABC):
         ``UnsupportedModelError`` with the backend's ``explain``."""
         from deploykit.model import load_onnx
 
-        if model_path.suffix.lower() != ".cfg":  # OpenCV 4 reads Darknet cfgs, which are no ONNX
+        if model_path.suffix.lower() not in set(self.formats) - {".onnx"}:
             try:
                 load_onnx(model_path)
             except DeployKitError as broken:

@@ -45,6 +45,7 @@ class OpenCvBackend(Backend):
     aliases = ("cv", "cv2")
     pip_extra = "opencv"
     module = "cv2"
+    formats = (".onnx", ".cfg")
     options: ClassVar[Mapping[str, OptionSpec | str]] = {
         "threads": OptionSpec(
             "cv2.setNumThreads for the whole process (0 = OpenCV default)", "int", 0, low=0, per_cpu=True
