@@ -29,6 +29,7 @@ from deploykit.errors import (
     InputError,
     ModelError,
     ModelNotFoundError,
+    PrecisionUnavailableError,
     UnsupportedModelError,
     UsageError,
 )
@@ -429,10 +430,14 @@ def test_a_precision_not_offered_here_is_reported_as_what_ran(ncnn_backend, mode
     missing = [p for p in ("f16", "bf16") if p not in ncnn_backend.precisions("cpu")]
     if not missing:
         pytest.skip(f"ncnn runs every precision on this machine's CPU: {ncnn_backend.precisions('cpu')}")
+    with pytest.raises(PrecisionUnavailableError, match=rf"does not compute {missing[0]} natively; it runs"):
+        deploykit.load(models["conv_bn_act"], "ncnn", precision=missing[0])
     with deploykit.load(models["conv_bn_act"], "ncnn", allow_fallback=True, precision=missing[0]) as session:
         assert session.info.precision == "f32"
         assert session.info.fallback is True
-        assert session.info.fallback_reason == f"ncnn runs f32 here, not {missing[0]}"
+        assert f"ncnn runs f32 here, not {missing[0]}" in session.info.fallback_reason
+        assert f"precision {missing[0]} → f32" in session.info.fallback_reason
+        assert session.info.precision_label == f"{missing[0]} → f32"
 
 
 def test_options_reach_ncnn(ncnn_backend, models):
