@@ -13,9 +13,7 @@ from pathlib import Path
 import pytest
 
 import deploykit
-from deploykit.convert.darknet.convert import convert_darknet
-from deploykit.recipes import build
-from tests.assets.paths import darknet_image, official_darknet, yolov4_detector_photo
+from tests.assets.paths import darknet_image, yolov4_detector_photo
 
 PHOTOS = ("dog.jpg", "eagle.jpg", "giraffe.jpg", "horses.jpg", "person.jpg")
 
@@ -27,21 +25,6 @@ def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copy(darknet_image(name), folder / name)
     shutil.copy(yolov4_detector_photo("bus.jpg"), folder / "bus.jpg")
     return folder
-
-
-@pytest.fixture(scope="module")
-def mobilenet(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    output = tmp_path_factory.mktemp("mobilenet") / "mobilenet_v2.onnx"
-    build("mobilenet_v2", output, verify_backends=[])
-    return output
-
-
-@pytest.fixture(scope="module")
-def yolov4_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cfg, weights, names = official_darknet("yolov4-tiny")
-    output = tmp_path_factory.mktemp("yolo") / "yolov4-tiny.onnx"
-    convert_darknet(cfg, weights, output, labels=names, verify_backends=[])
-    return output
 
 
 def _check(report: deploykit.VerificationReport, precision: str, metric: str) -> None:
