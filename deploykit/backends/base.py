@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -27,7 +27,7 @@ from deploykit.errors import (
     UnsupportedModelError,
     UsageError,
 )
-from deploykit.tensors import TensorSpec
+from deploykit.tensors import TENSOR, TensorSpec
 
 
 @dataclass
@@ -111,12 +111,19 @@ class Session(abc.ABC):
         """Run the model once.
 
         Args:
-            feeds: input name → array (or anything ``np.asarray`` takes).
+            feeds: input name → array (or anything ``np.asarray`` takes); a list of arrays for
+                a sequence input; None for an empty optional input.
             cast: also cast dtypes that lose precision (e.g. float64 → float32).
                 Lossless casts (int32 → int64, float16 → float32 ...) always happen.
 
         Returns:
-            output name → contiguous ``np.ndarray`` that the caller owns, in graph order.
+            output name → contiguous ``np.ndarray`` that the caller owns, in graph order, with the
+            runtime's exact shape (a 0-d output stays 0-d) and dtype. A sequence output is a list
+            of arrays, an empty optional output None.
+
+        The model runs in this process: a runtime that crashes (a segmentation fault in its
+        kernels) ends the calling process. ``deploykit run`` and ``compare`` run sessions in
+        worker processes for that reason.
 
         Raises:
             InputError: an unknown or missing input, a wrong dtype, rank or fixed size.
@@ -137,10 +144,36 @@ class Session(abc.ABC):
         except Exception as exc:
             raise BackendError(
                 f"backend '{self.info.backend}' on {self.info.device} | failed to run "
-                f"'{self.model_path.name}': {_first_line(exc)}",
+                f"'{self.model_path.name}': {sentence(self.explain(exc))}",
                 hint="run 'deploykit inspect' on the model and try another backend or device.",
             ) from exc
-        return {name: np.ascontiguousarray(produced[name]) for name in self.outputs}
+        return {name: self._owned(spec, produced[name]) for name, spec in self.outputs.items()}
+
+    def explain(self, exc: BaseException) -> str:
+        """The runtime's reason for a failed run, in one line (the same translation as the
+        backend's ``explain`` on load; the default keeps the last line that says something)."""
+        return last_meaningful_line(exc)
+
+    def _owned(self, spec: TensorSpec, value: Any) -> Any:
+        """An output as the runtime made it, as the caller's own: same shape (0-d stays 0-d) and
+        dtype, C-contiguous; a list of such arrays for a sequence, None for an empty optional."""
+        if value is None and spec.is_optional:
+            return None
+        if spec.is_sequence:
+            if not isinstance(value, list | tuple):
+                raise self._output_error(spec, f"got {_described(value)}, expected a list")
+            return [self._owned(replace(spec, kind=TENSOR), item) for item in value]
+        if value is None or isinstance(value, list | tuple):
+            raise self._output_error(spec, f"got {_described(value)}, expected an array")
+        return np.asarray(value, order="C")  # not ascontiguousarray: it makes a 0-d array 1-d
+
+    def _output_error(self, spec: TensorSpec, problem: str) -> BackendError:
+        return BackendError(
+            f"backend '{self.info.backend}' on {self.info.device} | output '{spec.name}' of "
+            f"'{self.model_path.name}' {problem} ({spec.type_text()}).",
+            hint="the runtime returned no value of that type (some return nothing for an empty tensor); "
+            "try another backend.",
+        )
 
     def _accept(self, feeds: Any) -> dict[str, np.ndarray] | None:
         """The hot path: feeds that are already exactly right pass with a few comparisons.
@@ -210,6 +243,27 @@ class Session(abc.ABC):
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def last_meaningful_line(exc: BaseException) -> str:
+    """The last line of an exception's text that has a letter or digit (where most runtimes put
+    the reason; a lone ``)`` or ``;`` closing the message is no reason), or the exception's type."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if any(c.isalnum() for c in line)]
+    return lines[-1] if lines else type(exc).__name__
+
+
+def sentence(reason: str) -> str:
+    """A reason as the end of a message: with its full stop."""
+    reason = reason.rstrip()
+    return reason if reason.endswith((".", "!", "?")) else reason + "."
+
+
+def _described(value: Any) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, list | tuple):
+        return f"a {type(value).__name__} of {len(value)}"
+    return type(value).__name__
 
 
 class Backend(abc.ABC):
@@ -322,9 +376,8 @@ class Backend(abc.ABC):
 
     def explain(self, exc: BaseException) -> str:
         """The runtime's reason in one line: the backend's translation table for its exceptions
-        (the default keeps the last line, where most runtimes put the reason)."""
-        text = str(exc).strip()
-        return text.splitlines()[-1] if text else repr(exc)
+        (the default keeps the last line that says something, where most runtimes put the reason)."""
+        return last_meaningful_line(exc)
 
     def subject(self) -> str:
         """How messages name the backend: ``backend 'openvino'``."""

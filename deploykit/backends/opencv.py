@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.base import Backend, Session, SessionInfo, sentence
 from deploykit.backends.options import OptionSpec
 from deploykit.errors import ModelError, UnsupportedModelError, UsageError
 from deploykit.model import check_model_path, read_interface
@@ -208,16 +208,19 @@ class OpenCvSession(Session):
         self._lock = threading.Lock()
         self._output_names = list(self.outputs)
 
+    def explain(self, exc: BaseException) -> str:
+        return _cv_message(exc)
+
     def _run(self, feeds: dict[str, np.ndarray]) -> Mapping[str, np.ndarray]:
         with self._lock:
-            for name, array in feeds.items():
-                self._net.setInput(array, name)
-            try:
+            try:  # setInput refuses dtypes and shapes with a reason too: the same message as forward's
+                for name, array in feeds.items():
+                    self._net.setInput(array, name)
                 results = self._net.forward(self._output_names)
             except Exception as exc:
                 raise UnsupportedModelError(
                     f"backend 'opencv' on {self.info.device} | failed to run "
-                    f"'{self.model_path.name}': {_cv_message(exc)}",
+                    f"'{self.model_path.name}': {sentence(self.explain(exc))}",
                     hint="OpenCV DNN supports fewer ops and dtypes than ONNX Runtime or "
                     "OpenVINO; try backend 'onnxruntime' or 'openvino'.",
                 ) from exc
