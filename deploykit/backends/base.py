@@ -27,7 +27,7 @@ from deploykit.errors import (
     UnsupportedModelError,
     UsageError,
 )
-from deploykit.tensors import TENSOR, TensorSpec
+from deploykit.tensors import OPTIONAL, OPTIONAL_SEQUENCE, SEQUENCE, TENSOR, TensorSpec
 
 
 @dataclass
@@ -99,6 +99,9 @@ class Session(abc.ABC):
         self.info = info
         self._closed = False
         self._fast_checks = [FastCheck.of(spec) for spec in self.inputs.values()]
+        backend = _registered(info.backend)
+        if backend is not None:
+            backend.refuse_unsupported_kinds(model_path, inputs, outputs)
 
     @abc.abstractmethod
     def _run(self, feeds: dict[str, np.ndarray]) -> Mapping[str, np.ndarray]:
@@ -252,6 +255,24 @@ def last_meaningful_line(exc: BaseException) -> str:
     return lines[-1] if lines else type(exc).__name__
 
 
+_KIND_WORDS = {
+    TENSOR: "tensor",
+    SEQUENCE: "sequence",
+    OPTIONAL: "optional tensor",
+    OPTIONAL_SEQUENCE: "optional sequence",
+}
+
+
+def _registered(name: str) -> Backend | None:
+    """The registered backend a session belongs to (None for a backend class no registry lists)."""
+    from deploykit.backends.registry import get_backend
+
+    try:
+        return get_backend(name)
+    except DeployKitError:
+        return None
+
+
 def sentence(reason: str) -> str:
     """A reason as the end of a message: with its full stop."""
     reason = reason.rstrip()
@@ -287,6 +308,9 @@ class Backend(abc.ABC):
     """False keeps the backend out of the default backend × device sweeps (bench, compare)."""
     options: ClassVar[Mapping[str, OptionSpec | str]] = {}
     """Option name → ``OptionSpec`` (type, range, default, doc), validated by ``open`` before loading."""
+    value_kinds: ClassVar[frozenset[str]] = frozenset({TENSOR})
+    """Kinds of graph inputs and outputs the backend runs (``deploykit.tensors.KINDS``): tensors by
+    default; a backend whose runtime feeds and returns sequences and optionals lists them too."""
 
     def import_runtime(self) -> Any:
         """Import and return the runtime module, or raise ``BackendUnavailableError``."""
@@ -404,6 +428,37 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         """Load ``model_path`` and return a session whose ``info`` says what runs it."""
+
+    def refuse_unsupported_kinds(
+        self, model_path: Path, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]
+    ) -> None:
+        """Refuse, by name, a model whose inputs or outputs are of a kind this backend does not run
+        (``value_kinds``): every session checks it when it is made; a backend calls it before its
+        runtime reads the model to refuse before the runtime tries.
+
+        Raises:
+            UnsupportedModelError: naming the value, its kind and the backends that run it.
+        """
+        for direction, specs in (("input", inputs), ("output", outputs)):
+            for spec in specs:
+                if spec.kind in self.value_kinds:
+                    continue
+                from deploykit.backends.registry import all_backends
+
+                others = [backend.name for backend in all_backends() if spec.kind in backend.value_kinds]
+                what = f"{_KIND_WORDS[spec.kind]} {direction}s"
+                raise UnsupportedModelError(
+                    f"{self.subject()} | cannot run '{model_path.name}': {self.name} does not run {what} "
+                    f"({direction} '{spec.name}' is {spec.type_text()}); "
+                    + (
+                        f"{' and '.join(others)} {'does' if len(others) == 1 else 'do'}."
+                        if others
+                        else "no backend does."
+                    ),
+                    hint=f"load it with backend '{others[0]}'."
+                    if others
+                    else "export the model with tensor inputs and outputs.",
+                )
 
     def _device_error(self, device: str, reason: str, hint: str) -> DeviceUnavailableError:
         return DeviceUnavailableError(

@@ -112,6 +112,7 @@ class OpenCvBackend(Backend):
             net, inputs, outputs, precision = self._read_darknet(cv2, model_path, options)
         else:
             interface = read_interface(model_path)
+            self.refuse_unsupported_kinds(model_path, interface.inputs, interface.outputs)
             inputs, outputs, precision = interface.inputs, interface.outputs, interface.precision
             metadata = interface.metadata
             net = cv2.dnn.readNetFromONNX(str(model_path))

@@ -167,6 +167,7 @@ class OpenVinoBackend(Backend):
         config = self._config(options)
         reshape = str(options.get("reshape", "auto")).lower()
         interface = read_interface(model_path)
+        self.refuse_unsupported_kinds(model_path, interface.inputs, interface.outputs)
         model = _core().read_model(str(model_path))
         session = OpenVinoSession(
             model_path,

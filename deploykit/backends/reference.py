@@ -19,6 +19,7 @@ import numpy as np
 from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.options import OptionSpec
 from deploykit.model import load_onnx, read_interface
+from deploykit.tensors import KINDS
 
 
 class ReferenceBackend(Backend):
@@ -31,6 +32,7 @@ class ReferenceBackend(Backend):
     distributions = ("onnx",)
     independent_oracle = True
     default_candidate = False
+    value_kinds = frozenset(KINDS)  # lists for sequences, None for empty optionals, both ways
     options: ClassVar[Mapping[str, OptionSpec | str]] = {
         "precision": OptionSpec(
             "f32: the model's own types; f64: floating inputs computed in float64", choices=("f32", "f64")

@@ -14,6 +14,7 @@ import os
 import pickle
 import shutil
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,8 +78,34 @@ def _as_stored(value: Any, type_proto: Any) -> Any:
     return numpy_helper.to_array(tensor)
 
 
-def _generate(root: Path) -> None:
+def write_case(
+    root: Path,
+    name: str,
+    model: Any,
+    data_sets: Sequence[tuple[Sequence[Any], Sequence[Any]]],
+    rtol: float = DEFAULT_RTOL,
+    atol: float = DEFAULT_ATOL,
+) -> NodeCase:
+    """One case on disk as the workers read it (node cases, and other tests' own graphs)."""
     import onnx
+
+    directory = root / name
+    directory.mkdir(parents=True)
+    onnx.save(model, directory / "model.onnx")
+    graph = model.graph
+    stored = [
+        (
+            [_as_stored(value, info.type) for value, info in zip(inputs, graph.input, strict=False)],
+            [_as_stored(value, info.type) for value, info in zip(outputs, graph.output, strict=False)],
+        )
+        for inputs, outputs in data_sets
+    ]
+    with open(directory / "data.pkl", "wb") as handle:
+        pickle.dump(stored, handle)
+    return NodeCase(name, directory, rtol, atol)
+
+
+def _generate(root: Path) -> None:
     from onnx.backend.test.case.node import collect_testcases
 
     partial = root.with_name(root.name + f".partial-{os.getpid()}")
@@ -91,21 +118,9 @@ def _generate(root: Path) -> None:
     for case in cases:
         if case.model is None or not case.data_sets:
             continue
-        directory = partial / case.name
-        directory.mkdir()
-        onnx.save(case.model, directory / "model.onnx")
-        graph = case.model.graph
-        data_sets = [
-            (
-                [_as_stored(value, info.type) for value, info in zip(inputs, graph.input, strict=False)],
-                [_as_stored(value, info.type) for value, info in zip(outputs, graph.output, strict=False)],
-            )
-            for inputs, outputs in case.data_sets
-        ]
-        with open(directory / "data.pkl", "wb") as handle:
-            pickle.dump(data_sets, handle)
         rtol = DEFAULT_RTOL if case.rtol is None else case.rtol
         atol = DEFAULT_ATOL if case.atol is None else case.atol
+        write_case(partial, case.name, case.model, case.data_sets, rtol, atol)
         lines.append(f"{case.name}\t{rtol!r}\t{atol!r}")
     (partial / _COMPLETE).write_text("\n".join(lines) + "\n")
     shutil.rmtree(root, ignore_errors=True)
