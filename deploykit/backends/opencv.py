@@ -188,10 +188,13 @@ class OpenCvBackend(Backend):
 
 
 def _cv_message(exc: BaseException) -> str:
+    """OpenCV's reason on one line: after its ``OpenCV(version) file:line: error:`` prefix, with the
+    ``>`` that starts each continuation line dropped (a lone one ended the message)."""
     text = str(exc).strip()
     if "error:" in text:
         text = text.split("error:", 1)[1]
-    return " ".join(text.split())
+    lines = [line.strip().lstrip(">").strip() for line in text.splitlines()]
+    return " ".join(" ".join(line for line in lines if line).split())
 
 
 class OpenCvSession(Session):

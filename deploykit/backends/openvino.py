@@ -250,13 +250,22 @@ def _passes_through(compiled: Any) -> bool:
 
 
 def _numpy_dtype(port: Any) -> np.dtype[Any] | None:
-    """The numpy dtype of a port's element type, or None where numpy has no exact match (bf16 ...)."""
+    """The numpy dtype of a port's element type, or None where numpy has no exact match (bf16, f8,
+    int4 ...: OpenVINO's ``to_dtype`` names a stand-in of the same size, float16 for bf16)."""
+    import openvino as ov
+
     element = port.get_element_type()
     try:
         dtype = np.dtype(element.to_dtype())
+        exact = ov.Type(dtype) == element
     except Exception:
         return None
-    return dtype if dtype.kind in "fiub" and dtype.itemsize == element.size else None
+    return dtype if exact and dtype.kind in "fiub" and dtype.itemsize == element.size else None
+
+
+def _extra_dtype(dtype: np.dtype[Any]) -> bool:
+    """True for ONNX's element types numpy has only through ml_dtypes (bfloat16, float8 ...)."""
+    return dtype.type.__module__.startswith("ml_dtypes")
 
 
 class _Bound:
@@ -280,17 +289,26 @@ class _Compiled:
     ``request.infer()`` loop would). Outputs with a dynamic shape are copied out of the request.
     """
 
-    def __init__(self, compiled: Any, input_names: list[str], output_names: list[str]) -> None:
+    def __init__(self, compiled: Any, input_names: list[str], outputs: list[TensorSpec]) -> None:
         import openvino as ov
 
         self.compiled = compiled
         self.requests: queue.SimpleQueue[_Bound] = queue.SimpleQueue()
         self._tensor = ov.Tensor
+        self._shape = ov.Shape
         self.inputs = [
             (name, index, _numpy_dtype(compiled.inputs[index]))
             for name, index in zip(input_names, _port_indices(compiled.inputs, input_names, "input"), strict=True)
         ]
-        self.output_ports = _port_indices(compiled.outputs, output_names, "output")
+        # element types numpy has only through ml_dtypes (bf16, f8): fed and read as their bytes
+        self.input_elements = {index: compiled.inputs[index].get_element_type() for _, index, _ in self.inputs}
+        self.output_ports = _port_indices(compiled.outputs, [spec.name for spec in outputs], "output")
+        self.output_views = [
+            spec.dtype
+            if _extra_dtype(spec.dtype) and spec.dtype.itemsize == compiled.outputs[i].get_element_type().size
+            else None
+            for spec, i in zip(outputs, self.output_ports, strict=True)
+        ]
         self.output_layouts: list[tuple[tuple[int, ...], np.dtype[Any]] | None] = []
         bind_outputs = not _passes_through(compiled)
         for port in compiled.outputs:
@@ -313,7 +331,12 @@ class _Compiled:
                 array = np.asarray(given, dtype=dtype, order="C")  # ascontiguousarray makes a 0-d array 1-d
                 if not array.flags.writeable:  # OpenVINO wraps only writeable memory
                     array = array.copy()
-                request.set_input_tensor(index, tensor(array, shared_memory=True))
+                element = self.input_elements[index]
+                if dtype is None and _extra_dtype(array.dtype) and array.dtype.itemsize == element.size:
+                    raw = array.reshape(-1).view(np.uint8)  # bf16/f8: numpy's bytes, OpenVINO's type
+                    request.set_input_tensor(index, tensor(raw, self._shape(list(array.shape)), element))
+                else:
+                    request.set_input_tensor(index, tensor(array, shared_memory=True))
                 bound.inputs[slot] = array
             for index, layout in enumerate(self.output_layouts):
                 # reuse last call's array only when nobody else holds it (the list and getrefcount's
@@ -324,9 +347,13 @@ class _Compiled:
                 request.set_output_tensor(index, tensor(output, shared_memory=True))
                 bound.outputs[index] = output
             request.infer()
-            return [
+            results = [
                 result if (result := bound.outputs[i]) is not None else request.get_output_tensor(i).data.copy()
                 for i in self.output_ports
+            ]
+            return [
+                result if view is None or result.dtype == view else result.view(view)
+                for result, view in zip(results, self.output_views, strict=True)
             ]
         finally:
             self.requests.put(bound)
@@ -387,7 +414,7 @@ class OpenVinoSession(Session):
             self.info.precision = precision_name(compiled.get_property("INFERENCE_PRECISION_HINT"))
         except Exception:
             self.info.precision = self.info.precision or "device default"
-        return _Compiled(compiled, list(self.inputs), list(self.outputs))
+        return _Compiled(compiled, list(self.inputs), list(self.outputs.values()))
 
     def _for_shapes(self, feeds: dict[str, np.ndarray]) -> _Compiled:
         key = tuple(feeds[name].shape for name in self.inputs)

@@ -44,9 +44,20 @@ def reason_problem(outcome: Outcome) -> str | None:
         return f"no reason after the subject: {reason!r}"
     if _SOURCE_LOCATION.fullmatch(reason.strip()):
         return f"the reason is only a source location: {reason!r}"
-    if re.search(r"(^|\s)[()\[\]:;,]\.?$", reason.strip()):
+    if re.search(r"(^|\s)[()\[\]<>:;,]\.?$", reason.strip()):
         return f"the reason ends in a lone bracket or colon: {reason!r}"
     return None
+
+
+def require_raw_runner(backend: str) -> None:
+    """Fail (never skip) for a registered backend the suite cannot measure."""
+    if backend not in RAW_RUNNERS:
+        pytest.fail(
+            f"backend '{backend}' is registered but the conformance suite has no raw runner for it: "
+            f"add run_{backend}(model_path, inputs) -> outputs to tests/conformance/raw.py and list it "
+            "in RAW_RUNNERS, so its raw runtime is measured against deploykit.",
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +74,7 @@ def test_deploykit_passes_every_case_the_raw_runtime_passes(
     monkeypatch: pytest.MonkeyPatch,
     request: pytest.FixtureRequest,
 ) -> None:
-    if backend not in RAW_RUNNERS:
-        pytest.fail(
-            f"backend '{backend}' is registered but the conformance suite has no raw runner for it: "
-            f"add run_{backend}(model_path, inputs) -> outputs to tests/conformance/raw.py and list it "
-            "in RAW_RUNNERS, so its raw runtime is measured against deploykit."
-        )
+    require_raw_runner(backend)
     reason = get_backend(backend).unavailable_reason()
     if reason:
         missing_asset(f"the {backend} backend's runtime", reason)
