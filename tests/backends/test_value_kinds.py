@@ -20,6 +20,7 @@ from deploykit.errors import InputError, UnsupportedModelError
 from deploykit.tensors import OPTIONAL, SEQUENCE, TensorSpec
 from tests.conformance.cases import write_case
 from tests.conformance.sweep import sweep, worker_environment
+from tests.conformance.test_conformance import deploykit_options
 
 ELEMENT_TYPES = {
     "float32": TensorProto.FLOAT,
@@ -89,7 +90,7 @@ def test_every_element_type_and_shape_comes_back_as_the_raw_runtime_returns_it(
         cases.append(write_case(tmp_path, name, _graph(operator, element, shape), [([x], [x])], rtol=0.0, atol=0.0))
     for variable, value in worker_environment().items():
         monkeypatch.setenv(variable, value)
-    results = sweep(backend_name, cases, {})
+    results = sweep(backend_name, cases, deploykit_options(backend_name))
     lost = {r.name: r.deploykit.detail for r in results if r.raw.passed and not r.deploykit.passed}
     assert not lost
     assert any(r.deploykit.passed for r in results), "nothing round-tripped: the test itself is broken"

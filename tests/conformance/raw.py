@@ -4,17 +4,25 @@ Each runner takes a model file and the case's inputs in graph-input order and re
 outputs in graph-output order, exactly as the runtime hands them back (no conversion: that is
 what deploykit is measured against). Adding a backend to the conformance suite is one function
 here and one line in ``RAW_RUNNERS``; a registered backend without one fails the suite.
-The runtimes compute in f32, as deploykit is asked to (``Backend.precision_options("f32")``).
+The runtimes compute in f32, as deploykit is asked to (``Backend.precision_options("f32")``), on
+one thread (two workers share the CPUs), and ``RawRunner.options`` gives deploykit the same.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-RawRunner = Callable[[Path, list[Any]], list[Any]]
+
+@dataclass(frozen=True)
+class RawRunner:
+    """How the suite calls a runtime directly, and the deploykit options that configure it alike."""
+
+    run: Callable[[Path, list[Any]], list[Any]]
+    options: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _graph_names(model_path: Path) -> tuple[list[str], list[str]]:
@@ -28,7 +36,9 @@ def _graph_names(model_path: Path) -> tuple[list[str], list[str]]:
 def run_onnxruntime(model_path: Path, inputs: list[Any]) -> list[Any]:
     import onnxruntime
 
-    session = onnxruntime.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = onnxruntime.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
     return list(session.run(None, dict(zip(names, inputs, strict=True))))
 
@@ -42,7 +52,9 @@ def _openvino_core() -> Any:
 
 def run_openvino(model_path: Path, inputs: list[Any]) -> list[Any]:
     core = _openvino_core()
-    compiled = core.compile_model(core.read_model(str(model_path)), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    compiled = core.compile_model(
+        core.read_model(str(model_path)), "CPU", {"INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": 1}
+    )
     request = compiled.create_infer_request()
     results = request.infer(inputs)
     return [results[port] for port in compiled.outputs]
@@ -66,8 +78,8 @@ def run_reference(model_path: Path, inputs: list[Any]) -> list[Any]:
 
 
 RAW_RUNNERS: dict[str, RawRunner] = {
-    "onnxruntime": run_onnxruntime,
-    "openvino": run_openvino,
-    "opencv": run_opencv,
-    "reference": run_reference,
+    "onnxruntime": RawRunner(run_onnxruntime, {"threads": 1}),
+    "openvino": RawRunner(run_openvino, {"threads": 1}),
+    "opencv": RawRunner(run_opencv),
+    "reference": RawRunner(run_reference),
 }

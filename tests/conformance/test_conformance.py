@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import time
+from typing import Any
 
 import pytest
 
@@ -55,9 +56,14 @@ def require_raw_runner(backend: str) -> None:
         pytest.fail(
             f"backend '{backend}' is registered but the conformance suite has no raw runner for it: "
             f"add run_{backend}(model_path, inputs) -> outputs to tests/conformance/raw.py and list it "
-            "in RAW_RUNNERS, so its raw runtime is measured against deploykit.",
+            f"in RAW_RUNNERS as RawRunner(run_{backend}), so its raw runtime is measured against deploykit.",
             pytrace=False,
         )
+
+
+def deploykit_options(backend: str) -> dict[str, Any]:
+    """What deploykit is asked for: f32, and the raw runner's configuration (threads)."""
+    return {**get_backend(backend).precision_options("f32"), **RAW_RUNNERS[backend].options}
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +87,7 @@ def test_deploykit_passes_every_case_the_raw_runtime_passes(
     for name, value in worker_environment().items():
         monkeypatch.setenv(name, value)
     started = time.perf_counter()
-    results = sweep(backend, onnx_node_cases, get_backend(backend).precision_options("f32"))
+    results = sweep(backend, onnx_node_cases, deploykit_options(backend))
     elapsed_s = time.perf_counter() - started
     row = backend_row(backend, results, features)
     rows = getattr(request.config, "_conformance_rows", [])

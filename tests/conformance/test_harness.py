@@ -50,8 +50,8 @@ def test_a_registered_backend_without_a_raw_runner_fails_the_suite() -> None:
         require_raw_runner("ncnn")
     assert str(failed.value) == (
         "backend 'ncnn' is registered but the conformance suite has no raw runner for it: add "
-        "run_ncnn(model_path, inputs) -> outputs to tests/conformance/raw.py and list it in RAW_RUNNERS, "
-        "so its raw runtime is measured against deploykit."
+        "run_ncnn(model_path, inputs) -> outputs to tests/conformance/raw.py and list it in RAW_RUNNERS "
+        "as RawRunner(run_ncnn), so its raw runtime is measured against deploykit."
     )
     require_raw_runner("onnxruntime")
 

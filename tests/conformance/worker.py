@@ -22,7 +22,7 @@ _DETAIL_CHARS = 400
 
 
 def run_raw(backend: str, case: NodeCase) -> Outcome:
-    runner = RAW_RUNNERS[backend]
+    runner = RAW_RUNNERS[backend].run
     for inputs, expected in case.data_sets():
         try:
             produced = runner(case.model_path, inputs)
