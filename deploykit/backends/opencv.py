@@ -197,6 +197,18 @@ def _cv_message(exc: BaseException) -> str:
     return " ".join(" ".join(line for line in lines if line).split())
 
 
+def _graph_shaped(array: Any, spec: TensorSpec) -> Any:
+    """An output in the rank the graph declares: OpenCV 4's ``Mat`` has no 0-d or 1-d shape and
+    returns (1, 1) for a scalar, (n, 1) for a vector. Only trailing axes of size 1 are dropped,
+    so nothing is reordered and a shape that disagrees in any other way is returned as it is."""
+    if not isinstance(array, np.ndarray) or spec.shape is None or array.ndim <= len(spec.shape):
+        return array
+    rank = len(spec.shape)
+    if all(size == 1 for size in array.shape[rank:]):
+        return array.reshape(array.shape[:rank])
+    return array
+
+
 class OpenCvSession(Session):
     def __init__(
         self,
@@ -228,7 +240,10 @@ class OpenCvSession(Session):
                     hint="OpenCV DNN supports fewer ops and dtypes than ONNX Runtime or "
                     "OpenVINO; try backend 'onnxruntime' or 'openvino'.",
                 ) from exc
-        return dict(zip(self._output_names, results, strict=True))
+        return {
+            name: _graph_shaped(array, self.outputs[name])
+            for name, array in zip(self._output_names, results, strict=True)
+        }
 
     def _close(self) -> None:
         self._net = None
