@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -18,6 +18,7 @@ import numpy as np
 
 from deploykit.backends.options import OptionSpec, validate_options
 from deploykit.backends.validation import FastCheck, validate_feeds
+from deploykit.backends.values import kind_refusal, last_meaningful_line, owned_output, sentence
 from deploykit.errors import (
     BackendError,
     BackendUnavailableError,
@@ -27,7 +28,7 @@ from deploykit.errors import (
     UnsupportedModelError,
     UsageError,
 )
-from deploykit.tensors import OPTIONAL, OPTIONAL_SEQUENCE, SEQUENCE, TENSOR, TensorSpec
+from deploykit.tensors import TENSOR, TensorSpec
 
 
 @dataclass
@@ -150,25 +151,12 @@ class Session(abc.ABC):
                 f"'{self.model_path.name}': {sentence(self.explain(exc))}",
                 hint="run 'deploykit inspect' on the model and try another backend or device.",
             ) from exc
-        return {name: self._owned(spec, produced[name]) for name, spec in self.outputs.items()}
+        return {name: owned_output(spec, produced[name], self._output_error) for name, spec in self.outputs.items()}
 
     def explain(self, exc: BaseException) -> str:
         """The runtime's reason for a failed run, in one line (the same translation as the
         backend's ``explain`` on load; the default keeps the last line that says something)."""
         return last_meaningful_line(exc)
-
-    def _owned(self, spec: TensorSpec, value: Any) -> Any:
-        """An output as the runtime made it, as the caller's own: same shape (0-d stays 0-d) and
-        dtype, C-contiguous; a list of such arrays for a sequence, None for an empty optional."""
-        if value is None and spec.is_optional:
-            return None
-        if spec.is_sequence:
-            if not isinstance(value, list | tuple):
-                raise self._output_error(spec, f"got {_described(value)}, expected a list")
-            return [self._owned(replace(spec, kind=TENSOR), item) for item in value]
-        if value is None or isinstance(value, list | tuple):
-            raise self._output_error(spec, f"got {_described(value)}, expected an array")
-        return np.asarray(value, order="C")  # not ascontiguousarray: it makes a 0-d array 1-d
 
     def _output_error(self, spec: TensorSpec, problem: str) -> BackendError:
         return BackendError(
@@ -248,21 +236,6 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def last_meaningful_line(exc: BaseException) -> str:
-    """The last line of an exception's text that has a letter or digit (where most runtimes put
-    the reason; a lone ``)`` or ``;`` closing the message is no reason), or the exception's type."""
-    lines = [line.strip() for line in str(exc).strip().splitlines() if any(c.isalnum() for c in line)]
-    return lines[-1] if lines else type(exc).__name__
-
-
-_KIND_WORDS = {
-    TENSOR: "tensor",
-    SEQUENCE: "sequence",
-    OPTIONAL: "optional tensor",
-    OPTIONAL_SEQUENCE: "optional sequence",
-}
-
-
 def _registered(name: str) -> Backend | None:
     """The registered backend a session belongs to (None for a backend class no registry lists)."""
     from deploykit.backends.registry import get_backend
@@ -271,20 +244,6 @@ def _registered(name: str) -> Backend | None:
         return get_backend(name)
     except DeployKitError:
         return None
-
-
-def sentence(reason: str) -> str:
-    """A reason as the end of a message: with its full stop."""
-    reason = reason.rstrip()
-    return reason if reason.endswith((".", "!", "?")) else reason + "."
-
-
-def _described(value: Any) -> str:
-    if value is None:
-        return "None"
-    if isinstance(value, list | tuple):
-        return f"a {type(value).__name__} of {len(value)}"
-    return type(value).__name__
 
 
 class Backend(abc.ABC):
@@ -418,10 +377,8 @@ class Backend(abc.ABC):
                 load_onnx(model_path)
             except DeployKitError as broken:
                 return broken
-        reason = self.explain(exc).rstrip()
         return UnsupportedModelError(
-            f"{self.subject()} | cannot {self.load_verb} '{model_path.name}': {reason}"
-            + ("" if reason.endswith((".", "!", "?")) else "."),
+            f"{self.subject()} | cannot {self.load_verb} '{model_path.name}': {sentence(self.explain(exc))}",
             hint=self.load_hint,
         )
 
@@ -439,26 +396,9 @@ class Backend(abc.ABC):
         Raises:
             UnsupportedModelError: naming the value, its kind and the backends that run it.
         """
-        for direction, specs in (("input", inputs), ("output", outputs)):
-            for spec in specs:
-                if spec.kind in self.value_kinds:
-                    continue
-                from deploykit.backends.registry import all_backends
-
-                others = [backend.name for backend in all_backends() if spec.kind in backend.value_kinds]
-                what = f"{_KIND_WORDS[spec.kind]} {direction}s"
-                raise UnsupportedModelError(
-                    f"{self.subject()} | cannot run '{model_path.name}': {self.name} does not run {what} "
-                    f"({direction} '{spec.name}' is {spec.type_text()}); "
-                    + (
-                        f"{' and '.join(others)} {'does' if len(others) == 1 else 'do'}."
-                        if others
-                        else "no backend does."
-                    ),
-                    hint=f"load it with backend '{others[0]}'."
-                    if others
-                    else "export the model with tensor inputs and outputs.",
-                )
+        refusal = kind_refusal(self.subject(), self.name, model_path, inputs, outputs, self.value_kinds)
+        if refusal is not None:
+            raise refusal
 
     def _device_error(self, device: str, reason: str, hint: str) -> DeviceUnavailableError:
         return DeviceUnavailableError(

@@ -15,8 +15,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from deploykit.backends.base import Backend, Session, SessionInfo, sentence
+from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.options import OptionSpec
+from deploykit.backends.values import sentence
 from deploykit.errors import ModelError, UnsupportedModelError, UsageError
 from deploykit.model import check_model_path, read_interface
 from deploykit.tensors import TensorSpec
