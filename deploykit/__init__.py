@@ -101,7 +101,9 @@ def load(
         **options: backend options, e.g. ``threads=2`` or OpenVINO's ``precision="f32"``.
 
     Returns:
-        an open ``Session``; use it as a context manager.
+        an open ``Session``; use it as a context manager. The session runs the runtime in this
+        process: a runtime that crashes ends it (``deploykit run`` and ``compare`` use worker
+        processes instead; see docs/conformance.md).
     """
     return get_backend(backend).open(model, device, allow_fallback=allow_fallback, **options)
 

@@ -142,10 +142,31 @@ class CandidateRun:
     info: dict[str, Any] | None = None
     outputs: list[dict[str, np.ndarray]] = field(default_factory=list)
     error: str | None = None
+    error_data: dict[str, Any] | None = None
+    """The worker's ``DeployKitError`` as data (type, message, hint); None for a crash or a timeout."""
+    latency_ms: list[float] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    def raise_error(self, model: str | os.PathLike[str]) -> None:
+        """Raise what stopped the run as a ``DeployKitError``: the worker's own error, rebuilt from
+        its data, or a ``BackendError`` naming the crash's signal or the timeout."""
+        from deploykit import errors
+
+        if self.error is None:
+            return
+        if self.error_data is not None:
+            kind = getattr(errors, str(self.error_data.get("type")), None)
+            if not (isinstance(kind, type) and issubclass(kind, errors.DeployKitError)):
+                kind = errors.DeployKitError
+            raise kind(str(self.error_data["message"]), hint=self.error_data.get("hint"))
+        raise errors.BackendError(
+            f"backend '{self.label}' | crashed running '{Path(model).name}': {self.error}.",
+            hint="the runtime itself failed (this is not an error in the model or the inputs); "
+            "try another backend or device, and report it to the runtime's authors.",
+        )
 
 
 def run_candidate(
@@ -158,15 +179,27 @@ def run_candidate(
     label: str | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     isolate: bool = True,
+    extra: Mapping[str, Any] | None = None,
 ) -> CandidateRun:
-    """Open ``model`` on ``backend:device`` and run every input set, in a worker process by default."""
+    """Open ``model`` on ``backend:device`` and run every input set, in a worker process by default.
+
+    ``extra`` adds to the worker's job: ``allow_fallback``, or ``input_options`` and ``seed`` to
+    have the worker make the one input set from the session's inputs (``deploykit run``)."""
     label = label or (f"{backend}:{device}" if device else backend)
     job: dict[str, Any] = {"model": str(model), "backend": backend, "device": device, "options": dict(options or {})}
+    job.update(extra or {})
     if not isolate:
         from deploykit.verify.worker import run_job
 
         result, outputs = run_job(job, list(cases))
-        return CandidateRun(label, result.get("info"), outputs, result.get("error"))
+        return CandidateRun(
+            label,
+            result.get("info"),
+            outputs,
+            result.get("error"),
+            result.get("error_data"),
+            result.get("latency_ms", []),
+        )
     with tempfile.TemporaryDirectory(prefix="deploykit-verify-") as scratch:
         directory = Path(scratch)
         job["cases"] = []
@@ -179,9 +212,12 @@ def run_candidate(
         if outcome.result is None:
             return CandidateRun(label, error=outcome.error)
         if outcome.result.get("status") != "ok":
-            return CandidateRun(label, outcome.result.get("info"), error=outcome.result.get("error"))
+            return CandidateRun(
+                label, outcome.result.get("info"), error=outcome.result.get("error"),
+                error_data=outcome.result.get("error_data"),
+            )  # fmt: skip
         outputs = []
-        for index in range(len(cases)):
-            with np.load(directory / f"outputs-{index}.npz", allow_pickle=False) as archive:
+        for path in sorted(directory.glob("outputs-*.npz"), key=lambda p: int(p.stem.split("-")[1])):
+            with np.load(path, allow_pickle=False) as archive:
                 outputs.append({name: archive[name] for name in archive.files})
-        return CandidateRun(label, outcome.result.get("info"), outputs)
+        return CandidateRun(label, outcome.result.get("info"), outputs, latency_ms=outcome.result.get("latency_ms", []))
