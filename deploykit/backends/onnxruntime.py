@@ -88,6 +88,7 @@ class OnnxRuntimeBackend(Backend):
     }
 
     distributions = _DISTRIBUTIONS
+    cpu_distribution = "onnxruntime"
 
     def version(self) -> str:
         self.import_runtime()

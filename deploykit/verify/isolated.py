@@ -59,6 +59,29 @@ runpy.run_module(sys.argv[1], run_name='__main__', alter_sys=True)
 """
 
 
+@dataclass(frozen=True)
+class Interpreter:
+    """The Python a worker runs in: this process's own, or another one (an aarch64 Python under
+    user-mode QEMU, from ``deploykit.platforms``). The job protocol is the same for every one.
+
+    Attributes:
+        command: the argv that starts the interpreter (``-c <bootstrap> module pid`` follows);
+            empty means ``sys.executable``.
+        environment: variables set for the worker on top of this process's.
+        platform: the platform the worker runs on, as rows name it (``host``, ``linux/arm64``).
+    """
+
+    command: tuple[str, ...] = ()
+    environment: Mapping[str, str] = field(default_factory=dict)
+    platform: str = "host"
+
+    def argv(self) -> list[str]:
+        return list(self.command) or [sys.executable]
+
+
+HOST = Interpreter()
+
+
 @dataclass
 class WorkerOutcome:
     """What a worker produced: its result object, or why there is none."""
@@ -99,19 +122,28 @@ def kill_workers() -> None:
         _kill_group(process)
 
 
-def run_worker(module: str, job: Mapping[str, Any], *, timeout_s: float = DEFAULT_TIMEOUT_S) -> WorkerOutcome:
+def run_worker(
+    module: str,
+    job: Mapping[str, Any],
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    interpreter: Interpreter = HOST,
+) -> WorkerOutcome:
     """Run ``python -m module`` (safely) with ``job`` as JSON on stdin; return its result line.
 
-    The worker and its children are killed when the time limit passes or when this process is
-    interrupted (the interruption is then re-raised).
+    ``interpreter`` says which Python runs it (this one by default). The worker and its children
+    are killed when the time limit passes or when this process is interrupted (the interruption
+    is then re-raised).
     """
+    environment = {**os.environ, **interpreter.environment} if interpreter.environment else None
     process = subprocess.Popen(
-        [sys.executable, "-c", _BOOTSTRAP, module, str(os.getpid())],
+        [*interpreter.argv(), "-c", _BOOTSTRAP, module, str(os.getpid())],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        env=environment,
     )
     with _live_lock:
         _live.add(process)
@@ -158,11 +190,13 @@ def run_candidate(
     label: str | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     isolate: bool = True,
+    interpreter: Interpreter = HOST,
 ) -> CandidateRun:
-    """Open ``model`` on ``backend:device`` and run every input set, in a worker process by default."""
+    """Open ``model`` on ``backend:device`` and run every input set, in a worker process by default
+    (always, when ``interpreter`` is another Python than this one)."""
     label = label or (f"{backend}:{device}" if device else backend)
     job: dict[str, Any] = {"model": str(model), "backend": backend, "device": device, "options": dict(options or {})}
-    if not isolate:
+    if not isolate and interpreter == HOST:
         from deploykit.verify.worker import run_job
 
         result, outputs = run_job(job, list(cases))
@@ -175,7 +209,7 @@ def run_candidate(
             save_arrays(path, feeds)
             job["cases"].append(str(path))
         job["outputs_dir"] = str(directory)
-        outcome = run_worker("deploykit.verify.worker", job, timeout_s=timeout_s)
+        outcome = run_worker("deploykit.verify.worker", job, timeout_s=timeout_s, interpreter=interpreter)
         if outcome.result is None:
             return CandidateRun(label, error=outcome.error)
         if outcome.result.get("status") != "ok":
