@@ -142,11 +142,14 @@ class EmulatedPlatform(Platform):
             cache = cache_dir()
             try:
                 qemu = find_qemu(self.qemu_arch, cache)
-            except PlatformError:
+            except PlatformError as missing:
                 if os.environ.get(f"DEPLOYKIT_QEMU_{self.qemu_arch.upper()}"):
                     raise
                 say(f"extracting Debian's qemu-user (QEMU >= {MIN_MAJOR}) into {cache}")
-                fetch_qemu(cache)
+                try:
+                    fetch_qemu(cache)
+                except PlatformError as exc:
+                    raise PlatformError(f"{missing.message} {exc.message}", hint=exc.hint) from exc
                 qemu = find_qemu(self.qemu_arch, cache)
             seconds["qemu"] = time.perf_counter() - started
 
