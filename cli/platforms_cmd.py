@@ -14,6 +14,7 @@ from .console import console, err_console, print_json
 
 if TYPE_CHECKING:
     from deploykit.platforms import EmulatedPlatform
+    from deploykit.verify.verdict import VerificationReport
 
 platforms_app = typer.Typer(
     help="Emulated targets (linux/arm64 under user-mode QEMU): list, add, remove.", no_args_is_help=True
@@ -100,3 +101,27 @@ def remove(name: str = typer.Argument(..., help="linux/arm64 or linux/riscv64.")
         console.print(f"removed {escape(platform.base_name)} ({escape(str(platform.folder()))})")
     else:
         console.print(f"{escape(platform.base_name)} was not prepared; nothing to remove")
+
+
+def print_emulated(report: VerificationReport) -> None:
+    """The emulated rows of a bench: verdict, the precision that ran, and one pass's load/run seconds,
+    marked emulated and in their own table, so nothing ranks them against the host's."""
+    from .verify_view import print_details, styled
+
+    table = Table(title="under emulation: one pass in seconds, NOT the board's speed (not ranked; use bench --fleet "
+                  "on the device)")  # fmt: skip
+    for column in ("candidate", "platform", "precision", "verdict", "load s (emulated)", "run s (emulated)"):
+        table.add_column(column)
+    for verdict in report.verdicts:
+        seconds = report.emulated_seconds.get(verdict.candidate) or {}
+        runs = seconds.get("run") or []
+        table.add_row(
+            escape(verdict.candidate),
+            escape(str(seconds.get("platform", "-"))),
+            escape(verdict.precision or "-"),
+            styled(verdict),
+            f"{seconds['load']:.2f}" if "load" in seconds else "-",
+            f"{sum(runs) / len(runs):.2f}" if runs else "-",
+        )
+    console.print(table)
+    print_details(report.verdicts, report.notes)

@@ -384,6 +384,9 @@ def verify_model(
     verdicts = judge_runs(candidate_runs, prepared.cases, references, oracle_info, overrides=overrides, task=task,
                           metadata=interface.metadata)  # fmt: skip
     first = prepared.cases[0]
+    emulated_seconds = {
+        r.label: {"platform": r.platform, "emulated": True, **r.seconds} for r in runs if r.platform != "host"
+    }
     return VerificationReport(
         model=str(model_path),
         oracle=oracle_info,
@@ -391,6 +394,7 @@ def verify_model(
         inputs={k: list(v.shape) for k, v in first.items()},
         input_source=prepared.source + (f" ({len(prepared.images)} images)" if prepared.images else ""),
         notes=notes,
+        emulated_seconds=emulated_seconds,
     )
 
 

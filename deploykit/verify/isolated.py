@@ -174,6 +174,9 @@ class CandidateRun:
     info: dict[str, Any] | None = None
     outputs: list[dict[str, np.ndarray]] = field(default_factory=list)
     error: str | None = None
+    seconds: dict[str, Any] = field(default_factory=dict)
+    """The worker's one pass: ``load`` and ``run`` (one per input set) seconds; no statistics."""
+    platform: str = "host"
 
     @property
     def ok(self) -> bool:
@@ -200,7 +203,7 @@ def run_candidate(
         from deploykit.verify.worker import run_job
 
         result, outputs = run_job(job, list(cases))
-        return CandidateRun(label, result.get("info"), outputs, result.get("error"))
+        return CandidateRun(label, result.get("info"), outputs, result.get("error"), result.get("seconds") or {})
     with tempfile.TemporaryDirectory(prefix="deploykit-verify-") as scratch:
         directory = Path(scratch)
         job["cases"] = []
@@ -210,12 +213,14 @@ def run_candidate(
             job["cases"].append(str(path))
         job["outputs_dir"] = str(directory)
         outcome = run_worker("deploykit.verify.worker", job, timeout_s=timeout_s, interpreter=interpreter)
+        where = interpreter.platform
         if outcome.result is None:
-            return CandidateRun(label, error=outcome.error)
+            return CandidateRun(label, error=outcome.error, platform=where)
         if outcome.result.get("status") != "ok":
-            return CandidateRun(label, outcome.result.get("info"), error=outcome.result.get("error"))
+            return CandidateRun(label, outcome.result.get("info"), error=outcome.result.get("error"), platform=where)
         outputs = []
         for index in range(len(cases)):
             with np.load(directory / f"outputs-{index}.npz", allow_pickle=False) as archive:
                 outputs.append({name: archive[name] for name in archive.files})
-        return CandidateRun(label, outcome.result.get("info"), outputs)
+        return CandidateRun(label, outcome.result.get("info"), outputs, seconds=outcome.result.get("seconds") or {},
+                            platform=where)  # fmt: skip

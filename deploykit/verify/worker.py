@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,15 +29,22 @@ def run_job(
 
     outputs: list[dict[str, np.ndarray]] = []
     info: dict[str, Any] | None = None
+    seconds: dict[str, Any] = {}
     try:
         backend = get_backend(job["backend"])
+        started = time.perf_counter()
         with backend.open(job["model"], job.get("device"), **dict(job.get("options") or {})) as session:
+            seconds["load"] = time.perf_counter() - started
             info = session.info.to_dict()
+            seconds["run"] = []
             for feeds in cases:
+                started = time.perf_counter()
                 outputs.append(session.run(dict(feeds)))
+                seconds["run"].append(time.perf_counter() - started)
     except DeployKitError as exc:
         return {"status": "error", "error": str(exc), "info": info}, []
-    return {"status": "ok", "info": info}, outputs
+    # one pass, no warm-up, no statistics: what an emulated row shows, never a benchmark
+    return {"status": "ok", "info": info, "seconds": seconds}, outputs
 
 
 def main() -> int:

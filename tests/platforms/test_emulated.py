@@ -114,3 +114,20 @@ def test_add_again_keeps_every_step_and_finishes_a_target_missing_its_manifest(a
     assert manifest["seconds"]["sysroot"] < 1 and manifest["seconds"]["wheels"] < 5
     assert manifest["probe"]["machine"] == "aarch64"
     assert np.all([p["version"] for p in manifest["packages"] if p["distribution"] in ("numpy", "onnxruntime")])
+
+
+def test_bench_shows_emulated_rows_apart_as_one_pass_never_ranked(arm64, catalog_models):
+    path, _ = catalog_models["conv_bn_act"]
+    args = ["bench", str(path), "-b", "ort", "--platform", "host,linux/arm64", "--iterations", "5", "--warmup", "1",
+            "--json"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [r["config"]["label"] for r in data["rows"]] == ["onnxruntime:cpu b1"]  # only the host is timed and ranked
+    assert data["recommendation"] is not None
+    emulated = data["emulated"]
+    (verdict,) = emulated["verdicts"]
+    assert verdict["candidate"] == "onnxruntime:cpu on linux/arm64" and verdict["status"] == "pass"
+    seconds = emulated["emulated_seconds"]["onnxruntime:cpu on linux/arm64"]
+    assert seconds["emulated"] is True and seconds["platform"] == "linux/arm64"
+    assert seconds["load"] > 0 and len(seconds["run"]) == 1
