@@ -57,6 +57,7 @@ platforms: setup
 	@old="$$($(PY) -c 'from deploykit.platforms.emulated import cache_dir; print(cache_dir())')/platforms/qemu-bookworm"; \
 	if [ ! -x "$$old/usr/bin/qemu-aarch64" ] && command -v mmdebstrap >/dev/null; then \
 		rm -rf "$$old.partial" && mmdebstrap --quiet --variant=extract --include=qemu-user bookworm "$$old.partial" \
+			&& find "$$old.partial/usr/bin" -name 'qemu-*' ! -name qemu-aarch64 -delete \
 			&& rm -rf "$$old" && mv "$$old.partial" "$$old"; \
 	fi
 	$(VENV)/bin/deploykit platforms add linux/arm64

@@ -146,8 +146,11 @@ class EmulatedPlatform(Platform):
                 if os.environ.get(f"DEPLOYKIT_QEMU_{self.qemu_arch.upper()}"):
                     raise
                 say(f"extracting Debian's qemu-user (QEMU >= {MIN_MAJOR}) into {cache}")
+                from deploykit.platforms import PLATFORMS
+
+                archs = {p.qemu_arch for p in PLATFORMS.values() if isinstance(p, EmulatedPlatform)}
                 try:
-                    fetch_qemu(cache)
+                    fetch_qemu(cache, archs)
                 except PlatformError as exc:
                     raise PlatformError(f"{missing.message} {exc.message}", hint=exc.hint) from exc
                 qemu = find_qemu(self.qemu_arch, cache)

@@ -13,6 +13,7 @@ import platform as host_platform
 import re
 import shutil
 import subprocess
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,11 +116,15 @@ def host_debian_arch() -> str:
     return {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}.get(machine, machine)
 
 
-def fetch_qemu(cache: Path) -> Path:
-    """Extract Debian trixie's qemu-user (static binaries) into the cache with mmdebstrap; return
-    the folder. Nothing is left half-written: it is extracted beside and renamed when complete."""
+def fetch_qemu(cache: Path, archs: Collection[str]) -> Path:
+    """Extract Debian trixie's qemu-user (static binaries) into the cache with mmdebstrap and keep
+    the emulators of ``archs`` (the package holds ~30 of them, 450 MB); return the folder.
+    Nothing is left half-written: it is extracted beside and renamed when complete."""
     from deploykit.platforms.debian import extract_packages
 
     target = cached_qemu_dir(cache)
     extract_packages(target, QEMU_SUITE, host_debian_arch(), ["qemu-user"], what="Debian's qemu-user")
+    for binary in (target / "usr" / "bin").glob("qemu-*"):
+        if binary.name.removeprefix("qemu-") not in archs:
+            binary.unlink()
     return target
