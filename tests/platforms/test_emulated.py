@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
-from importlib import metadata
 
 import numpy as np
 import pytest
@@ -27,16 +26,20 @@ def test_the_target_reports_an_aarch64_cpu_and_the_hosts_runtime_versions(arm64)
     assert status.state == "ready", status.detail
     assert status.cpu.startswith("cortex-a76 (aarch64: ") and "asimd" in status.cpu
     assert status.emulator.startswith("qemu-aarch64 ") and int(status.emulator.split()[1].split(".")[0]) >= 8
-    assert status.runtimes["onnxruntime"] == f"onnxruntime {metadata.version('onnxruntime-gpu')}"
+    host_version = get_backend("onnxruntime").version().split()[-1]  # onnxruntime-gpu 1.31.1 or onnxruntime 1.31.1
+    assert status.runtimes["onnxruntime"] == f"onnxruntime {host_version}"  # the CPU build, at the host's version
 
 
-def test_a_worker_under_emulation_runs_the_aarch64_build(arm64, catalog_models):
-    """The session the worker opened is the target's (the CPU package, not the host's GPU one)."""
+def test_a_worker_under_emulation_runs_the_targets_build(arm64, catalog_models):
+    """The session the worker opened is the target's: the CPU package the manifest installed, one
+    pass timed, the platform named."""
     path, feeds = catalog_models["conv_bn_act"]
     run = run_candidate(path, "onnxruntime", "cpu", [feeds], interpreter=arm64.interpreter())
     assert run.ok, run.error
-    assert run.info is not None and run.info["backend_version"].startswith("onnxruntime ")
-    assert run.info["backend_version"] != get_backend("onnxruntime").version()  # host: onnxruntime-gpu
+    installed = next(p for p in arm64.manifest()["packages"] if p["backend"] == "onnxruntime")
+    assert installed["distribution"] == "onnxruntime"
+    assert run.info is not None and run.info["backend_version"] == f"onnxruntime {installed['version']}"
+    assert run.platform == "linux/arm64" and run.seconds["load"] > 0 and len(run.seconds["run"]) == 1
     assert run.outputs[0]["y"].shape == (1, 4, 8, 8)
 
 
