@@ -206,23 +206,32 @@ def _run(model: Path, candidate: Candidate, cases: Sequence[Mapping[str, np.ndar
 
 
 def on_platforms(
-    candidates: Sequence[Candidate], platforms: str | Sequence[str] | None
+    candidates: Sequence[Candidate], platforms: str | Sequence[str] | None, *, defaulted: bool = False
 ) -> tuple[list[Candidate], list[str]]:
     """Every candidate on every platform asked for (``host`` when none), and one note per emulated
     platform: what it emulates and with which runtime builds. A platform that is not prepared
-    fails here, before anything runs (``PlatformError`` naming what would prepare it)."""
+    fails here, before anything runs (``PlatformError`` naming what would prepare it).
+
+    ``defaulted``: the candidates are every backend × device of the host; an emulated target
+    has only a CPU, so there each backend runs on its default device alone.
+    """
     import dataclasses
 
+    from deploykit.backends.registry import get_backend
     from deploykit.platforms import parse_platforms
 
     chosen = parse_platforms(platforms)
     notes = []
+    expanded = []
     for platform in chosen:
         if platform.emulated:
             platform.interpreter()
             notes.append(f"{platform.describe()}: the target's builds of the runtimes, emulated; "
                          "numbers and precisions are the target's, speed is not the board's")  # fmt: skip
-    expanded = [dataclasses.replace(c, platform=p.name) for p in chosen for c in candidates]
+        for candidate in candidates:
+            if platform.emulated and defaulted and candidate.device != get_backend(candidate.backend).default_device:
+                continue
+            expanded.append(dataclasses.replace(candidate, platform=platform.name))
     return expanded, notes
 
 
@@ -345,7 +354,7 @@ def verify_model(
     candidates, notes = expand_candidates(
         backends, parse_precisions(precision), model_precision=interface.precision, options=options
     )
-    candidates, platform_notes = on_platforms(candidates, platforms)
+    candidates, platform_notes = on_platforms(candidates, platforms, defaulted=not backends)
     notes += platform_notes
     if not candidates:
         raise UsageError(
