@@ -27,6 +27,7 @@ class PlatformStatus:
             ``broken`` (prepared, but its self-test failed).
         cpu: the (emulated) CPU, e.g. ``cortex-a76`` with the features the target reports.
         emulator: e.g. ``qemu-aarch64 10.0.13``; empty on the host.
+        python: the target's Python version.
         runtimes: runtime → version in the target, with the host's version when it differs.
         detail: one sentence: why it is not ready, or what was substituted.
     """

@@ -30,7 +30,7 @@ from typing import Any
 
 from deploykit.errors import PlatformError
 from deploykit.platforms.base import Platform, PlatformStatus
-from deploykit.platforms.qemu import MIN_MAJOR, Qemu, fetch_qemu, find_qemu, qemu_version
+from deploykit.platforms.qemu import MIN_MAJOR, fetch_qemu, find_qemu, qemu_version
 from deploykit.verify.isolated import Interpreter, run_worker
 
 MANIFEST = "target.json"
@@ -322,8 +322,3 @@ class EmulatedPlatform(Platform):
         manifest = self.manifest() or {}
         qemu = (manifest.get("qemu") or {}).get("version", "?")
         return f"{self.base_name} (emulated {self.cpu}, qemu-{self.qemu_arch} {qemu})"
-
-
-def check_qemu(platform: EmulatedPlatform) -> Qemu:
-    """The QEMU ``platform`` would use now (raises ``PlatformError`` naming what would install one)."""
-    return find_qemu(platform.qemu_arch, cache_dir())
