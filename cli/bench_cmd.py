@@ -10,10 +10,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from deploykit.bench.config import parse_duration, parse_int_list
 from deploykit.bench.report import BenchmarkReport, check_report_dir
 from deploykit.errors import UsageError
-from deploykit.verify.verdict import Verdict
+from deploykit.verify.verdict import Verdict, VerificationReport
 
 from .bench_view import print_bench_report
 from .console import coerce, console, err_console, parse_pairs, print_json
+from .platforms_cmd import PLATFORM_OPTION, print_emulated
 from .verify_view import (
     ATOL_OPTION,
     BATCH_AXIS_OPTION,
@@ -78,6 +79,7 @@ def bench(
     fleet: str = typer.Option(None, "--fleet", help="Ray cluster address: bench on every device node, merged."),
     devices: str = typer.Option(None, "--devices", help="With --fleet: device names a,b (default: all)."),
     device_timeout: str = typer.Option("30m", "--device-timeout", help="With --fleet: time limit per device."),
+    platform: str = PLATFORM_OPTION,
 ) -> None:
     """Benchmark a model on backends × devices × precisions × batch × threads; verify every configuration."""
     from deploykit.bench.runner import benchmark, default_backend_specs
@@ -116,6 +118,31 @@ def bench(
     from deploykit.inputs import check_seed
 
     settings, axes = input_settings(shapes, batch_axes)
+    emulated = None
+    if platform is not None:
+        from deploykit.platforms import parse_platforms
+        from deploykit.verify import verify_model
+
+        chosen = parse_platforms(platform)
+        targets = [p.name for p in chosen if p.emulated]
+        if targets:  # verified like compare; one pass timed, shown apart, never ranked
+            emulated = verify_model(model, backends or None, oracle=oracle, inputs=inputs, precision=precision,
+                                    shapes=settings, batch_axes=axes, seed=check_seed(seed),
+                                    thresholds=threshold_options(atol, rtol, min_cosine, min_snr_db, min_top1, min_map),
+                                    options={k: coerce(v) for k, v in parse_pairs(options, "--option").items()},
+                                    timeout_s=timeout, platforms=targets)  # fmt: skip
+        if all(p.emulated for p in chosen):
+            assert emulated is not None
+            if as_json:
+                print_json(emulated.to_dict())
+            else:
+                print_emulated(emulated)
+            bad = emulated.exit_code()
+            if bad and not allow_failures:
+                err_console.print("error: a configuration failed or did not verify. Hint: see the table; "
+                                  "--allow-failures exits 0 anyway.")  # fmt: skip
+                raise typer.Exit(1)
+            return
     if scenario == "offline" and batch in (None, "1"):
         err_console.print("note: offline scenario with batch 1; pass --batch 16 (or more) for throughput")
     progress = Progress(
@@ -157,19 +184,25 @@ def bench(
             options={k: coerce(v) for k, v in parse_pairs(options, "--option").items()},
             progress=report_progress,
         )
-    _show(result, as_json, report_dir, allow_failures)
+    _show(result, as_json, report_dir, allow_failures, emulated)
 
 
-def _show(result: BenchmarkReport, as_json: bool, report_dir: Path | None, allow_failures: bool = False) -> None:
+def _show(result: BenchmarkReport, as_json: bool, report_dir: Path | None, allow_failures: bool = False,
+          emulated: VerificationReport | None = None) -> None:  # fmt: skip
     if as_json:
-        print_json(result.to_dict())
+        print_json(result.to_dict() | ({"emulated": emulated.to_dict()} if emulated else {}))
     else:
         print_bench_report(result)
+        if emulated is not None:
+            print_emulated(emulated)
     if report_dir is not None:
         paths = result.write_all(report_dir)
         console.print("report: " + ", ".join(str(p) for p in paths))
     failed = [r for r in result.rows if not r.ok or (r.verdict is not None and _bad(r.verdict))]
+    failed_emulated = [v for v in (emulated.verdicts if emulated else []) if _bad(v)]
     problems = [f"{len(failed)} configuration(s) failed or did not verify"] if failed else []
+    if failed_emulated:
+        problems.append(f"{len(failed_emulated)} emulated configuration(s) failed or did not verify")
     if result.recommendation is None:
         problems.append("no configuration can be recommended")
     if problems and allow_failures:

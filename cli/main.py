@@ -36,6 +36,7 @@ from .convert_cmd import convert_app
 from .export_cmd import export_app
 from .fleet_cmd import fleet_app
 from .models_cmd import models_app
+from .platforms_cmd import platforms_app
 
 # A reader that stops early (deploykit bench --help | head -1) closes the pipe. Python ignores
 # SIGPIPE, so the next write raises BrokenPipeError; end as a Unix tool killed by SIGPIPE would:
@@ -132,6 +133,7 @@ app.command("predict")(predict_cmd.predict)
 app.command("quantize")(quantize_cmd.quantize)
 app.add_typer(models_app, name="models")
 app.add_typer(fleet_app, name="fleet")
+app.add_typer(platforms_app, name="platforms")
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:

@@ -29,6 +29,8 @@ The tree::
     │   ├── ParityError            the converted model's outputs differ from the source's
     │   └── OracleError            an oracle asked for by name cannot run here (no compiler, no Darknet,
     │                              no OpenCV 4.x importer) or failed on the model
+    ├── PlatformError              an emulated target (``--platform linux/arm64``) is not prepared, half-built,
+    │                              or cannot be prepared here (no QEMU >= 8, no sysroot tool, no wheel)
     ├── QuantizationError          quantizing failed or missed its accuracy budget; nothing is written
     └── ReportError                a benchmark report cannot be read or compared
 """
@@ -129,6 +131,12 @@ class OracleError(ConversionError):
     """An oracle the user asked for by name cannot run here (no C compiler, no Darknet, OpenCV
     without the Darknet importer), or it failed on the model. Never raised for ``auto``, which
     says ``unverified`` instead."""
+
+
+class PlatformError(DeployKitError):
+    """An emulated target cannot be used or prepared: user-mode QEMU missing or older than 8,
+    no arm64 sysroot (or no tool to build one), a runtime without a wheel for that platform,
+    or a target folder that an interrupted ``platforms add`` left half-built."""
 
 
 class QuantizationError(DeployKitError):

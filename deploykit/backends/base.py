@@ -296,6 +296,9 @@ class Backend(abc.ABC):
     subsystem then treats its outputs as an independent oracle, not as another candidate)."""
     distributions: ClassVar[tuple[str, ...]] = ()
     """Package names that provide the runtime (for the device fingerprint); default: ``module``."""
+    cpu_distribution: ClassVar[str | None] = None
+    """The package of the runtime's CPU-only build, which emulated targets (``deploykit.platforms``)
+    install; default: the package installed here."""
     default_candidate: ClassVar[bool] = True
     """False keeps the backend out of the default backend × device sweeps (bench, compare)."""
     options: ClassVar[Mapping[str, OptionSpec | str]] = {}

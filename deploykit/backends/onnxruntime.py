@@ -90,6 +90,7 @@ class OnnxRuntimeBackend(Backend):
 
     distributions = _DISTRIBUTIONS
     value_kinds = frozenset(KINDS)  # lists for sequences, None for empty optionals, both ways
+    cpu_distribution = "onnxruntime"
 
     def version(self) -> str:
         self.import_runtime()

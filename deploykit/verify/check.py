@@ -40,11 +40,14 @@ class Candidate:
     device: str | None
     precision: str | None
     options: Mapping[str, Any] = field(default_factory=dict)
+    platform: str = "host"
+    """Where its worker runs: ``host``, or an emulated target (``linux/arm64``, ``deploykit.platforms``)."""
 
     @property
     def label(self) -> str:
         text = f"{self.backend}:{self.device}" if self.device else self.backend
-        return f"{text} {self.precision}" if self.precision else text
+        text = f"{text} {self.precision}" if self.precision else text
+        return text if self.platform == "host" else f"{text} on {self.platform}"
 
 
 def parse_backend_spec(text: str) -> tuple[str, str | None]:
@@ -221,8 +224,42 @@ def check_given_inputs(specs: Mapping[str, Any], given: Mapping[str, np.ndarray]
 
 def _run(model: Path, candidate: Candidate, cases: Sequence[Mapping[str, np.ndarray]], timeout_s: float,
          isolate: bool, label: str | None = None) -> CandidateRun:  # fmt: skip
+    from deploykit.platforms import get_platform
+
+    interpreter = get_platform(candidate.platform).interpreter()
     return run_candidate(model, candidate.backend, candidate.device, cases, options=candidate.options,
-                         label=label or candidate.label, timeout_s=timeout_s, isolate=isolate)  # fmt: skip
+                         label=label or candidate.label, timeout_s=timeout_s, isolate=isolate,
+                         interpreter=interpreter)  # fmt: skip
+
+
+def on_platforms(
+    candidates: Sequence[Candidate], platforms: str | Sequence[str] | None, *, defaulted: bool = False
+) -> tuple[list[Candidate], list[str]]:
+    """Every candidate on every platform asked for (``host`` when none), and one note per emulated
+    platform: what it emulates and with which runtime builds. A platform that is not prepared
+    fails here, before anything runs (``PlatformError`` naming what would prepare it).
+
+    ``defaulted``: the candidates are every backend × device of the host; an emulated target
+    has only a CPU, so there each backend runs on its default device alone.
+    """
+    import dataclasses
+
+    from deploykit.backends.registry import get_backend
+    from deploykit.platforms import parse_platforms
+
+    chosen = parse_platforms(platforms)
+    notes = []
+    expanded = []
+    for platform in chosen:
+        if platform.emulated:
+            platform.interpreter()
+            notes.append(f"{platform.describe()}: the target's builds of the runtimes, emulated; "
+                         "numbers and precisions are the target's, speed is not the board's")  # fmt: skip
+        for candidate in candidates:
+            if platform.emulated and defaulted and candidate.device != get_backend(candidate.backend).default_device:
+                continue
+            expanded.append(dataclasses.replace(candidate, platform=platform.name))
+    return expanded, notes
 
 
 def judge_run(
@@ -331,6 +368,7 @@ def verify_model(
     options: Mapping[str, OptionValue] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     isolate: bool = True,
+    platforms: str | Sequence[str] | None = None,
 ) -> VerificationReport:
     """Run the same inputs on every candidate and judge each against the oracle.
 
@@ -350,6 +388,9 @@ def verify_model(
         options: backend options for every candidate.
         timeout_s: per worker process.
         isolate: one worker process per backend (turn off only for debugging).
+        platforms: where the candidates' workers run: ``host`` (default), ``linux/arm64`` (the
+            aarch64 builds under emulation, ``deploykit platforms add``), or several
+            (``host,linux/arm64``): every candidate on each. The oracle runs on the host.
     """
     from deploykit.model import read_interface
     from deploykit.verify.task_metric import task_of
@@ -361,6 +402,8 @@ def verify_model(
     candidates, notes = expand_candidates(
         backends, parse_precisions(precision), model_precision=interface.precision, options=options
     )
+    candidates, platform_notes = on_platforms(candidates, platforms, defaulted=not backends)
+    notes += platform_notes
     if not candidates:
         raise UsageError(
             f"compare '{model_path.name}' | no backend can run the precisions asked for here: {'; '.join(notes)}.",
@@ -398,6 +441,9 @@ def verify_model(
     verdicts = judge_runs(candidate_runs, prepared.cases, references, oracle_info, overrides=overrides, task=task,
                           metadata=interface.metadata)  # fmt: skip
     first = prepared.cases[0]
+    emulated_seconds = {
+        r.label: {"platform": r.platform, "emulated": True, **r.seconds} for r in runs if r.platform != "host"
+    }
     return VerificationReport(
         model=str(model_path),
         oracle=oracle_info,
@@ -405,6 +451,7 @@ def verify_model(
         inputs={k: list(v.shape) for k, v in first.items()},
         input_source=prepared.source + (f" ({len(prepared.images)} images)" if prepared.images else ""),
         notes=notes,
+        emulated_seconds=emulated_seconds,
     )
 
 

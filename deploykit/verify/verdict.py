@@ -234,6 +234,9 @@ class VerificationReport:
     inputs: dict[str, list[int]] = field(default_factory=dict)
     input_source: str = "seeded random"
     notes: list[str] = field(default_factory=list)
+    emulated_seconds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Candidate label → ``{platform, load, run}`` seconds of rows that ran under emulation: one
+    pass each, marked emulated, never a speed (``deploykit.platforms``); empty on the host."""
 
     @property
     def status(self) -> str:
@@ -266,7 +269,7 @@ class VerificationReport:
             "input_source": self.input_source,
             "notes": list(self.notes),
             "verdicts": [v.to_dict() for v in self.verdicts],
-        }
+        } | ({"emulated_seconds": self.emulated_seconds} if self.emulated_seconds else {})
 
 
 def verdicts_html(verdicts: Sequence[Verdict], title: str) -> str:
