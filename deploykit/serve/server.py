@@ -13,7 +13,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
@@ -190,7 +190,7 @@ def serve(
     policy: BatchPolicy | None = None,
     settings: ServerSettings | None = None,
     *,
-    on_ready: Any = None,
+    on_ready: Callable[[Server], None] | None = None,
 ) -> None:
     """Serve models over KServe v2 HTTP and gRPC until SIGTERM or SIGINT (the blocking form).
 
