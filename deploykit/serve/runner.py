@@ -109,35 +109,45 @@ class ModelRunner:
             return "ready"
         return "unavailable" if self.problem else "loading"
 
-    def start(self) -> threading.Thread:
-        """Open the sessions in a background thread; the model is ready when all are open."""
-        loader = threading.Thread(target=self._load, name=f"serve-load-{self.model.name}", daemon=True)
-        loader.start()
-        return loader
+    def start(self) -> None:
+        """Open the sessions in the background, one thread each; the model is ready when all are open.
 
-    def _load(self) -> None:
+        The thread that opens a session serves it until the runner closes: a worker process started
+        by a thread gets its death signal when that thread ends (``worker``), so it must live on.
+        """
+        for index in range(self.model.instances):
+            thread = threading.Thread(target=self._instance, args=(index,), name=f"serve-{self.model.name}-{index}",
+                                      daemon=True)  # fmt: skip
+            thread.start()
+            self._threads.append(thread)
+
+    def _instance(self, index: int) -> None:
         try:
-            for _ in range(self.model.instances):
-                self._sessions.append(self._open_session(self.model))
+            session = self._open_session(self.model)
         except BaseException as exc:
             self._fail(exc, "while loading")
             return
-        first = self._sessions[0]
+        with self._state:
+            self._sessions.append(session)
+            if len(self._sessions) == self.model.instances and not self._stopping and not self.problem:
+                self._opened(self._sessions[0])
+        try:
+            self._serve(session)
+        finally:
+            try:
+                session.close()
+            except Exception as exc:  # a session that fails to close must not keep the others open
+                log.warning("model '%s': closing a session failed: %s", self.model.name, exc)
+
+    def _opened(self, first: SessionLike) -> None:
+        """Every session is open: take the interface the runtime reports, and start taking requests."""
         self.inputs, self.outputs, self.metadata = dict(first.inputs), dict(first.outputs), dict(first.metadata)
         self.checks = {name: InputCheck(spec) for name, spec in self.inputs.items()}
         self.batchable = self.policy.max_batch > 1 and _batch_axis_dynamic(self.inputs, self.outputs)
         self.info = first.info
         self.precision = self.model.precision or getattr(first.info, "precision", None)
-        with self._state:
-            if self._stopping:
-                return
-            for index, session in enumerate(self._sessions):
-                thread = threading.Thread(
-                    target=self._serve, args=(session,), name=f"serve-{self.model.name}-{index}", daemon=True
-                )
-                thread.start()
-                self._threads.append(thread)
-            self._ready = True
+        self._ready = True
+        self._state.notify_all()
         self.metrics.ready.set(1)
         log.info("model '%s' ready on %s (%s)", self.model.name, getattr(first.info, "backend", "?"), self.precision)
 
@@ -190,7 +200,7 @@ class ModelRunner:
     def _take(self) -> list[_Pending] | None:
         """The next batch, or None when the runner stops and the queue is empty."""
         with self._state:
-            while not self._queue:
+            while not (self._queue and self._ready):  # a stopping runner still drains its queue
                 if self._stopping or self.problem:
                     return None
                 self._state.wait()
@@ -281,14 +291,9 @@ class ModelRunner:
         error = ModelUnavailableError(f"model '{self.model.name}' | the server shut down before running it.")
         for pending in dropped:
             pending.future.set_exception(error)
-        for thread in self._threads:
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        for thread in self._threads:  # each closes its session once its last batch is answered
+            thread.join(timeout=max(0.0, deadline - time.monotonic()) + 5.0)
         self.metrics.ready.set(0)
-        for session in self._sessions:
-            try:
-                session.close()
-            except Exception as exc:  # a session that fails to close must not keep the others open
-                log.warning("model '%s': closing a session failed: %s", self.model.name, exc)
 
     def describe(self) -> dict[str, Any]:
         """State for logs and the model metadata's parameters."""
