@@ -1,10 +1,9 @@
 """The KServe v2 gRPC front end: ``inference.GRPCInferenceService`` over a ``Repository``.
 
-The messages and the servicer base are the generated stubs of the protocol's ``grpc_service.proto``
-that ``tritonclient[grpc]`` ships (the same proto Triton serves), so deploykit compiles no proto.
-Implemented: ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata, ModelInfer (raw
-contents and typed contents). The other RPCs (repository control, shared memory, streaming,
-statistics, trace) answer UNIMPLEMENTED, as the base class does.
+The messages come from ``v2_messages`` (declared in code, wire-compatible with the protocol's
+``grpc_service.proto``). Implemented: ServerLive, ServerReady, ModelReady, ServerMetadata,
+ModelMetadata, ModelInfer (raw contents and typed contents). The other RPCs (repository control,
+shared memory, streaming, statistics, trace) answer UNIMPLEMENTED, as gRPC does for unknown methods.
 """
 
 from __future__ import annotations
@@ -40,19 +39,6 @@ _CONTENTS = {
 }  # fmt: skip
 
 
-def _stubs() -> tuple[Any, Any]:
-    try:
-        from tritonclient.grpc import service_pb2, service_pb2_grpc
-    except ImportError as exc:
-        from deploykit.errors import BackendUnavailableError
-
-        raise BackendUnavailableError(
-            f"serve | the gRPC front end needs tritonclient's v2 protocol stubs ({exc}).",
-            hint="pip install 'deploykit[serve]', or pass --grpc-port none.",
-        ) from exc
-    return service_pb2, service_pb2_grpc
-
-
 def grpc_code(error: BaseException) -> grpc.StatusCode:
     if isinstance(error, RequestTooLargeError):
         return grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -65,7 +51,7 @@ def grpc_code(error: BaseException) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
-def _decode(pb: Any, runner: ModelRunner, request: Any) -> dict[str, np.ndarray]:
+def _decode(runner: ModelRunner, request: Any) -> dict[str, np.ndarray]:
     checks: dict[str, InputCheck] = runner.checks
     names = [tensor.name for tensor in request.inputs]
     check_names(runner.model.name, checks, names)
@@ -97,10 +83,12 @@ def create_server(
     repository: Repository, host: str, port: int, *, token: str | None, max_request_bytes: int, threads: int = 32
 ) -> tuple[grpc.Server, int]:
     """A started-later gRPC server for ``repository`` and the port it bound."""
-    pb, pb_grpc = _stubs()
+    from deploykit.serve.v2_messages import SERVICE, messages
+
+    pb = messages()
     expected = f"Bearer {token}".encode() if token else None
 
-    class Servicer(pb_grpc.GRPCInferenceServiceServicer):  # type: ignore[name-defined]
+    class Servicer:
         def _check(self, context: Any) -> None:
             if expected is None:
                 return
@@ -116,11 +104,11 @@ def create_server(
 
         def ServerLive(self, request: Any, context: Any) -> Any:
             self._check(context)
-            return pb.ServerLiveResponse(live=True)
+            return pb["ServerLiveResponse"](live=True)
 
         def ServerReady(self, request: Any, context: Any) -> Any:
             self._check(context)
-            return pb.ServerReadyResponse(ready=repository.ready)
+            return pb["ServerReadyResponse"](ready=repository.ready)
 
         def ModelReady(self, request: Any, context: Any) -> Any:
             self._check(context)
@@ -128,11 +116,11 @@ def create_server(
                 runner = repository.runner(request.name, request.version)
             except DeployKitError as exc:
                 return self._fail(context, exc)
-            return pb.ModelReadyResponse(ready=runner.ready)
+            return pb["ModelReadyResponse"](ready=runner.ready)
 
         def ServerMetadata(self, request: Any, context: Any) -> Any:
             self._check(context)
-            return pb.ServerMetadataResponse(**repository.server_metadata())
+            return pb["ServerMetadataResponse"](**repository.server_metadata())
 
         def ModelMetadata(self, request: Any, context: Any) -> Any:
             self._check(context)
@@ -140,8 +128,8 @@ def create_server(
                 data = repository.model_metadata(request.name, request.version)
             except DeployKitError as exc:
                 return self._fail(context, exc)
-            tensor = pb.ModelMetadataResponse.TensorMetadata
-            return pb.ModelMetadataResponse(
+            tensor = pb["ModelMetadataResponse.TensorMetadata"]
+            return pb["ModelMetadataResponse"](
                 name=data["name"], versions=data["versions"], platform=data["platform"],
                 inputs=[tensor(**t) for t in data["inputs"]], outputs=[tensor(**t) for t in data["outputs"]],
             )  # fmt: skip
@@ -152,7 +140,7 @@ def create_server(
             runner: ModelRunner | None = None
             try:
                 runner = repository.runner(request.model_name, request.model_version)
-                feeds = _decode(pb, runner, request)
+                feeds = _decode(runner, request)
                 wanted = [o.name for o in request.outputs] or list(runner.outputs)
                 for name in wanted:
                     if name not in runner.outputs:
@@ -164,7 +152,7 @@ def create_server(
             except Exception as exc:
                 repository.count_failure(runner, exc)
                 return self._fail(context, exc)
-            response = pb.ModelInferResponse(model_name=runner.model.name, model_version=runner.model.version,
+            response = pb["ModelInferResponse"](model_name=runner.model.name, model_version=runner.model.version,
                                              id=request.id)  # fmt: skip
             for name in wanted:
                 array = outputs[name]
@@ -178,7 +166,16 @@ def create_server(
         options=[("grpc.max_receive_message_length", max_request_bytes), ("grpc.max_send_message_length", -1),
                  ("grpc.so_reuseport", 0)],
     )  # fmt: skip
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(Servicer(), server)
+    servicer = Servicer()
+    handlers = {
+        method: grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, method),
+            request_deserializer=pb[f"{method}Request"].FromString,
+            response_serializer=pb[f"{method}Response"].SerializeToString,
+        )
+        for method in ("ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata", "ModelInfer")
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     bound = server.add_insecure_port(f"{_bracket(host)}:{port}")
     if bound == 0:
         from deploykit.errors import UsageError
