@@ -64,9 +64,6 @@ def serve(
     max_request_size: str = typer.Option("64MB", "--max-request-size", help="Largest request body accepted."),
     token_file: Path = typer.Option(None, "--token-file", help="Require 'Authorization: Bearer TOKEN' (HTTP, gRPC)."),
     shutdown_timeout: float = typer.Option(10.0, "--shutdown-timeout", help="Seconds to finish requests on SIGTERM."),
-    engine: str = typer.Option("local", "--engine", help="local | ray (Ray Serve; HTTP only)."),
-    replicas: int = typer.Option(1, "--replicas", help="--engine ray: replicas of each model."),
-    address: str = typer.Option(None, "--address", help="--engine ray: cluster to join (default: a local Ray)."),
 ) -> None:
     """Serve models over the KServe v2 protocol (HTTP and gRPC) with dynamic batching and metrics."""
     from deploykit.serve.config import (
@@ -99,11 +96,7 @@ def serve(
             + ".",
             soft_wrap=True,
         )
-    if engine not in ("local", "ray"):
-        raise UsageError(f"--engine '{engine}' | is not local or ray.", hint="e.g. --engine ray --replicas 2.")
     _log_to_stderr()
-    if engine == "ray":
-        raise UsageError("--engine ray | is not available in this build.", hint="serve with --engine local.")
     from deploykit.serve.server import serve as run_server
 
     run_server(served, policy, settings, on_ready=_announce)
