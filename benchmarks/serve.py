@@ -206,6 +206,10 @@ def throughput(mobilenet: Path, seconds: float, clients: int) -> None:
         threads = [threading.Thread(target=client) for _ in range(clients)]
         for thread in threads:
             thread.start()
+        rss_samples = []  # the server's memory every tenth of the run: growth shows as a rising series
+        while any(thread.is_alive() for thread in threads):
+            time.sleep(seconds / 10)
+            rss_samples.append(round(rss_mib(process.pid), 1))
         for thread in threads:
             thread.join()
         elapsed = time.perf_counter() - start
@@ -227,6 +231,7 @@ def throughput(mobilenet: Path, seconds: float, clients: int) -> None:
               "mean_batch": round(batches.get("rows", 0) / max(1.0, batches.get("passes", 1)), 2),
               "p50_ms": round(stats.p50_ms, 2), "p99_ms": round(stats.p99_ms, 2),
               "rss_mib_before": round(rss_before, 1), "rss_mib_after": round(rss_after, 1),
+              "rss_mib_during": rss_samples,
               "first_failure": failures[0] if failures else None})  # fmt: skip
     finally:
         stop_server(process)
