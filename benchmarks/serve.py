@@ -5,7 +5,8 @@ here. Prints JSON lines:
 
 - ``startup``: seconds from starting the command to ``/v2/health/ready`` (imports included), and the
   server's own figure from binding its ports to every model ready (after imports);
-- ``overhead``: YOLOv4-tiny at batch 1, calls interleaved across in-process ``Session.run``, HTTP
+- ``overhead`` (with the server's and this process's CPU milliseconds per call, which contention
+  inflates far less than wall time): YOLOv4-tiny at batch 1, calls interleaved across in-process ``Session.run``, HTTP
   binary, HTTP JSON and gRPC; p50/p90/p99 of each, the p50 difference to in-process (target +1.5 ms)
   and the median of the paired differences (each transport's call minus the in-process call next to
   it: robust on a loaded machine). The same for ``yolo-shaped``, a graph with YOLOv4-tiny's input and
@@ -77,6 +78,12 @@ def stop_server(process: subprocess.Popen[str]) -> None:
     process.wait(timeout=60)
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -143,6 +150,13 @@ def overhead(model: Path, label: str, rounds: int, calls: int) -> None:
                 start = time.perf_counter_ns()
                 modes[mode]()
                 samples[mode].append(time.perf_counter_ns() - start)
+        cpu = {}  # CPU per call, which a loaded machine inflates far less than wall time: server's and client's
+        for mode, call in modes.items():
+            server_before, client_before = cpu_s(process.pid), time.process_time()
+            for _ in range(calls):
+                call()
+            cpu[mode] = ((cpu_s(process.pid) - server_before) * 1e3 / calls,
+                         (time.process_time() - client_before) * 1e3 / calls)  # fmt: skip
         stats = {mode: latency_stats(values) for mode, values in samples.items()}
         base = stats["in-process"].p50_ms
         for mode, value in stats.items():
@@ -151,6 +165,7 @@ def overhead(model: Path, label: str, rounds: int, calls: int) -> None:
                   "p50_ms": round(value.p50_ms, 3), "p90_ms": round(value.p90_ms, 3), "p99_ms": round(value.p99_ms, 3),
                   "cov": round(value.cov, 3), "p50_over_in_process_ms": round(value.p50_ms - base, 3),
                   "paired_median_over_in_process_ms": round(float(paired), 3),
+                  "server_cpu_ms_per_call": round(cpu[mode][0], 2), "client_cpu_ms_per_call": round(cpu[mode][1], 2),
                   "target_ms": 1.5 if mode in ("http-binary", "grpc") else None})  # fmt: skip
         session.close()
     finally:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import os
 import re
-import select
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -43,52 +42,68 @@ def yolov4_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@dataclass
 class Command:
-    """``deploykit serve`` running as a child process, with the ports it printed."""
+    """``deploykit serve`` running as a child process, with the ports it printed.
 
-    process: subprocess.Popen[str]
-    http: int | None
-    grpc: int | None
-    metrics: int | None
-    lines: list[str]
+    A thread reads its stderr line by line into ``lines`` (so no line is lost in a pipe's buffer).
+    """
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.process = process
+        self.http: int | None = None
+        self.grpc: int | None = None
+        self.metrics: int | None = None
+        self.lines: list[str] = []
+        self._new = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            with self._new:
+                self.lines.append(line)
+                self._new.notify_all()
 
     def read_until(self, pattern: str, timeout_s: float) -> str:
-        """The first stderr line matching ``pattern`` (lines read are kept in ``lines``)."""
+        """The first stderr line matching ``pattern``, waiting up to ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
-        stream = self.process.stderr
-        assert stream is not None
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([stream], [], [], 0.1)
-            if ready:
-                line = stream.readline()
-                if not line:
+        with self._new:
+            while True:
+                found = next((line for line in self.lines if re.search(pattern, line)), None)
+                if found is not None:
+                    return found
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or (self.process.poll() is not None and not self._reader.is_alive()):
                     break
-                self.lines.append(line)
-                if re.search(pattern, line):
-                    return line
+                self._new.wait(min(remaining, 0.2))
         raise AssertionError(
             f"no line matching {pattern!r} within {timeout_s} s; stderr so far:\n{''.join(self.lines)}"
         )
+
+    def finish(self, timeout_s: float) -> tuple[int, str]:
+        """Wait for the exit; (status, all of stderr)."""
+        code = self.process.wait(timeout=timeout_s)
+        self._reader.join(timeout=10)
+        return code, "".join(self.lines)
 
 
 def start_command(*args: str, env: dict[str, str] | None = None, ready: str | None = r"^ready:") -> Command:
     """Start ``deploykit serve ARGS`` on free loopback ports; wait until it listens (and, by default, is ready)."""
     command = [sys.executable, "-m", "deploykit.cli.main", "serve", *args,
                "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]  # fmt: skip
-    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "DEPLOYKIT_BACKENDS": PLUGINS, **(env or {})})  # fmt: skip
-    started = Command(process, None, None, None, [])
+    started = Command(process)
     try:
         line = started.read_until(r"^listening:", 60)
         ports = dict(re.findall(r"(\w+)=127\.0\.0\.1:(\d+)", line))
-        started.http, started.grpc = int(ports["http"]), int(ports["grpc"])
-        started.metrics = int(ports["metrics"])
+        started.http, started.grpc, started.metrics = int(ports["http"]), int(ports["grpc"]), int(ports["metrics"])
         if ready:
             started.read_until(ready, 60)
     except BaseException:
         process.kill()
-        process.communicate(timeout=10)
+        started.finish(10)
         raise
     return started
 
@@ -107,7 +122,7 @@ def command() -> Iterator[type[Command]]:
     for server in started:
         if server.process.poll() is None:
             server.process.kill()
-        server.process.communicate(timeout=10)
+        server.finish(10)
 
 
 def free_port() -> int:

@@ -121,12 +121,10 @@ def test_sigterm_during_load_finishes_the_requests_in_flight(command, mobilenet_
     time.sleep(2.0)
     signalled = time.monotonic()
     server.process.send_signal(signal.SIGTERM)
-    code = server.process.wait(timeout=30)
+    code, log = server.finish(30)
     stop.set()
     for thread in threads:
         thread.join(timeout=30)
-    _, stderr = server.process.communicate(timeout=10)
-    log = "".join(server.lines) + stderr
     assert code == 0, log
     before = [outcome for start, outcome in outcomes if start < signalled - 0.05]
     assert len(before) > 8 and all(outcome == "ok" for outcome in before), [o for o in before if o != "ok"][:3]
@@ -180,4 +178,5 @@ def test_serve_answers_the_same_from_the_command(command, catalog_paths):
     assert metadata["parameters"]["instances"] == 2 and metadata["parameters"]["max_batch"] == 4
     assert json.loads(httpx.get(f"{base}/v2").text)["name"] == "deploykit"
     server.process.send_signal(signal.SIGINT)
-    assert server.process.wait(timeout=30) == 0
+    code, log = server.finish(30)
+    assert code == 0 and "received SIGINT: shutting down" in log, log

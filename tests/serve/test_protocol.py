@@ -138,3 +138,31 @@ def test_only_the_outputs_asked_for_come_back(http):
     response = result.get_response()
     assert [o["name"] for o in response["outputs"]] == ["m_diff"] and response["id"] == "r-7"
     np.testing.assert_array_equal(result.as_numpy("m_diff"), feeds["a"] - feeds["b"])
+
+
+def test_grpc_typed_contents_are_read_as_well_as_raw_ones(server):
+    """tritonclient sends raw_input_contents; other clients send typed contents (fp32_contents ...)."""
+    import grpc as grpc_library
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    indices = np.array([[3, 1, 4, 1, 5]], dtype=np.int64)
+    expected = _reference(server.repository.runner("int64_embedding").model.path, {"indices": indices})
+    with grpc_library.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        request = service_pb2.ModelInferRequest(model_name="int64_embedding")
+        tensor = request.inputs.add(name="indices", datatype="INT64", shape=[1, 5])
+        tensor.contents.int64_contents.extend(indices.ravel().tolist())
+        response = stub.ModelInfer(request)
+        (output,) = response.outputs
+        assert output.name == "embedded" and output.datatype == "FP32" and list(output.shape) == [1, 5, 4]
+        got = np.frombuffer(response.raw_output_contents[0], np.float32).reshape(1, 5, 4)
+        np.testing.assert_array_equal(got, expected["embedded"])
+        request.inputs[0].contents.int64_contents[:] = [1, 2, 3]
+        with pytest.raises(grpc_library.RpcError) as caught:
+            stub.ModelInfer(request)
+        assert caught.value.code() == grpc_library.StatusCode.INVALID_ARGUMENT
+        assert "input 'indices' | has 3 data elements, expected 5 for shape [1, 5]" in caught.value.details()
+        unimplemented = service_pb2.RepositoryIndexRequest()
+        with pytest.raises(grpc_library.RpcError) as caught:
+            stub.RepositoryIndex(unimplemented)
+        assert caught.value.code() == grpc_library.StatusCode.UNIMPLEMENTED
