@@ -17,15 +17,16 @@ from typing import Any
 import grpc
 import numpy as np
 
-from deploykit.errors import (
-    DeployKitError,
-    InputError,
-    ModelNotServedError,
-    ModelUnavailableError,
-    RequestError,
-    RequestTooLargeError,
+from deploykit.errors import DeployKitError, RequestError
+from deploykit.serve.protocol import (
+    InputCheck,
+    array_from_bytes,
+    array_from_list,
+    check_names,
+    check_shape,
+    error_text,
+    statuses,
 )
-from deploykit.serve.protocol import InputCheck, array_from_bytes, array_from_list, check_names, check_shape, error_text
 from deploykit.serve.protocol import v2_datatype as datatype_of
 from deploykit.serve.repository import Repository
 from deploykit.serve.runner import ModelRunner
@@ -40,15 +41,8 @@ _CONTENTS = {
 
 
 def grpc_code(error: BaseException) -> grpc.StatusCode:
-    if isinstance(error, RequestTooLargeError):
-        return grpc.StatusCode.RESOURCE_EXHAUSTED
-    if isinstance(error, (RequestError, InputError)):
-        return grpc.StatusCode.INVALID_ARGUMENT
-    if isinstance(error, ModelNotServedError):
-        return grpc.StatusCode.NOT_FOUND
-    if isinstance(error, ModelUnavailableError):
-        return grpc.StatusCode.UNAVAILABLE
-    return grpc.StatusCode.INTERNAL
+    code: grpc.StatusCode = getattr(grpc.StatusCode, statuses(error)[1])
+    return code
 
 
 def _decode(runner: ModelRunner, request: Any) -> dict[str, np.ndarray]:

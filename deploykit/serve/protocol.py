@@ -60,17 +60,25 @@ def tensor_metadata(spec: TensorSpec) -> dict[str, Any]:
     return {"name": spec.name, "datatype": v2_datatype(spec.dtype), "shape": v2_shape(spec)}
 
 
+# What each failure is answered with: (error classes, HTTP status, gRPC status code name); first match wins.
+_STATUSES: tuple[tuple[tuple[type[BaseException], ...], int, str], ...] = (
+    ((RequestTooLargeError,), 413, "RESOURCE_EXHAUSTED"),
+    ((RequestError, InputError), 400, "INVALID_ARGUMENT"),
+    ((ModelNotServedError,), 404, "NOT_FOUND"),
+    ((ModelUnavailableError,), 503, "UNAVAILABLE"),
+)
+
+
+def statuses(error: BaseException) -> tuple[int, str]:
+    """The HTTP status and the gRPC status code name a failure is answered with."""
+    for kinds, http, grpc in _STATUSES:
+        if isinstance(error, kinds):
+            return http, grpc
+    return 500, "INTERNAL"
+
+
 def http_status(error: BaseException) -> int:
-    """The HTTP status a failure is answered with."""
-    if isinstance(error, RequestTooLargeError):
-        return 413
-    if isinstance(error, (RequestError, InputError)):
-        return 400
-    if isinstance(error, ModelNotServedError):
-        return 404
-    if isinstance(error, ModelUnavailableError):
-        return 503
-    return 500
+    return statuses(error)[0]
 
 
 def error_text(error: BaseException) -> str:
