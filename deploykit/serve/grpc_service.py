@@ -142,7 +142,9 @@ def create_server(
                             f"output '{name}' | is not an output of model '{runner.model.name}'; its outputs are "
                             f"{', '.join(repr(n) for n in runner.outputs)}.",
                         )
-                outputs = repository.submit(runner, feeds).result()
+                outputs = runner.run_now(feeds)
+                if outputs is None:
+                    outputs = repository.submit(runner, feeds).result()
             except Exception as exc:
                 repository.count_failure(runner, exc)
                 return self._fail(context, exc)

@@ -12,6 +12,7 @@ model not ready; the other models are not touched.
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import threading
 import time
@@ -94,6 +95,8 @@ class ModelRunner:
         self._ready = False
         self._stopping = False
         self._running = 0
+        self._free = threading.Semaphore(model.instances)  # sessions not running a batch right now
+        self._turn = itertools.count()
         self.metrics.ready.set(0)
 
     @property
@@ -188,6 +191,30 @@ class ModelRunner:
             self._state.notify()
         return pending.future
 
+    def run_now(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+        """Answer in the caller's thread when batching has nothing to gain (a fixed-batch model, nothing
+        queued, a session free): two thread hand-offs fewer per request. None: ``submit`` instead.
+
+        For callers that may block (the gRPC front end's worker threads), not for an event loop.
+        """
+        if self.batchable or not self._free.acquire(blocking=False):
+            return None
+        try:
+            with self._state:
+                if not self.ready or self._queue:
+                    return None
+                self._running += 1
+            try:
+                pending = _Pending(feeds, 1, (), time.perf_counter())
+                self._run(self._sessions[next(self._turn) % len(self._sessions)], [pending])
+                return pending.future.result()
+            finally:
+                with self._state:
+                    self._running -= 1
+                    self._state.notify_all()
+        finally:
+            self._free.release()
+
     def _unavailable(self) -> ModelUnavailableError:
         if self._stopping:
             return ModelUnavailableError(f"model '{self.model.name}' | the server is shutting down.")
@@ -235,7 +262,8 @@ class ModelRunner:
             if batch is None:
                 return
             try:
-                self._run(session, batch)
+                with self._free:
+                    self._run(session, batch)
             finally:
                 with self._state:
                     self._running -= 1
