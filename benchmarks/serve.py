@@ -5,15 +5,17 @@ here. Prints JSON lines:
 
 - ``startup``: seconds from starting the command to ``/v2/health/ready`` (imports included), and the
   server's own figure from binding its ports to every model ready (after imports);
-- ``overhead`` (with the server's and this process's CPU milliseconds per call, which contention
-  inflates far less than wall time): YOLOv4-tiny at batch 1, calls interleaved across in-process ``Session.run``, HTTP
-  binary, HTTP JSON and gRPC; p50/p90/p99 of each, the p50 difference to in-process (target +1.5 ms)
-  and the median of the paired differences (each transport's call minus the in-process call next to
-  it: robust on a loaded machine). The same for ``yolo-shaped``, a graph with YOLOv4-tiny's input and
-  output sizes and almost no compute, where the whole round trip is the server's and transport's cost;
+- ``overhead``: YOLOv4-tiny at batch 1, calls interleaved across in-process ``Session.run``, HTTP
+  binary, HTTP JSON and gRPC; p50/p90/p99 of each, the p50 difference to in-process (target +1.5 ms),
+  the median of the paired differences (each transport's call minus the in-process call next to it:
+  robust on a loaded machine), and the server's and this process's CPU milliseconds per call (which
+  contention inflates far less than wall time). The same for ``yolo-shaped``, a graph with
+  YOLOv4-tiny's input and output sizes and almost no compute: the whole round trip is the server's
+  and the transport's cost;
 - ``throughput``: MobileNetV2, 8 concurrent gRPC clients with dynamic batching against the best
-  in-process offline throughput (batch 1 or 8, measured before and after the load, the better
-  kept) of the same backend in the same run (target 0.9×); failed requests, p99, the batch sizes formed and the server's memory before and after.
+  in-process offline throughput (batch 1 or 8, measured before and after the load, the better kept)
+  of the same backend in the same run (target 0.9×); failed requests, p99, the mean batch formed,
+  and the server's memory before, during and after.
 
 Run: ``.venv/bin/python benchmarks/serve.py [--load-seconds 60] [--rounds 5] [--calls 20]``.
 """
