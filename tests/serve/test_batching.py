@@ -128,6 +128,7 @@ def test_a_static_batch_model_runs_one_request_per_pass(server, yolov4_tiny):
     assert after[f"deploykit_inference_batch_size_sum{label}"] == after[f"deploykit_inference_batch_size_count{label}"]
 
 
+@pytest.mark.slow
 def test_a_bounded_load_has_no_failed_request(server):
     """8 clients × 4 s (the 60 s run is benchmarks/serve.py): zero failures, latencies reported."""
     x = np.random.default_rng(7).random((1, 3, 224, 224), dtype=np.float32)

@@ -92,6 +92,7 @@ def test_a_backend_that_hangs_while_loading_is_killed_after_the_load_timeout(cat
             os.kill(pid, 0)
 
 
+@pytest.mark.slow
 def test_sigterm_during_load_finishes_the_requests_in_flight(command, mobilenet_v2):
     server = command(str(mobilenet_v2), "--max-queue-delay", "30ms", "--shutdown-timeout", "20")
     x = np.random.default_rng(8).random((1, 3, 224, 224), dtype=np.float32)
