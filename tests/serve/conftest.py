@@ -16,7 +16,7 @@ import pytest
 
 from tests.assets.paths import REPO, mobilenet_v2_weights, official_darknet
 
-PLUGINS = ("crasher=tests.assets.crashing_backend:CrashingBackend;"
+PLUGINS = ("crasher=tests.assets.crashing_backend:CrashingBackend;slow=tests.serve.plugins:SlowBackend;"
            "aborter=tests.serve.plugins:AbortOnRunBackend")  # fmt: skip
 
 

@@ -16,10 +16,12 @@ ABORT_VALUE = 666.0
 
 
 class _AbortingSession(Session):
+    backend = "aborter"
+
     def __init__(self, inner: Session) -> None:
         super().__init__(inner.model_path, list(inner.inputs.values()), list(inner.outputs.values()), inner.info,
                          inner.metadata)  # fmt: skip
-        self.info.backend = "aborter"
+        self.info.backend = self.backend
         self._inner = inner
 
     def _run(self, feeds: dict[str, np.ndarray]) -> Mapping[str, np.ndarray]:
@@ -46,3 +48,25 @@ class AbortOnRunBackend(Backend):
 
     def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         return _AbortingSession(get_backend("onnxruntime").open(model_path, device))
+
+
+class _SlowSession(_AbortingSession):
+    backend = "slow"
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        import time
+
+        time.sleep(SLOW_RUN_S)
+        return self._inner.run(feeds)
+
+
+SLOW_RUN_S = 0.6
+
+
+class SlowBackend(AbortOnRunBackend):
+    """ONNX Runtime, SLOW_RUN_S seconds per run: a queue that fills on demand."""
+
+    name = "slow"
+
+    def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+        return _SlowSession(get_backend("onnxruntime").open(model_path, device))

@@ -181,3 +181,26 @@ def test_serve_answers_the_same_from_the_command(command, catalog_paths):
     server.process.send_signal(signal.SIGINT)
     code, log = server.finish(30)
     assert code == 0 and "received SIGINT: shutting down" in log, log
+
+
+def test_a_full_queue_refuses_with_503_and_counts_it(catalog_paths, plugins):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from deploykit.serve import BatchPolicy
+
+    models = [ServedModel.from_path(catalog_paths["mlp_dynamic_batch"], name="slow", backend="slow")]
+    policy = BatchPolicy(max_batch=1, max_queue=1)
+    with Server(models, policy, ServerSettings(http_port=0, grpc_port=None, metrics_port=0)) as server:
+        assert server.wait_ready(30)
+        base = f"http://127.0.0.1:{server.http_port}"
+        with ThreadPoolExecutor(2) as pool:
+            running = pool.submit(_infer, base, "slow")  # taken by the session, which sleeps
+            time.sleep(0.2)
+            queued = pool.submit(_infer, base, "slow")  # the one place in the queue
+            time.sleep(0.2)
+            refused = _infer(base, "slow")
+            assert running.result().status_code == 200 and queued.result().status_code == 200
+        assert refused.status_code == 503
+        assert "model 'slow' | its queue is full (1 requests waiting)" in refused.json()["error"]
+        text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics").text
+        assert 'deploykit_inference_request_failure_total{model="slow",reason="unavailable",version="1"} 1.0' in text
