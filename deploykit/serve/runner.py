@@ -183,7 +183,8 @@ class ModelRunner:
                 raise self._unavailable()
             if len(self._queue) >= self.policy.max_queue:
                 raise ModelUnavailableError(
-                    f"model '{self.model.name}' | its queue is full ({self.policy.max_queue} requests waiting).",
+                    f"model '{self.model.name}' | its queue is full "
+                    f"({self.policy.max_queue} waiting, the --max-queue bound).",
                     hint="retry later, or serve more --instances.",
                 )
             self._queue.append(pending)

@@ -201,6 +201,6 @@ def test_a_full_queue_refuses_with_503_and_counts_it(catalog_paths, plugins):
             refused = _infer(base, "slow")
             assert running.result().status_code == 200 and queued.result().status_code == 200
         assert refused.status_code == 503
-        assert "model 'slow' | its queue is full (1 requests waiting)" in refused.json()["error"]
+        assert "model 'slow' | its queue is full (1 waiting, the --max-queue bound)" in refused.json()["error"]
         text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics").text
         assert 'deploykit_inference_request_failure_total{model="slow",reason="unavailable",version="1"} 1.0' in text
