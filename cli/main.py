@@ -30,6 +30,7 @@ from . import (
     quantize_cmd,
     report_cmd,
     run_cmd,
+    serve_cmd,
 )
 from .console import err_console
 from .convert_cmd import convert_app
@@ -131,6 +132,7 @@ app.command("compare")(compare_cmd.compare)
 app.command("report")(report_cmd.report)
 app.command("predict")(predict_cmd.predict)
 app.command("quantize")(quantize_cmd.quantize)
+app.command("serve")(serve_cmd.serve)
 app.add_typer(models_app, name="models")
 app.add_typer(fleet_app, name="fleet")
 app.add_typer(platforms_app, name="platforms")

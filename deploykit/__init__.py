@@ -31,6 +31,7 @@ from deploykit.errors import (
     ParityError,
     QuantizationError,
     ReportError,
+    ServeError,
     UnknownBackendError,
     UnsupportedLayerError,
     UnsupportedModelError,
@@ -42,7 +43,7 @@ from deploykit.tensors import TensorSpec
 from deploykit.verify import OracleInfo, Thresholds, Verdict, VerificationReport, verify_model
 
 if TYPE_CHECKING:  # the real objects, typed; imported on first use so workers and --help start fast
-    from deploykit import quantize
+    from deploykit import quantize, serve
     from deploykit.bench.report import BenchmarkReport
     from deploykit.bench.rows import Row
     from deploykit.bench.runner import benchmark
@@ -73,7 +74,7 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     import importlib
 
-    if name in ("quantize", "ray"):  # subpackages; quantize is callable: deploykit.quantize("m.onnx", ...)
+    if name in ("quantize", "ray", "serve"):  # subpackages; quantize and serve are callable: deploykit.quantize(...)
         return importlib.import_module(f"deploykit.{name}")
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
@@ -129,6 +130,7 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "ParityError",
     "QuantizationError",
     "ReportError",
+    "ServeError",
     "Session",
     "SessionInfo",
     "TensorSpec",
@@ -155,5 +157,6 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "make_inputs",
     "QuantizeReport",
     "quantize",
+    "serve",
     "summarize",
 ]

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from deploykit.backends.base import Session
 from deploykit.backends.options import OptionValue
 from deploykit.errors import UsageError
 from deploykit.labels import read_labels
@@ -111,14 +112,19 @@ def check_thresholds(*, conf: float | None, iou: float | None, prefix: str = "")
 
 class _Pipeline:
     def __init__(
-        self, model: str | os.PathLike[str], backend: str, device: str | None, options: dict[str, OptionValue]
-    ) -> None:
+        self, model: str | os.PathLike[str] | Session, backend: str, device: str | None,
+        options: dict[str, OptionValue],
+    ) -> None:  # fmt: skip
         from deploykit import load
 
-        self.model_path = Path(model)
-        options = dict(options)
-        fallback = bool(options.pop("allow_fallback", False))
-        self.session = load(self.model_path, backend, device, allow_fallback=fallback, **options)
+        if isinstance(model, Session):  # an open session (the server's queued one): backend and options are its own
+            self.model_path = model.model_path
+            self.session = model
+        else:
+            self.model_path = Path(model)
+            options = dict(options)
+            fallback = bool(options.pop("allow_fallback", False))
+            self.session = load(self.model_path, backend, device, allow_fallback=fallback, **options)
         self.metadata = self.session.metadata
         self.input = _input_spec(self.session)
         self._local = threading.local()
@@ -147,7 +153,7 @@ class Detector(_Pipeline):
     """YOLO-family detection: image → boxes in original pixels, after confidence filter and NMS.
 
     Args:
-        model: the ``.onnx`` file.
+        model: the ``.onnx`` file, or an open ``Session`` (then backend, device and options are its own).
         backend, device: where it runs (``deploykit.load``).
         labels: names file or list; default from the model's metadata.
         conf: minimum class score (objectness × class probability where the model has objectness).
@@ -162,7 +168,7 @@ class Detector(_Pipeline):
 
     def __init__(
         self,
-        model: str | os.PathLike[str],
+        model: str | os.PathLike[str] | Session,
         backend: str = "onnxruntime",
         device: str | None = None,
         *,
@@ -250,7 +256,7 @@ class Classifier(_Pipeline):
     """Image classification: image → top-k labels with probabilities.
 
     Args:
-        model: the ``.onnx`` file.
+        model: the ``.onnx`` file, or an open ``Session`` (then backend, device and options are its own).
         backend, device: where it runs.
         labels: names file or list; default from the metadata, else ``class_N``.
         mean, std, scale, channel_order: normalisation; default from the model's metadata (recipes
@@ -264,7 +270,7 @@ class Classifier(_Pipeline):
 
     def __init__(
         self,
-        model: str | os.PathLike[str],
+        model: str | os.PathLike[str] | Session,
         backend: str = "onnxruntime",
         device: str | None = None,
         *,
