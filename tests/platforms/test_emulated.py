@@ -76,7 +76,7 @@ def test_mobilenet_v2_aarch64_at_each_runtimes_default_precision_on_real_photos(
         assert verdict.status == "pass", verdict.describe()
         assert verdict.precision, "the precision that ran is reported"
         if verdict.rule != "element-wise":
-            assert verdict.task is not None and verdict.task.details["reference"].startswith("onnxruntime:cpu")
+            assert verdict.task is not None and verdict.task.details["reference"] == "onnx-reference"
 
 
 def test_a_mixed_report_against_one_oracle_where_a_crash_under_emulation_costs_one_row(
