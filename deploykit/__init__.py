@@ -42,13 +42,14 @@ from deploykit.tensors import TensorSpec
 from deploykit.verify import OracleInfo, Thresholds, Verdict, VerificationReport, verify_model
 
 if TYPE_CHECKING:  # the real objects, typed; imported on first use so workers and --help start fast
-    from deploykit import quantize
+    from deploykit import optimize, quantize
     from deploykit.bench.report import BenchmarkReport
     from deploykit.bench.rows import Row
     from deploykit.bench.runner import benchmark
     from deploykit.convert.darknet.convert import convert_darknet
     from deploykit.convert.report import ConversionReport
     from deploykit.convert.torch import convert_torch
+    from deploykit.optimize import OptimizeReport
     from deploykit.quantize import QuantizeReport
     from deploykit.vision.pipelines import Classifier, Detector
     from deploykit.vision.results import Classification, Detection, draw
@@ -62,6 +63,7 @@ _LAZY = {
     "ConversionReport": "deploykit.convert.report",
     "convert_torch": "deploykit.convert.torch",
     "QuantizeReport": "deploykit.quantize",
+    "OptimizeReport": "deploykit.optimize",
     "Detector": "deploykit.vision.pipelines",
     "Classifier": "deploykit.vision.pipelines",
     "Detection": "deploykit.vision.results",
@@ -73,7 +75,7 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     import importlib
 
-    if name in ("quantize", "ray"):  # subpackages; quantize is callable: deploykit.quantize("m.onnx", ...)
+    if name in ("quantize", "optimize", "ray"):  # subpackages; quantize and optimize are callable
         return importlib.import_module(f"deploykit.{name}")
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
@@ -84,7 +86,7 @@ def __getattr__(name: str) -> Any:
 
 def load(
     model: str | os.PathLike[str],
-    backend: str = "onnxruntime",
+    backend: str | None = None,
     device: str | None = None,
     *,
     allow_fallback: bool = False,
@@ -93,8 +95,10 @@ def load(
     """Load a model on a backend and device.
 
     Args:
-        model: path to an ``.onnx`` file (or a Darknet ``.cfg`` for OpenCV 4.x).
-        backend: ``onnxruntime``/``ort``, ``openvino``/``ov``, ``opencv``/``cv`` or a plug-in.
+        model: path to an ``.onnx`` file (or a Darknet ``.cfg`` for OpenCV 4.x), or a bundle folder
+            written by ``deploykit optimize -o``: then its chosen model file opens on its chosen
+            backend, device, precision and threads (``deploykit.optimize.bundle.open_bundle``).
+        backend: ``onnxruntime``/``ort`` (the default), ``openvino``/``ov``, ``opencv``/``cv`` or a plug-in.
         device: the backend's device name; its default device (the CPU) when omitted.
         allow_fallback: run on the CPU when the device cannot be used and report it in
             ``session.info.fallback``; otherwise that is a ``DeviceUnavailableError``.
@@ -103,7 +107,11 @@ def load(
     Returns:
         an open ``Session``; use it as a context manager.
     """
-    return get_backend(backend).open(model, device, allow_fallback=allow_fallback, **options)
+    if os.path.isdir(model):
+        from deploykit.optimize.bundle import open_bundle
+
+        return open_bundle(model, backend=backend, device=device, allow_fallback=allow_fallback, **options)
+    return get_backend(backend or "onnxruntime").open(model, device, allow_fallback=allow_fallback, **options)
 
 
 __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
@@ -153,5 +161,7 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "make_inputs",
     "QuantizeReport",
     "quantize",
+    "OptimizeReport",
+    "optimize",
     "summarize",
 ]

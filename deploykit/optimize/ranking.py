@@ -68,13 +68,25 @@ class Interval:
         return f"{self.estimate:.4g}{suffix} [{self.low:.4g}, {self.high:.4g}]"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"estimate": self.estimate, "low": self.low, "high": self.high, "rounds": self.rounds,
-                "blocks": self.blocks, "confidence": self.confidence}  # fmt: skip
+        return {
+            "estimate": self.estimate,
+            "low": self.low,
+            "high": self.high,
+            "rounds": self.rounds,
+            "blocks": self.blocks,
+            "confidence": self.confidence,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Interval:
-        return cls(float(data["estimate"]), float(data["low"]), float(data["high"]), int(data["rounds"]),
-                   int(data["blocks"]), float(data.get("confidence", CONFIDENCE)))  # fmt: skip
+        return cls(
+            float(data["estimate"]),
+            float(data["low"]),
+            float(data["high"]),
+            int(data["rounds"]),
+            int(data["blocks"]),
+            float(data.get("confidence", CONFIDENCE)),
+        )
 
 
 def bootstrap_interval(
@@ -230,14 +242,19 @@ def rank(entries: Sequence[RankEntry], *, higher_is_better: bool = False, unit: 
     chosen = min(tied, key=lambda e: (e.simplicity, score(e)))
     if len(tied) == 1:
         runner = order[1] if len(order) > 1 else None
-        reason = "the only candidate" if runner is None else (
-            f"faster: its interval {lead.describe(unit)} separates from every other, the next being "
-            f"{runner.label} {intervals[runner.label].describe(unit)}"
-        )  # fmt: skip
+        reason = (
+            "the only candidate"
+            if runner is None
+            else (
+                f"faster: its interval {lead.describe(unit)} separates from every other, the next being "
+                f"{runner.label} {intervals[runner.label].describe(unit)}"
+            )
+        )
     elif chosen is leader:
         others = ", ".join(e.label for e in tied if e is not leader)
-        reason = (f"the best estimate {lead.describe(unit)}; tied with {others} (intervals overlap) and the "
-                  "simplest of them")  # fmt: skip
+        reason = (
+            f"the best estimate {lead.describe(unit)}; tied with {others} (intervals overlap) and the simplest of them"
+        )
     else:
         reason = (
             f"tied with the fastest estimate, {leader.label} {lead.describe(unit)} (intervals overlap: "

@@ -51,8 +51,14 @@ class RoundResult:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RoundResult:
-        return cls(float(data["p50_ms"]), float(data["p90_ms"]), float(data["p99_ms"]), float(data["throughput_sps"]),
-                   tuple(float(b) for b in data["blocks"]), int(data["samples"]))  # fmt: skip
+        return cls(
+            float(data["p50_ms"]),
+            float(data["p90_ms"]),
+            float(data["p99_ms"]),
+            float(data["throughput_sps"]),
+            tuple(float(b) for b in data["blocks"]),
+            int(data["samples"]),
+        )
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,859 @@
+"""``optimize``: the fastest configuration that still gives the right answer, searched within a time
+budget and written as a bundle.
+
+Order of work: validate everything (paths, images, options) → split the images (calibration /
+accuracy, never both) → make the model variants (INT8 with the ORT and NNCF engines, FP16) with
+``quantize`` → run the oracle → screen every candidate once in its own bench worker (with the
+held-out images, judged by the verification subsystem) → successive halving: rounds interleaved
+across the survivors, dominated ones stop → rank the finalists (``ranking.rank``) → write the
+bundle (``bundle.write_bundle``). Ctrl-C during the search keeps the best so far, marked partial.
+
+Timing is bench's (``bench.runner.measure_isolated``); verdicts are verify's (``judge_run``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from deploykit.bench.config import SCENARIOS, BenchConfig
+from deploykit.bench.rows import ModelInfo, Row, accuracy_delta
+from deploykit.errors import DeployKitError, InputError, ParityError, UsageError
+from deploykit.optimize.ranking import Interval, RankEntry, Ranking, bootstrap_interval, rank
+from deploykit.optimize.results import (
+    Baseline,
+    CandidateResult,
+    CandidateStatus,
+    OptimizeReport,
+    OptimizeSettings,
+    RoundResult,
+    Variant,
+)
+from deploykit.verify.verdict import OracleInfo, Verdict
+
+MIN_IMAGES_TO_SPLIT = 4
+ACCURACY_IMAGE_LIMIT = 32
+CALIBRATION_IMAGE_LIMIT = 100
+DEFAULT_TIME_BUDGET_S = 300.0
+DEFAULT_MAX_DROP = 0.01
+MAX_ROUNDS = 6
+SCREEN_DURATION_S = 0.3
+ROUND_DURATION_S = 0.6
+WARMUP = 3
+OFFLINE_BATCHES = (1, 8)
+WORKER_TIMEOUT_S = 600.0
+BASELINE_BACKEND = "onnxruntime"
+
+
+@dataclass(frozen=True)
+class SearchProgress:
+    """Where the search is, for a progress bar.
+
+    Attributes:
+        stage: ``variants``, ``oracle``, ``screening``, ``round N`` or ``done``.
+        done, total: measurements done and planned in this stage.
+        alive: candidates still in the search.
+        candidates: all candidates.
+        label: what is being measured now.
+        best: the best admissible candidate so far, with its headline estimate.
+    """
+
+    stage: str
+    done: int
+    total: int
+    alive: int
+    candidates: int
+    label: str = ""
+    best: str | None = None
+    best_value: float | None = None
+
+
+Progress = Callable[[SearchProgress], None]
+
+
+@dataclass
+class _State:
+    """One candidate while the search runs."""
+
+    label: str
+    variant: Variant
+    path: Path
+    config: BenchConfig
+    order: int
+    rounds: list[RoundResult] = field(default_factory=list)
+    verdict: Verdict | None = None
+    delta: float | None = None
+    session: Any = None
+    stopped: str | None = None
+    stage: str = "screening"
+    cost_s: float = 0.0
+    accurate: bool = False  # verified and within the accuracy budget
+
+    @property
+    def alive(self) -> bool:
+        return self.stopped is None
+
+    def entry(self) -> RankEntry:
+        return RankEntry(
+            self.label,
+            [list(r.blocks) for r in self.rounds],
+            self.config.precision,
+            self.variant.quantized,
+            self.config.threads,
+            self.config.batch,
+        )
+
+
+def parse_time_budget(text: str | float | None) -> float:
+    """``10m``, ``90s``, ``300`` (seconds) → seconds; None → the default (5 minutes)."""
+    from deploykit.bench.config import parse_duration
+
+    if text is None:
+        return DEFAULT_TIME_BUDGET_S
+    if isinstance(text, (int, float)):
+        seconds = float(text)
+        if not seconds > 0:
+            raise UsageError(f"--time-budget {text} | must be positive.", hint="e.g. --time-budget 5m.")
+        return seconds
+    try:
+        return parse_duration(text)
+    except UsageError as exc:
+        raise UsageError(
+            f"--time-budget '{text}' | expected a positive duration such as 90s, 5m or 300.",
+            hint="e.g. --time-budget 10m.",
+        ) from exc
+
+
+def parse_max_drop(value: str | float | None) -> float:
+    """``1%`` → 0.01, ``0`` → 0 (f32 answers only); None → the default 1 %."""
+    if value is None:
+        return DEFAULT_MAX_DROP
+    text = str(value).strip()
+    try:
+        number = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        number = float("nan")
+    if not 0 <= number < 1:
+        raise UsageError(
+            f"--max-drop {value} | expected a share from 0 to 1 (or a percentage: 1%).",
+            hint="--max-drop 1% allows the task metric to fall by one point; 0 keeps f32 answers.",
+        )
+    return number
+
+
+def thread_counts(cpus: int | None = None) -> list[int]:
+    """1, 2, 4 ... up to the usable CPUs, and the CPU count itself."""
+    count = cpus or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    counts = {count}
+    value = 1
+    while value < count:
+        counts.add(value)
+        value *= 2
+    return sorted(counts)
+
+
+def _split_images(folder: Path, quantize: bool, seed: int) -> tuple[list[tuple[Path, str | None]], list[Path]]:
+    """(calibration images with their class folder, accuracy images): disjoint, seeded."""
+    from deploykit.quantize.calibration import labelled_images
+
+    found = labelled_images(folder)
+    minimum = MIN_IMAGES_TO_SPLIT if quantize else 1
+    if len(found) < minimum:
+        raise InputError(
+            f"--images '{folder}' | holds {len(found)} image(s); INT8 needs at least {MIN_IMAGES_TO_SPLIT}: half "
+            "calibrate, the other half measures the accuracy delta (never calibrated on).",
+            hint="add real photos the model will see (a few dozen give a steadier delta), or pass --no-quantize.",
+        )
+    order = np.random.default_rng(seed).permutation(len(found)).tolist()
+    if not quantize:
+        return [], [found[i][0] for i in sorted(order[:ACCURACY_IMAGE_LIMIT])]
+    held = min(ACCURACY_IMAGE_LIMIT, len(found) // 2)
+    accuracy = [found[i][0] for i in sorted(order[:held])]
+    calibration = [found[i] for i in sorted(order[held:][:CALIBRATION_IMAGE_LIMIT])]
+    return calibration, accuracy
+
+
+def _link_folder(folder: Path, files: Sequence[tuple[Path, str | None]]) -> Path:
+    folder.mkdir(parents=True)
+    for index, (path, label) in enumerate(files):
+        target = folder / label if label else folder
+        target.mkdir(exist_ok=True)
+        (target / f"{index:05d}-{path.name}").symlink_to(path.resolve())
+    return folder
+
+
+def _file_sha256(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _make_variants(
+    model: Path,
+    scratch: Path,
+    calibration: Path | None,
+    *,
+    quantize: bool,
+    fp16: bool,
+    seed: int,
+) -> tuple[list[tuple[Variant, Path]], list[str]]:
+    """The float model and, when asked, its INT8 (ORT; NNCF where installed) and FP16 variants."""
+    import importlib.util
+
+    from deploykit.quantize import quantize as run_quantize
+
+    variants = [(Variant("float", model.name, "f32", _file_sha256(model)), model)]
+    notes: list[str] = []
+    if not quantize:
+        return variants, notes
+    jobs: list[tuple[str, dict[str, Any], str]] = [("int8-ort", {"engine": "ort"}, "int8")]
+    if importlib.util.find_spec("nncf") is not None:
+        jobs.append(("int8-nncf", {"engine": "nncf"}, "int8"))
+    else:
+        notes.append("NNCF is not installed: no int8-nncf variant (pip install 'deploykit[quantize]')")
+    if fp16:
+        jobs.append(("fp16", {"fp16": True}, "f16"))
+    for name, settings, precision in jobs:
+        path = scratch / f"{model.stem}.{name}.onnx"
+        started = time.perf_counter()
+        try:
+            calibrate = None if settings.get("fp16") else calibration
+            run_quantize(model, path, calibrate=calibrate, held_out=0, measure_speed=False, seed=seed, **settings)
+        except DeployKitError as exc:
+            notes.append(f"variant {name}: not made ({str(exc).split(' Hint: ')[0]})")
+            continue
+        seconds = round(time.perf_counter() - started, 2)
+        engine = "fp16" if settings.get("fp16") else str(settings["engine"])
+        variants.append((Variant(name, path.name, precision, _file_sha256(path), engine, seconds), path))
+    return variants, notes
+
+
+def _candidates(
+    variants: Sequence[tuple[Variant, Path]],
+    specs: Sequence[str],
+    *,
+    scenario: str,
+    threads: Sequence[int],
+    batches: Sequence[int],
+) -> tuple[list[_State], list[str]]:
+    """Every variant × backend × device × native precision × threads × batch, float f32 first."""
+    from deploykit.backends.registry import canonical_name, get_backend
+    from deploykit.verify.check import expand_candidates, parse_backend_spec
+
+    states: list[_State] = []
+    notes: list[str] = []
+    for variant, path in variants:
+        for spec in specs:
+            name, device = parse_backend_spec(spec)
+            backend = get_backend(canonical_name(name))
+            device = device or backend.default_device
+            native = backend.precisions(device)
+            if variant.name == "float":
+                precisions: list[str | None] = list(native) if "precision" in backend.options else ["f32"]
+            elif variant.precision == "f16":
+                if "f16" not in native:
+                    continue
+                precisions = ["f16"]
+            else:
+                precisions = ["int8"]
+            found, more = expand_candidates([f"{backend.name}:{device}"], precisions, model_precision=variant.precision)
+            notes += more
+            counts: list[int | None] = list(threads) if "threads" in backend.options else [None]
+            for candidate in found:
+                for batch in batches:
+                    for count in counts:
+                        config = BenchConfig(
+                            backend=candidate.backend,
+                            device=candidate.device,
+                            batch=batch,
+                            threads=count,
+                            precision=candidate.precision,
+                            scenario=scenario,
+                            warmup=WARMUP,
+                            iterations=None,
+                            duration_s=SCREEN_DURATION_S,
+                            options=dict(candidate.options),
+                        )
+                        label = f"{config.label()} {variant.name}"
+                        states.append(_State(label, variant, path, config, len(states)))
+    states.sort(key=lambda s: (not (s.variant.name == "float" and s.config.precision == "f32"), s.order))
+    return states, list(dict.fromkeys(notes))
+
+
+def _batches_of(interface: Any, scenario: str, batches: Sequence[int] | None) -> list[int]:
+    spec = interface.inputs[0]
+    fixed = spec.shape[0] if spec.shape and isinstance(spec.shape[0], int) else None
+    if fixed is not None:
+        if batches and list(batches) != [fixed]:
+            raise UsageError(
+                f"--batch {','.join(map(str, batches))} | '{interface.path.name}' has a fixed batch of {fixed}.",
+                hint="drop --batch, or export the model with a dynamic batch.",
+            )
+        return [fixed]
+    if batches:
+        return sorted(set(batches))
+    return list(OFFLINE_BATCHES) if scenario == "offline" else [1]
+
+
+def _headline_blocks(row: Row, scenario: str) -> tuple[float, ...]:
+    key = "throughput_sps" if scenario == "offline" else "p50_ms"
+    if row.blocks:
+        return tuple(float(getattr(b, key)) for b in row.blocks)
+    return (float(row.throughput_sps or 0.0) if key == "throughput_sps" else row.latency_ms("p50_ms"),)
+
+
+def _short(text: str | None, limit: int = 160) -> str:
+    first = (text or "").split(" Hint: ")[0].strip().splitlines()
+    line = first[0] if first else "no reason given"
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _check_inputs(model: Path, images: Path | None, quantize: bool, output: Path | None, force: bool) -> None:
+    if images is None and quantize:
+        raise UsageError(
+            "--images | INT8 needs calibration data: a folder of real images the model will see.",
+            hint="pass --images photos/ (half calibrate, half measure the accuracy delta), or --no-quantize to "
+            "search the float precisions only.",
+        )
+    if images is not None and not images.is_dir():
+        raise InputError(
+            f"--images '{images}' | is not a folder" + (" (it does not exist)." if not images.exists() else "."),
+            hint="pass a folder of images (or folder/<class>/*.jpg).",
+        )
+    if output is not None:
+        from deploykit.optimize.bundle import check_bundle_output
+
+        check_bundle_output(output, inputs=[p for p in (model, images) if p is not None], force=force)
+
+
+def optimize(
+    model: str | os.PathLike[str],
+    images: str | os.PathLike[str] | None = None,
+    *,
+    output: str | os.PathLike[str] | None = None,
+    max_drop: str | float | None = None,
+    backends: Sequence[str] | None = None,
+    scenario: str = "singlestream",
+    time_budget: str | float | None = None,
+    quantize: bool = True,
+    threads: Sequence[int] | None = None,
+    batches: Sequence[int] | None = None,
+    force: bool = False,
+    seed: int = 0,
+    timeout_s: float = WORKER_TIMEOUT_S,
+    progress: Progress | None = None,
+) -> OptimizeReport:
+    """Search backend × device × precision × model variant × threads (× batch offline) for the
+    fastest configuration that stays within the accuracy budget; write it as a bundle.
+
+    Args:
+        model: the float ``.onnx`` file.
+        images: a folder of real images (``photos/`` or ``photos/<class>/``): half calibrate the INT8
+            variants, the other half (never calibrated on) measures every accuracy figure.
+        output: the bundle folder to write (None: only the report is returned).
+        max_drop: the accuracy budget: ``"1%"`` or 0.01 (default); 0 keeps f32 answers only.
+        backends: ``BACKEND[:DEVICE]`` specs; default every available backend × device.
+        scenario: ``singlestream`` (headline p50 latency) or ``offline`` (headline throughput).
+        time_budget: ``"5m"`` (default), ``"90s"`` or seconds, for the whole command.
+        quantize: make INT8 (and FP16, where a device runs f16) variants; needs ``images``.
+        threads: thread counts to search (default 1, 2, 4 ... up to the usable CPUs).
+        batches: batch sizes for ``offline`` (default 1 and 8, or the model's fixed batch).
+        force: replace a non-empty ``output`` folder that is a bundle.
+        seed: the image split and random inputs.
+        timeout_s: the most one measurement's worker may take.
+        progress: called with a ``SearchProgress`` after every measurement.
+
+    Raises:
+        UsageError, InputError, OutputError: before any work, nothing written.
+        ParityError: no f32 configuration of the float model passes verification (no bundle).
+        KeyboardInterrupt: interrupted before any candidate was admissible (nothing written).
+    """
+    from deploykit.bench.fingerprint import fingerprint
+    from deploykit.bench.runner import default_backend_specs
+    from deploykit.model import check_model_path, read_interface
+
+    started = time.perf_counter()
+    model_path = check_model_path(model)
+    images_path = None if images is None else Path(images)
+    output_path = None if output is None else Path(output)
+    if scenario not in ("singlestream", "offline"):
+        known = ", ".join(s for s in SCENARIOS if s != "multistream")
+        raise UsageError(
+            f"--scenario '{scenario}' | is not one of {known}.",
+            hint="singlestream ranks by p50 latency, offline by throughput.",
+        )
+    budget = parse_max_drop(max_drop)
+    budget_s = parse_time_budget(time_budget)
+    _check_inputs(model_path, images_path, quantize, output_path, force)
+    interface = read_interface(model_path)
+    batch_list = _batches_of(interface, scenario, batches)
+    thread_list = sorted(set(threads)) if threads else thread_counts()
+    if any(t < 1 for t in thread_list):
+        raise UsageError(f"--threads {thread_list} | expected positive counts.", hint="e.g. --threads 1,2.")
+    specs = list(backends) if backends else default_backend_specs()
+    notes: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="deploykit-optimize-") as scratch_dir:
+        scratch = Path(scratch_dir)
+        search = _Search(
+            model_path,
+            interface,
+            scratch,
+            scenario=scenario,
+            max_drop=budget,
+            deadline=started + budget_s,
+            timeout_s=timeout_s,
+            progress=progress,
+        )
+        calibration: list[tuple[Path, str | None]] = []
+        accuracy: list[Path] = []
+        if images_path is not None:
+            calibration, accuracy = _split_images(images_path, quantize, seed)
+        search.prepare_inputs(accuracy, seed)
+        search.report("variants", 0, 1)
+        calibration_dir = _link_folder(scratch / "calibration", calibration) if calibration else None
+        fp16 = any(_runs_f16(spec) for spec in specs)
+        (scratch / "variants").mkdir()
+        variants, more = _make_variants(
+            model_path, scratch / "variants", calibration_dir, quantize=quantize, fp16=fp16, seed=seed
+        )
+        notes += more
+        states, more = _candidates(variants, specs, scenario=scenario, threads=thread_list, batches=batch_list)
+        notes += more
+        if not states:
+            raise UsageError(
+                f"optimize '{model_path.name}' | no candidate to run: {'; '.join(notes) or 'no backend'}.",
+                hint="'deploykit backends' lists what runs here.",
+            )
+        search.states = states
+        search.run_oracle()
+        partial = False
+        try:
+            search.screen()
+            search.halve()
+        except KeyboardInterrupt:
+            if not search.admissible():
+                raise
+            partial = True
+            notes.append("interrupted (Ctrl-C): the best candidate so far, from fewer rounds than planned")
+        report = search.finish(
+            settings=OptimizeSettings(
+                scenario,
+                budget,
+                budget_s,
+                quantize,
+                None if images_path is None else str(images_path),
+                len(calibration),
+                len(accuracy),
+                tuple(specs),
+                tuple(thread_list),
+                tuple(batch_list),
+                seed,
+            ),
+            variants=[v for v, _ in variants],
+            partial=partial,
+            notes=notes,
+            started=started,
+            device=fingerprint(),
+        )
+        if output_path is not None:
+            from deploykit.optimize.bundle import write_bundle
+
+            chosen = report.best
+            source = next(path for variant, path in variants if variant.name == chosen.variant)
+            write_bundle(output_path, report, source, search.pipeline, force=force)
+    return report
+
+
+def _runs_f16(spec: str) -> bool:
+    from deploykit.backends.registry import canonical_name, get_backend
+    from deploykit.verify.check import parse_backend_spec
+
+    name, device = parse_backend_spec(spec)
+    backend = get_backend(canonical_name(name))
+    return backend.is_available() and "f16" in backend.precisions(device or backend.default_device)
+
+
+class _Search:
+    """The screening round, the halving rounds and the final ranking of one ``optimize`` call."""
+
+    def __init__(
+        self,
+        model: Path,
+        interface: Any,
+        scratch: Path,
+        *,
+        scenario: str,
+        max_drop: float,
+        deadline: float,
+        timeout_s: float,
+        progress: Progress | None,
+    ) -> None:
+        from deploykit.quantize.api import pipeline_facts
+
+        self.model, self.interface, self.scratch = model, interface, scratch
+        self.scenario, self.max_drop, self.deadline, self.timeout_s = scenario, max_drop, deadline, timeout_s
+        self.on_progress = progress
+        self.states: list[_State] = []
+        self.cases: list[dict[str, np.ndarray]] = []
+        self.inputs: dict[int, Path] = {}
+        self.check_paths: list[Path] = []
+        self.references: list[dict[str, np.ndarray]] | None = None
+        self.oracle = OracleInfo("none", False, "no oracle ran yet")
+        self.task: Any = None
+        self.task_reference: tuple[str, list[dict[str, np.ndarray]]] | None = None
+        self.measurements = 0
+        task, preprocess, labels = pipeline_facts(model)
+        self.task_name = task
+        self.pipeline: dict[str, Any] = {
+            "task": task,
+            "preprocess": None if preprocess is None else dataclasses.asdict(preprocess),
+            "labels": labels or None,
+        }
+
+    # --- inputs and oracle ---------------------------------------------------------------
+    def prepare_inputs(self, accuracy: Sequence[Path], seed: int) -> None:
+        from deploykit.inputs import make_inputs, save_arrays
+        from deploykit.verify.task_metric import task_of
+        from deploykit.vision.image import image_cases
+
+        if accuracy:
+            folder = _link_folder(self.scratch / "accuracy", [(p, None) for p in accuracy])
+            self.cases, _ = image_cases(self.model, folder, len(accuracy))
+            self.task = task_of({s.name: s for s in self.interface.outputs}, self.interface.metadata)
+        else:
+            self.cases = [
+                make_inputs(
+                    self.interface.inputs,
+                    seed=seed,
+                    metadata=self.interface.metadata,
+                    model_name=f"'{self.model.name}'",
+                )
+            ]
+        for index, case in enumerate(self.cases):
+            self.check_paths.append(self.scratch / f"check-{index}.npz")
+            save_arrays(self.check_paths[-1], case)
+
+    def _input_for(self, batch: int) -> Path:
+        if batch not in self.inputs:
+            from deploykit.bench.runner import rebatch
+            from deploykit.inputs import batch_axis_of, save_arrays
+
+            axes = {s.name: batch_axis_of(s, set(), {}) for s in self.interface.inputs}
+            path = self.scratch / f"inputs-b{batch}.npz"
+            save_arrays(path, rebatch(self.cases[0], axes, batch))
+            self.inputs[batch] = path
+        return self.inputs[batch]
+
+    def run_oracle(self) -> None:
+        from deploykit.verify.check import run_oracle
+
+        self.report("oracle", 0, 1)
+        self.oracle, references = run_oracle(self.model, "auto", self.cases[:1], timeout_s=self.timeout_s)
+        self.references = None if references is None else references[:1]
+
+    # --- progress --------------------------------------------------------------------------
+    def admissible(self) -> list[_State]:
+        """Candidates still in the search that are verified and within the accuracy budget."""
+        return [s for s in self.states if s.rounds and s.accurate and s.stopped is None]
+
+    def _leader(self) -> tuple[str | None, float | None]:
+        alive = self.admissible()
+        if not alive:
+            return None, None
+        sign = -1.0 if self.scenario == "offline" else 1.0
+        best = min(alive, key=lambda s: sign * float(np.median([b for r in s.rounds for b in r.blocks])))
+        return best.label, float(np.median([b for r in best.rounds for b in r.blocks]))
+
+    def report(self, stage: str, done: int, total: int, label: str = "") -> None:
+        if self.on_progress is None:
+            return
+        best, value = self._leader()
+        alive = sum(1 for s in self.states if s.alive)
+        self.on_progress(SearchProgress(stage, done, total, alive, len(self.states), label, best, value))
+
+    # --- measuring -------------------------------------------------------------------------
+    def _measure(self, state: _State, *, screening: bool) -> Row | None:
+        from deploykit.bench.runner import measure_isolated
+
+        duration = SCREEN_DURATION_S if screening else ROUND_DURATION_S
+        config = dataclasses.replace(state.config, duration_s=duration, iterations=None, warmup=WARMUP)
+        self.measurements += 1
+        outputs = self.scratch / f"outputs-{self.measurements}.npz"
+        began = time.perf_counter()
+        row, _, checked = measure_isolated(
+            state.path,
+            config,
+            self._input_for(config.batch),
+            outputs,
+            self.check_paths if screening else [],
+            None,
+            self.timeout_s,
+        )
+        state.cost_s = time.perf_counter() - began
+        for leftover in self.scratch.glob(f"outputs-{self.measurements}.npz*"):
+            leftover.unlink()
+        if not row.ok or row.latency is None:
+            state.stopped = f"did not run: {_short(row.error)}"
+            return None
+        state.session = row.session
+        state.rounds.append(
+            RoundResult(
+                row.latency.p50_ms,
+                row.latency.p90_ms,
+                row.latency.p99_ms,
+                float(row.throughput_sps or 0.0),
+                _headline_blocks(row, self.scenario),
+                row.latency.count,
+            )
+        )
+        if screening:
+            self._judge(state, row, checked)
+        return row
+
+    def _judge(self, state: _State, row: Row, checked: list[dict[str, np.ndarray]]) -> None:
+        from deploykit.verify.check import judge_run
+        from deploykit.verify.isolated import CandidateRun
+
+        exact = state.variant.name == "float" and state.config.precision == "f32"
+        if self.references is None and exact and self.task_reference is None:
+            # no independent oracle ran: the first f32 run is the reference, every verdict unverified
+            detail = f"{self.oracle.detail}; " if self.oracle.detail else ""
+            self.oracle = OracleInfo(state.label, False, detail + f"candidates compared with {state.label}")
+            self.references = checked[:1]
+        info = None if row.session is None else row.session.to_dict()
+        run = CandidateRun(state.label, info, checked, None if checked else "no outputs on the held-out inputs")
+        verdict = judge_run(
+            run,
+            self.cases,
+            self.references or [],
+            self.oracle,
+            precision=state.config.precision,
+            task=self.task,
+            task_reference=self.task_reference,
+            metadata=self.interface.metadata,
+        )
+        state.verdict, state.delta = verdict, accuracy_delta(verdict)
+        good = verdict.passed or (verdict.status == "unverified" and verdict.agreement is True)
+        if not good:
+            state.stopped = f"verification: {verdict.label} — {_short(verdict.reason)}"
+        elif state.delta is None:
+            state.stopped = (
+                "accuracy delta unknown: reduced precision is judged by the task metric on real images "
+                "(pass --images photos/ of a classifier or detector)"
+            )
+        elif state.delta > self.max_drop + 1e-12:
+            metric = verdict.task.metric if verdict.task else "task metric"
+            state.stopped = f"over the accuracy budget: {metric} delta {state.delta:.2%} > {self.max_drop:.2%}"
+        else:
+            state.accurate = True
+            if exact and self.task_reference is None and self.task is not None:
+                self.task_reference = (state.label, checked)
+
+    def screen(self) -> None:
+        """Every candidate once, with the held-out images; the float f32 ones first (the reference)."""
+        total = len(self.states)
+        exact = [s for s in self.states if s.variant.name == "float" and s.config.precision == "f32"]
+        for index, state in enumerate(self.states):
+            over = time.perf_counter() > self.deadline
+            if over and state not in exact:
+                state.stopped = "over the time budget before its screening round"
+                continue
+            self.report("screening", index, total, state.label)
+            self._measure(state, screening=True)
+            if state is exact[-1] and not any(s.alive for s in exact):
+                reasons = "; ".join(f"{s.label}: {s.stopped}" for s in exact)
+                raise ParityError(
+                    f"model '{self.model.name}' | no f32 configuration gives the right answer ({reasons}).",
+                    hint="'deploykit compare MODEL --inputs photos/' shows each backend's verdict; no bundle was "
+                    "written.",
+                )
+        self.report("screening", total, total)
+
+    def _intervals(self, states: Sequence[_State]) -> dict[str, Interval]:
+        return {s.label: bootstrap_interval([list(r.blocks) for r in s.rounds]) for s in states}
+
+    def _score(self, interval: Interval) -> float:
+        return -interval.estimate if self.scenario == "offline" else interval.estimate
+
+    def _cull(self, stage: str) -> None:
+        """Stop the dominated (interval separated from the leader's, on the slow side) and the slower
+        half of the rest, except the leader and the simplest candidate tied with it."""
+        alive = [s for s in self.states if s.alive and s.rounds]
+        if len(alive) < 2:
+            return
+        intervals = self._intervals(alive)
+        alive.sort(key=lambda s: self._score(intervals[s.label]))
+        leader, lead = alive[0], intervals[alive[0].label]
+        unit = "samples/s" if self.scenario == "offline" else "ms"
+        tied = []
+        for state in alive[1:]:
+            mine = intervals[state.label]
+            if mine.separated_from(lead):
+                state.stopped = (
+                    f"slower than {leader.label}: {mine.describe(unit)} vs {lead.describe(unit)} (intervals separate)"
+                )
+                state.stage = stage
+            else:
+                tied.append(state)
+        group = [leader, *tied]
+        simplest = min(group, key=lambda s: (s.entry().simplicity, self._score(intervals[s.label])))
+        keep = max(2, math.ceil(len(group) / 2))
+        for position, state in reversed(list(enumerate(group))):
+            if len(group) <= keep:
+                break
+            if state in (leader, simplest):
+                continue
+            state.stopped = (
+                f"successive halving: ranked {position + 1} of {len(alive)} after {stage} "
+                f"({intervals[state.label].describe(unit)})"
+            )
+            state.stage = stage
+            group.remove(state)
+
+    def halve(self) -> None:
+        """Rounds interleaved across the survivors (a rotated order each round) until one is left,
+        ``MAX_ROUNDS`` are done or the next round would overrun the time budget."""
+        self._cull("screening")
+        for number in range(2, MAX_ROUNDS + 1):
+            alive = [s for s in self.states if s.alive and s.rounds]
+            if len(alive) < 2:
+                return
+            if time.perf_counter() + sum(s.cost_s for s in alive) > self.deadline:
+                return
+            stage = f"round {number}"
+            order = alive[number % len(alive) :] + alive[: number % len(alive)]
+            for index, state in enumerate(order):
+                self.report(stage, index, len(order), state.label)
+                self._measure(state, screening=False)
+                if not state.alive:
+                    state.stage = stage
+            self.report(stage, len(order), len(order))
+            self._cull(stage)
+
+    # --- the answer ------------------------------------------------------------------------
+    def finish(
+        self,
+        *,
+        settings: OptimizeSettings,
+        variants: Sequence[Variant],
+        partial: bool,
+        notes: list[str],
+        started: float,
+        device: Mapping[str, Any],
+    ) -> OptimizeReport:
+        finalists = self.admissible()
+        for state in self.states:  # a measurement cut short by Ctrl-C leaves a candidate without verdict
+            if state.alive and state not in finalists:
+                state.stopped = "not screened: the search was interrupted" if partial else "not measured"
+        unit = "samples/s" if self.scenario == "offline" else "ms"
+        # every accurate candidate is ranked, the ones stopped early with their fewer rounds: the reason
+        # then names the runner-up, and a tie with a stopped one still goes to the simpler setup
+        eligible = [s for s in self.states if s.rounds and s.accurate]
+        ranking: Ranking = rank([s.entry() for s in eligible], higher_is_better=self.scenario == "offline", unit=unit)
+        if not any(s.accurate and (s.variant.quantized or s.config.precision != "f32") for s in self.states):
+            notes.append(
+                "only f32 configurations stay within the accuracy budget: the answer is f32 (the "
+                "Pareto front shows what reduced precision would cost)"
+            )
+        intervals = self._intervals([s for s in self.states if s.rounds])
+        results = []
+        for state in self.states:
+            status: CandidateStatus
+            if state.label == ranking.chosen:
+                status, reason, stage = "chosen", ranking.reason, "final"
+            elif state in finalists:
+                status, stage = "finalist", "final"
+                reason = (
+                    f"tied with {ranking.chosen}, which is simpler"
+                    if state.label in ranking.tied
+                    else f"slower than {ranking.chosen} (intervals separate)"
+                )
+            else:
+                status, reason, stage = "stopped", state.stopped or "", state.stage
+            results.append(
+                CandidateResult(
+                    state.label,
+                    state.variant.name,
+                    state.config,
+                    status,
+                    stage,
+                    reason,
+                    tuple(state.rounds),
+                    intervals.get(state.label),
+                    state.verdict,
+                    state.delta,
+                    state.session,
+                )
+            )
+        rank_of = {"chosen": 0, "finalist": 1, "stopped": 2}
+        results.sort(key=lambda c: (rank_of[c.status], self._score(c.headline) if c.headline else math.inf))
+        chosen = next(c for c in results if c.status == "chosen")
+        return OptimizeReport(
+            model=ModelInfo(
+                str(self.model), _file_sha256(self.model), list(self.interface.inputs), list(self.interface.outputs)
+            ),
+            settings=settings,
+            task=self.task_name,
+            metric=None if self.task is None else ("top-1 agreement" if self.task_name == "classify" else "mAP@0.5"),
+            oracle=self.oracle,
+            variants=tuple(variants),
+            candidates=tuple(results),
+            chosen=chosen.label,
+            decision=ranking,
+            baseline=self._baseline(results, chosen),
+            pareto=tuple(self._pareto(results)),
+            partial=partial,
+            elapsed_s=round(time.perf_counter() - started, 2),
+            device=dict(device),
+            notes=tuple(dict.fromkeys(notes)),
+        )
+
+    def _baseline(self, results: Sequence[CandidateResult], chosen: CandidateResult) -> Baseline | None:
+        pool = [
+            c
+            for c in results
+            if c.config.backend == BASELINE_BACKEND
+            and c.variant == "float"
+            and c.config.precision == "f32"
+            and c.headline is not None
+            and c.config.batch == chosen.config.batch
+        ]
+        if not pool or chosen.headline is None:
+            return None
+        best = min(pool, key=lambda c: self._score(c.headline))  # type: ignore[arg-type]
+        assert best.headline is not None
+        ratio = (
+            chosen.headline.estimate / best.headline.estimate
+            if self.scenario == "offline"
+            else best.headline.estimate / chosen.headline.estimate
+        )
+        return Baseline(best.label, best.headline, round(ratio, 3))
+
+    def _pareto(self, results: Sequence[CandidateResult]) -> list[str]:
+        judged = [
+            c
+            for c in results
+            if c.headline is not None
+            and c.accuracy_delta is not None
+            and c.verdict is not None
+            and c.verdict.status in ("pass", "fail", "unverified")
+        ]
+        judged.sort(key=lambda c: (self._score(c.headline), c.accuracy_delta))  # type: ignore[arg-type]
+        front: list[CandidateResult] = []
+        for candidate in judged:
+            if not front or candidate.accuracy_delta < front[-1].accuracy_delta:  # type: ignore[operator]
+                front.append(candidate)
+        return [c.label for c in front]
