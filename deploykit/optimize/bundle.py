@@ -357,15 +357,22 @@ def open_bundle(
 
     checker = threading.Thread(target=verify, name="deploykit-bundle-sha256", daemon=True)
     checker.start()  # hashing releases the GIL: it runs while the runtime loads the model
+    session: Session | None = None
+    load_error: BaseException | None = None
     try:
         session = get_backend(bundle.manifest.backend).open(
             bundle.model_path, bundle.manifest.device, allow_fallback=allow_fallback, **settings
         )
+    except BaseException as exc:  # a tampered file may fail to load: the hash says why
+        load_error = exc
     finally:
         checker.join()
     if failure:
-        session.close()
-        raise failure[0]
+        if session is not None:
+            session.close()
+        raise failure[0] from load_error
+    if load_error is not None or session is None:
+        raise load_error or BundleError(f"bundle '{bundle.path}' | did not open.", hint="run deploykit optimize again.")
     recorded = (bundle.manifest.session or {}).get("backend_version")
     elsewhere = list(bundle.elsewhere)
     if recorded and session.info.backend_version and recorded != session.info.backend_version:

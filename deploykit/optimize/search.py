@@ -52,6 +52,7 @@ WARMUP = 3
 OFFLINE_BATCHES = (1, 8)
 WORKER_TIMEOUT_S = 600.0
 BASELINE_BACKEND = "onnxruntime"
+ENGINES = ("ort", "nncf")
 
 
 @dataclass(frozen=True)
@@ -207,6 +208,7 @@ def _make_variants(
     calibration: Path | None,
     *,
     quantize: bool,
+    engines: Sequence[str],
     fp16: bool,
     seed: int,
 ) -> tuple[list[tuple[Variant, Path]], list[str]]:
@@ -219,10 +221,12 @@ def _make_variants(
     notes: list[str] = []
     if not quantize:
         return variants, notes
-    jobs: list[tuple[str, dict[str, Any], str]] = [("int8-ort", {"engine": "ort"}, "int8")]
-    if importlib.util.find_spec("nncf") is not None:
+    jobs: list[tuple[str, dict[str, Any], str]] = []
+    if "ort" in engines:
+        jobs.append(("int8-ort", {"engine": "ort"}, "int8"))
+    if "nncf" in engines and importlib.util.find_spec("nncf") is not None:
         jobs.append(("int8-nncf", {"engine": "nncf"}, "int8"))
-    else:
+    elif "nncf" in engines:
         notes.append("NNCF is not installed: no int8-nncf variant (pip install 'deploykit[quantize]')")
     if fp16:
         jobs.append(("fp16", {"fp16": True}, "f16"))
@@ -351,6 +355,7 @@ def optimize(
     quantize: bool = True,
     threads: Sequence[int] | None = None,
     batches: Sequence[int] | None = None,
+    engines: Sequence[str] = ENGINES,
     force: bool = False,
     seed: int = 0,
     timeout_s: float = WORKER_TIMEOUT_S,
@@ -371,6 +376,7 @@ def optimize(
         quantize: make INT8 (and FP16, where a device runs f16) variants; needs ``images``.
         threads: thread counts to search (default 1, 2, 4 ... up to the usable CPUs).
         batches: batch sizes for ``offline`` (default 1 and 8, or the model's fixed batch).
+        engines: the INT8 engines: ``ort`` and ``nncf`` (default both; NNCF where installed).
         force: replace a non-empty ``output`` folder that is a bundle.
         seed: the image split and random inputs.
         timeout_s: the most one measurement's worker may take.
@@ -404,6 +410,12 @@ def optimize(
     if any(t < 1 for t in thread_list):
         raise UsageError(f"--threads {thread_list} | expected positive counts.", hint="e.g. --threads 1,2.")
     specs = list(backends) if backends else default_backend_specs()
+    unknown = [e for e in engines if e not in ENGINES]
+    if unknown or not engines:
+        raise UsageError(
+            f"--engine {','.join(engines)} | expected one or more of {', '.join(ENGINES)}.",
+            hint="ort: ONNX Runtime static QDQ; nncf: OpenVINO's NNCF.",
+        )
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="deploykit-optimize-") as scratch_dir:
         scratch = Path(scratch_dir)
@@ -427,7 +439,7 @@ def optimize(
         fp16 = any(_runs_f16(spec) for spec in specs)
         (scratch / "variants").mkdir()
         variants, more = _make_variants(
-            model_path, scratch / "variants", calibration_dir, quantize=quantize, fp16=fp16, seed=seed
+            model_path, scratch / "variants", calibration_dir, quantize=quantize, engines=engines, fp16=fp16, seed=seed
         )
         notes += more
         states, more = _candidates(variants, specs, scenario=scenario, threads=thread_list, batches=batch_list)
