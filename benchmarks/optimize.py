@@ -85,7 +85,8 @@ def main() -> None:
                     "baseline": report.baseline.label if report.baseline else None,
                     "baseline_p50_ms": report.baseline.headline.estimate if report.baseline else None,
                     "speedup_vs_ort_f32": report.baseline.speedup if report.baseline else None,
-                    "candidates": len(report.candidates), "finalists": sum(c.status != "stopped" for c in report.candidates),
+                    "candidates": len(report.candidates),
+                    "finalists": sum(c.status != "stopped" for c in report.candidates),
                     "optimize_wall_s": round(wall, 1), "partial": report.partial,
                 }), flush=True)  # fmt: skip
             if len(chosen) >= 2:

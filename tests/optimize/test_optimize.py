@@ -86,7 +86,12 @@ def test_bundle_holds_what_the_device_needs(searched):
     assert sorted(p.name for p in output.iterdir()) == sorted([manifest.model_file, "deploykit.json", "report.json"])
     best = report.best
     assert (manifest.backend, manifest.device, manifest.precision, manifest.threads, manifest.batch) == (
-        best.config.backend, best.config.device, best.config.precision, best.config.threads, best.config.batch)
+        best.config.backend,
+        best.config.device,
+        best.config.precision,
+        best.config.threads,
+        best.config.batch,
+    )
     assert manifest.task == "classify" and manifest.preprocess["size"] == [32, 32] and len(manifest.labels) == 10
     assert manifest.verdict["status"] == "pass" and manifest.verdict["oracle"]["name"] == "onnx-reference"
     assert manifest.accuracy["images"] == 6 and manifest.accuracy["delta"] == best.accuracy_delta
@@ -96,7 +101,7 @@ def test_bundle_holds_what_the_device_needs(searched):
 
 
 def test_load_detector_classifier_predict_and_bench_open_the_chosen_configuration(searched, photos):
-    report, output = searched
+    _, output = searched
     manifest = read_bundle(output).manifest
     with warnings.catch_warnings():
         warnings.simplefilter("error", BundleWarning)  # same machine, same runtimes: no warning
@@ -173,9 +178,9 @@ def test_missing_files_and_a_folder_that_is_no_bundle(searched, tmp_path):
     _, output = searched
     copy = _copy(output, tmp_path)
     (copy / "report.json").unlink()
-    with pytest.raises(BundleError, match="its file 'report.json' is missing"):
+    with pytest.raises(BundleError, match=r"its file 'report\.json' is missing"):
         read_bundle(copy)
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(BundleError, match="is a folder without deploykit.json"):
+    with pytest.raises(BundleError, match=r"is a folder without deploykit\.json"):
         deploykit.load(empty)
