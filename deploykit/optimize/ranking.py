@@ -253,7 +253,7 @@ def rank(entries: Sequence[RankEntry], *, higher_is_better: bool = False, unit: 
     elif chosen is leader:
         others = ", ".join(e.label for e in tied if e is not leader)
         reason = (
-            f"the best estimate {lead.describe(unit)}; tied with {others} (intervals overlap) and the simplest of them"
+            f"the best estimate {lead.describe(unit)}; tied with {others} (intervals overlap), none of them simpler"
         )
     else:
         reason = (

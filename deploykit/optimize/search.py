@@ -18,18 +18,31 @@ import math
 import os
 import tempfile
 import time
-import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from deploykit.bench.config import SCENARIOS, BenchConfig
+from deploykit.bench.config import SCENARIOS
 from deploykit.bench.rows import ModelInfo, Row, accuracy_delta
-from deploykit.errors import DeployKitError, InputError, ParityError, UsageError
-from deploykit.optimize.ranking import Interval, RankEntry, Ranking, bootstrap_interval, rank
+from deploykit.errors import InputError, ParityError, UsageError
+from deploykit.optimize.candidates import (
+    ENGINES,
+    SCREEN_DURATION_S,
+    WARMUP,
+    CandidateState,
+    batches_of,
+    expand,
+    file_sha256,
+    link_folder,
+    make_variants,
+    runs_f16,
+    split_images,
+    thread_counts,
+)
+from deploykit.optimize.ranking import Interval, Ranking, bootstrap_interval, rank
 from deploykit.optimize.results import (
     Baseline,
     CandidateResult,
@@ -39,21 +52,14 @@ from deploykit.optimize.results import (
     RoundResult,
     Variant,
 )
-from deploykit.verify.verdict import OracleInfo, Verdict
+from deploykit.verify.verdict import OracleInfo
 
-MIN_IMAGES_TO_SPLIT = 4
-ACCURACY_IMAGE_LIMIT = 32
-CALIBRATION_IMAGE_LIMIT = 100
 DEFAULT_TIME_BUDGET_S = 300.0
 DEFAULT_MAX_DROP = 0.01
 MAX_ROUNDS = 6
-SCREEN_DURATION_S = 0.3
 ROUND_DURATION_S = 0.6
-WARMUP = 3
-OFFLINE_BATCHES = (1, 8)
 WORKER_TIMEOUT_S = 600.0
 BASELINE_BACKEND = "onnxruntime"
-ENGINES = ("ort", "nncf")
 
 
 @dataclass(frozen=True)
@@ -80,39 +86,6 @@ class SearchProgress:
 
 
 Progress = Callable[[SearchProgress], None]
-
-
-@dataclass
-class _State:
-    """One candidate while the search runs."""
-
-    label: str
-    variant: Variant
-    path: Path
-    config: BenchConfig
-    order: int
-    rounds: list[RoundResult] = field(default_factory=list)
-    verdict: Verdict | None = None
-    delta: float | None = None
-    session: Any = None
-    stopped: str | None = None
-    stage: str = "screening"
-    cost_s: float = 0.0
-    accurate: bool = False  # verified and within the accuracy budget
-
-    @property
-    def alive(self) -> bool:
-        return self.stopped is None
-
-    def entry(self) -> RankEntry:
-        return RankEntry(
-            self.label,
-            [list(r.blocks) for r in self.rounds],
-            self.config.precision,
-            self.variant.quantized,
-            self.config.threads,
-            self.config.batch,
-        )
 
 
 def parse_time_budget(text: str | float | None) -> float:
@@ -150,169 +123,6 @@ def parse_max_drop(value: str | float | None) -> float:
             hint="--max-drop 1% allows the task metric to fall by one point; 0 keeps f32 answers.",
         )
     return number
-
-
-def thread_counts(cpus: int | None = None) -> list[int]:
-    """1, 2, 4 ... up to the usable CPUs, and the CPU count itself."""
-    count = cpus or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
-    counts = {count}
-    value = 1
-    while value < count:
-        counts.add(value)
-        value *= 2
-    return sorted(counts)
-
-
-def _split_images(folder: Path, quantize: bool, seed: int) -> tuple[list[tuple[Path, str | None]], list[Path]]:
-    """(calibration images with their class folder, accuracy images): disjoint, seeded."""
-    from deploykit.quantize.calibration import labelled_images
-
-    found = labelled_images(folder)
-    minimum = MIN_IMAGES_TO_SPLIT if quantize else 1
-    if len(found) < minimum:
-        raise InputError(
-            f"--images '{folder}' | holds {len(found)} image(s); INT8 needs at least {MIN_IMAGES_TO_SPLIT}: half "
-            "calibrate, the other half measures the accuracy delta (never calibrated on).",
-            hint="add real photos the model will see (a few dozen give a steadier delta), or pass --no-quantize.",
-        )
-    order = np.random.default_rng(seed).permutation(len(found)).tolist()
-    if not quantize:
-        return [], [found[i][0] for i in sorted(order[:ACCURACY_IMAGE_LIMIT])]
-    held = min(ACCURACY_IMAGE_LIMIT, len(found) // 2)
-    accuracy = [found[i][0] for i in sorted(order[:held])]
-    calibration = [found[i] for i in sorted(order[held:][:CALIBRATION_IMAGE_LIMIT])]
-    return calibration, accuracy
-
-
-def _link_folder(folder: Path, files: Sequence[tuple[Path, str | None]]) -> Path:
-    folder.mkdir(parents=True)
-    for index, (path, label) in enumerate(files):
-        target = folder / label if label else folder
-        target.mkdir(exist_ok=True)
-        (target / f"{index:05d}-{path.name}").symlink_to(path.resolve())
-    return folder
-
-
-def _file_sha256(path: Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _make_variants(
-    model: Path,
-    scratch: Path,
-    calibration: Path | None,
-    *,
-    quantize: bool,
-    engines: Sequence[str],
-    fp16: bool,
-    seed: int,
-) -> tuple[list[tuple[Variant, Path]], list[str]]:
-    """The float model and, when asked, its INT8 (ORT; NNCF where installed) and FP16 variants."""
-    import importlib.util
-
-    from deploykit.quantize import quantize as run_quantize
-
-    variants = [(Variant("float", model.name, "f32", _file_sha256(model)), model)]
-    notes: list[str] = []
-    if not quantize:
-        return variants, notes
-    jobs: list[tuple[str, dict[str, Any], str]] = []
-    if "ort" in engines:
-        jobs.append(("int8-ort", {"engine": "ort"}, "int8"))
-    if "nncf" in engines and importlib.util.find_spec("nncf") is not None:
-        jobs.append(("int8-nncf", {"engine": "nncf"}, "int8"))
-    elif "nncf" in engines:
-        notes.append("NNCF is not installed: no int8-nncf variant (pip install 'deploykit[quantize]')")
-    if fp16:
-        jobs.append(("fp16", {"fp16": True}, "f16"))
-    for name, settings, precision in jobs:
-        path = scratch / f"{model.stem}.{name}.onnx"
-        started = time.perf_counter()
-        try:
-            calibrate = None if settings.get("fp16") else calibration
-            with warnings.catch_warnings():  # onnxconverter-common warns per truncated weight; the verdict judges
-                warnings.simplefilter("ignore", UserWarning)
-                run_quantize(model, path, calibrate=calibrate, held_out=0, measure_speed=False, seed=seed, **settings)
-        except DeployKitError as exc:
-            notes.append(f"variant {name}: not made ({str(exc).split(' Hint: ')[0]})")
-            continue
-        seconds = round(time.perf_counter() - started, 2)
-        engine = "fp16" if settings.get("fp16") else str(settings["engine"])
-        variants.append((Variant(name, path.name, precision, _file_sha256(path), engine, seconds), path))
-    return variants, notes
-
-
-def _candidates(
-    variants: Sequence[tuple[Variant, Path]],
-    specs: Sequence[str],
-    *,
-    scenario: str,
-    threads: Sequence[int],
-    batches: Sequence[int],
-) -> tuple[list[_State], list[str]]:
-    """Every variant × backend × device × native precision × threads × batch, float f32 first."""
-    from deploykit.backends.registry import canonical_name, get_backend
-    from deploykit.verify.check import expand_candidates, parse_backend_spec
-
-    states: list[_State] = []
-    notes: list[str] = []
-    for variant, path in variants:
-        for spec in specs:
-            name, device = parse_backend_spec(spec)
-            backend = get_backend(canonical_name(name))
-            device = device or backend.default_device
-            native = backend.precisions(device)
-            if variant.name == "float":
-                precisions: list[str | None] = list(native) if "precision" in backend.options else ["f32"]
-            elif variant.precision == "f16":
-                if "f16" not in native:
-                    continue
-                precisions = ["f16"]
-            else:
-                precisions = ["int8"]
-            found, more = expand_candidates([f"{backend.name}:{device}"], precisions, model_precision=variant.precision)
-            notes += more
-            counts: list[int | None] = list(threads) if "threads" in backend.options else [None]
-            for candidate in found:
-                for batch in batches:
-                    for count in counts:
-                        config = BenchConfig(
-                            backend=candidate.backend,
-                            device=candidate.device,
-                            batch=batch,
-                            threads=count,
-                            precision=candidate.precision,
-                            scenario=scenario,
-                            warmup=WARMUP,
-                            iterations=None,
-                            duration_s=SCREEN_DURATION_S,
-                            options=dict(candidate.options),
-                        )
-                        label = f"{config.label()} {variant.name}"
-                        states.append(_State(label, variant, path, config, len(states)))
-    states.sort(key=lambda s: (not (s.variant.name == "float" and s.config.precision == "f32"), s.order))
-    return states, list(dict.fromkeys(notes))
-
-
-def _batches_of(interface: Any, scenario: str, batches: Sequence[int] | None) -> list[int]:
-    spec = interface.inputs[0]
-    fixed = spec.shape[0] if spec.shape and isinstance(spec.shape[0], int) else None
-    if fixed is not None:
-        if batches and list(batches) != [fixed]:
-            raise UsageError(
-                f"--batch {','.join(map(str, batches))} | '{interface.path.name}' has a fixed batch of {fixed}.",
-                hint="drop --batch, or export the model with a dynamic batch.",
-            )
-        return [fixed]
-    if batches:
-        return sorted(set(batches))
-    return list(OFFLINE_BATCHES) if scenario == "offline" else [1]
 
 
 def _headline_blocks(row: Row, scenario: str) -> tuple[float, ...]:
@@ -408,7 +218,7 @@ def optimize(
     budget_s = parse_time_budget(time_budget)
     _check_inputs(model_path, images_path, quantize, output_path, force)
     interface = read_interface(model_path)
-    batch_list = _batches_of(interface, scenario, batches)
+    batch_list = batches_of(interface, scenario, batches)
     thread_list = sorted(set(threads)) if threads else thread_counts()
     if any(t < 1 for t in thread_list):
         raise UsageError(f"--threads {thread_list} | expected positive counts.", hint="e.g. --threads 1,2.")
@@ -435,17 +245,17 @@ def optimize(
         calibration: list[tuple[Path, str | None]] = []
         accuracy: list[Path] = []
         if images_path is not None:
-            calibration, accuracy = _split_images(images_path, quantize, seed)
+            calibration, accuracy = split_images(images_path, quantize, seed)
         search.prepare_inputs(accuracy, seed)
         search.report("variants", 0, 1)
-        calibration_dir = _link_folder(scratch / "calibration", calibration) if calibration else None
-        fp16 = any(_runs_f16(spec) for spec in specs)
+        calibration_dir = link_folder(scratch / "calibration", calibration) if calibration else None
+        fp16 = any(runs_f16(spec) for spec in specs)
         (scratch / "variants").mkdir()
-        variants, more = _make_variants(
+        variants, more = make_variants(
             model_path, scratch / "variants", calibration_dir, quantize=quantize, engines=engines, fp16=fp16, seed=seed
         )
         notes += more
-        states, more = _candidates(variants, specs, scenario=scenario, threads=thread_list, batches=batch_list)
+        states, more = expand(variants, specs, scenario=scenario, threads=thread_list, batches=batch_list)
         notes += more
         if not states:
             raise UsageError(
@@ -492,15 +302,6 @@ def optimize(
     return report
 
 
-def _runs_f16(spec: str) -> bool:
-    from deploykit.backends.registry import canonical_name, get_backend
-    from deploykit.verify.check import parse_backend_spec
-
-    name, device = parse_backend_spec(spec)
-    backend = get_backend(canonical_name(name))
-    return backend.is_available() and "f16" in backend.precisions(device or backend.default_device)
-
-
 class _Search:
     """The screening round, the halving rounds and the final ranking of one ``optimize`` call."""
 
@@ -521,7 +322,7 @@ class _Search:
         self.model, self.interface, self.scratch = model, interface, scratch
         self.scenario, self.max_drop, self.deadline, self.timeout_s = scenario, max_drop, deadline, timeout_s
         self.on_progress = progress
-        self.states: list[_State] = []
+        self.states: list[CandidateState] = []
         self.cases: list[dict[str, np.ndarray]] = []
         self.inputs: dict[int, Path] = {}
         self.check_paths: list[Path] = []
@@ -545,7 +346,7 @@ class _Search:
         from deploykit.vision.image import image_cases
 
         if accuracy:
-            folder = _link_folder(self.scratch / "accuracy", [(p, None) for p in accuracy])
+            folder = link_folder(self.scratch / "accuracy", [(p, None) for p in accuracy])
             self.cases, _ = image_cases(self.model, folder, len(accuracy))
             self.task = task_of({s.name: s for s in self.interface.outputs}, self.interface.metadata)
         else:
@@ -580,7 +381,7 @@ class _Search:
         self.references = None if references is None else references[:1]
 
     # --- progress --------------------------------------------------------------------------
-    def admissible(self) -> list[_State]:
+    def admissible(self) -> list[CandidateState]:
         """Candidates still in the search that are verified and within the accuracy budget."""
         return [s for s in self.states if s.rounds and s.accurate and s.stopped is None]
 
@@ -600,7 +401,7 @@ class _Search:
         self.on_progress(SearchProgress(stage, done, total, alive, len(self.states), label, best, value))
 
     # --- measuring -------------------------------------------------------------------------
-    def _measure(self, state: _State, *, screening: bool) -> Row | None:
+    def _measure(self, state: CandidateState, *, screening: bool) -> Row | None:
         from deploykit.bench.runner import measure_isolated
 
         duration = SCREEN_DURATION_S if screening else ROUND_DURATION_S
@@ -638,7 +439,7 @@ class _Search:
             self._judge(state, row, checked)
         return row
 
-    def _judge(self, state: _State, row: Row, checked: list[dict[str, np.ndarray]]) -> None:
+    def _judge(self, state: CandidateState, row: Row, checked: list[dict[str, np.ndarray]]) -> None:
         from deploykit.verify.check import judge_run
         from deploykit.verify.isolated import CandidateRun
 
@@ -697,7 +498,7 @@ class _Search:
                 )
         self.report("screening", total, total)
 
-    def _intervals(self, states: Sequence[_State]) -> dict[str, Interval]:
+    def _intervals(self, states: Sequence[CandidateState]) -> dict[str, Interval]:
         return {s.label: bootstrap_interval([list(r.blocks) for r in s.rounds]) for s in states}
 
     def _score(self, interval: Interval) -> float:
@@ -818,7 +619,7 @@ class _Search:
         chosen = next(c for c in results if c.status == "chosen")
         return OptimizeReport(
             model=ModelInfo(
-                str(self.model), _file_sha256(self.model), list(self.interface.inputs), list(self.interface.outputs)
+                str(self.model), file_sha256(self.model), list(self.interface.inputs), list(self.interface.outputs)
             ),
             settings=settings,
             task=self.task_name,
