@@ -170,13 +170,19 @@ class Bundle:
             ) from exc
 
     def verify_model(self) -> None:
-        """Check the model file's SHA-256 against the manifest.
+        """Check the model file's SHA-256 against the manifest. A file already verified, and not
+        changed since (same device, inode, size, mtime and ctime), is not hashed again: see
+        ``verified_before``.
 
         Raises:
             BundleError: the file changed since the bundle was written.
         """
+        if verified_before(self.model_path, self.manifest.model_sha256):
+            return
         found = _sha256(self.model_path)
-        if found != self.manifest.model_sha256:
+        if found == self.manifest.model_sha256:
+            remember_verified(self.model_path, found)
+        else:
             raise BundleError(
                 f"bundle '{self.path}' | model '{self.manifest.model_file}' has SHA-256 {found[:16]}…, the bundle "
                 f"recorded {self.manifest.model_sha256[:16]}…: the file was changed or replaced.",
@@ -195,10 +201,78 @@ def elsewhere_message(bundle: Bundle) -> str:
     )
 
 
+_HASH_BLOCK_BYTES = 64 << 20
+_VERIFIED_FILE = "verified-models.json"
+_VERIFIED_LIMIT = 256
+_verified_here: dict[str, tuple[list[int], str]] = {}
+
+
+def _file_stamp(path: Path) -> list[int]:
+    """What any change to a file's bytes changes: device, inode, size, mtime and ctime (ctime cannot
+    be set back by a user, so a rewritten file never matches an old stamp)."""
+    info = os.stat(path)
+    return [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns]
+
+
+def _verified_path() -> Path:
+    root = os.environ.get("DEPLOYKIT_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "deploykit"
+    )
+    return Path(root) / _VERIFIED_FILE
+
+
+def _read_verified() -> dict[str, Any]:
+    try:
+        data = json.loads(_verified_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def verified_before(path: Path, sha256: str) -> bool:
+    """Whether ``path`` was hashed to ``sha256`` before (in this process or, recorded in the user's
+    cache folder ``~/.cache/deploykit``, another) and has not changed since. Opening a bundle then
+    costs a ``stat`` instead of a hash of the whole model: the ≤ 5 ms of ``docs/optimize.md``."""
+    key = os.path.realpath(path)
+    try:
+        stamp = _file_stamp(path)
+    except OSError:
+        return False
+    for known in (_verified_here.get(key), _read_verified().get(key)):
+        if known is not None and list(known[0]) == stamp and known[1] == sha256:
+            return True
+    return False
+
+
+def remember_verified(path: Path, sha256: str) -> None:
+    """Record that ``path``, as it is now, hashes to ``sha256`` (best effort: an unwritable cache
+    folder only means the next process hashes again)."""
+    key = os.path.realpath(path)
+    try:
+        stamp = _file_stamp(path)
+    except OSError:
+        return
+    _verified_here[key] = (stamp, sha256)
+    target = _verified_path()
+    entries = _read_verified()
+    entries.pop(key, None)
+    entries[key] = [stamp, sha256]
+    kept = dict(list(entries.items())[-_VERIFIED_LIMIT:])
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temporary = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(kept))
+        os.replace(temporary, target)
+    except OSError:
+        return
+
+
 def _sha256(path: Path) -> str:
+    # big blocks: each read and update releases the GIL, and every block costs one wait for it while
+    # the runtime loads the model on the opening thread (1 MiB blocks cost ~100 ms on a busy 2-core CPU)
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
+        for block in iter(lambda: handle.read(_HASH_BLOCK_BYTES), b""):
             digest.update(block)
     return digest.hexdigest()
 
@@ -524,6 +598,7 @@ def write_bundle(
             if target.is_dir():
                 os.replace(target, replaced)
             os.replace(folder, target)
+            remember_verified(target / source.name, manifest.model_sha256)
         except OSError as exc:
             if replaced.exists() and not target.exists():
                 os.replace(replaced, target)

@@ -57,6 +57,7 @@ from deploykit.verify.verdict import OracleInfo
 DEFAULT_TIME_BUDGET_S = 300.0
 DEFAULT_MAX_DROP = 0.01
 MAX_ROUNDS = 6
+MIN_ROUNDS = 3  # the leader and its runner-up get at least this many rounds (time budget permitting)
 ROUND_DURATION_S = 0.6
 WORKER_TIMEOUT_S = 600.0
 BASELINE_BACKEND = "onnxruntime"
@@ -504,9 +505,10 @@ class _Search:
     def _score(self, interval: Interval) -> float:
         return -interval.estimate if self.scenario == "offline" else interval.estimate
 
-    def _cull(self, stage: str) -> None:
+    def _cull(self, stage: str, rounds: int) -> None:
         """Stop the dominated (interval separated from the leader's, on the slow side) and the slower
-        half of the rest, except the leader and the simplest candidate tied with it."""
+        half of the rest, except the leader and the simplest candidate tied with it. Until
+        ``MIN_ROUNDS`` are done the runner-up stays too: one worker's run is not yet run-to-run noise."""
         alive = [s for s in self.states if s.alive and s.rounds]
         if len(alive) < 2:
             return
@@ -515,9 +517,9 @@ class _Search:
         leader, lead = alive[0], intervals[alive[0].label]
         unit = "samples/s" if self.scenario == "offline" else "ms"
         tied = []
-        for state in alive[1:]:
+        for position, state in enumerate(alive[1:], start=1):
             mine = intervals[state.label]
-            if mine.separated_from(lead):
+            if mine.separated_from(lead) and not (position == 1 and rounds < MIN_ROUNDS):
                 state.stopped = (
                     f"slower than {leader.label}: {mine.describe(unit)} vs {lead.describe(unit)} (intervals separate)"
                 )
@@ -542,7 +544,7 @@ class _Search:
     def halve(self) -> None:
         """Rounds interleaved across the survivors (a rotated order each round) until one is left,
         ``MAX_ROUNDS`` are done or the next round would overrun the time budget."""
-        self._cull("screening")
+        self._cull("screening", 1)
         for number in range(2, MAX_ROUNDS + 1):
             alive = [s for s in self.states if s.alive and s.rounds]
             if len(alive) < 2:
@@ -557,7 +559,7 @@ class _Search:
                 if not state.alive:
                     state.stage = stage
             self.report(stage, len(order), len(order))
-            self._cull(stage)
+            self._cull(stage, number)
 
     # --- the answer ------------------------------------------------------------------------
     def finish(

@@ -4,6 +4,7 @@ recipe with its real ImageNet weights, and real photos from Debian's darknet and
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import onnx
@@ -39,3 +40,11 @@ def mobilenet_v2(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("mobilenet") / "mobilenet_v2.onnx"
     build("mobilenet_v2", path, verify_backends=("onnxruntime",))
     return path
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _own_verified_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Bundles remember verified model files in the user's cache folder: the tests use their own."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DEPLOYKIT_CACHE_DIR", str(tmp_path_factory.mktemp("deploykit-cache")))
+        yield

@@ -9,6 +9,7 @@ from typer.testing import CliRunner
 import deploykit
 from cli.main import app
 from deploykit.backends.registry import get_backend
+from deploykit.errors import UsageError
 from deploykit.optimize import SearchProgress, optimize, read_bundle
 
 
@@ -70,3 +71,25 @@ def test_ctrl_c_before_any_answer_writes_nothing(classifier_path, tmp_path):
         optimize(classifier_path, None, output=tmp_path / "deploy", quantize=False, backends=["onnxruntime"],
                  threads=[1], progress=interrupt)  # fmt: skip
     assert not (tmp_path / "deploy").exists()
+
+
+def test_offline_searches_batch_sizes_and_ranks_by_throughput(tmp_path):
+    import onnx
+
+    from tests.assets.samples import tiny_classifier
+
+    model = tmp_path / "dynamic.onnx"
+    onnx.save(tiny_classifier(), model)
+    report = optimize(model, None, output=tmp_path / "deploy", quantize=False, backends=["onnxruntime"],
+                      threads=[1], scenario="offline", batches=[1, 8])  # fmt: skip
+    assert {c.label for c in report.candidates} == {
+        "onnxruntime:cpu b1 t1 f32 float",
+        "onnxruntime:cpu b8 t1 f32 float",
+    }
+    assert report.headline == "throughput_sps" and report.decision.higher_is_better
+    assert read_bundle(tmp_path / "deploy").manifest.batch == report.best.config.batch
+
+
+def test_a_fixed_batch_model_refuses_other_batch_sizes(classifier_path, tmp_path):
+    with pytest.raises(UsageError, match="has a fixed batch of 1"):
+        optimize(classifier_path, None, output=tmp_path / "deploy", quantize=False, scenario="offline", batches=[4])

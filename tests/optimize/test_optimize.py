@@ -199,3 +199,19 @@ def test_mobilenet_v2_end_to_end(mobilenet_v2, photos, tmp_path):
     with deploykit.Classifier(output) as classifier, deploykit.Classifier(mobilenet_v2) as reference:
         assert classifier.labels == reference.labels and len(classifier.labels) == 1000
         assert classifier(photos / "dog.jpg", top_k=1)[0].label == reference(photos / "dog.jpg", top_k=1)[0].label
+
+
+def test_a_verified_model_is_not_hashed_again_until_it_changes(searched, tmp_path):
+    from deploykit.optimize.bundle import verified_before
+
+    _, output = searched
+    copy = _copy(output, tmp_path)
+    bundle = read_bundle(copy)  # a new file: hashed, then remembered
+    assert verified_before(bundle.model_path, bundle.manifest.model_sha256)
+    data = bundle.model_path.read_bytes()
+    bundle.model_path.write_bytes(data)  # the same bytes rewritten: ctime moved, so hashed again (and equal)
+    assert not verified_before(bundle.model_path, bundle.manifest.model_sha256)
+    read_bundle(copy)
+    bundle.model_path.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    with pytest.raises(BundleError, match="SHA-256"):
+        read_bundle(copy)
