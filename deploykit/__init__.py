@@ -19,6 +19,7 @@ from deploykit.backends.registry import all_backends, backend_names, get_backend
 from deploykit.errors import (
     BackendError,
     BackendUnavailableError,
+    BundleError,
     ConversionError,
     DeployKitError,
     DeviceUnavailableError,
@@ -123,6 +124,7 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "Backend",
     "BackendError",
     "BackendUnavailableError",
+    "BundleError",
     "ConversionError",
     "DeployKitError",
     "DeviceUnavailableError",
