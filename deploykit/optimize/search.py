@@ -483,6 +483,12 @@ class _Search:
         """Every candidate once, with the held-out images; the float f32 ones first (the reference)."""
         total = len(self.states)
         exact = [s for s in self.states if s.variant.name == "float" and s.config.precision == "f32"]
+        if not exact:
+            raise UsageError(
+                f"optimize '{self.model.name}' | no candidate runs the float model in f32, the answer every other "
+                "precision is judged against.",
+                hint="add a backend that runs f32 (-b onnxruntime); 'deploykit backends' lists what runs here.",
+            )
         for index, state in enumerate(self.states):
             over = time.perf_counter() > self.deadline
             if over and state not in exact:
