@@ -44,7 +44,8 @@ def print_optimize_report(report: OptimizeReport, output: Path | None, limit: in
     for candidate in report.candidates[:limit]:
         interval = candidate.headline
         delta = "-" if candidate.accuracy_delta is None else f"{candidate.accuracy_delta:.2%}"
-        status = candidate.status if candidate.status != "stopped" else f"stopped: {candidate.reason[:60]}"
+        reason = candidate.reason.split(": ")[0] if candidate.reason.startswith("slower") else candidate.reason
+        status = candidate.status if candidate.status != "stopped" else f"stopped: {reason[:48]}"
         table.add_row(candidate.label, "-" if interval is None else f"{interval.estimate:.4g}",
                       "-" if interval is None else f"[{interval.low:.4g}, {interval.high:.4g}]",
                       str(len(candidate.rounds)), delta, status)  # fmt: skip

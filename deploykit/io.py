@@ -360,3 +360,15 @@ def commit_outputs(
         for temporary, (_, text) in zip(temporaries, written, strict=True):
             temporary.write_text(text)
         commit(moves)
+
+
+def file_sha256(path: PathLike) -> str:
+    """The SHA-256 of a file's bytes, read in 64 MiB blocks (each read and update releases the GIL,
+    and each block costs one wait for it when another thread is busy: few blocks, few waits)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(64 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

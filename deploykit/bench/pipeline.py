@@ -20,9 +20,9 @@ from deploykit.bench.fingerprint import fingerprint
 from deploykit.bench.measure import _peak_rss_bytes
 from deploykit.bench.report import BenchmarkReport
 from deploykit.bench.rows import BenchSettings, ModelInfo, Row
-from deploykit.bench.runner import _file_sha256
 from deploykit.bench.stats import latency_stats
 from deploykit.errors import DeployKitError, UsageError
+from deploykit.io import file_sha256
 from deploykit.verify.check import parse_backend_spec
 from deploykit.verify.verdict import OracleInfo, Verdict
 from deploykit.vision.image import IMAGE_SUFFIXES, list_images, load_image
@@ -134,7 +134,7 @@ def benchmark_pipeline(
                               reason=f"{share:.0%} of the {task} results agree with {reference_label}")  # fmt: skip
         row.verdict = verdict
     result = BenchmarkReport(
-        model=ModelInfo(str(model), _file_sha256(Path(model))),
+        model=ModelInfo(str(model), file_sha256(model)),
         settings=BenchSettings(
             warmup=warmup,
             iterations=iterations,

@@ -6,7 +6,6 @@ reduced precision), then pick the fastest verified configuration.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +21,7 @@ from deploykit.bench.report import BenchmarkReport
 from deploykit.bench.rows import BenchSettings, ModelInfo, Row
 from deploykit.errors import DeployKitError, UsageError
 from deploykit.inputs import InputSetting, batch_axis_of, fed_batch, load_arrays, make_inputs, save_arrays
+from deploykit.io import file_sha256
 from deploykit.model import read_interface
 from deploykit.verify.check import (
     Candidate,
@@ -86,14 +86,6 @@ def expand_configs(
         for batch in batches
         for thread_count in threads
     ]
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def rebatch(feeds: Mapping[str, np.ndarray], axes: Mapping[str, int | None], batch: int) -> dict[str, np.ndarray]:
@@ -300,7 +292,7 @@ def benchmark(
         notes.append("no task metric: the model is neither a classifier nor a detector deploykit recognises")
 
     result = BenchmarkReport(
-        model=ModelInfo(str(model_path), _file_sha256(model_path), list(interface.inputs), list(interface.outputs)),
+        model=ModelInfo(str(model_path), file_sha256(model_path), list(interface.inputs), list(interface.outputs)),
         settings=BenchSettings(
             scenario=scenario,
             warmup=warmup,

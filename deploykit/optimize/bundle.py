@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deploykit.errors import BundleError, ModelNotFoundError, OutputError, UsageError
+from deploykit.io import file_sha256
 
 if TYPE_CHECKING:
     from deploykit.backends.base import Session
@@ -179,7 +180,7 @@ class Bundle:
         """
         if verified_before(self.model_path, self.manifest.model_sha256):
             return
-        found = _sha256(self.model_path)
+        found = file_sha256(self.model_path)
         if found == self.manifest.model_sha256:
             remember_verified(self.model_path, found)
         else:
@@ -201,7 +202,6 @@ def elsewhere_message(bundle: Bundle) -> str:
     )
 
 
-_HASH_BLOCK_BYTES = 64 << 20
 _VERIFIED_FILE = "verified-models.json"
 _VERIFIED_LIMIT = 256
 _verified_here: dict[str, tuple[list[int], str]] = {}
@@ -265,16 +265,6 @@ def remember_verified(path: Path, sha256: str) -> None:
         os.replace(temporary, target)
     except OSError:
         return
-
-
-def _sha256(path: Path) -> str:
-    # big blocks: each read and update releases the GIL, and every block costs one wait for it while
-    # the runtime loads the model on the opening thread (1 MiB blocks cost ~100 ms on a busy 2-core CPU)
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(_HASH_BLOCK_BYTES), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _cpu_here() -> dict[str, Any]:
@@ -590,7 +580,7 @@ def write_bundle(
         text = report.to_json()
         (folder / REPORT).write_text(text)
         manifest = _manifest(
-            report, source.name, _sha256(folder / source.name), pipeline, hashlib.sha256(text.encode()).hexdigest()
+            report, source.name, file_sha256(folder / source.name), pipeline, hashlib.sha256(text.encode()).hexdigest()
         )
         (folder / MANIFEST).write_text(json.dumps(manifest.to_dict(), indent=2, default=str))
         replaced = staging / "replaced"

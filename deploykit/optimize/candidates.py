@@ -7,7 +7,6 @@ Nothing here times or judges anything; ``search`` does.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 import warnings
@@ -20,6 +19,7 @@ import numpy as np
 
 from deploykit.bench.config import BenchConfig
 from deploykit.errors import DeployKitError, InputError, UsageError
+from deploykit.io import file_sha256
 from deploykit.optimize.ranking import RankEntry
 from deploykit.optimize.results import RoundResult, Variant
 from deploykit.verify.verdict import Verdict
@@ -105,14 +105,6 @@ def link_folder(folder: Path, files: Sequence[tuple[Path, str | None]]) -> Path:
         target.mkdir(exist_ok=True)
         (target / f"{index:05d}-{path.name}").symlink_to(path.resolve())
     return folder
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def make_variants(

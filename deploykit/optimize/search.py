@@ -28,6 +28,7 @@ import numpy as np
 from deploykit.bench.config import SCENARIOS
 from deploykit.bench.rows import ModelInfo, Row, accuracy_delta
 from deploykit.errors import InputError, ParityError, UsageError
+from deploykit.io import file_sha256
 from deploykit.optimize.candidates import (
     ENGINES,
     SCREEN_DURATION_S,
@@ -35,7 +36,6 @@ from deploykit.optimize.candidates import (
     CandidateState,
     batches_of,
     expand,
-    file_sha256,
     link_folder,
     make_variants,
     runs_f16,
