@@ -162,6 +162,7 @@ def expand(
 ) -> tuple[list[CandidateState], list[str]]:
     """Every variant × backend × device × native precision × threads × batch, float f32 first."""
     from deploykit.backends.registry import canonical_name, get_backend
+    from deploykit.bench.runner import expand_configs
     from deploykit.verify.check import expand_candidates, parse_backend_spec
 
     states: list[CandidateState] = []
@@ -183,23 +184,10 @@ def expand(
             found, more = expand_candidates([f"{backend.name}:{device}"], precisions, model_precision=variant.precision)
             notes += more
             counts: list[int | None] = list(threads) if "threads" in backend.options else [None]
-            for candidate in found:
-                for batch in batches:
-                    for count in counts:
-                        config = BenchConfig(
-                            backend=candidate.backend,
-                            device=candidate.device,
-                            batch=batch,
-                            threads=count,
-                            precision=candidate.precision,
-                            scenario=scenario,
-                            warmup=WARMUP,
-                            iterations=None,
-                            duration_s=SCREEN_DURATION_S,
-                            options=dict(candidate.options),
-                        )
-                        label = f"{config.label()} {variant.name}"
-                        states.append(CandidateState(label, variant, path, config, len(states)))
+            configs = expand_configs(found, batches=batches, threads=counts, scenario=scenario, warmup=WARMUP,
+                                     iterations=None, duration_s=SCREEN_DURATION_S)  # fmt: skip
+            for config in configs:
+                states.append(CandidateState(f"{config.label()} {variant.name}", variant, path, config, len(states)))
     states.sort(key=lambda s: (not (s.variant.name == "float" and s.config.precision == "f32"), s.order))
     return states, list(dict.fromkeys(notes))
 
