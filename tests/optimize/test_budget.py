@@ -93,3 +93,21 @@ def test_offline_searches_batch_sizes_and_ranks_by_throughput(tmp_path):
 def test_a_fixed_batch_model_refuses_other_batch_sizes(classifier_path, tmp_path):
     with pytest.raises(UsageError, match="has a fixed batch of 1"):
         optimize(classifier_path, None, output=tmp_path / "deploy", quantize=False, scenario="offline", batches=[4])
+
+
+def test_a_detector_bundle_opens_as_a_detector(photos, tmp_path):
+    """Ultralytics YOLOv8n (nudenet's): the bundle's Detector finds what the model file's finds."""
+    from tests.assets.paths import nudenet_model
+
+    model = nudenet_model()
+    output = tmp_path / "deploy"
+    report = optimize(model, photos, output=output, quantize=False, backends=["onnxruntime"], threads=[1])
+    assert report.task == "detect" and report.metric == "mAP@0.5" and report.settings.accuracy_images == 12
+    assert read_bundle(output).manifest.task == "detect"
+    photo = photos / "person.jpg"
+    with deploykit.Detector(output) as bundled, deploykit.Detector(model) as direct:
+        assert [(d.label, round(d.score, 3)) for d in bundled(photo)] == [
+            (d.label, round(d.score, 3)) for d in direct(photo)
+        ]
+    result = CliRunner().invoke(app, ["predict", str(output), str(photo)])
+    assert result.exit_code == 0 and "detections in person.jpg" in result.output
