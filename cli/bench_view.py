@@ -21,6 +21,8 @@ def print_bench_report(result: BenchmarkReport) -> None:
             err_console.print(f"failed: {row.label}: {row.error}", soft_wrap=True)
         if row.verdict is not None and row.verdict.status != "pass":
             err_console.print(f"{row.verdict.label}: {row.label}: {row.verdict.reason}", soft_wrap=True)
+        if row.verdict is not None and row.verdict.task_note:
+            err_console.print(f"{row.label}: {row.verdict.task_note}", soft_wrap=True)
     for note in result.notes:
         err_console.print(f"note: {note}", soft_wrap=True)
     if result.recommendation:

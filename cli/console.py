@@ -9,13 +9,40 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from deploykit.errors import UsageError
 
+# Text that comes from files (metadata values, node names, labels, paths) may hold control
+# characters; a raw ESC could retitle, clear or recolour the user's terminal. Each one is shown as
+# its visible picture (ESC → ␛, C1 controls → �), one character for one, so styles keep their spans.
+_CONTROL_PICTURES = {code: chr(0x2400 + code) for code in range(0x20) if chr(code) not in "\n\t"}
+_CONTROL_PICTURES.update({0x7F: "\u2421", **{code: "\ufffd" for code in range(0x80, 0xA0)}})
+
+
+def sanitize(text: str) -> str:
+    """``text`` with every control character but newline and tab replaced by a visible one."""
+    return text.translate(_CONTROL_PICTURES)
+
+
+class SafeConsole(Console):
+    """A rich console that never writes a control character it was handed (rich's own styling
+    escapes are added after this, when rendering)."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Text:
+        return super().render_str(sanitize(text), **kwargs)
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        for item in objects:
+            if isinstance(item, Text):
+                item.plain = sanitize(item.plain)
+        super().print(*objects, **kwargs)
+
+
 # Wide tables stay readable in logs and pipes, where rich would otherwise assume 80 columns.
 _WIDTH = None if sys.stdout.isatty() else 160
-console = Console(highlight=False, width=_WIDTH)
-err_console = Console(stderr=True, highlight=False, width=_WIDTH)
+console = SafeConsole(highlight=False, width=_WIDTH)
+err_console = SafeConsole(stderr=True, highlight=False, width=_WIDTH)
 
 
 def print_json(data: Any) -> None:
@@ -32,6 +59,12 @@ def parse_pairs(values: list[str], what: str) -> dict[str, str]:
             raise UsageError(
                 f"{what} '{value}' | expected KEY=VALUE.",
                 hint=f"write it as {what} name=value.",
+            )
+        if key.strip() in pairs:
+            raise UsageError(
+                f"{what} '{key.strip()}' | is given twice ({key.strip()}={pairs[key.strip()]} and {value}); "
+                "expected each name once.",
+                hint=f"keep one {what} {key.strip()}=...",
             )
         pairs[key.strip()] = item.strip()
     return pairs

@@ -63,7 +63,8 @@ def input_settings(shapes: Sequence[str], batch_axes: Sequence[str]) -> tuple[di
 def styled(verdict: Verdict | dict[str, Any]) -> str:
     status = verdict.status if isinstance(verdict, Verdict) else verdict["status"]
     label = verdict.label if isinstance(verdict, Verdict) else verdict["label"]
-    colour = "red" if label.startswith("DISAGREE") else STYLES.get(status, "white")
+    agreement = verdict.agreement if isinstance(verdict, Verdict) else verdict.get("agreement")
+    colour = "red" if agreement is False else STYLES.get(status, "white")
     return f"[{colour}]{label}[/]"
 
 
@@ -95,10 +96,16 @@ def verdict_table(title: str, verdicts: Sequence[Verdict]) -> Table:
             f"{max(errors):.2e}" if errors else "-",
             f"{min(cosines):.6f}" if cosines else "-",
             (f"{min(snrs):.1f} dB" if min(snrs) != float("inf") else "∞") if snrs else "-",
-            f"{verdict.task.metric} {verdict.task.value:.3f}" if verdict.task else "-",
+            _task_cell(verdict),
             styled(verdict),
         )
     return table
+
+
+def _task_cell(verdict: Verdict) -> str:
+    if verdict.task is not None:
+        return f"{verdict.task.metric} {verdict.task.value:.3f}"
+    return "-¹" if verdict.task_note else "-"
 
 
 def print_details(verdicts: Sequence[Verdict], notes: Sequence[str] = ()) -> None:
@@ -106,6 +113,9 @@ def print_details(verdicts: Sequence[Verdict], notes: Sequence[str] = ()) -> Non
     for verdict in verdicts:
         if verdict.status != "pass":
             err_console.print(f"{verdict.label}: {verdict.candidate}: {verdict.reason}", soft_wrap=True)
+    for verdict in verdicts:
+        if verdict.task_note:
+            err_console.print(f"¹ {verdict.candidate}: {verdict.task_note}", soft_wrap=True)
     for note in notes:
         err_console.print(f"note: {note}", soft_wrap=True)
 

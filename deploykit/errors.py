@@ -22,6 +22,8 @@ The tree::
     │   ├── UnknownBackendError    no backend or alias by that name is registered
     │   ├── BackendUnavailableError  the backend's runtime is not installed or fails to import
     │   ├── DeviceUnavailableError the asked-for device cannot be used (no silent fallback)
+    │   │   └── PrecisionUnavailableError  the device does not compute the asked-for precision natively,
+    │   │                              or the runtime ran another one (no silent substitute)
     │   └── UnsupportedModelError  the runtime cannot load or run this graph (unsupported op ...)
     ├── ConversionError            a conversion to ONNX failed; nothing is left at the output path
     │   ├── UnsupportedLayerError  a source layer or option that the converter does not handle
@@ -97,6 +99,10 @@ class BackendUnavailableError(BackendError):
 
 class DeviceUnavailableError(BackendError):
     """The device that was asked for cannot be used."""
+
+
+class PrecisionUnavailableError(DeviceUnavailableError):
+    """The device does not compute the asked-for precision natively, or the runtime ran another one."""
 
 
 class UnsupportedModelError(BackendError):

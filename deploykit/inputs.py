@@ -364,10 +364,14 @@ def load_arrays(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     Raises:
         UsageError: the file is missing or not an npz archive.
     """
+    from deploykit.io import regular_file_problem, shown
+
     file = Path(path)
-    if not file.is_file():
+    problem = regular_file_problem(path)
+    if problem is not None:
         raise UsageError(
-            f"inputs file '{file}' | does not exist.",
+            f"inputs file '{shown(path)}' | {'does not exist' if problem == 'no such file' else problem}; "
+            "expected a regular .npz file.",
             hint="pass an .npz file whose array names are the model's input names.",
         )
     try:
@@ -388,6 +392,15 @@ def save_arrays(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarray]) 
     np.savez(path, **named)
 
 
+def _once(given: dict[str, str], name: str, value: str) -> None:
+    if name in given:
+        raise UsageError(
+            f"--input '{name}' | is given twice ({given[name]} and {value}); expected each input once.",
+            hint=f"keep one --input for '{name}'.",
+        )
+    given[name] = value
+
+
 def parse_input_options(
     values: Sequence[str],
     specs: Mapping[str, TensorSpec],
@@ -401,11 +414,16 @@ def parse_input_options(
     get seeded random data, shaped as ``plan_inputs`` decides."""
     feeds: dict[str, np.ndarray] = {}
     merged = dict(settings or {})
+    given: dict[str, str] = {}  # input name → the --input value that set it: each input is set once
     for value in values:
         name, sep, source = value.partition("=")
         if not sep:
-            feeds.update(load_arrays(value))
+            arrays = load_arrays(value)
+            for key in arrays:
+                _once(given, key, f"{value} (its array '{key}')")
+            feeds.update(arrays)
             continue
+        _once(given, name, value)
         if name not in specs:
             raise UsageError(
                 f"--input '{value}' | '{name}' is not an input of the model; inputs are {', '.join(specs)}.",

@@ -22,6 +22,7 @@ what it would have done.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import signal
@@ -37,6 +38,62 @@ from deploykit.errors import OutputError
 PathLike = str | os.PathLike[str]
 TEMPORARY_PREFIX = ".deploykit-"
 _CLEANUP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+_SHOWN_PATH_CHARACTERS = 160
+
+
+def shown(path: PathLike) -> str:
+    """A path as a message shows it: whole when short, else its start and end around an ellipsis
+    (a path over PATH_MAX, or a pasted blob, never fills the terminal)."""
+    text = os.fspath(path)
+    if len(text) <= _SHOWN_PATH_CHARACTERS:
+        return text
+    half = _SHOWN_PATH_CHARACTERS // 2
+    return f"{text[:half]}…({len(text)} characters)…{text[-half:]}"
+
+
+def regular_file_problem(path: PathLike) -> str | None:
+    """None when ``path`` is a regular file (after symlinks); otherwise what it is, in words.
+
+    Special files are refused by what they are, before anyone opens them: a FIFO would block the
+    reader until a writer comes, ``/dev/zero`` never ends, a socket cannot be read as a file.
+    """
+    if os.fspath(path) == "":
+        return "is an empty path"
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "no such file"
+    except NotADirectoryError:
+        return "a part of the path is a file, not a folder (a '/' after a file name?)"
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            return "the path is too long for this system"
+        return (exc.strerror or str(exc)).lower()
+    if stat.S_ISREG(mode):
+        return None
+    kinds = (
+        (stat.S_ISDIR, "is a directory"),
+        (stat.S_ISFIFO, "is a named pipe (FIFO): reading it would wait for a writer"),
+        (stat.S_ISCHR, "is a character device, not a file"),
+        (stat.S_ISBLK, "is a block device, not a file"),
+        (stat.S_ISSOCK, "is a socket, not a file"),
+    )
+    return next((what for test, what in kinds if test(mode)), "is not a regular file")
+
+
+def file_sha256(path: PathLike) -> str:
+    """The SHA-256 of a file's bytes, read in 64 MiB blocks (each read and update releases the GIL,
+    and each block costs one wait for it when another thread is busy: few blocks, few waits; a
+    bundle hashes its model while the runtime loads it)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(64 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
 
 _live_paths: set[Path] = set()
 _live_lock = threading.Lock()
@@ -360,15 +417,3 @@ def commit_outputs(
         for temporary, (_, text) in zip(temporaries, written, strict=True):
             temporary.write_text(text)
         commit(moves)
-
-
-def file_sha256(path: PathLike) -> str:
-    """The SHA-256 of a file's bytes, read in 64 MiB blocks (each read and update releases the GIL,
-    and each block costs one wait for it when another thread is busy: few blocks, few waits)."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(64 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

@@ -27,21 +27,22 @@ def check_model_path(path: str | os.PathLike[str]) -> Path:
     Raises:
         ModelNotFoundError: the path does not exist or is a directory.
     """
+    from deploykit.io import regular_file_problem, shown
+
     model_path = Path(path)
-    try:
-        model_path.stat()
-    except OSError as exc:
-        problem = "no such file" if isinstance(exc, FileNotFoundError) else (exc.strerror or str(exc)).lower()
+    problem = regular_file_problem(path)
+    if problem is None:
+        return model_path
+    if problem == "is a directory":
         raise ModelNotFoundError(
-            f"model '{model_path}' | {problem}.",
-            hint="check the path; relative paths are taken from the current directory.",
-        ) from exc
-    if model_path.is_dir():
-        raise ModelNotFoundError(
-            f"model '{model_path}' | is a directory, expected an .onnx file.",
+            f"model '{shown(model_path)}' | is a directory, expected an .onnx file.",
             hint="pass the path of the .onnx file inside it.",
         )
-    return model_path
+    expected = "" if problem == "no such file" else "; expected a regular .onnx file"
+    raise ModelNotFoundError(
+        f"model '{shown(path)}' | {problem}{expected}.",
+        hint="check the path; relative paths are taken from the current directory.",
+    )
 
 
 def load_onnx(path: str | os.PathLike[str], *, load_external_data: bool = False, check: bool = True) -> Any:

@@ -24,10 +24,11 @@ from deploykit.errors import (
     DeployKitError,
     DeviceUnavailableError,
     InputError,
+    PrecisionUnavailableError,
     UnsupportedModelError,
     UsageError,
 )
-from deploykit.tensors import TensorSpec
+from deploykit.tensors import TensorSpec, normalize_precision
 
 
 @dataclass
@@ -40,6 +41,8 @@ class SessionInfo:
         device_requested: the device the caller asked for.
         device: the device that runs the model, as the runtime reports it.
         precision: compute precision in use: ``f32``, ``f16``, ``bf16`` ...
+        precision_requested: the precision the caller asked for (the ``precision`` option), or
+            None when none was asked and the runtime's default ran.
         providers: runtime-specific detail: ORT providers, OpenVINO execution
             devices, OpenCV backend/target.
         fallback: True when the session runs on another device than asked, which
@@ -60,6 +63,13 @@ class SessionInfo:
     fallback_reason: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
     recompiles: int = 0
+    precision_requested: str | None = None
+
+    @property
+    def precision_label(self) -> str:
+        """``bf16``, or ``f16 → bf16`` when an allowed fallback ran another precision than asked."""
+        asked = self.precision_requested
+        return f"{asked} → {self.precision}" if asked and asked != self.precision else self.precision
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,7 +108,30 @@ class Session(abc.ABC):
         self.outputs: dict[str, TensorSpec] = {spec.name: spec for spec in outputs}
         self.info = info
         self._closed = False
+        self._allow_fallback = False
         self._fast_checks = [FastCheck.of(spec) for spec in self.inputs.values()]
+
+    def _settle_precision(self, ran: str) -> None:
+        """Record the precision the runtime computes in (backends that learn it late, e.g. on the first
+        compile of a dynamic shape, call this again). A precision other than the one asked for is
+        an error, or with ``allow_fallback`` a reported fallback (``f16 → bf16``), never a silent swap."""
+        info = self.info
+        info.precision = ran
+        asked = info.precision_requested
+        if asked is None or normalize_precision(ran) == asked:
+            return
+        reason = f"precision {asked} → {ran}: {info.backend} on {info.device} computes {ran}"
+        if self._allow_fallback:
+            if reason not in (info.fallback_reason or ""):
+                info.fallback = True
+                info.fallback_reason = f"{info.fallback_reason}; {reason}" if info.fallback_reason else reason
+            return
+        raise PrecisionUnavailableError(
+            f"backend '{info.backend}' | asked for {asked} on '{info.device}', but the runtime compiled "
+            f"'{self.model_path.name}' for {ran}.",
+            hint=f"ask for {ran}, or pass allow_fallback=True (--allow-fallback) to accept the substitute "
+            "and have it reported.",
+        )
 
     @abc.abstractmethod
     def _run(self, feeds: dict[str, np.ndarray]) -> Mapping[str, np.ndarray]:
@@ -309,12 +342,42 @@ class Backend(abc.ABC):
         self.import_runtime()
         checked = validate_options(self.name, self.options, options)
         model_path = Path(model)
+        device = device or self.default_device
+        requested = self.requested_precision(checked)
+        if requested is not None:
+            self._check_precision(device, requested, allow_fallback)
         try:
-            return self._open(model_path, device or self.default_device, allow_fallback, checked)
+            session = self._open(model_path, device, allow_fallback, checked)
         except DeployKitError:
             raise
         except Exception as exc:  # the runtime's own exception, translated in one place for every backend
             raise self.load_error(model_path, exc) from exc
+        session.info.precision_requested = requested
+        session._allow_fallback = allow_fallback
+        try:
+            session._settle_precision(session.info.precision)
+        except DeployKitError:
+            session.close()
+            raise
+        return session
+
+    def requested_precision(self, options: Mapping[str, Any]) -> str | None:
+        """The precision the caller asked for through the ``precision`` option (normalised), or None."""
+        value = options.get("precision") if "precision" in self.options else None
+        return None if value is None else normalize_precision(str(value))
+
+    def _check_precision(self, device: str, requested: str, allow_fallback: bool) -> None:
+        """A precision the device does not compute natively is refused before loading, unless a
+        fallback is allowed (then the runtime chooses and the session reports what ran)."""
+        native = self.precisions(device)
+        if requested in native or allow_fallback:
+            return
+        raise PrecisionUnavailableError(
+            f"{self.subject()} | device '{device}' does not compute {requested} natively; "
+            f"it runs {', '.join(native)} here.",
+            hint=f"ask for one of {', '.join(native)} ('deploykit backends --check' shows what runs), or pass "
+            "allow_fallback=True (--allow-fallback) to let the runtime choose and have the substitute reported.",
+        )
 
     load_verb: ClassVar[str] = "load"
     """How the message names the failing step: ``cannot load`` (ORT), ``cannot read`` (OpenVINO) ..."""

@@ -86,6 +86,10 @@ class OpenCvBackend(Backend):
             devices += ["cuda", "cuda_fp16"]
         return devices
 
+    def precisions(self, device: str | None = None) -> list[str]:
+        """The ``_fp16`` targets compute f16; the others the model's own precision (f32 for a float model)."""
+        return ["f16"] if (device or self.default_device).strip().lower().endswith("_fp16") else ["f32"]
+
     def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         cv2 = self.import_runtime()
         target = device.strip().lower()
@@ -130,7 +134,9 @@ class OpenCvBackend(Backend):
             backend_version=self.version(),
             device_requested=device,
             device=target,
-            precision="f16" if target.endswith("_fp16") else precision,
+            # OpenCV's importer widens f16/bf16 weights to f32 and its CPU/OpenCL/CUDA paths compute f32;
+            # only the _fp16 targets compute f16
+            precision="f16" if target.endswith("_fp16") else ("f32" if precision in ("f16", "bf16") else precision),
             providers=[f"DNN_BACKEND_{'CUDA' if 'cuda' in target else 'OPENCV'}", target],
             fallback=fallback_reason is not None,
             fallback_reason=fallback_reason,

@@ -96,8 +96,15 @@ class OpenVinoBackend(Backend):
     def precisions(self, device: str | None = None) -> list[str]:
         """f32 everywhere; bf16/f16 where the device's plug-in says it computes them natively."""
         self.import_runtime()
-        base = (device or self.default_device).strip().upper().split(":")[0].split(".")[0]
-        if base not in {d.split(".")[0] for d in _core().available_devices}:
+        name = (device or self.default_device).strip().upper()
+        base = name.split(":")[0].split(".")[0]
+        available = {d.split(".")[0] for d in _core().available_devices}
+        if base in _VIRTUAL_DEVICES:  # AUTO/MULTI/HETERO may run on any device they list: what all of them run
+            listed = [d.strip().split(".")[0] for d in name.partition(":")[2].split(",") if d.strip()]
+            members = [d for d in (listed or sorted(available)) if d in available]
+            offered = [self.precisions(d) for d in members]
+            return [p for p in offered[0] if all(p in other for other in offered)] if offered else ["f32"]
+        if base not in available:
             return ["f32"]
         capabilities = set(_core().get_property(base, "OPTIMIZATION_CAPABILITIES"))
         found = ["f32"]
@@ -190,6 +197,27 @@ class OpenVinoBackend(Backend):
             metadata=interface.metadata,
         )
         return session
+
+
+def _compiled_precision(compiled: Any, execution_devices: list[str]) -> str | None:
+    """The precision a compiled model computes in: its own hint, or for AUTO/MULTI/HETERO (which do
+    not answer that) the hints of the devices that execute it (``f32``, or ``CPU bf16, GPU f16``)."""
+    try:
+        return precision_name(compiled.get_property("INFERENCE_PRECISION_HINT"))
+    except Exception:
+        pass
+    try:
+        per_device = compiled.get_property("DEVICE_PROPERTIES")
+    except Exception:
+        return None
+    found = {}
+    for device, properties in per_device.items():
+        hint = properties.get("INFERENCE_PRECISION_HINT") if hasattr(properties, "get") else None
+        if hint is not None and (not execution_devices or device in execution_devices):
+            found[device] = precision_name(hint)
+    if len(set(found.values())) == 1:
+        return next(iter(found.values()))
+    return ", ".join(f"{device} {precision}" for device, precision in found.items()) or None
 
 
 def _last_line(exc: BaseException) -> str:
@@ -349,10 +377,9 @@ class OpenVinoSession(Session):
             self.info.providers = [str(d) for d in compiled.get_property("EXECUTION_DEVICES")]
         except Exception:
             self.info.providers = [self._device]
-        try:
-            self.info.precision = precision_name(compiled.get_property("INFERENCE_PRECISION_HINT"))
-        except Exception:
-            self.info.precision = self.info.precision or "device default"
+        self._settle_precision(
+            _compiled_precision(compiled, self.info.providers) or self.info.precision or "device default"
+        )
         return _Compiled(compiled, list(self.inputs), list(self.outputs))
 
     def _for_shapes(self, feeds: dict[str, np.ndarray]) -> _Compiled:

@@ -48,6 +48,10 @@ class ReferenceBackend(Backend):
     def precisions(self, device: str | None = None) -> list[str]:
         return ["f32", "f64"]
 
+    def precision_options(self, precision: str) -> dict[str, Any]:
+        """f64 widens floating inputs; anything else runs the model's own types (f32 for an f32 model)."""
+        return {"precision": "f64"} if precision == "f64" else {}
+
     def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         from onnx.reference import ReferenceEvaluator
 

@@ -265,7 +265,7 @@ def benchmark(
     else:
         groups = {b: ([i for i, c in enumerate(configs) if c.batch == b], [feeds_by_batch[b]]) for b in batches}
     for members, cases in groups.values():
-        oracle_cases = cases[:1]
+        oracle_cases = cases  # every image: the task metric of every row is measured against the oracle
         info, references = run_oracle(model_path, oracle, oracle_cases, timeout_s=timeout_s, isolate=isolate)
         runs = []
         for i in members:
@@ -280,7 +280,7 @@ def benchmark(
             if first is not None:
                 detail = f"{info.detail}; " if info.detail else ""
                 info = OracleInfo(first.label, False, detail + f"configurations compared with {first.label}")
-                references = first.outputs[:1]
+                references = first.outputs
         if info.detail:
             notes.append(f"oracle: {info.detail}")
         verdicts = judge_runs(runs, cases, references, info, overrides=overrides, task=task,

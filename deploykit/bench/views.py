@@ -45,7 +45,7 @@ def _flat(row: Row) -> dict[str, Any]:
         "label": row.label,
         "backend": row.config.backend,
         "device": row.device,
-        "precision": row.session.precision if row.session else None,
+        "precision": row.session.precision_label if row.session else None,
         "batch": row.config.batch,
         "threads": row.config.threads,
         "scenario": row.config.scenario,

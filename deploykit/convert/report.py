@@ -78,6 +78,12 @@ class ConversionReport:
         """
         written = "the file was kept because of --keep-on-mismatch. " if kept else "nothing was written. "
         bad = self.failing_verdict()
+        if bad is not None and bad.status == "degenerate":
+            return written + (
+                "The source model's own outputs carry no information on these inputs (NaN, or one constant), so "
+                "no check could fail: convert with example inputs on which the model computes numbers, or fix the "
+                "model (a division by zero, a log of a negative, an uninitialised buffer)."
+            )
         if bad is None or bad.status != "error":
             return written + mismatch
         inner = _without_hint(bad.reason)[1]

@@ -27,6 +27,7 @@ from deploykit.distributed.cluster import connect, require_ray
 from deploykit.distributed.rows import ARRAY_SUFFIXES, TASKS, Predictor
 from deploykit.distributed.store import ResultStore, is_uri, list_sources, read_bytes
 from deploykit.errors import BackendError, ModelNotFoundError, UsageError
+from deploykit.io import file_sha256
 from deploykit.vision.pipelines import _read_labels
 
 Progress = Callable[[int, int], None]
@@ -255,49 +256,52 @@ def predict(
         pipeline_options["labels"] = _read_labels(labels, {})
     paths = list_sources(source, ARRAY_SUFFIXES if task == "tensor" else None)
     store = ResultStore(out)
-    done = store.done_paths()
-    pending = [p for p in paths if p not in done]
-    summary = PredictSummary(engine=engine, total=len(paths), skipped=len(paths) - len(pending), out=str(out))
-    settings: dict[str, Any] = {"task": task, "backend": backend, "device": device, "top_k": top_k,
-                "pipeline_options": pipeline_options, "backend_options": backend_options or {}}  # fmt: skip
-    if progress:
-        progress(0, len(pending))
-    if not pending:
-        return summary
-    if engine == "local":
+    with store.exclusive():  # one run at a time per folder: two would write every row twice
+        settings: dict[str, Any] = {"task": task, "backend": backend, "device": device, "top_k": top_k,
+                    "pipeline_options": pipeline_options, "backend_options": backend_options or {}}  # fmt: skip
+        # a resume keeps only rows the same model and settings made (never another model's rows)
+        store.claim({"model_sha256": file_sha256(model_path), **{k: v for k, v in settings.items()}})
+        done = store.done_paths()
+        pending = [p for p in paths if p not in done]
+        summary = PredictSummary(engine=engine, total=len(paths), skipped=len(paths) - len(pending), out=str(out))
+        if progress:
+            progress(0, len(pending))
+        if not pending:
+            return summary
+        if engine == "local":
+            started = time.perf_counter()
+            _drain(store.write_rows(_counted(_local_batches(model_path, pending, settings, batch_size), summary)),
+                   progress, len(pending))  # fmt: skip
+            summary.elapsed_s = time.perf_counter() - started
+            return summary
+        # Open the pipeline here once before starting Ray, so a bad model, task or label file is a clear
+        # error now rather than an actor that dies on every node. It also writes the rows of local files
+        # that cannot be read, which would otherwise fail Ray's whole read.
+        probe = Predictor(model_path, **settings)
+        unreadable = {path: reason for path in pending if (reason := _unreadable(path))}
+        first_rows = [probe.error_row(path, reason) for path, reason in unreadable.items()]
+        probe.close()
+        readable = [path for path in pending if path not in unreadable]
         started = time.perf_counter()
-        _drain(store.write_rows(_counted(_local_batches(model_path, pending, settings, batch_size), summary)),
-               progress, len(pending))  # fmt: skip
-        summary.elapsed_s = time.perf_counter() - started
+        with connect(address) as ray:
+            summary.startup_s = time.perf_counter() - started
+            cpus = float(ray.cluster_resources().get("CPU", 1))
+            summary.actors = actors or max(1, math.floor(cpus / cpus_per_actor))
+            settings["threads"] = max(1, math.ceil(cpus_per_actor))
+            started = time.perf_counter()
+            ray_rows = _ray_batches(ray, model_path, readable, settings, summary.actors, cpus_per_actor, batch_size)
+            batches = itertools.chain([first_rows], ray_rows if readable else [])
+            crashes_before = _actor_crashes(ray)
+            try:
+                _drain(store.write_rows(_counted(batches, summary)), progress, len(pending))
+            except ray.exceptions.RayError as exc:
+                raise BackendError(
+                    f"ray job | failed after {summary.processed} of {len(pending)} rows: {exc}",
+                    hint="the rows written so far are kept; run the same command again to resume.",
+                ) from exc
+            summary.elapsed_s = time.perf_counter() - started
+            summary.actor_crashes = _actor_crashes(ray) - crashes_before
         return summary
-    # Open the pipeline here once before starting Ray, so a bad model, task or label file is a clear
-    # error now rather than an actor that dies on every node. It also writes the rows of local files
-    # that cannot be read, which would otherwise fail Ray's whole read.
-    probe = Predictor(model_path, **settings)
-    unreadable = {path: reason for path in pending if (reason := _unreadable(path))}
-    first_rows = [probe.error_row(path, reason) for path, reason in unreadable.items()]
-    probe.close()
-    readable = [path for path in pending if path not in unreadable]
-    started = time.perf_counter()
-    with connect(address) as ray:
-        summary.startup_s = time.perf_counter() - started
-        cpus = float(ray.cluster_resources().get("CPU", 1))
-        summary.actors = actors or max(1, math.floor(cpus / cpus_per_actor))
-        settings["threads"] = max(1, math.ceil(cpus_per_actor))
-        started = time.perf_counter()
-        ray_rows = _ray_batches(ray, model_path, readable, settings, summary.actors, cpus_per_actor, batch_size)
-        batches = itertools.chain([first_rows], ray_rows if readable else [])
-        crashes_before = _actor_crashes(ray)
-        try:
-            _drain(store.write_rows(_counted(batches, summary)), progress, len(pending))
-        except ray.exceptions.RayError as exc:
-            raise BackendError(
-                f"ray job | failed after {summary.processed} of {len(pending)} rows: {exc}",
-                hint="the rows written so far are kept; run the same command again to resume.",
-            ) from exc
-        summary.elapsed_s = time.perf_counter() - started
-        summary.actor_crashes = _actor_crashes(ray) - crashes_before
-    return summary
 
 
 def _counted(batches: Iterator[list[dict[str, Any]]], summary: PredictSummary) -> Iterator[list[dict[str, Any]]]:

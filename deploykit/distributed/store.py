@@ -8,6 +8,7 @@ after an hour keeps the hour's rows; a torn last line is ignored when the folder
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -96,6 +97,7 @@ class ResultStore:
     def __init__(self, out: str | os.PathLike[str], rows_per_part: int = 10_000) -> None:
         self.location = str(out)
         self.rows_per_part = rows_per_part
+        self._run_text: str | None = None
         # Nothing is created here: a run that fails before its first row leaves no folder behind.
         if is_uri(self.location):
             self._fs, self._root = _filesystem(self.location)
@@ -136,6 +138,95 @@ class ResultStore:
                 if isinstance(row, dict) and "path" in row:
                     yield row
 
+    RUN_FILE = "run.json"
+
+    def _read_text(self, name: str) -> str | None:
+        if self._fs is None:
+            path = Path(self._root) / name
+            return path.read_text(encoding="utf-8") if path.is_file() else None
+        from pyarrow import fs
+
+        target = f"{self._root}/{name}"
+        if self._fs.get_file_info(target).type != fs.FileType.File:
+            return None
+        with self._fs.open_input_stream(target) as stream:
+            return bytes(stream.read()).decode("utf-8")
+
+    def _write_text(self, name: str, text: str) -> None:
+        if self._fs is None:
+            root = Path(self._root)
+            root.mkdir(parents=True, exist_ok=True)
+            temporary = root / f".{name}.{os.getpid()}.tmp"
+            temporary.write_text(text, encoding="utf-8")
+            os.replace(temporary, root / name)
+            return
+        self._fs.create_dir(self._root, recursive=True)
+        with self._fs.open_output_stream(f"{self._root}/{name}") as stream:
+            stream.write(text.encode("utf-8"))
+
+    def claim(self, run: dict[str, Any]) -> None:
+        """Make this folder the rows of ``run`` (model SHA-256, task, backend, settings), or refuse.
+
+        A folder that already holds rows resumes only the same run: rows another model or other
+        settings made are never kept as this run's. The key is written just before the first row,
+        so a run that fails before it leaves no folder behind.
+
+        Raises:
+            UsageError: the folder holds rows of another run, or rows with no record of their run.
+        """
+        text = self._read_text(self.RUN_FILE)
+        if text is None:
+            if self.part_files():
+                raise UsageError(
+                    f"--out '{self.location}' | holds result rows but no {self.RUN_FILE} saying which model and "
+                    "settings made them, so they cannot be resumed as this run's.",
+                    hint="write into a new folder, or delete the old rows first.",
+                )
+            self._run_text = json.dumps(run, indent=2, sort_keys=True, default=str)  # written with the first row
+            return
+        try:
+            recorded = json.loads(text)
+        except ValueError:
+            recorded = {}
+        differ = sorted(
+            k for k in set(run) | set(recorded) if recorded.get(k) != json.loads(json.dumps(run.get(k), default=str))
+        )
+        if differ:
+            shown = "; ".join(f"{k}: {recorded.get(k)!r} there, {run.get(k)!r} now" for k in differ[:3])
+            raise UsageError(
+                f"--out '{self.location}' | holds the rows of another run ({shown}); a resume keeps only rows "
+                "made by the same model and settings.",
+                hint="write into a new folder, or run with the model and settings that made these rows.",
+            )
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold this folder for one run: a second run on the same local folder at the same time is
+        refused (it would write every row twice). The lock lives in the temporary directory, keyed by
+        the folder's resolved path, so nothing is created in the folder before the first row."""
+        if self._fs is not None:  # a remote store has no lock to take: one writer is the user's promise
+            yield
+            return
+        import fcntl
+        import hashlib
+        import tempfile
+
+        key = hashlib.sha256(str(Path(self._root).resolve()).encode()).hexdigest()[:24]
+        lock_path = Path(tempfile.gettempdir()) / f"deploykit-out-{key}.lock"
+        with open(lock_path, "a+") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                raise UsageError(
+                    f"--out '{self.location}' | another run is writing into this folder now; two runs at once "
+                    "would write every row twice.",
+                    hint="wait for the other run to finish (then run again to resume), or pick another --out.",
+                ) from exc
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
     def done_paths(self) -> set[str]:
         """Paths that already have a row (ok or error): a re-run skips them."""
         return {row["path"] for row in self.rows()}
@@ -160,6 +251,9 @@ class ResultStore:
                 if handle is None or in_part >= self.rows_per_part:
                     if handle is not None:
                         handle.close()
+                    if self._run_text is not None:
+                        self._write_text(self.RUN_FILE, self._run_text)
+                        self._run_text = None
                     handle, index, in_part = self._open_part(index), index + 1, 0
                 handle.write("".join(json.dumps(row) + "\n" for row in rows).encode("utf-8"))
                 handle.flush()

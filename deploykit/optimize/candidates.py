@@ -25,7 +25,7 @@ from deploykit.optimize.results import RoundResult, Variant
 from deploykit.verify.verdict import Verdict
 
 MIN_IMAGES_TO_SPLIT = 4
-ACCURACY_IMAGE_LIMIT = 32
+ACCURACY_IMAGE_LIMIT = 16  # the oracle (numpy) runs on each
 CALIBRATION_IMAGE_LIMIT = 100
 SCREEN_DURATION_S = 0.3
 WARMUP = 3

@@ -378,8 +378,13 @@ class _Search:
         from deploykit.verify.check import run_oracle
 
         self.report("oracle", 0, 1)
-        self.oracle, references = run_oracle(self.model, "auto", self.cases[:1], timeout_s=self.timeout_s)
-        self.references = None if references is None else references[:1]
+        # every held-out image: f32 is compared element-wise on each, and the task metric of every
+        # candidate is measured against the oracle's own f32 outputs
+        self.oracle, references = run_oracle(self.model, "auto", self.cases, timeout_s=self.timeout_s)
+        self.references = None if references is None else references[: len(self.cases)]
+        if self.task is not None and self.oracle.independent and self.references is not None:
+            if len(self.references) == len(self.cases):
+                self.task_reference = (self.oracle.name, list(self.references))
 
     # --- progress --------------------------------------------------------------------------
     def admissible(self) -> list[CandidateState]:

@@ -251,7 +251,10 @@ def judge_runs(
     if references is None:
         return [error_verdict(r.label, oracle, r.error or "no reference outputs ran") for r, _ in runs]
     verdicts: list[Verdict | None] = [None] * len(runs)
-    task_reference = None
+    task_reference: tuple[str, Sequence[Mapping[str, np.ndarray]]] | None = None
+    if task is not None and oracle.independent and len(references) == len(cases):
+        # the oracle's own f32 outputs on every image: every row, f32 included, gets its task metric
+        task_reference = (oracle.name, list(references))
     order = sorted(range(len(runs)), key=lambda i: is_reduced((runs[i][0].info or {}).get("precision") or runs[i][1]))
     for index in order:
         run, precision = runs[index]
@@ -265,7 +268,25 @@ def judge_runs(
         ):
             task_reference = (run.label, run.outputs)
         verdicts[index] = verdict
-    return [v for v in verdicts if v is not None]
+    judged = [v for v in verdicts if v is not None]
+    if task is not None:
+        for verdict in judged:
+            if verdict.task is None and verdict.status != "error":
+                verdict.task_note = _no_task_reason(verdict, task_reference, oracle)
+    return judged
+
+
+def _no_task_reason(verdict: Verdict, task_reference: tuple[str, Any] | None, oracle: OracleInfo) -> str:
+    """Why a row on real images has no task metric (said on the row, never left blank)."""
+    if task_reference is None:
+        return (
+            f"no task metric: no f32 reference on every image ({oracle.name} "
+            f"{'did not cover every image' if oracle.independent else 'is not an independent oracle'}, "
+            "and no f32 configuration passed)"
+        )
+    if task_reference[0] == verdict.candidate:
+        return f"no task metric: this row is the task reference ({oracle.detail or 'no independent oracle'})"
+    return "no task metric: this row's outputs do not cover every image"
 
 
 def verify_model(
@@ -323,9 +344,9 @@ def verify_model(
     if prepared.source != "images":
         notes.append("no task metric: the inputs are not real images (pass --inputs photos/ for top-1 agreement / mAP)")
 
-    # an independent oracle is slow (numpy): on real images it checks the first one; the task
-    # metric covers every image against the verified f32 configuration
-    oracle_cases = prepared.cases[:1] if task is not None else prepared.cases
+    # on real images the oracle runs on every image: the task metric of every row (f32, bf16,
+    # f16, INT8) compares it with the oracle's own f32 outputs, not with another candidate
+    oracle_cases = prepared.cases
     # verification times nothing, so the oracle and the candidates run side by side (one worker each)
     with WorkerPool(isolate, len(candidates) + 1) as pool:
         pending_oracle = pool.submit(run_oracle, model_path, oracle, oracle_cases, timeout_s=timeout_s, isolate=isolate)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from deploykit.errors import UsageError
+from deploykit.tensors import normalize_precision
 
 ELEMENTWISE_PRECISIONS = ("f64", "f32")
 REDUCED_PRECISIONS = ("f16", "bf16", "int8")
@@ -86,17 +87,6 @@ def thresholds_for(precision: str | None, **overrides: float | None) -> Threshol
                 hint="e.g. --atol 1e-4 --rtol 1e-3, --min-cosine 0.99, --min-map 0.9.",
             )
     return replace(base, **given)
-
-
-def normalize_precision(precision: str | None) -> str:
-    """``FP32``/``float32``/``f32`` → ``f32``; likewise f16, bf16, int8, f64 (others lower-cased)."""
-    text = (precision or "f32").strip().lower()
-    aliases = {
-        "fp32": "f32", "float32": "f32", "float": "f32", "fp16": "f16", "float16": "f16", "half": "f16",
-        "bfloat16": "bf16", "fp64": "f64", "float64": "f64", "double": "f64", "i8": "int8", "u8": "int8",
-        "uint8": "int8", "qdq": "int8",
-    }  # fmt: skip
-    return aliases.get(text, text)
 
 
 def is_reduced(precision: str | None) -> bool:
@@ -183,8 +173,11 @@ def degeneracy(reference: np.ndarray, candidate: np.ndarray | None = None) -> st
         return None
     finite = np.isfinite(reference)
     if not finite.all():
+        nan = int(np.isnan(reference).sum())
+        if nan:  # a NaN says the reference computed nothing there, even where the candidate agrees
+            return f"it holds NaN ({nan} of {reference.size} elements)"
         if candidate is None or not np.array_equal(np.isfinite(candidate), finite):
-            return "it holds NaN or infinity where the candidate has numbers"
+            return "it holds infinity where the candidate has numbers"
         return None
     if reference.size > 1 and float(reference.max()) == float(reference.min()):
         value = float(reference.flat[0])

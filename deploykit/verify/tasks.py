@@ -147,8 +147,8 @@ def _cocoeval() -> tuple[Any, Any]:
         from pycocotools.cocoeval import COCOeval
     except ImportError as exc:
         raise BackendUnavailableError(
-            "detection agreement | needs pycocotools for mAP, which is not installed.",
-            hint="pip install 'deploykit[quantize]'.",
+            "detection agreement | needs pycocotools for mAP, a core dependency of deploykit that is missing.",
+            hint="reinstall deploykit (pip install deploykit), or pip install 'pycocotools>=2.0.8'.",
         ) from exc
     return COCO, COCOeval
 
@@ -186,7 +186,7 @@ def detection_agreement(
     Raises:
         InputError: the two lists cover different numbers of images, a box is malformed, or
             ``iou`` is not in (0, 1].
-        BackendUnavailableError: pycocotools (the ``quantize`` extra) is not installed.
+        BackendUnavailableError: pycocotools (a core dependency) is missing from the environment.
     """
     if len(reference) != len(candidate):
         raise InputError(

@@ -59,6 +59,8 @@ class Verdict:
         task: the task metric on real images, when the model is a classifier or detector.
         agreement: with an oracle that is not independent: whether the numbers agree.
         reason: one sentence: why this status.
+        task_note: on real images, why this row has no task metric (None when it has one, or
+            when the inputs were not images).
     """
 
     candidate: str
@@ -72,6 +74,7 @@ class Verdict:
     task: TaskResult | None = None
     agreement: bool | None = None
     reason: str = ""
+    task_note: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -79,10 +82,10 @@ class Verdict:
 
     @property
     def label(self) -> str:
-        """The status as printed: ``pass``, ``FAIL``, ``agree (no independent oracle)`` ..."""
-        if self.status == "unverified" and self.agreement is not None:
-            return "agree (no independent oracle)" if self.agreement else "DISAGREE (no independent oracle)"
-        return {"fail": "FAIL", "error": "ERROR"}.get(self.status, self.status)
+        """The status as printed: always one of ``pass``, ``fail``, ``unverified``, ``degenerate``,
+        ``error`` (the same word as in JSON); ``reason`` says why, e.g. for ``unverified``
+        whether the backends agree with each other."""
+        return self.status
 
     @property
     def failed(self) -> bool:
@@ -119,6 +122,7 @@ class Verdict:
             "task": None if self.task is None else self.task.to_dict(),
             "agreement": self.agreement,
             "reason": self.reason,
+            "task_note": self.task_note,
         }
 
     @classmethod
@@ -137,6 +141,7 @@ class Verdict:
             task=None if task is None else TaskResult.from_dict(task),
             agreement=data.get("agreement"),
             reason=data.get("reason", ""),
+            task_note=data.get("task_note"),
         )
 
 
@@ -197,6 +202,8 @@ def judge(
         verdict.reason = _summary(outputs, reduced, task)
     if not oracle.independent:
         verdict.status, verdict.agreement = "unverified", agrees
+        relation = "agrees with" if agrees else "DISAGREES with"
+        verdict.reason = f"no independent oracle: {relation} {oracle.name}; {verdict.reason}"
         return verdict
     verdict.status = "pass" if agrees else "fail"
     return verdict

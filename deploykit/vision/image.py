@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from deploykit.errors import InputError
+from deploykit.io import regular_file_problem, shown
 
 MIN_SIDE = 2
 
@@ -41,8 +42,10 @@ def load_image(path: str | os.PathLike[str]) -> np.ndarray:
             f"image '{file}' | is a folder, expected an image file.",
             hint="pass one image file (bench/compare --inputs take a folder).",
         )
-    if not file.is_file():
-        raise InputError(f"image '{file}' | no such file.", hint="check the path of the image.")
+    problem = regular_file_problem(file)
+    if problem is not None:
+        expected = "" if problem == "no such file" else "; expected an image file"
+        raise InputError(f"image '{shown(file)}' | {problem}{expected}.", hint="check the path of the image.")
     return decode_image(file.read_bytes(), file)
 
 

@@ -110,3 +110,26 @@ def broken_factory() -> nn.Module:
 
 def not_a_module() -> dict:
     return {"weights": 1}
+
+
+class NanOutputs(nn.Module):
+    """Outputs NaN wherever the input is positive (part of the output): the reference says nothing there."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.where(x > 0, torch.full_like(x, float("nan")), x * 2)
+
+
+class MutatesInput(nn.Module):
+    """Writes into its input tensor before using it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.mul_(2.0)
+        return x + 1
+
+
+def nan_outputs() -> NanOutputs:
+    return NanOutputs()
+
+
+def mutates_input() -> MutatesInput:
+    return MutatesInput()

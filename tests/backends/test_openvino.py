@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import deploykit
-from deploykit.errors import UsageError
+from deploykit.backends.registry import get_backend
+from deploykit.errors import PrecisionUnavailableError, UsageError
 from tests.assets.paths import require_module
 
 require_module("openvino", "pip install 'deploykit[openvino]'", "OpenVINO")
@@ -29,10 +30,22 @@ def test_reshape_never_keeps_one_dynamic_model(catalog_paths):
 
 
 def test_precision_is_what_the_compiled_model_says(catalog_paths):
-    with deploykit.load(catalog_paths["conv_bn_act"], "ov", precision="f32") as session:
-        assert session.info.precision == "f32"
-    with deploykit.load(catalog_paths["conv_bn_act"], "ov", precision="f16") as session:
-        assert session.info.precision in ("f16", "f32"), "a CPU may refuse f16 and say f32"
+    """Every precision this CPU claims runs as asked; one it does not claim is refused, or with
+    allow_fallback reported as ``asked → ran`` (derived from precisions(), never from this CPU)."""
+    native = get_backend("openvino").precisions("CPU")
+    for precision in native:
+        with deploykit.load(catalog_paths["conv_bn_act"], "ov", precision=precision) as session:
+            assert session.info.precision == precision
+            assert session.info.precision_requested == precision and not session.info.fallback
+    for precision in sorted({"f32", "bf16", "f16"} - set(native)):
+        with pytest.raises(PrecisionUnavailableError, match=f"does not compute {precision} natively; it runs"):
+            deploykit.load(catalog_paths["conv_bn_act"], "ov", precision=precision)
+        with deploykit.load(catalog_paths["conv_bn_act"], "ov", precision=precision, allow_fallback=True) as session:
+            assert session.info.precision_requested == precision
+            if session.info.precision != precision:
+                assert session.info.fallback
+                assert f"precision {precision} → {session.info.precision}" in session.info.fallback_reason
+                assert session.info.precision_label == f"{precision} → {session.info.precision}"
 
 
 def test_bad_precision_and_hint(catalog_paths):

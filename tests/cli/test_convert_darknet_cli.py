@@ -80,3 +80,15 @@ def test_inspect_cfg_layer_table():
     assert data["layers"][20]["detail"] == "from 19,8"
     table = runner.invoke(app, ["inspect", str(CFG), "--input-size", "608x608"])
     assert table.exit_code == 0 and "608x608x3" in table.stdout
+
+
+def test_without_an_independent_oracle_the_verdict_word_is_unverified(tmp_path, weights):
+    """One word per verdict: the converter prints ``unverified`` (with why), as the JSON and the demo do."""
+    out, report = tmp_path / "y.onnx", tmp_path / "conv.json"
+    result = runner.invoke(app, ["convert", "darknet", str(CFG), str(weights), "-o", str(out), "--oracle", "none",
+                                 "--verify-backends", "onnxruntime,openvino", "--report", str(report)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "unverified" in result.stdout and "agree (no independent oracle)" not in result.output
+    data = json.loads(report.read_text())
+    verdicts = data["verification"]["verdicts"] if "verification" in data else data["verdicts"]
+    assert {v["status"] for v in verdicts} == {"unverified"} and {v["label"] for v in verdicts} == {"unverified"}

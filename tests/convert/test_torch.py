@@ -204,7 +204,7 @@ def test_parity_failure_writes_nothing_and_keeps_the_old_file(tmp_path):
     with pytest.raises(ParityError) as caught:
         convert_torch(f"{MODELS}:noisy_model", output=out, inputs=["x:2x5"])
     message = str(caught.value)
-    assert "verification failed: onnxruntime: FAIL against pytorch (f32, element-wise) — output 'output' |" in message
+    assert "verification failed: onnxruntime: fail against pytorch (f32, element-wise) — output 'output' |" in message
     assert "worst element [" in message and "nothing was written" in message
     assert out.read_bytes() == b"a good model from yesterday"
     assert caught.value.report is not None and not caught.value.report.passed
@@ -356,3 +356,24 @@ def test_pickle_module_is_not_loaded_without_trust(tmp_path):
     with pytest.raises(ConversionError, match="--trust-pickle"):
         convert_torch(str(path), output=tmp_path / "x.onnx", inputs=["x:1"])
     assert not marker.exists()
+
+
+def test_a_model_whose_reference_holds_nan_is_degenerate_not_pass(tmp_path):
+    """NaN in PyTorch's own output means the check could not fail there: degenerate, nothing written."""
+    output = tmp_path / "nan.onnx"
+    with pytest.raises(ParityError) as caught:
+        convert_torch(f"{MODELS}:nan_outputs", output=output, inputs=["x:1x8"], verify_backends=["onnxruntime"])
+    message = str(caught.value)
+    assert "degenerate against pytorch" in message and "it holds NaN (" in message
+    assert "no check could fail" in message and "--exporter" not in message
+    assert not output.exists()
+
+
+def test_a_forward_that_writes_into_its_input_is_judged_on_the_original_input(tmp_path):
+    """The oracle gets a copy: a correct export of an in-place forward() passes."""
+    output = tmp_path / "mutates.onnx"
+    report = convert_torch(f"{MODELS}:mutates_input", output=output, inputs=["x:1x8"], verify_backends=["onnxruntime"])
+    assert [v.status for v in report.verdicts] == ["pass"], [v.describe() for v in report.verdicts]
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 8)
+    with deploykit.load(output, "ort") as session:
+        np.testing.assert_allclose(session.run({"x": x})["output"], x * 2 + 1, rtol=1e-6)

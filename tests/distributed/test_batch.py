@@ -74,6 +74,7 @@ def test_ray_engine_gives_the_local_rows_resumes_and_reports_broken_images(local
     resumed.mkdir()
     lines = next((tmp_path / "local").glob("part-*.jsonl")).read_text().splitlines()
     (resumed / "part-earlier.jsonl").write_text("\n".join(lines[:120]) + "\n" + lines[120][:40])  # a torn last line
+    shutil.copy(tmp_path / "local" / "run.json", resumed / "run.json")  # the same model and settings made them
     # ... and one of its actors is killed after the first batch: Ray restarts it and retries its batch.
     progress, killed = [], []
 
@@ -119,7 +120,8 @@ def test_predict_cli_runs_a_folder_on_ray(local_ray, detector, photo_folder, tmp
     assert sorted(r["path"].split("/")[-1] for r in rows) == sorted(p.name for p in folder.iterdir())
     assert {r["backend"] for r in rows} == {"onnxruntime"}
     again = CliRunner().invoke(
-        app, ["predict", str(detector), str(folder), "--engine", "ray", "--out", str(tmp_path / "out")]
+        app,
+        ["predict", str(detector), str(folder), "--engine", "ray", "--out", str(tmp_path / "out"), "--conf", "0.05"],
     )
     assert (
         again.exit_code == 0 and f"nothing to do: all 7 inputs already have a row in {tmp_path / 'out'}" in again.output
@@ -209,3 +211,45 @@ def test_tensor_task_runs_npy_files_on_ray_against_the_reference_evaluator(local
         np.testing.assert_allclose(np.array(got["data"], np.float32), expected, rtol=1e-5, atol=1e-6)
     assert "array file" in rows["bad.npy"]["error"] and "is not a .npy or .npz numpy file" in rows["bad.npy"]["error"]
     assert rows["wrong.npy"]["status"] == "error" and "'x'" in rows["wrong.npy"]["error"]
+
+
+def test_a_resume_never_keeps_rows_another_model_or_other_settings_made(detector, photo_folder, tmp_path):
+    """predict B into A's folder used to "resume" and keep A's rows as B's (issue #21)."""
+    folder = tmp_path / "few"
+    folder.mkdir()
+    for image in sorted(photo_folder.glob("dog_*.jpg"))[:2]:
+        shutil.copy(image, folder)
+    out = tmp_path / "rows"
+    predict(detector, folder, out, engine="local", pipeline_options=OPTIONS)
+    other = tmp_path / "other.onnx"
+    model = onnx.load(detector)
+    entry = model.metadata_props.add()
+    entry.key, entry.value = "note", "another model"
+    onnx.save(model, other)
+    with pytest.raises(
+        UsageError, match=r"holds the rows of another run \(model_sha256: '[0-9a-f]{64}' there, '[0-9a-f]{64}' now"
+    ):
+        predict(other, folder, out, engine="local", pipeline_options=OPTIONS)
+    with pytest.raises(UsageError, match=r"holds the rows of another run \(top_k: 5 there, 3 now\)"):
+        predict(detector, folder, out, engine="local", pipeline_options=OPTIONS, top_k=3)
+    again = predict(detector, folder, out, engine="local", pipeline_options=OPTIONS)
+    assert (again.skipped, again.processed) == (2, 0)  # the same run resumes
+
+
+def test_rows_without_a_record_of_their_run_are_not_resumed(detector, photo_folder, tmp_path):
+    out = tmp_path / "rows"
+    out.mkdir()
+    (out / "part-old.jsonl").write_text('{"path": "x.jpg", "status": "ok"}\n')
+    with pytest.raises(
+        UsageError, match=r"holds result rows but no run.json saying which model and settings made them"
+    ):
+        predict(detector, photo_folder, out, engine="local", pipeline_options=OPTIONS)
+
+
+def test_two_runs_at_once_on_one_folder_are_refused(detector, photo_folder, tmp_path):
+    """The second run would write every row again (12 rows for 6 images): it is refused, by name."""
+    out = tmp_path / "rows"
+    with ResultStore(out).exclusive():  # what a first run holds while it writes
+        with pytest.raises(UsageError, match=r"another run is writing into this folder now"):
+            predict(detector, photo_folder, out, engine="local", pipeline_options=OPTIONS)
+    assert not out.exists()

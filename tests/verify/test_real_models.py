@@ -129,7 +129,7 @@ def test_a_crash_in_the_torch_gate_is_an_error_verdict(tmp_path, crasher):
     crashed, survived = report.verdicts
     assert crashed.status == "error" and "killed by signal SIGABRT" in crashed.reason
     assert survived.status == "pass"
-    assert "crasher: ERROR against pytorch" in str(caught.value) and not output.exists()
+    assert "crasher: error against pytorch" in str(caught.value) and not output.exists()
 
 
 def test_a_crash_in_a_recipe_build_is_an_error_verdict(tmp_path, crasher):
@@ -196,3 +196,65 @@ def test_darknet_with_a_fixed_batch_is_verified(tmp_path):
     report = convert_darknet(cfg, weights, tmp_path / "b2.onnx", batch=2, verify_backends=["onnxruntime"])
     assert report.passed and report.written, [v.describe() for v in report.verdicts]
     assert report.verdicts[0].status in ("pass", "unverified")  # pass where libdarknet or OpenCV 4 runs
+
+
+# --- the task metric on every row of real images -----------------------------------------
+
+
+@pytest.mark.slow
+def test_every_f32_row_on_photos_has_its_task_metric_against_the_oracle(mobilenet, photos):
+    report = deploykit.verify_model(mobilenet, ["ort", "openvino"], precision="f32", inputs=photos)
+    assert len(report.verdicts) == 2
+    for verdict in report.verdicts:
+        assert verdict.status == "pass", verdict.describe()
+        assert verdict.task is not None, verdict.task_note
+        assert verdict.task.metric == "top-1 agreement" and verdict.task.details["reference"] == "onnx-reference"
+        assert verdict.task_note is None
+
+
+@pytest.mark.slow
+def test_a_reduced_precision_alone_still_gets_its_task_metric(mobilenet, photos):
+    """Only --precision bf16 (or f16): no f32 candidate runs, the oracle's f32 outputs are the reference."""
+    reduced = [p for p in deploykit.get_backend("openvino").precisions("CPU") if p != "f32"]
+    if not reduced:
+        pytest.skip("OpenVINO's CPU plug-in here computes no reduced precision (precisions('CPU') is f32 only)")
+    for precision in reduced:
+        report = deploykit.verify_model(mobilenet, ["openvino"], precision=precision, inputs=photos)
+        (verdict,) = report.verdicts
+        assert verdict.precision == precision and verdict.rule == "cosine/SNR + top-1 agreement"
+        assert verdict.task is not None and verdict.task.details["reference"] == "onnx-reference"
+        assert verdict.status == "pass", verdict.describe()
+
+
+@pytest.mark.slow
+def test_a_row_without_a_task_metric_says_why(mobilenet, photos):
+    """No independent oracle: the first f32 candidate is the reference and says so on its row."""
+    report = deploykit.verify_model(mobilenet, ["ort", "openvino"], precision="f32", inputs=photos, oracle="none")
+    reference_row, other = report.verdicts
+    assert reference_row.task is None
+    assert reference_row.task_note is not None and "this row is the task reference" in reference_row.task_note
+    assert other.task is not None and other.task.details["reference"] == reference_row.candidate
+    assert all(v.status == "unverified" and v.label == "unverified" for v in report.verdicts)
+
+
+@pytest.mark.slow
+def test_compare_with_only_a_reduced_precision_shows_the_task_metric_on_every_row(mobilenet, photos):
+    """The issue's command: `compare mnv2.onnx -b ort -b openvino --precision P --inputs photos/`."""
+    from typer.testing import CliRunner
+
+    from deploykit.cli.main import app
+
+    reduced = [p for p in deploykit.get_backend("openvino").precisions("CPU") if p != "f32"]
+    precision = reduced[0] if reduced else "f32"  # a CPU without bf16/f16: the f32 rows must show it as well
+    result = CliRunner().invoke(app, ["compare", str(mobilenet), "-b", "ort", "-b", "openvino", "--precision",
+                                      precision, "--inputs", str(photos), "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    import json
+
+    data = json.loads(result.stdout)
+    assert data["verdicts"], data
+    for verdict in data["verdicts"]:
+        assert verdict["task"] is not None and verdict["task"]["metric"] == "top-1 agreement", verdict
+        assert verdict["status"] == "pass"
+    if precision != "f32":
+        assert any(f"onnxruntime:cpu {precision}: not supported here" in n for n in data["notes"]), data["notes"]

@@ -1,0 +1,47 @@
+"""Text from files never reaches the terminal raw, and a name given twice is refused (issue #21)."""
+
+from __future__ import annotations
+
+import onnx
+from typer.testing import CliRunner
+
+from deploykit.cli.main import app
+
+runner = CliRunner()
+ESCAPES = "\x1b]0;pwned\x07\x1b[31mRED\x1b[0m \x9b2J"
+
+
+def _evil_model(source, path):
+    model = onnx.load(source)
+    entry = model.metadata_props.add()
+    entry.key, entry.value = "note", ESCAPES
+    onnx.save(model, path)
+    return path
+
+
+def test_control_characters_in_metadata_are_shown_not_sent(catalog_paths, tmp_path):
+    model = _evil_model(catalog_paths["conv_bn_act"], tmp_path / "evil.onnx")
+    result = runner.invoke(app, ["inspect", str(model)])
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.stdout and "\x07" not in result.stdout and "\x9b" not in result.stdout
+    assert "␛]0;pwned" in result.stdout and "␛[31mRED␛[0m" in result.stdout  # visible pictures (rich drops the BEL)
+
+
+def test_control_characters_in_an_error_are_shown_not_sent(tmp_path):
+    result = runner.invoke(app, ["inspect", str(tmp_path / "a\x1b[2Jb.onnx")])
+    assert result.exit_code == 1
+    assert "\x1b" not in result.stderr and "a␛[2Jb.onnx" in result.stderr
+
+
+def test_an_input_given_twice_is_refused(catalog_paths):
+    result = runner.invoke(
+        app, ["run", str(catalog_paths["conv_bn_act"]), "-i", "x=random", "-i", "x=random:1x3x16x16"]
+    )
+    assert result.exit_code == 1
+    assert "--input 'x' | is given twice (x=random and x=random:1x3x16x16); expected each input once" in result.stderr
+
+
+def test_an_option_given_twice_is_refused(catalog_paths):
+    result = runner.invoke(app, ["run", str(catalog_paths["conv_bn_act"]), "-o", "threads=1", "-o", "threads=2"])
+    assert result.exit_code == 1
+    assert "--option 'threads' | is given twice (threads=1 and threads=2)" in result.stderr
