@@ -202,7 +202,7 @@ def test_mobilenet_v2_end_to_end(mobilenet_v2, photos, tmp_path):
 
 
 def test_a_verified_model_is_not_hashed_again_until_it_changes(searched, tmp_path):
-    from deploykit.optimize.bundle import verified_before
+    from deploykit.optimize.verified import verified_before
 
     _, output = searched
     copy = _copy(output, tmp_path)
