@@ -552,6 +552,26 @@ class _Search:
             state.stage = stage
             group.remove(state)
 
+    def _fit_budget(self, alive: list[CandidateState], stage: str) -> list[CandidateState]:
+        """The candidates whose next round fits the time left (each costs what its last one did):
+        the slowest stop first, never the leader or the simplest candidate tied with it; if even
+        those two do not fit, none is measured again."""
+        intervals = self._intervals(alive)
+        ranked = sorted(alive, key=lambda s: self._score(intervals[s.label]))
+        lead = intervals[ranked[0].label]
+        tied = [s for s in ranked if not intervals[s.label].separated_from(lead)]
+        keep = {ranked[0].label, min(tied, key=lambda s: s.entry().simplicity).label}
+        left = self.deadline - time.perf_counter()
+        for state in list(reversed(ranked)):
+            if sum(s.cost_s for s in ranked) <= left or len(ranked) <= 2:
+                break
+            if state.label in keep:
+                continue
+            state.stopped = f"over the time budget: no time for another round after {stage}"
+            state.stage = stage
+            ranked.remove(state)
+        return ranked if sum(s.cost_s for s in ranked) <= left else []
+
     def halve(self) -> None:
         """Rounds interleaved across the survivors (a rotated order each round) until one is left,
         ``MAX_ROUNDS`` are done or the next round would overrun the time budget."""
@@ -560,7 +580,8 @@ class _Search:
             alive = [s for s in self.states if s.alive and s.rounds]
             if len(alive) < 2:
                 return
-            if time.perf_counter() + sum(s.cost_s for s in alive) > self.deadline:
+            alive = self._fit_budget(alive, f"round {number - 1}")
+            if len(alive) < 2:
                 return
             stage = f"round {number}"
             order = alive[number % len(alive) :] + alive[: number % len(alive)]
