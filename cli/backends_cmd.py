@@ -9,14 +9,22 @@ from rich.markup import escape
 from rich.table import Table
 
 from deploykit.backends.options import as_spec
-from deploykit.backends.registry import all_backends
+from deploykit.backends.registry import backend_names, get_backend
+from deploykit.errors import DeployKitError
 
 from .console import console, print_json
 
 
 def backend_rows() -> list[dict[str, Any]]:
     rows = []
-    for backend in all_backends():
+    for name in backend_names():
+        try:
+            backend = get_backend(name)
+        except DeployKitError as exc:  # a plug-in that cannot load is one row, never the whole listing
+            empty: dict[str, Any] = {"aliases": [], "version": None, "devices": [], "unavailable_devices": {}}
+            rows.append({"name": name, **empty, "available": False, "reason": str(exc), "options": {},
+                         "option_schema": {}})  # fmt: skip
+            continue
         reason = backend.unavailable_reason()
         row: dict[str, Any] = {
             "name": backend.name,

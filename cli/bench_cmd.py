@@ -11,10 +11,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from deploykit.bench.config import parse_duration, parse_int_list
 from deploykit.bench.report import BenchmarkReport, check_report_dir
 from deploykit.errors import UsageError
-from deploykit.verify.verdict import Verdict
+from deploykit.verify.verdict import Verdict, VerificationReport
 
 from .bench_view import print_bench_report
 from .console import coerce, console, err_console, parse_pairs, print_json
+from .platforms_cmd import PLATFORM_OPTION, print_emulated
 from .verify_view import (
     ATOL_OPTION,
     BATCH_AXIS_OPTION,
@@ -82,6 +83,7 @@ def bench(
     recheck: bool = typer.Option(
         False, "--recheck", help="With a bundle: measure its choice here and compare with what it recorded."
     ),
+    platform: str = PLATFORM_OPTION,
 ) -> None:
     """Benchmark a model on backends × devices × precisions × batch × threads; verify every configuration."""
     from deploykit.bench.runner import benchmark, default_backend_specs
@@ -94,7 +96,7 @@ def bench(
         bundle = read_bundle(model)
         asked = [name for name, value in (("--backend", backends), ("--threads", threads), ("--batch", batch),
                                           ("--precision", precision), ("--fleet", fleet),
-                                          ("--pipeline", pipeline)) if value]  # fmt: skip
+                                          ("--pipeline", pipeline), ("--platform", platform)) if value]  # fmt: skip
         if asked:
             raise UsageError(f"bench '{model}' | a bundle is benchmarked in the configuration it chose; "
                              f"{', '.join(asked)} would change it.",
@@ -143,6 +145,31 @@ def bench(
     from deploykit.inputs import check_seed
 
     settings, axes = input_settings(shapes, batch_axes)
+    emulated = None
+    if platform is not None:
+        from deploykit.platforms import parse_platforms
+        from deploykit.verify import verify_model
+
+        chosen = parse_platforms(platform)
+        targets = [p.name for p in chosen if p.emulated]
+        if targets:  # verified like compare; one pass timed, shown apart, never ranked
+            emulated = verify_model(model, backends or None, oracle=oracle, inputs=inputs, precision=precision,
+                                    shapes=settings, batch_axes=axes, seed=check_seed(seed),
+                                    thresholds=threshold_options(atol, rtol, min_cosine, min_snr_db, min_top1, min_map),
+                                    options={k: coerce(v) for k, v in parse_pairs(options, "--option").items()},
+                                    timeout_s=timeout, platforms=targets)  # fmt: skip
+        if all(p.emulated for p in chosen):
+            assert emulated is not None
+            if as_json:
+                print_json(emulated.to_dict())
+            else:
+                print_emulated(emulated)
+            bad = emulated.exit_code()
+            if bad and not allow_failures:
+                err_console.print("error: a configuration failed or did not verify. Hint: see the table; "
+                                  "--allow-failures exits 0 anyway.")  # fmt: skip
+                raise typer.Exit(1)
+            return
     if scenario == "offline" and batch in (None, "1"):
         err_console.print("note: offline scenario with batch 1; pass --batch 16 (or more) for throughput")
     progress = Progress(
@@ -186,7 +213,7 @@ def bench(
         )
     if bundle is not None and recheck:
         _recheck(result, bundle)
-    _show(result, as_json, report_dir, allow_failures)
+    _show(result, as_json, report_dir, allow_failures, emulated)
 
 
 def _recheck(result: BenchmarkReport, bundle: Any) -> None:
@@ -206,16 +233,22 @@ def _recheck(result: BenchmarkReport, bundle: Any) -> None:
                   + ("" if where == "inside" else "; run deploykit optimize again here to re-rank"))  # fmt: skip
 
 
-def _show(result: BenchmarkReport, as_json: bool, report_dir: Path | None, allow_failures: bool = False) -> None:
+def _show(result: BenchmarkReport, as_json: bool, report_dir: Path | None, allow_failures: bool = False,
+          emulated: VerificationReport | None = None) -> None:  # fmt: skip
     if as_json:
-        print_json(result.to_dict())
+        print_json(result.to_dict() | ({"emulated": emulated.to_dict()} if emulated else {}))
     else:
         print_bench_report(result)
+        if emulated is not None:
+            print_emulated(emulated)
     if report_dir is not None:
         paths = result.write_all(report_dir)
         console.print("report: " + ", ".join(str(p) for p in paths))
     failed = [r for r in result.rows if not r.ok or (r.verdict is not None and _bad(r.verdict))]
+    failed_emulated = [v for v in (emulated.verdicts if emulated else []) if _bad(v)]
     problems = [f"{len(failed)} configuration(s) failed or did not verify"] if failed else []
+    if failed_emulated:
+        problems.append(f"{len(failed_emulated)} emulated configuration(s) failed or did not verify")
     if result.recommendation is None:
         problems.append("no configuration can be recommended")
     if problems and allow_failures:

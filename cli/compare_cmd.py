@@ -8,6 +8,7 @@ import typer
 
 from .bench_cmd import BACKEND_HELP
 from .console import coerce, console, parse_pairs, print_json
+from .platforms_cmd import PLATFORM_OPTION
 from .verify_view import (
     ATOL_OPTION,
     BATCH_AXIS_OPTION,
@@ -48,6 +49,7 @@ def compare(
     timeout: float = typer.Option(900, "--timeout", help="Seconds one backend's worker process may take."),
     options: list[str] = typer.Option([], "--option", "-o", help="Backend option KEY=VALUE for every backend."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    platform: str = PLATFORM_OPTION,
 ) -> None:
     """Check every backend against an independent oracle on the same inputs; exit 1 on a failure,
     a crash, a disagreement or a degenerate reference."""
@@ -68,6 +70,7 @@ def compare(
         thresholds=threshold_options(atol, rtol, min_cosine, min_snr_db, min_top1, min_map),
         options={k: coerce(v) for k, v in parse_pairs(options, "--option").items()},
         timeout_s=timeout,
+        platforms=platform,
     )
     if as_json:
         print_json(report.to_dict())

@@ -31,11 +31,14 @@ from . import (
     quantize_cmd,
     report_cmd,
     run_cmd,
+    serve_cmd,
 )
 from .console import err_console
 from .convert_cmd import convert_app
+from .export_cmd import export_app
 from .fleet_cmd import fleet_app
 from .models_cmd import models_app
+from .platforms_cmd import platforms_app
 
 # A reader that stops early (deploykit bench --help | head -1) closes the pipe. Python ignores
 # SIGPIPE, so the next write raises BrokenPipeError; end as a Unix tool killed by SIGPIPE would:
@@ -124,14 +127,17 @@ app.command("inspect")(inspect_cmd.inspect)
 app.command("run")(run_cmd.run)
 app.command("demo")(demo_cmd.demo)
 app.add_typer(convert_app, name="convert")
+app.add_typer(export_app, name="export")
 app.command("bench")(bench_cmd.bench)
 app.command("compare")(compare_cmd.compare)
 app.command("report")(report_cmd.report)
 app.command("predict")(predict_cmd.predict)
 app.command("quantize")(quantize_cmd.quantize)
 app.command("optimize")(optimize_cmd.optimize)
+app.command("serve")(serve_cmd.serve)
 app.add_typer(models_app, name="models")
 app.add_typer(fleet_app, name="fleet")
+app.add_typer(platforms_app, name="platforms")
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:

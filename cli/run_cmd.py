@@ -1,8 +1,11 @@
-"""``deploykit run``: load a model on one backend and device, run it once, show the outputs."""
+"""``deploykit run``: load a model on one backend and device, run it once, show the outputs.
+
+The session runs in a worker process (deploykit's ``verify.isolated`` machinery, as ``compare``
+uses), so a runtime that crashes is an error naming its signal, not the end of the command.
+"""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -10,10 +13,10 @@ import numpy as np
 import typer
 from rich.table import Table
 
-import deploykit
-from deploykit.inputs import parse_input_options
+from deploykit.backends.base import SessionInfo
 from deploykit.io import atomic_path, check_outputs
 from deploykit.validation import check_seed
+from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, run_candidate
 
 from .console import coerce, console, input_files, parse_pairs, print_json
 
@@ -38,18 +41,23 @@ def run(
     seed: int = typer.Option(0, help="Seed for random inputs."),
     save: Path = typer.Option(None, "--save", readable=False, help="Write the outputs to this .npz file."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+    timeout: float = typer.Option(DEFAULT_TIMEOUT_S, "--timeout", help="Seconds the worker process may take."),
 ) -> None:
-    """Run a model once and print each output's shape and statistics."""
+    """Run a model once and print each output's shape and statistics.
+
+    The model runs in a worker process: a runtime crash is reported with its signal. A sequence
+    output shows (and is saved) as one row per tensor, NAME[0], NAME[1] ...; an empty optional
+    output is left out.
+    """
     check_seed(seed)
     read: dict[str, str | Path] = {"model": model, **input_files(inputs)}
     check_outputs({"--save": save}, inputs=read)
     backend_options = {k: coerce(v) for k, v in parse_pairs(options, "--option").items()}
-    with deploykit.load(model, backend, device, allow_fallback=allow_fallback, **backend_options) as session:
-        feeds = parse_input_options(inputs, session.inputs, seed=seed)
-        start = time.perf_counter()
-        outputs = session.run(feeds)
-        elapsed_ms = (time.perf_counter() - start) * 1e3
-        info = session.info
+    job = {"allow_fallback": allow_fallback, "input_options": list(inputs), "seed": seed}
+    run_ = run_candidate(model, backend, device, [], options=backend_options, timeout_s=timeout, extra=job)
+    run_.raise_error(model)
+    assert run_.info is not None and run_.outputs and run_.latency_ms, "a worker that ran reports what it ran"
+    outputs, elapsed_ms, info = run_.outputs[0], run_.latency_ms[0], SessionInfo.from_dict(run_.info)
     if save is not None:
         with atomic_path(save) as temporary:
             with open(temporary, "wb") as handle:
@@ -81,12 +89,13 @@ def run(
 def _stats(name: str, array: np.ndarray) -> dict[str, Any]:
     numeric = array.size > 0 and array.dtype.kind in "biuf"
     values = array.astype(np.float64) if numeric else None
-    return {
-        "name": name,
-        "dtype": array.dtype.name,
-        "shape": list(array.shape),
-        "min": float(values.min()) if values is not None else None,
-        "max": float(values.max()) if values is not None else None,
-        "mean": float(values.mean()) if values is not None else None,
-        "std": float(values.std()) if values is not None else None,
-    }
+    with np.errstate(invalid="ignore", over="ignore"):  # inf and NaN outputs have a NaN mean: say so, quietly
+        return {
+            "name": name,
+            "dtype": array.dtype.name,
+            "shape": list(array.shape),
+            "min": float(values.min()) if values is not None else None,
+            "max": float(values.max()) if values is not None else None,
+            "mean": float(values.mean()) if values is not None else None,
+            "std": float(values.std()) if values is not None else None,
+        }

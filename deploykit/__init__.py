@@ -32,6 +32,7 @@ from deploykit.errors import (
     ParityError,
     QuantizationError,
     ReportError,
+    ServeError,
     UnknownBackendError,
     UnsupportedLayerError,
     UnsupportedModelError,
@@ -43,7 +44,7 @@ from deploykit.tensors import TensorSpec
 from deploykit.verify import OracleInfo, Thresholds, Verdict, VerificationReport, verify_model
 
 if TYPE_CHECKING:  # the real objects, typed; imported on first use so workers and --help start fast
-    from deploykit import optimize, quantize
+    from deploykit import optimize, quantize, serve
     from deploykit.bench.report import BenchmarkReport
     from deploykit.bench.rows import Row
     from deploykit.bench.runner import benchmark
@@ -76,7 +77,7 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     import importlib
 
-    if name in ("quantize", "optimize", "ray"):  # subpackages; quantize and optimize are callable
+    if name in ("quantize", "optimize", "ray", "serve"):  # subpackages; quantize, optimize and serve are callable
         return importlib.import_module(f"deploykit.{name}")
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
@@ -106,7 +107,9 @@ def load(
         **options: backend options, e.g. ``threads=2`` or OpenVINO's ``precision="f32"``.
 
     Returns:
-        an open ``Session``; use it as a context manager.
+        an open ``Session``; use it as a context manager. The session runs the runtime in this
+        process: a runtime that crashes ends it (``deploykit run`` and ``compare`` use worker
+        processes instead; see docs/conformance.md).
     """
     if os.path.isdir(model):
         from deploykit.optimize.bundle import open_bundle
@@ -137,6 +140,7 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "ParityError",
     "QuantizationError",
     "ReportError",
+    "ServeError",
     "Session",
     "SessionInfo",
     "TensorSpec",
@@ -165,5 +169,6 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "quantize",
     "OptimizeReport",
     "optimize",
+    "serve",
     "summarize",
 ]

@@ -30,8 +30,16 @@ The tree::
     │   ├── ParityError            the converted model's outputs differ from the source's
     │   └── OracleError            an oracle asked for by name cannot run here (no compiler, no Darknet,
     │                              no OpenCV 4.x importer) or failed on the model
+    ├── PlatformError              an emulated target (``--platform linux/arm64``) is not prepared, half-built,
+    │                              or cannot be prepared here (no QEMU >= 8, no sysroot tool, no wheel)
     ├── QuantizationError          quantizing failed or missed its accuracy budget; nothing is written
-    └── ReportError                a benchmark report cannot be read or compared
+    ├── ReportError                a benchmark report cannot be read or compared
+    └── ServeError                 a served model cannot answer a request (``deploykit serve``)
+        ├── RequestError           the request does not fit the protocol or the model (HTTP 400, INVALID_ARGUMENT)
+        │   └── RequestTooLargeError  the body exceeds the server's bound (HTTP 413, RESOURCE_EXHAUSTED)
+        ├── ModelNotServedError    no model or version by that name is served (HTTP 404, NOT_FOUND)
+        └── ModelUnavailableError  the model is not ready: loading, crashed, shutting down, or its queue
+                                   is full (HTTP 503, UNAVAILABLE)
 """
 
 from __future__ import annotations
@@ -136,6 +144,12 @@ class OracleError(ConversionError):
     says ``unverified`` instead."""
 
 
+class PlatformError(DeployKitError):
+    """An emulated target cannot be used or prepared: user-mode QEMU missing or older than 8,
+    no arm64 sysroot (or no tool to build one), a runtime without a wheel for that platform,
+    or a target folder that an interrupted ``platforms add`` left half-built."""
+
+
 class QuantizationError(DeployKitError):
     """Quantizing a model failed (the engine's reason), or the result missed its accuracy budget.
 
@@ -145,3 +159,24 @@ class QuantizationError(DeployKitError):
 
 class ReportError(DeployKitError):
     """A benchmark report cannot be read or compared."""
+
+
+class ServeError(DeployKitError):
+    """A served model cannot answer a request; the server sends the message as the protocol's error."""
+
+
+class RequestError(ServeError):
+    """A request does not fit the inference protocol or the model's inputs (names, datatypes, shapes)."""
+
+
+class RequestTooLargeError(RequestError):
+    """A request body exceeds the server's size bound."""
+
+
+class ModelNotServedError(ServeError):
+    """No model, or no version of it, by that name is served."""
+
+
+class ModelUnavailableError(ServeError):
+    """The model is not ready: still loading, its backend crashed, the server is shutting down, or
+    its queue is full."""

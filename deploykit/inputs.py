@@ -374,6 +374,13 @@ def load_arrays(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
             "expected a regular .npz file.",
             hint="pass an .npz file whose array names are the model's input names.",
         )
+    import zipfile
+
+    if not zipfile.is_zipfile(file):
+        raise UsageError(
+            f"inputs file '{shown(path)}' | is not an .npz archive (an .npz is a zip of .npy arrays).",
+            hint="save the arrays with numpy.savez('inputs.npz', images=array, ...).",
+        )
     try:
         with np.load(file, allow_pickle=False) as archive:
             if not hasattr(archive, "files"):

@@ -337,12 +337,39 @@ def atomic_outputs(paths: Iterable[PathLike]) -> Iterator[list[Path]]:
             temporary = _temporary_beside(target)
             _register(temporary)
             temporaries.append(temporary)
-        yield temporaries
-        commit(zip(temporaries, targets, strict=True))
+        try:
+            yield temporaries
+            commit(zip(temporaries, targets, strict=True))
+        except OSError as exc:
+            if exc.errno in _FULL:
+                raise full_disk_error(targets, exc) from exc
+            raise
     finally:
         for temporary in temporaries:
             _remove(temporary)
             _unregister(temporary)
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def full_disk_error(targets: Iterable[PathLike], exc: OSError) -> OutputError:
+    """A write that ran out of room, as an error naming the output, its folder and the space left
+    (nothing of it is left behind: the temporary files are removed by the writer)."""
+    paths = [Path(t) for t in targets]
+    folder = paths[0].parent if paths else Path(".")
+    try:
+        free = shutil.disk_usage(folder).free
+        room = f"{free / 2**20:.1f} MiB free" if free >= 2**20 else f"{free} bytes free"
+    except OSError:
+        room = "free space unknown"
+    names = ", ".join(shown(p) for p in paths) or shown(folder)
+    why = "the file is over the size limit" if exc.errno == errno.EFBIG else "the disk is full"
+    return OutputError(
+        f"output {names} | could not be written: {why} ({exc.strerror}; {room} in '{shown(folder)}'); "
+        "nothing was left there.",
+        hint="free some space or write to another disk, then run the command again.",
+    )
 
 
 def written(text: str, path: PathLike | None) -> str:

@@ -1,6 +1,8 @@
 """Tensor descriptions shared by every backend: ``TensorSpec`` and dtype helpers.
 
-This module knows numpy and ONNX type numbers; it must not import a runtime.
+A graph input or output is a tensor, a sequence of tensors, or an optional (of a tensor or of a
+sequence): ``TensorSpec.kind`` says which, and ``dtype``/``shape`` always describe the tensors
+inside. This module knows numpy and ONNX type numbers; it must not import a runtime.
 """
 
 from __future__ import annotations
@@ -14,6 +16,11 @@ import numpy as np
 Dim = int | str | None
 """One dimension: a fixed size, a symbolic name (``"batch"``) or ``None`` when unnamed."""
 
+TENSOR, SEQUENCE, OPTIONAL, OPTIONAL_SEQUENCE = "tensor", "sequence", "optional", "optional_sequence"
+KINDS = (TENSOR, SEQUENCE, OPTIONAL, OPTIONAL_SEQUENCE)
+"""What a graph value is: a tensor (an ``np.ndarray``), a sequence (a ``list`` of arrays), an
+optional tensor (an array or ``None``), an optional sequence (a list or ``None``)."""
+
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -25,11 +32,24 @@ class TensorSpec:
         shape: one entry per axis: an ``int`` for a fixed size, a ``str`` for a
             symbolic dimension (kept as the graph names it), ``None`` for an
             unnamed dynamic one. ``None`` as a whole means the rank is unknown.
+        kind: ``tensor``, ``sequence``, ``optional`` or ``optional_sequence`` (see ``KINDS``);
+            for the last three, ``dtype`` and ``shape`` describe each tensor inside.
     """
 
     name: str
     dtype: np.dtype[Any]
     shape: tuple[Dim, ...] | None
+    kind: str = TENSOR
+
+    @property
+    def is_sequence(self) -> bool:
+        """True when the value is a list of tensors (or, for an optional, may be)."""
+        return self.kind in (SEQUENCE, OPTIONAL_SEQUENCE)
+
+    @property
+    def is_optional(self) -> bool:
+        """True when the value may be ``None``."""
+        return self.kind in (OPTIONAL, OPTIONAL_SEQUENCE)
 
     @property
     def is_static(self) -> bool:
@@ -50,12 +70,22 @@ class TensorSpec:
         parts = ["?" if d is None else str(d) for d in self.shape]
         return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
 
+    def type_text(self) -> str:
+        """Element type and shape as users read them: ``float32(1, 3)``, ``sequence<int64(?,)>``."""
+        text = f"{self.dtype.name}{self.shape_text()}"
+        if self.is_sequence:
+            text = f"sequence<{text}>"
+        return f"optional<{text}>" if self.is_optional else text
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "name": self.name,
             "dtype": self.dtype.name,
             "shape": None if self.shape is None else list(self.shape),
         }
+        if self.kind != TENSOR:  # a tensor's dict stays as it always was
+            data["kind"] = self.kind
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TensorSpec:
@@ -67,10 +97,10 @@ class TensorSpec:
 
             dtype = np.dtype(getattr(ml_dtypes, data["dtype"]))
         shape = data.get("shape")
-        return cls(data["name"], dtype, None if shape is None else tuple(shape))
+        return cls(data["name"], dtype, None if shape is None else tuple(shape), data.get("kind", TENSOR))
 
     def __str__(self) -> str:
-        return f"{self.name}: {self.dtype.name}{self.shape_text()}"
+        return f"{self.name}: {self.type_text()}"
 
 
 def onnx_elem_to_numpy(elem_type: int) -> np.dtype[Any]:
@@ -81,11 +111,36 @@ def onnx_elem_to_numpy(elem_type: int) -> np.dtype[Any]:
 
 
 def spec_from_value_info(value_info: Any) -> TensorSpec:
-    """Build a ``TensorSpec`` from an ONNX ``ValueInfoProto`` (a graph input or output)."""
-    tensor_type = value_info.type.tensor_type
+    """Build a ``TensorSpec`` from an ONNX ``ValueInfoProto`` (a graph input or output).
+
+    Raises:
+        UnsupportedModelError: the value is a map, a sparse tensor, a nested sequence or has no
+            element type: nothing deploykit can feed or return.
+    """
+    type_proto = value_info.type
+    containers: list[str] = []
+    while type_proto.WhichOneof("value") in ("sequence_type", "optional_type") and len(containers) < 2:
+        which = type_proto.WhichOneof("value")
+        containers.append(SEQUENCE if which == "sequence_type" else OPTIONAL)
+        type_proto = getattr(type_proto, which).elem_type
+    kind = {(): TENSOR, (SEQUENCE,): SEQUENCE, (OPTIONAL,): OPTIONAL, (OPTIONAL, SEQUENCE): OPTIONAL_SEQUENCE}.get(
+        tuple(containers)
+    )
+    described = type_proto.WhichOneof("value")
+    if kind is None or described != "tensor_type" or not type_proto.tensor_type.elem_type:
+        from deploykit.errors import UnsupportedModelError
+
+        what = "<".join([*containers, (described or "no type").replace("_type", "")]) + ">" * len(containers)
+        raise UnsupportedModelError(
+            f"graph value '{value_info.name}' | is a {what}; expected a tensor with an element type, a "
+            "sequence of tensors, or an optional tensor or sequence.",
+            hint="deploykit feeds and returns tensors, lists of tensors and None; export the model "
+            "so its inputs and outputs are of those types.",
+        )
+    tensor_type = type_proto.tensor_type
     dtype = onnx_elem_to_numpy(tensor_type.elem_type)
     if not tensor_type.HasField("shape"):
-        return TensorSpec(value_info.name, dtype, None)
+        return TensorSpec(value_info.name, dtype, None, kind)
     dims: list[Dim] = []
     for dim in tensor_type.shape.dim:
         if dim.HasField("dim_value") and dim.dim_value > 0:
@@ -94,7 +149,7 @@ def spec_from_value_info(value_info: Any) -> TensorSpec:
             dims.append(dim.dim_param)
         else:
             dims.append(None)
-    return TensorSpec(value_info.name, dtype, tuple(dims))
+    return TensorSpec(value_info.name, dtype, tuple(dims), kind)
 
 
 def parse_shape(text: str) -> tuple[int, ...]:

@@ -47,3 +47,25 @@ def backend_name(request: pytest.FixtureRequest) -> str:
     if reason:
         missing_asset(f"the {request.param} backend's runtime", reason)
     return request.param
+
+
+@pytest.fixture(scope="session")
+def mobilenet(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The MobileNetV2 recipe with its packaged ImageNet weights, built once per session."""
+    from deploykit.recipes import build
+
+    output = tmp_path_factory.mktemp("mobilenet") / "mobilenet_v2.onnx"
+    build("mobilenet_v2", output, verify_backends=[])
+    return output
+
+
+@pytest.fixture(scope="session")
+def yolov4_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The official YOLOv4-tiny (COCO weights from a package), converted once per session."""
+    from deploykit.convert.darknet.convert import convert_darknet
+    from tests.assets.paths import official_darknet
+
+    cfg, weights, names = official_darknet("yolov4-tiny")
+    output = tmp_path_factory.mktemp("yolo") / "yolov4-tiny.onnx"
+    convert_darknet(cfg, weights, output, labels=names, verify_backends=[])
+    return output

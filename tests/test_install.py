@@ -77,3 +77,14 @@ def test_license_is_an_spdx_string_and_packages_are_explicit():
     }
     assert data_folders <= packages, sorted(data_folders - packages)
     assert sys.version_info >= (3, 10)
+
+
+def test_every_library_package_is_listed():
+    """Explicit package discovery: a new subpackage that is not listed would be missing from the wheel."""
+    packages = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    found = {
+        "deploykit." + ".".join(p.parent.relative_to(REPO / "deploykit").parts)
+        for p in (REPO / "deploykit").rglob("__init__.py")
+    }
+    found = {name.rstrip(".") for name in found}
+    assert found <= packages, sorted(found - packages)

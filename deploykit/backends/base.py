@@ -18,6 +18,7 @@ import numpy as np
 
 from deploykit.backends.options import OptionSpec, validate_options
 from deploykit.backends.validation import FastCheck, validate_feeds
+from deploykit.backends.values import kind_refusal, last_meaningful_line, owned_output, sentence
 from deploykit.errors import (
     BackendError,
     BackendUnavailableError,
@@ -28,7 +29,7 @@ from deploykit.errors import (
     UnsupportedModelError,
     UsageError,
 )
-from deploykit.tensors import TensorSpec, normalize_precision
+from deploykit.tensors import TENSOR, TensorSpec, normalize_precision
 
 
 @dataclass
@@ -110,6 +111,9 @@ class Session(abc.ABC):
         self._closed = False
         self._allow_fallback = False
         self._fast_checks = [FastCheck.of(spec) for spec in self.inputs.values()]
+        backend = _registered(info.backend)
+        if backend is not None:
+            backend.refuse_unsupported_kinds(model_path, inputs, outputs)
 
     def _settle_precision(self, ran: str) -> None:
         """Record the precision the runtime computes in (backends that learn it late, e.g. on the first
@@ -144,12 +148,19 @@ class Session(abc.ABC):
         """Run the model once.
 
         Args:
-            feeds: input name → array (or anything ``np.asarray`` takes).
+            feeds: input name → array (or anything ``np.asarray`` takes); a list of arrays for
+                a sequence input; None for an empty optional input.
             cast: also cast dtypes that lose precision (e.g. float64 → float32).
                 Lossless casts (int32 → int64, float16 → float32 ...) always happen.
 
         Returns:
-            output name → contiguous ``np.ndarray`` that the caller owns, in graph order.
+            output name → contiguous ``np.ndarray`` that the caller owns, in graph order, with the
+            runtime's exact shape (a 0-d output stays 0-d) and dtype. A sequence output is a list
+            of arrays, an empty optional output None.
+
+        The model runs in this process: a runtime that crashes (a segmentation fault in its
+        kernels) ends the calling process. ``deploykit run`` and ``compare`` run sessions in
+        worker processes for that reason.
 
         Raises:
             InputError: an unknown or missing input, a wrong dtype, rank or fixed size.
@@ -170,10 +181,23 @@ class Session(abc.ABC):
         except Exception as exc:
             raise BackendError(
                 f"backend '{self.info.backend}' on {self.info.device} | failed to run "
-                f"'{self.model_path.name}': {_first_line(exc)}",
+                f"'{self.model_path.name}': {sentence(self.explain(exc))}",
                 hint="run 'deploykit inspect' on the model and try another backend or device.",
             ) from exc
-        return {name: np.ascontiguousarray(produced[name]) for name in self.outputs}
+        return {name: owned_output(spec, produced[name], self._output_error) for name, spec in self.outputs.items()}
+
+    def explain(self, exc: BaseException) -> str:
+        """The runtime's reason for a failed run, in one line (the same translation as the
+        backend's ``explain`` on load; the default keeps the last line that says something)."""
+        return last_meaningful_line(exc)
+
+    def _output_error(self, spec: TensorSpec, problem: str) -> BackendError:
+        return BackendError(
+            f"backend '{self.info.backend}' on {self.info.device} | output '{spec.name}' of "
+            f"'{self.model_path.name}' {problem} ({spec.type_text()}).",
+            hint="the runtime returned no value of that type (some return nothing for an empty tensor); "
+            "try another backend.",
+        )
 
     def _accept(self, feeds: Any) -> dict[str, np.ndarray] | None:
         """The hot path: feeds that are already exactly right pass with a few comparisons.
@@ -245,6 +269,16 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def _registered(name: str) -> Backend | None:
+    """The registered backend a session belongs to (None for a backend class no registry lists)."""
+    from deploykit.backends.registry import get_backend
+
+    try:
+        return get_backend(name)
+    except DeployKitError:
+        return None
+
+
 class Backend(abc.ABC):
     """A runtime plug-in: stateless, cheap to construct, imports its runtime lazily.
 
@@ -262,10 +296,19 @@ class Backend(abc.ABC):
     subsystem then treats its outputs as an independent oracle, not as another candidate)."""
     distributions: ClassVar[tuple[str, ...]] = ()
     """Package names that provide the runtime (for the device fingerprint); default: ``module``."""
+    cpu_distribution: ClassVar[str | None] = None
+    """The package of the runtime's CPU-only build, which emulated targets (``deploykit.platforms``)
+    install; default: the package installed here."""
     default_candidate: ClassVar[bool] = True
     """False keeps the backend out of the default backend × device sweeps (bench, compare)."""
     options: ClassVar[Mapping[str, OptionSpec | str]] = {}
     """Option name → ``OptionSpec`` (type, range, default, doc), validated by ``open`` before loading."""
+    formats: ClassVar[tuple[str, ...]] = (".onnx",)
+    """File suffixes the backend opens: ``.onnx`` and any native format of its runtime (OpenCV's
+    Darknet ``.cfg``, ncnn's ``.param``), whose load errors are the runtime's, not a broken ONNX file."""
+    value_kinds: ClassVar[frozenset[str]] = frozenset({TENSOR})
+    """Kinds of graph inputs and outputs the backend runs (``deploykit.tensors.KINDS``): tensors by
+    default; a backend whose runtime feeds and returns sequences and optionals lists them too."""
 
     def import_runtime(self) -> Any:
         """Import and return the runtime module, or raise ``BackendUnavailableError``."""
@@ -313,6 +356,11 @@ class Backend(abc.ABC):
         a ``precision`` option overrides this with what the device really offers.
         """
         return ["f32"]
+
+    def model_precision(self, own: str, device: str | None = None) -> str:
+        """The precision a backend without a precision setting computes a model stored in ``own``
+        (``f32``, ``f16``, ``int8`` ...) in on ``device``: by default the model's own."""
+        return own
 
     def precision_options(self, precision: str) -> dict[str, Any]:
         """Options that make a session compute in ``precision`` (empty: the model's own)."""
@@ -385,9 +433,8 @@ class Backend(abc.ABC):
 
     def explain(self, exc: BaseException) -> str:
         """The runtime's reason in one line: the backend's translation table for its exceptions
-        (the default keeps the last line, where most runtimes put the reason)."""
-        text = str(exc).strip()
-        return text.splitlines()[-1] if text else repr(exc)
+        (the default keeps the last line that says something, where most runtimes put the reason)."""
+        return last_meaningful_line(exc)
 
     def subject(self) -> str:
         """How messages name the backend: ``backend 'openvino'``."""
@@ -399,21 +446,33 @@ class Backend(abc.ABC):
         ``UnsupportedModelError`` with the backend's ``explain``."""
         from deploykit.model import load_onnx
 
-        if model_path.suffix.lower() != ".cfg":  # OpenCV 4 reads Darknet cfgs, which are no ONNX
+        if model_path.suffix.lower() not in set(self.formats) - {".onnx"}:
             try:
                 load_onnx(model_path)
             except DeployKitError as broken:
                 return broken
-        reason = self.explain(exc).rstrip()
         return UnsupportedModelError(
-            f"{self.subject()} | cannot {self.load_verb} '{model_path.name}': {reason}"
-            + ("" if reason.endswith((".", "!", "?")) else "."),
+            f"{self.subject()} | cannot {self.load_verb} '{model_path.name}': {sentence(self.explain(exc))}",
             hint=self.load_hint,
         )
 
     @abc.abstractmethod
     def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         """Load ``model_path`` and return a session whose ``info`` says what runs it."""
+
+    def refuse_unsupported_kinds(
+        self, model_path: Path, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]
+    ) -> None:
+        """Refuse, by name, a model whose inputs or outputs are of a kind this backend does not run
+        (``value_kinds``): every session checks it when it is made; a backend calls it before its
+        runtime reads the model to refuse before the runtime tries.
+
+        Raises:
+            UnsupportedModelError: naming the value, its kind and the backends that run it.
+        """
+        refusal = kind_refusal(self.subject(), self.name, model_path, inputs, outputs, self.value_kinds)
+        if refusal is not None:
+            raise refusal
 
     def _device_error(self, device: str, reason: str, hint: str) -> DeviceUnavailableError:
         return DeviceUnavailableError(

@@ -19,6 +19,7 @@ from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.options import OptionSpec
 from deploykit.errors import DeployKitError, UnsupportedModelError, UsageError
 from deploykit.model import read_interface
+from deploykit.tensors import KINDS
 
 _PROVIDERS = {
     "cpu": "CPUExecutionProvider",
@@ -88,6 +89,8 @@ class OnnxRuntimeBackend(Backend):
     }
 
     distributions = _DISTRIBUTIONS
+    value_kinds = frozenset(KINDS)  # lists for sequences, None for empty optionals, both ways
+    cpu_distribution = "onnxruntime"
 
     def version(self) -> str:
         self.import_runtime()

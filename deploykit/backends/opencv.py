@@ -17,6 +17,7 @@ import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.options import OptionSpec
+from deploykit.backends.values import sentence
 from deploykit.errors import ModelError, UnsupportedModelError, UsageError
 from deploykit.model import check_model_path, read_interface
 from deploykit.tensors import TensorSpec
@@ -45,6 +46,7 @@ class OpenCvBackend(Backend):
     aliases = ("cv", "cv2")
     pip_extra = "opencv"
     module = "cv2"
+    formats = (".onnx", ".cfg")
     options: ClassVar[Mapping[str, OptionSpec | str]] = {
         "threads": OptionSpec(
             "cv2.setNumThreads for the whole process (0 = OpenCV default)", "int", 0, low=0, per_cpu=True
@@ -90,6 +92,13 @@ class OpenCvBackend(Backend):
         """The ``_fp16`` targets compute f16; the others the model's own precision (f32 for a float model)."""
         return ["f16"] if (device or self.default_device).strip().lower().endswith("_fp16") else ["f32"]
 
+    def model_precision(self, own: str, device: str | None = None) -> str:
+        """OpenCV's importer widens f16/bf16 weights to f32, and its cpu/opencl/cuda targets compute
+        f32; only the ``_fp16`` targets compute f16."""
+        if (device or self.default_device).strip().lower().endswith("_fp16"):
+            return "f16"
+        return "f32" if own in ("f16", "bf16") else own
+
     def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         cv2 = self.import_runtime()
         target = device.strip().lower()
@@ -116,6 +125,7 @@ class OpenCvBackend(Backend):
             net, inputs, outputs, precision = self._read_darknet(cv2, model_path, options)
         else:
             interface = read_interface(model_path)
+            self.refuse_unsupported_kinds(model_path, interface.inputs, interface.outputs)
             inputs, outputs, precision = interface.inputs, interface.outputs, interface.precision
             metadata = interface.metadata
             net = cv2.dnn.readNetFromONNX(str(model_path))
@@ -134,9 +144,7 @@ class OpenCvBackend(Backend):
             backend_version=self.version(),
             device_requested=device,
             device=target,
-            # OpenCV's importer widens f16/bf16 weights to f32 and its CPU/OpenCL/CUDA paths compute f32;
-            # only the _fp16 targets compute f16
-            precision="f16" if target.endswith("_fp16") else ("f32" if precision in ("f16", "bf16") else precision),
+            precision=self.model_precision(precision, target),
             providers=[f"DNN_BACKEND_{'CUDA' if 'cuda' in target else 'OPENCV'}", target],
             fallback=fallback_reason is not None,
             fallback_reason=fallback_reason,
@@ -193,10 +201,25 @@ class OpenCvBackend(Backend):
 
 
 def _cv_message(exc: BaseException) -> str:
+    """OpenCV's reason on one line: after its ``OpenCV(version) file:line: error:`` prefix, with the
+    ``>`` that starts each continuation line dropped (a lone one ended the message)."""
     text = str(exc).strip()
     if "error:" in text:
         text = text.split("error:", 1)[1]
-    return " ".join(text.split())
+    lines = [line.strip().lstrip(">").strip() for line in text.splitlines()]
+    return " ".join(" ".join(line for line in lines if line).split())
+
+
+def _graph_shaped(array: Any, spec: TensorSpec) -> Any:
+    """An output in the rank the graph declares: OpenCV 4's ``Mat`` has no 0-d or 1-d shape and
+    returns (1, 1) for a scalar, (n, 1) for a vector. Only trailing axes of size 1 are dropped,
+    so nothing is reordered and a shape that disagrees in any other way is returned as it is."""
+    if not isinstance(array, np.ndarray) or spec.shape is None or array.ndim <= len(spec.shape):
+        return array
+    rank = len(spec.shape)
+    if all(size == 1 for size in array.shape[rank:]):
+        return array.reshape(array.shape[:rank])
+    return array
 
 
 class OpenCvSession(Session):
@@ -214,20 +237,26 @@ class OpenCvSession(Session):
         self._lock = threading.Lock()
         self._output_names = list(self.outputs)
 
+    def explain(self, exc: BaseException) -> str:
+        return _cv_message(exc)
+
     def _run(self, feeds: dict[str, np.ndarray]) -> Mapping[str, np.ndarray]:
         with self._lock:
-            for name, array in feeds.items():
-                self._net.setInput(array, name)
-            try:
+            try:  # setInput refuses dtypes and shapes with a reason too: the same message as forward's
+                for name, array in feeds.items():
+                    self._net.setInput(array, name)
                 results = self._net.forward(self._output_names)
             except Exception as exc:
                 raise UnsupportedModelError(
                     f"backend 'opencv' on {self.info.device} | failed to run "
-                    f"'{self.model_path.name}': {_cv_message(exc)}",
+                    f"'{self.model_path.name}': {sentence(self.explain(exc))}",
                     hint="OpenCV DNN supports fewer ops and dtypes than ONNX Runtime or "
                     "OpenVINO; try backend 'onnxruntime' or 'openvino'.",
                 ) from exc
-        return dict(zip(self._output_names, results, strict=True))
+        return {
+            name: _graph_shaped(array, self.outputs[name])
+            for name, array in zip(self._output_names, results, strict=True)
+        }
 
     def _close(self) -> None:
         self._net = None

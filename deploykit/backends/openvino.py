@@ -25,7 +25,8 @@ from deploykit.errors import UnsupportedModelError
 from deploykit.model import read_interface
 from deploykit.tensors import TensorSpec
 
-_PRECISIONS = {"f32": "f32", "fp32": "f32", "bf16": "bf16", "f16": "f16", "fp16": "f16"}
+_PRECISIONS = {"f32": "f32", "fp32": "f32", "float32": "f32", "bf16": "bf16", "bfloat16": "bf16", "f16": "f16",
+               "fp16": "f16", "float16": "f16", "half": "f16"}  # fmt: skip
 _HINTS = {
     "latency": "LATENCY",
     "throughput": "THROUGHPUT",
@@ -174,6 +175,7 @@ class OpenVinoBackend(Backend):
         config = self._config(options)
         reshape = str(options.get("reshape", "auto")).lower()
         interface = read_interface(model_path)
+        self.refuse_unsupported_kinds(model_path, interface.inputs, interface.outputs)
         model = _core().read_model(str(model_path))
         session = OpenVinoSession(
             model_path,
@@ -237,22 +239,62 @@ def _last_line(exc: BaseException) -> str:
     return (useful or lines or [type(exc).__name__])[-1]
 
 
-def _port_indices(ports: Any, names: list[str]) -> list[int]:
+def _port_indices(ports: Any, names: list[str], direction: str) -> list[int]:
+    """The compiled model's port index for each graph name. OpenVINO may merge a pass-through's
+    tensor names (one-input ``Sum``: the input port is named after the output), so a name no port
+    carries takes the port at its own index, but only when that port exists and no other graph
+    name claims it; anything else is an error, never a guess."""
     index_of: dict[str, int] = {}
+    port_names: list[set[str]] = []
     for index, port in enumerate(ports):
-        for name in port.get_names():
+        port_names.append(set(port.get_names()))
+        for name in port_names[-1]:
             index_of.setdefault(name, index)
-    return [index_of.get(name, i) for i, name in enumerate(names)]
+    claimed = {index_of[name] for name in names if name in index_of}
+    indices = []
+    for position, name in enumerate(names):
+        if name in index_of:
+            indices.append(index_of[name])
+        elif len(port_names) == len(names) and position not in claimed:
+            indices.append(position)
+        else:
+            carried = "; ".join(f"{i}: {', '.join(sorted(n)) or '(no name)'}" for i, n in enumerate(port_names))
+            raise UnsupportedModelError(
+                f"backend 'openvino' | the compiled model has no {direction} port for graph {direction} "
+                f"'{name}'; expected one port per graph {direction}, its ports are {carried or 'none'}.",
+                hint="OpenVINO removed or renamed that port while compiling; try another backend.",
+            )
+    return indices
+
+
+def _passes_through(compiled: Any) -> bool:
+    """True when a result of the compiled graph is one of its parameters (an identity graph, a
+    one-input Sum, inference Dropout, Einsum '->'): OpenVINO then hands the input's memory through
+    and a caller-bound output buffer may never be written, so such a model binds no outputs."""
+    try:
+        results = compiled.get_runtime_model().get_results()
+    except Exception:  # a device plug-in without a runtime model: nothing to be sure of
+        return True
+    return any(result.input_value(0).get_node().get_type_name() == "Parameter" for result in results)
 
 
 def _numpy_dtype(port: Any) -> np.dtype[Any] | None:
-    """The numpy dtype of a port's element type, or None where numpy has no exact match (bf16 ...)."""
+    """The numpy dtype of a port's element type, or None where numpy has no exact match (bf16, f8,
+    int4 ...: OpenVINO's ``to_dtype`` names a stand-in of the same size, float16 for bf16)."""
+    import openvino as ov
+
     element = port.get_element_type()
     try:
         dtype = np.dtype(element.to_dtype())
+        exact = ov.Type(dtype) == element
     except Exception:
         return None
-    return dtype if dtype.kind in "fiub" and dtype.itemsize == element.size else None
+    return dtype if exact and dtype.kind in "fiub" and dtype.itemsize == element.size else None
+
+
+def _extra_dtype(dtype: np.dtype[Any]) -> bool:
+    """True for ONNX's element types numpy has only through ml_dtypes (bfloat16, float8 ...)."""
+    return dtype.type.__module__.startswith("ml_dtypes")
 
 
 class _Bound:
@@ -269,27 +311,38 @@ class _Compiled:
     """One compiled model and a pool of infer requests, so threads never share a request.
 
     Nothing is copied on the way in or out: each input tensor wraps the caller's array, and
-    each output with a static shape is an array OpenVINO writes into and the caller then owns.
+    each output with a static shape is an array OpenVINO writes into and the caller then owns
+    (except in a model that passes an input through, where OpenVINO may not write it).
     An output array is reused on the next call only once the caller has dropped it, and an input
     passed again as the same array stays bound, so a steady loop rebinds nothing (as a raw
     ``request.infer()`` loop would). Outputs with a dynamic shape are copied out of the request.
     """
 
-    def __init__(self, compiled: Any, input_names: list[str], output_names: list[str]) -> None:
+    def __init__(self, compiled: Any, input_names: list[str], outputs: list[TensorSpec]) -> None:
         import openvino as ov
 
         self.compiled = compiled
         self.requests: queue.SimpleQueue[_Bound] = queue.SimpleQueue()
         self._tensor = ov.Tensor
+        self._shape = ov.Shape
         self.inputs = [
             (name, index, _numpy_dtype(compiled.inputs[index]))
-            for name, index in zip(input_names, _port_indices(compiled.inputs, input_names), strict=True)
+            for name, index in zip(input_names, _port_indices(compiled.inputs, input_names, "input"), strict=True)
         ]
-        self.output_ports = _port_indices(compiled.outputs, output_names)
+        # element types numpy has only through ml_dtypes (bf16, f8): fed and read as their bytes
+        self.input_elements = {index: compiled.inputs[index].get_element_type() for _, index, _ in self.inputs}
+        self.output_ports = _port_indices(compiled.outputs, [spec.name for spec in outputs], "output")
+        self.output_views = [
+            spec.dtype
+            if _extra_dtype(spec.dtype) and spec.dtype.itemsize == compiled.outputs[i].get_element_type().size
+            else None
+            for spec, i in zip(outputs, self.output_ports, strict=True)
+        ]
         self.output_layouts: list[tuple[tuple[int, ...], np.dtype[Any]] | None] = []
+        bind_outputs = not _passes_through(compiled)
         for port in compiled.outputs:
             dtype = _numpy_dtype(port)
-            static = port.get_partial_shape().is_static and dtype is not None
+            static = bind_outputs and port.get_partial_shape().is_static and dtype is not None
             self.output_layouts.append((tuple(port.get_shape()), dtype) if static else None)  # type: ignore[arg-type]
 
     def infer(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -304,10 +357,15 @@ class _Compiled:
                 given = feeds[name]
                 if given is bound.inputs[slot]:  # the very array of the last call: still bound
                     continue
-                array = np.ascontiguousarray(given, dtype=dtype)
+                array = np.asarray(given, dtype=dtype, order="C")  # ascontiguousarray makes a 0-d array 1-d
                 if not array.flags.writeable:  # OpenVINO wraps only writeable memory
                     array = array.copy()
-                request.set_input_tensor(index, tensor(array, shared_memory=True))
+                element = self.input_elements[index]
+                if dtype is None and _extra_dtype(array.dtype) and array.dtype.itemsize == element.size:
+                    raw = array.reshape(-1).view(np.uint8)  # bf16/f8: numpy's bytes, OpenVINO's type
+                    request.set_input_tensor(index, tensor(raw, self._shape(list(array.shape)), element))
+                else:
+                    request.set_input_tensor(index, tensor(array, shared_memory=True))
                 bound.inputs[slot] = array
             for index, layout in enumerate(self.output_layouts):
                 # reuse last call's array only when nobody else holds it (the list and getrefcount's
@@ -318,9 +376,13 @@ class _Compiled:
                 request.set_output_tensor(index, tensor(output, shared_memory=True))
                 bound.outputs[index] = output
             request.infer()
-            return [
+            results = [
                 result if (result := bound.outputs[i]) is not None else request.get_output_tensor(i).data.copy()
                 for i in self.output_ports
+            ]
+            return [
+                result if view is None or result.dtype == view else result.view(view)
+                for result, view in zip(results, self.output_views, strict=True)
             ]
         finally:
             self.requests.put(bound)
@@ -380,7 +442,7 @@ class OpenVinoSession(Session):
         self._settle_precision(
             _compiled_precision(compiled, self.info.providers) or self.info.precision or "device default"
         )
-        return _Compiled(compiled, list(self.inputs), list(self.outputs))
+        return _Compiled(compiled, list(self.inputs), list(self.outputs.values()))
 
     def _for_shapes(self, feeds: dict[str, np.ndarray]) -> _Compiled:
         key = tuple(feeds[name].shape for name in self.inputs)
@@ -403,6 +465,9 @@ class OpenVinoSession(Session):
                 self._evicted.add(self._by_shape.popitem(last=False)[0])
             self._last = (key, entry)
             return entry
+
+    def explain(self, exc: BaseException) -> str:
+        return _last_line(exc)  # as on load: the reason, not the C++ source location of the first line
 
     def _run(self, feeds: dict[str, np.ndarray]) -> Mapping[str, np.ndarray]:
         compiled = self._static if self._static is not None else self._for_shapes(feeds)

@@ -19,6 +19,7 @@ import numpy as np
 from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.options import OptionSpec
 from deploykit.model import load_onnx, read_interface
+from deploykit.tensors import KINDS
 
 
 class ReferenceBackend(Backend):
@@ -31,6 +32,7 @@ class ReferenceBackend(Backend):
     distributions = ("onnx",)
     independent_oracle = True
     default_candidate = False
+    value_kinds = frozenset(KINDS)  # lists for sequences, None for empty optionals, both ways
     options: ClassVar[Mapping[str, OptionSpec | str]] = {
         "precision": OptionSpec(
             "f32: the model's own types; f64: floating inputs computed in float64", choices=("f32", "f64")
@@ -47,6 +49,10 @@ class ReferenceBackend(Backend):
 
     def precisions(self, device: str | None = None) -> list[str]:
         return ["f32", "f64"]
+
+    def requested_precision(self, options: Mapping[str, Any]) -> str | None:
+        """Only f64 is a request: ``precision=f32`` means the model's own types (f16 for an f16 model)."""
+        return "f64" if str(options.get("precision", "")).lower() == "f64" else None
 
     def precision_options(self, precision: str) -> dict[str, Any]:
         """f64 widens floating inputs; anything else runs the model's own types (f32 for an f32 model)."""
@@ -92,11 +98,30 @@ class ReferenceSession(Session):
         self._evaluator = evaluator
         self._widen = widen
 
-    def _run(self, feeds: dict[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+    def _run(self, feeds: dict[str, Any]) -> Mapping[str, Any]:
         if self._widen:
-            feeds = {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in feeds.items()}
+            feeds = {name: _map_tensors(value, _widened) for name, value in feeds.items()}
         results = self._evaluator.run(None, feeds)
         produced = dict(zip(self.outputs, results, strict=True))
+        # the evaluator may hand back numpy scalars, or float64 after widening: the graph's types
         return {
-            name: np.asarray(value).astype(self.outputs[name].dtype, copy=False) for name, value in produced.items()
+            name: _map_tensors(value, lambda array, dtype=self.outputs[name].dtype: _graph_typed(array, dtype))
+            for name, value in produced.items()
         }
+
+
+def _map_tensors(value: Any, convert: Any) -> Any:
+    """``convert`` applied to a tensor, to each tensor of a sequence; None (an empty optional) kept."""
+    if value is None:
+        return None
+    if isinstance(value, list | tuple):
+        return [convert(item) for item in value]
+    return convert(value)
+
+
+def _widened(array: np.ndarray) -> np.ndarray:
+    return array.astype(np.float64) if array.dtype.kind == "f" else array
+
+
+def _graph_typed(value: Any, dtype: np.dtype[Any]) -> np.ndarray:
+    return np.asarray(value).astype(dtype, copy=False)

@@ -22,6 +22,7 @@ BUILTIN_BACKENDS: dict[str, str] = {
     "onnxruntime": "deploykit.backends.onnxruntime:OnnxRuntimeBackend",
     "openvino": "deploykit.backends.openvino:OpenVinoBackend",
     "opencv": "deploykit.backends.opencv:OpenCvBackend",
+    "ncnn": "deploykit.backends.ncnn:NcnnBackend",
     "reference": "deploykit.backends.reference:ReferenceBackend",
 }
 ENTRY_POINT_GROUP = "deploykit.backends"

@@ -1,5 +1,6 @@
 """Checking feeds against a model's inputs: names, dtypes (lossless casts only), ranks, fixed and
-shared symbolic sizes. ``Session.run`` calls it once per call; the verification subsystem calls
+shared symbolic sizes; a sequence input takes a list of such arrays, an optional one also None.
+``Session.run`` calls it once per call; the verification subsystem calls
 it on user-given arrays before any backend runs. It must not import a runtime.
 """
 
@@ -29,7 +30,7 @@ class FastCheck:
     @classmethod
     def of(cls, spec: TensorSpec) -> FastCheck:
         shape = spec.shape
-        if shape is None:  # unknown rank: always take the full path
+        if shape is None or spec.is_sequence:  # unknown rank, or a list: always take the full path
             return cls(spec.name, spec.dtype, -1, (-1,), (), ())
         static = tuple(d for d in shape if isinstance(d, int)) if spec.is_static else None
         return cls(
@@ -42,12 +43,12 @@ class FastCheck:
         )
 
 
-def validate_feeds(
-    specs: Mapping[str, TensorSpec], feeds: Mapping[str, Any], *, cast: bool = False
-) -> dict[str, np.ndarray]:
+def validate_feeds(specs: Mapping[str, TensorSpec], feeds: Mapping[str, Any], *, cast: bool = False) -> dict[str, Any]:
     """Check feeds against input specs once and return them as arrays of the right dtype.
 
-    Symbolic dimensions with the same name must get the same size in every input.
+    Symbolic dimensions with the same name must get the same size in every tensor input. A
+    sequence input becomes a list of arrays (each checked for dtype, rank and fixed sizes); an
+    optional input may be None.
 
     Raises:
         InputError: naming the input, what was given and what was expected.
@@ -63,22 +64,52 @@ def validate_feeds(
                 f"input '{name}' | is not an input of this model; its inputs are {', '.join(repr(n) for n in specs)}.",
                 hint="check the spelling; 'deploykit inspect MODEL' lists the inputs.",
             )
-    prepared: dict[str, np.ndarray] = {}
+    prepared: dict[str, Any] = {}
     symbols: dict[str, tuple[int, str]] = {}
     for name, spec in specs.items():
         if name not in feeds:
             raise InputError(
-                f"input '{name}' | is missing; expected {spec.dtype.name}{spec.shape_text()}.",
-                hint=f"the model needs every input: {', '.join(repr(n) for n in specs)}.",
+                f"input '{name}' | is missing; expected {spec.type_text()}.",
+                hint=f"the model needs every input: {', '.join(repr(n) for n in specs)}"
+                + ("; pass None for an empty optional." if spec.is_optional else "."),
             )
         value = feeds[name]
-        array = value if isinstance(value, np.ndarray) else np.asarray(value)
-        if array.dtype != spec.dtype:
-            array = _cast(name, array, spec, cast)
-        if spec.shape is not None:
-            _check_shape(name, array.shape, spec, symbols)
-        prepared[name] = array
+        if value is None and spec.is_optional:
+            prepared[name] = None
+        elif spec.is_sequence:
+            prepared[name] = _sequence(name, value, spec, cast)
+        else:
+            prepared[name] = _tensor(name, value, spec, cast, symbols)
     return prepared
+
+
+def _tensor(name: str, value: Any, spec: TensorSpec, cast: bool, symbols: dict[str, tuple[int, str]]) -> np.ndarray:
+    if value is None:
+        raise InputError(
+            f"input '{name}' | got None, expected {spec.type_text()}.",
+            hint="pass an array; None is only for optional inputs.",
+        )
+    array = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if array.dtype != spec.dtype:
+        array = _cast(name, array, spec, cast)
+    if spec.shape is not None:
+        _check_shape(name, array.shape, spec, symbols)
+    return array
+
+
+def _sequence(name: str, value: Any, spec: TensorSpec, cast: bool) -> list[np.ndarray]:
+    if not isinstance(value, list | tuple):
+        got = (
+            f"an array {value.dtype.name}{tuple(value.shape)}"
+            if isinstance(value, np.ndarray)
+            else type(value).__name__
+        )
+        raise InputError(
+            f"input '{name}' | got {got}, expected {spec.type_text()}, a list of arrays.",
+            hint="pass a list ([array, ...]), even for a single tensor; [] is an empty sequence.",
+        )
+    # each tensor of a sequence has its own sizes: symbolic dimensions are not shared among them
+    return [_tensor(f"{name}[{index}]", item, spec, cast, {}) for index, item in enumerate(value)]
 
 
 def _cast(name: str, array: np.ndarray, spec: TensorSpec, cast: bool) -> np.ndarray:

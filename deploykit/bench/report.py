@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from deploykit.bench import views
 from deploykit.bench.report_schema import validate_report
 from deploykit.bench.rows import BenchSettings, ModelInfo, Recommendation, Row, accuracy_delta
 from deploykit.errors import OutputError, ReportError
-from deploykit.io import check_outputs, written
+from deploykit.io import check_outputs, commit_outputs, written
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -332,16 +333,20 @@ class BenchmarkReport:
         """report.json, report.csv, report.md and report.html in ``directory`` (created if needed)."""
         folder = Path(directory)
         check_report_dir(folder)
+        created = not folder.exists()
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise OutputError(f"--report '{folder}' | cannot be created ({exc.strerror or exc}).",
                               hint="pass a folder you can write to, e.g. --report out/.") from exc  # fmt: skip
         paths = [folder / name for name in REPORT_FILES]
-        self.to_json(paths[0])
-        self.to_csv(paths[1])
-        self.to_markdown(paths[2])
-        self.to_html(paths[3])
+        texts = [self.to_json(), self.to_csv(), self.to_markdown(), self.to_html()]
+        try:  # the four files are one output: all of them, or (a full disk, a signal) none
+            commit_outputs([], dict(zip(paths, texts, strict=True)))
+        except BaseException:
+            if created:
+                shutil.rmtree(folder, ignore_errors=True)
+            raise
         return paths
 
     def table(self) -> Table:

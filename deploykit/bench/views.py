@@ -115,7 +115,7 @@ def summary_rows(report: BenchmarkReport) -> list[dict[str, str]]:
                 "peak RSS MiB": _fmt(None if row.peak_rss_bytes is None else row.peak_rss_bytes / 2**20, 0),
                 "vs fastest": ratio,
                 "acc. delta": "-" if row.accuracy_delta is None else f"{row.accuracy_delta:.1%}",
-                "verdict": flat["verdict"] or ("-" if row.ok else f"failed: {short_error(row.error)}"),
+                "verdict": flat["verdict"] or ("-" if row.ok else f"error: {short_error(row.error)}"),
                 **({"$/1M": _fmt(row.cost_per_million, 4)} if report.settings.cost_per_hour else {}),
             }
         )

@@ -134,8 +134,9 @@ def _check_options(engine: str, method: str | None, fp16: bool, calibrate: Any, 
             )
         return "fp16"
     if engine not in engines.ENGINES:
+        why = engines.NOT_AVAILABLE.get(engine)
         raise UsageError(
-            f"--engine '{engine}' | is not one of {', '.join(engines.ENGINES)}.",
+            f"--engine '{engine}' | is not one of {', '.join(engines.ENGINES)}" + (f": {why}." if why else "."),
             hint="ort: ONNX Runtime static QDQ; nncf: OpenVINO's NNCF (pip install 'deploykit[quantize]').",
         )
     if method is not None and (engine != "ort" or method not in engines.METHODS):

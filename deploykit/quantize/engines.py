@@ -20,6 +20,11 @@ from deploykit.errors import BackendUnavailableError, QuantizationError
 from deploykit.quantize.calibration import CalibrationData, ort_reader
 
 ENGINES = ("ort", "nncf")
+NOT_AVAILABLE = {
+    "ncnn": "ncnn quantizes with its ncnn2table and ncnn2int8 tools, which the ncnn and pnnx wheels do not ship "
+    "(deploykit does not imitate them); build them from ncnn's source (tools/quantize) and see docs/ncnn.md",
+}
+"""Engines users ask for that deploykit does not offer, and why (the message says so instead of a bare no)."""
 METHODS = ("minmax", "entropy", "percentile")
 
 

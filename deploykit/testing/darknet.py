@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from deploykit.cache import cache_dir
 from deploykit.errors import DeployKitError, OracleError
 from deploykit.io import scratch_dir
 from deploykit.verify.isolated import describe_exit
@@ -54,20 +55,6 @@ if TYPE_CHECKING:
 SOURCE_NAME = "darknet_dump.c"
 _SUBJECT = "Darknet helper"
 _ALTERNATIVE = "or verify against OpenCV 4.x's importer instead (pip install 'opencv-python-headless<5')."
-
-
-def cache_dir() -> Path:
-    """Where ``build_helper`` puts the compiled helper.
-
-    Returns:
-        ``$DEPLOYKIT_CACHE_DIR`` when set, else ``$XDG_CACHE_HOME/deploykit`` when ``XDG_CACHE_HOME``
-        is set, else ``~/.cache/deploykit``. The directory may not exist yet.
-    """
-    if os.environ.get("DEPLOYKIT_CACHE_DIR"):
-        return Path(os.environ["DEPLOYKIT_CACHE_DIR"]).expanduser()
-    if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "deploykit"
-    return Path.home() / ".cache" / "deploykit"
 
 
 def header_path() -> Path:

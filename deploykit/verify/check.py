@@ -40,11 +40,14 @@ class Candidate:
     device: str | None
     precision: str | None
     options: Mapping[str, Any] = field(default_factory=dict)
+    platform: str = "host"
+    """Where its worker runs: ``host``, or an emulated target (``linux/arm64``, ``deploykit.platforms``)."""
 
     @property
     def label(self) -> str:
         text = f"{self.backend}:{self.device}" if self.device else self.backend
-        return f"{text} {self.precision}" if self.precision else text
+        text = f"{text} {self.precision}" if self.precision else text
+        return text if self.platform == "host" else f"{text} on {self.platform}"
 
 
 def parse_backend_spec(text: str) -> tuple[str, str | None]:
@@ -94,10 +97,17 @@ def expand_candidates(
     """Every backend spec × precision the backend can run natively here, and one note per
     combination it cannot (``not supported here``), never a silent skip.
 
-    A backend without a precision setting runs the model's own precision only.
+    A backend with a precision setting runs what its device claims (``Backend.precisions``); one
+    without runs the model in the precision ``Backend.model_precision`` says (asking it for f32
+    means "no reduced setting"). An INT8 model is judged as INT8 whatever its float parts run in.
+    A ``precision`` among the backend options is the sweep itself (given twice, differently, it is
+    an error: it would otherwise be overridden silently).
     """
     from deploykit.backends.registry import canonical_name, get_backend
 
+    options = dict(options or {})
+    precisions = _sweep_with_option(list(precisions), options.pop("precision", None))
+    own = normalize_precision(model_precision)
     candidates: list[Candidate] = []
     notes: list[str] = []
     for spec in specs or default_backend_specs():
@@ -105,27 +115,47 @@ def expand_candidates(
         name = canonical_name(name)
         backend = get_backend(name)
         device = device or backend.default_device
-        own = normalize_precision(model_precision)
-        asked = any(p is not None for p in precisions)
-        native = backend.precisions(device) if asked and backend.is_available() else []
+        available = backend.is_available()
+        settable = "precision" in backend.options
+        native = backend.precisions(device) if available and settable else []
+        ran = backend.model_precision(own, device) if available and not settable else own
+        seen: set[tuple[str | None, str]] = set()
         for precision in precisions:
-            settings = dict(options or {})
+            settings = dict(options)
+            judged = precision
             if precision is not None:
-                offered = native
-                if "precision" not in backend.options:  # the model's own (an INT8 model's float parts: f32)
-                    offered = [own, "f32"] if own == "int8" else [own]
-                elif own not in offered:  # an INT8 model runs as it is, whatever the backend's precision setting
-                    offered = [*offered, own]
-                if precision not in offered and backend.is_available():
-                    notes.append(
-                        f"{name}:{device} {precision}: not supported here ({name} on {device} runs "
-                        f"{', '.join(offered)})"
-                    )
+                if precision == "int8" and own != "int8":
+                    notes.append(f"{name}:{device} int8: the model is not quantized (run 'deploykit quantize' "
+                                 "first, then compare the INT8 model)")  # fmt: skip
                     continue
-                if precision in native:
+                offered = [*native, *(["int8"] if own == "int8" else [])] if settable else sorted({ran, "f32"})
+                if precision not in offered and available:
+                    runs = ", ".join(offered if settable else [ran])
+                    notes.append(f"{name}:{device} {precision}: not supported here ({name} on {device} runs {runs})")
+                    continue
+                if settable and precision in native:
                     settings.update(backend.precision_options(precision))
-            candidates.append(Candidate(name, device, precision, settings))
+                # an INT8 model at f32 (its float parts) is judged as INT8; at bf16/f16 by that precision
+                judged = "int8" if own == "int8" and precision in ("f32", "int8") else (precision if settable else ran)
+            key = (judged, repr(sorted(settings.items())))
+            if key in seen:  # f32 and int8 of an INT8 model on one setting are one run
+                continue
+            seen.add(key)
+            candidates.append(Candidate(name, device, judged, settings))
     return candidates, notes
+
+
+def _sweep_with_option(precisions: list[str | None], option: OptionValue | None) -> list[str | None]:
+    """The precision sweep, with a ``precision`` backend option folded in (the default sweep yields to it)."""
+    if option is None:
+        return precisions
+    asked = normalize_precision(str(option))
+    if precisions in ([None], ["f32"], [asked]):
+        return [asked]
+    raise UsageError(
+        f"precision | given twice: --option precision={option} and --precision {','.join(str(p) for p in precisions)}.",
+        hint="give the precision once, with --precision (it sweeps, e.g. --precision f32,bf16).",
+    )
 
 
 @dataclass
@@ -194,8 +224,42 @@ def check_given_inputs(specs: Mapping[str, Any], given: Mapping[str, np.ndarray]
 
 def _run(model: Path, candidate: Candidate, cases: Sequence[Mapping[str, np.ndarray]], timeout_s: float,
          isolate: bool, label: str | None = None) -> CandidateRun:  # fmt: skip
+    from deploykit.platforms import get_platform
+
+    interpreter = get_platform(candidate.platform).interpreter()
     return run_candidate(model, candidate.backend, candidate.device, cases, options=candidate.options,
-                         label=label or candidate.label, timeout_s=timeout_s, isolate=isolate)  # fmt: skip
+                         label=label or candidate.label, timeout_s=timeout_s, isolate=isolate,
+                         interpreter=interpreter)  # fmt: skip
+
+
+def on_platforms(
+    candidates: Sequence[Candidate], platforms: str | Sequence[str] | None, *, defaulted: bool = False
+) -> tuple[list[Candidate], list[str]]:
+    """Every candidate on every platform asked for (``host`` when none), and one note per emulated
+    platform: what it emulates and with which runtime builds. A platform that is not prepared
+    fails here, before anything runs (``PlatformError`` naming what would prepare it).
+
+    ``defaulted``: the candidates are every backend × device of the host; an emulated target
+    has only a CPU, so there each backend runs on its default device alone.
+    """
+    import dataclasses
+
+    from deploykit.backends.registry import get_backend
+    from deploykit.platforms import parse_platforms
+
+    chosen = parse_platforms(platforms)
+    notes = []
+    expanded = []
+    for platform in chosen:
+        if platform.emulated:
+            platform.interpreter()
+            notes.append(f"{platform.describe()}: the target's builds of the runtimes, emulated; "
+                         "numbers and precisions are the target's, speed is not the board's")  # fmt: skip
+        for candidate in candidates:
+            if platform.emulated and defaulted and candidate.device != get_backend(candidate.backend).default_device:
+                continue
+            expanded.append(dataclasses.replace(candidate, platform=platform.name))
+    return expanded, notes
 
 
 def judge_run(
@@ -304,6 +368,7 @@ def verify_model(
     options: Mapping[str, OptionValue] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     isolate: bool = True,
+    platforms: str | Sequence[str] | None = None,
 ) -> VerificationReport:
     """Run the same inputs on every candidate and judge each against the oracle.
 
@@ -323,6 +388,9 @@ def verify_model(
         options: backend options for every candidate.
         timeout_s: per worker process.
         isolate: one worker process per backend (turn off only for debugging).
+        platforms: where the candidates' workers run: ``host`` (default), ``linux/arm64`` (the
+            aarch64 builds under emulation, ``deploykit platforms add``), or several
+            (``host,linux/arm64``): every candidate on each. The oracle runs on the host.
     """
     from deploykit.model import read_interface
     from deploykit.verify.task_metric import task_of
@@ -334,6 +402,8 @@ def verify_model(
     candidates, notes = expand_candidates(
         backends, parse_precisions(precision), model_precision=interface.precision, options=options
     )
+    candidates, platform_notes = on_platforms(candidates, platforms, defaulted=not backends)
+    notes += platform_notes
     if not candidates:
         raise UsageError(
             f"compare '{model_path.name}' | no backend can run the precisions asked for here: {'; '.join(notes)}.",
@@ -371,6 +441,9 @@ def verify_model(
     verdicts = judge_runs(candidate_runs, prepared.cases, references, oracle_info, overrides=overrides, task=task,
                           metadata=interface.metadata)  # fmt: skip
     first = prepared.cases[0]
+    emulated_seconds = {
+        r.label: {"platform": r.platform, "emulated": True, **r.seconds} for r in runs if r.platform != "host"
+    }
     return VerificationReport(
         model=str(model_path),
         oracle=oracle_info,
@@ -378,6 +451,7 @@ def verify_model(
         inputs={k: list(v.shape) for k, v in first.items()},
         input_source=prepared.source + (f" ({len(prepared.images)} images)" if prepared.images else ""),
         notes=notes,
+        emulated_seconds=emulated_seconds,
     )
 
 

@@ -59,6 +59,29 @@ runpy.run_module(sys.argv[1], run_name='__main__', alter_sys=True)
 """
 
 
+@dataclass(frozen=True)
+class Interpreter:
+    """The Python a worker runs in: this process's own, or another one (an aarch64 Python under
+    user-mode QEMU, from ``deploykit.platforms``). The job protocol is the same for every one.
+
+    Attributes:
+        command: the argv that starts the interpreter (``-c <bootstrap> module pid`` follows);
+            empty means ``sys.executable``.
+        environment: variables set for the worker on top of this process's.
+        platform: the platform the worker runs on, as rows name it (``host``, ``linux/arm64``).
+    """
+
+    command: tuple[str, ...] = ()
+    environment: Mapping[str, str] = field(default_factory=dict)
+    platform: str = "host"
+
+    def argv(self) -> list[str]:
+        return list(self.command) or [sys.executable]
+
+
+HOST = Interpreter()
+
+
 @dataclass
 class WorkerOutcome:
     """What a worker produced: its result object, or why there is none."""
@@ -99,19 +122,28 @@ def kill_workers() -> None:
         _kill_group(process)
 
 
-def run_worker(module: str, job: Mapping[str, Any], *, timeout_s: float = DEFAULT_TIMEOUT_S) -> WorkerOutcome:
+def run_worker(
+    module: str,
+    job: Mapping[str, Any],
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    interpreter: Interpreter = HOST,
+) -> WorkerOutcome:
     """Run ``python -m module`` (safely) with ``job`` as JSON on stdin; return its result line.
 
-    The worker and its children are killed when the time limit passes or when this process is
-    interrupted (the interruption is then re-raised).
+    ``interpreter`` says which Python runs it (this one by default). The worker and its children
+    are killed when the time limit passes or when this process is interrupted (the interruption
+    is then re-raised).
     """
+    environment = {**os.environ, **interpreter.environment} if interpreter.environment else None
     process = subprocess.Popen(
-        [sys.executable, "-c", _BOOTSTRAP, module, str(os.getpid())],
+        [*interpreter.argv(), "-c", _BOOTSTRAP, module, str(os.getpid())],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        env=environment,
     )
     with _live_lock:
         _live.add(process)
@@ -142,10 +174,38 @@ class CandidateRun:
     info: dict[str, Any] | None = None
     outputs: list[dict[str, np.ndarray]] = field(default_factory=list)
     error: str | None = None
+    error_data: dict[str, Any] | None = None
+    """The worker's ``DeployKitError`` as data (type, message, hint); None for a crash or a timeout."""
+    seconds: dict[str, Any] = field(default_factory=dict)
+    """The worker's one pass: ``load`` and ``run`` (one per input set) seconds; no statistics."""
+    platform: str = "host"
+
+    @property
+    def latency_ms(self) -> list[float]:
+        """Milliseconds of each input set's run (one pass: what ``deploykit run`` prints)."""
+        return [float(s) * 1e3 for s in self.seconds.get("run", [])]
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    def raise_error(self, model: str | os.PathLike[str]) -> None:
+        """Raise what stopped the run as a ``DeployKitError``: the worker's own error, rebuilt from
+        its data, or a ``BackendError`` naming the crash's signal or the timeout."""
+        from deploykit import errors
+
+        if self.error is None:
+            return
+        if self.error_data is not None:
+            kind = getattr(errors, str(self.error_data.get("type")), None)
+            if not (isinstance(kind, type) and issubclass(kind, errors.DeployKitError)):
+                kind = errors.DeployKitError
+            raise kind(str(self.error_data["message"]), hint=self.error_data.get("hint"))
+        raise errors.BackendError(
+            f"backend '{self.label}' | crashed running '{Path(model).name}': {self.error}.",
+            hint="the runtime itself failed (this is not an error in the model or the inputs); "
+            "try another backend or device, and report it to the runtime's authors.",
+        )
 
 
 def run_candidate(
@@ -158,15 +218,23 @@ def run_candidate(
     label: str | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     isolate: bool = True,
+    extra: Mapping[str, Any] | None = None,
+    interpreter: Interpreter = HOST,
 ) -> CandidateRun:
-    """Open ``model`` on ``backend:device`` and run every input set, in a worker process by default."""
+    """Open ``model`` on ``backend:device`` and run every input set, in a worker process by default
+    (always, when ``interpreter`` is another Python than this one).
+
+    ``extra`` adds to the worker's job: ``allow_fallback``, or ``input_options`` and ``seed`` to
+    have the worker make the one input set from the session's inputs (``deploykit run``)."""
     label = label or (f"{backend}:{device}" if device else backend)
     job: dict[str, Any] = {"model": str(model), "backend": backend, "device": device, "options": dict(options or {})}
-    if not isolate:
+    job.update(extra or {})
+    if not isolate and interpreter == HOST:
         from deploykit.verify.worker import run_job
 
         result, outputs = run_job(job, list(cases))
-        return CandidateRun(label, result.get("info"), outputs, result.get("error"))
+        return CandidateRun(label, result.get("info"), outputs, result.get("error"), result.get("error_data"),
+                            result.get("seconds") or {})  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="deploykit-verify-") as scratch:
         directory = Path(scratch)
         job["cases"] = []
@@ -175,13 +243,18 @@ def run_candidate(
             save_arrays(path, feeds)
             job["cases"].append(str(path))
         job["outputs_dir"] = str(directory)
-        outcome = run_worker("deploykit.verify.worker", job, timeout_s=timeout_s)
+        outcome = run_worker("deploykit.verify.worker", job, timeout_s=timeout_s, interpreter=interpreter)
+        where = interpreter.platform
         if outcome.result is None:
-            return CandidateRun(label, error=outcome.error)
+            return CandidateRun(label, error=outcome.error, platform=where)
         if outcome.result.get("status") != "ok":
-            return CandidateRun(label, outcome.result.get("info"), error=outcome.result.get("error"))
+            return CandidateRun(
+                label, outcome.result.get("info"), error=outcome.result.get("error"),
+                error_data=outcome.result.get("error_data"), platform=where,
+            )  # fmt: skip
         outputs = []
-        for index in range(len(cases)):
-            with np.load(directory / f"outputs-{index}.npz", allow_pickle=False) as archive:
+        for path in sorted(directory.glob("outputs-*.npz"), key=lambda p: int(p.stem.split("-")[1])):
+            with np.load(path, allow_pickle=False) as archive:
                 outputs.append({name: archive[name] for name in archive.files})
-        return CandidateRun(label, outcome.result.get("info"), outputs)
+        return CandidateRun(label, outcome.result.get("info"), outputs, seconds=outcome.result.get("seconds") or {},
+                            platform=where)  # fmt: skip

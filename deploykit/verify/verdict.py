@@ -219,10 +219,7 @@ def _summary(outputs: Sequence[OutputMetrics], reduced: bool, task: TaskResult |
         text += f", min SNR {min(snrs):.1f} dB" if snrs else ""
         text += f", max abs error {max(o.max_abs_error for o in outputs):.3g} (shown, not judged)"
         return text + (
-            f"; {task.describe()}"
-            if task
-            else "; no task metric (it needs a classifier or detector, real images "
-            "and a verified f32 run to compare with)"
+            f"; {task.describe()}" if task else "; no task metric (it needs a classifier or detector and real images)"
         )
     return f"max abs error {max(o.max_abs_error for o in outputs):.3g}"
 
@@ -237,6 +234,9 @@ class VerificationReport:
     inputs: dict[str, list[int]] = field(default_factory=dict)
     input_source: str = "seeded random"
     notes: list[str] = field(default_factory=list)
+    emulated_seconds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Candidate label → ``{platform, load, run}`` seconds of rows that ran under emulation: one
+    pass each, marked emulated, never a speed (``deploykit.platforms``); empty on the host."""
 
     @property
     def status(self) -> str:
@@ -269,7 +269,7 @@ class VerificationReport:
             "input_source": self.input_source,
             "notes": list(self.notes),
             "verdicts": [v.to_dict() for v in self.verdicts],
-        }
+        } | ({"emulated_seconds": self.emulated_seconds} if self.emulated_seconds else {})
 
 
 def verdicts_html(verdicts: Sequence[Verdict], title: str) -> str:

@@ -1,14 +1,16 @@
 """Worker entry: open one model on one backend and run every input set (see ``isolated``).
 
 Reads a JSON job on stdin — ``{model, backend, device, options, cases: [inputs.npz ...],
-outputs_dir}`` — writes ``outputs-<i>.npz`` per input set and prints one result line:
-``{"status": "ok", "info": session info}`` or ``{"status": "error", "error": reason}``.
+outputs_dir}``, or ``input_options`` and ``seed`` in place of ``cases`` — writes ``outputs-<i>.npz``
+per input set and prints one result line: ``{"status": "ok", "info": session info, "seconds":
+{"load": s, "run": [s, ...]}}`` or ``{"status": "error", "error": reason, "error_data": {type, message, hint}}``.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,31 +25,62 @@ from deploykit.verify.isolated import RESULT_PREFIX
 def run_job(
     job: Mapping[str, Any], cases: Sequence[Mapping[str, np.ndarray]]
 ) -> tuple[dict[str, Any], list[dict[str, np.ndarray]]]:
-    """Run the job's model on each input set; a deploykit error becomes the result's reason."""
+    """Run the job's model on each input set; a deploykit error becomes the result's reason.
+
+    A job with ``input_options`` (``deploykit run``'s ``--input`` values and ``seed``) makes its one
+    input set here, from the session's own inputs, instead of reading ``cases``.
+    """
+
     from deploykit.backends.registry import get_backend
 
     outputs: list[dict[str, np.ndarray]] = []
     info: dict[str, Any] | None = None
+    seconds: dict[str, Any] = {}
     try:
         backend = get_backend(job["backend"])
-        with backend.open(job["model"], job.get("device"), **dict(job.get("options") or {})) as session:
+        allow_fallback = bool(job.get("allow_fallback", False))
+        options = dict(job.get("options") or {})
+        started = time.perf_counter()
+        with backend.open(job["model"], job.get("device"), allow_fallback=allow_fallback, **options) as session:
+            seconds["load"] = time.perf_counter() - started
             info = session.info.to_dict()
+            if "input_options" in job:
+                from deploykit.inputs import parse_input_options
+
+                cases = [parse_input_options(job["input_options"], session.inputs, seed=int(job.get("seed", 0)))]
+            seconds["run"] = []
             for feeds in cases:
+                started = time.perf_counter()
                 outputs.append(session.run(dict(feeds)))
+                seconds["run"].append(time.perf_counter() - started)
     except DeployKitError as exc:
-        return {"status": "error", "error": str(exc), "info": info}, []
-    return {"status": "ok", "info": info}, outputs
+        error = {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint}
+        return {"status": "error", "error": str(exc), "error_data": error, "info": info}, []
+    # one pass, no warm-up, no statistics: what `deploykit run` and an emulated row show, never a benchmark
+    return {"status": "ok", "info": info, "seconds": seconds}, outputs
+
+
+def storable(outputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """Outputs as an ``.npz`` holds them without pickling: a sequence's tensors as ``name[0]``,
+    ``name[1]`` ..., an empty optional left out."""
+    arrays: dict[str, np.ndarray] = {}
+    for name, value in outputs.items():
+        if isinstance(value, list):
+            arrays.update({f"{name}[{index}]": item for index, item in enumerate(value)})
+        elif value is not None:
+            arrays[name] = value
+    return arrays
 
 
 def main() -> int:
     job = json.loads(sys.stdin.read())
     cases = []
-    for path in job["cases"]:
+    for path in job.get("cases", []):
         with np.load(path, allow_pickle=False) as archive:
             cases.append({name: archive[name] for name in archive.files})
     result, outputs = run_job(job, cases)
     for index, arrays in enumerate(outputs):
-        save_arrays(Path(job["outputs_dir"]) / f"outputs-{index}.npz", arrays)
+        save_arrays(Path(job["outputs_dir"]) / f"outputs-{index}.npz", storable(arrays))
     print(RESULT_PREFIX + json.dumps(result), flush=True)
     return 0
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from deploykit.backends.base import Session
 from deploykit.backends.options import OptionValue
 from deploykit.errors import UsageError
 from deploykit.labels import read_labels
@@ -111,14 +112,19 @@ def check_thresholds(*, conf: float | None, iou: float | None, prefix: str = "")
 
 class _Pipeline:
     def __init__(
-        self, model: str | os.PathLike[str], backend: str | None, device: str | None, options: dict[str, OptionValue]
-    ) -> None:
+        self, model: str | os.PathLike[str] | Session, backend: str | None, device: str | None,
+        options: dict[str, OptionValue],
+    ) -> None:  # fmt: skip
         from deploykit import load
 
-        options = dict(options)
-        fallback = bool(options.pop("allow_fallback", False))
-        self.session = load(Path(model), backend, device, allow_fallback=fallback, **options)
-        self.model_path = Path(self.session.model_path)  # a bundle's model file, not its folder
+        if isinstance(model, Session):  # an open session (the server's queued one): backend and options are its own
+            self.model_path = model.model_path
+            self.session = model
+        else:
+            options = dict(options)
+            fallback = bool(options.pop("allow_fallback", False))
+            self.session = load(Path(model), backend, device, allow_fallback=fallback, **options)
+            self.model_path = Path(self.session.model_path)  # a bundle's model file, not its folder
         self.metadata = self.session.metadata
         self.input = _input_spec(self.session)
         self._local = threading.local()
@@ -147,7 +153,8 @@ class Detector(_Pipeline):
     """YOLO-family detection: image → boxes in original pixels, after confidence filter and NMS.
 
     Args:
-        model: the ``.onnx`` file, or a bundle folder (``deploykit optimize -o``): its chosen configuration.
+        model: the ``.onnx`` file, a bundle folder (``deploykit optimize -o``: its chosen configuration),
+            or an open ``Session`` (then backend, device and options are its own).
         backend, device: where it runs (``deploykit.load``; default ONNX Runtime on the CPU).
         labels: names file or list; default from the model's metadata.
         conf: minimum class score (objectness × class probability where the model has objectness).
@@ -162,7 +169,7 @@ class Detector(_Pipeline):
 
     def __init__(
         self,
-        model: str | os.PathLike[str],
+        model: str | os.PathLike[str] | Session,
         backend: str | None = None,
         device: str | None = None,
         *,
@@ -250,7 +257,7 @@ class Classifier(_Pipeline):
     """Image classification: image → top-k labels with probabilities.
 
     Args:
-        model: the ``.onnx`` file.
+        model: the ``.onnx`` file, or an open ``Session`` (then backend, device and options are its own).
         backend, device: where it runs.
         labels: names file or list; default from the metadata, else ``class_N``.
         mean, std, scale, channel_order: normalisation; default from the model's metadata (recipes
@@ -264,7 +271,7 @@ class Classifier(_Pipeline):
 
     def __init__(
         self,
-        model: str | os.PathLike[str],
+        model: str | os.PathLike[str] | Session,
         backend: str | None = None,
         device: str | None = None,
         *,

@@ -133,9 +133,14 @@ def symbolic_sequence() -> Any:
 
 @dataclass(frozen=True)
 class CatalogModel:
+    """One contract model. ``refusal_names``: what a backend that cannot run the model must name in
+    its ``UnsupportedModelError`` (the operator or the input) for the contract to accept the refusal;
+    empty when every backend must run it."""
+
     name: str
     build: Callable[[], Any]
     feeds: Callable[[np.random.Generator], list[dict[str, np.ndarray]]]
+    refusal_names: tuple[str, ...] = ()
 
 
 def _floats(rng: np.random.Generator, *shape: int) -> np.ndarray:
@@ -154,10 +159,12 @@ CATALOG: list[CatalogModel] = [
         "int64_embedding",
         int64_embedding,
         lambda r: [{"indices": r.integers(0, 10, (1, 5)).astype(np.int64)}],
+        refusal_names=("Gather",),
     ),
     CatalogModel(
         "symbolic_sequence",
         symbolic_sequence,
         lambda r: [{"x": _floats(r, 1, 7, 4)}, {"x": _floats(r, 1, 2, 4)}],
+        refusal_names=("input 'x'", "'seq'"),
     ),
 ]

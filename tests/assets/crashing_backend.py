@@ -63,3 +63,12 @@ class RaisingBackend(Backend):
 
     def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         raise RuntimeError("runtime internals\nop Foo is not implemented")
+
+
+class NativeFormatBackend(RaisingBackend):
+    """A plug-in that also reads a file format of its own (``formats``): its runtime's reason for such a
+    file is the message, not "cannot be parsed as ONNX"."""
+
+    name = "native"
+    aliases = ()
+    formats = (".onnx", ".mine")

@@ -49,7 +49,10 @@ def test_precision_is_what_the_compiled_model_says(catalog_paths):
 
 
 def test_bad_precision_and_hint(catalog_paths):
-    with pytest.raises(UsageError, match=r"option precision='int4' is not one of f32, fp32, bf16, f16, fp16"):
+    with pytest.raises(
+        UsageError,
+        match=r"option precision='int4' is not one of f32, fp32, float32, bf16, bfloat16, f16, fp16, float16, half",
+    ):
         deploykit.load(catalog_paths["conv_bn_act"], "ov", precision="int4")
     with pytest.raises(UsageError, match=r"option performance_hint='fast' is not one of latency, throughput"):
         deploykit.load(catalog_paths["conv_bn_act"], "ov", performance_hint="fast")

@@ -44,3 +44,12 @@ def test_check_prints_a_table_with_claims_and_what_ran():
     assert result.exit_code == 0, result.output
     assert "what each backend claims here, and what ran" in result.stdout
     assert "onnxruntime" in result.stdout and "claims" in result.stdout and "ran" in result.stdout
+
+
+def test_a_plug_in_that_cannot_load_is_one_row_not_the_whole_listing(monkeypatch):
+    monkeypatch.setenv("DEPLOYKIT_BACKENDS", "bogus=nonexistent.module:Nothing")
+    result = runner.invoke(app, ["backends", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {row["name"]: row for row in json.loads(result.stdout)}
+    assert rows["bogus"]["available"] is False and "its plug-in failed to load" in rows["bogus"]["reason"]
+    assert rows["onnxruntime"]["available"] is True

@@ -1,5 +1,5 @@
-"""Models and photos for the optimize tests: the quantize tests' small image classifier built in code,
-the MobileNetV2 recipe with its real ImageNet weights and 12 real photos (the same fixtures), and a
+"""Models and photos for the optimize tests: the quantize tests' small image classifier built in code
+and 12 real photos (the same fixtures; MobileNetV2 is the session's, tests/conftest.py), and a
 verified-file cache of the tests' own."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.quantize.conftest import classifier_path, mobilenet_v2, photos
+from tests.quantize.conftest import classifier_path, photos
 
-__all__ = ["classifier_path", "mobilenet_v2", "photos"]
+__all__ = ["classifier_path", "photos"]
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -186,17 +186,17 @@ def test_missing_files_and_a_folder_that_is_no_bundle(searched, tmp_path):
         deploykit.load(empty)
 
 
-def test_mobilenet_v2_end_to_end(mobilenet_v2, photos, tmp_path):
+def test_mobilenet_v2_end_to_end(mobilenet, photos, tmp_path):
     """The real ImageNet MobileNetV2: a choice within 1% top-1 agreement, opened as a Classifier."""
     output = tmp_path / "deploy"
-    report = optimize(mobilenet_v2, photos, output=output, backends=BACKENDS, threads=[1], engines=["ort"],
+    report = optimize(mobilenet, photos, output=output, backends=BACKENDS, threads=[1], engines=["ort"],
                       max_drop="1%", time_budget="3m")  # fmt: skip
     best = report.best
     assert best.accuracy_delta is not None and best.accuracy_delta <= 0.01
     assert report.metric == "top-1 agreement" and report.settings.accuracy_images == 6
     int8 = [c for c in report.candidates if c.variant == "int8-ort"]
     assert int8 and all(c.verdict is not None or c.reason.startswith("did not run") for c in int8)
-    with deploykit.Classifier(output) as classifier, deploykit.Classifier(mobilenet_v2) as reference:
+    with deploykit.Classifier(output) as classifier, deploykit.Classifier(mobilenet) as reference:
         assert classifier.labels == reference.labels and len(classifier.labels) == 1000
         assert classifier(photos / "dog.jpg", top_k=1)[0].label == reference(photos / "dog.jpg", top_k=1)[0].label
 

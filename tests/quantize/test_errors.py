@@ -99,7 +99,13 @@ def test_option_errors(classifier_path, classifier_npz, tmp_path):
         (
             dict(calibrate=classifier_npz, engine="tensorrt"),
             UsageError,
-            r"--engine 'tensorrt' \| is not one of ort, nncf",
+            r"--engine 'tensorrt' \| is not one of ort, nncf\. Hint",
+        ),
+        (
+            dict(calibrate=classifier_npz, engine="ncnn"),
+            UsageError,
+            r"--engine 'ncnn' \| is not one of ort, nncf: ncnn quantizes with its ncnn2table and ncnn2int8 tools, "
+            r"which the ncnn and pnnx wheels do not ship",
         ),
         (dict(calibrate=classifier_npz, method="kl"), UsageError, r"--method 'kl' \| is not one of minmax, entropy"),
         (dict(calibrate=classifier_npz, engine="nncf", method="entropy"), UsageError, r"NNCF chooses its own ranges"),

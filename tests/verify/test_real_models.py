@@ -34,21 +34,6 @@ def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-@pytest.fixture(scope="module")
-def mobilenet(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    output = tmp_path_factory.mktemp("mobilenet") / "mobilenet_v2.onnx"
-    build("mobilenet_v2", output, verify_backends=[])
-    return output
-
-
-@pytest.fixture(scope="module")
-def yolov4_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cfg, weights, names = official_darknet("yolov4-tiny")
-    output = tmp_path_factory.mktemp("yolo") / "yolov4-tiny.onnx"
-    convert_darknet(cfg, weights, output, labels=names, verify_backends=[])
-    return output
-
-
 def _check_reduced(report: deploykit.VerificationReport, precision: str, metric: str) -> None:
     by_precision = {v.precision: v for v in report.verdicts}
     assert by_precision["f32"].status == "pass", by_precision["f32"].describe()

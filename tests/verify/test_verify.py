@@ -241,3 +241,32 @@ def test_a_qdq_model_is_int8_and_judged_as_int8(tmp_path):
     assert all(v.rule == "cosine/SNR" for v in report.verdicts)
     assert all(not v.failed for v in report.verdicts), [v.describe() for v in report.verdicts]
     assert not any("not supported here" in n for n in report.notes), report.notes
+
+
+def test_a_precision_option_is_the_sweep_never_overridden(tmp_path):
+    """`compare -o precision=P` used to run f32 (the default sweep overwrote it) and pass."""
+    from deploykit.backends.registry import get_backend
+    from deploykit.errors import PrecisionUnavailableError
+    from deploykit.verify.check import expand_candidates
+
+    candidates, _ = expand_candidates(["openvino"], ["f32"], options={"precision": "bf16"})
+    assert [(c.precision, c.options.get("precision")) for c in candidates] == [("bf16", "bf16")]
+    with pytest.raises(UsageError, match=r"precision \| given twice: --option precision=f16 and --precision bf16"):
+        expand_candidates(["openvino"], ["bf16"], options={"precision": "f16"})
+    native = get_backend("openvino").precisions("CPU")
+    missing = [p for p in ("bf16", "f16") if p not in native]
+    model = _conv(tmp_path / "conv.onnx", [1, 3, 8, 8])
+    if missing:  # a CPU without it: the compare is refused up front, not run at f32
+        with pytest.raises((UsageError, PrecisionUnavailableError), match=rf"{missing[0]}"):
+            verify_model(model, ["openvino"], options={"precision": missing[0]})
+    report = verify_model(model, ["openvino"], options={"precision": native[-1]})
+    assert [v.precision for v in report.verdicts] == [native[-1]]
+
+
+def test_an_int8_model_is_judged_as_int8_at_the_default_precision(tmp_path):
+    from deploykit.verify.check import expand_candidates
+
+    candidates, notes = expand_candidates(["ort", "openvino"], ["f32"], model_precision="int8")
+    assert [c.precision for c in candidates] == ["int8", "int8"], notes
+    _, notes = expand_candidates(["ort"], ["int8"], model_precision="f32")
+    assert any("int8: the model is not quantized (run 'deploykit quantize' first" in n for n in notes)

@@ -1,0 +1,287 @@
+"""What ``deploykit serve`` costs over calling the session in-process, on loopback, within one run.
+
+The server runs as the real command in its own process; the clients (tritonclient HTTP and gRPC) run
+here. Prints JSON lines:
+
+- ``startup``: seconds from starting the command to ``/v2/health/ready`` (imports included), and the
+  server's own figure from binding its ports to every model ready (after imports);
+- ``overhead``: YOLOv4-tiny at batch 1, calls interleaved across in-process ``Session.run``, HTTP
+  binary, HTTP JSON and gRPC; p50/p90/p99 of each, the p50 difference to in-process (target +1.5 ms),
+  the median of the paired differences (each transport's call minus the in-process call next to it:
+  robust on a loaded machine), and the server's and this process's CPU milliseconds per call (which
+  contention inflates far less than wall time). The same for ``yolo-shaped``, a graph with
+  YOLOv4-tiny's input and output sizes and almost no compute: the whole round trip is the server's
+  and the transport's cost;
+- ``throughput``: MobileNetV2, 8 concurrent gRPC clients with dynamic batching against the best
+  in-process offline throughput (batch 1 or 8, measured before and after the load, the better kept)
+  of the same backend in the same run (target 0.9×); failed requests, p99, the mean batch formed,
+  and the server's memory before, during and after.
+
+Run: ``.venv/bin/python benchmarks/serve.py [--load-seconds 60] [--rounds 5] [--calls 20]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import deploykit  # noqa: E402
+from deploykit.bench.stats import latency_stats  # noqa: E402
+from deploykit.recipes import build  # noqa: E402
+
+
+def emit(record: dict) -> None:
+    print(json.dumps(record), flush=True)
+
+
+def start_server(models: list[str], *extra: str) -> tuple[subprocess.Popen[str], dict[str, int], float, float]:
+    """The command on free ports; (process, ports, seconds to ready from launch, server's own start-up seconds)."""
+    started = time.perf_counter()
+    command = [sys.executable, "-m", "deploykit.cli.main", "serve", *models, "--http-port", "0", "--grpc-port", "0",
+               "--metrics-port", "0", *extra]  # fmt: skip
+    process = subprocess.Popen(command, cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    assert process.stderr is not None
+    ports: dict[str, int] = {}
+    own = float("nan")
+    for line in process.stderr:
+        if line.startswith("listening:"):
+            ports = {k: int(v) for k, v in re.findall(r"(\w+)=127\.0\.0\.1:(\d+)", line)}
+        match = re.match(r"ready: \d+ model\(s\) in ([0-9.]+) s", line)
+        if match:
+            own = float(match.group(1))
+            break
+        if line.startswith(("error:", "not ready:")):
+            raise SystemExit(f"server failed: {line.strip()}")
+    import httpx
+
+    while httpx.get(f"http://127.0.0.1:{ports['http']}/v2/health/ready").status_code != 200:
+        time.sleep(0.01)
+    ready_s = time.perf_counter() - started
+    threading.Thread(target=lambda: [None for _ in process.stderr], daemon=True).start()  # type: ignore[union-attr]
+    return process, ports, ready_s, own
+
+
+def stop_server(process: subprocess.Popen[str]) -> None:
+    process.send_signal(signal.SIGTERM)
+    process.wait(timeout=60)
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds a process has used (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def yolo_shaped(path: Path) -> Path:
+    """(1, 3, 416, 416) → (1, 2535, 85) by a flatten, a slice and a reshape: the payload without the compute."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    constants = {"flat": [1, -1], "start": [0], "end": [2535 * 85], "axes": [1], "shape": [1, 2535, 85]}
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["images", "flat"], ["f"]),
+         helper.make_node("Slice", ["f", "start", "end", "axes"], ["s"]),
+         helper.make_node("Reshape", ["s", "shape"], ["detections"])],
+        "yolo_shaped",
+        [helper.make_tensor_value_info("images", TensorProto.FLOAT, [1, 3, 416, 416])],
+        [helper.make_tensor_value_info("detections", TensorProto.FLOAT, [1, 2535, 85])],
+        [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in constants.items()],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def overhead(model: Path, label: str, rounds: int, calls: int) -> None:
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    process, ports, _, _ = start_server([f"yolo={model}"])
+    try:
+        x = np.random.default_rng(0).random((1, 3, 416, 416), dtype=np.float32)
+        http = httpclient.InferenceServerClient(f"127.0.0.1:{ports['http']}")
+        grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{ports['grpc']}")
+        session = deploykit.load(model)
+
+        def http_call(binary: bool):
+            def call() -> None:
+                tensor = httpclient.InferInput("images", [1, 3, 416, 416], "FP32")
+                tensor.set_data_from_numpy(x, binary_data=binary)
+                http.infer("yolo", [tensor], outputs=[httpclient.InferRequestedOutput("detections", binary)])
+
+            return call
+
+        def grpc_call() -> None:
+            tensor = grpcclient.InferInput("images", [1, 3, 416, 416], "FP32")
+            tensor.set_data_from_numpy(x)
+            grpc.infer("yolo", [tensor])
+
+        modes = {"in-process": lambda: session.run({"images": x}), "http-binary": http_call(True),
+                 "grpc": grpc_call, "http-json": http_call(False)}  # fmt: skip
+        samples: dict[str, list[int]] = {mode: [] for mode in modes}
+        for call in modes.values():  # warm-up
+            for _ in range(3):
+                call()
+        order = list(modes)
+        rng = np.random.default_rng(3)
+        for _ in range(rounds * calls):  # every mode once per step, in a fresh order: drift hits all alike
+            rng.shuffle(order)
+            for mode in order:
+                start = time.perf_counter_ns()
+                modes[mode]()
+                samples[mode].append(time.perf_counter_ns() - start)
+        cpu = {}  # CPU per call, which a loaded machine inflates far less than wall time: server's and client's
+        for mode, call in modes.items():
+            server_before, client_before = cpu_s(process.pid), time.process_time()
+            for _ in range(calls):
+                call()
+            cpu[mode] = ((cpu_s(process.pid) - server_before) * 1e3 / calls,
+                         (time.process_time() - client_before) * 1e3 / calls)  # fmt: skip
+        stats = {mode: latency_stats(values) for mode, values in samples.items()}
+        base = stats["in-process"].p50_ms
+        for mode, value in stats.items():
+            paired = np.median(np.subtract(samples[mode], samples["in-process"])) / 1e6
+            emit({"benchmark": "overhead", "model": label, "batch": 1, "mode": mode, "count": value.count,
+                  "p50_ms": round(value.p50_ms, 3), "p90_ms": round(value.p90_ms, 3), "p99_ms": round(value.p99_ms, 3),
+                  "cov": round(value.cov, 3), "p50_over_in_process_ms": round(value.p50_ms - base, 3),
+                  "paired_median_over_in_process_ms": round(float(paired), 3),
+                  "server_cpu_ms_per_call": round(cpu[mode][0], 2), "client_cpu_ms_per_call": round(cpu[mode][1], 2),
+                  "target_ms": 1.5 if mode in ("http-binary", "grpc") else None})  # fmt: skip
+        session.close()
+    finally:
+        stop_server(process)
+
+
+def offline_throughput(model: Path, seconds: float) -> tuple[float, int]:
+    """The best in-process throughput (samples/s) over batch 1 and batch 8, and that batch."""
+    best = (0.0, 1)
+    with deploykit.load(model) as session:
+        for batch in (1, 8):
+            x = np.random.default_rng(1).random((batch, 3, 224, 224), dtype=np.float32)
+            session.run({"images": x})
+            done, start = 0, time.perf_counter()
+            while time.perf_counter() - start < seconds:
+                session.run({"images": x})
+                done += batch
+            best = max(best, (done / (time.perf_counter() - start), batch))
+    return best
+
+
+def throughput(mobilenet: Path, seconds: float, clients: int) -> None:
+    import httpx
+    import tritonclient.grpc as grpcclient
+    from prometheus_client.parser import text_string_to_metric_families
+
+    offline_sps, offline_batch = offline_throughput(mobilenet, min(seconds, 10.0))
+    process, ports, _, _ = start_server([f"mobilenet={mobilenet}"], "--max-batch", "8", "--max-queue-delay", "2ms")
+    try:
+        x = np.random.default_rng(2).random((1, 3, 224, 224), dtype=np.float32)
+        latencies: list[int] = []
+        failures: list[str] = []
+        lock = threading.Lock()
+        rss_before = rss_mib(process.pid)
+        stop_at = time.perf_counter() + seconds
+
+        def client() -> None:
+            grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{ports['grpc']}")
+            while time.perf_counter() < stop_at:
+                tensor = grpcclient.InferInput("images", [1, 3, 224, 224], "FP32")
+                tensor.set_data_from_numpy(x)
+                start = time.perf_counter_ns()
+                try:
+                    grpc.infer("mobilenet", [tensor], client_timeout=30)
+                except Exception as exc:
+                    with lock:
+                        failures.append(f"{type(exc).__name__}: {exc}")
+                    continue
+                with lock:
+                    latencies.append(time.perf_counter_ns() - start)
+
+        start = time.perf_counter()
+        threads = [threading.Thread(target=client) for _ in range(clients)]
+        for thread in threads:
+            thread.start()
+        rss_samples = []  # the server's memory every tenth of the run: growth shows as a rising series
+        while any(thread.is_alive() for thread in threads):
+            time.sleep(seconds / 10)
+            rss_samples.append(round(rss_mib(process.pid), 1))
+        for thread in threads:
+            thread.join()
+        elapsed = time.perf_counter() - start
+        rss_after = rss_mib(process.pid)
+        after_sps, after_batch = offline_throughput(mobilenet, min(seconds, 10.0))  # the machine may have changed
+        if after_sps > offline_sps:
+            offline_sps, offline_batch = after_sps, after_batch
+        text = httpx.get(f"http://127.0.0.1:{ports['metrics']}/metrics").text
+        batches = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "deploykit_inference_batch_size_sum":
+                    batches["rows"] = sample.value
+                if sample.name == "deploykit_inference_batch_size_count":
+                    batches["passes"] = sample.value
+        stats = latency_stats(latencies)
+        served_sps = len(latencies) / elapsed
+        emit({"benchmark": "throughput", "model": "mobilenet_v2", "clients": clients, "seconds": round(elapsed, 1),
+              "requests": len(latencies), "failed": len(failures), "served_sps": round(served_sps, 2),
+              "offline_sps": round(offline_sps, 2), "offline_batch": offline_batch,
+              "ratio": round(served_sps / offline_sps, 3), "target_ratio": 0.9,
+              "mean_batch": round(batches.get("rows", 0) / max(1.0, batches.get("passes", 1)), 2),
+              "p50_ms": round(stats.p50_ms, 2), "p99_ms": round(stats.p99_ms, 2),
+              "rss_mib_before": round(rss_before, 1), "rss_mib_after": round(rss_after, 1),
+              "rss_mib_during": rss_samples,
+              "first_failure": failures[0] if failures else None})  # fmt: skip
+    finally:
+        stop_server(process)
+
+
+def startup(mobilenet: Path, yolo: Path) -> None:
+    process, _, ready_s, own_s = start_server([f"mobilenet={mobilenet}", f"yolo={yolo}"])
+    stop_server(process)
+    emit({"benchmark": "startup", "models": 2, "launch_to_ready_s": round(ready_s, 2),
+          "server_start_to_ready_s": own_s, "target_s": 3.0})  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--load-seconds", type=float, default=20.0)
+    parser.add_argument("--clients", type=int, default=8)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        mobilenet, yolo = Path(folder) / "mobilenet_v2.onnx", Path(folder) / "yolov4-tiny.onnx"
+        build("mobilenet_v2", mobilenet, verify_backends=())
+        build("yolov4-tiny", yolo, verify_backends=())
+        backend = deploykit.get_backend("onnxruntime").version()
+        emit({"benchmark": "machine", "cpus": os.cpu_count(), "load_1min": os.getloadavg()[0], "backend": backend})
+        startup(mobilenet, yolo)
+        overhead(yolo_shaped(Path(folder) / "yolo_shaped.onnx"), "yolo-shaped", args.rounds, args.calls)
+        overhead(yolo, "yolov4-tiny", args.rounds, args.calls)
+        throughput(mobilenet, args.load_seconds, args.clients)
+
+
+if __name__ == "__main__":
+    main()

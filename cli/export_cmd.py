@@ -1,0 +1,64 @@
+"""``deploykit export``: ONNX → a runtime's own files, verified (``export ncnn``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.markup import escape
+
+from .console import console
+from .verify_view import (
+    MIN_COSINE_OPTION,
+    MIN_MAP_OPTION,
+    MIN_SNR_OPTION,
+    MIN_TOP1_OPTION,
+    SHAPE_OPTION,
+    print_details,
+    threshold_options,
+    verdict_table,
+)
+
+export_app = typer.Typer(help="Export an ONNX model to a runtime's own format, verified.", no_args_is_help=True)
+
+
+@export_app.command("ncnn")
+def ncnn_command(
+    model: Path = typer.Argument(..., help="The .onnx file."),
+    output: Path = typer.Option(
+        ...,
+        "--output",
+        "-o",
+        readable=False,
+        help="OUT (or OUT.param): writes OUT.param, OUT.bin and OUT.json (the ONNX name → ncnn blob map).",
+    ),
+    fp16: bool = typer.Option(False, "--fp16", help="Store weights as f16 (judged by cosine/SNR and the task metric)."),
+    shapes: list[str] = SHAPE_OPTION,
+    inputs: Path = typer.Option(
+        None, "--inputs", help="An image or a folder of images to verify on (enables the task metric)."
+    ),
+    atol: float = typer.Option(None, "--atol", help="f32 absolute tolerance (default 1e-4)."),
+    rtol: float = typer.Option(None, "--rtol", help="f32 relative tolerance (default 1e-3)."),
+    min_cosine: float = MIN_COSINE_OPTION,
+    min_snr_db: float = MIN_SNR_OPTION,
+    min_top1: float = MIN_TOP1_OPTION,
+    min_map: float = MIN_MAP_OPTION,
+    timeout: float = typer.Option(900, "--timeout", help="Seconds one worker process (oracle, ncnn) may take."),
+) -> None:
+    """Convert an ONNX model with pnnx to an ncnn .param/.bin pair; write it only if it passes against
+    onnx's reference evaluator (element-wise at f32)."""
+    from deploykit.export import export_ncnn
+
+    done = export_ncnn(
+        model,
+        output,
+        fp16=fp16,
+        shapes=shapes,
+        images=inputs,
+        thresholds=threshold_options(atol, rtol, min_cosine, min_snr_db, min_top1, min_map),
+        timeout_s=timeout,
+    )
+    console.print(f"[bold]{escape(str(model))}[/] → {done.param}, {done.bin}, {done.io}  ({done.weights} weights)")
+    console.print("  names: " + ", ".join(f"{name} = {blob}" for name, blob in done.names.items()))
+    console.print(verdict_table(f"the exported pair against {done.oracle.name}", done.verdicts))
+    print_details(done.verdicts, done.notes)

@@ -1,0 +1,132 @@
+"""``deploykit serve``: models behind the KServe v2 protocol over HTTP and gRPC, until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+
+from deploykit.errors import UsageError
+
+if TYPE_CHECKING:
+    from deploykit.serve.server import Server
+
+from .console import coerce, err_console, parse_pairs
+
+
+def _port(text: str, flag: str) -> int | None:
+    if text.strip().lower() in ("none", "off"):
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(
+            f"{flag} '{text}' | is not a port.", hint="pass a port number, 0 for a free one, or none."
+        ) from None
+
+
+def _token(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        token = path.read_text().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--token-file '{path}' | cannot be read ({exc}).", hint="pass a readable text file.") from exc
+    if not token or any(c.isspace() for c in token):
+        raise UsageError(
+            f"--token-file '{path}' | holds no token (empty, or whitespace inside).",
+            hint="write one token without spaces, e.g. from 'openssl rand -hex 32'.",
+        )
+    return token
+
+
+def serve(
+    models: list[str] = typer.Argument(..., help="The .onnx files to serve; NAME=path names one."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (loopback unless --allow-remote)."),
+    allow_remote: bool = typer.Option(False, "--allow-remote", help="Allow a --host other machines can reach."),
+    http_port: str = typer.Option("8000", "--http-port", help="HTTP port (0: a free one; none: no HTTP)."),
+    grpc_port: str = typer.Option("8001", "--grpc-port", help="gRPC port (0: a free one; none: no gRPC)."),
+    metrics_port: str = typer.Option("8002", "--metrics-port", help="Prometheus port (0: a free one; none: off)."),
+    backend: str = typer.Option("onnxruntime", "--backend", "-b", help="Backend name or alias."),
+    device: str = typer.Option(None, "--device", "-d", help="Device (default: the backend's CPU)."),
+    options: list[str] = typer.Option([], "--option", "-O", help="Backend option KEY=VALUE (repeatable)."),
+    max_batch: int = typer.Option(8, "--max-batch", help="Rows per forward pass for dynamic-batch models (1: off)."),
+    max_queue_delay: str = typer.Option("2ms", "--max-queue-delay", help="How long a batch waits to fill (2ms)."),
+    max_queue: int = typer.Option(256, "--max-queue", help="Requests waiting per model before 503."),
+    instances: int = typer.Option(1, "--instances", help="Sessions per model, run side by side."),
+    isolate: bool = typer.Option(
+        False, "--isolate", help="Run sessions in worker processes: a crashing backend costs its model only."
+    ),
+    max_request_size: str = typer.Option("64MB", "--max-request-size", help="Largest request body accepted."),
+    token_file: Path = typer.Option(None, "--token-file", help="Require 'Authorization: Bearer TOKEN' (HTTP, gRPC)."),
+    shutdown_timeout: float = typer.Option(10.0, "--shutdown-timeout", help="Seconds to finish requests on SIGTERM."),
+) -> None:
+    """Serve models over the KServe v2 protocol (HTTP and gRPC) with dynamic batching and metrics."""
+    from deploykit.serve.config import (
+        BatchPolicy,
+        ServedModel,
+        ServerSettings,
+        parse_duration_ms,
+        parse_size_bytes,
+    )
+
+    backend_options = {k: coerce(v) for k, v in parse_pairs(options, "--option").items()}
+    policy = BatchPolicy(max_batch=max_batch, max_queue_delay_ms=parse_duration_ms(max_queue_delay),
+                         max_queue=max_queue)  # fmt: skip
+    settings = ServerSettings(
+        host=host, http_port=_port(http_port, "--http-port"), grpc_port=_port(grpc_port, "--grpc-port"),
+        metrics_port=_port(metrics_port, "--metrics-port"), allow_remote=allow_remote,
+        max_request_bytes=parse_size_bytes(max_request_size), token=_token(token_file),
+        shutdown_timeout_s=shutdown_timeout,
+    )  # fmt: skip
+    served = [
+        ServedModel.from_path(
+            m, backend=backend, device=device, options=backend_options, instances=instances, isolate=isolate
+        )
+        for m in models
+    ]
+    if settings.is_remote:
+        err_console.print(
+            f"[yellow]warning:[/] binding {host}: other machines can reach this server"
+            + ("" if settings.token else " and it asks for no token (--token-file)")
+            + ".",
+            soft_wrap=True,
+        )
+    _log_to_stderr()
+    from deploykit.serve.server import serve as run_server
+
+    run_server(served, policy, settings, on_ready=_announce)
+
+
+def _log_to_stderr() -> None:
+    logger = logging.getLogger("deploykit.serve")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("serve: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+
+
+def _announce(server: Server) -> None:
+    host = server.settings.host
+    parts = [f"{kind}={host}:{port}" for kind, port in
+             (("http", server.http_port), ("grpc", server.grpc_port), ("metrics", server.metrics_port))
+             if port is not None]  # fmt: skip
+    err_console.print("listening: " + " ".join(parts), soft_wrap=True, highlight=False)
+
+    def report() -> None:
+        ok = server.wait_ready(server.settings.load_timeout_s + 5)
+        runners = server.repository.runners.values()
+        if ok:
+            err_console.print(f"ready: {len(runners)} model(s) in {server.startup_s:.2f} s", soft_wrap=True)
+            return
+        for runner in runners:
+            if not runner.ready:
+                err_console.print(f"not ready: model '{runner.model.name}': {runner.problem}", soft_wrap=True)
+
+    threading.Thread(target=report, name="serve-announce", daemon=True).start()

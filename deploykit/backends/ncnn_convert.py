@@ -1,0 +1,335 @@
+"""ONNX → ncnn with pnnx, once per model and settings, into deploykit's cache.
+
+A cache entry is a directory named by a digest of the model's SHA-256, the pnnx version, the input
+shapes and the conversion options. It holds ``model.ncnn.param``, ``model.ncnn.bin``, pnnx's log
+(``pnnx.log``) and ``entry.json`` (the key, the layout pnnx chose for each input and output, and the
+SHA-256 of the param and bin files). An entry is built in a temporary directory beside it and renamed
+into place, under a lock file, so two processes converting the same model at once do one conversion
+and leave one intact entry; an entry whose files do not match its ``entry.json`` is rebuilt.
+
+This module runs pnnx and reads what it wrote; it never loads ncnn (``ncnn.py`` does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from deploykit.cache import cache_dir
+from deploykit.errors import BackendUnavailableError, UnsupportedModelError
+
+ENTRY_VERSION = 1
+NO_BATCH = 233
+"""pnnx's (and ncnn's Python binding's) ``batch_index`` for a tensor without a batch axis."""
+PNNX_TIMEOUT_S = 600
+PNNX_VARIABLE = "DEPLOYKIT_PNNX"
+"""Path of the pnnx executable to use instead of the ``pnnx`` package's (an own build)."""
+PARAM_NAME, BIN_NAME, LOG_NAME, ENTRY_NAME = "model.ncnn.param", "model.ncnn.bin", "pnnx.log", "entry.json"
+
+_PNNX_TYPES = {
+    "float32": "f32",
+    "float16": "f16",
+    "float64": "f64",
+    "int64": "i64",
+    "int32": "i32",
+    "int16": "i16",
+    "int8": "i8",
+    "uint8": "u8",
+    "bool": "b",
+}
+_OPERAND = re.compile(r"#\S+=\(([-\d,?]*)\)(\w+)")
+_FED = re.compile(r'ex\.input\("(in\d+)", ncnn\.Mat\(\w+\.numpy\(\), batch_index=(\d+)\)')
+_READ = re.compile(r"out\.append\(torch\.from_numpy\((out\d+)\.numpy\(batch_index=(\d+)\)\)\)")
+
+_EXTRA_HINT = "pip install 'deploykit[ncnn]' (it installs ncnn and pnnx)."
+
+
+@dataclass(frozen=True)
+class Port:
+    """One ncnn input or output as pnnx made it: its blob name, full shape and batch axis (or ``NO_BATCH``)."""
+
+    blob: str
+    shape: tuple[int, ...]
+    batch_index: int
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """A converted model in the cache: where its files are and how its blobs map to the ONNX tensors."""
+
+    directory: Path
+    inputs: tuple[Port, ...]
+    outputs: tuple[Port, ...]
+
+    @property
+    def param(self) -> Path:
+        return self.directory / PARAM_NAME
+
+    @property
+    def bin(self) -> Path:
+        return self.directory / BIN_NAME
+
+    @property
+    def log(self) -> Path:
+        return self.directory / LOG_NAME
+
+
+def pnnx_executable() -> Path:
+    """The pnnx program: ``$DEPLOYKIT_PNNX`` when set, else the one in the ``pnnx`` package.
+
+    Raises:
+        BackendUnavailableError: pnnx is not installed, or the program is missing or not executable.
+    """
+    given = os.environ.get(PNNX_VARIABLE, "").strip()
+    if given:
+        path, where = Path(given).expanduser(), f"${PNNX_VARIABLE}={given}"
+    else:
+        try:
+            import pnnx
+        except Exception as exc:
+            raise BackendUnavailableError(
+                f"backend 'ncnn' | cannot import 'pnnx', which converts ONNX models for ncnn "
+                f"({type(exc).__name__}: {exc}).",
+                hint=_EXTRA_HINT,
+            ) from exc
+        path, where = Path(pnnx.EXEC_PATH), "the pnnx package"
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise BackendUnavailableError(
+            f"backend 'ncnn' | the pnnx executable {path} (from {where}) is missing or not executable.",
+            hint=_EXTRA_HINT + f" Or unset ${PNNX_VARIABLE}.",
+        )
+    return path
+
+
+def pnnx_version() -> str:
+    if os.environ.get(PNNX_VARIABLE, "").strip():
+        return "pnnx (" + os.environ[PNNX_VARIABLE].strip() + ")"
+    try:
+        return f"pnnx {metadata.version('pnnx')}"
+    except metadata.PackageNotFoundError:
+        return "pnnx (unknown version)"
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def pnnx_type(name: str, dtype: np.dtype[Any]) -> str:
+    """pnnx's spelling of an input's element type (``f32``, ``i64`` ...)."""
+    spelled = _PNNX_TYPES.get(np.dtype(dtype).name)
+    if spelled is None:
+        raise UnsupportedModelError(
+            f"input '{name}' | has element type {np.dtype(dtype).name}; pnnx takes {', '.join(_PNNX_TYPES)}.",
+            hint="cast the input to float32 in the model, or use another backend.",
+        )
+    return spelled
+
+
+def cache_key(model_sha256: str, shapes: Sequence[tuple[int, ...]], types: Sequence[str], fp16: bool) -> dict[str, Any]:
+    """Everything a conversion depends on (the entry is named by its digest)."""
+    return {
+        "entry_version": ENTRY_VERSION,
+        "model_sha256": model_sha256,
+        "pnnx": pnnx_version(),
+        "input_shapes": [list(s) for s in shapes],
+        "input_types": list(types),
+        "options": {"fp16": fp16, "optlevel": 2},
+    }
+
+
+def convert(
+    model_path: Path,
+    shapes: Sequence[tuple[int, ...]],
+    types: Sequence[str],
+    *,
+    fp16: bool,
+    root: Path | None = None,
+) -> Conversion:
+    """The ncnn files for ``model_path`` at ``shapes``: from the cache, or made by pnnx now.
+
+    Args:
+        model_path: the ONNX file.
+        shapes: one fixed shape per graph input, in graph order.
+        types: pnnx's type per input (``pnnx_type``).
+        fp16: store weights as float16 in the ``.bin`` (pnnx ``fp16=1``); False keeps them f32.
+        root: the cache directory (default ``cache_dir()/ncnn``).
+
+    Raises:
+        BackendUnavailableError: no pnnx executable.
+        UnsupportedModelError: pnnx failed or wrote something ncnn cannot be fed from.
+    """
+    key = cache_key(file_sha256(model_path), shapes, types, fp16)
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+    root = root or cache_dir() / "ncnn"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UnsupportedModelError(
+            f"ncnn cache {root} | cannot be created: {exc.strerror or exc}.",
+            hint="set DEPLOYKIT_CACHE_DIR to a writable directory.",
+        ) from exc
+    final = root / digest
+    found = _read_entry(final, key)
+    if found is not None:
+        return found
+    with _locked(root / f"{digest}.lock"):
+        found = _read_entry(final, key)  # another process may have built it while we waited
+        if found is not None:
+            return found
+        scratch = Path(tempfile.mkdtemp(prefix=f".{digest}-", dir=root))
+        try:
+            _run_pnnx(model_path, shapes, types, fp16, scratch)
+            _write_entry(scratch, key, model_path)
+            if final.exists():  # a corrupt entry: moved aside, then removed
+                aside = Path(tempfile.mkdtemp(prefix=f".{digest}-corrupt-", dir=root))
+                os.rename(final, aside / "entry")
+                shutil.rmtree(aside, ignore_errors=True)
+            os.rename(scratch, final)
+        finally:
+            if scratch.exists():
+                shutil.rmtree(scratch, ignore_errors=True)
+    built = _read_entry(final, key)
+    if built is None:
+        raise UnsupportedModelError(
+            f"ncnn cache entry {final} | is not intact right after it was written.",
+            hint="check the disk, or set DEPLOYKIT_CACHE_DIR to another directory.",
+        )
+    return built
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    import fcntl
+
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _run_pnnx(model_path: Path, shapes: Sequence[tuple[int, ...]], types: Sequence[str], fp16: bool, out: Path) -> None:
+    executable = pnnx_executable()
+    source = out / "model.onnx"  # pnnx writes its side files beside its input: keep them in the scratch dir
+    source.symlink_to(model_path.resolve())
+    inputshape = ",".join(
+        f"[{','.join(str(d) for d in shape)}]{kind}" for shape, kind in zip(shapes, types, strict=True)
+    )
+    command = [
+        str(executable),
+        str(source),
+        f"inputshape={inputshape}",
+        f"fp16={int(fp16)}",
+        "optlevel=2",
+        "device=cpu",
+        f"ncnnparam={out / PARAM_NAME}",
+        f"ncnnbin={out / BIN_NAME}",
+        f"ncnnpy={out / 'model_ncnn.py'}",
+        f"pnnxparam={out / 'model.pnnx.param'}",
+        f"pnnxbin={out / 'model.pnnx.bin'}",
+        f"pnnxpy={out / 'model_pnnx.py'}",
+        f"pnnxonnx={out / 'model.pnnx.onnx'}",
+    ]
+    try:
+        done = subprocess.run(
+            command, cwd=out, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=PNNX_TIMEOUT_S, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise UnsupportedModelError(
+            f"backend 'ncnn' | pnnx did not finish converting '{model_path.name}' in {PNNX_TIMEOUT_S} s.",
+            hint="try another backend, or convert it with pnnx by hand to see where it stalls.",
+        ) from exc
+    log = done.stdout.decode("utf-8", "replace")
+    (out / LOG_NAME).write_text(log)
+    if done.returncode != 0 or not (out / PARAM_NAME).is_file() or not (out / BIN_NAME).is_file():
+        how = f"exit status {done.returncode}" if done.returncode >= 0 else f"signal {-done.returncode}"
+        raise UnsupportedModelError(
+            f"backend 'ncnn' | pnnx could not convert '{model_path.name}' ({how}): {_log_reason(log)}.",
+            hint="run 'deploykit inspect' on the model for unusual ops, or try another backend.",
+        )
+
+
+def _log_reason(log: str) -> str:
+    lines = [
+        line.strip() for line in log.splitlines() if line.strip() and not line.startswith(("#", "┌", "│", "├", "└"))
+    ]
+    said = [line for line in lines if re.search(r"error|not supported|unsupported|failed|ignore", line, re.I)]
+    return "; ".join((said or lines or ["no output"])[-3:])
+
+
+def ignored_params(log: str) -> list[str]:
+    """pnnx's ``ignore OP NAME param KEY=VALUE`` lines: attributes it dropped while converting."""
+    return [line.strip() for line in log.splitlines() if line.strip().startswith("ignore ")]
+
+
+def _ports(text: str, pattern: re.Pattern[str]) -> list[tuple[str, int]]:
+    return [(name, int(index)) for name, index in pattern.findall(text)]
+
+
+def _shapes(param_text: str, kind: str) -> list[tuple[int, ...]]:
+    """Shapes of the ``pnnx.Input`` or ``pnnx.Output`` operands in a ``.pnnx.param``, in order."""
+    found = []
+    for line in param_text.splitlines():
+        if line.startswith(kind + " "):
+            match = _OPERAND.search(line)
+            dims = match.group(1) if match else ""
+            found.append(tuple(int(d) if d.lstrip("-").isdigit() else -1 for d in dims.split(",") if d))
+    return found
+
+
+def _write_entry(out: Path, key: Mapping[str, Any], model_path: Path) -> None:
+    script = (out / "model_ncnn.py").read_text()
+    pnnx_param = (out / "model.pnnx.param").read_text()
+    fed, read = _ports(script, _FED), _ports(script, _READ)
+    in_shapes, out_shapes = _shapes(pnnx_param, "pnnx.Input"), _shapes(pnnx_param, "pnnx.Output")
+    if len(fed) != len(in_shapes) or len(read) != len(out_shapes):
+        raise UnsupportedModelError(
+            f"backend 'ncnn' | pnnx's conversion of '{model_path.name}' names {len(fed)} input(s) and {len(read)} "
+            f"output(s) in its ncnn script but {len(in_shapes)} and {len(out_shapes)} in its graph.",
+            hint="try another backend; this pnnx version handles the model inconsistently.",
+        )
+    entry = {
+        "key": dict(key),
+        "inputs": [asdict(Port(b, s, i)) for (b, i), s in zip(fed, in_shapes, strict=True)],
+        "outputs": [asdict(Port(b, s, i)) for (b, i), s in zip(read, out_shapes, strict=True)],
+        "param_sha256": file_sha256(out / PARAM_NAME),
+        "bin_sha256": file_sha256(out / BIN_NAME),
+    }
+    for name in ("model.onnx", "model.pnnx.bin", "model.pnnx.onnx"):  # large and not needed again
+        (out / name).unlink(missing_ok=True)
+    (out / ENTRY_NAME).write_text(json.dumps(entry, indent=1))
+
+
+def _read_entry(directory: Path, key: Mapping[str, Any]) -> Conversion | None:
+    """The entry in ``directory`` when it is complete and its files are the ones it recorded; else None."""
+    try:
+        entry = json.loads((directory / ENTRY_NAME).read_text())
+        if entry["key"] != dict(key):
+            return None
+        if file_sha256(directory / PARAM_NAME) != entry["param_sha256"]:
+            return None
+        if file_sha256(directory / BIN_NAME) != entry["bin_sha256"]:
+            return None
+        inputs = tuple(Port(p["blob"], tuple(p["shape"]), int(p["batch_index"])) for p in entry["inputs"])
+        outputs = tuple(Port(p["blob"], tuple(p["shape"]), int(p["batch_index"])) for p in entry["outputs"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return Conversion(directory, inputs, outputs)

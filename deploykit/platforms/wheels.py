@@ -1,0 +1,186 @@
+"""The target's Python packages: the host's versions of numpy, onnx and each runtime, as wheels
+built for the target (``pip install --platform ... --target``), or the nearest version that has one.
+
+Nothing here runs the target's Python: pip on the host downloads and unpacks the wheels.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from deploykit.errors import PlatformError
+
+# deploykit's own dependencies that its workers import (typer and rich are the CLI's).
+CORE_DISTRIBUTIONS = ("numpy", "onnx")
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One package the target needs: which, for whom, and the host's version to match."""
+
+    distribution: str
+    host_version: str | None
+    backend: str | None = None
+
+    @property
+    def pinned(self) -> str:
+        return f"{self.distribution}=={self.host_version}" if self.host_version else self.distribution
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What the target got for a requirement: the host's version, the nearest one, or nothing."""
+
+    requirement: Requirement
+    version: str | None
+    reason: str = ""
+
+    @property
+    def exact(self) -> bool:
+        return self.version is not None and self.version == self.requirement.host_version
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "distribution": self.requirement.distribution,
+            "backend": self.requirement.backend,
+            "host_version": self.requirement.host_version,
+            "version": self.version,
+            "exact": self.exact,
+            "reason": self.reason,
+        }
+
+
+def _installed(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def host_requirements() -> list[Requirement]:
+    """numpy and onnx, then every available backend's runtime (its CPU build), at the host's versions.
+
+    Backends that only serve as oracles (``reference``) run on the host and are left out.
+    """
+    from deploykit.backends.registry import backend_names, get_backend
+
+    requirements = [Requirement(name, _installed(name)) for name in CORE_DISTRIBUTIONS]
+    for name in backend_names():
+        backend = get_backend(name)
+        if not backend.default_candidate or not backend.is_available():
+            continue
+        installed = next((d for d in backend.distributions or (backend.module,) if _installed(d)), None)
+        if installed is None:
+            continue
+        requirements.append(Requirement(backend.cpu_distribution or installed, _installed(installed), name))
+    return requirements
+
+
+def platform_tags(wheel_arch: str, glibc_minor: int) -> list[str]:
+    """Every manylinux tag a target with glibc 2.``glibc_minor`` accepts, newest first."""
+    tags = [f"manylinux_2_{minor}_{wheel_arch}" for minor in range(glibc_minor, 16, -1)]
+    return [*tags, f"manylinux2014_{wheel_arch}", f"linux_{wheel_arch}"]
+
+
+def _pip(tags: Sequence[str], python: str, arguments: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    abi = "cp" + python.replace(".", "")
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-warn-conflicts",
+               "--only-binary=:all:", "--python-version", python, "--implementation", "cp", "--abi", abi]  # fmt: skip
+    for tag in tags:
+        command += ["--platform", tag]
+    return subprocess.run([*command, *arguments], capture_output=True, text=True, timeout=3600)
+
+
+def _available_version(tags: Sequence[str], python: str, requirement: str) -> str | None:
+    with tempfile.TemporaryDirectory(prefix="deploykit-pip-") as scratch:
+        report = Path(scratch) / "report.json"
+        arguments = ["--dry-run", "--ignore-installed", "--no-deps", "--report", str(report), requirement]
+        done = _pip(tags, python, arguments)
+        if done.returncode != 0 or not report.exists():
+            return None
+        installs = json.loads(report.read_text()).get("install") or []
+        return str(installs[0]["metadata"]["version"]) if installs else None
+
+
+def resolve(requirements: Sequence[Requirement], tags: Sequence[str], python: str) -> list[Resolved]:
+    """For each requirement the host's version when a wheel exists for the target, else the newest
+    that has one (the nearest the index offers), else nothing with the reason."""
+    resolved = []
+    for requirement in requirements:
+        version = _available_version(tags, python, requirement.pinned) if requirement.host_version else None
+        if version is not None:
+            resolved.append(Resolved(requirement, version))
+            continue
+        version = _available_version(tags, python, requirement.distribution)
+        if version is None:
+            reason = f"no {requirement.distribution} wheel for {tags[0].split('_', 3)[-1]} / CPython {python}"
+            resolved.append(Resolved(requirement, None, reason))
+        else:
+            reason = f"no {requirement.host_version} wheel for this platform; {version} is the newest that has one"
+            resolved.append(Resolved(requirement, version, reason))
+    return resolved
+
+
+def install(target: Path, requirements: Sequence[Requirement], tags: Sequence[str], python: str) -> list[Resolved]:
+    """Install the target's wheels into ``target`` (replaced when complete); return what each got.
+
+    One pip run with the host's versions first; only when that fails is each package resolved
+    alone (to find the nearest version, or to name the one without a wheel).
+
+    Raises:
+        PlatformError: numpy or onnx has no wheel at all for the target, or pip failed.
+    """
+    plain = [Resolved(r, r.host_version) for r in requirements]
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    done = _pip(tags, python, ["--target", str(partial), *(r.pinned for r in requirements)])
+    if done.returncode != 0:
+        shutil.rmtree(partial, ignore_errors=True)
+        plain = resolve(requirements, tags, python)
+        core = [r for r in plain if r.requirement.backend is None and r.version is None]
+        if core:
+            raise PlatformError(
+                f"target packages | {'; '.join(r.reason for r in core)}; expected deploykit's own dependencies to "
+                "have wheels for the target.",
+                hint="this platform cannot run deploykit's workers; check the index for the package's platform tags.",
+            )
+        wanted = [f"{r.requirement.distribution}=={r.version}" for r in plain if r.version is not None]
+        done = _pip(tags, python, ["--target", str(partial), *wanted])
+        if done.returncode != 0:
+            shutil.rmtree(partial, ignore_errors=True)
+            tail = " | ".join(line.strip() for line in done.stderr.strip().splitlines()[-3:])
+            raise PlatformError(
+                f"target packages | pip could not install {', '.join(wanted)} ({tail}); expected wheels for the "
+                "target's platform tags.",
+                hint="check access to the package index (pip config), then run 'deploykit platforms add' again.",
+            )
+    versions = installed_versions(partial)
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)
+    got = []
+    for item in plain:
+        version = versions.get(_normal(item.requirement.distribution))
+        got.append(Resolved(item.requirement, version, item.reason if version else item.reason or "not installed"))
+    return got
+
+
+def _normal(name: str) -> str:
+    return name.lower().replace("-", "_").replace(".", "_")
+
+
+def installed_versions(folder: Path) -> dict[str, str]:
+    """Distribution (normalised name) → version of every package pip installed into ``folder``."""
+    versions = {}
+    for info in folder.glob("*.dist-info"):
+        name, _, version = info.name[: -len(".dist-info")].rpartition("-")
+        versions[_normal(name)] = version
+    return versions

@@ -1,0 +1,212 @@
+"""What ``deploykit serve`` serves and how: frozen values built once at the edge and passed whole.
+
+``ServedModel`` describes one model (file, backend, device, options, how many sessions, whether
+they run in worker processes); ``BatchPolicy`` the dynamic batching and queue bounds;
+``ServerSettings`` the addresses, size bounds and token. Each has ``to_dict``/``from_dict``.
+This module reads model files only through ``deploykit.model``; it must not import a runtime.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from deploykit.errors import UsageError
+from deploykit.model import check_model_path
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """One served model: what the ``/v2/models/{name}`` routes answer for.
+
+    Attributes:
+        name: the model's name in the protocol (default: the file name without ``.onnx``).
+        path: the ``.onnx`` file.
+        backend: registered backend name or alias.
+        device: the backend's device; None for its default.
+        options: backend options (``-O KEY=VALUE``).
+        version: the one version served (the protocol's versions are strings).
+        instances: sessions opened for this model; requests (or batches) run on them side by side.
+        isolate: run each session in its own worker process, so a backend that crashes marks this
+            model not ready instead of ending the server.
+        precision: the precision the model was verified in, when known (a bundle says it).
+        verdict: the verification verdict, when known (``pass``, ``fail`` ...).
+    """
+
+    name: str
+    path: Path
+    backend: str = "onnxruntime"
+    device: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+    version: str = "1"
+    instances: int = 1
+    isolate: bool = False
+    precision: str | None = None
+    verdict: str | None = None
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise UsageError(
+                f"model name '{self.name}' | is not a protocol model name.",
+                hint="use letters, digits, '_', '.' or '-' (at most 128), starting with a letter or digit.",
+            )
+        if self.instances < 1:
+            raise UsageError(
+                f"model '{self.name}' | asks for {self.instances} instances, expected 1 or more.",
+                hint="pass --instances 1 or more.",
+            )
+
+    @classmethod
+    def from_path(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        name: str | None = None,
+        backend: str = "onnxruntime",
+        device: str | None = None,
+        options: Mapping[str, Any] | None = None,
+        instances: int = 1,
+        isolate: bool = False,
+    ) -> ServedModel:
+        """The served model for a path: an ``.onnx`` file, or ``NAME=path`` to name it.
+
+        Raises:
+            ModelNotFoundError: the path does not name a file.
+            UsageError: the name is not a protocol model name.
+        """
+        text = os.fspath(path)
+        if name is None and "=" in text and not Path(text).exists():
+            name, _, text = text.partition("=")
+        model_path = check_model_path(text)
+        return cls(
+            name=name or model_path.stem,
+            path=model_path,
+            backend=backend,
+            device=device,
+            options=dict(options or {}),
+            instances=instances,
+            isolate=isolate,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["path"] = str(self.path)
+        data["options"] = dict(self.options)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ServedModel:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**{**known, "path": Path(known["path"])})
+
+
+@dataclass(frozen=True)
+class BatchPolicy:
+    """Dynamic batching and the queue bound, per model.
+
+    Attributes:
+        max_batch: at most this many rows (batch entries) run in one forward pass; 1 turns batching off.
+        max_queue_delay_ms: how long the first request of a batch waits for others to join it.
+        max_queue: requests waiting per model; one more is refused as unavailable.
+    """
+
+    max_batch: int = 8
+    max_queue_delay_ms: float = 2.0
+    max_queue: int = 256
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1:
+            raise UsageError(f"--max-batch {self.max_batch} | expected 1 or more.", hint="e.g. --max-batch 8.")
+        if not 0 <= self.max_queue_delay_ms <= 10_000:
+            raise UsageError(
+                f"--max-queue-delay {self.max_queue_delay_ms:g}ms | expected 0 to 10000 ms.",
+                hint="e.g. --max-queue-delay 2ms.",
+            )
+        if self.max_queue < 1:
+            raise UsageError(f"--max-queue {self.max_queue} | expected 1 or more.", hint="e.g. --max-queue 256.")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BatchPolicy:
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Where the server listens and what it accepts.
+
+    Attributes:
+        host: the address all three ports bind; loopback unless ``allow_remote``.
+        http_port, grpc_port, metrics_port: 0 picks a free port; None turns that endpoint off.
+        allow_remote: bind a non-loopback ``host`` (the CLI's ``--allow-remote``), with a warning.
+        max_request_bytes: the largest request body (HTTP) or message (gRPC) accepted.
+        token: a bearer token every HTTP and gRPC request must carry; None for none.
+        shutdown_timeout_s: how long a shutdown waits for requests in flight.
+        load_timeout_s: how long an isolated worker may take to load its model.
+    """
+
+    host: str = "127.0.0.1"
+    http_port: int | None = 8000
+    grpc_port: int | None = 8001
+    metrics_port: int | None = 8002
+    allow_remote: bool = False
+    max_request_bytes: int = 64 * 1024 * 1024
+    token: str | None = field(default=None, repr=False)
+    shutdown_timeout_s: float = 10.0
+    load_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if self.host not in LOOPBACK and not self.allow_remote:
+            raise UsageError(
+                f"--host {self.host} | is not a loopback address; the server would accept other machines.",
+                hint="pass --allow-remote as well to bind it on purpose (and consider --token-file).",
+            )
+        for flag, port in (("--http-port", self.http_port), ("--grpc-port", self.grpc_port),
+                           ("--metrics-port", self.metrics_port)):  # fmt: skip
+            if port is not None and not 0 <= port <= 65535:
+                raise UsageError(f"{flag} {port} | expected a port from 0 to 65535.", hint="0 picks a free port.")
+        if self.max_request_bytes < 1024:
+            raise UsageError(
+                f"--max-request-size {self.max_request_bytes} | expected at least 1024 bytes.",
+                hint="e.g. --max-request-size 64MB.",
+            )
+
+    @property
+    def is_remote(self) -> bool:
+        return self.host not in LOOPBACK
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["token"] = None if self.token is None else "<set>"
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ServerSettings:
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+def parse_duration_ms(text: str) -> float:
+    """``2ms``, ``500us``, ``0.01s`` or a bare number of milliseconds → milliseconds."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(us|µs|ms|s)?\s*", text)
+    if not match:
+        raise UsageError(f"--max-queue-delay '{text}' | is not a duration.", hint="write e.g. 2ms, 500us or 0.01s.")
+    value = float(match.group(1))
+    return value * {"us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3, None: 1.0}[match.group(2)]
+
+
+def parse_size_bytes(text: str) -> int:
+    """``64MB``, ``512KB``, ``1GB`` or a bare number of bytes → bytes (powers of 1024)."""
+    match = re.fullmatch(r"\s*([0-9]+)\s*(B|KB|KiB|MB|MiB|GB|GiB)?\s*", text, flags=re.IGNORECASE)
+    if not match:
+        raise UsageError(f"--max-request-size '{text}' | is not a size.", hint="write e.g. 64MB or 512KB.")
+    unit = (match.group(2) or "B").upper().replace("I", "")
+    return int(match.group(1)) * {"B": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3}[unit]

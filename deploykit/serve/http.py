@@ -1,0 +1,160 @@
+"""The KServe v2 REST front end: a Starlette (ASGI) app over a ``Repository``.
+
+Routes: ``/v2/health/live``, ``/v2/health/ready``, ``/v2``, ``/v2/models/{name}[/versions/{v}]``
+with ``/ready`` and ``/infer`` (JSON tensors and the binary tensor data extension), and the
+pipeline route ``/v2/models/{name}[/versions/{v}]/image`` (see ``pipelines``). Every failure is a
+``{"error": "..."}`` body with the protocol's status; no traceback ever leaves the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from deploykit.errors import DeployKitError, RequestError, RequestTooLargeError
+from deploykit.serve.protocol import HEADER_LENGTH, decode_http, encode_http, error_text, http_status
+from deploykit.serve.repository import Repository
+from deploykit.serve.runner import ModelRunner
+
+log = logging.getLogger("deploykit.serve")
+Handler = Callable[[Request], Awaitable[Response]]
+# Decoding a large JSON body takes milliseconds: off the event loop, so other requests keep flowing.
+_JSON_INLINE_BYTES = 64 * 1024
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    return Response(json.dumps(data, separators=(",", ":")), status_code=status, media_type="application/json")
+
+
+def error_response(exc: BaseException) -> Response:
+    if not isinstance(exc, DeployKitError):
+        log.exception("unexpected error while answering a request", exc_info=exc)
+    return _json({"error": error_text(exc)}, http_status(exc))
+
+
+def create_app(repository: Repository, *, token: str | None = None, max_request_bytes: int = 64 << 20) -> Starlette:
+    """The ASGI app serving ``repository`` (bounded bodies, an optional bearer token)."""
+    expected = f"Bearer {token}".encode() if token else None
+
+    def guarded(handler: Handler) -> Handler:
+        async def endpoint(request: Request) -> Response:
+            if expected is not None:
+                given = request.headers.get("authorization", "").encode()
+                if not hmac.compare_digest(given, expected):
+                    return _json({"error": "request | no valid bearer token. Hint: send Authorization: Bearer TOKEN."},
+                                 401)  # fmt: skip
+            try:
+                return await handler(request)
+            except Exception as exc:
+                return error_response(exc)
+
+        return endpoint
+
+    async def live(request: Request) -> Response:
+        return _json({"live": True})
+
+    async def ready(request: Request) -> Response:
+        state = repository.ready
+        return _json({"ready": state}, 200 if state else 503)
+
+    async def server_metadata(request: Request) -> Response:
+        return _json(repository.server_metadata())
+
+    async def model_metadata(request: Request) -> Response:
+        params = request.path_params
+        return _json(repository.model_metadata(params["name"], params.get("version")))
+
+    async def model_ready(request: Request) -> Response:
+        params = request.path_params
+        runner = repository.runner(params["name"], params.get("version"))
+        body: dict[str, Any] = {"name": runner.model.name, "ready": runner.ready}
+        if runner.problem:
+            body["error"] = runner.problem
+        return _json(body, 200 if runner.ready else 503)
+
+    async def infer(request: Request) -> Response:
+        arrived = time.perf_counter()
+        params = request.path_params
+        runner: ModelRunner | None = None
+        try:
+            runner = repository.runner(params["name"], params.get("version"))
+            body = await _read_body(request, max_request_bytes)
+            header_length = request.headers.get(HEADER_LENGTH)
+            decode = (runner.model.name, runner.checks, list(runner.outputs), body, header_length)
+            if header_length is None and len(body) > _JSON_INLINE_BYTES:
+                feeds, wanted = await run_in_threadpool(decode_http, *decode)
+            else:
+                feeds, wanted = decode_http(*decode)
+            outputs = await asyncio.wrap_future(repository.submit(runner, feeds))
+            content, json_length = encode_http(runner.model.name, runner.model.version, outputs, wanted)
+        except Exception as exc:
+            repository.count_failure(runner, exc)
+            raise
+        repository.count_success(runner, arrived)
+        if json_length is None:
+            return Response(content, media_type="application/json")
+        return Response(content, media_type="application/octet-stream", headers={HEADER_LENGTH: str(json_length)})
+
+    model_routes: list[tuple[str, Handler, str]] = [
+        ("", model_metadata, "GET"),
+        ("/ready", model_ready, "GET"),
+        ("/infer", infer, "POST"),
+    ]
+    from deploykit.serve.pipelines import image_route
+
+    model_routes.append(("/image", image_route(repository, max_request_bytes, _read_body), "POST"))
+    routes = [
+        Route("/v2/health/live", guarded(live), methods=["GET"]),
+        Route("/v2/health/ready", guarded(ready), methods=["GET"]),
+        Route("/v2", guarded(server_metadata), methods=["GET"]),
+    ]
+    for suffix, handler, method in model_routes:
+        wrapped = guarded(handler)
+        routes.append(Route(f"/v2/models/{{name}}/versions/{{version}}{suffix}", wrapped, methods=[method]))
+        routes.append(Route(f"/v2/models/{{name}}{suffix}", wrapped, methods=[method]))
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return _json({"error": f"route '{request.url.path:.200}' | is not a v2 route. Hint: see GET /v2."}, 404)
+
+    async def not_allowed(request: Request, exc: Exception) -> Response:
+        return _json({"error": f"route '{request.url.path:.200}' | does not take {request.method}."}, 405)
+
+    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, refused as soon as it is larger than ``limit`` bytes (before reading it all)."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            size = int(declared)
+        except ValueError:
+            raise RequestError("header Content-Length | is not a number.") from None
+        if size > limit:
+            raise _too_large(size, limit)
+    chunks: list[bytes] = []
+    received = 0
+    async for chunk in request.stream():
+        received += len(chunk)
+        if received > limit:
+            raise _too_large(received, limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(size: int, limit: int) -> RequestTooLargeError:
+    return RequestTooLargeError(
+        f"request | body of {size} bytes or more exceeds the server's limit of {limit} bytes.",
+        hint="send smaller tensors, or start the server with a larger --max-request-size.",
+    )

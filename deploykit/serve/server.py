@@ -1,0 +1,222 @@
+"""A running server: the HTTP app on uvicorn, the gRPC service and the metrics endpoint, in one process.
+
+``Server`` starts the three front ends on their own threads and loads the models in the
+background (the server is live at once, ready when every model is). ``stop`` stops taking
+connections, lets requests in flight finish (bounded by ``shutdown_timeout_s``), then closes the
+sessions. ``serve`` is the blocking form the CLI uses: it runs until SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import Any
+
+from deploykit.errors import UsageError
+from deploykit.serve.config import BatchPolicy, ServedModel, ServerSettings
+from deploykit.serve.metrics import ServerMetrics
+from deploykit.serve.repository import Repository
+
+log = logging.getLogger("deploykit.serve")
+
+
+def _listen(host: str, port: int, flag: str) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UsageError(
+            f"{flag} {port} | cannot bind {host}:{port}: {exc.strerror or exc}.", hint="pass another port, or 0."
+        ) from exc
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+class Server:
+    """The v2 inference server for some models, started with ``start`` and ended with ``stop``.
+
+    Attributes:
+        repository: the served models by name.
+        metrics: the Prometheus registry and metrics.
+        http_port, grpc_port, metrics_port: the bound ports (None where that front end is off).
+    """
+
+    def __init__(
+        self,
+        models: Sequence[ServedModel],
+        policy: BatchPolicy | None = None,
+        settings: ServerSettings | None = None,
+    ) -> None:
+        self.settings = settings or ServerSettings()
+        self.policy = policy or BatchPolicy()
+        self.metrics = ServerMetrics()
+        self.repository = Repository(models, self.policy, self.metrics, load_timeout_s=self.settings.load_timeout_s)
+        self.http_port: int | None = None
+        self.grpc_port: int | None = None
+        self.metrics_port: int | None = None
+        self._uvicorn: Any = None
+        self._http_thread: threading.Thread | None = None
+        self._grpc: Any = None
+        self._metrics_server: Any = None
+        self._stopped = threading.Event()
+        self._started_at = 0.0
+
+    def start(self) -> Server:
+        """Bind every front end and start loading the models; returns at once."""
+        settings = self.settings
+        self._started_at = time.perf_counter()
+        try:
+            if settings.http_port is not None:
+                self._start_http(_listen(settings.host, settings.http_port, "--http-port"))
+            if settings.grpc_port is not None:
+                from deploykit.serve.grpc_service import create_server
+
+                self._grpc, self.grpc_port = create_server(
+                    self.repository, settings.host, settings.grpc_port, token=settings.token,
+                    max_request_bytes=settings.max_request_bytes,
+                )  # fmt: skip
+                self._grpc.start()
+            if settings.metrics_port is not None:
+                self._start_metrics(settings.host, settings.metrics_port)
+        except BaseException:
+            self.stop(timeout_s=0)
+            raise
+        self.repository.start()
+        return self
+
+    def _start_http(self, sock: socket.socket) -> None:
+        import uvicorn
+
+        from deploykit.serve.http import create_app
+
+        app = create_app(self.repository, token=self.settings.token, max_request_bytes=self.settings.max_request_bytes)
+        config = uvicorn.Config(
+            app, log_level="warning", access_log=False, lifespan="off", http="h11",
+            timeout_graceful_shutdown=max(1, int(self.settings.shutdown_timeout_s)), timeout_keep_alive=30,
+        )  # fmt: skip
+        self._uvicorn = uvicorn.Server(config)
+        self.http_port = sock.getsockname()[1]
+        self._http_thread = threading.Thread(
+            target=self._uvicorn.run, kwargs={"sockets": [sock]}, name="serve-http", daemon=True
+        )
+        self._http_thread.start()
+
+    def _start_metrics(self, host: str, port: int) -> None:
+        from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+        from prometheus_client import make_wsgi_app
+        from prometheus_client.exposition import ThreadingWSGIServer
+
+        class _Quiet(WSGIRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        class _MetricsServer(ThreadingWSGIServer):
+            address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+        try:
+            httpd = make_server(host, port, make_wsgi_app(self.metrics.registry), _MetricsServer, handler_class=_Quiet)
+        except OSError as exc:
+            raise UsageError(
+                f"--metrics-port {port} | cannot bind {host}:{port}: {exc.strerror or exc}.",
+                hint="pass another port, or 0.",
+            ) from exc
+        self._metrics_server = httpd
+        self.metrics_port = httpd.server_address[1]
+        threading.Thread(target=httpd.serve_forever, name="serve-metrics", daemon=True).start()
+
+    @property
+    def ready(self) -> bool:
+        return self.repository.ready
+
+    def wait_ready(self, timeout_s: float = 60.0) -> bool:
+        """Wait until every model is ready, or one can no longer become ready; whether all are."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            states = [r.state for r in self.repository.runners.values()]
+            if all(s == "ready" for s in states):
+                return True
+            if "loading" not in states:
+                return False
+            time.sleep(0.02)
+        return False
+
+    @property
+    def startup_s(self) -> float:
+        return time.perf_counter() - self._started_at
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stop taking requests, finish those in flight (bounded), close the sessions. Idempotent."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        timeout = self.settings.shutdown_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout
+        self.repository.stopping = True  # readiness goes false first, so balancers stop sending
+        grpc_done = self._grpc.stop(grace=timeout) if self._grpc is not None else None
+        if self._uvicorn is not None:
+            self._uvicorn.should_exit = True
+        if self._http_thread is not None:
+            self._http_thread.join(timeout=max(0.0, deadline - time.monotonic()) + 1.0)
+            if self._http_thread.is_alive():
+                self._uvicorn.force_exit = True
+                self._http_thread.join(timeout=2.0)
+        if grpc_done is not None:
+            grpc_done.wait(timeout=max(0.0, deadline - time.monotonic()) + 1.0)
+        self.repository.close(max(0.0, deadline - time.monotonic()))
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+        log.info("server stopped")
+
+    def __enter__(self) -> Server:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def serve(
+    models: Sequence[ServedModel | str],
+    policy: BatchPolicy | None = None,
+    settings: ServerSettings | None = None,
+    *,
+    on_ready: Callable[[Server], None] | None = None,
+) -> None:
+    """Serve models over KServe v2 HTTP and gRPC until SIGTERM or SIGINT (the blocking form).
+
+    Args:
+        models: ``ServedModel`` values, or paths (``NAME=path`` names one) served on ONNX Runtime.
+        policy: dynamic batching and queue bounds (``BatchPolicy()``: batches of up to 8, 2 ms).
+        settings: addresses, ports, size bound, token (``ServerSettings()``: 127.0.0.1:8000/8001/8002).
+        on_ready: called with the started ``Server`` once the front ends listen (before the models
+            are ready), e.g. to print where it listens.
+    """
+    served = [m if isinstance(m, ServedModel) else ServedModel.from_path(m) for m in models]
+    server = Server(served, policy, settings)
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        log.warning("received %s: shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        server.start()
+        if on_ready is not None:
+            on_ready(server)
+        while not stop.wait(0.5):
+            pass
+    finally:
+        server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,132 @@
+"""The KServe v2 gRPC messages deploykit answers with, described in code (no generated stubs, no protoc).
+
+The Open Inference Protocol's ``grpc_service.proto`` (package ``inference``) fixes the message and
+field names and numbers on the wire; this module declares the subset the server implements, in its
+own descriptor pool, so it neither needs ``grpcio-tools`` nor clashes with a client's generated
+stubs loaded in the same process (tritonclient registers the same names in the default pool).
+Only protobuf is imported.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+SERVICE = "inference.GRPCInferenceService"
+_PACKAGE = "inference"
+
+# One field per entry: "NAME NUMBER [repeated] TYPE", TYPE a scalar (bool, string, int64 ...) or a
+# message name (nested first, then the package's). A nested ``ParametersEntry`` is a map<string, InferParameter>.
+_TENSOR = ["name 1 string", "datatype 2 string", "shape 3 repeated int64"]
+_WITH_CONTENTS = [*_TENSOR, "parameters 4 repeated ParametersEntry", "contents 5 InferTensorContents"]
+_HEAD = ["model_name 1 string", "model_version 2 string", "id 3 string", "parameters 4 repeated ParametersEntry"]
+_ENTRY = {"ParametersEntry": ["key 1 string", "value 2 InferParameter"]}
+_NAME_VERSION = ["name 1 string", "version 2 string"]
+_MESSAGES: dict[str, tuple[list[str], dict[str, list[str]]]] = {
+    "ServerLiveRequest": ([], {}),
+    "ServerLiveResponse": (["live 1 bool"], {}),
+    "ServerReadyRequest": ([], {}),
+    "ServerReadyResponse": (["ready 1 bool"], {}),
+    "ModelReadyRequest": (_NAME_VERSION, {}),
+    "ModelReadyResponse": (["ready 1 bool"], {}),
+    "ServerMetadataRequest": ([], {}),
+    "ServerMetadataResponse": (["name 1 string", "version 2 string", "extensions 3 repeated string"], {}),
+    "ModelMetadataRequest": (_NAME_VERSION, {}),
+    "ModelMetadataResponse": (
+        [
+            "name 1 string",
+            "versions 2 repeated string",
+            "platform 3 string",
+            "inputs 4 repeated TensorMetadata",
+            "outputs 5 repeated TensorMetadata",
+        ],
+        {"TensorMetadata": _TENSOR},
+    ),
+    "InferParameter": (
+        [
+            "bool_param 1 bool",
+            "int64_param 2 int64",
+            "string_param 3 string",
+            "double_param 4 double",
+            "uint64_param 5 uint64",
+        ],
+        {},
+    ),
+    "InferTensorContents": (
+        [
+            "bool_contents 1 repeated bool",
+            "int_contents 2 repeated int32",
+            "int64_contents 3 repeated int64",
+            "uint_contents 4 repeated uint32",
+            "uint64_contents 5 repeated uint64",
+            "fp32_contents 6 repeated float",
+            "fp64_contents 7 repeated double",
+            "bytes_contents 8 repeated bytes",
+        ],
+        {},
+    ),
+    "ModelInferRequest": (
+        [
+            *_HEAD,
+            "inputs 5 repeated InferInputTensor",
+            "outputs 6 repeated InferRequestedOutputTensor",
+            "raw_input_contents 7 repeated bytes",
+        ],
+        {
+            **_ENTRY,
+            "InferInputTensor": _WITH_CONTENTS,
+            "InferRequestedOutputTensor": ["name 1 string", "parameters 2 repeated ParametersEntry"],
+        },
+    ),
+    "ModelInferResponse": (
+        [*_HEAD, "outputs 5 repeated InferOutputTensor", "raw_output_contents 6 repeated bytes"],
+        {**_ENTRY, "InferOutputTensor": _WITH_CONTENTS},
+    ),
+}
+_ONE_OF = {"InferParameter": "parameter_choice"}
+"""Messages whose fields are all one ``oneof``."""
+
+
+def _add_fields(descriptor: Any, fields: list[str], scope: str, nested: dict[str, list[str]], pb: Any) -> None:
+    oneof = _ONE_OF.get(descriptor.name)
+    if oneof:
+        descriptor.oneof_decl.add(name=oneof)
+    for text in fields:
+        name, number, *rest = text.split()
+        kind = rest[-1]
+        field = descriptor.field.add(name=name, number=int(number))
+        field.label = (
+            pb.FieldDescriptorProto.LABEL_REPEATED if "repeated" in rest else pb.FieldDescriptorProto.LABEL_OPTIONAL
+        )
+        if kind[0].isupper():
+            field.type = pb.FieldDescriptorProto.TYPE_MESSAGE
+            field.type_name = f"{scope}.{kind}" if kind in nested else f".{_PACKAGE}.{kind}"
+        else:
+            field.type = getattr(pb.FieldDescriptorProto, f"TYPE_{kind.upper()}")
+        if oneof:
+            field.oneof_index = 0
+
+
+@cache
+def messages() -> dict[str, Any]:
+    """Message name → message class (nested ones as ``Outer.Inner``)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    file = descriptor_pb2.FileDescriptorProto(name="deploykit_kserve_v2.proto", package=_PACKAGE, syntax="proto3")
+    for name, (fields, nested) in _MESSAGES.items():
+        message = file.message_type.add(name=name)
+        scope = f".{_PACKAGE}.{name}"
+        _add_fields(message, fields, scope, nested, descriptor_pb2)
+        for inner_name, inner_fields in nested.items():
+            inner = message.nested_type.add(name=inner_name)
+            _add_fields(inner, inner_fields, scope, nested, descriptor_pb2)
+            inner.options.map_entry = inner_name == "ParametersEntry"
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    classes: dict[str, Any] = {}
+    for name, (_, nested) in _MESSAGES.items():
+        classes[name] = message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{name}"))
+        for inner_name in nested:
+            full = f"{_PACKAGE}.{name}.{inner_name}"
+            classes[f"{name}.{inner_name}"] = message_factory.GetMessageClass(pool.FindMessageTypeByName(full))
+    return classes

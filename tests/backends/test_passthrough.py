@@ -1,0 +1,70 @@
+"""Graphs a runtime may compile to a plain pass-through must still answer every call afresh.
+
+OpenVINO compiles one-input Sum/Max/Min, inference Dropout, Einsum '->' and a graph whose output
+is its input to nothing at all: the result is the parameter. An output buffer bound before the
+call is then never written (the first call returned uninitialised memory, later calls an earlier
+answer). Each graph runs twice with different inputs, and both calls must match the reference.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import deploykit
+from deploykit.backends.registry import get_backend
+from deploykit.errors import DeployKitError
+from deploykit.model import run_reference
+from tests.conformance.raw import RAW_RUNNERS
+
+_F = TensorProto.FLOAT
+
+
+def _graph(
+    name: str, nodes: list[onnx.NodeProto], shape: list[int], outputs: list[str], opset: int = 13
+) -> onnx.ModelProto:
+    inputs = [helper.make_tensor_value_info("x", _F, shape)]
+    values = [helper.make_tensor_value_info(output, _F, shape) for output in outputs]
+    graph = helper.make_graph(nodes, name, inputs, values)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+PASS_THROUGH = {
+    "sum_one_input": _graph("sum", [helper.make_node("Sum", ["x"], ["y"])], [3], ["y"]),
+    "max_one_input": _graph("max", [helper.make_node("Max", ["x"], ["y"])], [3], ["y"]),
+    "min_one_input": _graph("min", [helper.make_node("Min", ["x"], ["y"])], [3], ["y"]),
+    "dropout_inference": _graph("dropout", [helper.make_node("Dropout", ["x"], ["y"])], [2, 3], ["y"]),
+    "einsum_scalar": _graph("einsum", [helper.make_node("Einsum", ["x"], ["y"], equation="->")], [], ["y"], 12),
+    "output_is_input": _graph("identity_graph", [], [3], ["x"]),
+    "input_and_identity_out": _graph("both", [helper.make_node("Identity", ["x"], ["y"])], [3], ["y", "x"]),
+}
+
+
+@pytest.mark.parametrize("name", list(PASS_THROUGH))
+def test_each_call_answers_its_own_input(backend_name: str, name: str, tmp_path: Path) -> None:
+    path = tmp_path / f"{name}.onnx"
+    onnx.save(PASS_THROUGH[name], path)
+    shape = tuple(d.dim_value for d in PASS_THROUGH[name].graph.input[0].type.tensor_type.shape.dim)
+    calls = [
+        np.asarray(3.0 + np.arange(np.prod(shape), dtype=np.float32).reshape(shape)),  # 0-d stays an array
+        np.full(shape, -20.0, np.float32),
+    ]
+    options = get_backend(backend_name).precision_options("f32")
+    try:
+        RAW_RUNNERS[backend_name].run(path, [calls[0]])
+    except Exception as exc:  # the runtime cannot run it at all (OpenCV 4 has no Einsum '->'): nor can deploykit
+        with pytest.raises(DeployKitError):
+            deploykit.load(path, backend_name, **options).run({"x": calls[0]})
+        pytest.skip(f"the raw {backend_name} does not run {name}: {' '.join(str(exc).split())[:160]}")
+    with deploykit.load(path, backend_name, **options) as session:
+        answers = [session.run({"x": x}) for x in calls]
+    for x, answer in zip(calls, answers, strict=True):
+        expected = run_reference(path, {"x": x})
+        assert list(answer) == list(expected)
+        for output, array in answer.items():
+            assert array.shape == expected[output].shape, output
+            np.testing.assert_array_equal(array, expected[output], err_msg=f"{name} output {output}")

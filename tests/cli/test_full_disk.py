@@ -1,0 +1,69 @@
+"""A full disk leaves nothing half-written and names the output and the space left (issue #21).
+
+The test mounts a 16 KiB tmpfs (root, as CI runs); where mounting is not allowed it is a missing
+asset (a failure under ``make test``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+from typer.testing import CliRunner
+
+from deploykit.cli.main import app
+from tests.assets.paths import missing_asset
+
+runner = CliRunner()
+
+
+@pytest.fixture()
+def full_disk(tmp_path):
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        missing_asset("a 16 KiB tmpfs", "run the tests as root (CI does) so they can mount one")
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mount)], capture_output=True)
+    if result.returncode:
+        missing_asset("a 16 KiB tmpfs", f"mount refused: {result.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_a_bench_report_on_a_full_disk_leaves_nothing(catalog_paths, full_disk):
+    report = full_disk / "report"
+    result = runner.invoke(app, ["bench", str(catalog_paths["conv_bn_act"]), "-b", "ort", "--iterations", "3",
+                                 "--report", str(report)])  # fmt: skip
+    assert result.exit_code == 1
+    assert (
+        f"output {report / 'report.json'}" in result.stderr
+        and "could not be written: the disk is full" in result.stderr
+    )
+    assert "free in" in result.stderr and "nothing was left there" in result.stderr
+    assert list(full_disk.iterdir()) == []  # no report.csv/json/md, no temporary file, no folder
+
+
+def _fill(folder):
+    filler = folder / "filler"
+    descriptor = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(descriptor, b"\0" * 512)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+    return filler
+
+
+def test_a_model_written_onto_a_full_disk_leaves_nothing(catalog_paths, full_disk):
+    filler = _fill(full_disk)  # the small model would fit in 16 KiB: leave no room at all
+    output = full_disk / "fp16.onnx"
+    result = runner.invoke(app, ["quantize", str(catalog_paths["conv_bn_act"]), "--fp16", "-o", str(output)])
+    assert result.exit_code == 1, result.output
+    assert f"output {output} | could not be written: the disk is full" in result.stderr
+    assert list(full_disk.iterdir()) == [filler]

@@ -1,0 +1,111 @@
+"""The ONNX backend node tests through every registered backend: deploykit loses nothing.
+
+Each case runs through the raw runtime (``raw.RAW_RUNNERS``) and through
+``deploykit.load(...).run(...)``, in chunked worker processes. Per backend, every case the raw
+runtime passes must pass through deploykit, and every case deploykit does not pass must be a
+``DeployKitError`` whose message carries the runtime's reason (or a crash the raw runtime had
+too). There is no expected-failure list: what the raw runtime fails is the runtime's business.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import pytest
+
+from deploykit.backends.registry import backend_names, get_backend
+from tests.assets.paths import missing_asset
+from tests.conformance.cases import NodeCase, case_features
+from tests.conformance.outcome import ERROR, Outcome
+from tests.conformance.raw import RAW_RUNNERS
+from tests.conformance.report import backend_row, summary_lines
+from tests.conformance.sweep import sweep, worker_environment
+
+# A reason that is only where the runtime's C++ threw: "Exception from src/inference/.../x.cpp:117:".
+_SOURCE_LOCATION = re.compile(r"(exception from )?[\w./\\-]+\.(cpp|cc|cxx|hpp|h|c)(:\d+)*:?\.?", re.I)
+_FILE_SAYS = re.compile(r"'[^']*': ")
+
+
+def reason_problem(outcome: Outcome) -> str | None:
+    """Why a deploykit error's message fails the house format (None when it is fine): it must be
+    a ``DeployKitError`` and say, after the subject, a reason with words in it (not empty, not a
+    bare source location, not a lone bracket left from the runtime's text)."""
+    if outcome.error_type == "crash":
+        return None  # judged against the raw runtime's own crash by the caller
+    if outcome.error_type.startswith("leaked"):
+        return f"the runtime's exception leaked: {outcome.error_type}"
+    subject, bar, problem = outcome.detail.partition(" | ")
+    if not bar or not subject:
+        return "no 'subject | problem' in the message"
+    said = _FILE_SAYS.search(problem)
+    reason = problem[said.end() :] if said else problem
+    if len(re.findall(r"[A-Za-z]{2,}", reason)) < 2:
+        return f"no reason after the subject: {reason!r}"
+    if _SOURCE_LOCATION.fullmatch(reason.strip()):
+        return f"the reason is only a source location: {reason!r}"
+    if re.search(r"(^|\s)[()\[\]<>:;,]\.?$", reason.strip()):
+        return f"the reason ends in a lone bracket or colon: {reason!r}"
+    return None
+
+
+def require_raw_runner(backend: str) -> None:
+    """Fail (never skip) for a registered backend the suite cannot measure."""
+    if backend not in RAW_RUNNERS:
+        pytest.fail(
+            f"backend '{backend}' is registered but the conformance suite has no raw runner for it: "
+            f"add run_{backend}(model_path, inputs) -> outputs to tests/conformance/raw.py and list it "
+            f"in RAW_RUNNERS as RawRunner(run_{backend}), so its raw runtime is measured against deploykit.",
+            pytrace=False,
+        )
+
+
+def deploykit_options(backend: str) -> dict[str, Any]:
+    """What deploykit is asked for: f32, and the raw runner's configuration (threads)."""
+    return {**get_backend(backend).precision_options("f32"), **RAW_RUNNERS[backend].options}
+
+
+@pytest.fixture(scope="module")
+def features(onnx_node_cases: list[NodeCase]) -> dict[str, set[str]]:
+    return {case.name: case_features(case) for case in onnx_node_cases}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", backend_names())
+def test_deploykit_passes_every_case_the_raw_runtime_passes(
+    backend: str,
+    onnx_node_cases: list[NodeCase],
+    features: dict[str, set[str]],
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+) -> None:
+    require_raw_runner(backend)
+    reason = get_backend(backend).unavailable_reason()
+    if reason:
+        missing_asset(f"the {backend} backend's runtime", reason)
+    for name, value in worker_environment().items():
+        monkeypatch.setenv(name, value)
+    started = time.perf_counter()
+    results = sweep(backend, onnx_node_cases, deploykit_options(backend))
+    elapsed_s = time.perf_counter() - started
+    row = backend_row(backend, results, features)
+    rows = getattr(request.config, "_conformance_rows", [])
+    request.config._conformance_rows = [*rows, row]  # type: ignore[attr-defined]  # printed in the summary
+    print(f"{backend}: {elapsed_s:.1f} s", *summary_lines([row])[:3], sep="\n")
+
+    assert row.raw_passes > 0, f"the raw {backend} passed no case: the harness is broken, not the runtime"
+    lost = {r.name: r.deploykit.detail for r in results if r.raw.passed and not r.deploykit.passed}
+    assert not lost, f"deploykit lost {len(lost)} case(s) the raw {backend} passes: {lost}"
+    badly_said = {}
+    for result in results:
+        if result.deploykit.status != ERROR:
+            continue
+        if result.deploykit.error_type == "crash":
+            if result.raw.error_type != "crash":
+                badly_said[result.name] = f"crashed through deploykit only: {result.deploykit.detail}"
+            continue
+        problem = reason_problem(result.deploykit)
+        if problem is not None:
+            badly_said[result.name] = f"{problem} (message: {result.deploykit.detail!r})"
+    assert not badly_said, f"{len(badly_said)} deploykit error(s) without a reason on {backend}: {badly_said}"

@@ -1,0 +1,102 @@
+"""The conformance harness itself: what it calls a reason, a registered backend it cannot measure,
+a crash costing one case, and the comparison of outputs (so the suite's green means something)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from tests.conformance.cases import write_case
+from tests.conformance.outcome import ERROR, Outcome, mismatch
+from tests.conformance.sweep import sweep, worker_environment
+from tests.conformance.test_conformance import reason_problem, require_raw_runner
+
+
+@pytest.mark.parametrize(
+    ("message", "problem"),
+    [
+        (
+            "backend 'openvino' on CPU | failed to run 'model.onnx': Exception from src/inference/src/cpp/core.cpp:117:",
+            "the reason is only a source location",
+        ),
+        ("backend 'onnxruntime' on cpu | failed to run 'model.onnx': ).", "no reason after the subject"),
+        ("backend 'opencv' on cpu | failed to run 'model.onnx': ", "no reason after the subject"),
+        ("backend 'x' | cannot load 'model.onnx': the shape is wrong (", "ends in a lone bracket"),
+        ("backend 'opencv' | cannot import 'model.onnx': in function 'getLayerInstance' >.", "lone bracket"),
+        ("failed to run model.onnx", "no 'subject | problem'"),
+    ],
+)
+def test_a_message_without_the_runtime_s_reason_is_caught(message: str, problem: str) -> None:
+    found = reason_problem(Outcome(ERROR, message, "BackendError"))
+    assert found is not None and problem in found, found
+
+
+def test_a_message_with_the_runtime_s_reason_passes() -> None:
+    message = (
+        "backend 'openvino' on CPU | failed to run 'model.onnx': Can't set the input tensor with index: 1, "
+        "because the model input (shape=[]) and the tensor (shape=(1)) are incompatible."
+    )
+    assert reason_problem(Outcome(ERROR, message, "BackendError")) is None
+    assert reason_problem(Outcome(ERROR, "x", "leaked builtins.KeyError")) == (
+        "the runtime's exception leaked: leaked builtins.KeyError"
+    )
+
+
+def test_a_registered_backend_without_a_raw_runner_fails_the_suite() -> None:
+    with pytest.raises(pytest.fail.Exception) as failed:
+        require_raw_runner("ncnn")
+    assert str(failed.value) == (
+        "backend 'ncnn' is registered but the conformance suite has no raw runner for it: add "
+        "run_ncnn(model_path, inputs) -> outputs to tests/conformance/raw.py and list it in RAW_RUNNERS "
+        "as RawRunner(run_ncnn), so its raw runtime is measured against deploykit."
+    )
+    require_raw_runner("onnxruntime")
+
+
+def test_outputs_are_judged_as_onnx_s_runner_judges_them() -> None:
+    x = np.array([1.0, 2.0], np.float32)
+    assert mismatch([x], [x.copy()], 1e-3, 1e-7) is None
+    assert "incorrect shape" in str(mismatch([np.float32(1.0) * np.ones(())], [np.ones(1, np.float32)], 1e-3, 0))
+    assert "dtype" in str(mismatch([x], [x.astype(np.float64)], 1e-3, 1e-7))
+    assert mismatch([x], [x + 1e-5], 1e-3, 1e-7) is None and mismatch([x], [x + 1], 1e-3, 1e-7) is not None
+    assert mismatch([[x]], [x], 1e-3, 1e-7) == "output 0 is an array float32(2,), expected a sequence"
+    assert mismatch([None], [None], 1e-3, 1e-7) is None
+    assert mismatch([None], [x], 1e-3, 1e-7) == "output 0 is an array float32(2,), expected None"
+    assert mismatch([x], [None], 1e-3, 1e-7) == "output 0 is None, expected an array float32(2,)"
+
+
+def _mod(tmp_path: Path, name: str, xs: list[float], ys: list[float]):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [len(xs)])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [len(xs)])
+    z = helper.make_tensor_value_info("z", TensorProto.FLOAT, [len(xs)])
+    graph = helper.make_graph([helper.make_node("Mod", ["x", "y"], ["z"], fmod=0)], "mod", [x, y], [z])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    a, b = np.array(xs, np.float32), np.array(ys, np.float32)
+    with np.errstate(invalid="ignore", divide="ignore"):  # the crashing case divides by zero on purpose
+        expected = np.mod(a, b)
+    return write_case(tmp_path, name, model, [([a, b], [expected])])
+
+
+def test_a_crash_costs_one_case_and_names_its_signal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """OpenCV 5.0 dies of SIGFPE on a zero divisor in Mod; the cases before and after still run."""
+    from deploykit.backends.registry import get_backend
+
+    if not get_backend("opencv").is_available():
+        pytest.skip(str(get_backend("opencv").unavailable_reason()))
+    for variable, value in worker_environment().items():
+        monkeypatch.setenv(variable, value)
+    monkeypatch.setattr("tests.conformance.sweep.cpu_count", lambda: 1)  # one chunk: the crash is inside it
+    cases = [
+        _mod(tmp_path, "before", [5, 7], [3, 4]),
+        _mod(tmp_path, "crash", [1, 1], [0, 2]),
+        _mod(tmp_path, "after", [9, 8], [4, 3]),
+    ]
+    results = {r.name: r for r in sweep("opencv", cases, {})}
+    assert results["crash"].raw.error_type == "crash" and "SIGFPE" in results["crash"].raw.detail
+    assert results["crash"].deploykit.error_type == "crash" and "SIGFPE" in results["crash"].deploykit.detail
+    for name in ("before", "after"):
+        assert results[name].raw.error_type != "crash", results[name]
+        assert results[name].deploykit.status == results[name].raw.status, results[name]

@@ -1,0 +1,81 @@
+"""Conformance worker: run a chunk of node cases on one backend, raw and through deploykit.
+
+Started by ``sweep`` through deploykit's own ``run_worker`` (``python -m tests.conformance.worker``
+with a JSON job on stdin). Each case's record is appended to the job's progress file as one JSON
+line, flushed before the next case starts, so when a runtime kills the process the parent knows
+which case did it and starts a new worker for the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from typing import Any
+
+from deploykit.verify.isolated import RESULT_PREFIX
+from tests.conformance.cases import NodeCase
+from tests.conformance.outcome import ERROR, FAIL, PASS, Outcome, mismatch
+from tests.conformance.raw import RAW_RUNNERS
+
+_DETAIL_CHARS = 400
+
+
+def run_raw(backend: str, case: NodeCase) -> Outcome:
+    runner = RAW_RUNNERS[backend].run
+    for inputs, expected in case.data_sets():
+        try:
+            produced = runner(case.model_path, inputs)
+        except Exception as exc:
+            return Outcome(ERROR, _text(exc), type(exc).__name__)
+        reason = mismatch(expected, produced, case.rtol, case.atol)
+        if reason is not None:
+            return Outcome(FAIL, reason)
+    return Outcome(PASS)
+
+
+def run_deploykit(backend: str, case: NodeCase, options: dict[str, Any]) -> Outcome:
+    import deploykit
+    from deploykit.errors import DeployKitError
+
+    try:
+        with deploykit.load(case.model_path, backend, **options) as session:
+            for inputs, expected in case.data_sets():
+                feeds = dict(zip(session.inputs, inputs, strict=True))
+                outputs = session.run(feeds)
+                if list(outputs) != list(session.outputs):
+                    return Outcome(FAIL, f"outputs {list(outputs)} not in graph order {list(session.outputs)}")
+                reason = mismatch(expected, list(outputs.values()), case.rtol, case.atol)
+                if reason is not None:
+                    return Outcome(FAIL, reason)
+    except DeployKitError as exc:
+        return Outcome(ERROR, exc.message[:_DETAIL_CHARS], type(exc).__name__)
+    except Exception as exc:  # a leak: deploykit let the runtime's own exception through
+        return Outcome(ERROR, _text(exc), f"leaked {type(exc).__module__}.{type(exc).__name__}")
+    return Outcome(PASS)
+
+
+def _text(exc: BaseException) -> str:
+    return str(exc)[:_DETAIL_CHARS]
+
+
+def main() -> int:
+    job = json.loads(sys.stdin.read())
+    backend, options = job["backend"], job["options"]
+    warnings.simplefilter("ignore")
+    with open(job["progress"], "a", encoding="utf-8") as progress:
+        for item in job["cases"]:
+            case = NodeCase.from_dict(item["case"])
+            for side in item["sides"]:
+                # announced first: if the runtime kills this process, the parent knows who did it
+                progress.write(json.dumps({"name": case.name, "side": side}) + "\n")
+                progress.flush()
+                outcome = run_raw(backend, case) if side == "raw" else run_deploykit(backend, case, options)
+                progress.write(json.dumps({"name": case.name, "side": side, "outcome": outcome.to_dict()}) + "\n")
+                progress.flush()
+    print(RESULT_PREFIX + json.dumps({"status": "ok"}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

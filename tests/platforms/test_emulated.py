@@ -1,0 +1,136 @@
+"""The aarch64 builds of the runtimes under real emulation (qemu-aarch64 >= 8), verified against the
+host's oracle: the contract catalog, MobileNetV2 on real photos, a crash, a mixed host + arm64 report."""
+
+from __future__ import annotations
+
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from deploykit.backends.registry import backend_names, get_backend
+from deploykit.cli.main import app
+from deploykit.verify import verify_model
+from deploykit.verify.isolated import run_candidate
+from tests.assets.paths import REPO
+
+pytestmark = [pytest.mark.emulated, pytest.mark.slow]
+runner = CliRunner()
+
+
+def test_the_target_reports_an_aarch64_cpu_and_the_hosts_runtime_versions(arm64):
+    status = arm64.status()
+    assert status.state == "ready", status.detail
+    assert status.cpu.startswith("cortex-a76 (aarch64: ") and "asimd" in status.cpu
+    assert status.emulator.startswith("qemu-aarch64 ") and int(status.emulator.split()[1].split(".")[0]) >= 8
+    host_version = get_backend("onnxruntime").version().split()[-1]  # onnxruntime-gpu 1.31.1 or onnxruntime 1.31.1
+    assert status.runtimes["onnxruntime"] == f"onnxruntime {host_version}"  # the CPU build, at the host's version
+
+
+def test_a_worker_under_emulation_runs_the_targets_build(arm64, catalog_models):
+    """The session the worker opened is the target's: the CPU package the manifest installed, one
+    pass timed, the platform named."""
+    path, feeds = catalog_models["conv_bn_act"]
+    run = run_candidate(path, "onnxruntime", "cpu", [feeds], interpreter=arm64.interpreter())
+    assert run.ok, run.error
+    installed = next(p for p in arm64.manifest()["packages"] if p["backend"] == "onnxruntime")
+    assert installed["distribution"] == "onnxruntime"
+    assert run.info is not None and run.info["backend_version"] == f"onnxruntime {installed['version']}"
+    assert run.platform == "linux/arm64" and run.seconds["load"] > 0 and len(run.seconds["run"]) == 1
+    assert run.outputs[0]["y"].shape == (1, 4, 8, 8)
+
+
+def test_the_contract_catalog_on_onnxruntime_aarch64_against_the_reference_oracle(arm64, catalog_models):
+    def check(name: str) -> tuple[str, object]:
+        path, feeds = catalog_models[name]
+        return name, verify_model(path, ["onnxruntime"], inputs=feeds, platforms="linux/arm64")
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # one emulated worker per CPU
+        reports = list(pool.map(check, catalog_models))
+    assert [name for name, _ in reports] == list(catalog_models)
+    for name, report in reports:
+        (verdict,) = report.verdicts
+        assert verdict.candidate == "onnxruntime:cpu f32 on linux/arm64"
+        assert report.oracle.name == "onnx-reference" and report.oracle.independent
+        assert verdict.status == "pass", f"{name}: {verdict.describe()}"
+        assert verdict.precision == "f32"
+
+
+def test_mobilenet_v2_aarch64_at_each_runtimes_default_precision_on_real_photos(arm64, mobilenet_v2, photos):
+    """Each runtime at the precision its aarch64 build picks by itself (OpenVINO's ARM plug-in: f16),
+    judged by the rule of that precision and by top-1 agreement with the verified f32 run."""
+    backends = ["onnxruntime", "openvino"]
+    if "ncnn" in backend_names() and get_backend("ncnn").is_available():
+        backends.append("ncnn")
+    report = verify_model(mobilenet_v2, backends, inputs=photos, precision=None, platforms="linux/arm64")
+    rows = {v.candidate: v for v in report.verdicts}
+    print()
+    for verdict in report.verdicts:
+        agreement = verdict.task.value if verdict.task else None
+        print(f"{verdict.candidate}: {verdict.status}, precision {verdict.precision}, top-1 agreement {agreement}")
+    for backend in backends:
+        verdict = rows[f"{get_backend(backend).name}:{get_backend(backend).default_device} on linux/arm64"]
+        assert verdict.status == "pass", verdict.describe()
+        assert verdict.precision, "the precision that ran is reported"
+        if verdict.rule != "element-wise":
+            assert verdict.task is not None and verdict.task.details["reference"].startswith("onnxruntime:cpu")
+
+
+def test_a_mixed_report_against_one_oracle_where_a_crash_under_emulation_costs_one_row(
+    arm64, catalog_models, monkeypatch
+):
+    """host and linux/arm64 rows side by side; a runtime that aborts is an error row with its signal
+    on both, and ONNX Runtime's rows survive it."""
+    monkeypatch.setenv("DEPLOYKIT_BACKENDS", "crasher=tests.assets.crashing_backend:CrashingBackend")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    path, _ = catalog_models["conv_bn_act"]
+    args = ["compare", str(path), "-b", "crasher", "-b", "ort", "--platform", "host,linux/arm64", "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.stdout)
+    rows = {v["candidate"]: v for v in data["verdicts"]}
+    assert list(rows) == ["crasher:cpu f32", "onnxruntime:cpu f32", "crasher:cpu f32 on linux/arm64",
+                          "onnxruntime:cpu f32 on linux/arm64"]  # fmt: skip
+    for label in ("crasher:cpu f32", "crasher:cpu f32 on linux/arm64"):
+        assert rows[label]["status"] == "error" and "killed by signal SIGABRT" in rows[label]["reason"], rows[label]
+    host, target = rows["onnxruntime:cpu f32"], rows["onnxruntime:cpu f32 on linux/arm64"]
+    assert host["oracle"] == target["oracle"] and host["oracle"]["independent"]
+    assert host["status"] == target["status"] == "pass"
+    assert any(n.startswith("linux/arm64 (emulated cortex-a76, qemu-aarch64 ") for n in data["notes"])
+
+
+def test_add_again_keeps_every_step_and_finishes_a_target_missing_its_manifest(arm64):
+    """Idempotent: a second add redoes nothing but the self-test. Resumable: a target whose
+    manifest (written last) is gone is finished from its completed steps, not rebuilt."""
+    folder = arm64.folder()
+    sysroot_marker = (folder / "sysroot" / ".complete").stat().st_mtime_ns
+    site_marker = (folder / "site" / ".complete").stat().st_mtime_ns
+    (folder / "target.json").unlink()
+    assert arm64.state() == "half-built"
+    manifest = arm64.prepare()
+    assert arm64.state() == "ready"
+    assert (folder / "sysroot" / ".complete").stat().st_mtime_ns == sysroot_marker
+    assert (folder / "site" / ".complete").stat().st_mtime_ns == site_marker
+    assert manifest["seconds"]["sysroot"] < 1 and manifest["seconds"]["wheels"] < 5
+    assert manifest["probe"]["machine"] == "aarch64"
+    assert np.all([p["version"] for p in manifest["packages"] if p["distribution"] in ("numpy", "onnxruntime")])
+
+
+def test_bench_shows_emulated_rows_apart_as_one_pass_never_ranked(arm64, catalog_models):
+    path, _ = catalog_models["conv_bn_act"]
+    args = ["bench", str(path), "-b", "ort", "--platform", "host,linux/arm64", "--iterations", "5", "--warmup", "1",
+            "--json"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [r["config"]["label"] for r in data["rows"]] == ["onnxruntime:cpu b1"]  # only the host is timed and ranked
+    assert data["recommendation"] is not None
+    emulated = data["emulated"]
+    (verdict,) = emulated["verdicts"]
+    assert verdict["candidate"] == "onnxruntime:cpu on linux/arm64" and verdict["status"] == "pass"
+    seconds = emulated["emulated_seconds"]["onnxruntime:cpu on linux/arm64"]
+    assert seconds["emulated"] is True and seconds["platform"] == "linux/arm64"
+    assert seconds["load"] > 0 and len(seconds["run"]) == 1

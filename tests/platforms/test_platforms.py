@@ -1,0 +1,128 @@
+"""Platforms without running the emulator: the registry, --platform values, targets that are not
+there or half-built, QEMU that is too old, and no tool to build a sysroot: each a clear message."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import onnx
+import pytest
+from typer.testing import CliRunner
+
+from deploykit.cli.main import app
+from deploykit.errors import PlatformError, UsageError
+from deploykit.platforms import PLATFORMS, EmulatedPlatform, get_platform, parse_platforms
+from deploykit.platforms.qemu import find_qemu
+from tests.assets.catalog import conv_bn_act
+from tests.platforms.conftest import old_qemu
+
+runner = CliRunner()
+
+
+def unboxed(text: str) -> str:
+    """click's usage error as one line (rich draws it in a box, wrapped)."""
+    return " ".join(re.sub("[│╭╮╰╯─]", " ", text).split())
+
+
+@pytest.fixture
+def empty_cache(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("DEPLOYKIT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("DEPLOYKIT_QEMU_AARCH64", raising=False)
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def conv(tmp_path) -> Path:
+    path = tmp_path / "conv.onnx"
+    onnx.save(conv_bn_act(), path)
+    return path
+
+
+def test_the_registry_has_the_host_and_both_emulated_targets_through_one_class():
+    assert list(PLATFORMS) == ["host", "linux/arm64", "linux/riscv64"]
+    assert not PLATFORMS["host"].emulated
+    assert all(isinstance(PLATFORMS[n], EmulatedPlatform) for n in ("linux/arm64", "linux/riscv64"))
+    assert [p.name for p in parse_platforms("host, linux/arm64,host")] == ["host", "linux/arm64"]
+    assert [p.name for p in parse_platforms(None)] == ["host"]
+    other = get_platform("linux/arm64:cortex-a72")
+    assert isinstance(other, EmulatedPlatform) and other.cpu == "cortex-a72"
+    assert other.folder() == PLATFORMS["linux/arm64"].folder()  # one target, any emulated CPU
+
+
+def test_an_unknown_platform_is_a_usage_error_listing_the_known_ones(conv):
+    with pytest.raises(UsageError, match=r"platform 'linux/amd64' \| is not a known platform; expected one of host, "
+                                         r"linux/arm64, linux/riscv64"):  # fmt: skip
+        get_platform("linux/amd64")
+    result = runner.invoke(app, ["compare", str(conv), "-b", "ort", "--platform", "host,linux/sparc"])
+    assert result.exit_code == 2, result.output
+    message = unboxed(result.output)
+    assert (
+        "platform 'linux/sparc' | is not a known platform; expected one of host, linux/arm64, linux/riscv64" in message
+    )
+    assert "Traceback" not in result.output
+    result = runner.invoke(app, ["platforms", "add", "host"])
+    assert result.exit_code == 1 and "platform 'host' | is this machine: nothing to prepare" in result.stderr
+
+
+def test_a_target_never_added_names_the_command_that_prepares_it(empty_cache, conv):
+    result = runner.invoke(app, ["compare", str(conv), "-b", "ort", "--platform", "linux/arm64"])
+    assert result.exit_code == 1, result.output
+    assert "error: platform 'linux/arm64' | was never prepared" in result.stderr
+    assert "Hint: deploykit platforms add linux/arm64" in result.stderr and "Traceback" not in result.output
+
+
+def test_a_half_built_target_is_detected_and_listed(empty_cache, conv):
+    """An interrupted add leaves folders without the manifest (written last)."""
+    (empty_cache / "platforms" / "linux-arm64" / "sysroot.partial" / "usr").mkdir(parents=True)
+    result = runner.invoke(app, ["platforms", "list", "--json"])
+    assert result.exit_code == 0, result.output
+    states = {p["name"]: p for p in json.loads(result.stdout)}
+    assert (
+        states["linux/arm64"]["state"] == "half-built" and "run it again to finish" in states["linux/arm64"]["detail"]
+    )
+    assert states["linux/riscv64"]["state"] == "absent" and states["host"]["state"] == "ready"
+    result = runner.invoke(app, ["compare", str(conv), "-b", "ort", "--platform", "linux/arm64"])
+    assert result.exit_code == 1 and "is half-built (an interrupted 'platforms add')" in result.stderr
+    result = runner.invoke(app, ["platforms", "remove", "linux/arm64"])
+    assert result.exit_code == 0 and not (empty_cache / "platforms" / "linux-arm64").exists()
+
+
+def test_qemu_older_than_8_is_refused_with_the_reason(empty_cache, monkeypatch, tmp_path):
+    old = old_qemu()
+    monkeypatch.setenv("DEPLOYKIT_QEMU_AARCH64", str(old))
+    with pytest.raises(PlatformError, match=r"DEPLOYKIT_QEMU_AARCH64=.* \| is QEMU 7\.2\.\d+, expected 8 or newer: "
+                                            r"user-mode QEMU before 8 crashes"):  # fmt: skip
+        find_qemu("aarch64", empty_cache)
+    # found on the PATH, it is passed over and named
+    monkeypatch.delenv("DEPLOYKIT_QEMU_AARCH64")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "qemu-aarch64").symlink_to(old)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    with pytest.raises(PlatformError, match=r"found only .*qemu-aarch64 is 7\.2\.\d+; user-mode QEMU before 8") as info:
+        find_qemu("aarch64", empty_cache)
+    assert "apt-get install mmdebstrap" in str(info.value)
+
+
+def test_add_without_mmdebstrap_says_what_would_install_it(empty_cache, monkeypatch, tmp_path):
+    """No new QEMU anywhere and no tool to fetch one: one message with both, and the manual steps."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "qemu-aarch64").symlink_to(old_qemu())
+    monkeypatch.setenv("PATH", str(bin_dir))
+    result = runner.invoke(app, ["platforms", "add", "linux/arm64"])
+    assert result.exit_code == 1, result.output
+    error = result.stderr
+    assert "user-mode QEMU for aarch64 | found only" in error and "mmdebstrap is not installed" in error
+    assert "Hint: apt-get install mmdebstrap" in error and "mmdebstrap --variant=extract" in error
+    assert "Traceback" not in result.output
+    assert not (empty_cache / "platforms" / "linux-arm64" / "target.json").exists()
+
+
+def test_a_qemu_that_is_no_qemu_is_refused(empty_cache, monkeypatch):
+    monkeypatch.setenv("DEPLOYKIT_QEMU_AARCH64", os.devnull)
+    with pytest.raises(PlatformError, match=r"does not run or does not print a version; expected a user-mode qemu"):
+        find_qemu("aarch64", empty_cache)
