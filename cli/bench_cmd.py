@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -33,7 +34,7 @@ BACKEND_HELP = "BACKEND or BACKEND:DEVICE (repeat); default: every available bac
 
 
 def bench(
-    model: Path = typer.Argument(..., help="The .onnx file."),
+    model: Path = typer.Argument(..., help="The .onnx file, or a bundle folder: its chosen configuration."),
     backends: list[str] = typer.Option([], "--backend", "-b", help=BACKEND_HELP),
     batch: str = typer.Option(None, help="Batch size(s), e.g. 1,4,8 (default: the model's own, or 1)."),
     threads: str = typer.Option(None, help="Thread count(s) to sweep, e.g. 1,2 (default: runtime's)."),
@@ -79,11 +80,37 @@ def bench(
     fleet: str = typer.Option(None, "--fleet", help="Ray cluster address: bench on every device node, merged."),
     devices: str = typer.Option(None, "--devices", help="With --fleet: device names a,b (default: all)."),
     device_timeout: str = typer.Option("30m", "--device-timeout", help="With --fleet: time limit per device."),
+    recheck: bool = typer.Option(
+        False, "--recheck", help="With a bundle: measure its choice here and compare with what it recorded."
+    ),
     platform: str = PLATFORM_OPTION,
 ) -> None:
     """Benchmark a model on backends × devices × precisions × batch × threads; verify every configuration."""
     from deploykit.bench.runner import benchmark, default_backend_specs
     from deploykit.quantize import parse_drop
+
+    bundle = None
+    if model.is_dir():  # a bundle: exactly its chosen configuration
+        from deploykit.optimize.bundle import elsewhere_message, read_bundle
+
+        bundle = read_bundle(model)
+        asked = [name for name, value in (("--backend", backends), ("--threads", threads), ("--batch", batch),
+                                          ("--precision", precision), ("--fleet", fleet),
+                                          ("--pipeline", pipeline), ("--platform", platform)) if value]  # fmt: skip
+        if asked:
+            raise UsageError(f"bench '{model}' | a bundle is benchmarked in the configuration it chose; "
+                             f"{', '.join(asked)} would change it.",
+                             hint=f"bench '{bundle.model_path}' itself to try other settings.")  # fmt: skip
+        if bundle.elsewhere:
+            err_console.print(f"warning: {elsewhere_message(bundle)}", soft_wrap=True)
+        manifest = bundle.manifest
+        model, backends = bundle.model_path, [manifest.spec]
+        threads = str(manifest.threads) if manifest.threads else ""  # "": the runtime's own
+        batch, precision = str(manifest.batch), manifest.precision or ""
+        options = [*options, *(f"{k}={v}" for k, v in manifest.options.items() if k not in ("threads", "precision"))]
+    elif recheck:
+        raise UsageError("--recheck | compares a bundle's recorded choice with this machine; the model is a file.",
+                         hint="pass the bundle folder: deploykit bench deploy/ --recheck.")  # fmt: skip
 
     if report_dir is not None:  # before any work: a report that cannot be written would lose the run
         check_report_dir(report_dir, inputs=[model, *([inputs] if inputs else [])])
@@ -165,7 +192,7 @@ def bench(
             backends or None,
             batch=parse_int_list(batch, "batch") if batch else None,
             threads=parse_int_list(threads, "threads") if threads else None,
-            precision=precision,
+            precision=precision or None,
             scenario=scenario,
             streams=streams,
             warmup=warmup,
@@ -184,7 +211,26 @@ def bench(
             options={k: coerce(v) for k, v in parse_pairs(options, "--option").items()},
             progress=report_progress,
         )
+    if bundle is not None and recheck:
+        _recheck(result, bundle)
     _show(result, as_json, report_dir, allow_failures, emulated)
+
+
+def _recheck(result: BenchmarkReport, bundle: Any) -> None:
+    """This machine's p50 of the bundle's configuration against the interval the bundle recorded."""
+    from deploykit.optimize.ranking import Interval
+
+    row = result.rows[0] if result.rows else None
+    recorded = bundle.manifest.latency.get("p50_ms")
+    if row is None or not row.ok or row.latency is None or recorded is None:
+        err_console.print("recheck: the bundle's configuration did not run here, or it recorded no p50")
+        return
+    interval = Interval.from_dict(recorded)
+    now = row.latency.p50_ms
+    where = "inside" if interval.low <= now <= interval.high else ("below" if now < interval.low else "above")
+    console.print(f"recheck: p50 {now:.4g} ms here; the bundle recorded {interval.describe('ms')} over "
+                  f"{interval.rounds} rounds: {where} its interval"
+                  + ("" if where == "inside" else "; run deploykit optimize again here to re-rank"))  # fmt: skip
 
 
 def _show(result: BenchmarkReport, as_json: bool, report_dir: Path | None, allow_failures: bool = False,

@@ -5,7 +5,8 @@
    (COCO weights from packages) and check each against an independent oracle where one runs here
    (libdarknet for v3-tiny, OpenCV 4.x for v4-tiny), "unverified" otherwise; 3. classify a real
    photo; 4. detect objects in real photos on every backend, draw them, and check that every
-   backend finds the same objects; 5. benchmark on every available backend; 6. write the report.
+   backend finds the same objects; 5. benchmark on every available backend; 6. write the report;
+   7. optimize each model into a bundle (the configuration to deploy here, and why).
    A missing optional part skips its step with a one-line reason; a failed check exits 1.
 """
 
@@ -29,7 +30,9 @@ if TYPE_CHECKING:
 
 DARKNET_DATA = Path("/usr/share/darknet/data")
 PHOTO = DARKNET_DATA / "eagle.jpg"
-STEPS = 6
+STEPS = 7
+# The demo's optimize budget per model: enough to screen every candidate on a 2-core machine.
+OPTIMIZE_BUDGET = "2m"
 # The detector of steps 4-5, and which independent oracle can check each official Darknet model.
 DETECTOR = "yolov4-tiny"
 # Checked against libdarknet (v3-tiny) and OpenCV 4.x's importer (v4-tiny, whose layers pjreddie's Darknet lacks).
@@ -278,6 +281,8 @@ def demo(
         _skip("nothing was benchmarked")
     else:
         _write_report(workdir, results)
+    _step(7, "Optimize: the fastest configuration within 1% of f32's answers on held-out photos, as a bundle")
+    problems += _optimize_all(models, workdir)
     console.print(f"\ndone in {time.perf_counter() - started:.0f} s")
     if problems:
         for problem in problems:
@@ -303,3 +308,54 @@ def _write_report(workdir: Path, results: list[BenchmarkReport]) -> None:
             console.print(f"  {Path(result.model.path).name}: {recommendation.label} — "
                           f"{recommendation.why} → {recommendation.python}", soft_wrap=True)  # fmt: skip
     console.print(f"  report: {report_dir / 'report.html'} (JSON and Markdown beside it)")
+
+
+def _optimize_photos(workdir: Path) -> Path | None:
+    """The real photos that ship offline (Darknet's, scikit-image's), copied into one folder."""
+    import importlib.util
+    import shutil
+
+    from deploykit.vision.image import list_images
+
+    found = list_images(DARKNET_DATA) if DARKNET_DATA.is_dir() else []
+    spec = importlib.util.find_spec("skimage")
+    if spec is not None and spec.submodule_search_locations:
+        data = Path(next(iter(spec.submodule_search_locations))) / "data"
+        names = ("astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg", "motorcycle_left.png")
+        found += [data / n for n in names if (data / n).is_file()]
+    if len(found) < 4:
+        return None
+    folder = workdir / "optimize-photos"
+    folder.mkdir(exist_ok=True)
+    for photo in found:
+        shutil.copy(photo, folder / photo.name)
+    return folder
+
+
+def _optimize_all(models: list[Path], workdir: Path) -> list[str]:
+    """Each model optimized into ``<model>-bundle/``; prints the choice and why."""
+    from deploykit.optimize import optimize
+
+    photos = _optimize_photos(workdir)
+    if not models:
+        _skip("no model to optimize")
+        return []
+    if photos is None:
+        _skip("fewer than 4 real photos (apt-get install darknet): INT8 needs calibration and held-out images")
+        return []
+    problems = []
+    for model in models:
+        output = workdir / f"{model.stem}-bundle"
+        try:
+            report = optimize(model, photos, output=output, max_drop="1%", time_budget=OPTIMIZE_BUDGET, force=True)
+        except DeployKitError as exc:
+            problems.append(f"optimize {model.name}: {exc}")
+            console.print(f"  [red]{model.name} failed[/]: {escape(str(exc))}")
+            continue
+        best = report.best
+        speed = f", {report.baseline.speedup:.2f}× ONNX Runtime f32" if report.baseline else ""
+        delta = f", {report.metric} delta {best.accuracy_delta:.2%}" if best.accuracy_delta is not None else ""
+        console.print(f"  {model.name}: [bold]{escape(best.label)}[/]{speed}{delta} ({len(report.candidates)} "
+                      f"candidates in {report.elapsed_s:.0f} s) → {output}/", soft_wrap=True)  # fmt: skip
+        console.print(f"    why: {escape(report.decision.reason)}", soft_wrap=True)
+    return problems

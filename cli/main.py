@@ -26,6 +26,7 @@ from . import (
     compare_cmd,
     demo_cmd,
     inspect_cmd,
+    optimize_cmd,
     predict_cmd,
     quantize_cmd,
     report_cmd,
@@ -132,6 +133,7 @@ app.command("compare")(compare_cmd.compare)
 app.command("report")(report_cmd.report)
 app.command("predict")(predict_cmd.predict)
 app.command("quantize")(quantize_cmd.quantize)
+app.command("optimize")(optimize_cmd.optimize)
 app.command("serve")(serve_cmd.serve)
 app.add_typer(models_app, name="models")
 app.add_typer(fleet_app, name="fleet")

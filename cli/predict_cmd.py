@@ -21,6 +21,14 @@ def _task(model: Path, task: str) -> str:
         return task
     from deploykit.model import read_interface
 
+    if model.is_dir():  # a bundle says its task
+        from deploykit.optimize.bundle import read_bundle
+
+        bundle = read_bundle(model, verify=False)
+        if bundle.manifest.task in ("detect", "classify"):
+            return bundle.manifest.task
+        model = bundle.model_path
+
     interface = read_interface(model)
     metadata = interface.metadata
     if metadata.get("deploykit.task") in ("detect", "classify"):
@@ -46,9 +54,11 @@ def _check_draw_format(path: Path) -> None:
 
 
 def predict(
-    model: Path = typer.Argument(..., help="The .onnx file."),
+    model: Path = typer.Argument(..., help="The .onnx file, or a bundle folder (deploykit optimize -o)."),
     image: Path = typer.Argument(..., help="The image file."),
-    backend: str = typer.Option("onnxruntime", "--backend", "-b", help="Backend name or alias."),
+    backend: str = typer.Option(
+        None, "--backend", "-b", help="Backend name or alias (default: onnxruntime, or the bundle's choice)."
+    ),
     device: str = typer.Option(None, "--device", "-d", help="Device (default: the backend's CPU)."),
     task: str = typer.Option("auto", help="auto | detect | classify (auto reads the model's metadata)."),
     labels: Path = typer.Option(None, help="Class names file (default: from the model's metadata)."),
@@ -85,9 +95,17 @@ def predict(
     if engine != "local" or out is not None:  # many images, one row each: deploykit.distributed
         from .fleet_cmd import predict_dataset
 
+        if model.is_dir():  # a bundle: its model file on its backend and device
+            from deploykit.optimize.bundle import read_bundle
+
+            bundle = read_bundle(model)
+            model, backend = bundle.model_path, backend or bundle.manifest.backend
+            if bundle.manifest.device is not None:
+                device = device or bundle.manifest.device
+
         cli_options = {"labels": labels, "conf": conf, "iou": iou, "agnostic": agnostic, "imagenet": imagenet}
         predict_dataset(model, image, out, task=kind, engine=engine, address=address, actors=actors,
-                        cpus_per_actor=cpus_per_actor, backend=backend, device=device, top_k=top_k,
+                        cpus_per_actor=cpus_per_actor, backend=backend or "onnxruntime", device=device, top_k=top_k,
                         cli_options=cli_options)  # fmt: skip
         return
     if kind not in ("detect", "classify"):
@@ -98,6 +116,7 @@ def predict(
         ) as detector:
             detections = detector(image)
             timing = detector.last_timing
+            ran = detector.session.info.backend
         table = Table(title=f"{len(detections)} detections in {image.name}")
         for column in ("label", "score", "x1", "y1", "x2", "y2"):
             table.add_column(column)
@@ -120,6 +139,7 @@ def predict(
         with deploykit.Classifier(model, backend, device, labels=labels, mean=mean, std=std) as classifier:
             classes = classifier(image, top_k=top_k)
             timing = classifier.last_timing
+            ran = classifier.session.info.backend
         table = Table(title=f"top {top_k} for {image.name}")
         for column in ("rank", "label", "class", "probability"):
             table.add_column(column)
@@ -131,7 +151,7 @@ def predict(
         console.print(f"pre {timing.pre_ms:.1f} ms, inference {timing.infer_ms:.1f} ms, post {timing.post_ms:.1f} ms")
     verdict = _check(model, image, backend, device) if check else None
     if json_path is not None:
-        payload = {"model": str(model), "image": str(image), "task": kind, "backend": backend, "results": results,
+        payload = {"model": str(model), "image": str(image), "task": kind, "backend": ran, "results": results,
                    "timing": timing.to_dict() if timing else None,
                    "verdict": verdict.to_dict() if verdict else None}  # fmt: skip
         with atomic_path(json_path) as temporary:
@@ -140,10 +160,16 @@ def predict(
         raise typer.Exit(1)
 
 
-def _check(model: Path, image: Path, backend: str, device: str | None) -> Any:
+def _check(model: Path, image: Path, backend: str | None, device: str | None) -> Any:
     """The backend's outputs on this image against the independent oracle; the verdict, printed."""
     from deploykit.verify import verify_model
 
+    if model.is_dir():  # a bundle: its model file on its backend and device
+        from deploykit.optimize.bundle import read_bundle
+
+        bundle = read_bundle(model)
+        model, backend, device = bundle.model_path, bundle.manifest.backend, bundle.manifest.device
+    backend = backend or "onnxruntime"
     spec = f"{backend}:{device}" if device else backend
     report = verify_model(model, [spec], inputs=image, precision=None)
     verdict = report.verdicts[0]

@@ -19,6 +19,7 @@ from deploykit.backends.registry import all_backends, backend_names, get_backend
 from deploykit.errors import (
     BackendError,
     BackendUnavailableError,
+    BundleError,
     ConversionError,
     DeployKitError,
     DeviceUnavailableError,
@@ -43,13 +44,14 @@ from deploykit.tensors import TensorSpec
 from deploykit.verify import OracleInfo, Thresholds, Verdict, VerificationReport, verify_model
 
 if TYPE_CHECKING:  # the real objects, typed; imported on first use so workers and --help start fast
-    from deploykit import quantize, serve
+    from deploykit import optimize, quantize, serve
     from deploykit.bench.report import BenchmarkReport
     from deploykit.bench.rows import Row
     from deploykit.bench.runner import benchmark
     from deploykit.convert.darknet.convert import convert_darknet
     from deploykit.convert.report import ConversionReport
     from deploykit.convert.torch import convert_torch
+    from deploykit.optimize import OptimizeReport
     from deploykit.quantize import QuantizeReport
     from deploykit.vision.pipelines import Classifier, Detector
     from deploykit.vision.results import Classification, Detection, draw
@@ -63,6 +65,7 @@ _LAZY = {
     "ConversionReport": "deploykit.convert.report",
     "convert_torch": "deploykit.convert.torch",
     "QuantizeReport": "deploykit.quantize",
+    "OptimizeReport": "deploykit.optimize",
     "Detector": "deploykit.vision.pipelines",
     "Classifier": "deploykit.vision.pipelines",
     "Detection": "deploykit.vision.results",
@@ -74,7 +77,7 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     import importlib
 
-    if name in ("quantize", "ray", "serve"):  # subpackages; quantize and serve are callable: deploykit.quantize(...)
+    if name in ("quantize", "optimize", "ray", "serve"):  # subpackages; quantize, optimize and serve are callable
         return importlib.import_module(f"deploykit.{name}")
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
@@ -85,7 +88,7 @@ def __getattr__(name: str) -> Any:
 
 def load(
     model: str | os.PathLike[str],
-    backend: str = "onnxruntime",
+    backend: str | None = None,
     device: str | None = None,
     *,
     allow_fallback: bool = False,
@@ -94,8 +97,10 @@ def load(
     """Load a model on a backend and device.
 
     Args:
-        model: path to an ``.onnx`` file (or a Darknet ``.cfg`` for OpenCV 4.x).
-        backend: ``onnxruntime``/``ort``, ``openvino``/``ov``, ``opencv``/``cv`` or a plug-in.
+        model: path to an ``.onnx`` file (or a Darknet ``.cfg`` for OpenCV 4.x), or a bundle folder
+            written by ``deploykit optimize -o``: then its chosen model file opens on its chosen
+            backend, device, precision and threads (``deploykit.optimize.bundle.open_bundle``).
+        backend: ``onnxruntime``/``ort`` (the default), ``openvino``/``ov``, ``opencv``/``cv`` or a plug-in.
         device: the backend's device name; its default device (the CPU) when omitted.
         allow_fallback: run on the CPU when the device cannot be used and report it in
             ``session.info.fallback``; otherwise that is a ``DeviceUnavailableError``.
@@ -106,7 +111,11 @@ def load(
         process: a runtime that crashes ends it (``deploykit run`` and ``compare`` use worker
         processes instead; see docs/conformance.md).
     """
-    return get_backend(backend).open(model, device, allow_fallback=allow_fallback, **options)
+    if os.path.isdir(model):
+        from deploykit.optimize.bundle import open_bundle
+
+        return open_bundle(model, backend=backend, device=device, allow_fallback=allow_fallback, **options)
+    return get_backend(backend or "onnxruntime").open(model, device, allow_fallback=allow_fallback, **options)
 
 
 __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
@@ -118,6 +127,7 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "Backend",
     "BackendError",
     "BackendUnavailableError",
+    "BundleError",
     "ConversionError",
     "DeployKitError",
     "DeviceUnavailableError",
@@ -157,6 +167,8 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "make_inputs",
     "QuantizeReport",
     "quantize",
+    "OptimizeReport",
+    "optimize",
     "serve",
     "summarize",
 ]

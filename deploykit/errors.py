@@ -15,7 +15,8 @@ The tree::
     │   └── OutputError            an output path cannot be written, or is a file the command reads
     ├── ModelError                 a model file cannot be used
     │   ├── ModelNotFoundError     the path does not exist or is a directory
-    │   └── InvalidModelError      the file is not a readable, valid ONNX model
+    │   ├── InvalidModelError      the file is not a readable, valid ONNX model
+    │   └── BundleError            a bundle folder is incomplete, tampered with, or of an unknown schema
     ├── InputError                 feeds do not fit the model's inputs (name, dtype, shape)
     ├── BackendError               a runtime failed to load or run a model
     │   ├── UnknownBackendError    no backend or alias by that name is registered
@@ -82,6 +83,10 @@ class ModelNotFoundError(ModelError):
 
 class InvalidModelError(ModelError):
     """The file is not a readable, valid ONNX model."""
+
+
+class BundleError(ModelError):
+    """A bundle folder (``deploykit optimize -o``) is incomplete, tampered with, or of an unknown schema."""
 
 
 class InputError(DeployKitError):

@@ -13,7 +13,7 @@ PUBLIC = {
     "QuantizationError", "QuantizeReport", "ReportError", "ServeError", "Session", "SessionInfo", "TensorSpec", "Thresholds", "UnknownBackendError",
     "UnsupportedLayerError", "UnsupportedModelError", "UsageError", "Verdict", "VerificationReport", "__version__",
     "all_backends", "backend_names", "benchmark", "convert_darknet", "convert_torch", "draw", "get_backend", "load",
-    "make_inputs", "quantize", "serve", "summarize", "verify_model",
+    "make_inputs", "quantize", "serve", "summarize", "verify_model", "OptimizeReport", "optimize", "BundleError",
 }  # fmt: skip
 
 
@@ -35,7 +35,7 @@ def test_the_entry_points_are_the_real_functions_with_their_signatures():
     assert deploykit.ray.predict is predict and deploykit.ray.fleet_benchmark is fleet_benchmark
     entry_points = (benchmark, convert_darknet, convert_torch, verify_model, deploykit.quantize.quantize, deploykit.load,
                     deploykit.Detector, deploykit.Classifier, predict, fleet_benchmark,
-                    deploykit.serve.serve)  # fmt: skip
+                    deploykit.serve.serve, deploykit.optimize.optimize)  # fmt: skip
     for function in entry_points:
         signature = inspect.signature(function)  # of a class: its __init__ without self
         assert function.__doc__ and all(

@@ -24,6 +24,8 @@ from deploykit.io import check_outputs, commit_outputs, written
 if TYPE_CHECKING:
     from rich.table import Table
 
+    from deploykit.optimize.ranking import Ranking
+
 __all__ = ["BenchSettings", "BenchmarkReport", "ModelInfo", "Recommendation", "Row", "accuracy_delta", "merge_html"]
 
 SCHEMA = "deploykit.bench"
@@ -230,13 +232,37 @@ class BenchmarkReport:
     def best(self) -> Row | None:
         """The fastest configuration an independent oracle verified (the recommendation's row); without
         any verified row, the fastest that agrees with the others (the recommendation says so)."""
+        rows = self.eligible_rows()
+        ranking = self.ranking(rows)
+        return None if ranking is None else next(r for r in rows if r.label == ranking.chosen)
+
+    def eligible_rows(self) -> list[Row]:
+        """The rows a recommendation may pick: verified (else agreeing), within the accuracy budget."""
         verified = [r for r in self.ok_rows() if r.verdict is not None and r.verdict.status == "pass"]
         agreeing = [r for r in self.ok_rows() if r.verdict is not None and r.verdict.agreement is True]
         rows = verified or agreeing
         budget = self.settings.max_drop
         if budget is not None:
             rows = [r for r in rows if r.accuracy_delta is not None and r.accuracy_delta <= budget]
-        return min(rows, key=self._score) if rows else None
+        return rows
+
+    def ranking(self, rows: Sequence[Row] | None = None) -> Ranking | None:
+        """``rows`` (default: every ``ok`` row) ranked by the headline with deploykit's one ranking
+        rule (``deploykit.optimize.ranking.DECISION_RULE``): faster only when the bootstrap
+        intervals over the rows' blocks separate; a tie goes to f32, fewer threads, a smaller batch."""
+        from deploykit.optimize.ranking import RankEntry, rank
+
+        rows = self.ok_rows() if rows is None else list(rows)
+        if not rows:
+            return None
+        key = "throughput_sps" if self.headline == "throughput_sps" else self.headline
+        entries = []
+        for row in rows:
+            blocks = [float(getattr(b, key)) for b in row.blocks]
+            entries.append(RankEntry(row.label, [blocks or [self.headline_value(row)]], row.precision,
+                                     row.precision == "int8", row.config.threads, row.config.batch))  # fmt: skip
+        unit = "samples/s" if key == "throughput_sps" else "ms"
+        return rank(entries, higher_is_better=key == "throughput_sps", unit=unit)
 
     def pareto_front(self) -> list[Row]:
         """The configurations no other beats on both latency (the headline) and accuracy delta,
@@ -272,11 +298,13 @@ class BenchmarkReport:
         if options.get("precision"):
             command += f" --precision {options['precision']}"
         option_text = "".join(f", {k}={v!r}" for k, v in options.items())
+        ranking = self.ranking(self.eligible_rows())
+        decided = "" if ranking is None or len(ranking.order) < 2 else f"; {ranking.reason}"
         return Recommendation(
             label=row.label,
             headline=self.headline,
             value=self.headline_value(row),
-            why=_why(row) + _budget(self.settings.max_drop),
+            why=_why(row) + _budget(self.settings.max_drop) + decided,
             command=command,
             python=f"deploykit.load({model!r}, backend={config.backend!r}, device={device!r}{option_text})",
         )

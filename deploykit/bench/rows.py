@@ -48,6 +48,23 @@ class Histogram:
         return cls([float(e) for e in data["edges_ms"]], [int(c) for c in data["counts"]])
 
 
+@dataclass(frozen=True)
+class Block:
+    """One consecutive slice of a configuration's timed runs: the unit the ranking resamples
+    (``deploykit.optimize.ranking``), so noise within a run shows in its interval."""
+
+    p50_ms: float
+    p90_ms: float
+    throughput_sps: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Block:
+        return cls(float(data["p50_ms"]), float(data["p90_ms"]), float(data["throughput_sps"]))
+
+
 @dataclass
 class Row:
     """One configuration's result: what ran, how fast, and whether it computed the right answer.
@@ -68,6 +85,7 @@ class Row:
             real images, None when unknown.
         warnings: e.g. noisy latency.
         stages: for pipeline benchmarks: p50 of pre-processing, inference and post-processing.
+        blocks: the timed runs in up to 10 consecutive slices, each with its p50, p90 and throughput.
     """
 
     config: BenchConfig
@@ -89,6 +107,7 @@ class Row:
     accuracy_delta: float | None = None
     warnings: list[str] = field(default_factory=list)
     stages: dict[str, float] | None = None
+    blocks: list[Block] = field(default_factory=list)
 
     @classmethod
     def from_failure(cls, config: BenchConfig, error: str) -> Row:
@@ -170,6 +189,8 @@ class Row:
         }
         if self.stages is not None:
             data["stages"] = dict(self.stages)
+        if self.blocks:
+            data["blocks"] = [b.to_dict() for b in self.blocks]
         return data
 
     @classmethod
@@ -200,6 +221,7 @@ class Row:
             accuracy_delta=data.get("accuracy_delta"),
             warnings=list(data.get("warnings") or []),
             stages=None if data.get("stages") is None else dict(data["stages"]),
+            blocks=[Block.from_dict(b) for b in data.get("blocks") or []],
         )
 
 

@@ -88,7 +88,7 @@ def expand_configs(
     ]
 
 
-def _rebatch(feeds: Mapping[str, np.ndarray], axes: Mapping[str, int | None], batch: int) -> dict[str, np.ndarray]:
+def rebatch(feeds: Mapping[str, np.ndarray], axes: Mapping[str, int | None], batch: int) -> dict[str, np.ndarray]:
     """Given arrays tiled or cut along their batch axes to another batch size (other inputs as given)."""
     out = {}
     for name, array in feeds.items():
@@ -100,10 +100,12 @@ def _rebatch(feeds: Mapping[str, np.ndarray], axes: Mapping[str, int | None], ba
     return out
 
 
-def _measure_isolated(
+def measure_isolated(
     model: Path, config: BenchConfig, inputs_path: Path, outputs_path: Path, checks: Sequence[Path],
     cost_per_hour: float | None, timeout_s: float,
 ) -> tuple[Row, dict[str, np.ndarray] | None, list[dict[str, np.ndarray]]]:  # fmt: skip
+    """One configuration measured in its own worker (``deploykit.bench.worker``): its row, its first
+    run's outputs and its outputs on the check cases (``optimize`` measures its rounds with it too)."""
     job = {"model": str(model), "config": config.to_dict(), "inputs": str(inputs_path), "outputs": str(outputs_path),
            "check_cases": [str(c) for c in checks], "cost_per_hour": cost_per_hour}  # fmt: skip
     outcome = run_worker("deploykit.bench.worker", job, timeout_s=timeout_s + (config.duration_s or 0))
@@ -208,7 +210,7 @@ def benchmark(
         if image_source:
             return image_feeds(model_path, inputs, size or 1)  # type: ignore[arg-type]
         if given is not None:
-            return _rebatch(given, axes, size) if size else given
+            return rebatch(given, axes, size) if size else given
         return make_inputs(interface.inputs, seed=seed, metadata=interface.metadata, batch=size, settings=settings,
                            batch_axes=batch_axes, model_name=f"'{model_path.name}'")  # fmt: skip
 
@@ -239,7 +241,7 @@ def benchmark(
             if progress:
                 progress(index, len(configs), config.label())
             if isolate:
-                row, outputs, checked = _measure_isolated(model_path, config, inputs_paths[config.batch],
+                row, outputs, checked = measure_isolated(model_path, config, inputs_paths[config.batch],
                                                           scratch / f"outputs-{index}.npz", check_paths,
                                                           cost_per_hour, timeout_s)  # fmt: skip
             else:

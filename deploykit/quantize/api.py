@@ -58,7 +58,7 @@ def parse_drop(value: str | float | None) -> float | None:
     return number
 
 
-def _task(model_path: Path) -> tuple[str | None, Preprocess | None, list[str]]:
+def pipeline_facts(model_path: Path) -> tuple[str | None, Preprocess | None, list[str]]:
     """The pipeline the model fits (detector first), with its pre-processing and labels."""
     from deploykit.vision.pipelines import Classifier, Detector
 
@@ -225,7 +225,7 @@ def quantize(
         )
     source = load_onnx(model_path, load_external_data=True)
     (graph.check_not_float16 if fp16 else graph.check_not_quantized)(source, model_path.name)
-    task, preprocess, labels = _task(model_path)
+    task, preprocess, labels = pipeline_facts(model_path)
     data = _data(model_path, calibrate, evaluate_on, preprocess, fp16=fp16, calibration_size=calibration_size,
                  held_out=held_out, seed=seed)  # fmt: skip
     if budget is not None and (task is None or (task == "detect" and data.preprocess is None)):

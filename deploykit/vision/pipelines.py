@@ -112,7 +112,7 @@ def check_thresholds(*, conf: float | None, iou: float | None, prefix: str = "")
 
 class _Pipeline:
     def __init__(
-        self, model: str | os.PathLike[str] | Session, backend: str, device: str | None,
+        self, model: str | os.PathLike[str] | Session, backend: str | None, device: str | None,
         options: dict[str, OptionValue],
     ) -> None:  # fmt: skip
         from deploykit import load
@@ -121,10 +121,10 @@ class _Pipeline:
             self.model_path = model.model_path
             self.session = model
         else:
-            self.model_path = Path(model)
             options = dict(options)
             fallback = bool(options.pop("allow_fallback", False))
-            self.session = load(self.model_path, backend, device, allow_fallback=fallback, **options)
+            self.session = load(Path(model), backend, device, allow_fallback=fallback, **options)
+            self.model_path = Path(self.session.model_path)  # a bundle's model file, not its folder
         self.metadata = self.session.metadata
         self.input = _input_spec(self.session)
         self._local = threading.local()
@@ -153,8 +153,9 @@ class Detector(_Pipeline):
     """YOLO-family detection: image → boxes in original pixels, after confidence filter and NMS.
 
     Args:
-        model: the ``.onnx`` file, or an open ``Session`` (then backend, device and options are its own).
-        backend, device: where it runs (``deploykit.load``).
+        model: the ``.onnx`` file, a bundle folder (``deploykit optimize -o``: its chosen configuration),
+            or an open ``Session`` (then backend, device and options are its own).
+        backend, device: where it runs (``deploykit.load``; default ONNX Runtime on the CPU).
         labels: names file or list; default from the model's metadata.
         conf: minimum class score (objectness × class probability where the model has objectness).
         iou: NMS IoU threshold.
@@ -169,7 +170,7 @@ class Detector(_Pipeline):
     def __init__(
         self,
         model: str | os.PathLike[str] | Session,
-        backend: str = "onnxruntime",
+        backend: str | None = None,
         device: str | None = None,
         *,
         labels: str | os.PathLike[str] | Sequence[str] | None = None,
@@ -271,7 +272,7 @@ class Classifier(_Pipeline):
     def __init__(
         self,
         model: str | os.PathLike[str] | Session,
-        backend: str = "onnxruntime",
+        backend: str | None = None,
         device: str | None = None,
         *,
         labels: str | os.PathLike[str] | Sequence[str] | None = None,

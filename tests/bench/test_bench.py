@@ -369,6 +369,7 @@ def test_accuracy_budget_picks_the_fastest_within_it(isolated_result):
     rows = report.rows = [r for r in report.rows if r.config.batch == 1][:3]
     for row, (p90, delta) in zip(rows, [(1.0, 0.05), (2.0, 0.004), (3.0, 0.0)], strict=True):
         row.latency, row.accuracy_delta = dataclasses.replace(row.latency, p90_ms=p90), delta
+        row.blocks = []  # ranked by the p90 set here (no measured blocks: a point interval)
     labels = [r.label for r in rows]
     assert [r.label for r in report.pareto_front()] == labels
     for budget, chosen in ((None, 0), (0.1, 0), (0.01, 1), (0.0, 2)):
@@ -464,3 +465,24 @@ def test_report_command_options_that_do_nothing_are_refused(isolated_result, tmp
     assert (
         result.exit_code == 1 and "expected a .html file name" in result.stderr and not (tmp_path / "m.json").exists()
     )
+
+
+def test_the_recommendation_uses_the_ranking_rule(isolated_result):
+    """bench ranks with optimize's rule: a 0.05 % lead of bf16 inside the noise is a tie, and the tie
+    keeps f32; a lead whose interval separates wins; blocks travel through the JSON."""
+    from deploykit.bench.rows import Block
+    from deploykit.optimize.ranking import DECISION_RULE
+
+    report = copy.deepcopy(isolated_result)
+    f32, other = report.rows = [r for r in report.rows if r.config.batch == 1][:2]
+    rng = np.random.default_rng(0)
+    for row, (center, precision) in zip((f32, other), ((3.974, "f32"), (3.972, "bf16")), strict=True):
+        row.session = dataclasses.replace(row.session, precision=precision)
+        row.latency = dataclasses.replace(row.latency, p90_ms=center)
+        row.blocks = [Block(center, float(v), 250.0) for v in rng.normal(center, 0.05, 10)]
+    assert report.best() is f32 and "the tie goes to the simpler setup: f32 before bf16" in report.recommend().why
+    other.blocks = [Block(2.0, float(v), 500.0) for v in rng.normal(2.0, 0.05, 10)]
+    assert report.best() is other and "faster: its interval" in report.recommend().why
+    assert report.ranking().rule == DECISION_RULE
+    assert BenchmarkReport.from_dict(report.to_dict()).rows[1].blocks == other.blocks
+    assert len(isolated_result.rows[0].blocks) == 6  # 20 timed runs → 6 blocks of at least 3

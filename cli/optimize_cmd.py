@@ -1,0 +1,119 @@
+"""``deploykit optimize``: search backend × precision × INT8 × threads for the fastest configuration
+within the accuracy budget, ranked with intervals, and write it as a bundle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+from rich.table import Table
+
+from deploykit.bench.config import parse_int_list
+
+from .console import console, err_console, print_json
+
+if TYPE_CHECKING:  # the CLI imports the optimize package (and its runtimes) only when it runs
+    from deploykit.optimize import OptimizeReport, SearchProgress
+
+BACKEND_HELP = "BACKEND or BACKEND:DEVICE (repeat); default: every available backend × device."
+INTERRUPTED_EXIT = 130
+
+
+def print_optimize_report(report: OptimizeReport, output: Path | None, limit: int = 12) -> None:
+    """The decision, the intervals of the best candidates, why the others stopped, the bundle."""
+    unit = "samples/s" if report.headline == "throughput_sps" else "ms"
+    best = report.best
+    config = best.config
+    title = "partial (interrupted): " if report.partial else ""
+    console.print(f"[bold]{title}chosen: {best.label}[/] — {config.backend} on {config.device}, "
+                  f"{config.precision}, {config.threads or 'default'} threads, batch {config.batch}, "
+                  f"{best.variant} model")  # fmt: skip
+    console.print(f"why: {report.decision.reason}", soft_wrap=True)
+    if best.accuracy_delta is not None:
+        metric = report.metric if best.verdict is not None and best.verdict.task is not None else "element-wise"
+        console.print(f"accuracy: {metric} delta {best.accuracy_delta:.2%} on {report.settings.accuracy_images} "
+                      f"held-out images (budget {report.settings.max_drop:.2%}); verdict "
+                      f"{best.verdict.label if best.verdict else '-'} against {report.oracle.name}")  # fmt: skip
+    if report.baseline is not None:
+        console.print(f"speedup: {report.baseline.speedup:.2f}× {report.baseline.label} "
+                      f"({report.baseline.headline.describe(unit)})")  # fmt: skip
+    table = Table(title=f"{report.headline} with bootstrap 95% intervals ({len(report.candidates)} candidates)")
+    for column in ("candidate", report.headline, "interval", "rounds", "accuracy Δ", "status"):
+        table.add_column(column)
+    for candidate in report.candidates[:limit]:
+        interval = candidate.headline
+        delta = "-" if candidate.accuracy_delta is None else f"{candidate.accuracy_delta:.2%}"
+        reason = candidate.reason.split(": ")[0] if candidate.reason.startswith("slower") else candidate.reason
+        status = candidate.status if candidate.status != "stopped" else f"stopped: {reason[:48]}"
+        table.add_row(candidate.label, "-" if interval is None else f"{interval.estimate:.4g}",
+                      "-" if interval is None else f"[{interval.low:.4g}, {interval.high:.4g}]",
+                      str(len(candidate.rounds)), delta, status)  # fmt: skip
+    console.print(table)
+    if len(report.candidates) > limit:
+        console.print(f"... {len(report.candidates) - limit} more in report.json")
+    console.print(f"Pareto front (headline vs accuracy delta): {', '.join(report.pareto) or '-'}")
+    console.print(f"rule: {report.decision.rule}", soft_wrap=True)
+    for note in report.notes:
+        console.print(f"note: {note}", soft_wrap=True)
+    console.print(f"searched in {report.elapsed_s:.0f} s")
+    if output is not None:
+        console.print(f"bundle: {output} (open it with deploykit.load({str(output)!r}) or deploykit predict {output})")
+
+
+def optimize(
+    model: Path = typer.Argument(..., help="The float .onnx file."),
+    images: Path = typer.Option(
+        None, "--images", help="Real photos: half calibrate INT8, the other half measures accuracy (never both)."
+    ),
+    output: Path = typer.Option(..., "--output", "-o", help="The bundle folder to write (new or empty)."),
+    max_drop: str = typer.Option("1%", "--max-drop", help="Accuracy budget: mAP@0.5 / top-1 agreement drop vs f32."),
+    backends: list[str] = typer.Option([], "--backend", "-b", help=BACKEND_HELP),
+    scenario: str = typer.Option("singlestream", help="singlestream (rank by p50) | offline (rank by throughput)."),
+    time_budget: str = typer.Option("5m", "--time-budget", help="The whole search's time budget, e.g. 90s or 10m."),
+    no_quantize: bool = typer.Option(False, "--no-quantize", help="Search the float model's precisions only."),
+    threads: str = typer.Option(None, help="Thread counts to search, e.g. 1,2 (default: 1, 2, 4 ... CPUs)."),
+    batch: str = typer.Option(None, help="--scenario offline: batch sizes to search (default 1,8)."),
+    engine: str = typer.Option("ort,nncf", "--engine", help="INT8 engines: ort, nncf (NNCF where installed)."),
+    force: bool = typer.Option(False, "--force", help="Replace the bundle in a non-empty --output folder."),
+    seed: int = typer.Option(0, help="Seed of the image split."),
+    as_json: bool = typer.Option(False, "--json", help="Print the JSON report instead of the summary."),
+) -> None:
+    """Find the fastest configuration that still gives the right answer; write it as a bundle."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from deploykit.optimize import optimize as run_optimize
+
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                   TimeElapsedColumn(), console=err_console, transient=True, disable=as_json)  # fmt: skip
+    with bar:
+        task = bar.add_task("preparing", total=None)
+
+        def show(event: SearchProgress) -> None:
+            best = "" if event.best is None else f" · best so far {event.best} ({event.best_value:.4g})"
+            left = f"{event.stage}: {event.alive}/{event.candidates} candidates left{best}"
+            bar.update(task, completed=event.done, total=event.total or None, description=left)
+
+        report = run_optimize(
+            model,
+            images,
+            output=output,
+            max_drop=max_drop,
+            backends=backends or None,
+            scenario=scenario,
+            time_budget=time_budget,
+            quantize=not no_quantize,
+            threads=parse_int_list(threads, "threads") if threads else None,
+            batches=parse_int_list(batch, "batch") if batch else None,
+            engines=[e.strip() for e in engine.split(",") if e.strip()],
+            force=force,
+            seed=seed,
+            progress=show,
+        )
+    if as_json:
+        print_json(report.to_dict())
+    else:
+        print_optimize_report(report, output)
+    if report.partial:
+        err_console.print(f"interrupted: {output} holds the best configuration so far, marked partial")
+        raise typer.Exit(INTERRUPTED_EXIT)

@@ -1,0 +1,217 @@
+"""deploykit optimize end to end on real runtimes: the search, the report, the bundle and its openers.
+
+Expectations come from ``Backend.precisions`` (a CPU with or without bf16/f16), never from this
+machine: the candidates are derived from what the backends say they run natively.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import deploykit
+from cli.main import app
+from deploykit.backends.registry import get_backend
+from deploykit.errors import BundleError, UsageError
+from deploykit.optimize import BundleWarning, OptimizeReport, optimize, read_bundle
+from deploykit.optimize.ranking import DECISION_RULE
+
+BACKENDS = ("onnxruntime", "openvino:CPU")
+STOP_REASONS = ("slower than", "successive halving", "over the accuracy budget", "verification:", "did not run",
+                "accuracy delta unknown", "over the time budget")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def searched(classifier_path, photos, tmp_path_factory):
+    """One search of the small classifier: ORT and OpenVINO, INT8 from the ORT engine, one thread."""
+    output = tmp_path_factory.mktemp("bundle") / "deploy"
+    report = optimize(classifier_path, photos, output=output, backends=BACKENDS, threads=[1], engines=["ort"],
+                      time_budget="90s", max_drop="1%")  # fmt: skip
+    return report, output
+
+
+def _native(spec: str) -> list[str]:
+    name, _, device = spec.partition(":")
+    backend = get_backend(name)
+    native = backend.precisions(device or backend.default_device)
+    return native if "precision" in backend.options else ["f32"]
+
+
+def test_candidates_are_every_native_precision_and_the_int8_variant(searched):
+    report, _ = searched
+    labels = {c.label for c in report.candidates}
+    for spec in BACKENDS:
+        name = spec.partition(":")[0]
+        device = get_backend(name).default_device if ":" not in spec else spec.partition(":")[2]
+        for precision in _native(spec):
+            assert f"{name}:{device} b1 t1 {precision} float" in labels
+        assert f"{name}:{device} b1 t1 int8 int8-ort" in labels
+    assert {v.name for v in report.variants} >= {"float", "int8-ort"}
+    assert report.settings.calibration_images + report.settings.accuracy_images == 12
+    assert report.settings.accuracy_images == 6  # half held out, never calibrated on
+
+
+def test_every_candidate_has_an_outcome_and_the_choice_is_admissible(searched):
+    report, _ = searched
+    best = report.best
+    assert best.status == "chosen" and best.verdict is not None and best.verdict.passed
+    assert best.accuracy_delta is not None and best.accuracy_delta <= report.settings.max_drop
+    assert best.headline is not None and best.headline.low <= best.headline.estimate <= best.headline.high
+    for candidate in report.candidates:
+        if candidate.status == "stopped":
+            assert candidate.reason.startswith(STOP_REASONS), candidate.reason
+        else:
+            assert candidate.accuracy_delta is not None and candidate.accuracy_delta <= report.settings.max_drop
+    assert report.decision.rule == DECISION_RULE and report.decision.chosen == best.label
+    assert report.baseline is not None and report.baseline.label.startswith("onnxruntime:cpu")
+    assert report.pareto and report.pareto[0] in {c.label for c in report.candidates}
+    assert report.oracle.independent and report.metric == "top-1 agreement"
+
+
+def test_report_round_trips(searched):
+    report, output = searched
+    data = report.to_dict()
+    assert OptimizeReport.from_dict(json.loads(json.dumps(data))).to_dict() == data
+    assert read_bundle(output).report().to_dict() == json.loads(json.dumps(data, default=str))
+
+
+def test_bundle_holds_what_the_device_needs(searched):
+    report, output = searched
+    manifest = read_bundle(output).manifest
+    assert sorted(p.name for p in output.iterdir()) == sorted([manifest.model_file, "deploykit.json", "report.json"])
+    best = report.best
+    assert (manifest.backend, manifest.device, manifest.precision, manifest.threads, manifest.batch) == (
+        best.config.backend,
+        best.config.device,
+        best.config.precision,
+        best.config.threads,
+        best.config.batch,
+    )
+    assert manifest.task == "classify" and manifest.preprocess["size"] == [32, 32] and len(manifest.labels) == 10
+    assert manifest.verdict["status"] == "pass" and manifest.verdict["oracle"]["name"] == "onnx-reference"
+    assert manifest.accuracy["images"] == 6 and manifest.accuracy["delta"] == best.accuracy_delta
+    assert set(manifest.latency["p50_ms"]) >= {"estimate", "low", "high"} and manifest.latency["p99_ms"] > 0
+    assert manifest.fingerprint["cpu"]["model"] and manifest.versions["deploykit"] == deploykit.__version__
+    assert not manifest.partial and manifest.schema_version == 1
+
+
+def test_load_detector_classifier_predict_and_bench_open_the_chosen_configuration(searched, photos):
+    _, output = searched
+    manifest = read_bundle(output).manifest
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", BundleWarning)  # same machine, same runtimes: no warning
+        with deploykit.load(output) as session:
+            assert session.info.backend == manifest.backend and session.model_path.name == manifest.model_file
+            assert session.info.options.get("threads") == manifest.threads
+        with deploykit.Classifier(output) as classifier:
+            assert classifier(photos / "dog.jpg", top_k=1)[0].label.startswith("class_")
+    runner = CliRunner()
+    predicted = runner.invoke(app, ["predict", str(output), str(photos / "dog.jpg"), "--top-k", "1"])
+    assert predicted.exit_code == 0, predicted.output
+    benched = runner.invoke(app, ["bench", str(output), "--iterations", "30", "--recheck"])
+    assert benched.exit_code == 0, benched.output
+    assert "recheck: p50" in benched.output and manifest.backend in benched.output
+    refused = runner.invoke(app, ["bench", str(output), "--threads", "2"])
+    assert refused.exit_code == 1 and "a bundle is benchmarked in the configuration it chose" in refused.output
+    with pytest.raises(UsageError, match=r"chose backend .*; asked for opencv"):
+        deploykit.load(output, "opencv")
+
+
+def _copy(output: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "copy"
+    shutil.copytree(output, copy)
+    return copy
+
+
+def test_a_tampered_model_is_an_error(searched, tmp_path):
+    _, output = searched
+    copy = _copy(output, tmp_path)
+    model = copy / read_bundle(copy).manifest.model_file
+    model.write_bytes(model.read_bytes() + b"\0")
+    with pytest.raises(BundleError, match=r"has SHA-256 .* the file was changed or replaced"):
+        deploykit.load(copy)
+    with pytest.raises(BundleError, match="SHA-256"):
+        read_bundle(copy)
+    result = CliRunner().invoke(app, ["predict", str(copy), str(model)])
+    assert result.exit_code == 1 and "SHA-256" in result.output
+
+
+def test_another_machine_warns_and_names_recheck(searched, tmp_path):
+    _, output = searched
+    copy = _copy(output, tmp_path)
+    data = json.loads((copy / "deploykit.json").read_text())
+    data["fingerprint"]["cpu"]["model"] = "Some Other CPU"
+    data["fingerprint"]["cpu"]["flags"] = [*data["fingerprint"]["cpu"]["flags"], "sve"]
+    data["session"]["backend_version"] = "onnxruntime 0.0.1"
+    (copy / "deploykit.json").write_text(json.dumps(data))
+    with pytest.warns(BundleWarning, match=rf"deploykit bench {copy} --recheck") as caught:
+        deploykit.load(copy).close()
+    message = str(caught[0].message)
+    assert "Some Other CPU" in message and "-sve" in message and "runtime onnxruntime 0.0.1 there" in message
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d.update(schema_version=99), "schema version 99; this deploykit reads version 1"),
+        (lambda d: d.update(schema="other"), "has schema 'other', expected 'deploykit.bundle'"),
+        (lambda d: d.update(model_file="../x.onnx"), "expected a file name inside the folder"),
+        (lambda d: d.pop("backend"), "lacks backend"),
+    ],
+)
+def test_a_foreign_or_unknown_manifest_is_an_error(searched, tmp_path, edit, message):
+    _, output = searched
+    copy = _copy(output, tmp_path)
+    data = json.loads((copy / "deploykit.json").read_text())
+    edit(data)
+    (copy / "deploykit.json").write_text(json.dumps(data))
+    with pytest.raises(BundleError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        read_bundle(copy)
+
+
+def test_missing_files_and_a_folder_that_is_no_bundle(searched, tmp_path):
+    _, output = searched
+    copy = _copy(output, tmp_path)
+    (copy / "report.json").unlink()
+    with pytest.raises(BundleError, match=r"its file 'report\.json' is missing"):
+        read_bundle(copy)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(BundleError, match=r"is a folder without deploykit\.json"):
+        deploykit.load(empty)
+
+
+def test_mobilenet_v2_end_to_end(mobilenet, photos, tmp_path):
+    """The real ImageNet MobileNetV2: a choice within 1% top-1 agreement, opened as a Classifier."""
+    output = tmp_path / "deploy"
+    report = optimize(mobilenet, photos, output=output, backends=BACKENDS, threads=[1], engines=["ort"],
+                      max_drop="1%", time_budget="3m")  # fmt: skip
+    best = report.best
+    assert best.accuracy_delta is not None and best.accuracy_delta <= 0.01
+    assert report.metric == "top-1 agreement" and report.settings.accuracy_images == 6
+    int8 = [c for c in report.candidates if c.variant == "int8-ort"]
+    assert int8 and all(c.verdict is not None or c.reason.startswith("did not run") for c in int8)
+    with deploykit.Classifier(output) as classifier, deploykit.Classifier(mobilenet) as reference:
+        assert classifier.labels == reference.labels and len(classifier.labels) == 1000
+        assert classifier(photos / "dog.jpg", top_k=1)[0].label == reference(photos / "dog.jpg", top_k=1)[0].label
+
+
+def test_a_verified_model_is_not_hashed_again_until_it_changes(searched, tmp_path):
+    from deploykit.optimize.verified import verified_before
+
+    _, output = searched
+    copy = _copy(output, tmp_path)
+    bundle = read_bundle(copy)  # a new file: hashed, then remembered
+    assert verified_before(bundle.model_path, bundle.manifest.model_sha256)
+    data = bundle.model_path.read_bytes()
+    bundle.model_path.write_bytes(data)  # the same bytes rewritten: ctime moved, so hashed again (and equal)
+    assert not verified_before(bundle.model_path, bundle.manifest.model_sha256)
+    read_bundle(copy)
+    bundle.model_path.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    with pytest.raises(BundleError, match="SHA-256"):
+        read_bundle(copy)
