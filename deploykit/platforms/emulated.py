@@ -212,9 +212,7 @@ class EmulatedPlatform(Platform):
 
     def _sync_source(self, folder: Path) -> Path:
         """The target's copy of this deploykit package, copied again when the source changed."""
-        import deploykit
-
-        package = Path(deploykit.__file__).resolve().parent
+        package = Path(__file__).resolve().parents[1]  # deploykit/, found without importing the package top
         source = folder / "source"
         fingerprint = _source_fingerprint(package)
         marker = source / COMPLETE
