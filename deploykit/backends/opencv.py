@@ -60,6 +60,7 @@ class OpenCvBackend(Backend):
         "opencv-contrib-python-headless",
         "opencv-contrib-python",
     )
+    cpu_distribution = "opencv-python-headless"  # an emulated target gets the headless build of the same version
 
     load_verb = "import"
     load_hint = "OpenCV DNN supports fewer ops than ONNX Runtime or OpenVINO; try backend 'onnxruntime' or 'openvino'."

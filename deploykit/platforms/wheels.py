@@ -78,10 +78,14 @@ def host_requirements() -> list[Requirement]:
         backend = get_backend(name)
         if not backend.default_candidate or not backend.is_available():
             continue
-        installed = next((d for d in backend.distributions or (backend.module,) if _installed(d)), None)
-        if installed is None:
+        installed = [d for d in backend.distributions or (backend.module,) if _installed(d)]
+        if not installed:
             continue
-        requirements.append(Requirement(backend.cpu_distribution or installed, _installed(installed), name))
+        if backend.cpu_distribution:  # one runtime in several builds (onnxruntime-gpu → onnxruntime)
+            requirements.append(Requirement(backend.cpu_distribution, _installed(installed[0]), name))
+            continue
+        # every installed distribution the backend names: a runtime may need several (ncnn and pnnx)
+        requirements += [Requirement(d, _installed(d), name) for d in installed]
     return requirements
 
 
