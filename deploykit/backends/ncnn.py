@@ -27,7 +27,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
-from deploykit.backends.ncnn_convert import NO_BATCH
 from deploykit.backends.ncnn_layout import NcnnLayout, check_layers, native_layout, onnx_layout
 from deploykit.backends.options import OptionSpec
 from deploykit.errors import InputError, ModelError, UnsupportedModelError, UsageError
@@ -272,19 +271,23 @@ class NcnnSession(Session):
                 axis = layout.batch_axes.get(spec.name)
                 if index is not None and axis is not None:
                     array = np.take(array, [index], axis=axis)
-                if port.batch_index != NO_BATCH:
-                    array = np.squeeze(array, axis=port.batch_index)
                 if array.dtype.kind in "iub":
                     array = _as_int32(spec.name, array)
                 elif array.dtype != np.float32:
                     array = array.astype(np.float32)
-                # a Mat made from an array only points at its memory: keep the array alive until cloned
+                # a Mat made from an array only points at its memory: keep the array alive until cloned.
+                # pnnx's batch axis goes to the Mat's own batch (n), as pnnx's model_ncnn.py feeds it:
+                # dropped at size 1, n samples otherwise
                 contiguous = np.ascontiguousarray(array)
-                extractor.input(port.blob, ncnn.Mat(contiguous).clone())
+                extractor.input(port.blob, ncnn.Mat(contiguous, batch_index=port.batch_index).clone())
             produced = {}
             for spec, port in zip(layout.specs_out, layout.outputs, strict=True):
                 status, mat = extractor.extract(port.blob)
-                copied = np.array(mat, dtype=np.float32, copy=True) if status == 0 else None
+                copied = (
+                    np.array(mat.numpy(batch_index=port.batch_index), dtype=np.float32, copy=True)
+                    if status == 0
+                    else None
+                )
                 del mat
                 if copied is None:
                     raise UnsupportedModelError(
