@@ -198,6 +198,7 @@ RAW_RUNNERS: dict[str, RawRunner] = {
         run_ncnn,
         {"threads": 1},
         outside=ncnn_outside,
+        sample_every=10,
         without_converter={"DEPLOYKIT_PNNX": "/nonexistent/deploykit-conformance/pnnx"},
     ),
 }
