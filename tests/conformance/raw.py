@@ -95,6 +95,7 @@ def run_reference(model_path: Path, inputs: list[Any]) -> list[Any]:
 PNNX_TIMEOUT_S = 120
 _PNNX_TYPES = {"float32": "f32", "float16": "f16", "float64": "f64", "int64": "i64", "int32": "i32", "int8": "i8"}
 _FED = re.compile(r'ex\.input\("(in\d+)", ncnn\.Mat\(in\d+\.numpy\(\), batch_index=(\d+)\)')
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _READ = re.compile(r"torch\.from_numpy\((out\d+)\.numpy\(batch_index=(\d+)\)\)")
 
 
@@ -135,6 +136,9 @@ def run_ncnn(model_path: Path, inputs: list[Any]) -> list[Any]:
         out = Path(scratch)
         source = out / "model.onnx"  # pnnx writes its files beside its input
         source.symlink_to(model_path.resolve())
+        untyped = [np.asarray(x).dtype.name for x in inputs if np.asarray(x).dtype.name not in _PNNX_TYPES]
+        if untyped:
+            raise RuntimeError(f"pnnx's inputshape takes {', '.join(_PNNX_TYPES)}, not {', '.join(untyped)}")
         shapes = ",".join(
             f"[{','.join(str(d) for d in np.shape(x))}]{_PNNX_TYPES[np.asarray(x).dtype.name]}" for x in inputs
         )
@@ -155,7 +159,7 @@ def run_ncnn(model_path: Path, inputs: list[Any]) -> list[Any]:
                 if done.returncode > 0
                 else f"signal {signal.Signals(-done.returncode).name}"
             )
-            log = done.stdout.decode("utf-8", "replace").strip().splitlines()
+            log = _ANSI.sub("", done.stdout.decode("utf-8", "replace")).strip().splitlines()
             raise RuntimeError(f"pnnx failed ({how}): {' / '.join(log[-2:]) or 'it printed nothing'}")
         script = (out / "model_ncnn.py").read_text()
         fed, read = _FED.findall(script), _READ.findall(script)

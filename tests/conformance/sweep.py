@@ -5,8 +5,8 @@ through deploykit's ``run_worker`` (fresh interpreter, own process group, time l
 deploykit's ``WorkerPool``. When a runtime kills a worker, the case it was running is recorded as
 a crash with the signal and a new worker takes the rest of the chunk: a crash costs one case.
 
-A backend whose raw runner states a domain (``RawRunner.outside``, ``sample_every``) runs only
-the cases inside it, and every k-th of those by sorted name; the others are recorded as not run,
+Asked to (``within_domain``, as the node suite does), a backend whose raw runner states a domain
+(``RawRunner.outside``, ``sample_every``) runs only the cases inside it, and every k-th of those by sorted name; the others are recorded as not run,
 with the reason, except that a case outside the domain still goes through deploykit with the
 converter unavailable (``RawRunner.without_converter``), so what deploykit refuses up front is
 checked, and only a case that reaches the converter is not run there either.
@@ -42,9 +42,12 @@ class CaseResult:
     deploykit: Outcome
 
 
-def sweep(backend: str, cases: Sequence[NodeCase], options: Mapping[str, Any]) -> list[CaseResult]:
-    """Every case's ``CaseResult`` on ``backend``, in the order of ``cases``."""
-    outcomes, outside = left_out(backend, cases)
+def sweep(
+    backend: str, cases: Sequence[NodeCase], options: Mapping[str, Any], *, within_domain: bool = False
+) -> list[CaseResult]:
+    """Every case's ``CaseResult`` on ``backend``, in the order of ``cases``; with ``within_domain``
+    (the node suite) only the runner's domain and sample run (``left_out``), else every case."""
+    outcomes, outside = left_out(backend, cases) if within_domain else ({}, {})
     to_run = [case for case in cases if (case.name, "deploykit") not in outcomes]
     jobs = max(1, min(cpu_count(), len(to_run)))
     chunks = [list(to_run[index::jobs]) for index in range(jobs)]

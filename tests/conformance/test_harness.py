@@ -137,7 +137,7 @@ def test_ncnn_sweeps_its_domain_and_asks_deploykit_about_the_rest(
             (TensorProto.FLOAT, x[0][[2, 0]]),
         ),
     ]
-    results = {r.name: r for r in sweep("ncnn", cases, {"precision": "f32", "threads": 1})}
+    results = {r.name: r for r in sweep("ncnn", cases, {"precision": "f32", "threads": 1}, within_domain=True)}
     assert results["relu"].raw.passed and results["relu"].deploykit.passed, results["relu"]
     argmax = results["argmax"]
     assert argmax.raw.status == NOT_RUN and "output 'y' is int64, not float32" in argmax.raw.detail
