@@ -27,7 +27,6 @@ from typing import Any, ClassVar
 import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
-from deploykit.backends.ncnn_convert import NO_BATCH
 from deploykit.backends.ncnn_layout import NcnnLayout, check_layers, native_layout, onnx_layout
 from deploykit.backends.options import OptionSpec
 from deploykit.errors import InputError, ModelError, UnsupportedModelError, UsageError
@@ -266,40 +265,50 @@ class NcnnSession(Session):
             if self._net is None:
                 raise UsageError(f"session for '{self.model_path.name}' | is closed.", hint="open a new session.")
             extractor = self._net.create_extractor()
-        for spec, port in zip(layout.specs_in, layout.inputs, strict=True):
-            array = feeds[spec.name]
-            axis = layout.batch_axes.get(spec.name)
-            if index is not None and axis is not None:
-                array = np.take(array, [index], axis=axis)
-            if port.batch_index != NO_BATCH:
-                array = np.squeeze(array, axis=port.batch_index)
-            if array.dtype.kind in "iub":
-                array = _as_int32(spec.name, array)
-            elif array.dtype != np.float32:
-                array = array.astype(np.float32)
-            # a Mat made from an array only points at its memory: keep the array alive until cloned
-            contiguous = np.ascontiguousarray(array)
-            extractor.input(port.blob, ncnn.Mat(contiguous).clone())
-        produced = {}
-        for spec, port in zip(layout.specs_out, layout.outputs, strict=True):
-            status, mat = extractor.extract(port.blob)
-            if status != 0:
-                raise UnsupportedModelError(
-                    f"backend 'ncnn' | running {layout.subject} failed at output '{spec.name}' ({port.blob}) "
-                    f"with status {status}.",
-                    hint="try another backend.",
+        try:
+            for spec, port in zip(layout.specs_in, layout.inputs, strict=True):
+                array = feeds[spec.name]
+                axis = layout.batch_axes.get(spec.name)
+                if index is not None and axis is not None:
+                    array = np.take(array, [index], axis=axis)
+                if array.dtype.kind in "iub":
+                    array = _as_int32(spec.name, array)
+                elif array.dtype != np.float32:
+                    array = array.astype(np.float32)
+                # a Mat made from an array only points at its memory: keep the array alive until cloned.
+                # pnnx's batch axis goes to the Mat's own batch (n), as pnnx's model_ncnn.py feeds it:
+                # dropped at size 1, n samples otherwise
+                contiguous = np.ascontiguousarray(array)
+                extractor.input(port.blob, ncnn.Mat(contiguous, batch_index=port.batch_index).clone())
+            produced = {}
+            for spec, port in zip(layout.specs_out, layout.outputs, strict=True):
+                status, mat = extractor.extract(port.blob)
+                copied = (
+                    np.array(mat.numpy(batch_index=port.batch_index), dtype=np.float32, copy=True)
+                    if status == 0
+                    else None
                 )
-            array = np.array(mat, dtype=np.float32, copy=True)
-            if port.shape:
-                if array.size != int(np.prod(port.shape)):
+                del mat
+                if copied is None:
                     raise UnsupportedModelError(
-                        f"output '{spec.name}' | ncnn gave {array.size} values as {port.blob}, the converted graph "
-                        f"declares {port.shape}.",
+                        f"backend 'ncnn' | running {layout.subject} failed at output '{spec.name}' ({port.blob}) "
+                        f"with status {status}.",
                         hint="try another backend.",
                     )
-                array = array.reshape(port.shape)
-            produced[spec.name] = array
-        return produced
+                if port.shape or spec.shape == ():  # a 0-d output is one value, which ncnn gives as (1,)
+                    if copied.size != int(np.prod(port.shape)):
+                        raise UnsupportedModelError(
+                            f"output '{spec.name}' | ncnn gave {copied.size} values as {port.blob}, the converted "
+                            f"graph declares {port.shape}.",
+                            hint="try another backend.",
+                        )
+                    copied = copied.reshape(port.shape)
+                produced[spec.name] = copied
+            return produced
+        finally:
+            # an extractor's blobs come from the net's allocator: freed now, not when an error's
+            # traceback lets go of it after the session closed ("pool allocator destroyed too early")
+            extractor.clear()
 
     def _close(self) -> None:
         with self._lock:

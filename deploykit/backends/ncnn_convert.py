@@ -275,9 +275,34 @@ def _log_reason(log: str) -> str:
     return "; ".join((said or lines or ["no output"])[-3:])
 
 
+_IGNORED = re.compile(r"ignore (\S+) \S+ param (\w+)=(\S+)$")
+
+
 def ignored_params(log: str) -> list[str]:
-    """pnnx's ``ignore OP NAME param KEY=VALUE`` lines: attributes it dropped while converting."""
-    return [line.strip() for line in log.splitlines() if line.strip().startswith("ignore ")]
+    """pnnx's ``ignore OP NAME param KEY=VALUE`` lines: attributes it dropped while converting,
+    less those that hold the ONNX operator's own default (pnnx drops ``Swish``'s ``alpha=1.0`` and
+    computes x·sigmoid(x), which is what that default means)."""
+    lines = [line.strip() for line in log.splitlines() if line.strip().startswith("ignore ")]
+    return [line for line in lines if not _is_onnx_default(line)]
+
+
+def _is_onnx_default(line: str) -> bool:
+    """Whether an ``ignore`` line drops a number equal to the default the ONNX schema states."""
+    import onnx
+    from onnx import AttributeProto, defs
+
+    match = _IGNORED.fullmatch(line)
+    if match is None:
+        return False
+    op, key, value = match.groups()
+    try:
+        attribute = defs.get_schema(op).attributes.get(key)
+        number = float(value)
+    except (defs.SchemaError, ValueError):
+        return False  # a torch op pnnx made (torch.where ...), or a value that is not one number
+    if attribute is None or attribute.default_value.type not in (AttributeProto.FLOAT, AttributeProto.INT):
+        return False
+    return bool(number == float(onnx.helper.get_attribute_value(attribute.default_value)))
 
 
 def _ports(text: str, pattern: re.Pattern[str]) -> list[tuple[str, int]]:

@@ -290,6 +290,57 @@ def test_an_attribute_pnnx_drops_is_a_refusal_not_another_graph(ncnn_backend, ca
     assert f"Hint: try another backend; pnnx's log is {entry / 'pnnx.log'}." in message
 
 
+def test_an_attribute_pnnx_drops_at_its_onnx_default_is_no_loss(ncnn_backend, cache, tmp_path):
+    """pnnx says 'ignore Swish Swish_0 param alpha=1.0'; 1.0 is Swish's default, x*sigmoid(x) what it computes."""
+    from deploykit.backends.ncnn_convert import ignored_params
+
+    log = "ignore Swish Swish_0 param alpha=1.0\nignore Swish Swish_1 param alpha=2.0\nignore torch.where w param input=0.0\n"
+    assert ignored_params(log) == ["ignore Swish Swish_1 param alpha=2.0", "ignore torch.where w param input=0.0"]
+    path = _node_test_model("test_swish", tmp_path)
+    x = np.linspace(-3, 3, 3).astype(np.float32)
+    with deploykit.load(path, "ncnn") as session:
+        _matches_reference(session, path, {"x": x})
+
+
+def test_a_fixed_batch_larger_than_one_runs_in_one_mat(ncnn_backend, cache, tmp_path):
+    """pnnx marks axis 0 of LRN's (5, 5, 5, 5) input as the batch: it becomes the Mat's batch, as in
+    pnnx's model_ncnn.py, not an axis squeezed out (which only works at size 1)."""
+    path = _node_test_model("test_lrn_default", tmp_path)
+    x = np.random.default_rng(0).standard_normal((5, 5, 5, 5)).astype(np.float32)
+    with deploykit.load(path, "ncnn") as session:
+        _matches_reference(session, path, {"x": x})
+
+
+def test_an_error_while_running_leaves_no_blob_to_outlive_the_net(ncnn_backend, cache, tmp_path):
+    """pnnx makes a one-input Max a reduction: ncnn gives 1 value where the graph declares 3. The
+    error is raised, the session closes, and the process lives on (ncnn used to abort: 'pool
+    allocator destroyed too early')."""
+    script = textwrap.dedent(
+        """
+        import numpy as np, onnx, sys
+        from onnx import TensorProto, helper
+        import deploykit
+        from deploykit.errors import UnsupportedModelError
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])
+        graph = helper.make_graph([helper.make_node("Max", ["x"], ["y"])], "max", [x], [y])
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), sys.argv[1])
+        try:
+            with deploykit.load(sys.argv[1], "ncnn") as session:
+                session.run({"x": np.arange(3, dtype=np.float32)})
+        except UnsupportedModelError as exc:
+            print("refused:", exc.message)
+        print("alive")
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "max.onnx")], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-500:]
+    assert "refused: output 'y' | ncnn gave 1 values as out0, the converted graph declares (3,)." in done.stdout
+    assert done.stdout.rstrip().endswith("alive") and "destroyed too early" not in done.stderr
+
+
 def test_pnnx_crashing_is_a_message_with_its_signal(ncnn_backend, cache, tmp_path):
     path = _node_test_model("test_spacetodepth", tmp_path)
     with pytest.raises(UnsupportedModelError) as caught:

@@ -55,11 +55,19 @@ def test_each_call_answers_its_own_input(backend_name: str, name: str, tmp_path:
     ]
     options = get_backend(backend_name).precision_options("f32")
     try:
-        RAW_RUNNERS[backend_name].run(path, [calls[0]])
+        raw = RAW_RUNNERS[backend_name].run(path, [calls[0]])
     except Exception as exc:  # the runtime cannot run it at all (OpenCV 4 has no Einsum '->'): nor can deploykit
         with pytest.raises(DeployKitError):
             deploykit.load(path, backend_name, **options).run({"x": calls[0]})
         pytest.skip(f"the raw {backend_name} does not run {name}: {' '.join(str(exc).split())[:160]}")
+    wrong = _wrong_answer(raw, list(run_reference(path, {"x": calls[0]}).values()))
+    if wrong:  # the runtime computes something else (pnnx makes a one-input Max a reduction): deploykit
+        try:  # must answer right or refuse, never hand the wrong answer on
+            with deploykit.load(path, backend_name, **options) as session:
+                answer = session.run({"x": calls[0]})
+        except DeployKitError:
+            pytest.skip(f"the raw {backend_name} answers {name} wrongly ({wrong}); deploykit refuses it")
+        assert not _wrong_answer(list(answer.values()), list(run_reference(path, {"x": calls[0]}).values()))
     with deploykit.load(path, backend_name, **options) as session:
         answers = [session.run({"x": x}) for x in calls]
     for x, answer in zip(calls, answers, strict=True):
@@ -68,3 +76,14 @@ def test_each_call_answers_its_own_input(backend_name: str, name: str, tmp_path:
         for output, array in answer.items():
             assert array.shape == expected[output].shape, output
             np.testing.assert_array_equal(array, expected[output], err_msg=f"{name} output {output}")
+
+
+def _wrong_answer(produced: list[np.ndarray], expected: list[np.ndarray]) -> str | None:
+    """How a runtime's outputs differ from the reference's (None when they do not); shapes are
+    compared by size, as a raw runtime may give a 0-d output as (1,) and still mean it."""
+    if len(produced) != len(expected):
+        return f"{len(produced)} outputs, expected {len(expected)}"
+    for index, (got, want) in enumerate(zip(produced, expected, strict=True)):
+        if np.size(got) != np.size(want) or not np.array_equal(np.ravel(got), np.ravel(want)):
+            return f"output {index} is {np.ravel(got)[:4]}, expected {np.ravel(want)[:4]}"
+    return None

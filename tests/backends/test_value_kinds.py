@@ -93,12 +93,16 @@ def test_every_element_type_and_shape_comes_back_as_the_raw_runtime_returns_it(
     results = sweep(backend_name, cases, deploykit_options(backend_name))
     lost = {r.name: r.deploykit.detail for r in results if r.raw.passed and not r.deploykit.passed}
     assert not lost
-    assert any(r.deploykit.passed for r in results), "nothing round-tripped: the test itself is broken"
-    assert sum(r.deploykit.passed for r in results if "scalar" in r.name) >= 1
     for result in results:
         if not result.deploykit.passed and result.deploykit.error_type != "crash":
             assert result.deploykit.status == "fail" or not result.deploykit.error_type.startswith("leaked"), result
             assert result.deploykit.status == "fail" or " | " in result.deploykit.detail, result
+    if not any(r.raw.passed or r.deploykit.passed for r in results):
+        # ncnn: pnnx crashes on an Identity graph and leaves Where as torch.where, which ncnn lacks
+        said = sorted({" ".join(r.raw.detail.split())[:70] for r in results})[:2]
+        pytest.skip(f"the raw {backend_name} runs none of these graphs ({'; '.join(said)}), and deploykit refuses each")
+    assert any(r.deploykit.passed for r in results), "nothing round-tripped: the test itself is broken"
+    assert sum(r.deploykit.passed for r in results if "scalar" in r.name) >= 1
 
 
 def test_a_reduction_to_a_scalar_is_0_d(backend_name: str, tmp_path: Path) -> None:

@@ -13,12 +13,13 @@ from typing import Any
 
 import numpy as np
 
-PASS, FAIL, ERROR = "pass", "fail", "error"
+PASS, FAIL, ERROR, NOT_RUN = "pass", "fail", "error", "not run"
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """``pass``, ``fail`` (ran, wrong answer) or ``error`` (did not run), with the reason.
+    """``pass``, ``fail`` (ran, wrong answer), ``error`` (did not run) or ``not run`` (left out of
+    the backend's sweep: outside its domain or its sample, ``RawRunner``), with the reason.
 
     ``error_type`` is the exception's class name (for deploykit: which ``DeployKitError``).
     """

@@ -10,6 +10,10 @@ one thread (two workers share the CPUs), and ``RawRunner.options`` gives deployk
 
 from __future__ import annotations
 
+import re
+import signal
+import subprocess
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -19,10 +23,21 @@ from typing import Any
 
 @dataclass(frozen=True)
 class RawRunner:
-    """How the suite calls a runtime directly, and the deploykit options that configure it alike."""
+    """How the suite calls a runtime directly, and the deploykit options that configure it alike.
+
+    A runtime that converts every model first (ncnn: pnnx, ~0.25 s of CPU a case, on both sides)
+    is swept over a domain instead of every case: ``outside(model_path)`` says why a case is
+    outside it (None inside), and ``sample_every`` keeps every k-th case inside it, by sorted name.
+    A case outside runs through deploykit only with ``without_converter`` in its environment (the
+    converter made unavailable), so what deploykit refuses up front is still held to the reason
+    rule; a case that gets as far as the converter is not run on either side, and counted.
+    """
 
     run: Callable[[Path, list[Any]], list[Any]]
     options: Mapping[str, Any] = field(default_factory=dict)
+    outside: Callable[[Path], str | None] | None = None
+    sample_every: int = 1
+    without_converter: Mapping[str, str] = field(default_factory=dict)
 
 
 def _graph_names(model_path: Path) -> tuple[list[str], list[str]]:
@@ -77,9 +92,117 @@ def run_reference(model_path: Path, inputs: list[Any]) -> list[Any]:
     return list(evaluator.run(None, dict(zip(evaluator.input_names, inputs, strict=True))))
 
 
+PNNX_TIMEOUT_S = 120
+_PNNX_TYPES = {"float32": "f32", "float16": "f16", "float64": "f64", "int64": "i64", "int32": "i32", "int8": "i8"}
+_FED = re.compile(r'ex\.input\("(in\d+)", ncnn\.Mat\(in\d+\.numpy\(\), batch_index=(\d+)\)')
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_READ = re.compile(r"torch\.from_numpy\((out\d+)\.numpy\(batch_index=(\d+)\)\)")
+
+
+def ncnn_outside(model_path: Path) -> str | None:
+    """Why a model is outside ncnn's tensor domain in this suite (None inside): every graph input
+    and output a float32 tensor of static shape and rank 1 to 4 (an ncnn Mat has 1 to 4 axes)."""
+    import onnx
+    from onnx import TensorProto
+
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    initializers = {i.name for i in graph.initializer}
+    values = [("input", v) for v in graph.input if v.name not in initializers]
+    for direction, value in [*values, *(("output", v) for v in graph.output)]:
+        if not value.type.HasField("tensor_type"):
+            return f"{direction} '{value.name}' is a {value.type.WhichOneof('value')}, not a tensor"
+        tensor = value.type.tensor_type
+        if tensor.elem_type != TensorProto.FLOAT:
+            return f"{direction} '{value.name}' is {TensorProto.DataType.Name(tensor.elem_type).lower()}, not float32"
+        if not tensor.HasField("shape") or any(not d.HasField("dim_value") for d in tensor.shape.dim):
+            return f"{direction} '{value.name}' has a dynamic shape"
+        dims = [d.dim_value for d in tensor.shape.dim]
+        if not 1 <= len(dims) <= 4:
+            return f"{direction} '{value.name}' has rank {len(dims)}, not 1 to 4"
+        if 0 in dims:
+            return f"{direction} '{value.name}' is empty {tuple(dims)}"
+    return None
+
+
+def run_ncnn(model_path: Path, inputs: list[Any]) -> list[Any]:
+    """pnnx converts the ONNX file at the inputs' shapes (f32 weights), and ncnn runs the result as
+    pnnx's generated ``model_ncnn.py`` does: ``in0``.. fed and ``out0``.. extracted by order, each
+    with the ``batch_index`` pnnx chose (a leading batch axis of 1 dropped, and put back)."""
+    import ncnn
+    import numpy as np
+    import pnnx
+
+    with tempfile.TemporaryDirectory(prefix="raw-ncnn-") as scratch:
+        out = Path(scratch)
+        source = out / "model.onnx"  # pnnx writes its files beside its input
+        source.symlink_to(model_path.resolve())
+        untyped = [np.asarray(x).dtype.name for x in inputs if np.asarray(x).dtype.name not in _PNNX_TYPES]
+        if untyped:
+            raise RuntimeError(f"pnnx's inputshape takes {', '.join(_PNNX_TYPES)}, not {', '.join(untyped)}")
+        shapes = ",".join(
+            f"[{','.join(str(d) for d in np.shape(x))}]{_PNNX_TYPES[np.asarray(x).dtype.name]}" for x in inputs
+        )
+        try:
+            done = subprocess.run(
+                [pnnx.EXEC_PATH, str(source), f"inputshape={shapes}", "fp16=0", "device=cpu"],
+                cwd=out,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=PNNX_TIMEOUT_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise RuntimeError(f"pnnx did not finish in {PNNX_TIMEOUT_S} s") from exc
+        if done.returncode != 0:
+            how = (
+                f"exit status {done.returncode}"
+                if done.returncode > 0
+                else f"signal {signal.Signals(-done.returncode).name}"
+            )
+            log = _ANSI.sub("", done.stdout.decode("utf-8", "replace")).strip().splitlines()
+            raise RuntimeError(f"pnnx failed ({how}): {' / '.join(log[-2:]) or 'it printed nothing'}")
+        script = (out / "model_ncnn.py").read_text()
+        fed, read = _FED.findall(script), _READ.findall(script)
+        if [blob for blob, _ in fed] != [f"in{i}" for i in range(len(inputs))]:
+            raise RuntimeError(f"pnnx's model_ncnn.py feeds {[blob for blob, _ in fed]}, given {len(inputs)} inputs")
+        with ncnn.Net() as net:
+            opt = net.opt
+            opt.num_threads = 1
+            opt.use_fp16_storage = opt.use_fp16_packed = opt.use_fp16_arithmetic = False
+            opt.use_bf16_storage = opt.use_bf16_packed = False
+            if net.load_param(str(out / "model.ncnn.param")) != 0 or net.load_model(str(out / "model.ncnn.bin")) != 0:
+                raise RuntimeError("ncnn cannot load pnnx's model.ncnn.param / model.ncnn.bin")
+            with net.create_extractor() as extractor:
+                for (blob, batch_index), value in zip(fed, inputs, strict=True):
+                    array = np.ascontiguousarray(value)
+                    extractor.input(blob, ncnn.Mat(array, batch_index=int(batch_index)).clone())
+                outputs = [_extracted(extractor, blob, int(batch_index)) for blob, batch_index in read]
+        return outputs
+
+
+def _extracted(extractor: Any, blob: str, batch_index: int) -> Any:
+    """One output as an array of its own: the Mat is freed here, before its net (ncnn aborts when a
+    Mat outlives the allocator it came from)."""
+    import numpy as np
+
+    status, mat = extractor.extract(blob)
+    if status != 0:
+        raise RuntimeError(f"ncnn extract('{blob}') returned {status}")
+    array = np.array(mat.numpy(batch_index=batch_index), copy=True)
+    del mat
+    return array
+
+
 RAW_RUNNERS: dict[str, RawRunner] = {
     "onnxruntime": RawRunner(run_onnxruntime, {"threads": 1}),
     "openvino": RawRunner(run_openvino, {"threads": 1}),
     "opencv": RawRunner(run_opencv),
     "reference": RawRunner(run_reference),
+    "ncnn": RawRunner(
+        run_ncnn,
+        {"threads": 1},
+        outside=ncnn_outside,
+        sample_every=10,
+        without_converter={"DEPLOYKIT_PNNX": "/nonexistent/deploykit-conformance/pnnx"},
+    ),
 }

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from tests.conformance.outcome import NOT_RUN
 from tests.conformance.sweep import CaseResult
 
 
@@ -19,6 +20,9 @@ class BackendRow:
     lost: list[str]
     features: dict[str, tuple[int, int, int]]
     """feature → (cases with it, raw passes, deploykit passes)."""
+    raw_run: int = 0
+    """cases the raw runtime ran (all of them, unless its runner states a domain or a sample)."""
+    deploykit_run: int = 0
 
 
 def backend_row(backend: str, results: Sequence[CaseResult], features: Mapping[str, set[str]]) -> BackendRow:
@@ -36,15 +40,21 @@ def backend_row(backend: str, results: Sequence[CaseResult], features: Mapping[s
         sum(r.deploykit.passed for r in results),
         [r.name for r in results if r.raw.passed and not r.deploykit.passed],
         {feature: (t[0], t[1], t[2]) for feature, t in sorted(counted.items())},
+        sum(r.raw.status != NOT_RUN for r in results),
+        sum(r.deploykit.status != NOT_RUN for r in results),
     )
 
 
 def summary_lines(rows: Sequence[BackendRow]) -> list[str]:
     lines = [
-        "| backend | cases | raw runtime passes | through deploykit | lost by deploykit |",
-        "|---|---|---|---|---|",
+        "| backend | cases | run raw / through deploykit | raw runtime passes | through deploykit | lost by deploykit |",
+        "|---|---|---|---|---|---|",
     ]
-    lines += [f"| {r.backend} | {r.cases} | {r.raw_passes} | {r.deploykit_passes} | {len(r.lost)} |" for r in rows]
+    lines += [
+        f"| {r.backend} | {r.cases} | {r.raw_run} / {r.deploykit_run} | {r.raw_passes} | {r.deploykit_passes} "
+        f"| {len(r.lost)} |"
+        for r in rows
+    ]
     names = sorted({feature for r in rows for feature in r.features})
     lines += ["", "| cases with … (deploykit passes / cases) | " + " | ".join(r.backend for r in rows) + " |"]
     lines.append("|---" * (len(rows) + 1) + "|")

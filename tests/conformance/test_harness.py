@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
+from deploykit.backends.registry import backend_names
 from tests.conformance.cases import write_case
-from tests.conformance.outcome import ERROR, Outcome, mismatch
+from tests.conformance.outcome import ERROR, NOT_RUN, Outcome, mismatch
 from tests.conformance.sweep import sweep, worker_environment
 from tests.conformance.test_conformance import reason_problem, require_raw_runner
 
@@ -47,13 +48,14 @@ def test_a_message_with_the_runtime_s_reason_passes() -> None:
 
 def test_a_registered_backend_without_a_raw_runner_fails_the_suite() -> None:
     with pytest.raises(pytest.fail.Exception) as failed:
-        require_raw_runner("ncnn")
+        require_raw_runner("tflite")  # a backend a plug-in could register
     assert str(failed.value) == (
-        "backend 'ncnn' is registered but the conformance suite has no raw runner for it: add "
-        "run_ncnn(model_path, inputs) -> outputs to tests/conformance/raw.py and list it in RAW_RUNNERS "
-        "as RawRunner(run_ncnn), so its raw runtime is measured against deploykit."
+        "backend 'tflite' is registered but the conformance suite has no raw runner for it: add "
+        "run_tflite(model_path, inputs) -> outputs to tests/conformance/raw.py and list it in RAW_RUNNERS "
+        "as RawRunner(run_tflite), so its raw runtime is measured against deploykit."
     )
-    require_raw_runner("onnxruntime")
+    for backend in backend_names():  # every registered backend has one
+        require_raw_runner(backend)
 
 
 def test_outputs_are_judged_as_onnx_s_runner_judges_them() -> None:
@@ -100,3 +102,49 @@ def test_a_crash_costs_one_case_and_names_its_signal(tmp_path: Path, monkeypatch
     for name in ("before", "after"):
         assert results[name].raw.error_type != "crash", results[name]
         assert results[name].deploykit.status == results[name].raw.status, results[name]
+
+
+def _one_node(
+    tmp_path: Path, name: str, op: str, inputs: list[tuple[str, int, np.ndarray]], output: tuple[int, np.ndarray]
+):
+    values = [helper.make_tensor_value_info(n, kind, list(value.shape)) for n, kind, value in inputs]
+    y = helper.make_tensor_value_info("y", output[0], list(output[1].shape))
+    graph = helper.make_graph([helper.make_node(op, [n for n, _, _ in inputs], ["y"])], name, values, [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    return write_case(tmp_path, name, model, [([value for _, _, value in inputs], [output[1]])])
+
+
+def test_ncnn_sweeps_its_domain_and_asks_deploykit_about_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside ncnn's domain both sides run; outside it the raw side is not run, and deploykit runs
+    without pnnx: a refusal it makes up front is its outcome, a case it would convert is not run."""
+    from deploykit.backends.registry import get_backend
+
+    if not get_backend("ncnn").is_available():
+        pytest.skip(str(get_backend("ncnn").unavailable_reason()))
+    for variable, value in worker_environment().items():
+        monkeypatch.setenv(variable, value)
+    x = np.array([[-1.0, 2.0, -3.0]], np.float32)
+    cases = [
+        _one_node(tmp_path, "relu", "Relu", [("x", TensorProto.FLOAT, x)], (TensorProto.FLOAT, np.maximum(x, 0))),
+        _one_node(tmp_path, "argmax", "ArgMax", [("x", TensorProto.FLOAT, x)], (TensorProto.INT64, np.array([[1]]))),
+        _one_node(
+            tmp_path,
+            "gather",
+            "Gather",
+            [("x", TensorProto.FLOAT, x[0]), ("i", TensorProto.INT64, np.array([2, 0]))],
+            (TensorProto.FLOAT, x[0][[2, 0]]),
+        ),
+    ]
+    results = {r.name: r for r in sweep("ncnn", cases, {"precision": "f32", "threads": 1}, within_domain=True)}
+    assert results["relu"].raw.passed and results["relu"].deploykit.passed, results["relu"]
+    argmax = results["argmax"]
+    assert argmax.raw.status == NOT_RUN and "output 'y' is int64, not float32" in argmax.raw.detail
+    assert argmax.deploykit.error_type == "UnsupportedModelError", argmax.deploykit
+    assert "ncnn returns float32 tensors only" in argmax.deploykit.detail
+    gather = results["gather"]
+    assert gather.raw.status == gather.deploykit.status == NOT_RUN, gather
+    assert gather.deploykit.detail == (
+        "outside ncnn's tensor domain: input 'i' is int64, not float32; deploykit gets as far as converting it"
+    )

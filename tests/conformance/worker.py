@@ -9,13 +9,14 @@ which case did it and starts a new worker for the rest.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import warnings
 from typing import Any
 
 from deploykit.verify.isolated import RESULT_PREFIX
 from tests.conformance.cases import NodeCase
-from tests.conformance.outcome import ERROR, FAIL, PASS, Outcome, mismatch
+from tests.conformance.outcome import ERROR, FAIL, NOT_RUN, PASS, Outcome, mismatch
 from tests.conformance.raw import RAW_RUNNERS
 
 _DETAIL_CHARS = 400
@@ -55,6 +56,28 @@ def run_deploykit(backend: str, case: NodeCase, options: dict[str, Any]) -> Outc
     return Outcome(PASS)
 
 
+def run_deploykit_without_converter(backend: str, case: NodeCase, options: dict[str, Any], outside: str) -> Outcome:
+    """A case outside the runner's domain: deploykit with the converter made unavailable, so a
+    refusal it makes up front counts, and a case it would have to convert is not run."""
+    environment = RAW_RUNNERS[backend].without_converter
+    saved = {name: os.environ.get(name) for name in environment}
+    os.environ.update(environment)
+    try:
+        outcome = run_deploykit(backend, case, options)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    converter_missing = outcome.error_type == "BackendUnavailableError" and any(
+        value in outcome.detail for value in environment.values()
+    )
+    if converter_missing:
+        return Outcome(NOT_RUN, f"{outside}; deploykit gets as far as converting it")
+    return outcome
+
+
 def _text(exc: BaseException) -> str:
     return str(exc)[:_DETAIL_CHARS]
 
@@ -70,7 +93,12 @@ def main() -> int:
                 # announced first: if the runtime kills this process, the parent knows who did it
                 progress.write(json.dumps({"name": case.name, "side": side}) + "\n")
                 progress.flush()
-                outcome = run_raw(backend, case) if side == "raw" else run_deploykit(backend, case, options)
+                if side == "raw":
+                    outcome = run_raw(backend, case)
+                elif item.get("outside"):
+                    outcome = run_deploykit_without_converter(backend, case, options, item["outside"])
+                else:
+                    outcome = run_deploykit(backend, case, options)
                 progress.write(json.dumps({"name": case.name, "side": side, "outcome": outcome.to_dict()}) + "\n")
                 progress.flush()
     print(RESULT_PREFIX + json.dumps({"status": "ok"}), flush=True)
