@@ -28,8 +28,12 @@ def test_missing_file(backend_name, tmp_path):
 
 
 def test_directory(backend_name, tmp_path):
-    with pytest.raises(ModelNotFoundError, match=r"is a directory, expected an .onnx file"):
+    """A folder is a bundle (``deploykit optimize -o``) or nothing: one without its manifest says both."""
+    with pytest.raises(
+        deploykit.BundleError, match=r"is a folder without deploykit.json, expected a deploykit bundle"
+    ) as caught:
         deploykit.load(tmp_path, backend_name)
+    assert "the path of an .onnx file" in str(caught.value)
 
 
 def test_truncated_model(backend_name, catalog_paths, tmp_path):

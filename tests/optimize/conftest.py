@@ -13,9 +13,10 @@ from tests.quantize.conftest import classifier_path, photos
 __all__ = ["classifier_path", "photos"]
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="package", autouse=True)
 def _own_verified_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Bundles remember verified model files in the user's cache folder: the tests use their own."""
+    """Bundles remember verified model files in the user's cache folder: these tests use their own,
+    and only while they run (a session-wide one would hide the emulated targets of tests/platforms)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DEPLOYKIT_CACHE_DIR", str(tmp_path_factory.mktemp("deploykit-cache")))
         yield
