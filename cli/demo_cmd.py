@@ -178,6 +178,9 @@ def demo(
         None, "--dir", help="Where to write models, the drawn detections and the report (default: a new temp dir)."
     ),
     iterations: int = typer.Option(30, min=1, help="Timed runs per backend in the benchmark."),
+    optimize_budget: str = typer.Option(
+        OPTIMIZE_BUDGET, "--optimize-budget", help="Time budget of step 7's optimize, per model (e.g. 2m, 45s)."
+    ),
 ) -> None:
     """Convert → verify → classify → detect → benchmark → report, on real models from packages (no downloads)."""
     from deploykit.bench.runner import benchmark
@@ -282,7 +285,7 @@ def demo(
     else:
         _write_report(workdir, results)
     _step(7, "Optimize: the fastest configuration within 1% of f32's answers on held-out photos, as a bundle")
-    problems += _optimize_all(models, workdir)
+    problems += _optimize_all(models, workdir, optimize_budget)
     console.print(f"\ndone in {time.perf_counter() - started:.0f} s")
     if problems:
         for problem in problems:
@@ -332,7 +335,7 @@ def _optimize_photos(workdir: Path) -> Path | None:
     return folder
 
 
-def _optimize_all(models: list[Path], workdir: Path) -> list[str]:
+def _optimize_all(models: list[Path], workdir: Path, budget: str) -> list[str]:
     """Each model optimized into ``<model>-bundle/``; prints the choice and why."""
     from deploykit.optimize import optimize
 
@@ -347,7 +350,7 @@ def _optimize_all(models: list[Path], workdir: Path) -> list[str]:
     for model in models:
         output = workdir / f"{model.stem}-bundle"
         try:
-            report = optimize(model, photos, output=output, max_drop="1%", time_budget=OPTIMIZE_BUDGET, force=True)
+            report = optimize(model, photos, output=output, max_drop="1%", time_budget=budget, force=True)
         except DeployKitError as exc:
             problems.append(f"optimize {model.name}: {exc}")
             console.print(f"  [red]{model.name} failed[/]: {escape(str(exc))}")

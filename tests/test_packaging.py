@@ -150,11 +150,15 @@ def test_demo_end_to_end(tmp_path):
 
     if reference.unavailable_reason():
         missing_asset("the Darknet reference (Debian's libdarknet)", str(reference.unavailable_reason()))
-    result = CliRunner().invoke(app, ["demo", "--dir", str(tmp_path), "--iterations", "5"])
+    result = CliRunner().invoke(app, ["demo", "--dir", str(tmp_path), "--iterations", "5", "--optimize-budget", "40s"])
     assert result.exit_code == 0, result.output
     out = result.stdout
-    for step in range(1, 7):
-        assert f"[{step}/6]" in out
+    for step in range(1, 8):
+        assert f"[{step}/7]" in out
+    for model in ("mobilenet_v2", "yolov4-tiny"):  # step 7: each bundle, its choice and the rule that decided
+        bundle = tmp_path / f"{model}-bundle"
+        assert (bundle / "deploykit.json").is_file() and f"→ {bundle}/" in out
+    assert out.count("    why: ") == 2
     assert "skipped" not in out, "CI installs every optional part of the demo"
     assert "bald eagle" in out
     # YOLOv3-tiny is checked by Darknet itself; YOLOv4-tiny only where OpenCV 4.x runs, else said to be unverified
