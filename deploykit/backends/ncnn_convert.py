@@ -30,6 +30,7 @@ import numpy as np
 
 from deploykit.cache import cache_dir
 from deploykit.errors import BackendUnavailableError, UnsupportedModelError
+from deploykit.io import file_sha256
 
 ENTRY_VERSION = 1
 NO_BATCH = 233
@@ -121,14 +122,6 @@ def pnnx_version() -> str:
         return f"pnnx {metadata.version('pnnx')}"
     except metadata.PackageNotFoundError:
         return "pnnx (unknown version)"
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def pnnx_type(name: str, dtype: np.dtype[Any]) -> str:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from deploykit.cache import cache_dir
 from deploykit.errors import PlatformError
 from deploykit.platforms.base import Platform, PlatformStatus
 from deploykit.platforms.qemu import MIN_MAJOR, fetch_qemu, find_qemu, qemu_version
@@ -38,13 +39,6 @@ COMPLETE = ".complete"
 # Python, and the C/C++ runtimes numpy's and the runtimes' wheels link against (not bundled in them).
 SYSROOT_PACKAGES = ("python3", "libstdc++6", "libgomp1")
 SELF_TEST_TIMEOUT_S = 300.0
-
-
-def cache_dir() -> Path:
-    """deploykit's cache (``$DEPLOYKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/deploykit``, else ``~/.cache/deploykit``)."""
-    from deploykit.testing.darknet import cache_dir as shared_cache_dir
-
-    return shared_cache_dir()
 
 
 def _source_fingerprint(package: Path) -> str:
