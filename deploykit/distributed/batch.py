@@ -26,8 +26,9 @@ from deploykit.backends.options import OptionValue
 from deploykit.distributed.cluster import connect, require_ray
 from deploykit.distributed.rows import ARRAY_SUFFIXES, TASKS, Predictor
 from deploykit.distributed.store import ResultStore, is_uri, list_sources, read_bytes
-from deploykit.errors import BackendError, ModelNotFoundError, UsageError
+from deploykit.errors import BackendError, UsageError
 from deploykit.io import file_sha256
+from deploykit.model import check_model_path
 from deploykit.vision.pipelines import _read_labels
 
 Progress = Callable[[int, int], None]
@@ -233,9 +234,7 @@ def predict(
     Raises:
         UsageError: an option cannot be used. BackendUnavailableError: ``engine="ray"`` without Ray.
     """
-    model_path = Path(model)
-    if not model_path.is_file():
-        raise ModelNotFoundError(f"model '{model}' | no such file.", hint="pass the path of an .onnx file.")
+    model_path = check_model_path(model)  # the one model-path check: missing, a folder, a FIFO or a device
     if engine == "ray":
         require_ray()  # before any work: a missing extra is the first thing to say
     if engine not in ENGINES:
