@@ -11,6 +11,7 @@ from rich.table import Table
 
 from deploykit.errors import UsageError
 from deploykit.io import atomic_path, check_outputs
+from deploykit.metadata import read_metadata
 from deploykit.validation import check_number
 
 from .console import console
@@ -30,11 +31,9 @@ def _task(model: Path, task: str) -> str:
         model = bundle.model_path
 
     interface = read_interface(model)
-    metadata = interface.metadata
-    if metadata.get("deploykit.task") in ("detect", "classify"):
-        return metadata["deploykit.task"]
-    if metadata.get("task") == "detect":
-        return "detect"
+    task = read_metadata(interface.metadata, Path(model).name).task
+    if task is not None:
+        return task
     outputs = interface.outputs
     shape = outputs[0].shape if len(outputs) == 1 else None
     if shape is not None and (len(shape) == 2 or (len(shape) == 4 and shape[2:] == (1, 1))):

@@ -76,24 +76,15 @@ def parse_batch_axes(values: Sequence[str]) -> dict[str, int]:
 
 
 def image_size_from_metadata(metadata: Mapping[str, str]) -> tuple[tuple[int, int], str] | None:
-    """(height, width) and where it came from: deploykit's metadata, then Ultralytics' ``imgsz``."""
-    import ast
-    import json
+    """(height, width) and where it came from: deploykit's metadata, then Ultralytics' ``imgsz``.
 
-    try:
-        size = json.loads(metadata.get("deploykit.input", "{}")).get("size")
-        if size:
-            return (int(size[0]), int(size[1])), "deploykit metadata"
-    except (ValueError, TypeError, IndexError, AttributeError):
-        pass
-    if "imgsz" in metadata:
-        try:
-            size = ast.literal_eval(metadata["imgsz"])
-            size = [size, size] if isinstance(size, int) else size
-            return (int(size[0]), int(size[1])), "Ultralytics imgsz metadata"
-        except (ValueError, SyntaxError, TypeError, IndexError):
-            pass
-    return None
+    Raises:
+        MetadataError: deploykit's ``deploykit.input`` holds a value that cannot be a size.
+    """
+    from deploykit.metadata import read_metadata
+
+    stored = read_metadata(metadata)
+    return (stored.size, stored.size_source) if stored.size else None
 
 
 @dataclass
