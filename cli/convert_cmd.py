@@ -97,8 +97,14 @@ def torch_command(
         None, "--report", readable=False, help="Also write the conversion report as JSON (with the model, or neither)."
     ),
     seed: int = typer.Option(0, help="Seed for the random example inputs."),
+    timeout: float = typer.Option(
+        900, "--timeout", help="Seconds the PyTorch side (your factory, PyTorch, the export) and each backend may take."
+    ),
 ) -> None:
-    """Export a PyTorch model to ONNX; fail (and write nothing) unless it matches PyTorch."""
+    """Export a PyTorch model to ONNX; fail (and write nothing) unless it matches PyTorch.
+
+    Your model's code (the factory, the module, the archive) runs in a worker process: if it hangs past
+    --timeout, crashes, or exits, the conversion fails with that reason and writes nothing."""
     from deploykit.convert.specs import parse_dynamic, parse_input_spec
     from deploykit.convert.torch import convert_torch
 
@@ -123,6 +129,7 @@ def torch_command(
             weights_key=weights_key,
             ignore_keys=ignore_keys,
             report_path=report_path,
+            timeout_s=timeout,
         )
     except ParityError as exc:
         finish(exc.report if isinstance(exc.report, ConversionReport) else None, report_path)
