@@ -12,6 +12,7 @@ from rich.table import Table
 from deploykit.bench.config import parse_int_list
 
 from .console import console, err_console, print_json
+from .paths import folder_out, path_in
 
 if TYPE_CHECKING:  # the CLI imports the optimize package (and its runtimes) only when it runs
     from deploykit.optimize import OptimizeReport, SearchProgress
@@ -62,11 +63,16 @@ def print_optimize_report(report: OptimizeReport, output: Path | None, limit: in
 
 
 def optimize(
-    model: Path = typer.Argument(..., help="The float .onnx file."),
+    model: Path = typer.Argument(..., parser=path_in, help="The float .onnx file."),
     images: Path = typer.Option(
-        None, "--images", help="Real photos: half calibrate INT8, the other half measures accuracy (never both)."
+        None,
+        "--images",
+        parser=path_in,
+        help="Real photos: half calibrate INT8, the other half measures accuracy (never both).",
     ),
-    output: Path = typer.Option(..., "--output", "-o", help="The bundle folder to write (new or empty)."),
+    output: Path = typer.Option(
+        ..., "--output", "-o", parser=folder_out, help="The bundle folder to write (new or empty)."
+    ),
     max_drop: str = typer.Option("1%", "--max-drop", help="Accuracy budget: mAP@0.5 / top-1 agreement drop vs f32."),
     backends: list[str] = typer.Option([], "--backend", "-b", help=BACKEND_HELP),
     scenario: str = typer.Option("singlestream", help="singlestream (rank by p50) | offline (rank by throughput)."),

@@ -15,6 +15,7 @@ from deploykit.metadata import read_metadata
 from deploykit.validation import check_number
 
 from .console import console
+from .paths import file_out, path_in
 
 
 def _task(model: Path, task: str) -> str:
@@ -53,14 +54,16 @@ def _check_draw_format(path: Path) -> None:
 
 
 def predict(
-    model: Path = typer.Argument(..., help="The .onnx file, or a bundle folder (deploykit optimize -o)."),
-    image: Path = typer.Argument(..., help="The image file."),
+    model: Path = typer.Argument(
+        ..., parser=path_in, help="The .onnx file, or a bundle folder (deploykit optimize -o)."
+    ),
+    image: Path = typer.Argument(..., parser=path_in, help="The image file."),
     backend: str = typer.Option(
         None, "--backend", "-b", help="Backend name or alias (default: onnxruntime, or the bundle's choice)."
     ),
     device: str = typer.Option(None, "--device", "-d", help="Device (default: the backend's CPU)."),
     task: str = typer.Option("auto", help="auto | detect | classify (auto reads the model's metadata)."),
-    labels: Path = typer.Option(None, help="Class names file (default: from the model's metadata)."),
+    labels: Path = typer.Option(None, parser=path_in, help="Class names file (default: from the model's metadata)."),
     conf: float = typer.Option(0.25, help="Detection: minimum score."),
     iou: float = typer.Option(0.45, help="Detection: NMS IoU threshold."),
     agnostic: bool = typer.Option(False, "--agnostic", help="Detection: NMS across classes."),
@@ -68,8 +71,12 @@ def predict(
     imagenet: bool = typer.Option(
         False, "--imagenet", help="Classification: ImageNet mean/std (default: the model's metadata, else none)."
     ),
-    draw_path: Path = typer.Option(None, "--draw", readable=False, help="Detection: write the image with boxes here."),
-    json_path: Path = typer.Option(None, "--json", readable=False, help="Write the results as JSON here."),
+    draw_path: Path = typer.Option(
+        None, "--draw", readable=False, parser=file_out, help="Detection: write the image with boxes here."
+    ),
+    json_path: Path = typer.Option(
+        None, "--json", readable=False, parser=file_out, help="Write the results as JSON here."
+    ),
     engine: str = typer.Option("local", "--engine", help="local | ray: with --out, where a folder of images runs."),
     address: str = typer.Option(None, "--address", help="--engine ray: cluster to join (default: a local Ray)."),
     actors: int = typer.Option(None, "--actors", help="--engine ray: actors (default: cluster CPUs / per actor)."),
