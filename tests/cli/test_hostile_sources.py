@@ -274,3 +274,31 @@ def test_torch_example_specs_checked_before_allocating(tiny, tmp_path, spec, mes
     out = tmp_path / "x.onnx"
     result = invoke_checked(["convert", "torch", f"{tiny['factory']}:tiny_cnn", "-i", spec, "-o", out], writes=[out])
     assert result.exit_code == 1 and message in result.stderr
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (("anchors=4,6, 8,9, 12,14", "anchors=nan,6, 8,9, 12,14"), "anchors= holds nan; expected anchor widths and"),
+        (("anchors=4,6, 8,9, 12,14", "anchors=inf,6, 8,9, 12,14"), "anchors= holds inf; expected"),
+        (("anchors=4,6, 8,9, 12,14", "anchors=-4,6, 8,9, 12,14"), "anchors= holds -4; expected"),
+        (("anchors=4,6, 8,9, 12,14", "anchors=4,6, 8,9, 12"), "anchors= holds 5 numbers; expected width,height pairs"),
+        (("num=3", "num=1000000"), "num=1000000 anchors, but anchors= gives 3 pairs"),
+    ],
+)
+def test_impossible_anchors_are_refused_before_any_work(tiny, tmp_path, change, message):
+    """Issue 21: NaN, infinite or negative anchors and num beyond the anchors given converted and passed."""
+    cfg = tmp_path / "odd.cfg"
+    cfg.write_text(tiny["cfg"].read_text().replace(*change))
+    out = tmp_path / "x.onnx"
+    result = invoke_checked(["convert", "darknet", cfg, tiny["weights"], "-o", out], reads=[cfg], writes=[out])
+    assert result.exit_code == 1 and "layer 3 [yolo] (line 25) | " + message in " ".join(result.stderr.split())
+
+
+def test_an_impossible_weights_version_is_refused_even_when_the_size_fits(tiny, tmp_path):
+    """Issue 21: a header saying version 999 converted and passed when the float count happened to match."""
+    weights = tmp_path / "v999.weights"
+    weights.write_bytes(struct.pack("<3i", 999, 2, 0) + tiny["weights"].read_bytes()[12:])
+    result = invoke_checked(["convert", "darknet", tiny["cfg"], weights, "-o", tmp_path / "x.onnx"])
+    assert result.exit_code == 1
+    assert "its header says Darknet version 999.2.0, which no Darknet writes" in " ".join(result.stderr.split())
