@@ -296,6 +296,12 @@ class Backend(abc.ABC):
     subsystem then treats its outputs as an independent oracle, not as another candidate)."""
     distributions: ClassVar[tuple[str, ...]] = ()
     """Package names that provide the runtime (for the device fingerprint); default: ``module``."""
+
+    def oracle_blind_spot(self, model_path: Path) -> str | None:
+        """Why this backend must not judge ``model_path`` as an oracle: a construct it is known to compute
+        wrongly (the verification then says ``unverified`` with this reason); None when there is none."""
+        return None
+
     cpu_distribution: ClassVar[str | None] = None
     """The package of the runtime's CPU-only build, which emulated targets (``deploykit.platforms``)
     install; default: the package installed here."""

@@ -480,8 +480,10 @@ def run_oracle(
     name = canonical_name(name)
     backend = get_backend(name)
     spec = Candidate(name, device or backend.default_device, None, backend.precision_options("f32"))
-    run = _run(Path(model), spec, cases, timeout_s, isolate)
     label = "onnx-reference" if name == REFERENCE_BACKEND else f"{name}:{spec.device}"
+    if backend.independent_oracle and (blind := backend.oracle_blind_spot(Path(model))):
+        return OracleInfo(label, False, f"{label} is not used as the oracle: {blind}"), None
+    run = _run(Path(model), spec, cases, timeout_s, isolate)
     if not run.ok:
         return OracleInfo(label, backend.independent_oracle, f"{label} did not run: {run.error}"), None
     detail = (
