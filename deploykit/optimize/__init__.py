@@ -19,6 +19,7 @@ from deploykit.optimize.ranking import DECISION_RULE, Interval, RankEntry, Ranki
 from deploykit.optimize.results import (
     Baseline,
     CandidateResult,
+    GroundTruth,
     OptimizeReport,
     OptimizeSettings,
     RoundResult,
@@ -42,6 +43,7 @@ __all__ = [
     "BundleManifest",
     "BundleWarning",
     "CandidateResult",
+    "GroundTruth",
     "Interval",
     "OptimizeReport",
     "OptimizeSettings",

@@ -57,7 +57,8 @@ class BundleManifest:
         inputs, outputs: the model's interface (``TensorSpec.to_dict``).
         task, preprocess, labels: the pipeline (``detect``/``classify``), its pre-processing and names.
         verdict: the verification of the chosen configuration (with its oracle).
-        accuracy: metric, delta, images, max_drop.
+        accuracy: metric, delta, images, max_drop; with class folders also top1_accuracy (the chosen
+            one's), reference_top1_accuracy (the f32 oracle's) and classes.
         latency: headline, p50/p90 intervals, p99, throughput, rounds.
         why: which part of the ranking rule decided; ``rule`` the rule.
         speedup: versus ONNX Runtime f32 measured in the same run (``{label, speedup}``), if it ran.
@@ -466,6 +467,15 @@ def _manifest(
             "delta": best.accuracy_delta,
             "images": report.settings.accuracy_images,
             "max_drop": report.settings.max_drop,
+            **(
+                {}
+                if report.ground_truth is None
+                else {
+                    "top1_accuracy": best.top1_accuracy,
+                    "reference_top1_accuracy": report.ground_truth.reference_top1_accuracy,
+                    "classes": list(report.ground_truth.classes),
+                }
+            ),
         },
         latency={
             "headline": report.headline,

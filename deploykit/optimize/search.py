@@ -36,6 +36,7 @@ from deploykit.optimize.candidates import (
     CandidateState,
     batches_of,
     expand,
+    ground_truth,
     link_folder,
     make_variants,
     runs_f16,
@@ -47,6 +48,7 @@ from deploykit.optimize.results import (
     Baseline,
     CandidateResult,
     CandidateStatus,
+    GroundTruth,
     OptimizeReport,
     OptimizeSettings,
     RoundResult,
@@ -244,10 +246,13 @@ def optimize(
             progress=progress,
         )
         calibration: list[tuple[Path, str | None]] = []
-        accuracy: list[Path] = []
+        accuracy: list[tuple[Path, str | None]] = []
         if images_path is not None:
             calibration, accuracy = split_images(images_path, quantize, seed)
-        search.prepare_inputs(accuracy, seed)
+            labels = search.pipeline["labels"] or []
+            search.truth, note = ground_truth(accuracy, calibration, labels, search.task_name, images_path)
+            notes += [note] if note else []
+        search.prepare_inputs([path for path, _ in accuracy], seed)
         search.report("variants", 0, 1)
         calibration_dir = link_folder(scratch / "calibration", calibration) if calibration else None
         fp16 = any(runs_f16(spec) for spec in specs)
@@ -287,7 +292,9 @@ def optimize(
                 tuple(thread_list),
                 tuple(batch_list),
                 seed,
+                tuple(str(path.relative_to(images_path)) for path, _ in accuracy) if images_path else (),
             ),
+            classes=tuple(label or "" for _, label in accuracy) if search.truth is not None else (),
             variants=[v for v, _ in variants],
             partial=partial,
             notes=notes,
@@ -331,6 +338,8 @@ class _Search:
         self.oracle = OracleInfo("none", False, "no oracle ran yet")
         self.task: Any = None
         self.task_reference: tuple[str, list[dict[str, np.ndarray]]] | None = None
+        self.truth: list[int] | None = None  # the accuracy images' true classes (class folders of a classifier)
+        self.reference_top1: float | None = None
         self.measurements = 0
         task, preprocess, labels = pipeline_facts(model)
         self.task_name = task
@@ -468,6 +477,8 @@ class _Search:
             metadata=self.interface.metadata,
         )
         state.verdict, state.delta = verdict, accuracy_delta(verdict)
+        if self.truth is not None and len(checked) == len(self.truth):
+            self._top1_accuracy(state, checked)
         good = verdict.passed or (verdict.status == "unverified" and verdict.agreement is True)
         if not good:
             state.stopped = f"verification: {verdict.label} — {_short(verdict.reason)}"
@@ -483,6 +494,21 @@ class _Search:
             state.accurate = True
             if exact and self.task_reference is None and self.task is not None:
                 self.task_reference = (state.label, checked)
+
+    def _top1_accuracy(self, state: CandidateState, checked: list[dict[str, np.ndarray]]) -> None:
+        """The candidate's top-1 accuracy against the class folders, and the reference's (the oracle's
+        f32 outputs, or the first f32 run without an independent oracle)."""
+        from deploykit.verify.tasks import classification_agreement
+
+        def scores(outputs: Sequence[Mapping[str, np.ndarray]]) -> np.ndarray:
+            name = next(iter(outputs[0]))
+            return np.concatenate([o[name].reshape(o[name].shape[0], -1) for o in outputs])
+
+        reference = self.references if self.references and len(self.references) == len(checked) else checked
+        agreement = classification_agreement(scores(reference), scores(checked), self.truth)
+        state.top1_accuracy = agreement.top1_accuracy
+        if self.reference_top1 is None:
+            self.reference_top1 = agreement.reference_top1_accuracy
 
     def screen(self) -> None:
         """Every candidate once, with the held-out images; the float f32 ones first (the reference)."""
@@ -603,6 +629,7 @@ class _Search:
         notes: list[str],
         started: float,
         device: Mapping[str, Any],
+        classes: Sequence[str] = (),
     ) -> OptimizeReport:
         finalists = self.admissible()
         for state in self.states:  # a measurement cut short by Ctrl-C leaves a candidate without verdict
@@ -646,6 +673,7 @@ class _Search:
                     state.verdict,
                     state.delta,
                     state.session,
+                    state.top1_accuracy,
                 )
             )
         rank_of = {"chosen": 0, "finalist": 1, "stopped": 2}
@@ -669,6 +697,9 @@ class _Search:
             elapsed_s=round(time.perf_counter() - started, 2),
             device=dict(device),
             notes=tuple(dict.fromkeys(notes)),
+            ground_truth=None
+            if self.truth is None
+            else GroundTruth(tuple(sorted(set(classes))), len(self.truth), self.oracle.name, self.reference_top1),
         )
 
     def _baseline(self, results: Sequence[CandidateResult], chosen: CandidateResult) -> Baseline | None:
