@@ -1,5 +1,6 @@
 """The bundle ``optimize`` writes and every opener reads: a folder with the chosen model file,
-``deploykit.json`` (what to open, how, and on what evidence) and ``report.json`` (every candidate).
+``deploykit.json`` (what to open, how, and on what evidence), ``report.json`` (every candidate) and
+``report.html`` (the same with the Pareto front drawn).
 
 ``read_bundle`` is the one reader (``load``, the pipelines, ``predict``, ``bench`` and ``serve`` go
 through it); ``open_bundle`` opens exactly the chosen configuration, checking the model's SHA-256
@@ -34,6 +35,7 @@ SCHEMA = "deploykit.bundle"
 SCHEMA_VERSION = 1
 MANIFEST = "deploykit.json"
 REPORT = "report.json"
+REPORT_HTML = "report.html"
 RECHECK = "deploykit bench {path} --recheck"
 # what makes "another machine" for a latency ranking: the CPU, its features and how many cores
 _MACHINE_KEYS = ("model", "architecture", "flags", "logical_cores")
@@ -515,6 +517,7 @@ def write_bundle(
         OutputError: the folder cannot be written (``check_bundle_output``), or the rename failed.
     """
     from deploykit.io import scratch_dir
+    from deploykit.optimize.html import render_html
 
     target = Path(output)
     check_bundle_output(target, inputs=[report.model.path], force=force)
@@ -525,8 +528,13 @@ def write_bundle(
         shutil.copyfile(source, folder / source.name)
         text = report.to_json()
         (folder / REPORT).write_text(text)
+        page = render_html(report)
+        (folder / REPORT_HTML).write_text(page)
         manifest = _manifest(
             report, source.name, file_sha256(folder / source.name), pipeline, hashlib.sha256(text.encode()).hexdigest()
+        )
+        manifest = dataclasses.replace(
+            manifest, files={**manifest.files, REPORT_HTML: hashlib.sha256(page.encode()).hexdigest()}
         )
         (folder / MANIFEST).write_text(json.dumps(manifest.to_dict(), indent=2, default=str))
         replaced = staging / "replaced"

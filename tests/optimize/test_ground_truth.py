@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 import deploykit
 from cli.main import app
-from deploykit.optimize import optimize, read_bundle
+from deploykit.optimize import read_bundle
 from deploykit.optimize.candidates import split_images
 
 
@@ -70,7 +70,7 @@ def test_class_folders_give_top1_accuracy_in_the_report_and_the_bundle(classifie
     assert "top-1 accuracy against the class folders" in result.output and f"{expected:.2%}" in result.output
 
 
-def test_the_split_is_stratified(class_folders, tmp_path):
+def test_the_split_is_stratified(tmp_path):
     folder = tmp_path / "three"
     for name, count in (("a", 5), ("b", 4), ("c", 3)):
         (folder / name).mkdir(parents=True)

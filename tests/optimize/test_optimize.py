@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import warnings
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -83,7 +84,8 @@ def test_report_round_trips(searched):
 def test_bundle_holds_what_the_device_needs(searched):
     report, output = searched
     manifest = read_bundle(output).manifest
-    assert sorted(p.name for p in output.iterdir()) == sorted([manifest.model_file, "deploykit.json", "report.json"])
+    expected = [manifest.model_file, "deploykit.json", "report.json", "report.html"]
+    assert sorted(p.name for p in output.iterdir()) == sorted(expected)
     best = report.best
     assert (manifest.backend, manifest.device, manifest.precision, manifest.threads, manifest.batch) == (
         best.config.backend,
@@ -98,6 +100,48 @@ def test_bundle_holds_what_the_device_needs(searched):
     assert set(manifest.latency["p50_ms"]) >= {"estimate", "low", "high"} and manifest.latency["p99_ms"] > 0
     assert manifest.fingerprint["cpu"]["model"] and manifest.versions["deploykit"] == deploykit.__version__
     assert not manifest.partial and manifest.schema_version == 1
+
+
+class _Marks(HTMLParser):
+    """The SVG plots of a page: per plot, its axis texts and its marks (``circle`` elements by class)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.plots: list[dict] = []
+        self._text = False
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        attributes = dict(attrs)
+        if tag == "svg":
+            self.plots.append({"texts": [], "points": [], "front": [], "chosen": []})
+        elif tag == "circle" and self.plots:
+            classes = (attributes.get("class") or "").split()
+            for kind in ("point", "front", "chosen"):
+                if kind in classes:
+                    self.plots[-1]["points" if kind == "point" else kind].append(attributes["data-label"])
+        self._text = tag == "text"
+
+    def handle_data(self, data: str) -> None:
+        if self._text and self.plots:
+            self.plots[-1]["texts"].append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        self._text = False
+
+
+def test_the_html_report_draws_the_pareto_front(searched):
+    report, output = searched
+    marks = _Marks()
+    marks.feed((output / "report.html").read_text())
+    assert len(marks.plots) == 1
+    plot = marks.plots[0]
+    measured = [c.label for c in report.candidates if c.headline is not None and c.accuracy_delta is not None]
+    assert len(measured) >= 2 and sorted(plot["points"]) == sorted(measured)  # one mark per measured candidate
+    assert sorted(plot["front"]) == sorted(report.pareto)
+    assert plot["chosen"] == [report.chosen]
+    assert "p50 latency (ms, lower is better)" in plot["texts"]
+    assert any(t.startswith("accuracy delta against f32 (top-1 agreement, %)") for t in plot["texts"])
+    assert read_bundle(output).manifest.files["report.html"]
 
 
 def test_load_detector_classifier_predict_and_bench_open_the_chosen_configuration(searched, photos):
