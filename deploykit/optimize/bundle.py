@@ -330,6 +330,21 @@ def _merge(bundle: Bundle, backend: str | None, device: str | None, options: Map
     return merged
 
 
+def bundle_configuration(
+    path: str | os.PathLike[str], *, backend: str | None = None, device: str | None = None, **options: Any
+) -> tuple[Path, str, str | None, dict[str, Any]]:
+    """What a bundle opens, for whoever opens it elsewhere (the Ray actors of batch inference): its
+    checked model file, backend, device and session options (threads and precision included).
+
+    Raises:
+        BundleError: see ``read_bundle``. UsageError: another backend, device or option value was asked for.
+    """
+    bundle = read_bundle(path)
+    bundle.warn_if_elsewhere()
+    settings = _merge(bundle, backend, device, options)
+    return bundle.model_path, bundle.manifest.backend, bundle.manifest.device, settings
+
+
 def open_bundle(
     path: str | os.PathLike[str],
     *,

@@ -7,6 +7,7 @@ machine: the candidates are derived from what the backends say they run natively
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import warnings
 from html.parser import HTMLParser
@@ -170,6 +171,41 @@ def _copy(output: Path, tmp_path: Path) -> Path:
     copy = tmp_path / "copy"
     shutil.copytree(output, copy)
     return copy
+
+
+def test_predict_on_ray_opens_the_bundles_threads_and_precision(searched, photos, tmp_path, monkeypatch):
+    """The Ray actors get the bundle's whole configuration. Its manifest is edited to 2 threads (the
+    search chose among 1 only) so that the actors' default of one thread per CPU would show."""
+    ray = pytest.importorskip("ray", reason="Ray (the deploykit[ray] extra)")
+    from deploykit.distributed.store import ResultStore
+
+    _, output = searched
+    copy = _copy(output, tmp_path)
+    data = json.loads((copy / "deploykit.json").read_text())
+    data["threads"], data["options"]["threads"] = 2, 2
+    (copy / "deploykit.json").write_text(json.dumps(data))
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for photo in sorted(photos.iterdir())[:3]:
+        shutil.copy(photo, folder)
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        result = CliRunner().invoke(app, ["predict", str(copy), str(folder), "--engine", "ray", "--out",
+                                          str(tmp_path / "rows"), "--top-k", "1"])  # fmt: skip
+    finally:
+        ray.shutdown()
+    assert result.exit_code == 0, result.output
+    assert "3 rows written" in result.output and "on 1 actor" in result.output  # 2 CPUs, 2 per actor
+    rows = list(ResultStore(tmp_path / "rows").rows())
+    assert len(rows) == 3 and {r["status"] for r in rows} == {"ok"}
+    assert {r["backend"] for r in rows} == {data["backend"]}
+    # the precision the session reports, as it did when the search measured it (an INT8 model's float
+    # parts may run in bf16 on OpenVINO)
+    assert {(r["worker"]["threads"], r["worker"]["precision"]) for r in rows} == {(2, data["session"]["precision"])}
+    for row in rows:  # every option the bundle chose (precision included), as the actor's session got it
+        assert {k: row["worker"]["options"].get(k) for k in data["options"]} == data["options"]
+    assert all(r["worker"]["pid"] != os.getpid() for r in rows)  # in Ray's actors, not here
 
 
 def test_a_tampered_model_is_an_error(searched, tmp_path):
