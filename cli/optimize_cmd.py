@@ -70,7 +70,8 @@ def print_optimize_report(report: OptimizeReport, output: Path | None, limit: in
         console.print(f"note: {note}", soft_wrap=True)
     console.print(f"searched in {report.elapsed_s:.0f} s")
     if output is not None:
-        console.print(f"bundle: {output} (open it with deploykit.load({str(output)!r}) or deploykit predict {output})")
+        console.print(f"bundle: {output} (open it with deploykit.load({str(output)!r}) or deploykit predict {output}; "
+                      f"{output / 'report.html'} draws the Pareto front)")  # fmt: skip
 
 
 def optimize(

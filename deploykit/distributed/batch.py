@@ -245,8 +245,9 @@ def predict(
             model, backend=backend, device=device, **backend_options
         )
     backend = backend or "onnxruntime"
-    threads = backend_options.get("threads")
-    cpus_per_actor = cpus_per_actor if cpus_per_actor is not None else float(threads) if threads else 1.0
+    given = backend_options.get("threads")
+    threads = int(given) if isinstance(given, (int, float)) and given > 0 else None
+    cpus_per_actor = cpus_per_actor if cpus_per_actor is not None else float(threads or 1)
     model_path = check_model_path(model)  # the one model-path check: missing, a folder, a FIFO or a device
     if engine == "ray":
         require_ray()  # before any work: a missing extra is the first thing to say
@@ -299,7 +300,7 @@ def predict(
             summary.startup_s = time.perf_counter() - started
             cpus = float(ray.cluster_resources().get("CPU", 1))
             summary.actors = actors or max(1, math.floor(cpus / cpus_per_actor))
-            settings["threads"] = int(threads) if threads else max(1, math.ceil(cpus_per_actor))
+            settings["threads"] = threads or max(1, math.ceil(cpus_per_actor))
             started = time.perf_counter()
             ray_rows = _ray_batches(ray, model_path, readable, settings, summary.actors, cpus_per_actor, batch_size)
             batches = itertools.chain([first_rows], ray_rows if readable else [])
