@@ -179,8 +179,8 @@ def pareto_plot(
         return margin + (width - 2 * margin) * (x - x_min) / x_span, height - margin - (height - 2 * margin) * y / y_max
 
     parts = _axes(width, height, margin, x_label, f"{y_label}, 0 to {y_max:.2g}", extra_width=240)
-    parts.append(f'<text x="{margin}" y="{height - margin + 14}" font-size="10">{x_min:.4g}</text>')
-    parts.append(f'<text x="{width - margin}" y="{height - margin + 14}" font-size="10" text-anchor="end">'
+    parts.append(f'<text x="{margin}" y="{height - margin + 30}" font-size="10">{x_min:.4g}</text>')
+    parts.append(f'<text x="{width - margin}" y="{height - margin + 30}" font-size="10" text-anchor="end">'
                  f"{x_min + x_span:.4g}</text>")  # fmt: skip
     ordered = sorted(points, key=lambda point: point[1])
     path = " ".join(f"{place(x, y)[0]:.1f},{place(x, y)[1]:.1f}" for label, x, y in ordered if label in front)
@@ -195,11 +195,12 @@ def pareto_plot(
             parts.append(f'<circle class="chosen" data-label="{_e(label)}" cx="{px:.1f}" cy="{py:.1f}" r="8" '
                          'fill="none" stroke="#d62728" stroke-width="2"/>')  # fmt: skip
         if name_all or on_front or label == chosen:
-            parts.append(f'<text x="{px + 6:.1f}" y="{py - 4:.1f}" font-size="10">{_e(label)}</text>')
-    legend = "green: the Pareto front" + ("; red ring: the chosen one" if chosen else "") + "; grey: the others"
-    parts.append(f'<text x="{width - 40}" y="{margin - 10}" font-size="10">{_e(legend)}</text>')
+            below = label == chosen and not name_all  # the chosen one's name under its ring, the front's above
+            y_text = py + 16 if below else py - 6
+            parts.append(f'<text x="{px + 6:.1f}" y="{y_text:.1f}" font-size="10">{_e(label)}</text>')
     parts.append("</svg>")
-    return "".join(parts)
+    legend = "green: the Pareto front" + ("; red ring: the chosen one" if chosen else "") + "; grey: the others"
+    return "".join(parts) + f'<p class="note">{_e(legend)}</p>'
 
 
 def _table(result: BenchmarkReport) -> str:

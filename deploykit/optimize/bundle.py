@@ -90,11 +90,25 @@ class Bundle:
         return dict(self.manifest.options)
 
     def report(self) -> OptimizeReport:
-        """The full optimize report (``report.json``): every candidate."""
+        """The full optimize report (``report.json``): every candidate.
+
+        Raises:
+            BundleError: the file cannot be read, or its SHA-256 is not the one the manifest recorded.
+        """
+        import hashlib
+
         from deploykit.optimize.results import OptimizeReport
 
         try:
-            return OptimizeReport.from_dict(json.loads((self.path / REPORT).read_text()))
+            data = (self.path / REPORT).read_bytes()
+            recorded = self.manifest.files.get(REPORT)
+            if recorded and hashlib.sha256(data).hexdigest() != recorded:
+                raise BundleError(
+                    f"bundle '{self.path}' | {REPORT} has another SHA-256 than the bundle recorded: the file was "
+                    "changed or replaced.",
+                    hint="restore the bundle's report.json, or run deploykit optimize again.",
+                )
+            return OptimizeReport.from_dict(json.loads(data))
         except (OSError, ValueError) as exc:
             raise BundleError(
                 f"bundle '{self.path}' | {REPORT} cannot be read ({exc}).",

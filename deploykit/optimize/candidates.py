@@ -85,7 +85,14 @@ def split_images(
     stratified, so both halves see every class that has two images or more."""
     from deploykit.quantize.calibration import labelled_images
 
-    found = labelled_images(folder)
+    try:
+        found = labelled_images(folder)
+    except InputError as exc:  # quantize's hint names .npz arrays, which optimize cannot measure accuracy on
+        raise InputError(
+            f"--images '{folder}' | holds no images (looked for .jpg, .png, .bmp, .webp, .tif, directly and one "
+            "folder down).",
+            hint="put real photos the model will see in the folder (or in folder/<class>/ sub-folders).",
+        ) from exc
     minimum = MIN_IMAGES_TO_SPLIT if quantize else 1
     if len(found) < minimum:
         raise InputError(

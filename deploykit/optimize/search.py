@@ -84,6 +84,14 @@ def _check_inputs(model: Path, images: Path | None, quantize: bool, output: Path
             hint="pass --images photos/ (half calibrate, half measure the accuracy delta), or --no-quantize to "
             "search the float precisions only.",
         )
+    if images is not None and images.suffix.lower() == ".npz" and images.is_file():
+        raise InputError(
+            f"--images '{images}' | is an .npz of arrays; optimize needs real images: every accuracy figure is "
+            "the task metric (top-1 agreement, mAP@0.5) on held-out photos, never on the calibration half.",
+            hint="pass --images photos/ (or photos/<class>/*.jpg); 'deploykit quantize MODEL --calibrate "
+            f"{images.name} -o model.int8.onnx' quantizes from arrays, and --no-quantize without --images "
+            "searches the float precisions on random inputs.",
+        )
     if images is not None and not images.is_dir():
         raise InputError(
             f"--images '{images}' | is not a folder" + (" (it does not exist)." if not images.exists() else "."),

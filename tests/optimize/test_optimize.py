@@ -257,6 +257,11 @@ def test_a_foreign_or_unknown_manifest_is_an_error(searched, tmp_path, edit, mes
 def test_missing_files_and_a_folder_that_is_no_bundle(searched, tmp_path):
     _, output = searched
     copy = _copy(output, tmp_path)
+    data = json.loads((copy / "report.json").read_text())
+    data["chosen"] = data["candidates"][-1]["label"]
+    (copy / "report.json").write_text(json.dumps(data))
+    with pytest.raises(BundleError, match=r"report\.json has another SHA-256 than the bundle recorded"):
+        read_bundle(copy).report()
     (copy / "report.json").unlink()
     with pytest.raises(BundleError, match=r"its file 'report\.json' is missing"):
         read_bundle(copy)
