@@ -104,7 +104,8 @@ def optimize(
 
         def show(event: SearchProgress) -> None:
             best = "" if event.best is None else f" · best so far {event.best} ({event.best_value:.4g})"
-            left = f"{event.stage}: {event.alive}/{event.candidates} candidates left{best}"
+            eta = "" if event.budget_left_s is None else f" · done within {event.budget_left_s:.0f} s (time budget)"
+            left = f"{event.stage}: {event.alive}/{event.candidates} candidates left{best}{eta}"
             bar.update(task, completed=event.done, total=event.total or None, description=left)
 
         report = run_optimize(

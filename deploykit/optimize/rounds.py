@@ -43,6 +43,8 @@ class SearchProgress:
         candidates: all candidates.
         label: what is being measured now.
         best: the best admissible candidate so far, with its headline estimate.
+        budget_left_s: the time budget left: the search ends by then (the ETA's upper bound), or
+            sooner when the halving has one candidate left or its rounds are done.
     """
 
     stage: str
@@ -53,6 +55,7 @@ class SearchProgress:
     label: str = ""
     best: str | None = None
     best_value: float | None = None
+    budget_left_s: float | None = None
 
 
 Progress = Callable[[SearchProgress], None]
@@ -174,7 +177,8 @@ class Search:
             return
         best, value = self._leader()
         alive = sum(1 for s in self.states if s.alive)
-        self.on_progress(SearchProgress(stage, done, total, alive, len(self.states), label, best, value))
+        left = max(0.0, self.deadline - time.perf_counter())
+        self.on_progress(SearchProgress(stage, done, total, alive, len(self.states), label, best, value, left))
 
     # --- measuring -------------------------------------------------------------------------
     def _measure(self, state: CandidateState, *, screening: bool) -> Row | None:
