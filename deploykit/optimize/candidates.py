@@ -151,13 +151,18 @@ def ground_truth(
 
     unknown = [name for name in names if class_index(name, labels) is None]
     if unknown:
+        import difflib
+
         more = f" ... ({len(labels)} in all)" if len(labels) > 8 else ""
         shown = ", ".join(repr(label) for label in labels[:8]) + more
+        close = {n: difflib.get_close_matches(n, labels, n=1, cutoff=0.6) for n in unknown}
+        guesses = "; ".join(f"'{n}': did you mean '{m[0]}'?" for n, m in close.items() if m)
         raise InputError(
             f"--images '{folder}' | class folder(s) {', '.join(repr(n) for n in unknown)} name none of the model's "
-            f"labels; expected folder names among {shown} (or a class index).",
-            hint="name each sub-folder after the class of its images, as the model's labels spell it "
-            "('deploykit inspect MODEL' shows them); or put the images directly in the folder (no top-1 accuracy).",
+            f"labels; expected folder names among {shown} (or a class index)." + (f" {guesses}" if guesses else ""),
+            hint="name each sub-folder after the class of its images as the model's labels spell it (case, '_' "
+            "and ' ' do not matter), or by its class index; or put the images directly in the folder (then no "
+            "top-1 accuracy).",
         )
     loose = sum(1 for _, label in accuracy if label is None)
     if loose:

@@ -87,10 +87,14 @@ def test_the_split_is_stratified(tmp_path):
 def test_class_folders_that_name_no_label_are_an_error(classifier_path, class_folders, tmp_path):
     images = tmp_path / "images"
     shutil.copytree(class_folders, images)
-    (images / next(p.name for p in images.iterdir())).rename(images / "kittens")
+    first, second = sorted(p.name for p in images.iterdir())[:2]
+    (images / first).rename(images / "kittens")
+    (images / second).rename(images / second.replace("class_", "Class-"))  # a near miss
     result = CliRunner().invoke(app, ["optimize", str(classifier_path), "--images", str(images), "-o",
                                       str(tmp_path / "deploy")])  # fmt: skip
     assert result.exit_code == 1 and "Traceback" not in result.output
-    assert "class folder(s) 'kittens' name none of the model's labels" in result.output
+    near = second.replace("class_", "Class-")
+    assert f"class folder(s) '{near}', 'kittens' name none of the model's labels" in result.output
+    assert f"'{near}': did you mean '{second}'?" in result.output
     assert "'class_0', 'class_1'" in result.output and "(10 in all)" in result.output
     assert not (tmp_path / "deploy").exists()
