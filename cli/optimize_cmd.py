@@ -36,20 +36,32 @@ def print_optimize_report(report: OptimizeReport, output: Path | None, limit: in
         console.print(f"accuracy: {metric} delta {best.accuracy_delta:.2%} on {report.settings.accuracy_images} "
                       f"held-out images (budget {report.settings.max_drop:.2%}); verdict "
                       f"{best.verdict.label if best.verdict else '-'} against {report.oracle.name}")  # fmt: skip
+    truth = report.ground_truth
+    if truth is not None:
+        mine = "-" if best.top1_accuracy is None else f"{best.top1_accuracy:.2%}"
+        theirs = "-" if truth.reference_top1_accuracy is None else f"{truth.reference_top1_accuracy:.2%}"
+        console.print(f"top-1 accuracy against the class folders: {mine} (f32 oracle {truth.reference} {theirs}) on "
+                      f"{truth.images} held-out images of {len(truth.classes)} classes")  # fmt: skip
     if report.baseline is not None:
         console.print(f"speedup: {report.baseline.speedup:.2f}× {report.baseline.label} "
                       f"({report.baseline.headline.describe(unit)})")  # fmt: skip
     table = Table(title=f"{report.headline} with bootstrap 95% intervals ({len(report.candidates)} candidates)")
-    for column in ("candidate", report.headline, "interval", "rounds", "accuracy Δ", "status"):
+    columns = ["candidate", report.headline, "interval", "rounds", "accuracy Δ", "status"]
+    if truth is not None:
+        columns.insert(5, "top-1 acc.")
+    for column in columns:
         table.add_column(column)
     for candidate in report.candidates[:limit]:
         interval = candidate.headline
         delta = "-" if candidate.accuracy_delta is None else f"{candidate.accuracy_delta:.2%}"
         reason = candidate.reason.split(": ")[0] if candidate.reason.startswith("slower") else candidate.reason
         status = candidate.status if candidate.status != "stopped" else f"stopped: {reason[:48]}"
-        table.add_row(candidate.label, "-" if interval is None else f"{interval.estimate:.4g}",
-                      "-" if interval is None else f"[{interval.low:.4g}, {interval.high:.4g}]",
-                      str(len(candidate.rounds)), delta, status)  # fmt: skip
+        cells = [candidate.label, "-" if interval is None else f"{interval.estimate:.4g}",
+                 "-" if interval is None else f"[{interval.low:.4g}, {interval.high:.4g}]",
+                 str(len(candidate.rounds)), delta, status]  # fmt: skip
+        if truth is not None:
+            cells.insert(5, "-" if candidate.top1_accuracy is None else f"{candidate.top1_accuracy:.2%}")
+        table.add_row(*cells)
     console.print(table)
     if len(report.candidates) > limit:
         console.print(f"... {len(report.candidates) - limit} more in report.json")
@@ -59,7 +71,8 @@ def print_optimize_report(report: OptimizeReport, output: Path | None, limit: in
         console.print(f"note: {note}", soft_wrap=True)
     console.print(f"searched in {report.elapsed_s:.0f} s")
     if output is not None:
-        console.print(f"bundle: {output} (open it with deploykit.load({str(output)!r}) or deploykit predict {output})")
+        console.print(f"bundle: {output} (open it with deploykit.load({str(output)!r}) or deploykit predict {output}; "
+                      f"{output / 'report.html'} draws the Pareto front)")  # fmt: skip
 
 
 def optimize(
@@ -97,7 +110,8 @@ def optimize(
 
         def show(event: SearchProgress) -> None:
             best = "" if event.best is None else f" · best so far {event.best} ({event.best_value:.4g})"
-            left = f"{event.stage}: {event.alive}/{event.candidates} candidates left{best}"
+            eta = "" if event.budget_left_s is None else f" · done within {event.budget_left_s:.0f} s (time budget)"
+            left = f"{event.stage}: {event.alive}/{event.candidates} candidates left{best}{eta}"
             bar.update(task, completed=event.done, total=event.total or None, description=left)
 
         report = run_optimize(

@@ -80,7 +80,9 @@ def predict(
     engine: str = typer.Option("local", "--engine", help="local | ray: with --out, where a folder of images runs."),
     address: str = typer.Option(None, "--address", help="--engine ray: cluster to join (default: a local Ray)."),
     actors: int = typer.Option(None, "--actors", help="--engine ray: actors (default: cluster CPUs / per actor)."),
-    cpus_per_actor: float = typer.Option(1.0, "--cpus-per-actor", help="--engine ray: CPUs (= threads) per actor."),
+    cpus_per_actor: float = typer.Option(
+        None, "--cpus-per-actor", help="--engine ray: CPUs (= threads) per actor (default 1, or the bundle's threads)."
+    ),
     out: str = typer.Option(None, "--out", help="A folder (or URI) for one JSON row per image (resumable)."),
     check: bool = typer.Option(
         False, "--check", help="Also verify this backend/device on the image against onnx's reference evaluator."
@@ -101,17 +103,10 @@ def predict(
     if engine != "local" or out is not None:  # many images, one row each: deploykit.distributed
         from .fleet_cmd import predict_dataset
 
-        if model.is_dir():  # a bundle: its model file on its backend and device
-            from deploykit.optimize.bundle import read_bundle
-
-            bundle = read_bundle(model)
-            model, backend = bundle.model_path, backend or bundle.manifest.backend
-            if bundle.manifest.device is not None:
-                device = device or bundle.manifest.device
-
+        # a bundle travels whole: deploykit.distributed opens its backend, device, precision and threads
         cli_options = {"labels": labels, "conf": conf, "iou": iou, "agnostic": agnostic, "imagenet": imagenet}
         predict_dataset(model, image, out, task=kind, engine=engine, address=address, actors=actors,
-                        cpus_per_actor=cpus_per_actor, backend=backend or "onnxruntime", device=device, top_k=top_k,
+                        cpus_per_actor=cpus_per_actor, backend=backend, device=device, top_k=top_k,
                         cli_options=cli_options)  # fmt: skip
         return
     if kind not in ("detect", "classify"):
