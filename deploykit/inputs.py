@@ -297,9 +297,16 @@ def random_array(
         return rng.integers(0, 8, size=shape).astype(spec.dtype)
     if kind == "b":
         return rng.integers(0, 2, size=shape).astype(bool)
+    kinds = {
+        "O": "a string tensor (ONNX STRING)",
+        "U": "a string tensor",
+        "S": "a bytes tensor",
+        "c": "a complex tensor",
+    }
+    what = kinds.get(kind, f"a {spec.dtype.name} tensor")
     raise InputError(
-        f"input '{spec.name}' | dtype {spec.dtype.name} has no random generator.",
-        hint="pass real data from a .npy or .npz file.",
+        f"input '{spec.name}' | is {what}; deploykit makes random data only for numbers and booleans.",
+        hint=f"pass real data: -i {spec.name}=file.npy, or an .npz holding '{spec.name}'.",
     )
 
 
