@@ -302,3 +302,24 @@ def test_an_impossible_weights_version_is_refused_even_when_the_size_fits(tiny, 
     result = invoke_checked(["convert", "darknet", tiny["cfg"], weights, "-o", tmp_path / "x.onnx"])
     assert result.exit_code == 1
     assert "its header says Darknet version 999.2.0, which no Darknet writes" in " ".join(result.stderr.split())
+
+
+def test_a_megabyte_cfg_value_is_shown_cut_not_echoed_whole(tiny, tmp_path):
+    cfg = tmp_path / "long.cfg"
+    cfg.write_text(tiny["cfg"].read_text().replace("classes=1", "classes=1\nblob=" + "1," * 1_000_000))
+    result = invoke_checked(["convert", "darknet", cfg, tiny["weights"], "-o", tmp_path / "x.onnx"], reads=[cfg])
+    assert result.exit_code == 1 and len(result.stderr) < 1000, len(result.stderr)
+    assert "option 'blob=1,1," in result.stderr and "(2000000 characters)" in result.stderr
+
+
+def test_a_cut_short_torchscript_archive_is_not_called_a_pickle(tmp_path):
+    torch = require_module("torch", "pip install 'deploykit[torch]'", "PyTorch")
+    archive = tmp_path / "scripted.pt"
+    torch.jit.save(torch.jit.script(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())), str(archive))
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
+    result = invoke_checked(["convert", "torch", cut, "-i", "x:1x4", "-o", tmp_path / "x.onnx"], reads=[cut])
+    assert result.exit_code == 1
+    shown = " ".join(result.stderr.split())
+    assert "is a zip archive (as torch.save and torch.jit.save write) that is cut short or damaged" in shown
+    assert "--trust-pickle" not in shown

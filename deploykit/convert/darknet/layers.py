@@ -223,7 +223,7 @@ def _convolutional(section: Section, shape: Shape, layers: list[Layer]) -> Layer
     ):
         if section.has(key) and section.integer(key, 0):
             raise UnsupportedLayerError(
-                f"{section.where()} | option {key}={section.options[key]} is not supported.",
+                f"{section.where()} | option {section.shown(key)} is not supported.",
                 hint="it changes the computation or the weights layout.",
             )
     check_unused(section, CONV_TRAINING)
