@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from deploykit.distributed.reaper import ray_node_processes, start_reaper
 from deploykit.errors import BackendError, BackendUnavailableError
 
 #: Custom Ray resource a device node carries: ``deploykit-device:<name>`` with capacity 1.
@@ -80,10 +81,15 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> Iterator
             f"ray cluster '{address or 'local'}' | cannot be reached or started: {exc}",
             hint="check the address (ray://HEAD:10001 or HEAD:6379) and that `ray start --head` runs there.",
         ) from exc
+    # A local Ray's processes must die with this driver even when it is killed with SIGKILL.
+    reaper = start_reaper(ray_node_processes(ray)) if address is None else None
     try:
         yield ray
     finally:
         ray.shutdown()
+        if reaper is not None:
+            reaper.kill()
+            reaper.wait()
 
 
 _SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
