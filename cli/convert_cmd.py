@@ -11,6 +11,7 @@ from deploykit.convert.report import ConversionReport
 from deploykit.errors import ParityError
 
 from .console import console
+from .platforms_cmd import PLATFORM_OPTION
 from .verify_view import print_details, verdict_table
 
 convert_app = typer.Typer(help="Convert a model to ONNX, verified against its source.", no_args_is_help=True)
@@ -97,6 +98,7 @@ def torch_command(
         None, "--report", readable=False, help="Also write the conversion report as JSON (with the model, or neither)."
     ),
     seed: int = typer.Option(0, help="Seed for the random example inputs."),
+    platform: str = PLATFORM_OPTION,
 ) -> None:
     """Export a PyTorch model to ONNX; fail (and write nothing) unless it matches PyTorch."""
     from deploykit.convert.specs import parse_dynamic, parse_input_spec
@@ -123,6 +125,7 @@ def torch_command(
             weights_key=weights_key,
             ignore_keys=ignore_keys,
             report_path=report_path,
+            platforms=platform,
         )
     except ParityError as exc:
         finish(exc.report if isinstance(exc.report, ConversionReport) else None, report_path)
@@ -157,6 +160,7 @@ def darknet_command(
     report_path: Path = typer.Option(
         None, "--report", readable=False, help="Also write the conversion report as JSON (with the model, or neither)."
     ),
+    platform: str = PLATFORM_OPTION,
 ) -> None:
     """Convert Darknet .cfg + .weights to ONNX natively (no PyTorch) and verify it."""
     from deploykit.convert.darknet.convert import convert_darknet
@@ -177,6 +181,7 @@ def darknet_command(
             oracle=check_oracle_choice(oracle),
             keep_on_mismatch=keep_on_mismatch,
             report_path=report_path,
+            platforms=platform,
         )
     except ParityError as exc:
         finish(exc.report if isinstance(exc.report, ConversionReport) else None, report_path)

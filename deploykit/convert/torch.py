@@ -34,6 +34,7 @@ from deploykit.io import check_onnx_output, check_outputs, commit_outputs, scrat
 from deploykit.model import summarize
 from deploykit.validation import check_number, check_seed, check_tolerances
 from deploykit.verify import OracleInfo, gate
+from deploykit.verify.check import platform_notes
 
 if TYPE_CHECKING:  # torch is imported only when a conversion runs
     import torch
@@ -63,6 +64,7 @@ def convert_torch(
     weights_key: str | None = None,
     ignore_keys: str | None = None,
     report_path: str | os.PathLike[str] | None = None,
+    platforms: str | Sequence[str] | None = None,
 ) -> ConversionReport:
     """Export a PyTorch model to ONNX and prove it computes what PyTorch computes.
 
@@ -90,6 +92,9 @@ def convert_torch(
         ignore_keys: regular expression of state_dict keys to drop (listed in the report's notes).
         report_path: also write the report as JSON here, with the model: both or neither (a failed
             check writes neither unless ``keep_on_mismatch``; the error carries the report).
+        platforms: where ``verify_backends`` run: ``host`` (default), ``linux/arm64`` (the target's
+            builds under emulation, ``deploykit platforms add``) or several (``host,linux/arm64``);
+            PyTorch, the oracle, runs on the host.
 
     Returns:
         the ``ConversionReport``.
@@ -114,6 +119,7 @@ def convert_torch(
         inputs={"model": _source_file(model), "weights": weights},
     )
     check_onnx_output(output_path)
+    emulation_notes = platform_notes(platforms) if verify_backends else []  # an unprepared target fails here
     source = load_torch_source(
         model, weights=weights, trust_pickle=trust_pickle, weights_key=weights_key, ignore_keys=ignore_keys
     )
@@ -150,7 +156,7 @@ def convert_torch(
 
     param_bytes = sum(t.numel() * t.element_size() for t in source.module.state_dict().values())
     external = param_bytes >= PROTOBUF_LIMIT_BYTES
-    notes: list[str] = list(source.notes)
+    notes: list[str] = [*source.notes, *emulation_notes]
     if external:
         notes.append(f"weights are {param_bytes / 2**30:.2f} GiB, over protobuf's 2 GiB: stored as external data")
 
@@ -168,7 +174,7 @@ def convert_torch(
         gate_start = time.perf_counter()
         oracle = OracleInfo("pytorch", True, f"torch {torch.__version__}: the source module on the same inputs")
         verdicts = gate(candidate, cases, references, oracle, verify_backends, precision=_precision(specs),
-                        atol=atol, rtol=rtol)  # fmt: skip
+                        atol=atol, rtol=rtol, platforms=platforms)  # fmt: skip
         summary = summarize(candidate)
         report = ConversionReport(
             source=source.description,
