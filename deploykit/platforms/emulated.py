@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.cache import cache_dir
-from deploykit.errors import PlatformError
+from deploykit.errors import DeployKitError, PlatformError
 from deploykit.platforms.base import Platform, PlatformStatus, RuntimeClaims
 from deploykit.platforms.qemu import MIN_MAJOR, fetch_qemu, find_qemu, qemu_version
 from deploykit.verify.isolated import Interpreter, run_worker
@@ -49,6 +49,17 @@ def _source_fingerprint(package: Path) -> str:
             stat = path.stat()
             digest.update(f"{path.relative_to(package)}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()
+
+
+def _emulated_environment(name: str) -> dict[str, str]:
+    """What the host's ``name`` backend says its worker needs under emulation (nothing when the host lacks it)."""
+    from deploykit.backends.registry import get_backend
+
+    try:
+        backend = get_backend(name)
+        return backend.emulated_environment() if backend.is_available() else {}
+    except DeployKitError:
+        return {}
 
 
 @contextlib.contextmanager
@@ -235,10 +246,13 @@ class EmulatedPlatform(Platform):
         paths = [str(folder / "source"), str(folder / "site")]
         if os.environ.get("PYTHONPATH"):  # plug-in backends named in DEPLOYKIT_BACKENDS (pure Python)
             paths.append(os.environ["PYTHONPATH"])
+        # the host's user site-packages hold host-architecture builds: never on the target's path
+        environment = {"PYTHONPATH": os.pathsep.join(paths), "PYTHONNOUSERSITE": "1"}
+        for backend in {p["backend"] for p in manifest["packages"] if p["backend"]}:
+            environment.update(_emulated_environment(backend))
         return Interpreter(
             command=(str(qemu), "-L", str(sysroot), "-cpu", self.cpu, str(sysroot / manifest["python"])),
-            # the host's user site-packages hold host-architecture builds: never on the target's path
-            environment={"PYTHONPATH": os.pathsep.join(paths), "PYTHONNOUSERSITE": "1"},
+            environment=environment,
             platform=self.name,
         )
 
