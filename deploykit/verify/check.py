@@ -452,11 +452,18 @@ def verify_model(
     # f16, INT8) compares it with the oracle's own f32 outputs, not with another candidate
     oracle_cases = prepared.cases
     # verification times nothing, so the oracle and the candidates run side by side (one worker each)
+    # The pool runs one worker per CPU, so the longest jobs start first: an emulated worker takes
+    # many times a host one, and it is on the critical path (started after the oracle, it would
+    # wait for it to finish; the oracle is needed only when the verdicts are judged).
+    emulated = [c.platform != "host" for c in candidates]
     with WorkerPool(isolate, len(candidates) + 1) as pool:
+        submitted = {i: pool.submit(run_on_platform, model_path, c, prepared.cases, timeout_s, isolate)
+                     for i, c in enumerate(candidates) if emulated[i]}  # fmt: skip
         pending_oracle = pool.submit(run_oracle, model_path, oracle, oracle_cases, timeout_s=timeout_s, isolate=isolate)
-        pending = [pool.submit(run_on_platform, model_path, c, prepared.cases, timeout_s, isolate) for c in candidates]
+        submitted.update({i: pool.submit(run_on_platform, model_path, c, prepared.cases, timeout_s, isolate)
+                          for i, c in enumerate(candidates) if not emulated[i]})  # fmt: skip
         oracle_info, references = pool.results([pending_oracle])[0]
-        runs = pool.results(pending)
+        runs = pool.results([submitted[i] for i in range(len(candidates))])
     if references is None and oracle.strip().lower() in ("auto", "none", "agree"):
         # no independent oracle ran (or none was asked for): the first candidate that ran is the reference
         reference_run = next((r for r in runs if r.ok), None)
