@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -284,7 +285,7 @@ class EmulatedPlatform(Platform):
         except (OSError, ValueError):
             kept = {}
         kept[self.cpu] = {"key": self._offers_key(manifest), "offers": probe.get("offers") or {}}
-        partial = path.with_name(f"{OFFERS}.{os.getpid()}.partial")
+        partial = path.with_name(f"{OFFERS}.{os.getpid()}.{threading.get_ident()}.partial")  # threads probe too
         partial.write_text(json.dumps(kept, indent=2))
         os.replace(partial, path)
 
