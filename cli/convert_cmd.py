@@ -12,6 +12,7 @@ from deploykit.errors import ParityError
 
 from .console import console
 from .paths import file_out, path_in
+from .platforms_cmd import PLATFORM_OPTION
 from .verify_view import print_details, verdict_table
 
 convert_app = typer.Typer(help="Convert a model to ONNX, verified against its source.", no_args_is_help=True)
@@ -111,6 +112,7 @@ def torch_command(
     timeout: float = typer.Option(
         900, "--timeout", help="Seconds the PyTorch side (your factory, PyTorch, the export) and each backend may take."
     ),
+    platform: str = PLATFORM_OPTION,
 ) -> None:
     """Export a PyTorch model to ONNX; fail (and write nothing) unless it matches PyTorch.
 
@@ -141,6 +143,7 @@ def torch_command(
             ignore_keys=ignore_keys,
             report_path=report_path,
             timeout_s=timeout,
+            platforms=platform,
         )
     except ParityError as exc:
         finish(exc.report if isinstance(exc.report, ConversionReport) else None, report_path)
@@ -183,6 +186,7 @@ def darknet_command(
         parser=file_out,
         help="Also write the conversion report as JSON (with the model, or neither).",
     ),
+    platform: str = PLATFORM_OPTION,
 ) -> None:
     """Convert Darknet .cfg + .weights to ONNX natively (no PyTorch) and verify it."""
     from deploykit.convert.darknet.convert import convert_darknet
@@ -203,6 +207,7 @@ def darknet_command(
             oracle=check_oracle_choice(oracle),
             keep_on_mismatch=keep_on_mismatch,
             report_path=report_path,
+            platforms=platform,
         )
     except ParityError as exc:
         finish(exc.report if isinstance(exc.report, ConversionReport) else None, report_path)

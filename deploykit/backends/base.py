@@ -351,6 +351,12 @@ class Backend(abc.ABC):
         """Devices the backend knows but this machine cannot use, with the reason (for ``backends``)."""
         return {}
 
+    def emulated_environment(self) -> dict[str, str]:
+        """Variables a worker of this backend needs when it runs under emulation on another
+        architecture (``deploykit.platforms``): a host program it calls, for instance, since the
+        target's build of that program cannot be started without the kernel's binfmt set up."""
+        return {}
+
     def build_info(self) -> dict[str, Any]:
         """Build details of the imported runtime worth recording in a report (providers, CPU features)."""
         return {}

@@ -29,6 +29,7 @@ from deploykit.io import check_onnx_output, check_outputs, commit_outputs, scrat
 from deploykit.model import summarize
 from deploykit.validation import check_number, check_seed, check_tolerances
 from deploykit.verify import OracleInfo, gate
+from deploykit.verify.check import platform_notes
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, run_worker
 
 if TYPE_CHECKING:  # torch is imported only when a conversion runs
@@ -60,6 +61,7 @@ def convert_torch(
     ignore_keys: str | None = None,
     report_path: str | os.PathLike[str] | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    platforms: str | Sequence[str] | None = None,
 ) -> ConversionReport:
     """Export a PyTorch model to ONNX and prove it computes what PyTorch computes.
 
@@ -89,6 +91,9 @@ def convert_torch(
             check writes neither unless ``keep_on_mismatch``; the error carries the report).
         timeout_s: seconds the PyTorch side (loading, running and exporting a source named by a path, in
             its own worker process) and each backend's verification worker may take.
+        platforms: where ``verify_backends`` run: ``host`` (default), ``linux/arm64`` (the target's
+            builds under emulation, ``deploykit platforms add``) or several (``host,linux/arm64``);
+            PyTorch, the oracle, runs on the host.
 
     Returns:
         the ``ConversionReport``.
@@ -112,6 +117,7 @@ def convert_torch(
         inputs={"model": _source_file(model), "weights": weights},
     )
     check_onnx_output(output_path)
+    emulation_notes = platform_notes(platforms) if verify_backends else []  # an unprepared target fails here
     settings = TorchExportSettings(
         inputs=tuple(spec_dict(s) for s in inputs or ()),
         input_names=tuple(input_names) if input_names is not None else None,
@@ -132,7 +138,8 @@ def convert_torch(
         gate_start = time.perf_counter()
         oracle = OracleInfo("pytorch", True, f"torch {stage.torch_version}: the source module on the same inputs")
         verdicts = gate(stage.candidate, stage.cases, stage.references, oracle, verify_backends,
-                        precision=stage.precision, atol=atol, rtol=rtol, timeout_s=timeout_s)  # fmt: skip
+                        precision=stage.precision, atol=atol, rtol=rtol, timeout_s=timeout_s,
+                        platforms=platforms)  # fmt: skip
         summary = summarize(stage.candidate)
         report = ConversionReport(
             source=stage.description,
@@ -146,7 +153,7 @@ def convert_torch(
             parameter_count=summary.parameter_count,
             external_data=stage.external,
             simplified=simplify,
-            notes=stage.notes,
+            notes=[*stage.notes, *emulation_notes],
             op_histogram=summary.op_histogram,
             verdicts=verdicts,
             oracle=oracle,
