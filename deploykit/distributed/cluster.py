@@ -48,9 +48,24 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> Iterator
         BackendError: the cluster at ``address`` cannot be reached.
     """
     ray = require_ray()
-    if ray.is_initialized():
+    if not start(ray, address, num_cpus):
         yield ray
         return
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def start(ray: Any, address: str | None = None, num_cpus: int | None = None) -> bool:
+    """Connect ``ray`` to a cluster unless it is connected; whether this call connected it (and so
+    owns the shutdown). ``address`` and ``num_cpus`` as in ``connect``.
+
+    Raises:
+        BackendError: the cluster at ``address`` cannot be reached.
+    """
+    if ray.is_initialized():
+        return False
     # Usage statistics are a network call; a deploy tool must not make one behind the user's back.
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
@@ -64,7 +79,4 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> Iterator
             f"ray cluster '{address or 'local'}' | cannot be reached or started: {exc}",
             hint="check the address (ray://HEAD:10001 or HEAD:6379) and that `ray start --head` runs there.",
         ) from exc
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
+    return True
