@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 
 import deploykit
+from deploykit.errors import BackendUnavailableError
 from deploykit.serve import BatchPolicy, RaySettings, ServedModel, ServerSettings
 from tests.assets.paths import require_module
 from tests.serve.conftest import free_port
@@ -102,6 +104,20 @@ def _replica_counts(server, looks: int = 60) -> dict[str, dict]:
         if len(seen) == REPLICAS:
             break
     return seen
+
+
+def test_without_ray_serve_the_engine_names_its_extra(monkeypatch, catalog_paths):
+    ray = require_module("ray", "pip install 'deploykit[serve-ray]'", "Ray (the deploykit[serve-ray] extra)")
+    from deploykit.serve.server import create_server
+
+    monkeypatch.delitem(sys.modules, "deploykit.serve.ray_engine", raising=False)
+    monkeypatch.setitem(sys.modules, "ray.serve", None)  # what the import system does for a missing module
+    monkeypatch.delattr(ray, "serve", raising=False)
+    with pytest.raises(BackendUnavailableError) as raised:
+        create_server([ServedModel.from_path(catalog_paths["mlp_dynamic_batch"])], engine="ray")
+    assert str(raised.value).startswith("ray serve | cannot be imported (")
+    assert "--engine ray runs the server as a Ray Serve deployment" in str(raised.value)
+    assert raised.value.hint == "pip install 'deploykit[serve-ray]' (or use --engine local)."
 
 
 def test_two_replicas_answer_the_v2_protocol_like_load_run(ray_server, image, expected):
