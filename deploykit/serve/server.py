@@ -259,6 +259,8 @@ def serve(
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         server.start()
+        for sig in previous:  # ray.init installs a SIGTERM handler of its own that ends the process at once
+            signal.signal(sig, request_stop)
         if on_ready is not None:
             on_ready(server)
         while not stop.wait(0.5):

@@ -120,6 +120,25 @@ def test_without_ray_serve_the_engine_names_its_extra(monkeypatch, catalog_paths
     assert raised.value.hint == "pip install 'deploykit[serve-ray]' (or use --engine local)."
 
 
+def test_the_command_serves_on_ray_and_stops_on_sigterm(command, catalog_paths):
+    """``deploykit serve --engine ray``: a Ray of its own, the HTTP routes only (and it says so), and
+    SIGTERM deletes the application and shuts that Ray down."""
+    server = command(f"mlp={catalog_paths['mlp_dynamic_batch']}", "--engine", "ray", "--replicas", "1",
+                     endpoints=("http",), timeout_s=120, env={"RAY_USAGE_STATS_ENABLED": "0"})  # fmt: skip
+    assert server.grpc is None and server.metrics is None
+    note = server.read_until(r"^note: --engine ray", 1)
+    assert "gRPC and the metrics port are the local engine's and are off" in note
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 8], "data": [0.5] * 8}]}
+    answered = httpx.post(f"http://127.0.0.1:{server.http}/v2/models/mlp/infer", json=body, timeout=30)
+    assert answered.status_code == 200 and answered.json()["outputs"][0]["shape"] == [1, 4]
+    assert (
+        httpx.get(f"http://127.0.0.1:{server.http}/v2/models/mlp", timeout=30).json()["parameters"]["engine"] == "ray"
+    )
+    server.process.send_signal(signal.SIGTERM)
+    code, log = server.finish(60)
+    assert code == 0 and "received SIGTERM: shutting down" in log and "ray serve application stopped" in log, log
+
+
 def test_two_replicas_answer_the_v2_protocol_like_load_run(ray_server, image, expected):
     client = _client(ray_server)
     assert client.is_server_live() and client.is_server_ready() and client.is_model_ready("mobilenet")
