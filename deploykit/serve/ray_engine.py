@@ -83,8 +83,9 @@ class V2Replica:
             raise ServeError(
                 f"replica | cannot serve: {'; '.join(failed)}", hint="serve it with --engine local to see why."
             )
-        self._batched.set_max_batch_size(self.policy.max_batch)
-        self._batched.set_batch_wait_timeout_s(self.policy.max_queue_delay_ms / 1e3)
+        batched: Any = self._batched  # @serve.batch's setters: its size and wait come from the policy
+        batched.set_max_batch_size(self.policy.max_batch)
+        batched.set_batch_wait_timeout_s(self.policy.max_queue_delay_ms / 1e3)
 
     def __serve_build_asgi_app__(self) -> Any:
         from deploykit.serve.http import create_app
@@ -244,7 +245,7 @@ class RayServer:
             }
         else:
             options["num_replicas"] = self.ray.replicas
-        deployment = serve.deployment(serve.ingress()(V2Replica), **options)
+        deployment: Any = serve.deployment(serve.ingress()(V2Replica), **options)
         settings = {**self.settings.to_dict(), "token": self.settings.token}
         return deployment.bind([m.to_dict() for m in self.models], self.policy.to_dict(), settings)
 

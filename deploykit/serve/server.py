@@ -23,6 +23,10 @@ from deploykit.serve.metrics import ServerMetrics
 from deploykit.serve.repository import Repository
 
 log = logging.getLogger("deploykit.serve")
+# uvicorn's choice: httptools' C parser and uvloop where installed (the serve extra installs them), else h11
+# and asyncio. A 2 MB body parsed by h11 costs milliseconds (benchmarks/serve.py measures both).
+UVICORN_HTTP = "auto"
+UVICORN_LOOP = "auto"
 
 
 def _listen(host: str, port: int, flag: str) -> socket.socket:
@@ -101,7 +105,7 @@ class Server:
 
         app = create_app(self.repository, token=self.settings.token, max_request_bytes=self.settings.max_request_bytes)
         config = uvicorn.Config(
-            app, log_level="warning", access_log=False, lifespan="off", http="h11",
+            app, log_level="warning", access_log=False, lifespan="off", http=UVICORN_HTTP, loop=UVICORN_LOOP,
             timeout_graceful_shutdown=max(1, int(self.settings.shutdown_timeout_s)), timeout_keep_alive=30,
         )  # fmt: skip
         self._uvicorn = uvicorn.Server(config)
