@@ -17,10 +17,13 @@ here. Prints JSON lines:
 - ``throughput``: MobileNetV2, 8 concurrent gRPC clients with dynamic batching against the best
   in-process offline throughput (batch 1 or 8, measured before and after the load, the better kept)
   of the same backend in the same run (target 0.9×); failed requests, p99, the mean batch formed,
-  and the server's memory before, during and after.
+  and the server's memory before, during and after;
+- ``ray-throughput``: the same MobileNetV2 load over HTTP (binary) against the local server and against
+  ``--engine ray --replicas 2`` on a local Ray, in alternating periods of one run: served samples/s of
+  each, the ratio to the local server, failures and p50/p99.
 
 Run: ``.venv/bin/python benchmarks/serve.py [--load-seconds 60] [--rounds 5] [--calls 20]
-[--parts startup,overhead,throughput]``.
+[--parts startup,overhead,throughput,ray-throughput] [--replicas 2]``.
 """
 
 from __future__ import annotations
@@ -288,6 +291,78 @@ def throughput(mobilenet: Path, seconds: float, clients: int) -> None:
         stop_server(process)
 
 
+def http_load(port: int, x: np.ndarray, seconds: float, clients: int) -> tuple[list[int], list[str], float]:
+    """``clients`` tritonclient HTTP (binary) loops on MobileNetV2 for ``seconds``: latencies, failures, elapsed."""
+    import tritonclient.http as httpclient
+
+    latencies: list[int] = []
+    failures: list[str] = []
+    lock = threading.Lock()
+    stop_at = time.perf_counter() + seconds
+
+    def client() -> None:
+        http = httpclient.InferenceServerClient(f"127.0.0.1:{port}", network_timeout=60)
+        while time.perf_counter() < stop_at:
+            tensor = httpclient.InferInput("images", list(x.shape), "FP32")
+            tensor.set_data_from_numpy(x)
+            start = time.perf_counter_ns()
+            try:
+                http.infer("mobilenet", [tensor])
+            except Exception as exc:
+                with lock:
+                    failures.append(f"{type(exc).__name__}: {exc}")
+                continue
+            with lock:
+                latencies.append(time.perf_counter_ns() - start)
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return latencies, failures, time.perf_counter() - start
+
+
+def ray_throughput(mobilenet: Path, seconds: float, clients: int, replicas: int) -> None:
+    """The local server against ``--engine ray --replicas N`` on a local Ray, HTTP clients on MobileNetV2,
+    in alternating periods of one run (each engine gets two periods of ``seconds / 2``)."""
+    from deploykit.serve import BatchPolicy, RaySettings, ServedModel, ServerSettings
+    from deploykit.serve.server import create_server
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    process, ports, _, _ = start_server([f"mobilenet={mobilenet}"], "--max-batch", "8", "--max-queue-delay", "2ms")
+    ray_server = create_server(
+        [ServedModel.from_path(mobilenet, name="mobilenet")],
+        BatchPolicy(max_batch=8, max_queue_delay_ms=2),
+        ServerSettings(http_port=0, grpc_port=None, metrics_port=None),
+        engine="ray",
+        ray=RaySettings(replicas=replicas, replica_cpus=0.5),
+    )
+    try:
+        ray_server.start()
+        x = np.random.default_rng(2).random((1, 3, 224, 224), dtype=np.float32)
+        results: dict[str, list] = {"local": [[], [], 0.0], "ray": [[], [], 0.0]}
+        for engine in ("local", "ray", "ray", "local"):
+            port = ports["http"] if engine == "local" else ray_server.http_port
+            latencies, failures, elapsed = http_load(port, x, seconds / 2, clients)
+            results[engine][0] += latencies
+            results[engine][1] += failures
+            results[engine][2] += elapsed
+        served = {engine: len(r[0]) / r[2] for engine, r in results.items()}
+        for engine, (latencies, failures, elapsed) in results.items():
+            stats = latency_stats(latencies)
+            emit({"benchmark": "ray-throughput", "model": "mobilenet_v2", "engine": engine,
+                  "replicas": replicas if engine == "ray" else 1, "clients": clients, "protocol": "http-binary",
+                  "seconds": round(elapsed, 1), "requests": len(latencies), "failed": len(failures),
+                  "served_sps": round(served[engine], 2), "ratio_to_local": round(served[engine] / served["local"], 3),
+                  "p50_ms": round(stats.p50_ms, 2), "p99_ms": round(stats.p99_ms, 2),
+                  "first_failure": failures[0] if failures else None})  # fmt: skip
+    finally:
+        ray_server.stop()
+        stop_server(process)
+
+
 def startup(mobilenet: Path, yolo: Path) -> None:
     process, _, ready_s, own_s = start_server([f"mobilenet={mobilenet}", f"yolo={yolo}"])
     stop_server(process)
@@ -301,7 +376,9 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--load-seconds", type=float, default=20.0)
     parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--parts", default="startup,overhead,throughput", help="which measurements, comma-separated")
+    parser.add_argument("--replicas", type=int, default=2, help="ray-throughput: replicas of the Ray Serve deployment")
+    parser.add_argument("--parts", default="startup,overhead,throughput,ray-throughput",
+                        help="which measurements, comma-separated")  # fmt: skip
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     with tempfile.TemporaryDirectory() as folder:
@@ -317,6 +394,8 @@ def main() -> None:
             overhead(yolo, "yolov4-tiny", args.rounds, args.calls)
         if "throughput" in parts:
             throughput(mobilenet, args.load_seconds, args.clients)
+        if "ray-throughput" in parts:
+            ray_throughput(mobilenet, args.load_seconds, args.clients, args.replicas)
 
 
 if __name__ == "__main__":
