@@ -15,12 +15,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deploykit.errors import BackendUnavailableError, UsageError
 from deploykit.serve.config import BatchPolicy, RaySettings, ServedModel, ServerSettings
 from deploykit.serve.metrics import ServerMetrics
 from deploykit.serve.repository import Repository
+
+if TYPE_CHECKING:
+    from deploykit.serve.ray_engine import RayServer
 
 log = logging.getLogger("deploykit.serve")
 # uvicorn's choice: httptools' C parser and uvloop where installed (the serve extra installs them), else h11
@@ -205,7 +208,7 @@ def create_server(
     *,
     engine: str = "local",
     ray: RaySettings | None = None,
-) -> Any:
+) -> Server | RayServer:
     """The server of an engine, not started: ``Server`` (``local``) or ``RayServer`` (``ray``).
 
     Raises:
@@ -237,7 +240,7 @@ def serve(
     *,
     engine: str = "local",
     ray: RaySettings | None = None,
-    on_ready: Callable[[Any], None] | None = None,
+    on_ready: Callable[[Server | RayServer], None] | None = None,
 ) -> None:
     """Serve models over KServe v2 until SIGTERM or SIGINT (the blocking form).
 
