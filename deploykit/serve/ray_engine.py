@@ -286,6 +286,8 @@ class RayServer:
                 serve.shutdown()
             else:
                 serve.delete(APP_NAME)
+        except Exception as exc:  # a stop must not hide why the start failed, nor leave Ray running
+            log.warning("ray serve | stopping the application failed: %s", exc)
         finally:
             if self._started_ray:
                 ray.shutdown()

@@ -92,17 +92,20 @@ def _replica_pids() -> list[int]:
     return sorted(found)
 
 
-def _replica_counts(server, looks: int = 60) -> dict[str, dict]:
-    """Each replica's metadata parameters (engine, replica id, inference and execution counts), by replica:
-    asked until both replicas answered (Ray's proxy picks one per request)."""
+def _replica_counts(server, timeout_s: float = 30) -> dict[str, dict]:
+    """Each replica's metadata parameters (engine, replica id, inference and execution counts), by replica.
+
+    Ray's router sends sequential requests to whichever replica it likes; 8 at once spread over both.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    url = f"http://127.0.0.1:{server.http_port}/v2/models/mobilenet"
     seen: dict[str, dict] = {}
-    for _ in range(looks):
-        parameters = httpx.get(f"http://127.0.0.1:{server.http_port}/v2/models/mobilenet", timeout=30).json()[
-            "parameters"
-        ]
-        seen[parameters["replica"]] = parameters
-        if len(seen) == REPLICAS:
-            break
+    deadline = time.monotonic() + timeout_s
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        while len(seen) < REPLICAS and time.monotonic() < deadline:
+            for answer in pool.map(lambda _: httpx.get(url, timeout=30).json()["parameters"], range(CLIENTS)):
+                seen[answer["replica"]] = answer
     return seen
 
 
@@ -187,6 +190,7 @@ def test_concurrent_clients_are_batched_by_serve_batch(ray_server, mobilenet_v2)
         for answer in got:  # a batch computes with other kernels than batch 1: f32 tolerances, not bits
             np.testing.assert_allclose(answer, references[index], rtol=1e-4, atol=1e-4)
     after = _replica_counts(ray_server)
+    assert len(before) == len(after) == REPLICAS and set(before) == set(after), (before, after)
     rows = sum(p["inference_count"] for p in after.values()) - sum(p["inference_count"] for p in before.values())
     passes = sum(p["execution_count"] for p in after.values()) - sum(p["execution_count"] for p in before.values())
     assert rows == 3 * CLIENTS, (before, after)
