@@ -15,6 +15,7 @@ from deploykit.verify.verdict import Verdict, VerificationReport
 
 from .bench_view import print_bench_report
 from .console import coerce, console, err_console, parse_pairs, print_json
+from .paths import folder_out, path_in
 from .platforms_cmd import PLATFORM_OPTION, print_emulated
 from .verify_view import (
     ATOL_OPTION,
@@ -34,7 +35,9 @@ BACKEND_HELP = "BACKEND or BACKEND:DEVICE (repeat); default: every available bac
 
 
 def bench(
-    model: Path = typer.Argument(..., help="The .onnx file, or a bundle folder: its chosen configuration."),
+    model: Path = typer.Argument(
+        ..., parser=path_in, help="The .onnx file, or a bundle folder: its chosen configuration."
+    ),
     backends: list[str] = typer.Option([], "--backend", "-b", help=BACKEND_HELP),
     batch: str = typer.Option(None, help="Batch size(s), e.g. 1,4,8 (default: the model's own, or 1)."),
     threads: str = typer.Option(None, help="Thread count(s) to sweep, e.g. 1,2 (default: runtime's)."),
@@ -47,7 +50,10 @@ def bench(
     iterations: int = typer.Option(100, help="Timed runs per configuration."),
     duration: str = typer.Option(None, help="Time each configuration for this long instead (10s, 500ms)."),
     inputs: Path = typer.Option(
-        None, "--inputs", help=".npz of input arrays, or an image / folder of images (default: seeded random)."
+        None,
+        "--inputs",
+        parser=path_in,
+        help=".npz of input arrays, or an image / folder of images (default: seeded random).",
     ),
     shapes: list[str] = SHAPE_OPTION,
     batch_axes: list[str] = BATCH_AXIS_OPTION,
@@ -71,12 +77,14 @@ def bench(
         None, "--cost-per-hour", help="Device price per hour → cost per 1M inferences."
     ),
     options: list[str] = typer.Option([], "--option", "-o", help="Backend option KEY=VALUE for every configuration."),
-    report_dir: Path = typer.Option(None, "--report", help="Write report.json/.csv/.md/.html into this directory."),
+    report_dir: Path = typer.Option(
+        None, "--report", parser=folder_out, help="Write report.json/.csv/.md/.html into this directory."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON report instead of the table."),
     pipeline: str = typer.Option(
         None, "--pipeline", help="detect | classify: time the whole pipeline (pre + inference + post) on --images."
     ),
-    images: Path = typer.Option(None, "--images", help="With --pipeline: a folder of images."),
+    images: Path = typer.Option(None, "--images", parser=path_in, help="With --pipeline: a folder of images."),
     fleet: str = typer.Option(None, "--fleet", help="Ray cluster address: bench on every device node, merged."),
     devices: str = typer.Option(None, "--devices", help="With --fleet: device names a,b (default: all)."),
     device_timeout: str = typer.Option("30m", "--device-timeout", help="With --fleet: time limit per device."),

@@ -8,6 +8,7 @@ import typer
 
 from .bench_cmd import BACKEND_HELP
 from .console import coerce, console, parse_pairs, print_json
+from .paths import path_in
 from .platforms_cmd import PLATFORM_OPTION
 from .verify_view import (
     ATOL_OPTION,
@@ -28,12 +29,15 @@ from .verify_view import (
 
 
 def compare(
-    model: Path = typer.Argument(..., help="The .onnx file."),
+    model: Path = typer.Argument(..., parser=path_in, help="The .onnx file."),
     backends: list[str] = typer.Option([], "--backend", "-b", help=BACKEND_HELP),
     oracle: str = ORACLE_OPTION,
     precision: str = typer.Option("f32", help="Precision(s) to check, e.g. f32,bf16 (each where the backend has it)."),
     inputs: Path = typer.Option(
-        None, "--inputs", help=".npz of input arrays, or an image / folder of images (enables the task metric)."
+        None,
+        "--inputs",
+        parser=path_in,
+        help=".npz of input arrays, or an image / folder of images (enables the task metric).",
     ),
     shapes: list[str] = SHAPE_OPTION,
     batch_axes: list[str] = BATCH_AXIS_OPTION,

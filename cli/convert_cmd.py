@@ -11,6 +11,8 @@ from deploykit.convert.report import ConversionReport
 from deploykit.errors import ParityError
 
 from .console import console
+from .paths import file_out, path_in
+from .platforms_cmd import PLATFORM_OPTION
 from .verify_view import print_details, verdict_table
 
 convert_app = typer.Typer(help="Convert a model to ONNX, verified against its source.", no_args_is_help=True)
@@ -58,9 +60,15 @@ def torch_command(
     source: str = typer.Argument(
         ..., help="file.py:factory, package.module:factory, a TorchScript .pt archive, or a pickled module."
     ),
-    output: Path = typer.Option(..., "--output", "-o", readable=False, help="The .onnx file to write."),
+    output: Path = typer.Option(
+        ..., "--output", "-o", readable=False, parser=file_out, help="The .onnx file to write."
+    ),
     weights: Path = typer.Option(
-        None, "--weights", "-w", help="state_dict (or training checkpoint) to load into the factory's model."
+        None,
+        "--weights",
+        "-w",
+        parser=path_in,
+        help="state_dict (or training checkpoint) to load into the factory's model.",
     ),
     weights_key: str = typer.Option(
         None,
@@ -94,11 +102,22 @@ def torch_command(
     ),
     trust_pickle: bool = typer.Option(False, "--trust-pickle", help=TRUST_PICKLE_HELP),
     report_path: Path = typer.Option(
-        None, "--report", readable=False, help="Also write the conversion report as JSON (with the model, or neither)."
+        None,
+        "--report",
+        readable=False,
+        parser=file_out,
+        help="Also write the conversion report as JSON (with the model, or neither).",
     ),
     seed: int = typer.Option(0, help="Seed for the random example inputs."),
+    timeout: float = typer.Option(
+        900, "--timeout", help="Seconds the PyTorch side (your factory, PyTorch, the export) and each backend may take."
+    ),
+    platform: str = PLATFORM_OPTION,
 ) -> None:
-    """Export a PyTorch model to ONNX; fail (and write nothing) unless it matches PyTorch."""
+    """Export a PyTorch model to ONNX; fail (and write nothing) unless it matches PyTorch.
+
+    Your model's code (the factory, the module, the archive) runs in a worker process: if it hangs past
+    --timeout, crashes, or exits, the conversion fails with that reason and writes nothing."""
     from deploykit.convert.specs import parse_dynamic, parse_input_spec
     from deploykit.convert.torch import convert_torch
 
@@ -123,6 +142,8 @@ def torch_command(
             weights_key=weights_key,
             ignore_keys=ignore_keys,
             report_path=report_path,
+            timeout_s=timeout,
+            platforms=platform,
         )
     except ParityError as exc:
         finish(exc.report if isinstance(exc.report, ConversionReport) else None, report_path)
@@ -132,9 +153,11 @@ def torch_command(
 
 @convert_app.command("darknet")
 def darknet_command(
-    cfg: Path = typer.Argument(..., help="The Darknet .cfg file."),
-    weights: Path = typer.Argument(..., help="The Darknet .weights file."),
-    output: Path = typer.Option(..., "--output", "-o", readable=False, help="The .onnx file to write."),
+    cfg: Path = typer.Argument(..., parser=path_in, help="The Darknet .cfg file."),
+    weights: Path = typer.Argument(..., parser=path_in, help="The Darknet .weights file."),
+    output: Path = typer.Option(
+        ..., "--output", "-o", readable=False, parser=file_out, help="The .onnx file to write."
+    ),
     input_size: str = typer.Option(
         None, "--input-size", help="WIDTHxHEIGHT (default: the cfg's); a multiple of the stride."
     ),
@@ -146,7 +169,9 @@ def darknet_command(
         "--opencv-threshold",
         help="With --head decoded: zero class scores ≤ this, as OpenCV 4.x does (0.2).",
     ),
-    labels: Path = typer.Option(None, "--labels", help="Class names file (one per line) to store in the model."),
+    labels: Path = typer.Option(
+        None, "--labels", parser=path_in, help="Class names file (one per line) to store in the model."
+    ),
     verify_backends: str = typer.Option(
         "onnxruntime", "--verify-backends", help="Comma-separated backends to verify on ('' to skip)."
     ),
@@ -155,8 +180,13 @@ def darknet_command(
         False, "--keep-on-mismatch", help="Write the .onnx even if verification fails."
     ),
     report_path: Path = typer.Option(
-        None, "--report", readable=False, help="Also write the conversion report as JSON (with the model, or neither)."
+        None,
+        "--report",
+        readable=False,
+        parser=file_out,
+        help="Also write the conversion report as JSON (with the model, or neither).",
     ),
+    platform: str = PLATFORM_OPTION,
 ) -> None:
     """Convert Darknet .cfg + .weights to ONNX natively (no PyTorch) and verify it."""
     from deploykit.convert.darknet.convert import convert_darknet
@@ -177,6 +207,7 @@ def darknet_command(
             oracle=check_oracle_choice(oracle),
             keep_on_mismatch=keep_on_mismatch,
             report_path=report_path,
+            platforms=platform,
         )
     except ParityError as exc:
         finish(exc.report if isinstance(exc.report, ConversionReport) else None, report_path)

@@ -24,6 +24,7 @@ from rich.markup import escape
 from deploykit.errors import DeployKitError
 
 from .console import console
+from .paths import folder_out
 
 if TYPE_CHECKING:
     from deploykit.bench.report import BenchmarkReport
@@ -175,7 +176,10 @@ def _detect_everywhere(model: Path, photos: list[Path], output: Path) -> list[st
 
 def demo(
     directory: Path = typer.Option(
-        None, "--dir", help="Where to write models, the drawn detections and the report (default: a new temp dir)."
+        None,
+        "--dir",
+        parser=folder_out,
+        help="Where to write models, the drawn detections and the report (default: a new temp dir).",
     ),
     iterations: int = typer.Option(30, min=1, help="Timed runs per backend in the benchmark."),
     optimize_budget: str = typer.Option(

@@ -8,6 +8,7 @@ import typer
 from rich.markup import escape
 
 from .console import console
+from .paths import file_out, path_in
 from .verify_view import (
     MIN_COSINE_OPTION,
     MIN_MAP_OPTION,
@@ -24,18 +25,19 @@ export_app = typer.Typer(help="Export an ONNX model to a runtime's own format, v
 
 @export_app.command("ncnn")
 def ncnn_command(
-    model: Path = typer.Argument(..., help="The .onnx file."),
+    model: Path = typer.Argument(..., parser=path_in, help="The .onnx file."),
     output: Path = typer.Option(
         ...,
         "--output",
         "-o",
         readable=False,
+        parser=file_out,
         help="OUT (or OUT.param): writes OUT.param, OUT.bin and OUT.json (the ONNX name → ncnn blob map).",
     ),
     fp16: bool = typer.Option(False, "--fp16", help="Store weights as f16 (judged by cosine/SNR and the task metric)."),
     shapes: list[str] = SHAPE_OPTION,
     inputs: Path = typer.Option(
-        None, "--inputs", help="An image or a folder of images to verify on (enables the task metric)."
+        None, "--inputs", parser=path_in, help="An image or a folder of images to verify on (enables the task metric)."
     ),
     atol: float = typer.Option(None, "--atol", help="f32 absolute tolerance (default 1e-4)."),
     rtol: float = typer.Option(None, "--rtol", help="f32 relative tolerance (default 1e-3)."),

@@ -50,7 +50,7 @@ def source_text(source: Path) -> str:
 
 def predict_dataset(
     model: Path, source: Path, out: str | None, *, task: str, engine: str, address: str | None, actors: int | None,
-    cpus_per_actor: float, backend: str, device: str | None, top_k: int, cli_options: dict[str, Any],
+    cpus_per_actor: float | None, backend: str | None, device: str | None, top_k: int, cli_options: dict[str, Any],
 ) -> None:  # fmt: skip
     """``predict`` over a folder or bucket: rows into ``out``, a progress bar, a summary line."""
     from deploykit.distributed import predict

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from .console import console, print_json
 from .convert_cmd import DARKNET_ORACLE_HELP
+from .paths import file_out, path_in
 
 models_app = typer.Typer(
     help="Model recipes (models/recipes/*.toml): list them, build one.", invoke_without_command=True
@@ -61,8 +62,10 @@ def _print_recipes(as_json: bool) -> None:
 @models_app.command("build")
 def build_model(
     name: str = typer.Argument(..., help="Recipe name (see 'deploykit models')."),
-    output: Path = typer.Option(None, "--output", "-o", help="The .onnx file (default: NAME.onnx)."),
-    weights: Path = typer.Option(None, "--weights", help="Trained weights (Darknet .weights or a state_dict)."),
+    output: Path = typer.Option(None, "--output", "-o", parser=file_out, help="The .onnx file (default: NAME.onnx)."),
+    weights: Path = typer.Option(
+        None, "--weights", parser=path_in, help="Trained weights (Darknet .weights or a state_dict)."
+    ),
     random_weights: bool = typer.Option(
         False, "--random-weights", help="Darknet recipes: generated weights (valid, but the model detects nothing)."
     ),
@@ -70,7 +73,9 @@ def build_model(
         None, "--verify-backends", help="Backends to verify on, comma-separated (default: all available; '' skips)."
     ),
     oracle: str = typer.Option("auto", "--oracle", help=f"Darknet recipes only. {DARKNET_ORACLE_HELP}"),
-    report_path: Path = typer.Option(None, "--report", help="Also write the conversion report as JSON."),
+    report_path: Path = typer.Option(
+        None, "--report", parser=file_out, help="Also write the conversion report as JSON."
+    ),
 ) -> None:
     """Build a recipe into a verified ONNX file."""
     from deploykit.convert.darknet.oracles import check_oracle_choice

@@ -12,6 +12,7 @@ from rich.table import Table
 from deploykit.bench.config import parse_int_list
 
 from .console import console, err_console, print_json
+from .paths import folder_out, path_in
 
 if TYPE_CHECKING:  # the CLI imports the optimize package (and its runtimes) only when it runs
     from deploykit.optimize import OptimizeReport, SearchProgress
@@ -35,20 +36,32 @@ def print_optimize_report(report: OptimizeReport, output: Path | None, limit: in
         console.print(f"accuracy: {metric} delta {best.accuracy_delta:.2%} on {report.settings.accuracy_images} "
                       f"held-out images (budget {report.settings.max_drop:.2%}); verdict "
                       f"{best.verdict.label if best.verdict else '-'} against {report.oracle.name}")  # fmt: skip
+    truth = report.ground_truth
+    if truth is not None:
+        mine = "-" if best.top1_accuracy is None else f"{best.top1_accuracy:.2%}"
+        theirs = "-" if truth.reference_top1_accuracy is None else f"{truth.reference_top1_accuracy:.2%}"
+        console.print(f"top-1 accuracy against the class folders: {mine} (f32 oracle {truth.reference} {theirs}) on "
+                      f"{truth.images} held-out images of {len(truth.classes)} classes")  # fmt: skip
     if report.baseline is not None:
         console.print(f"speedup: {report.baseline.speedup:.2f}× {report.baseline.label} "
                       f"({report.baseline.headline.describe(unit)})")  # fmt: skip
     table = Table(title=f"{report.headline} with bootstrap 95% intervals ({len(report.candidates)} candidates)")
-    for column in ("candidate", report.headline, "interval", "rounds", "accuracy Δ", "status"):
+    columns = ["candidate", report.headline, "interval", "rounds", "accuracy Δ", "status"]
+    if truth is not None:
+        columns.insert(5, "top-1 acc.")
+    for column in columns:
         table.add_column(column)
     for candidate in report.candidates[:limit]:
         interval = candidate.headline
         delta = "-" if candidate.accuracy_delta is None else f"{candidate.accuracy_delta:.2%}"
         reason = candidate.reason.split(": ")[0] if candidate.reason.startswith("slower") else candidate.reason
         status = candidate.status if candidate.status != "stopped" else f"stopped: {reason[:48]}"
-        table.add_row(candidate.label, "-" if interval is None else f"{interval.estimate:.4g}",
-                      "-" if interval is None else f"[{interval.low:.4g}, {interval.high:.4g}]",
-                      str(len(candidate.rounds)), delta, status)  # fmt: skip
+        cells = [candidate.label, "-" if interval is None else f"{interval.estimate:.4g}",
+                 "-" if interval is None else f"[{interval.low:.4g}, {interval.high:.4g}]",
+                 str(len(candidate.rounds)), delta, status]  # fmt: skip
+        if truth is not None:
+            cells.insert(5, "-" if candidate.top1_accuracy is None else f"{candidate.top1_accuracy:.2%}")
+        table.add_row(*cells)
     console.print(table)
     if len(report.candidates) > limit:
         console.print(f"... {len(report.candidates) - limit} more in report.json")
@@ -58,15 +71,21 @@ def print_optimize_report(report: OptimizeReport, output: Path | None, limit: in
         console.print(f"note: {note}", soft_wrap=True)
     console.print(f"searched in {report.elapsed_s:.0f} s")
     if output is not None:
-        console.print(f"bundle: {output} (open it with deploykit.load({str(output)!r}) or deploykit predict {output})")
+        console.print(f"bundle: {output} (open it with deploykit.load({str(output)!r}) or deploykit predict {output}; "
+                      f"{output / 'report.html'} draws the Pareto front)")  # fmt: skip
 
 
 def optimize(
-    model: Path = typer.Argument(..., help="The float .onnx file."),
+    model: Path = typer.Argument(..., parser=path_in, help="The float .onnx file."),
     images: Path = typer.Option(
-        None, "--images", help="Real photos: half calibrate INT8, the other half measures accuracy (never both)."
+        None,
+        "--images",
+        parser=path_in,
+        help="Real photos: half calibrate INT8, the other half measures accuracy (never both).",
     ),
-    output: Path = typer.Option(..., "--output", "-o", help="The bundle folder to write (new or empty)."),
+    output: Path = typer.Option(
+        ..., "--output", "-o", parser=folder_out, help="The bundle folder to write (new or empty)."
+    ),
     max_drop: str = typer.Option("1%", "--max-drop", help="Accuracy budget: mAP@0.5 / top-1 agreement drop vs f32."),
     backends: list[str] = typer.Option([], "--backend", "-b", help=BACKEND_HELP),
     scenario: str = typer.Option("singlestream", help="singlestream (rank by p50) | offline (rank by throughput)."),
@@ -91,7 +110,8 @@ def optimize(
 
         def show(event: SearchProgress) -> None:
             best = "" if event.best is None else f" · best so far {event.best} ({event.best_value:.4g})"
-            left = f"{event.stage}: {event.alive}/{event.candidates} candidates left{best}"
+            eta = "" if event.budget_left_s is None else f" · done within {event.budget_left_s:.0f} s (time budget)"
+            left = f"{event.stage}: {event.alive}/{event.candidates} candidates left{best}{eta}"
             bar.update(task, completed=event.done, total=event.total or None, description=left)
 
         report = run_optimize(

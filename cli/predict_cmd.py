@@ -11,9 +11,11 @@ from rich.table import Table
 
 from deploykit.errors import UsageError
 from deploykit.io import atomic_path, check_outputs
+from deploykit.metadata import read_metadata
 from deploykit.validation import check_number
 
 from .console import console
+from .paths import file_out, path_in
 
 
 def _task(model: Path, task: str) -> str:
@@ -30,11 +32,9 @@ def _task(model: Path, task: str) -> str:
         model = bundle.model_path
 
     interface = read_interface(model)
-    metadata = interface.metadata
-    if metadata.get("deploykit.task") in ("detect", "classify"):
-        return metadata["deploykit.task"]
-    if metadata.get("task") == "detect":
-        return "detect"
+    task = read_metadata(interface.metadata, Path(model).name).task
+    if task is not None:
+        return task
     outputs = interface.outputs
     shape = outputs[0].shape if len(outputs) == 1 else None
     if shape is not None and (len(shape) == 2 or (len(shape) == 4 and shape[2:] == (1, 1))):
@@ -54,14 +54,16 @@ def _check_draw_format(path: Path) -> None:
 
 
 def predict(
-    model: Path = typer.Argument(..., help="The .onnx file, or a bundle folder (deploykit optimize -o)."),
-    image: Path = typer.Argument(..., help="The image file."),
+    model: Path = typer.Argument(
+        ..., parser=path_in, help="The .onnx file, or a bundle folder (deploykit optimize -o)."
+    ),
+    image: Path = typer.Argument(..., parser=path_in, help="The image file."),
     backend: str = typer.Option(
         None, "--backend", "-b", help="Backend name or alias (default: onnxruntime, or the bundle's choice)."
     ),
     device: str = typer.Option(None, "--device", "-d", help="Device (default: the backend's CPU)."),
     task: str = typer.Option("auto", help="auto | detect | classify (auto reads the model's metadata)."),
-    labels: Path = typer.Option(None, help="Class names file (default: from the model's metadata)."),
+    labels: Path = typer.Option(None, parser=path_in, help="Class names file (default: from the model's metadata)."),
     conf: float = typer.Option(0.25, help="Detection: minimum score."),
     iou: float = typer.Option(0.45, help="Detection: NMS IoU threshold."),
     agnostic: bool = typer.Option(False, "--agnostic", help="Detection: NMS across classes."),
@@ -69,12 +71,18 @@ def predict(
     imagenet: bool = typer.Option(
         False, "--imagenet", help="Classification: ImageNet mean/std (default: the model's metadata, else none)."
     ),
-    draw_path: Path = typer.Option(None, "--draw", readable=False, help="Detection: write the image with boxes here."),
-    json_path: Path = typer.Option(None, "--json", readable=False, help="Write the results as JSON here."),
+    draw_path: Path = typer.Option(
+        None, "--draw", readable=False, parser=file_out, help="Detection: write the image with boxes here."
+    ),
+    json_path: Path = typer.Option(
+        None, "--json", readable=False, parser=file_out, help="Write the results as JSON here."
+    ),
     engine: str = typer.Option("local", "--engine", help="local | ray: with --out, where a folder of images runs."),
     address: str = typer.Option(None, "--address", help="--engine ray: cluster to join (default: a local Ray)."),
     actors: int = typer.Option(None, "--actors", help="--engine ray: actors (default: cluster CPUs / per actor)."),
-    cpus_per_actor: float = typer.Option(1.0, "--cpus-per-actor", help="--engine ray: CPUs (= threads) per actor."),
+    cpus_per_actor: float = typer.Option(
+        None, "--cpus-per-actor", help="--engine ray: CPUs (= threads) per actor (default 1, or the bundle's threads)."
+    ),
     out: str = typer.Option(None, "--out", help="A folder (or URI) for one JSON row per image (resumable)."),
     check: bool = typer.Option(
         False, "--check", help="Also verify this backend/device on the image against onnx's reference evaluator."
@@ -95,17 +103,10 @@ def predict(
     if engine != "local" or out is not None:  # many images, one row each: deploykit.distributed
         from .fleet_cmd import predict_dataset
 
-        if model.is_dir():  # a bundle: its model file on its backend and device
-            from deploykit.optimize.bundle import read_bundle
-
-            bundle = read_bundle(model)
-            model, backend = bundle.model_path, backend or bundle.manifest.backend
-            if bundle.manifest.device is not None:
-                device = device or bundle.manifest.device
-
+        # a bundle travels whole: deploykit.distributed opens its backend, device, precision and threads
         cli_options = {"labels": labels, "conf": conf, "iou": iou, "agnostic": agnostic, "imagenet": imagenet}
         predict_dataset(model, image, out, task=kind, engine=engine, address=address, actors=actors,
-                        cpus_per_actor=cpus_per_actor, backend=backend or "onnxruntime", device=device, top_k=top_k,
+                        cpus_per_actor=cpus_per_actor, backend=backend, device=device, top_k=top_k,
                         cli_options=cli_options)  # fmt: skip
         return
     if kind not in ("detect", "classify"):

@@ -12,6 +12,7 @@ from rich.table import Table
 from deploykit.io import atomic_path, check_outputs
 
 from .console import console
+from .paths import file_out, path_in
 
 if TYPE_CHECKING:  # the CLI imports the quantize package (and its runtimes) only when it runs
     from deploykit.quantize import QuantizeReport
@@ -79,17 +80,23 @@ def _print(report: QuantizeReport) -> None:
 
 
 def quantize(
-    model: Path = typer.Argument(..., help="The float .onnx model."),
-    output: Path = typer.Option(..., "--output", "-o", help="Where to write the quantized model."),
+    model: Path = typer.Argument(..., parser=path_in, help="The float .onnx model."),
+    output: Path = typer.Option(..., "--output", "-o", parser=file_out, help="Where to write the quantized model."),
     calibrate: Path = typer.Option(
-        None, "--calibrate", "-c", help="Folder of images (photos/ or photos/<class>/) or an .npz of input arrays."
+        None,
+        "--calibrate",
+        "-c",
+        parser=path_in,
+        help="Folder of images (photos/ or photos/<class>/) or an .npz of input arrays.",
     ),
     fp16: bool = typer.Option(False, "--fp16", help="Convert to float16 (inputs/outputs stay float32) instead."),
     engine: str = typer.Option("ort", "--engine", "-e", help="ort (ONNX Runtime static QDQ) | nncf (OpenVINO NNCF)."),
     method: str = typer.Option(None, "--method", help="ort calibration: minmax (default) | entropy | percentile."),
     calibration_size: int = typer.Option(100, "--calibration-size", help="At most this many calibration samples."),
     held_out: float = typer.Option(0.2, "--held-out", help="Fraction kept for the accuracy delta, never calibrated."),
-    evaluate_on: Path = typer.Option(None, "--eval", help="Folder of evaluation images instead of the held-out split."),
+    evaluate_on: Path = typer.Option(
+        None, "--eval", parser=path_in, help="Folder of evaluation images instead of the held-out split."
+    ),
     max_drop: str = typer.Option(None, "--max-drop", help="Accuracy budget, e.g. 1% (nncf: accuracy-controlled)."),
     exclude: str = typer.Option(None, "--exclude", help="Comma-separated node names to keep in float."),
     quantize_head: bool = typer.Option(False, "--quantize-head", help="Also quantize a YOLO decode head."),
@@ -99,8 +106,8 @@ def quantize(
     backends: str = typer.Option(None, "--backends", "-b", help="Backend specs to time (default: all available)."),
     iterations: int = typer.Option(50, "--iterations", "-n", help="Timed runs per configuration and round."),
     rounds: int = typer.Option(3, "--rounds", help="f32 and the result alternate this many times (median p50)."),
-    ir: Path = typer.Option(None, "--ir", help="Also write OpenVINO IR (.xml + .bin) here."),
-    json_path: Path = typer.Option(None, "--json", help="Write the report as JSON here."),
+    ir: Path = typer.Option(None, "--ir", parser=file_out, help="Also write OpenVINO IR (.xml + .bin) here."),
+    json_path: Path = typer.Option(None, "--json", parser=file_out, help="Write the report as JSON here."),
     seed: int = typer.Option(0, "--seed", help="Shuffle of the held-out split."),
 ) -> None:
     """Quantize a model to INT8 (QDQ, per-channel) or convert it to float16; measure what it costs and gains."""

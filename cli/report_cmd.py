@@ -12,15 +12,20 @@ from deploykit.io import atomic_path, check_outputs
 
 from .bench_view import print_bench_report
 from .console import console, err_console
+from .paths import file_out, path_in
 
 
 def report(
     reports: list[str] = typer.Argument(
         ..., help="REPORT.json [--baseline OLD.json], or: merge A.json B.json ... -o fleet.html"
     ),
-    baseline: Path = typer.Option(None, "--baseline", help="An earlier report.json to check for regressions."),
+    baseline: Path = typer.Option(
+        None, "--baseline", parser=path_in, help="An earlier report.json to check for regressions."
+    ),
     threshold: float = typer.Option(0.10, help="Allowed slowdown before it is a regression (0.10 = 10%)."),
-    output: Path = typer.Option(None, "--output", "-o", readable=False, help="With merge: the HTML file to write."),
+    output: Path = typer.Option(
+        None, "--output", "-o", readable=False, parser=file_out, help="With merge: the HTML file to write."
+    ),
 ) -> None:
     """Show a saved report, check it against a baseline (exit 1 on regression), or merge several into HTML."""
     if reports[0] == "merge":

@@ -19,10 +19,11 @@ from deploykit.validation import check_seed
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, run_candidate
 
 from .console import coerce, console, input_files, parse_pairs, print_json
+from .paths import file_out, path_in
 
 
 def run(
-    model: Path = typer.Argument(..., help="The .onnx file."),
+    model: Path = typer.Argument(..., parser=path_in, help="The .onnx file."),
     backend: str = typer.Option("onnxruntime", "--backend", "-b", help="Backend name or alias."),
     device: str = typer.Option(None, "--device", "-d", help="Device (default: the backend's CPU)."),
     inputs: list[str] = typer.Option(
@@ -39,7 +40,9 @@ def run(
         False, "--allow-fallback", help="Run on the CPU if the device is unusable, and say so."
     ),
     seed: int = typer.Option(0, help="Seed for random inputs."),
-    save: Path = typer.Option(None, "--save", readable=False, help="Write the outputs to this .npz file."),
+    save: Path = typer.Option(
+        None, "--save", readable=False, parser=file_out, help="Write the outputs to this .npz file."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     timeout: float = typer.Option(DEFAULT_TIMEOUT_S, "--timeout", help="Seconds the worker process may take."),
 ) -> None:

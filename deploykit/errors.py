@@ -16,6 +16,7 @@ The tree::
     ├── ModelError                 a model file cannot be used
     │   ├── ModelNotFoundError     the path does not exist or is a directory
     │   ├── InvalidModelError      the file is not a readable, valid ONNX model
+    │   │   └── MetadataError      a deploykit.* metadata value has the wrong type or an impossible value
     │   └── BundleError            a bundle folder is incomplete, tampered with, or of an unknown schema
     ├── InputError                 feeds do not fit the model's inputs (name, dtype, shape)
     ├── BackendError               a runtime failed to load or run a model
@@ -83,6 +84,11 @@ class ModelNotFoundError(ModelError):
 
 class InvalidModelError(ModelError):
     """The file is not a readable, valid ONNX model."""
+
+
+class MetadataError(InvalidModelError):
+    """A ``deploykit.*`` metadata value of the model is not valid JSON, has the wrong type or an
+    impossible value (a negative size, NaN, labels that are not strings); the message names the key."""
 
 
 class BundleError(ModelError):

@@ -76,24 +76,15 @@ def parse_batch_axes(values: Sequence[str]) -> dict[str, int]:
 
 
 def image_size_from_metadata(metadata: Mapping[str, str]) -> tuple[tuple[int, int], str] | None:
-    """(height, width) and where it came from: deploykit's metadata, then Ultralytics' ``imgsz``."""
-    import ast
-    import json
+    """(height, width) and where it came from: deploykit's metadata, then Ultralytics' ``imgsz``.
 
-    try:
-        size = json.loads(metadata.get("deploykit.input", "{}")).get("size")
-        if size:
-            return (int(size[0]), int(size[1])), "deploykit metadata"
-    except (ValueError, TypeError, IndexError, AttributeError):
-        pass
-    if "imgsz" in metadata:
-        try:
-            size = ast.literal_eval(metadata["imgsz"])
-            size = [size, size] if isinstance(size, int) else size
-            return (int(size[0]), int(size[1])), "Ultralytics imgsz metadata"
-        except (ValueError, SyntaxError, TypeError, IndexError):
-            pass
-    return None
+    Raises:
+        MetadataError: deploykit's ``deploykit.input`` holds a value that cannot be a size.
+    """
+    from deploykit.metadata import read_metadata
+
+    stored = read_metadata(metadata)
+    return (stored.size, stored.size_source) if stored.size else None
 
 
 @dataclass
@@ -306,9 +297,16 @@ def random_array(
         return rng.integers(0, 8, size=shape).astype(spec.dtype)
     if kind == "b":
         return rng.integers(0, 2, size=shape).astype(bool)
+    kinds = {
+        "O": "a string tensor (ONNX STRING)",
+        "U": "a string tensor",
+        "S": "a bytes tensor",
+        "c": "a complex tensor",
+    }
+    what = kinds.get(kind, f"a {spec.dtype.name} tensor")
     raise InputError(
-        f"input '{spec.name}' | dtype {spec.dtype.name} has no random generator.",
-        hint="pass real data from a .npy or .npz file.",
+        f"input '{spec.name}' | is {what}; deploykit makes random data only for numbers and booleans.",
+        hint=f"pass real data: -i {spec.name}=file.npy, or an .npz holding '{spec.name}'.",
     )
 
 

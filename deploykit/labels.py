@@ -7,6 +7,7 @@ missing, folder or binary labels file gives the same message everywhere.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from deploykit.errors import UsageError
@@ -35,3 +36,15 @@ def read_labels(path: str | os.PathLike[str]) -> list[str]:
             hint="pass the .names text file, not a model, weights or an image.",
         )
     return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def class_index(name: str, labels: Sequence[str]) -> int | None:
+    """The index of a class folder's name among ``labels``: exactly, ignoring case and '_' versus ' ',
+    or as an integer index; None when it names no label."""
+    key = name.lower().replace("_", " ")
+    for index, label in enumerate(labels):
+        if label.lower().replace("_", " ") == key:
+            return index
+    if name.isdigit() and int(name) < len(labels):
+        return int(name)
+    return None

@@ -118,6 +118,16 @@ def _has_external_data(model: Any) -> bool:
     return any(t.data_location == TensorProto.EXTERNAL for t in model.graph.initializer)
 
 
+def metadata_of(model: Any) -> dict[str, str]:
+    """``metadata_props`` as text: a key or value that is not valid UTF-8 (protobuf then hands over bytes)
+    is decoded with replacement characters, so it can be shown and parsed, never crash a caller."""
+
+    def text(value: Any) -> str:
+        return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+    return {text(p.key): text(p.value) for p in model.metadata_props}
+
+
 def graph_io(model: Any) -> tuple[list[TensorSpec], list[TensorSpec]]:
     """The graph's real inputs (initializers excluded) and outputs, in graph order."""
     initializer_names = {t.name for t in model.graph.initializer}
@@ -260,7 +270,7 @@ def summarize(path: str | os.PathLike[str]) -> ModelSummary:
         op_histogram=dict(histogram.most_common()),
         parameter_count=parameters,
         precision=model_precision(model),
-        metadata={p.key: p.value for p in model.metadata_props},
+        metadata=metadata_of(model),
     )
 
 
@@ -286,7 +296,7 @@ def read_interface(path: str | os.PathLike[str]) -> GraphInterface:
     model = load_onnx(model_path, load_external_data=False, check=False)
     check_opset(model, model_path)
     inputs, outputs = graph_io(model)
-    metadata = {p.key: p.value for p in model.metadata_props}
+    metadata = metadata_of(model)
     return GraphInterface(model_path, inputs, outputs, model_precision(model), metadata)
 
 

@@ -103,11 +103,26 @@ class TensorSpec:
         return f"{self.name}: {self.type_text()}"
 
 
-def onnx_elem_to_numpy(elem_type: int) -> np.dtype[Any]:
-    """numpy dtype for an ONNX ``TensorProto`` element type number."""
-    from onnx import helper
+def onnx_elem_to_numpy(elem_type: int, subject: str = "tensor type") -> np.dtype[Any]:
+    """numpy dtype for an ONNX ``TensorProto`` element type number (``subject`` names the tensor in errors).
 
-    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    Raises:
+        InvalidModelError: the number is not a type the installed onnx knows.
+    """
+    import onnx
+    from onnx import TensorProto, helper
+
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, ValueError, TypeError) as exc:
+        from deploykit.errors import InvalidModelError
+
+        codes = sorted(TensorProto.DataType.values())
+        raise InvalidModelError(
+            f"{subject} | element type code {elem_type} is not an ONNX tensor type; onnx {onnx.__version__} knows "
+            f"codes {codes[1]} to {codes[-1]} (1 FLOAT, 7 INT64, 9 BOOL, 10 FLOAT16 ...).",
+            hint="the file was written by a broken exporter or edited by hand; export it again.",
+        ) from exc
 
 
 def spec_from_value_info(value_info: Any) -> TensorSpec:
@@ -138,7 +153,7 @@ def spec_from_value_info(value_info: Any) -> TensorSpec:
             "so its inputs and outputs are of those types.",
         )
     tensor_type = type_proto.tensor_type
-    dtype = onnx_elem_to_numpy(tensor_type.elem_type)
+    dtype = onnx_elem_to_numpy(tensor_type.elem_type, f"graph value '{value_info.name}'")
     if not tensor_type.HasField("shape"):
         return TensorSpec(value_info.name, dtype, None, kind)
     dims: list[Dim] = []

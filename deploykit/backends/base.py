@@ -296,6 +296,12 @@ class Backend(abc.ABC):
     subsystem then treats its outputs as an independent oracle, not as another candidate)."""
     distributions: ClassVar[tuple[str, ...]] = ()
     """Package names that provide the runtime (for the device fingerprint); default: ``module``."""
+
+    def oracle_blind_spot(self, model_path: Path) -> str | None:
+        """Why this backend must not judge ``model_path`` as an oracle: a construct it is known to compute
+        wrongly (the verification then says ``unverified`` with this reason); None when there is none."""
+        return None
+
     cpu_distribution: ClassVar[str | None] = None
     """The package of the runtime's CPU-only build, which emulated targets (``deploykit.platforms``)
     install; default: the package installed here."""
@@ -343,6 +349,12 @@ class Backend(abc.ABC):
 
     def unavailable_devices(self) -> dict[str, str]:
         """Devices the backend knows but this machine cannot use, with the reason (for ``backends``)."""
+        return {}
+
+    def emulated_environment(self) -> dict[str, str]:
+        """Variables a worker of this backend needs when it runs under emulation on another
+        architecture (``deploykit.platforms``): a host program it calls, for instance, since the
+        target's build of that program cannot be started without the kernel's binfmt set up."""
         return {}
 
     def build_info(self) -> dict[str, Any]:

@@ -29,7 +29,7 @@ import numpy as np
 from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.ncnn_layout import NcnnLayout, check_layers, native_layout, onnx_layout
 from deploykit.backends.options import OptionSpec
-from deploykit.errors import InputError, ModelError, UnsupportedModelError, UsageError
+from deploykit.errors import DeployKitError, InputError, ModelError, UnsupportedModelError, UsageError
 
 _PRECISIONS = ("f32", "f16", "bf16")
 _PROBE_PARAM = "7767517\n2 2\nInput in0 0 1 in0\nAbsVal abs 1 1 in0 out0\n"
@@ -121,6 +121,17 @@ class NcnnBackend(Backend):
     def unavailable_devices(self) -> dict[str, str]:
         self.import_runtime()
         return {} if gpu_count() else {"vulkan": "ncnn finds no Vulkan device (no GPU, driver or libvulkan)"}
+
+    def emulated_environment(self) -> dict[str, str]:
+        """pnnx only converts the file (the same on every architecture); under emulation the worker
+        runs the host's pnnx natively, since the target's pnnx executable cannot be started there
+        without binfmt. ncnn itself, which computes, is the target's build."""
+        from deploykit.backends.ncnn_convert import PNNX_VARIABLE, pnnx_executable
+
+        try:
+            return {PNNX_VARIABLE: str(pnnx_executable())}
+        except DeployKitError:
+            return {}
 
     def precisions(self, device: str | None = None) -> list[str]:
         """On the CPU: f32, and f16/bf16 where ncnn really stores activations so here (see

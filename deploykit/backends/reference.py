@@ -44,6 +44,11 @@ class ReferenceBackend(Backend):
     def version(self) -> str:
         return f"onnx {metadata.version('onnx')} (reference evaluator)"
 
+    def oracle_blind_spot(self, model_path: Path) -> str | None:
+        from deploykit.backends.reference_ops import blind_spot
+
+        return blind_spot(load_onnx(model_path, check=False))
+
     def devices(self) -> list[str]:
         return ["cpu"]
 

@@ -1,4 +1,6 @@
-"""Corrections to ``onnx.reference``'s ops, passed to every ``ReferenceEvaluator`` deploykit builds.
+"""What deploykit knows of ``onnx.reference``'s mistakes: corrections to its ops, passed to every
+``ReferenceEvaluator`` deploykit builds, and the constructs it computes wrongly and cannot be corrected
+here (``blind_spot``: the verification then says ``unverified`` instead of trusting it).
 
 onnx's reference MaxPool (1.23.2, and onnx's main branch at commit 043be319) takes a separate path
 for stride-1 pools (``CommonPool._run`` in ``onnx/reference/ops/_op_common_pool.py``) that misreads
@@ -62,3 +64,32 @@ class MaxPool(_OnnxMaxPool):
 
 REFERENCE_OPS: list[type] = [MaxPool]
 """The ops to pass as ``ReferenceEvaluator(model, new_ops=REFERENCE_OPS)``."""
+
+
+def blind_spot(model: Any) -> str | None:
+    """The first construct of ``model`` (a ModelProto, subgraphs included) that onnx's reference evaluator
+    is known to compute wrongly, said as a reason; None when there is none.
+
+    - A ``Loop`` without its ``cond`` input: the spec runs it ``M`` times (or until the body's condition
+      output is false); onnx's ``Loop._run`` tests ``while cond and ...`` and so runs it zero times.
+    """
+    for node in _nodes(model.graph):
+        if node.op_type == "Loop" and node.domain in ("", "ai.onnx") and (len(node.input) < 2 or not node.input[1]):
+            return (
+                f"onnx's reference evaluator runs a Loop without a condition input zero times (node "
+                f"'{node.name or node.output[0]}'); the ONNX spec runs it M times"
+            )
+    return None
+
+
+def _nodes(graph: Any) -> Any:
+    from onnx import AttributeProto
+
+    for node in graph.node:
+        yield node
+        for attribute in node.attribute:
+            if attribute.type == AttributeProto.GRAPH:
+                yield from _nodes(attribute.g)
+            elif attribute.type == AttributeProto.GRAPHS:
+                for sub in attribute.graphs:
+                    yield from _nodes(sub)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 from collections import defaultdict
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,7 @@ if TYPE_CHECKING:
     from deploykit.bench.rows import Row
 
 _COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
-_STYLE = """
+PAGE_STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5rem;color:#222}
 h1{font-size:1.4rem}h2{font-size:1.15rem;margin-top:1.6rem}
 table{border-collapse:collapse;font-size:.85rem;margin:.6rem 0}
@@ -151,28 +152,55 @@ def _pareto(result: BenchmarkReport) -> str:
     rows = [r for r in result.ok_rows() if r.accuracy_delta is not None]
     if len(rows) < 2:
         return '<p class="note">no accuracy trade-off measured: pass --precision f32,bf16,int8 --inputs photos/</p>'
+    points = [(r.label, r.latency_ms("p50_ms"), 100 * float(r.accuracy_delta or 0)) for r in rows]
     front = {r.label for r in result.pareto_front()}
-    width, height, margin = 520, 240, 56
-    xs = [r.latency_ms("p50_ms") for r in rows]
-    ys = [100 * float(r.accuracy_delta or 0) for r in rows]
+    return pareto_plot(points, front, "p50 latency (ms)", "accuracy delta against f32 (%)")
+
+
+def pareto_plot(
+    points: Sequence[tuple[str, float, float]],
+    front: Collection[str],
+    x_label: str,
+    y_label: str,
+    *,
+    chosen: str | None = None,
+    name_all: bool = True,
+) -> str:
+    """A scatter of (label, x, y) points, one ``circle.point`` each (``data-label`` names it), the
+    front's points green and joined, the chosen one ringed (``circle.chosen``); the axes carry their
+    labels with units and their ranges. ``name_all=False`` names only the front and the chosen one
+    beside their marks (every mark names itself in its tooltip)."""
+    width, height, margin = 560, 260, 56
+    xs, ys = [x for _, x, _ in points], [y for _, _, y in points]
     x_min, x_span = min(xs), (max(xs) - min(xs)) or 1.0
     y_max = max(max(ys), 1.0)
 
     def place(x: float, y: float) -> tuple[float, float]:
         return margin + (width - 2 * margin) * (x - x_min) / x_span, height - margin - (height - 2 * margin) * y / y_max
 
-    parts = _axes(width, height, margin, "p50 latency (ms)", f"accuracy delta against f32 (%, max {y_max:.2g})",
-                  extra_width=220)  # fmt: skip
-    ordered = sorted(zip(xs, ys, rows, strict=True), key=lambda item: item[0])
-    path = " ".join(f"{place(x, y)[0]:.1f},{place(x, y)[1]:.1f}" for x, y, r in ordered if r.label in front)
-    parts.append(f'<polyline points="{path}" fill="none" stroke="#2a7" stroke-width="2"/>')
-    for x, y, row in ordered:
+    parts = _axes(width, height, margin, x_label, f"{y_label}, 0 to {y_max:.2g}", extra_width=240)
+    parts.append(f'<text x="{margin}" y="{height - margin + 30}" font-size="10">{x_min:.4g}</text>')
+    parts.append(f'<text x="{width - margin}" y="{height - margin + 30}" font-size="10" text-anchor="end">'
+                 f"{x_min + x_span:.4g}</text>")  # fmt: skip
+    ordered = sorted(points, key=lambda point: point[1])
+    path = " ".join(f"{place(x, y)[0]:.1f},{place(x, y)[1]:.1f}" for label, x, y in ordered if label in front)
+    parts.append(f'<polyline class="front" points="{path}" fill="none" stroke="#2a7" stroke-width="2"/>')
+    for label, x, y in ordered:
         px, py = place(x, y)
-        on_front = row.label in front
-        parts.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="4" fill="{"#2a7" if on_front else "#bbb"}"/>')
-        parts.append(f'<text x="{px + 6:.1f}" y="{py - 4:.1f}" font-size="10">{_e(row.label)}</text>')
+        on_front = label in front
+        css = "point front" if on_front else "point"
+        parts.append(f'<circle class="{css}" data-label="{_e(label)}" cx="{px:.1f}" cy="{py:.1f}" r="4" '
+                     f'fill="{"#2a7" if on_front else "#bbb"}"><title>{_e(label)}: {x:.4g}, {y:.3g}</title></circle>')  # fmt: skip
+        if label == chosen:
+            parts.append(f'<circle class="chosen" data-label="{_e(label)}" cx="{px:.1f}" cy="{py:.1f}" r="8" '
+                         'fill="none" stroke="#d62728" stroke-width="2"/>')  # fmt: skip
+        if name_all or on_front or label == chosen:
+            below = label == chosen and not name_all  # the chosen one's name under its ring, the front's above
+            y_text = py + 16 if below else py - 6
+            parts.append(f'<text x="{px + 6:.1f}" y="{y_text:.1f}" font-size="10">{_e(label)}</text>')
     parts.append("</svg>")
-    return "".join(parts)
+    legend = "green: the Pareto front" + ("; red ring: the chosen one" if chosen else "") + "; grey: the others"
+    return "".join(parts) + f'<p class="note">{_e(legend)}</p>'
 
 
 def _table(result: BenchmarkReport) -> str:
@@ -229,6 +257,6 @@ def render_html(results: list[BenchmarkReport]) -> str:
     sections = "".join(_section(r) for r in results)
     return (
         f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
-        f"<style>{_STYLE}</style></head><body><h1>{_e(title)}</h1>"
+        f"<style>{PAGE_STYLE}</style></head><body><h1>{_e(title)}</h1>"
         f'<div class="devices">{sections}</div></body></html>'
     )

@@ -19,7 +19,7 @@ from deploykit.bench.fingerprint import fingerprint
 from deploykit.bench.measure import measure
 from deploykit.bench.report import BenchmarkReport
 from deploykit.bench.rows import BenchSettings, ModelInfo, Row
-from deploykit.errors import DeployKitError, UsageError
+from deploykit.errors import DeployKitError, ModelError, UsageError
 from deploykit.inputs import InputSetting, batch_axis_of, fed_batch, load_arrays, make_inputs, save_arrays
 from deploykit.io import file_sha256
 from deploykit.model import read_interface
@@ -179,6 +179,7 @@ def benchmark(
 
     model_path = Path(model)
     interface = read_interface(model_path)
+    started_sha256 = file_sha256(model_path)  # every worker must have timed this file, not a replacement
     overrides = dict(thresholds or {})
     thresholds_for("f32", **overrides)
     if max_drop is not None and not 0 <= max_drop <= 1:
@@ -291,8 +292,15 @@ def benchmark(
     if image_source and task is None:
         notes.append("no task metric: the model is neither a classifier nor a detector deploykit recognises")
 
+    final_sha256 = file_sha256(model_path)
+    if final_sha256 != started_sha256:
+        raise ModelError(
+            f"model '{model_path.name}' | changed while the benchmark ran (SHA-256 {started_sha256[:12]}… at the "
+            f"start, {final_sha256[:12]}… at the end): its rows would mix two models, so there is no report.",
+            hint="leave the model file alone while deploykit measures it (write a new one elsewhere), then run again.",
+        )
     result = BenchmarkReport(
-        model=ModelInfo(str(model_path), file_sha256(model_path), list(interface.inputs), list(interface.outputs)),
+        model=ModelInfo(str(model_path), final_sha256, list(interface.inputs), list(interface.outputs)),
         settings=BenchSettings(
             scenario=scenario,
             warmup=warmup,

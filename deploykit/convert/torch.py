@@ -1,16 +1,17 @@
 """PyTorch → ONNX behind a verification gate: a conversion whose outputs differ from PyTorch's fails.
 
-Flow: load the source → run PyTorch on example inputs → export (dynamo or TorchScript
-exporter, ``auto`` falls back from one to the other and says so) → check, infer
-shapes, optionally simplify, stamp metadata → run the ONNX on the verify backends →
-rename into place only when the verification passes.
+Flow: the PyTorch side (``torch_stage``: load the source, run PyTorch on the example inputs, export
+with the dynamo or TorchScript exporter — ``auto`` falls back from one to the other and says so —,
+check, infer shapes, optionally simplify, stamp metadata) → run the ONNX on the verify backends →
+rename into place only when the verification passes. A source named by a path runs its PyTorch side
+in a worker process with a time limit: the user's code can hang or crash only that worker.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,22 +19,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from deploykit import errors
 from deploykit.convert.report import ConversionReport
-from deploykit.convert.specs import InputSpec, check_dynamic_axis, parse_input_spec
-from deploykit.convert.torch_export import (
-    PROTOBUF_LIMIT_BYTES,
-    export_model,
-    finish_model,
-    output_moves,
-    save_model,
-    stamp_model,
-)
-from deploykit.convert.torch_sources import TorchSource, load_torch_source
+from deploykit.convert.specs import InputSpec
+from deploykit.convert.torch_export import output_moves
+from deploykit.convert.torch_stage import PyTorchStage, TorchExportSettings, pytorch_stage, spec_dict
 from deploykit.errors import ConversionError, ParityError
 from deploykit.io import check_onnx_output, check_outputs, commit_outputs, scratch_dir
 from deploykit.model import summarize
 from deploykit.validation import check_number, check_seed, check_tolerances
 from deploykit.verify import OracleInfo, gate
+from deploykit.verify.check import platform_notes
+from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, run_worker
 
 if TYPE_CHECKING:  # torch is imported only when a conversion runs
     import torch
@@ -63,6 +60,8 @@ def convert_torch(
     weights_key: str | None = None,
     ignore_keys: str | None = None,
     report_path: str | os.PathLike[str] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    platforms: str | Sequence[str] | None = None,
 ) -> ConversionReport:
     """Export a PyTorch model to ONNX and prove it computes what PyTorch computes.
 
@@ -90,6 +89,11 @@ def convert_torch(
         ignore_keys: regular expression of state_dict keys to drop (listed in the report's notes).
         report_path: also write the report as JSON here, with the model: both or neither (a failed
             check writes neither unless ``keep_on_mismatch``; the error carries the report).
+        timeout_s: seconds the PyTorch side (loading, running and exporting a source named by a path, in
+            its own worker process) and each backend's verification worker may take.
+        platforms: where ``verify_backends`` run: ``host`` (default), ``linux/arm64`` (the target's
+            builds under emulation, ``deploykit platforms add``) or several (``host,linux/arm64``);
+            PyTorch, the oracle, runs on the host.
 
     Returns:
         the ``ConversionReport``.
@@ -98,8 +102,6 @@ def convert_torch(
         ConversionError: the source, the export or the checks failed; nothing is written.
         ParityError: an output differs from PyTorch's beyond tolerance.
     """
-    import torch
-
     if exporter not in EXPORTERS:
         raise ConversionError(
             f"exporter '{exporter}' | is not one of {', '.join(EXPORTERS)}.",
@@ -109,89 +111,58 @@ def convert_torch(
     check_opset(opset)
     check_tolerances(atol=atol, rtol=rtol)
     check_seed(seed)
+    check_number("timeout", timeout_s, low=0.0, low_open=True, hint="seconds, e.g. --timeout 900.")
     check_outputs(
         {"output": output_path, "report": report_path},
         inputs={"model": _source_file(model), "weights": weights},
     )
     check_onnx_output(output_path)
-    source = load_torch_source(
-        model, weights=weights, trust_pickle=trust_pickle, weights_key=weights_key, ignore_keys=ignore_keys
-    )
-    specs, examples = _examples(source, example_inputs, inputs, input_names, seed)
-    dynamic = {k: dict(v) for k, v in (dynamic or {}).items()}
-    by_name = {s.name: s for s in specs}
-    for name, axes in dynamic.items():
-        for axis in axes:
-            check_dynamic_axis(name, axis, by_name)
-
-    # the inputs every candidate sees are copied before forward() runs: a forward() that writes into
-    # its input tensor must not change what the oracle and the exported graph are judged on
-    cases = [dict(zip(by_name, (e.detach().clone().numpy() for e in examples), strict=True))]
-    reference_start = time.perf_counter()
-    with torch.no_grad():
-        reference = _flatten_outputs(_call(source, [e.clone() for e in examples]))
-    names: list[str] = list(
-        output_names or (["output"] if len(reference) == 1 else [f"output_{i}" for i in range(len(reference))])
-    )
-    if len(names) != len(reference):
-        raise ConversionError(
-            f"output names | {len(names)} given ({', '.join(names)}), the model returns {len(reference)} tensors.",
-            hint="give one name per returned tensor, in order.",
-        )
-
-    if dynamic:
-        cases.append(_second_case(specs, dynamic, seed))
-    references = [dict(zip(names, reference, strict=True))]
-    with torch.no_grad():
-        for case in cases[1:]:
-            tensors = [torch.from_numpy(case[s.name].copy()) for s in specs]
-            references.append(dict(zip(names, _flatten_outputs(_call(source, tensors)), strict=True)))
-    reference_seconds = time.perf_counter() - reference_start
-
-    param_bytes = sum(t.numel() * t.element_size() for t in source.module.state_dict().values())
-    external = param_bytes >= PROTOBUF_LIMIT_BYTES
-    notes: list[str] = list(source.notes)
-    if external:
-        notes.append(f"weights are {param_bytes / 2**30:.2f} GiB, over protobuf's 2 GiB: stored as external data")
+    emulation_notes = platform_notes(platforms) if verify_backends else []  # an unprepared target fails here
+    settings = TorchExportSettings(
+        inputs=tuple(spec_dict(s) for s in inputs or ()),
+        input_names=tuple(input_names) if input_names is not None else None,
+        output_names=tuple(output_names) if output_names is not None else None,
+        dynamic={k: dict(v) for k, v in (dynamic or {}).items()},
+        opset=opset, exporter=exporter, simplify=simplify,
+        weights=str(Path(weights).resolve()) if weights is not None else None,
+        trust_pickle=trust_pickle, seed=seed, weights_key=weights_key, ignore_keys=ignore_keys,
+    )  # fmt: skip
 
     with scratch_dir(output_path) as scratch:
-        start = time.perf_counter()
-        exported, used = export_model(
-            source, examples, specs, names, dynamic, opset, exporter, scratch, notes, log_path=_log_path(output_path)
-        )
-        model_proto = finish_model(exported, specs, dynamic, opset, notes, simplify)
-        stamp_model(model_proto, source, specs, names, dynamic, opset, used, simplify)
-        export_seconds = time.perf_counter() - start
-        candidate = Path(scratch) / output_path.name
-        save_model(model_proto, candidate, external)
-
+        scratch = Path(scratch).resolve()
+        log_path = _log_path(output_path).resolve()
+        if isinstance(model, str | os.PathLike):
+            stage = _stage_in_worker(model, example_inputs, settings, scratch, output_path.name, log_path, timeout_s)
+        else:  # a module object is the caller's own code, already in this process
+            stage = pytorch_stage(model, example_inputs, settings, scratch, output_path.name, log_path)
         gate_start = time.perf_counter()
-        oracle = OracleInfo("pytorch", True, f"torch {torch.__version__}: the source module on the same inputs")
-        verdicts = gate(candidate, cases, references, oracle, verify_backends, precision=_precision(specs),
-                        atol=atol, rtol=rtol)  # fmt: skip
-        summary = summarize(candidate)
+        oracle = OracleInfo("pytorch", True, f"torch {stage.torch_version}: the source module on the same inputs")
+        verdicts = gate(stage.candidate, stage.cases, stage.references, oracle, verify_backends,
+                        precision=stage.precision, atol=atol, rtol=rtol, timeout_s=timeout_s,
+                        platforms=platforms)  # fmt: skip
+        summary = summarize(stage.candidate)
         report = ConversionReport(
-            source=source.description,
+            source=stage.description,
             output=str(output_path),
             converter="torch",
-            exporter=used,
+            exporter=stage.exporter,
             opset=next((v for d, v in summary.opsets.items() if d == "ai.onnx"), opset),
-            export_seconds=round(export_seconds, 3),
-            gate_seconds=round(reference_seconds + time.perf_counter() - gate_start, 3),
+            export_seconds=round(stage.export_seconds, 3),
+            gate_seconds=round(stage.reference_seconds + time.perf_counter() - gate_start, 3),
             file_size_bytes=summary.size_bytes + summary.external_data_bytes,
             parameter_count=summary.parameter_count,
-            external_data=external,
+            external_data=stage.external,
             simplified=simplify,
-            notes=notes,
+            notes=[*stage.notes, *emulation_notes],
             op_histogram=summary.op_histogram,
             verdicts=verdicts,
             oracle=oracle,
-            input_sets=[{k: list(v.shape) for k, v in case.items()} for case in cases],
+            input_sets=[{k: list(v.shape) for k, v in case.items()} for case in stage.cases],
         )
         report.written = report.passed or keep_on_mismatch
         if report.written:  # all or nothing: a failed verification writes no model and no report
             commit_outputs(
-                output_moves(candidate, output_path, external),
+                output_moves(stage.candidate, output_path, stage.external),
                 {report_path: json.dumps(report.to_dict(), indent=2, default=str)},
             )
     if not report.passed:
@@ -204,6 +175,65 @@ def convert_torch(
             ),
         ).with_report(report)
     return report
+
+
+def _stage_in_worker(
+    model: str | os.PathLike[str],
+    example_inputs: Sequence[Any] | None,
+    settings: TorchExportSettings,
+    scratch: Path,
+    output_name: str,
+    log_path: Path,
+    timeout_s: float,
+) -> PyTorchStage:
+    """The PyTorch side in its own process: the user's code cannot hang, crash or exit the command."""
+    from deploykit.inputs import load_arrays, save_arrays
+
+    examples_path = None
+    if example_inputs is not None:
+        import torch
+
+        given = (example_inputs,) if isinstance(example_inputs, np.ndarray | torch.Tensor) else example_inputs
+        examples_path = scratch / "examples.npz"
+        arrays = [x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x) for x in given]
+        save_arrays(examples_path, {f"example_{i:04d}": a for i, a in enumerate(arrays)})
+    target = _absolute_source(str(model))
+    job = {
+        "model": target, "examples": str(examples_path) if examples_path else None, "settings": settings.to_dict(),
+        "description": str(model), "scratch": str(scratch), "output_name": output_name, "log_path": str(log_path),
+        "sys_path": [os.path.abspath(p) if p else os.getcwd() for p in sys.path],
+    }  # fmt: skip
+    outcome = run_worker("deploykit.convert.torch_stage", job, timeout_s=timeout_s)
+    result = outcome.result
+    if result is None or result.get("status") == "exit":
+        reason = result["error"] if result else (outcome.error or "the worker gave no result")
+        raise ConversionError(
+            f"PyTorch model '{model}' | its code ended the conversion: {reason}.",
+            hint="run the factory (or load the file) in plain Python to see what it does; a slow model may "
+            "need a larger --timeout.",
+        )
+    if result["status"] == "error":
+        data = result["error_data"]
+        kind = getattr(errors, data["type"], ConversionError)
+        kind = kind if isinstance(kind, type) and issubclass(kind, errors.DeployKitError) else ConversionError
+        raise kind(data["message"], hint=data["hint"])
+    fields = dict(result["stage"])
+    fields["candidate"] = Path(fields["candidate"])
+    count = int(result["count"])
+    fields["cases"] = [load_arrays(scratch / f"case-{i}.npz") for i in range(count)]
+    fields["references"] = [load_arrays(scratch / f"reference-{i}.npz") for i in range(count)]
+    return PyTorchStage(**fields)
+
+
+def _absolute_source(text: str) -> str:
+    """A source as the worker must name it: a file or ``file.py:factory`` made absolute, so a worker (or a
+    factory that changes directory) finds the same file; ``package.module:factory`` as given."""
+    if Path(text).is_file():
+        return str(Path(text).resolve())
+    target, colon, factory = text.rpartition(":")
+    if colon and target.endswith(".py") and Path(target).is_file():
+        return f"{Path(target).resolve()}:{factory}"
+    return text
 
 
 # The TorchScript exporter writes opsets from 7; the dynamo exporter from 18 (it down-converts).
@@ -239,146 +269,3 @@ def _source_file(model: Any) -> Path | None:
 
 def _log_path(output: Path) -> Path:
     return output.with_name(f"{output.name}.export.log")
-
-
-def _check_example_spec(spec: InputSpec) -> None:
-    """Random example data must fit in memory and, for integers, in the dtype."""
-    from deploykit.inputs import check_allocation
-
-    check_allocation(spec.name, spec.shape, spec.dtype)
-    if spec.dtype.kind in "iu":
-        info = np.iinfo(spec.dtype)
-        if not (info.min <= spec.low < spec.high <= int(info.max) + 1):
-            raise ConversionError(
-                f"input '{spec.name}' | the value range {spec.low}..{spec.high} does not fit {spec.dtype.name} "
-                f"({info.min} to {info.max}).",
-                hint="give a range inside the dtype, e.g. ids:1x16:int64:0..30000.",
-            )
-
-
-def _precision(specs: Sequence[InputSpec]) -> str:
-    return "f16" if any(s.dtype == np.float16 for s in specs) else "f32"
-
-
-def _forward_parameters(module: Any) -> tuple[list[str], int, int | None]:
-    """forward's positional parameter names, how many are required, and the maximum (None: *args)."""
-    try:
-        signature = inspect.signature(module.forward)
-    except (TypeError, ValueError):
-        return [], 0, None
-    names: list[str] = []
-    required = maximum = 0
-    for parameter in signature.parameters.values():
-        if parameter.kind == parameter.VAR_POSITIONAL:
-            return names, required, None
-        if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
-            names.append(parameter.name)
-            maximum += 1
-            required += parameter.default is parameter.empty
-    return names, required, maximum
-
-
-def _examples(
-    source: TorchSource,
-    example_inputs: Sequence[Any] | None,
-    inputs: Sequence[InputSpec | str] | None,
-    input_names: Sequence[str] | None,
-    seed: int,
-) -> tuple[list[InputSpec], list[Any]]:
-    import torch
-
-    forward_names, required, maximum = _forward_parameters(source.module)
-    if example_inputs is not None and inputs:
-        raise ConversionError(
-            "inputs | both example_inputs and input specs were given.",
-            hint="give either example tensors or NAME:SHAPE specs.",
-        )
-    if example_inputs is None and not inputs:
-        raise ConversionError(
-            "inputs | no example inputs or input specs were given.",
-            hint="pass --input NAME:SHAPE[:DTYPE] for each forward() argument, e.g. --input images:1x3x224x224.",
-        )
-    if example_inputs is not None:
-        if isinstance(example_inputs, (torch.Tensor, np.ndarray)):
-            example_inputs = (example_inputs,)
-        tensors = [torch.as_tensor(np.asarray(x)) if not isinstance(x, torch.Tensor) else x for x in example_inputs]
-        count = len(tensors)
-        names = list(input_names or forward_names[:count] or [f"input_{i}" for i in range(count)])
-        if len(names) < count:
-            names += [f"input_{i}" for i in range(len(names), count)]
-        specs = [
-            InputSpec(n, tuple(t.shape), np.dtype(str(t.dtype).removeprefix("torch.")))
-            for n, t in zip(names, tensors, strict=True)
-        ]
-    else:
-        specs = [parse_input_spec(s) if isinstance(s, str) else s for s in inputs or ()]
-        if input_names:
-            raise ConversionError(
-                "inputs | input_names given alongside named specs.",
-                hint="specs already carry names (NAME:SHAPE); drop input_names.",
-            )
-        for spec in specs:
-            _check_example_spec(spec)
-        rng = np.random.default_rng(seed)
-        tensors = [torch.from_numpy(s.example(rng)) for s in specs]
-    count = len(specs)
-    if count < required or (maximum is not None and count > maximum):
-        expected = (
-            f"{required}" if maximum == required else f"{required} to {maximum if maximum is not None else 'any'}"
-        )
-        raise ConversionError(
-            f"inputs | {count} given ({', '.join(s.name for s in specs)}), but "
-            f"{type(source.module).__name__}.forward takes {expected} "
-            f"({', '.join(forward_names) or 'unknown names'}).",
-            hint="give one --input per forward() argument, in order.",
-        )
-    if len({s.name for s in specs}) != count:
-        raise ConversionError(
-            f"inputs | names repeat: {', '.join(s.name for s in specs)}.",
-            hint="give every input its own name.",
-        )
-    return specs, tensors
-
-
-def _call(source: TorchSource, tensors: Sequence[Any]) -> Any:
-    try:
-        return source.module(*tensors)
-    except Exception as exc:
-        raise ConversionError(
-            f"PyTorch model '{source.description}' | forward() failed on the example inputs: "
-            f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}",
-            hint="check the input shapes and dtypes (--input NAME:SHAPE:DTYPE) against what forward() expects.",
-        ) from exc
-
-
-def _flatten_outputs(value: Any) -> list[np.ndarray]:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return [value.detach().cpu().numpy()]
-    if isinstance(value, Mapping):
-        return [a for v in value.values() for a in _flatten_outputs(v)]
-    if isinstance(value, (list, tuple)):
-        return [a for v in value for a in _flatten_outputs(v)]
-    raise ConversionError(
-        f"PyTorch model outputs | a {type(value).__name__} is not a tensor.",
-        hint="forward() must return tensors (or tuples/lists/dicts of tensors) to export to ONNX.",
-    )
-
-
-def _second_case(
-    specs: Sequence[InputSpec], dynamic: Mapping[str, Mapping[int, str]], seed: int
-) -> dict[str, np.ndarray]:
-    """Inputs whose dynamic axes have other sizes than the examples: label → doubled size."""
-    sizes: dict[str, int] = {}
-    for spec in specs:
-        for axis, label in dynamic.get(spec.name, {}).items():
-            sizes.setdefault(label, spec.shape[axis] * 2)
-    rng = np.random.default_rng(seed + 1)
-    case = {}
-    for spec in specs:
-        shape = [
-            sizes[dynamic[spec.name][a]] if a in dynamic.get(spec.name, {}) else d for a, d in enumerate(spec.shape)
-        ]
-        case[spec.name] = spec.example(rng, shape)
-    return case

@@ -163,7 +163,21 @@ def _is_torchscript(path: Path) -> bool:
         return any(name.endswith(("constants.pkl", "/code/")) or "/code/" in name for name in archive.namelist())
 
 
+def _check_not_cut_short(path: Path, what: str) -> None:
+    """torch.save and torch.jit.save write zip archives: one that starts as a zip but has no readable
+    central directory was cut short (a broken download or copy), which torch would report as a pickle."""
+    with open(path, "rb") as handle:
+        start = handle.read(4)
+    if start == b"PK\x03\x04" and not zipfile.is_zipfile(path):
+        raise ConversionError(
+            f"{what} '{path}' | is a zip archive (as torch.save and torch.jit.save write) that is cut short or "
+            f"damaged: its table of contents is missing ({path.stat().st_size} bytes).",
+            hint="copy or download the file again; compare its size or checksum with the original.",
+        )
+
+
 def _load_archive(torch: Any, path: Path, trust_pickle: bool) -> TorchSource:
+    _check_not_cut_short(path, "model file")
     if _is_torchscript(path):
         try:
             with warnings.catch_warnings():  # torch deprecates TorchScript; users still have archives
@@ -287,6 +301,8 @@ def load_state_dict(
                 f"--ignore-keys '{ignore_keys}' | is not a regular expression: {exc}.",
                 hint="e.g. --ignore-keys '^(loss|criterion)\\.'.",
             ) from exc
+    if path.is_file():
+        _check_not_cut_short(path, "weights")
     try:
         raw = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:

@@ -198,11 +198,11 @@ def predict(
     *,
     task: str = "detect",
     engine: str = "ray",
-    backend: str = "onnxruntime",
+    backend: str | None = None,
     device: str | None = None,
     address: str | None = None,
     actors: int | None = None,
-    cpus_per_actor: float = 1,
+    cpus_per_actor: float | None = None,
     batch_size: int = 16,
     top_k: int = 5,
     pipeline_options: Mapping[str, object] | None = None,
@@ -213,15 +213,18 @@ def predict(
     ``.npy``/``.npz`` with ``task="tensor"``); write one row per file into ``out``.
 
     Args:
-        model: the ``.onnx`` file (on this machine; Ray ships it to the workers).
+        model: the ``.onnx`` file (on this machine; Ray ships it to the workers), or a bundle folder
+            (``deploykit optimize -o``): its model file, on its backend, device, precision, threads
+            and options.
         source: a file, a folder, or a folder URI (``s3://bucket/frames/``).
         out: the output folder (local or URI); rows already there are skipped (resumable).
         task: ``detect``, ``classify`` or ``tensor``.
         engine: ``ray`` (Ray Data, actor pool) or ``local`` (this process).
-        backend, device: where each worker runs the model.
+        backend, device: where each worker runs the model (default ONNX Runtime, or the bundle's).
         address: Ray cluster to join (``ray://HEAD:10001``, ``auto``); default a local Ray.
         actors: size of the actor pool; default every CPU of the cluster / ``cpus_per_actor``.
-        cpus_per_actor: CPUs each actor reserves; the backend gets as many threads.
+        cpus_per_actor: CPUs each actor reserves (default: the ``threads`` option, else 1); the backend
+            gets as many threads unless the ``threads`` option (or the bundle) says otherwise.
         batch_size: images per Ray batch (and per part-file write).
         top_k: classification: classes per row.
         pipeline_options: Detector/Classifier keyword arguments (``labels`` as a list, ``conf``, ...).
@@ -234,6 +237,17 @@ def predict(
     Raises:
         UsageError: an option cannot be used. BackendUnavailableError: ``engine="ray"`` without Ray.
     """
+    backend_options = dict(backend_options or {})
+    if not is_uri(model) and os.path.isdir(model):  # a bundle: exactly its chosen configuration
+        from deploykit.optimize.bundle import bundle_configuration
+
+        model, backend, device, backend_options = bundle_configuration(
+            model, backend=backend, device=device, **backend_options
+        )
+    backend = backend or "onnxruntime"
+    given = backend_options.get("threads")
+    threads = int(given) if isinstance(given, (int, float)) and given > 0 else None
+    cpus_per_actor = cpus_per_actor if cpus_per_actor is not None else float(threads or 1)
     model_path = check_model_path(model)  # the one model-path check: missing, a folder, a FIFO or a device
     if engine == "ray":
         require_ray()  # before any work: a missing extra is the first thing to say
@@ -257,7 +271,7 @@ def predict(
     store = ResultStore(out)
     with store.exclusive():  # one run at a time per folder: two would write every row twice
         settings: dict[str, Any] = {"task": task, "backend": backend, "device": device, "top_k": top_k,
-                    "pipeline_options": pipeline_options, "backend_options": backend_options or {}}  # fmt: skip
+                    "pipeline_options": pipeline_options, "backend_options": backend_options}  # fmt: skip
         # a resume keeps only rows the same model and settings made (never another model's rows)
         store.claim({"model_sha256": file_sha256(model_path), **{k: v for k, v in settings.items()}})
         done = store.done_paths()
@@ -286,7 +300,7 @@ def predict(
             summary.startup_s = time.perf_counter() - started
             cpus = float(ray.cluster_resources().get("CPU", 1))
             summary.actors = actors or max(1, math.floor(cpus / cpus_per_actor))
-            settings["threads"] = max(1, math.ceil(cpus_per_actor))
+            settings["threads"] = threads or max(1, math.ceil(cpus_per_actor))
             started = time.perf_counter()
             ray_rows = _ray_batches(ray, model_path, readable, settings, summary.actors, cpus_per_actor, batch_size)
             batches = itertools.chain([first_rows], ray_rows if readable else [])

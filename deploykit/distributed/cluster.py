@@ -2,15 +2,27 @@
 
 Ray is started (or joined) only for the duration of one call, and shut down again unless the caller
 had already connected: a library call must not leave a Ray instance or its processes behind.
+
+``ray.init`` replaces the process's SIGTERM handler (its own exits with code 15, after its native
+handler prints a stack dump); the caller's handlers are put back once Ray is up, so ``deploykit``
+still ends with 143 and a library user's handler still runs. A local Ray that cannot start under
+this process's limits (open files, address space, file size, a full temporary folder) is refused
+up front with the limit named, instead of Ray's tracebacks half a minute later.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+import shutil
+import signal
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+from deploykit.distributed.reaper import ray_node_processes, start_reaper
 from deploykit.errors import BackendError, BackendUnavailableError
 
 #: Custom Ray resource a device node carries: ``deploykit-device:<name>`` with capacity 1.
@@ -48,35 +60,116 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> Iterator
         BackendError: the cluster at ``address`` cannot be reached.
     """
     ray = require_ray()
-    if not start(ray, address, num_cpus):
+    stop = start(ray, address, num_cpus)
+    if stop is None:
         yield ray
         return
     try:
         yield ray
     finally:
-        ray.shutdown()
+        stop()
 
 
-def start(ray: Any, address: str | None = None, num_cpus: int | None = None) -> bool:
-    """Connect ``ray`` to a cluster unless it is connected; whether this call connected it (and so
-    owns the shutdown). ``address`` and ``num_cpus`` as in ``connect``.
+def start(ray: Any, address: str | None = None, num_cpus: int | None = None) -> Callable[[], None] | None:
+    """Connect ``ray`` to a cluster unless it is connected (``address`` and ``num_cpus`` as in
+    ``connect``); the function that shuts down what this call started, or None when Ray was already
+    connected (the caller that connected it owns the shutdown).
 
     Raises:
-        BackendError: the cluster at ``address`` cannot be reached.
+        BackendError: the cluster at ``address`` cannot be reached, or a local Ray cannot run here.
     """
     if ray.is_initialized():
-        return False
+        return None
     # Usage statistics are a network call; a deploy tool must not make one behind the user's back.
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if address is None:
+        check_local_limits()
+    handlers = _signal_handlers()
     try:
         if address is None:
             # "local": a Ray of our own, even where another local cluster runs (ray.init would join it)
             ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
         else:
             ray.init(address=address, log_to_driver=False)
+        _restore(handlers)
     except (ConnectionError, RuntimeError, ValueError) as exc:
+        _restore(handlers)
         raise BackendError(
             f"ray cluster '{address or 'local'}' | cannot be reached or started: {exc}",
             hint="check the address (ray://HEAD:10001 or HEAD:6379) and that `ray start --head` runs there.",
         ) from exc
-    return True
+    # A local Ray's processes must die with this driver even when it is killed with SIGKILL.
+    reaper = start_reaper(ray_node_processes(ray)) if address is None else None
+
+    def stop() -> None:
+        ray.shutdown()
+        if reaper is not None:
+            reaper.kill()
+            reaper.wait()
+
+    return stop
+
+
+_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
+MIN_OPEN_FILES = 1024
+MIN_ADDRESS_SPACE = 16 * 2**30  # Ray's processes reserve several GiB of virtual memory each
+MIN_FILE_SIZE = 2**30
+MIN_TEMP_FREE = 256 * 2**20
+
+
+def _signal_handlers() -> dict[int, Any]:
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {signum: signal.getsignal(signum) for signum in _SIGNALS}
+
+
+def _restore(handlers: dict[int, Any]) -> None:
+    for signum, handler in handlers.items():
+        if handler is not None:
+            signal.signal(signum, handler)
+
+
+def check_local_limits() -> None:
+    """Refuse to start a local Ray where it cannot run, naming the limit (raising the open-files soft
+    limit to the hard one first, as a shell's ``ulimit -n`` would allow).
+
+    Raises:
+        BackendError: a resource limit or the temporary folder's free space is below what Ray needs.
+    """
+    try:
+        import resource
+    except ImportError:  # not a POSIX system: nothing to check
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < MIN_OPEN_FILES:
+        target = 65536 if hard == resource.RLIM_INFINITY else min(hard, 65536)
+        if target >= MIN_OPEN_FILES:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        else:
+            _limit_error(f"open files (ulimit -n) is {soft}, hard limit {hard}", f"at least {MIN_OPEN_FILES}",
+                         "ulimit -n 4096")  # fmt: skip
+    for name, key, minimum, flag in (
+        ("address space (ulimit -v)", "RLIMIT_AS", MIN_ADDRESS_SPACE, "ulimit -v unlimited"),
+        ("file size (ulimit -f)", "RLIMIT_FSIZE", MIN_FILE_SIZE, "ulimit -f unlimited"),
+    ):
+        limit = resource.getrlimit(getattr(resource, key))[0]
+        if limit != resource.RLIM_INFINITY and limit < minimum:
+            _limit_error(f"{name} is {limit // 2**20} MiB", f"at least {minimum // 2**20} MiB, or unlimited", flag)
+    temp = Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir())
+    try:
+        free = shutil.disk_usage(temp).free
+    except OSError:
+        return  # Ray reports a folder it cannot use itself
+    if free < MIN_TEMP_FREE:
+        raise BackendError(
+            f"ray (local) | the temporary folder {temp} has {free // 2**20} MiB free; a local Ray writes its "
+            f"session files and logs there and needs at least {MIN_TEMP_FREE // 2**20} MiB.",
+            hint="free space there, or point TMPDIR (or RAY_TMPDIR) at a folder with room.",
+        )
+
+
+def _limit_error(found: str, expected: str, fix: str) -> None:
+    raise BackendError(
+        f"ray (local) | cannot start under this process's limits: {found}; a local Ray needs {expected}.",
+        hint=f"raise the limit in the shell that runs deploykit ({fix}), or use --engine local.",
+    )

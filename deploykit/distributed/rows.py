@@ -5,7 +5,7 @@ A row is a JSON-serialisable dict::
     {"path": ..., "status": "ok" | "error", "error": None | reason, "task": "detect" | "classify" | "tensor",
      "results": detections, top-k classes, or {output: {"shape", "dtype", "data"}} for "tensor",
      "timing_ms": {"pre_ms", "infer_ms", "post_ms", "total_ms"},
-     "backend": ..., "device": ..., "worker": {"node", "pid", "threads", "restarted"}}
+     "backend": ..., "device": ..., "worker": {"node", "pid", "threads", "precision", "options", "restarted"}}
 
 ``detect`` and ``classify`` read image files through the Detector / Classifier; ``tensor`` feeds
 ``.npy`` (one-input models) or ``.npz`` files (one array per input name) to a plain session. A bad
@@ -109,7 +109,8 @@ class Predictor:
         info = self.session.info
         self.backend, self.device = info.backend, info.device
         threads = info.options.get("threads")
-        self.worker = {"node": platform.node(), "pid": os.getpid(), "threads": threads, "restarted": restarted}
+        self.worker = {"node": platform.node(), "pid": os.getpid(), "threads": threads, "precision": info.precision,
+                       "options": dict(info.options), "restarted": restarted}  # fmt: skip
 
     def _base(self, path: str) -> dict[str, Any]:
         return {"path": path, "task": self.task, "backend": self.backend, "device": self.device, "worker": self.worker}

@@ -1,8 +1,11 @@
 """``optimize``: the fastest configuration that still gives the right answer, as a bundle.
 
-``search`` runs the search (variants, screening, successive halving), ``ranking`` holds the one
-ranking rule (bootstrap intervals; ties to the simpler setup) that ``bench`` uses too, ``results``
-the typed report, ``bundle`` the folder written and its one reader (``read_bundle``).
+``search`` runs the search (``candidates``: the image split, the variants and candidates;
+``rounds``: screening and successive halving; ``answer``: the ranking of what was measured),
+``ranking`` holds the one ranking rule (bootstrap intervals; ties to the simpler setup) that
+``bench`` uses too, ``results`` the typed report, ``html`` its page, ``manifest`` the bundle's
+``deploykit.json`` and the writing of the folder, ``bundle`` its one reader (``read_bundle``) and
+openers.
 
 The package and its function share the name, so the package itself is callable:
 ``deploykit.optimize("model.onnx", "photos/", output="deploy/")`` is ``optimize(...)``.
@@ -19,6 +22,7 @@ from deploykit.optimize.ranking import DECISION_RULE, Interval, RankEntry, Ranki
 from deploykit.optimize.results import (
     Baseline,
     CandidateResult,
+    GroundTruth,
     OptimizeReport,
     OptimizeSettings,
     RoundResult,
@@ -42,6 +46,7 @@ __all__ = [
     "BundleManifest",
     "BundleWarning",
     "CandidateResult",
+    "GroundTruth",
     "Interval",
     "OptimizeReport",
     "OptimizeSettings",

@@ -50,6 +50,7 @@ class CandidateState:
     stage: str = "screening"
     cost_s: float = 0.0
     accurate: bool = False  # verified and within the accuracy budget
+    top1_accuracy: float | None = None  # against the class folders, when they give the true classes
 
     @property
     def alive(self) -> bool:
@@ -77,11 +78,21 @@ def thread_counts(cpus: int | None = None) -> list[int]:
     return sorted(counts)
 
 
-def split_images(folder: Path, quantize: bool, seed: int) -> tuple[list[tuple[Path, str | None]], list[Path]]:
-    """(calibration images with their class folder, accuracy images): disjoint, seeded."""
+def split_images(
+    folder: Path, quantize: bool, seed: int
+) -> tuple[list[tuple[Path, str | None]], list[tuple[Path, str | None]]]:
+    """(calibration images, accuracy images), each with its class folder: disjoint, seeded, and
+    stratified, so both halves see every class that has two images or more."""
     from deploykit.quantize.calibration import labelled_images
 
-    found = labelled_images(folder)
+    try:
+        found = labelled_images(folder)
+    except InputError as exc:  # quantize's hint names .npz arrays, which optimize cannot measure accuracy on
+        raise InputError(
+            f"--images '{folder}' | holds no images (looked for .jpg, .png, .bmp, .webp, .tif, directly and one "
+            "folder down).",
+            hint="put real photos the model will see in the folder (or in folder/<class>/ sub-folders).",
+        ) from exc
     minimum = MIN_IMAGES_TO_SPLIT if quantize else 1
     if len(found) < minimum:
         raise InputError(
@@ -91,11 +102,72 @@ def split_images(folder: Path, quantize: bool, seed: int) -> tuple[list[tuple[Pa
         )
     order = np.random.default_rng(seed).permutation(len(found)).tolist()
     if not quantize:
-        return [], [found[i][0] for i in sorted(order[:ACCURACY_IMAGE_LIMIT])]
-    held = min(ACCURACY_IMAGE_LIMIT, len(found) // 2)
-    accuracy = [found[i][0] for i in sorted(order[:held])]
-    calibration = [found[i] for i in sorted(order[held:][:CALIBRATION_IMAGE_LIMIT])]
-    return calibration, accuracy
+        return [], [found[i] for i in sorted(_stratified(found, order, ACCURACY_IMAGE_LIMIT, keep=0))]
+    picked = _stratified(found, order, min(ACCURACY_IMAGE_LIMIT, len(found) // 2), keep=1)
+    rest = [i for i in order if i not in picked]
+    return [found[i] for i in sorted(rest[:CALIBRATION_IMAGE_LIMIT])], [found[i] for i in sorted(picked)]
+
+
+def _stratified(found: Sequence[tuple[Path, str | None]], order: Sequence[int], count: int, keep: int) -> set[int]:
+    """``count`` indices taken class by class in turn (in the shuffled ``order``), leaving each class
+    ``keep`` images for the other half while that is possible. Without class folders: ``order[:count]``."""
+    classes: dict[str | None, list[int]] = {}
+    for index in order:
+        classes.setdefault(found[index][1], []).append(index)
+    picked: list[int] = []
+    # first up to half of each class, then what the other half can spare, then anything left
+    sizes = [len(members) for members in classes.values()]
+    for quota in ([n // 2 if keep else n for n in sizes], [n - keep for n in sizes], sizes):
+        for turn in range(max(quota, default=0)):
+            for members, limit in zip(classes.values(), quota, strict=True):
+                if len(picked) >= count:
+                    return set(picked)
+                if turn < limit and members[turn] not in picked:
+                    picked.append(members[turn])
+    return set(picked)
+
+
+def ground_truth(
+    accuracy: Sequence[tuple[Path, str | None]],
+    calibration: Sequence[tuple[Path, str | None]],
+    labels: Sequence[str],
+    task: str | None,
+    folder: Path,
+) -> tuple[list[int] | None, str | None]:
+    """The true class of each accuracy image from its class folder, for a classifier's top-1
+    accuracy; None and a note when there is none to measure (no class folders, not a classifier,
+    images outside a class folder). Every class folder, calibration ones included, must name a label.
+
+    Raises:
+        InputError: a class folder names none of the classifier's labels.
+    """
+    names = sorted({label for _, label in [*accuracy, *calibration] if label is not None})
+    if not names:
+        return None, None
+    if task != "classify":
+        kind = "a detector" if task == "detect" else "not a classifier"
+        return None, f"class folders of --images are not used: top-1 accuracy is for classifiers, this is {kind}"
+    from deploykit.labels import class_index
+
+    unknown = [name for name in names if class_index(name, labels) is None]
+    if unknown:
+        import difflib
+
+        more = f" ... ({len(labels)} in all)" if len(labels) > 8 else ""
+        shown = ", ".join(repr(label) for label in labels[:8]) + more
+        close = {n: difflib.get_close_matches(n, labels, n=1, cutoff=0.6) for n in unknown}
+        guesses = "; ".join(f"'{n}': did you mean '{m[0]}'?" for n, m in close.items() if m)
+        raise InputError(
+            f"--images '{folder}' | class folder(s) {', '.join(repr(n) for n in unknown)} name none of the model's "
+            f"labels; expected folder names among {shown} (or a class index)." + (f" {guesses}" if guesses else ""),
+            hint="name each sub-folder after the class of its images as the model's labels spell it (case, '_' "
+            "and ' ' do not matter), or by its class index; or put the images directly in the folder (then no "
+            "top-1 accuracy).",
+        )
+    loose = sum(1 for _, label in accuracy if label is None)
+    if loose:
+        return None, f"top-1 accuracy not measured: {loose} image(s) lie directly in --images, outside a class folder"
+    return [class_index(label, labels) for _, label in accuracy], None  # type: ignore[arg-type,misc]
 
 
 def link_folder(folder: Path, files: Sequence[tuple[Path, str | None]]) -> Path:

@@ -111,6 +111,8 @@ class CandidateResult:
         verdict: the verification of its outputs on the held-out images.
         accuracy_delta: 0 for an element-wise pass, 1 − the task metric for reduced precision.
         session: what actually ran (the runtime's report).
+        top1_accuracy: its top-1 accuracy against the class folders of ``--images`` (classifiers
+            with class folders; None otherwise).
     """
 
     label: str
@@ -124,6 +126,7 @@ class CandidateResult:
     verdict: Verdict | None = None
     accuracy_delta: float | None = None
     session: SessionInfo | None = None
+    top1_accuracy: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -138,6 +141,7 @@ class CandidateResult:
             "verdict": None if self.verdict is None else self.verdict.to_dict(),
             "accuracy_delta": self.accuracy_delta,
             "session": None if self.session is None else self.session.to_dict(),
+            "top1_accuracy": self.top1_accuracy,
         }
 
     @classmethod
@@ -158,6 +162,7 @@ class CandidateResult:
             verdict=part("verdict", Verdict),
             accuracy_delta=data.get("accuracy_delta"),
             session=part("session", SessionInfo),
+            top1_accuracy=data.get("top1_accuracy"),
         )
 
 
@@ -175,6 +180,7 @@ class OptimizeSettings:
         backends: the backend specs searched.
         threads, batches: the thread counts and batch sizes searched.
         seed: the split's shuffle and random inputs.
+        accuracy_files: the held-out images (relative to ``images``) every accuracy figure comes from.
     """
 
     scenario: str
@@ -188,17 +194,18 @@ class OptimizeSettings:
     threads: tuple[int, ...]
     batches: tuple[int, ...]
     seed: int = 0
+    accuracy_files: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        for key in ("backends", "threads", "batches"):
+        for key in ("backends", "threads", "batches", "accuracy_files"):
             data[key] = list(data[key])
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> OptimizeSettings:
         known = {k: data[k] for k in cls.__dataclass_fields__ if k in data}
-        for key in ("backends", "threads", "batches"):
+        for key in ("backends", "threads", "batches", "accuracy_files"):
             known[key] = tuple(known.get(key) or ())
         return cls(**known)
 
@@ -226,6 +233,32 @@ class Baseline:
 
 
 @dataclass(frozen=True)
+class GroundTruth:
+    """Top-1 accuracy against the true classes: the class folders of ``--images`` (classifiers only).
+
+    Attributes:
+        classes: the class folders among the held-out images.
+        images: how many held-out images (each in a class folder).
+        reference: the oracle whose f32 outputs give ``reference_top1_accuracy``.
+        reference_top1_accuracy: the f32 oracle's own top-1 accuracy on those images.
+    """
+
+    classes: tuple[str, ...]
+    images: int
+    reference: str
+    reference_top1_accuracy: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["classes"] = list(self.classes)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GroundTruth:
+        return cls(tuple(data["classes"]), int(data["images"]), data["reference"], data.get("reference_top1_accuracy"))
+
+
+@dataclass(frozen=True)
 class OptimizeReport:
     """What ``optimize`` found: every candidate, the decision and its rule, the Pareto front.
 
@@ -245,6 +278,8 @@ class OptimizeReport:
         elapsed_s: the whole command's wall time.
         device: the machine fingerprint (``deploykit.bench.fingerprint``).
         notes: plain statements (variants that could not be made, fallbacks ...).
+        ground_truth: the class folders' true classes and the oracle's top-1 accuracy on them (each
+            candidate's is ``CandidateResult.top1_accuracy``); None without class folders.
     """
 
     model: ModelInfo
@@ -262,6 +297,7 @@ class OptimizeReport:
     elapsed_s: float
     device: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    ground_truth: GroundTruth | None = None
 
     @property
     def headline(self) -> str:
@@ -303,6 +339,7 @@ class OptimizeReport:
             "elapsed_s": self.elapsed_s,
             "device": dict(self.device),
             "notes": list(self.notes),
+            "ground_truth": None if self.ground_truth is None else self.ground_truth.to_dict(),
         }
 
     @classmethod
@@ -331,6 +368,7 @@ class OptimizeReport:
             elapsed_s=float(data.get("elapsed_s", 0.0)),
             device=dict(data.get("device") or {}),
             notes=tuple(data.get("notes") or ()),
+            ground_truth=None if data.get("ground_truth") is None else GroundTruth.from_dict(data["ground_truth"]),
         )
 
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:

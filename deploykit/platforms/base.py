@@ -52,11 +52,38 @@ class PlatformStatus:
         }
 
 
+STORED_PRECISIONS = ("f32", "f16", "bf16", "int8")
+"""The precisions a model file may be stored in (what ``RuntimeClaims.model_precision`` maps)."""
+
+
+@dataclass(frozen=True)
+class RuntimeClaims:
+    """What one runtime claims on one device of a platform, asked there: on an emulated target,
+    by the target's build on the emulated CPU (``probe``), never by the host's.
+
+    Attributes:
+        precisions: what it computes natively (``Backend.precisions``), ``f32`` first.
+        model_precision: stored precision → the precision a backend without a precision setting
+            runs such a model in (``Backend.model_precision``).
+    """
+
+    precisions: tuple[str, ...]
+    model_precision: Mapping[str, str] = field(default_factory=dict)
+
+    def runs(self, stored: str) -> str:
+        return self.model_precision.get(stored, stored)
+
+
 class Platform(abc.ABC):
     """A place a worker can run: this machine, or an emulated target."""
 
     name: str
     emulated: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    def claims(self, backend: str, device: str) -> RuntimeClaims | None:
+        """What ``backend`` claims on ``device`` here; None when it does not run here (or, on a
+        target, that device is not one it offers): the worker then says why."""
 
     @abc.abstractmethod
     def interpreter(self) -> Interpreter:
@@ -78,6 +105,15 @@ class HostPlatform(Platform):
 
     def interpreter(self) -> Interpreter:
         return HOST
+
+    def claims(self, backend: str, device: str) -> RuntimeClaims | None:
+        from deploykit.backends.registry import get_backend
+
+        found = get_backend(backend)
+        if not found.is_available():
+            return None
+        mapping = {own: found.model_precision(own, device) for own in STORED_PRECISIONS}
+        return RuntimeClaims(tuple(found.precisions(device)), mapping)
 
     def status(self, *, self_test: bool = True) -> PlatformStatus:
         import sys

@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,13 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.cache import cache_dir
-from deploykit.errors import PlatformError
-from deploykit.platforms.base import Platform, PlatformStatus
+from deploykit.errors import DeployKitError, PlatformError
+from deploykit.platforms.base import Platform, PlatformStatus, RuntimeClaims
 from deploykit.platforms.qemu import MIN_MAJOR, fetch_qemu, find_qemu, qemu_version
 from deploykit.verify.isolated import Interpreter, run_worker
 
 MANIFEST = "target.json"
 COMPLETE = ".complete"
+OFFERS = "offers.json"  # what each runtime claims, per emulated CPU (the probe's "offers"), keyed as it was probed
 # Python, and the C/C++ runtimes numpy's and the runtimes' wheels link against (not bundled in them).
 SYSROOT_PACKAGES = ("python3", "libstdc++6", "libgomp1")
 SELF_TEST_TIMEOUT_S = 300.0
@@ -48,6 +50,17 @@ def _source_fingerprint(package: Path) -> str:
             stat = path.stat()
             digest.update(f"{path.relative_to(package)}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()
+
+
+def _emulated_environment(name: str) -> dict[str, str]:
+    """What the host's ``name`` backend says its worker needs under emulation (nothing when the host lacks it)."""
+    from deploykit.backends.registry import get_backend
+
+    try:
+        backend = get_backend(name)
+        return backend.emulated_environment() if backend.is_available() else {}
+    except DeployKitError:
+        return {}
 
 
 @contextlib.contextmanager
@@ -132,6 +145,7 @@ class EmulatedPlatform(Platform):
         seconds: dict[str, float] = {}
         with _locked(folder):
             (folder / MANIFEST).unlink(missing_ok=True)
+            (folder / OFFERS).unlink(missing_ok=True)
             started = time.perf_counter()
             cache = cache_dir()
             try:
@@ -184,6 +198,7 @@ class EmulatedPlatform(Platform):
             manifest["probe"] = probe
             manifest["seconds"] = {k: round(v, 2) for k, v in seconds.items()}
             (folder / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        self._keep_offers(probe, manifest)
         return manifest
 
     def _install_wheels(self, site: Path, python_version: str, say: Callable[[str], None]) -> list[dict[str, Any]]:
@@ -232,10 +247,13 @@ class EmulatedPlatform(Platform):
         paths = [str(folder / "source"), str(folder / "site")]
         if os.environ.get("PYTHONPATH"):  # plug-in backends named in DEPLOYKIT_BACKENDS (pure Python)
             paths.append(os.environ["PYTHONPATH"])
+        # the host's user site-packages hold host-architecture builds: never on the target's path
+        environment = {"PYTHONPATH": os.pathsep.join(paths), "PYTHONNOUSERSITE": "1"}
+        for backend in {p["backend"] for p in manifest["packages"] if p["backend"]}:
+            environment.update(_emulated_environment(backend))
         return Interpreter(
             command=(str(qemu), "-L", str(sysroot), "-cpu", self.cpu, str(sysroot / manifest["python"])),
-            # the host's user site-packages hold host-architecture builds: never on the target's path
-            environment={"PYTHONPATH": os.pathsep.join(paths), "PYTHONNOUSERSITE": "1"},
+            environment=environment,
             platform=self.name,
         )
 
@@ -253,6 +271,53 @@ class EmulatedPlatform(Platform):
         with _locked(self.folder()):
             self._sync_source(self.folder())
         return self._interpreter(manifest)
+
+    def _offers_key(self, manifest: dict[str, Any]) -> str:
+        """What the runtimes' claims depend on: the emulated CPU, the installed builds, deploykit's source."""
+        source = self.folder() / "source" / COMPLETE
+        fingerprint = source.read_text() if source.exists() else ""
+        return json.dumps([self.cpu, manifest["qemu"]["version"], manifest["packages"], fingerprint])
+
+    def _keep_offers(self, probe: dict[str, Any], manifest: dict[str, Any]) -> None:
+        path = self.folder() / OFFERS
+        try:
+            kept = json.loads(path.read_text())
+        except (OSError, ValueError):
+            kept = {}
+        kept[self.cpu] = {"key": self._offers_key(manifest), "offers": probe.get("offers") or {}}
+        partial = path.with_name(f"{OFFERS}.{os.getpid()}.{threading.get_ident()}.partial")  # threads probe too
+        partial.write_text(json.dumps(kept, indent=2))
+        os.replace(partial, path)
+
+    def offers(self) -> dict[str, Any]:
+        """Backend → what the target's build claims on the emulated CPU (the probe's ``offers``): probed
+        once per CPU and kept in the target's folder until the target, the CPU or deploykit changes.
+
+        Raises:
+            PlatformError: the target is not prepared, or the probe did not run in it.
+        """
+        interpreter = self.interpreter()
+        manifest = self.manifest() or {}
+        try:
+            kept = json.loads((self.folder() / OFFERS).read_text()).get(self.cpu) or {}
+        except (OSError, ValueError):
+            kept = {}
+        if kept.get("key") == self._offers_key(manifest):
+            offers: dict[str, Any] = kept["offers"]
+            return offers
+        probe = self._probe(interpreter, [p["backend"] for p in manifest["packages"] if p["backend"]])
+        self._keep_offers(probe, manifest)
+        return dict(probe.get("offers") or {})
+
+    def claims(self, backend: str, device: str) -> RuntimeClaims | None:
+        found = self.offers().get(backend)
+        if found is None:
+            return None
+        devices = {name.lower(): claims for name, claims in found["devices"].items()}
+        claimed = devices.get(device.lower())
+        if claimed is None:
+            return None
+        return RuntimeClaims(tuple(claimed["precisions"]), dict(claimed["model_precision"]))
 
     def _probe(self, interpreter: Interpreter, backends: list[str]) -> dict[str, Any]:
         outcome = run_worker("deploykit.platforms.probe", {"backends": backends}, timeout_s=SELF_TEST_TIMEOUT_S,
@@ -288,9 +353,14 @@ class EmulatedPlatform(Platform):
         elif self_test:
             try:
                 probe = self._probe(self.interpreter(), [p["backend"] for p in manifest["packages"] if p["backend"]])
+                self._keep_offers(probe, manifest)
             except PlatformError as exc:
                 state, details = "broken", [str(exc), *details]
         runtimes = dict(probe.get("backends") or {})
+        for backend, offer in (probe.get("offers") or {}).items():  # the default device's native precisions
+            claimed = (offer.get("devices") or {}).get(offer.get("default_device")) or {}
+            if claimed.get("precisions") and backend in runtimes:
+                runtimes[backend] += f" ({', '.join(claimed['precisions'])})"
         features = probe.get("features") or ""
         return PlatformStatus(
             self.name,

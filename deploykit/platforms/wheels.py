@@ -150,13 +150,8 @@ def install(target: Path, requirements: Sequence[Requirement], tags: Sequence[st
     if done.returncode != 0:
         shutil.rmtree(partial, ignore_errors=True)
         plain = resolve(requirements, tags, python)
-        core = [r for r in plain if r.requirement.backend is None and r.version is None]
-        if core:
-            raise PlatformError(
-                f"target packages | {'; '.join(r.reason for r in core)}; expected deploykit's own dependencies to "
-                "have wheels for the target.",
-                hint="this platform cannot run deploykit's workers; check the index for the package's platform tags.",
-            )
+        if any(r.requirement.backend is None and r.version is None for r in plain):
+            raise missing_wheels_error(plain, tags, python)
         wanted = [f"{r.requirement.distribution}=={r.version}" for r in plain if r.version is not None]
         done = _pip(tags, python, ["--target", str(partial), *wanted])
         if done.returncode != 0:
@@ -175,6 +170,27 @@ def install(target: Path, requirements: Sequence[Requirement], tags: Sequence[st
         version = versions.get(_normal(item.requirement.distribution))
         got.append(Resolved(item.requirement, version, item.reason if version else item.reason or "not installed"))
     return got
+
+
+def missing_wheels_error(resolved: Sequence[Resolved], tags: Sequence[str], python: str) -> PlatformError:
+    """The error of a target whose index has no wheel for deploykit's own dependencies: every
+    package without a wheel named (deploykit's and the runtimes'), those that have one, and what
+    would install the missing ones."""
+    arch = tags[0].split("_", 3)[-1]
+    missing = [r for r in resolved if r.version is None]
+    core = [r.requirement.distribution for r in missing if r.requirement.backend is None]
+    runtimes = [r.requirement.distribution for r in missing if r.requirement.backend is not None]
+    found = [f"{r.requirement.distribution} {r.version}" for r in resolved if r.version is not None]
+    problem = f"the package index has no {arch} wheel for CPython {python} of {', '.join(core)} (deploykit's own "
+    problem += "dependencies)" + (f" nor of {', '.join(runtimes)} (runtimes)" if runtimes else "")
+    problem += f"; it has {', '.join(found)}" if found else ""
+    names = " ".join(r.requirement.pinned for r in missing)
+    return PlatformError(
+        f"target packages | {problem}; expected wheels tagged {tags[0]} (or older manylinux) for numpy and onnx at "
+        "least, since the target's workers import them.",
+        hint=f"build {arch} wheels of {names} (pip wheel on a {arch} machine), put them in one folder and run "
+        f"PIP_FIND_LINKS=FOLDER deploykit platforms add again: pip takes them from there.",
+    )
 
 
 def _normal(name: str) -> str:

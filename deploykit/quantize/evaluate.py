@@ -83,17 +83,15 @@ def class_indices(samples: Sequence[Sample], labels: Sequence[str]) -> tuple[lis
     (exactly, ignoring case and '_' versus ' ', or as an integer index); None and why when any is unknown."""
     if not samples or any(s.label is None for s in samples):
         return None, "top-1 accuracy not measured: the held-out images are not in folder/<class>/ sub-folders"
-    index = {label.lower().replace("_", " "): i for i, label in enumerate(labels)}
+    from deploykit.labels import class_index
+
     found = []
     for sample in samples:
         assert sample.label is not None
-        key = sample.label.lower().replace("_", " ")
-        if key in index:
-            found.append(index[key])
-        elif sample.label.isdigit() and int(sample.label) < len(labels):
-            found.append(int(sample.label))
-        else:
+        index = class_index(sample.label, labels)
+        if index is None:
             return None, f"top-1 accuracy not measured: class folder '{sample.label}' is not one of the model's labels"
+        found.append(index)
     return found, None
 
 

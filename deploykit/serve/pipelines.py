@@ -19,9 +19,8 @@ from starlette.responses import Response
 
 from deploykit.backends.base import Session, SessionInfo
 from deploykit.errors import DeployKitError, RequestError, UsageError
+from deploykit.metadata import read_metadata
 from deploykit.serve.runner import ModelRunner
-
-TASKS = ("detect", "classify")
 
 
 class QueuedSession(Session):
@@ -41,8 +40,7 @@ class QueuedSession(Session):
 
 
 def model_task(runner: ModelRunner) -> str | None:
-    task = runner.metadata.get("deploykit.task") or runner.metadata.get("task")
-    return task if task in TASKS else None
+    return read_metadata(runner.metadata, runner.model.name).task
 
 
 class _Pipelines:

@@ -19,7 +19,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -193,7 +193,7 @@ class RayServer:
         self.http_port: int | None = None
         self.grpc_port: int | None = None
         self.metrics_port: int | None = None
-        self._started_ray = False
+        self._stop_ray: Callable[[], None] | None = None  # set when this server started the Ray it runs on
         self._started_at = 0.0
         self._ready_after_s: float | None = None
         self._stopped = False
@@ -211,7 +211,7 @@ class RayServer:
         for note in self.notes:
             log.warning("--engine ray: %s", note)
         self._started_at = time.perf_counter()
-        self._started_ray = start_ray(ray, self.ray.address)
+        self._stop_ray = start_ray(ray, self.ray.address)
         port = self.settings.http_port or _free_port(self.settings.host)
         try:
             serve.start(http_options={"host": self.settings.host, "port": port})
@@ -279,18 +279,16 @@ class RayServer:
         if self._stopped:
             return
         self._stopped = True
-        import ray
-
         try:
-            if self._started_ray:
+            if self._stop_ray is not None:
                 serve.shutdown()
             else:
                 serve.delete(APP_NAME)
         except Exception as exc:  # a stop must not hide why the start failed, nor leave Ray running
             log.warning("ray serve | stopping the application failed: %s", exc)
         finally:
-            if self._started_ray:
-                ray.shutdown()
+            if self._stop_ray is not None:
+                self._stop_ray()
         log.info("ray serve application stopped")
 
     def __enter__(self) -> RayServer:

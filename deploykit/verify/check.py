@@ -93,18 +93,24 @@ def expand_candidates(
     *,
     model_precision: str = "f32",
     options: Mapping[str, OptionValue] | None = None,
+    platform: Any = None,
 ) -> tuple[list[Candidate], list[str]]:
-    """Every backend spec × precision the backend can run natively here, and one note per
-    combination it cannot (``not supported here``), never a silent skip.
+    """Every backend spec × precision the backend can run natively on ``platform`` (a
+    ``deploykit.platforms.Platform``; the host when None), and one note per combination it cannot
+    (``not supported here`` / ``not supported on linux/arm64``), never a silent skip.
 
-    A backend with a precision setting runs what its device claims (``Backend.precisions``); one
-    without runs the model in the precision ``Backend.model_precision`` says (asking it for f32
-    means "no reduced setting"). An INT8 model is judged as INT8 whatever its float parts run in.
-    A ``precision`` among the backend options is the sweep itself (given twice, differently, it is
-    an error: it would otherwise be overridden silently).
+    A backend with a precision setting runs what its device claims on that platform
+    (``Backend.precisions``, asked on the host, or in an emulated target by the target's build on
+    the emulated CPU); one without runs the model in the precision ``Backend.model_precision``
+    says there (asking it for f32 means "no reduced setting"). An INT8 model is judged as INT8
+    whatever its float parts run in. A ``precision`` among the backend options is the sweep itself
+    (given twice, differently, it is an error: it would otherwise be overridden silently).
     """
     from deploykit.backends.registry import canonical_name, get_backend
+    from deploykit.platforms import PLATFORMS
 
+    platform = platform or PLATFORMS["host"]
+    where = "on " + platform.name if platform.emulated else "here"
     options = dict(options or {})
     precisions = _sweep_with_option(list(precisions), options.pop("precision", None))
     own = normalize_precision(model_precision)
@@ -115,10 +121,11 @@ def expand_candidates(
         name = canonical_name(name)
         backend = get_backend(name)
         device = device or backend.default_device
-        available = backend.is_available()
+        claims = platform.claims(name, device)
+        available = claims is not None
         settable = "precision" in backend.options
-        native = backend.precisions(device) if available and settable else []
-        ran = backend.model_precision(own, device) if available and not settable else own
+        native = list(claims.precisions) if claims is not None and settable else []
+        ran = claims.runs(own) if claims is not None and not settable else own
         seen: set[tuple[str | None, str]] = set()
         for precision in precisions:
             settings = dict(options)
@@ -131,7 +138,8 @@ def expand_candidates(
                 offered = [*native, *(["int8"] if own == "int8" else [])] if settable else sorted({ran, "f32"})
                 if precision not in offered and available:
                     runs = ", ".join(offered if settable else [ran])
-                    notes.append(f"{name}:{device} {precision}: not supported here ({name} on {device} runs {runs})")
+                    notes.append(f"{name}:{device} {precision}: not supported {where} ({name} on {device} runs "
+                                 f"{runs}{' there' if platform.emulated else ''})")  # fmt: skip
                     continue
                 if settable and precision in native:
                     settings.update(backend.precision_options(precision))
@@ -141,7 +149,7 @@ def expand_candidates(
             if key in seen:  # f32 and int8 of an INT8 model on one setting are one run
                 continue
             seen.add(key)
-            candidates.append(Candidate(name, device, judged, settings))
+            candidates.append(Candidate(name, device, judged, settings, platform.name))
     return candidates, notes
 
 
@@ -222,8 +230,15 @@ def check_given_inputs(specs: Mapping[str, Any], given: Mapping[str, np.ndarray]
     return validate_feeds(specs, given)
 
 
-def _run(model: Path, candidate: Candidate, cases: Sequence[Mapping[str, np.ndarray]], timeout_s: float,
-         isolate: bool, label: str | None = None) -> CandidateRun:  # fmt: skip
+def run_on_platform(
+    model: Path,
+    candidate: Candidate,
+    cases: Sequence[Mapping[str, np.ndarray]],
+    timeout_s: float,
+    isolate: bool,
+    label: str | None = None,
+) -> CandidateRun:
+    """Run one candidate in a worker on its platform (the host's Python, or the target's under emulation)."""
     from deploykit.platforms import get_platform
 
     interpreter = get_platform(candidate.platform).interpreter()
@@ -232,33 +247,50 @@ def _run(model: Path, candidate: Candidate, cases: Sequence[Mapping[str, np.ndar
                          interpreter=interpreter)  # fmt: skip
 
 
-def on_platforms(
-    candidates: Sequence[Candidate], platforms: str | Sequence[str] | None, *, defaulted: bool = False
-) -> tuple[list[Candidate], list[str]]:
-    """Every candidate on every platform asked for (``host`` when none), and one note per emulated
-    platform: what it emulates and with which runtime builds. A platform that is not prepared
-    fails here, before anything runs (``PlatformError`` naming what would prepare it).
-
-    ``defaulted``: the candidates are every backend × device of the host; an emulated target
-    has only a CPU, so there each backend runs on its default device alone.
-    """
-    import dataclasses
-
-    from deploykit.backends.registry import get_backend
+def platform_notes(platforms: str | Sequence[str] | None) -> list[str]:
+    """One note per emulated platform among ``platforms``: what it emulates and with which runtime
+    builds. A platform that is not prepared fails here, before anything runs (``PlatformError``
+    naming what would prepare it)."""
     from deploykit.platforms import parse_platforms
 
-    chosen = parse_platforms(platforms)
     notes = []
-    expanded = []
-    for platform in chosen:
+    for platform in parse_platforms(platforms):
         if platform.emulated:
             platform.interpreter()
             notes.append(f"{platform.describe()}: the target's builds of the runtimes, emulated; "
                          "numbers and precisions are the target's, speed is not the board's")  # fmt: skip
-        for candidate in candidates:
-            if platform.emulated and defaulted and candidate.device != get_backend(candidate.backend).default_device:
-                continue
-            expanded.append(dataclasses.replace(candidate, platform=platform.name))
+    return notes
+
+
+def on_platforms(
+    specs: Sequence[str] | None,
+    precisions: Sequence[str | None],
+    platforms: str | Sequence[str] | None,
+    *,
+    model_precision: str = "f32",
+    options: Mapping[str, OptionValue] | None = None,
+) -> tuple[list[Candidate], list[str]]:
+    """``expand_candidates`` on every platform asked for (``host`` when none), platform by platform,
+    each offered the precisions its own runtimes claim (``Platform.claims``), with the notes of
+    ``platform_notes``.
+
+    With no ``specs`` the candidates are every backend × device of the host; an emulated target
+    has only a CPU, so there each of those backends runs on its default device alone.
+    """
+    from deploykit.backends.registry import get_backend
+    from deploykit.platforms import parse_platforms
+
+    notes = platform_notes(platforms)
+    expanded = []
+    for platform in parse_platforms(platforms):
+        chosen = specs
+        if not specs and platform.emulated:
+            names = dict.fromkeys(parse_backend_spec(spec)[0] for spec in default_backend_specs())
+            chosen = [f"{name}:{get_backend(name).default_device}" for name in names]
+        found, skipped = expand_candidates(chosen, precisions, model_precision=model_precision, options=options,
+                                           platform=platform)  # fmt: skip
+        expanded += found
+        notes += skipped
     return expanded, notes
 
 
@@ -399,15 +431,17 @@ def verify_model(
     interface = read_interface(model_path)
     overrides = dict(thresholds or {})
     thresholds_for("f32", **overrides)  # bad values fail before anything runs
-    candidates, notes = expand_candidates(
-        backends, parse_precisions(precision), model_precision=interface.precision, options=options
-    )
-    candidates, platform_notes = on_platforms(candidates, platforms, defaulted=not backends)
-    notes += platform_notes
+    candidates, notes = on_platforms(backends, parse_precisions(precision), platforms,
+                                     model_precision=interface.precision, options=options)  # fmt: skip
     if not candidates:
+        from deploykit.platforms import parse_platforms
+
+        names = [p.name for p in parse_platforms(platforms)]
+        where = "here" if names == ["host"] else "on " + ", ".join(names)
         raise UsageError(
-            f"compare '{model_path.name}' | no backend can run the precisions asked for here: {'; '.join(notes)}.",
-            hint="'deploykit backends' lists what runs here; f32 runs everywhere.",
+            f"compare '{model_path.name}' | no backend can run the precisions asked for {where}: {'; '.join(notes)}.",
+            hint="'deploykit backends' lists what runs here and 'deploykit platforms list' what a target claims; "
+            "f32 runs everywhere.",
         )
     prepared = prepare_inputs(model_path, inputs, batch=batch, shapes=shapes, batch_axes=batch_axes, seed=seed)
     task = task_of({s.name: s for s in interface.outputs}, interface.metadata) if prepared.source == "images" else None
@@ -418,11 +452,18 @@ def verify_model(
     # f16, INT8) compares it with the oracle's own f32 outputs, not with another candidate
     oracle_cases = prepared.cases
     # verification times nothing, so the oracle and the candidates run side by side (one worker each)
+    # The pool runs one worker per CPU, so the longest jobs start first: an emulated worker takes
+    # many times a host one, and it is on the critical path (started after the oracle, it would
+    # wait for it to finish; the oracle is needed only when the verdicts are judged).
+    emulated = [c.platform != "host" for c in candidates]
     with WorkerPool(isolate, len(candidates) + 1) as pool:
+        submitted = {i: pool.submit(run_on_platform, model_path, c, prepared.cases, timeout_s, isolate)
+                     for i, c in enumerate(candidates) if emulated[i]}  # fmt: skip
         pending_oracle = pool.submit(run_oracle, model_path, oracle, oracle_cases, timeout_s=timeout_s, isolate=isolate)
-        pending = [pool.submit(_run, model_path, c, prepared.cases, timeout_s, isolate) for c in candidates]
+        submitted.update({i: pool.submit(run_on_platform, model_path, c, prepared.cases, timeout_s, isolate)
+                          for i, c in enumerate(candidates) if not emulated[i]})  # fmt: skip
         oracle_info, references = pool.results([pending_oracle])[0]
-        runs = pool.results(pending)
+        runs = pool.results([submitted[i] for i in range(len(candidates))])
     if references is None and oracle.strip().lower() in ("auto", "none", "agree"):
         # no independent oracle ran (or none was asked for): the first candidate that ran is the reference
         reference_run = next((r for r in runs if r.ok), None)
@@ -480,8 +521,10 @@ def run_oracle(
     name = canonical_name(name)
     backend = get_backend(name)
     spec = Candidate(name, device or backend.default_device, None, backend.precision_options("f32"))
-    run = _run(Path(model), spec, cases, timeout_s, isolate)
     label = "onnx-reference" if name == REFERENCE_BACKEND else f"{name}:{spec.device}"
+    if backend.independent_oracle and (blind := backend.oracle_blind_spot(Path(model))):
+        return OracleInfo(label, False, f"{label} is not used as the oracle: {blind}"), None
+    run = run_on_platform(Path(model), spec, cases, timeout_s, isolate)
     if not run.ok:
         return OracleInfo(label, backend.independent_oracle, f"{label} did not run: {run.error}"), None
     detail = (
@@ -502,24 +545,42 @@ def gate(
     rtol: float | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     isolate: bool = True,
+    platforms: str | Sequence[str] | None = None,
 ) -> list[Verdict]:
     """A converter's check: run its output on each backend (at ``precision``) in a worker, judge
     against the source framework's ``references``. With no references (no oracle ran), the first
-    backend that runs is the reference and every verdict is ``unverified``."""
-    from deploykit.backends.registry import canonical_name, get_backend
+    backend that runs is the reference and every verdict is ``unverified``.
 
-    jobs = []
-    for spec in backends:
-        name, device = parse_backend_spec(spec)
-        name = canonical_name(name)
-        backend = get_backend(name)
-        candidate = Candidate(name, device or backend.default_device, None, backend.precision_options(precision))
-        jobs.append((candidate, f"{name}:{device}" if device else name))
+    ``platforms`` (``host,linux/arm64``): each backend on each platform, as ``compare`` runs them;
+    the references stay the host's."""
+    jobs = gate_candidates(backends, precision, platforms)
     with WorkerPool(isolate, len(jobs)) as pool:
-        runs = pool.results([pool.submit(_run, Path(model), c, cases, timeout_s, isolate, label) for c, label in jobs])
+        runs = pool.results([pool.submit(run_on_platform, Path(model), c, cases, timeout_s, isolate, label)
+                             for c, label in jobs])  # fmt: skip
     overrides = {"atol": atol, "rtol": rtol}
     if references is None:
         first = next((r for r in runs if r.ok), None)
         oracle = OracleInfo(first.label if first else "none", False, oracle.detail)
         references = first.outputs if first else None
     return judge_runs([(r, precision) for r in runs], cases, references, oracle, overrides=overrides)
+
+
+def gate_candidates(
+    backends: Sequence[str], precision: str, platforms: str | Sequence[str] | None = None
+) -> list[tuple[Candidate, str]]:
+    """A converter's candidates and their row labels: each backend spec on each platform, at the
+    precision the source computes in (``onnxruntime``, ``onnxruntime on linux/arm64``)."""
+    from deploykit.backends.registry import canonical_name, get_backend
+    from deploykit.platforms import parse_platforms
+
+    jobs = []
+    for platform in parse_platforms(platforms):
+        for spec in backends:
+            name, device = parse_backend_spec(spec)
+            name = canonical_name(name)
+            backend = get_backend(name)
+            label = f"{name}:{device}" if device else name
+            candidate = Candidate(name, device or backend.default_device, None, backend.precision_options(precision),
+                                  platform.name)  # fmt: skip
+            jobs.append((candidate, label if platform.name == "host" else f"{label} on {platform.name}"))
+    return jobs

@@ -161,7 +161,11 @@ def run_worker(
     lines = [line for line in stdout.splitlines() if line.startswith(RESULT_PREFIX)]
     tail = " | ".join(line.strip() for line in stderr.strip().splitlines()[-3:])
     if process.returncode != 0 or not lines:
-        reason = f"the isolated run {describe_exit(process.returncode)}"
+        ended = describe_exit(process.returncode)
+        reason = f"the isolated run {'was ' if process.returncode < 0 else ''}{ended}"
+        if process.returncode == 0:
+            ended = "exited with code 0 without printing a result"
+            reason = f"the isolated run {ended}"
         return WorkerOutcome(None, reason + (f"; last output: {tail}" if tail else ""), tail)
     return WorkerOutcome(json.loads(lines[-1][len(RESULT_PREFIX) :]), None, tail)
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from deploykit.metadata import read_metadata
 from deploykit.tensors import TensorSpec
 from deploykit.verify.metrics import TaskResult, Thresholds
 from deploykit.verify.tasks import classification_agreement, detection_agreement
@@ -28,7 +29,7 @@ def task_of(outputs: Mapping[str, TensorSpec], metadata: Mapping[str, str]) -> s
     layout = find_layout(outputs, metadata)
     if layout is not None:
         return layout
-    task = metadata.get("deploykit.task")
+    task = read_metadata(metadata).task
     if len(outputs) == 1:
         shape = next(iter(outputs.values())).shape
         classes = shape[-1] if shape else None
@@ -42,12 +43,8 @@ def task_of(outputs: Mapping[str, TensorSpec], metadata: Mapping[str, str]) -> s
 
 
 def _labels(metadata: Mapping[str, str]) -> list[str] | None:
-    import json
-
-    try:
-        return list(json.loads(metadata["deploykit.labels"])) if "deploykit.labels" in metadata else None
-    except ValueError:
-        return None
+    labels = read_metadata(metadata).labels
+    return list(labels) if labels is not None else None
 
 
 def task_result(

@@ -8,7 +8,6 @@ pipeline's business.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from deploykit.errors import UsageError
+from deploykit.metadata import read_metadata
 from deploykit.tensors import TensorSpec
 from deploykit.vision.nms import nms
 from deploykit.vision.yolo import decode_heads
@@ -39,9 +39,10 @@ class DetectionLayout:
 
 def find_layout(outputs: Mapping[str, TensorSpec], metadata: Mapping[str, str]) -> DetectionLayout | None:
     """The detection layout of a model's outputs, or None when they are not one deploykit knows."""
-    heads = json.loads(metadata.get("deploykit.darknet.heads", "[]"))
+    stored = read_metadata(metadata)
+    heads = [dict(h) for h in stored.darknet_heads]
     if heads and all(h["output"] in outputs for h in heads):
-        decoded = metadata.get("deploykit.head") == "decoded"
+        decoded = stored.head == "decoded"
         return DetectionLayout("darknet-decoded" if decoded else "darknet-raw", int(heads[0]["classes"]), heads)
     if len(outputs) == 1:
         shape = next(iter(outputs.values())).shape

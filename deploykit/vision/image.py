@@ -7,7 +7,7 @@ as ``cv2.imread`` returns them.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ import numpy as np
 
 from deploykit.errors import InputError
 from deploykit.io import regular_file_problem, shown
+from deploykit.metadata import RESIZES
 
 MIN_SIDE = 2
 
@@ -259,7 +260,6 @@ def to_tensor(
 
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
-RESIZES = ("letterbox", "stretch", "center-crop")
 
 
 def list_images(folder: Path) -> list[Path]:
@@ -281,14 +281,15 @@ class Preprocess:
 
     @classmethod
     def from_metadata(
-        cls, metadata: dict[str, str], size: tuple[int, int], default_resize: str = "letterbox", **overrides: Any
-    ) -> Preprocess:
+        cls, metadata: Mapping[str, str], size: tuple[int, int], default_resize: str = "letterbox",
+        model: str = "the model", **overrides: Any,
+    ) -> Preprocess:  # fmt: skip
         """Settings from a model's ``deploykit.input`` metadata; ``overrides`` that are not None win."""
-        import json
+        from deploykit.metadata import read_metadata
 
-        stored = json.loads(metadata.get("deploykit.input", "{}"))
+        stored = read_metadata(metadata, model).input
         given = {k: v for k, v in overrides.items() if v is not None}
-        chosen = given.get("resize") or stored.get("resize", default_resize)
+        chosen = given.get("resize") or stored.resize or default_resize
         if chosen not in RESIZES:
             raise InputError(
                 f"resize '{chosen}' | is not one of {', '.join(RESIZES)}.",
@@ -297,11 +298,11 @@ class Preprocess:
         return cls(
             size=size,
             resize=chosen,
-            pad_value=round(float(stored.get("pad_value", 114 / 255)) * 255),
-            channel_order=given.get("channel_order") or stored.get("channel_order", "RGB"),
-            scale=float(given.get("scale", stored.get("scale", 1 / 255))),
-            mean=tuple(given.get("mean", stored.get("mean", (0.0, 0.0, 0.0)))),
-            std=tuple(given.get("std", stored.get("std", (1.0, 1.0, 1.0)))),
+            pad_value=round((114 / 255 if stored.pad_value is None else stored.pad_value) * 255),
+            channel_order=given.get("channel_order") or stored.channel_order or "RGB",
+            scale=float(given.get("scale", 1 / 255 if stored.scale is None else stored.scale)),
+            mean=tuple(given.get("mean", stored.mean or (0.0, 0.0, 0.0))),
+            std=tuple(given.get("std", stored.std or (1.0, 1.0, 1.0))),
         )
 
     def place(self, image: np.ndarray) -> tuple[np.ndarray, Placement | None]:

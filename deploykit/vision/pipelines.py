@@ -7,13 +7,11 @@ per-call state, so one pipeline can be called from many threads.
 
 from __future__ import annotations
 
-import ast
-import json
 import math
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +21,7 @@ from deploykit.backends.base import Session
 from deploykit.backends.options import OptionValue
 from deploykit.errors import UsageError
 from deploykit.labels import read_labels
+from deploykit.metadata import read_metadata
 from deploykit.tensors import TensorSpec
 from deploykit.validation import check_number
 from deploykit.vision.decode import candidates, require_layout, select
@@ -36,17 +35,12 @@ def _image(image: Any) -> np.ndarray:
     return check_image(image)
 
 
-def _read_labels(labels: str | os.PathLike[str] | Sequence[str] | None, metadata: dict[str, str]) -> list[str] | None:
+def _read_labels(
+    labels: str | os.PathLike[str] | Sequence[str] | None, metadata: Mapping[str, str], model: str = "the model"
+) -> list[str] | None:
     if labels is None:
-        if "deploykit.labels" in metadata:
-            return list(json.loads(metadata["deploykit.labels"]))
-        if "names" in metadata:  # Ultralytics: a Python dict literal {0: 'person', ...}
-            try:
-                names = ast.literal_eval(metadata["names"])
-                return [names[i] for i in sorted(names)] if isinstance(names, dict) else list(names)
-            except (ValueError, SyntaxError):
-                return None
-        return None
+        stored = read_metadata(metadata, model).labels
+        return list(stored) if stored is not None else None
     if isinstance(labels, (str, os.PathLike)):
         return read_labels(labels)
     return list(labels)
@@ -81,7 +75,7 @@ def _input_spec(session: Any) -> TensorSpec:
 
 
 def _input_size(
-    spec: TensorSpec, metadata: dict[str, str], given: tuple[int, int] | None, model: str
+    spec: TensorSpec, metadata: Mapping[str, str], given: tuple[int, int] | None, model: str
 ) -> tuple[int, int]:
     assert spec.shape is not None
     height, width = spec.shape[2], spec.shape[3]
@@ -89,15 +83,9 @@ def _input_size(
         return height, width
     if given:
         return given
-    if "deploykit.input" in metadata:
-        size = json.loads(metadata["deploykit.input"])["size"]
-        return int(size[0]), int(size[1])
-    if "imgsz" in metadata:
-        try:
-            size = ast.literal_eval(metadata["imgsz"])
-            return int(size[0]), int(size[1])
-        except (ValueError, SyntaxError, TypeError, IndexError):
-            pass
+    stored = read_metadata(metadata, model)
+    if stored.size is not None:
+        return stored.size
     raise UsageError(
         f"model '{model}' | has a dynamic input size and no size in its metadata.",
         hint="pass input_size=(height, width) (--input-size HxW).",
@@ -192,10 +180,11 @@ class Detector(_Pipeline):
         self.conf, self.iou, self.agnostic, self.max_detections = conf, iou, agnostic, max_detections
         self.size = _input_size(self.input, self.metadata, input_size, self.model_path.name)
         self.layout, classes = self._layout()
-        self.labels = _check_label_count(_read_labels(labels, self.metadata), classes, labels or "in the metadata")
+        stored_labels = _read_labels(labels, self.metadata, self.model_path.name)
+        self.labels = _check_label_count(stored_labels, classes, labels or "in the metadata")
         self.preprocess = Preprocess.from_metadata(
-            self.metadata, self.size, "letterbox", resize=resize, channel_order=channel_order, scale=scale,
-            mean=mean, std=std,
+            self.metadata, self.size, "letterbox", self.model_path.name, resize=resize, channel_order=channel_order,
+            scale=scale, mean=mean, std=std,
         )  # fmt: skip
         if self.preprocess.resize not in ("letterbox", "stretch"):
             raise UsageError(f"resize '{self.preprocess.resize}' | is not letterbox or stretch.",
@@ -295,10 +284,11 @@ class Classifier(_Pipeline):
                 hint="a classifier outputs (batch, classes) scores (or (batch, classes, 1, 1)).",
             )
         classes = math.prod(dims)
-        self.labels = _check_label_count(_read_labels(labels, self.metadata), classes, labels or "in the metadata")
+        stored_labels = _read_labels(labels, self.metadata, self.model_path.name)
+        self.labels = _check_label_count(stored_labels, classes, labels or "in the metadata")
         self.preprocess = Preprocess.from_metadata(
-            self.metadata, self.size, "center-crop", resize=resize, channel_order=channel_order, scale=scale,
-            mean=mean, std=std,
+            self.metadata, self.size, "center-crop", self.model_path.name, resize=resize, channel_order=channel_order,
+            scale=scale, mean=mean, std=std,
         )  # fmt: skip
         if softmax not in ("auto", "always", "never"):
             raise UsageError(f"softmax '{softmax}' | is not auto, always or never.",

@@ -486,3 +486,23 @@ def test_the_recommendation_uses_the_ranking_rule(isolated_result):
     assert report.ranking().rule == DECISION_RULE
     assert BenchmarkReport.from_dict(report.to_dict()).rows[1].blocks == other.blocks
     assert len(isolated_result.rows[0].blocks) == 6  # 20 timed runs → 6 blocks of at least 3
+
+
+def test_a_model_replaced_mid_benchmark_is_an_error_not_a_numeric_failure(tmp_path):
+    """Issue 21: the file changed between two configurations; the rows would mix two models."""
+    import onnx
+
+    from deploykit.errors import ModelError
+    from tests.assets.catalog import conv_bn_act, mlp_dynamic_batch
+
+    model, other = tmp_path / "m.onnx", tmp_path / "other.onnx"
+    onnx.save(mlp_dynamic_batch(), str(model))
+    onnx.save(conv_bn_act(), str(other))
+
+    def replace_after_the_first(index: int, total: int, label: str) -> None:
+        if index == 1:
+            shutil.copy(other, model)
+
+    with pytest.raises(ModelError, match=r"'m.onnx' \| changed while the benchmark ran \(SHA-256 .* at the start"):
+        deploykit.benchmark(model, ["onnxruntime", "openvino"], iterations=5, warmup=1,
+                            progress=replace_after_the_first)  # fmt: skip

@@ -274,3 +274,52 @@ def test_torch_example_specs_checked_before_allocating(tiny, tmp_path, spec, mes
     out = tmp_path / "x.onnx"
     result = invoke_checked(["convert", "torch", f"{tiny['factory']}:tiny_cnn", "-i", spec, "-o", out], writes=[out])
     assert result.exit_code == 1 and message in result.stderr
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (("anchors=4,6, 8,9, 12,14", "anchors=nan,6, 8,9, 12,14"), "anchors= holds nan; expected anchor widths and"),
+        (("anchors=4,6, 8,9, 12,14", "anchors=inf,6, 8,9, 12,14"), "anchors= holds inf; expected"),
+        (("anchors=4,6, 8,9, 12,14", "anchors=-4,6, 8,9, 12,14"), "anchors= holds -4; expected"),
+        (("anchors=4,6, 8,9, 12,14", "anchors=4,6, 8,9, 12"), "anchors= holds 5 numbers; expected width,height pairs"),
+        (("num=3", "num=1000000"), "num=1000000 anchors, but anchors= gives 3 pairs"),
+    ],
+)
+def test_impossible_anchors_are_refused_before_any_work(tiny, tmp_path, change, message):
+    """Issue 21: NaN, infinite or negative anchors and num beyond the anchors given converted and passed."""
+    cfg = tmp_path / "odd.cfg"
+    cfg.write_text(tiny["cfg"].read_text().replace(*change))
+    out = tmp_path / "x.onnx"
+    result = invoke_checked(["convert", "darknet", cfg, tiny["weights"], "-o", out], reads=[cfg], writes=[out])
+    assert result.exit_code == 1 and "layer 3 [yolo] (line 25) | " + message in " ".join(result.stderr.split())
+
+
+def test_an_impossible_weights_version_is_refused_even_when_the_size_fits(tiny, tmp_path):
+    """Issue 21: a header saying version 999 converted and passed when the float count happened to match."""
+    weights = tmp_path / "v999.weights"
+    weights.write_bytes(struct.pack("<3i", 999, 2, 0) + tiny["weights"].read_bytes()[12:])
+    result = invoke_checked(["convert", "darknet", tiny["cfg"], weights, "-o", tmp_path / "x.onnx"])
+    assert result.exit_code == 1
+    assert "its header says Darknet version 999.2.0, which no Darknet writes" in " ".join(result.stderr.split())
+
+
+def test_a_megabyte_cfg_value_is_shown_cut_not_echoed_whole(tiny, tmp_path):
+    cfg = tmp_path / "long.cfg"
+    cfg.write_text(tiny["cfg"].read_text().replace("classes=1", "classes=1\nblob=" + "1," * 1_000_000))
+    result = invoke_checked(["convert", "darknet", cfg, tiny["weights"], "-o", tmp_path / "x.onnx"], reads=[cfg])
+    assert result.exit_code == 1 and len(result.stderr) < 1000, len(result.stderr)
+    assert "option 'blob=1,1," in result.stderr and "(2000000 characters)" in result.stderr
+
+
+def test_a_cut_short_torchscript_archive_is_not_called_a_pickle(tmp_path):
+    torch = require_module("torch", "pip install 'deploykit[torch]'", "PyTorch")
+    archive = tmp_path / "scripted.pt"
+    torch.jit.save(torch.jit.script(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())), str(archive))
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(archive.read_bytes()[: archive.stat().st_size // 2])
+    result = invoke_checked(["convert", "torch", cut, "-i", "x:1x4", "-o", tmp_path / "x.onnx"], reads=[cut])
+    assert result.exit_code == 1
+    shown = " ".join(result.stderr.split())
+    assert "is a zip archive (as torch.save and torch.jit.save write) that is cut short or damaged" in shown
+    assert "--trust-pickle" not in shown

@@ -47,7 +47,7 @@ def test_a_runtime_crash_is_an_error_with_its_signal(tmp_path: Path) -> None:
     model, xs, ys = _mod_edge_cases(tmp_path)
     result = _invoke("run", model, "-b", "opencv", "-i", f"x={xs}", "-i", f"y={ys}")
     assert result.exit_code == 1, result.output
-    assert "error: backend 'opencv' | crashed running 'mod.onnx': the isolated run killed by signal SIGFPE" in (
+    assert "error: backend 'opencv' | crashed running 'mod.onnx': the isolated run was killed by signal SIGFPE" in (
         result.stderr
     ), result.stderr
     assert "Hint: the runtime itself failed" in result.stderr
@@ -62,7 +62,7 @@ def test_a_plugin_that_aborts_is_an_error_with_its_signal(tmp_path: Path, monkey
     model, _, _ = _mod_edge_cases(tmp_path)
     result = _invoke("run", model, "-b", "crasher")
     assert result.exit_code == 1, result.output
-    assert "error: backend 'crasher' | crashed running 'mod.onnx': the isolated run killed by signal SIGABRT" in (
+    assert "error: backend 'crasher' | crashed running 'mod.onnx': the isolated run was killed by signal SIGABRT" in (
         result.stderr
     ), result.stderr
 

@@ -7,6 +7,7 @@ devices, /proc, names too long, outputs equal to inputs, symlinks to inputs).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from hypothesis import strategies as st
@@ -79,3 +80,47 @@ def mostly(valid: object, others: st.SearchStrategy[str]) -> st.SearchStrategy[s
 
 def flag(name: str, values: st.SearchStrategy[str]) -> st.SearchStrategy[list[str]]:
     return optional(values.map(lambda value: [name, value]))
+
+
+# Model metadata (metadata_props) as a careless exporter or a hostile file writes it: deploykit's own keys
+# with valid, wrong-typed, out-of-range, NaN and malformed JSON values, and Ultralytics' keys half-written.
+_JSON_SCALARS = st.one_of(
+    st.integers(-(10**6), 10**6), st.floats(allow_nan=False, allow_infinity=False), st.booleans(), st.none(),
+    st.text(max_size=6),
+)  # fmt: skip
+_JSON = st.recursive(
+    _JSON_SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+_SIZES = st.one_of(
+    st.lists(st.integers(-5, 100_000), min_size=0, max_size=3), st.just([32, 32]), st.just([32.5, 32]), _JSON
+)
+_INPUT_FIELDS = st.fixed_dictionaries(
+    {},
+    optional={
+        "size": _SIZES,
+        "channels": st.one_of(st.integers(-1, 100), _JSON),
+        "channel_order": st.sampled_from(["RGB", "BGR", "XYZ", "", "rgb"]) | _JSON,
+        "scale": st.one_of(st.floats(-1, 1), _JSON),
+        "mean": st.lists(st.floats(-300, 300), max_size=4) | _JSON,
+        "std": st.lists(st.floats(-2, 300), max_size=4) | _JSON,
+        "resize": st.sampled_from(["letterbox", "stretch", "center-crop", "fill", ""]) | _JSON,
+        "pad_value": st.floats(-1, 2) | _JSON,
+    },
+)
+METADATA_VALUES = {
+    "deploykit.task": st.sampled_from(["detect", "classify", "segment", "", "DETECT"]) | _JSON.map(str),
+    "deploykit.input": st.one_of(
+        _INPUT_FIELDS.map(lambda v: json.dumps(v)),
+        st.sampled_from(['{"size": [32, NaN]}', '{"scale": Infinity}', "{size: [32", "[1, 2]", "", "null", "[" * 5000]),
+    ),
+    "deploykit.labels": st.one_of(
+        st.lists(st.text(max_size=5), max_size=6).map(lambda v: json.dumps(v)),
+        _JSON.map(lambda v: json.dumps(v)),
+        st.sampled_from(["[1,2", "not json", '["\\u001b[31mred"]']),
+    ),
+    "imgsz": st.sampled_from(["[32, 32]", "32", "[-5, 10]", "[abc", "(32, 32)", "[10**9, 2]", "[32.5, 32]"]),
+    "names": st.sampled_from(["{0: 'a', 1: 'b'}", "{0: 'a',", "['a', 'b', 'c', 'd', 'e']", "{'x': 1}", "42"]),
+}
+METADATA = st.fixed_dictionaries({}, optional=METADATA_VALUES)

@@ -23,6 +23,7 @@ from tests.fuzz.strategies import (
     BACKENDS,
     DEVICES,
     INT_TEXTS,
+    METADATA,
     NUMBER_TEXTS,
     OPTIONS,
     SHAPES,
@@ -135,6 +136,28 @@ def test_predict(tiny, workdir, data):
     args += data.draw(flag("--top-k", INT_TEXTS))
     args += data.draw(flag("-b", BACKENDS))
     check(work, args, [model, image, *labels[1:]], [*draw[1:], *json_out[1:]])
+
+
+@fuzz(40)
+@given(data=st.data())
+def test_model_metadata(tiny, workdir, data):
+    """A model whose metadata_props hold anything: predict and inspect end with a result or a clear error."""
+    import onnx
+
+    work, copies = fresh(workdir, tiny)
+    model = onnx.load(str(copies["classifier"]))
+    stamped = data.draw(METADATA)
+    kept = [p for p in model.metadata_props if p.key not in stamped]  # one value a key (the checker's rule)
+    del model.metadata_props[:]
+    model.metadata_props.extend(kept)
+    for key, value in stamped.items():
+        model.metadata_props.add(key=key, value=value)
+    path = work / "in" / "stamped.onnx"
+    onnx.save(model, str(path))
+    command = data.draw(st.sampled_from(["predict", "inspect"]))
+    args = [command, str(path), str(copies["image"])] if command == "predict" else [command, str(path)]
+    args += data.draw(flag("--task", st.sampled_from(["auto", "detect", "classify"]))) if command == "predict" else []
+    check(work, args, [str(path)], [])
 
 
 @fuzz(40)

@@ -47,12 +47,17 @@ def test_a_tiny_time_budget_still_gives_the_f32_answer(classifier_path, photos, 
 def test_ctrl_c_writes_the_best_so_far_marked_partial(classifier_path, tmp_path):
     output = tmp_path / "deploy"
 
+    left: list[float] = []
+
     def interrupt(event: SearchProgress) -> None:
+        assert event.budget_left_s is not None
+        left.append(event.budget_left_s)  # the bar's ETA: the time budget left, never growing
         if event.stage == "screening" and event.done == 2:  # two f32 candidates measured, more to come
             raise KeyboardInterrupt
 
     report = optimize(classifier_path, None, output=output, quantize=False, backends=["onnxruntime", "openvino:CPU"],
-                      threads=[1], progress=interrupt)  # fmt: skip
+                      threads=[1], progress=interrupt, time_budget="5m")  # fmt: skip
+    assert left and left == sorted(left, reverse=True) and 0 < left[-1] < left[0] <= 300
     assert report.partial and any("interrupted" in note for note in report.notes)
     assert sum(1 for c in report.candidates if c.rounds) == 2
     assert all(c.reason == "not screened: the search was interrupted" for c in report.candidates if not c.rounds)

@@ -7,8 +7,10 @@ machine: the candidates are derived from what the backends say they run natively
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import warnings
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -83,7 +85,8 @@ def test_report_round_trips(searched):
 def test_bundle_holds_what_the_device_needs(searched):
     report, output = searched
     manifest = read_bundle(output).manifest
-    assert sorted(p.name for p in output.iterdir()) == sorted([manifest.model_file, "deploykit.json", "report.json"])
+    expected = [manifest.model_file, "deploykit.json", "report.json", "report.html"]
+    assert sorted(p.name for p in output.iterdir()) == sorted(expected)
     best = report.best
     assert (manifest.backend, manifest.device, manifest.precision, manifest.threads, manifest.batch) == (
         best.config.backend,
@@ -98,6 +101,48 @@ def test_bundle_holds_what_the_device_needs(searched):
     assert set(manifest.latency["p50_ms"]) >= {"estimate", "low", "high"} and manifest.latency["p99_ms"] > 0
     assert manifest.fingerprint["cpu"]["model"] and manifest.versions["deploykit"] == deploykit.__version__
     assert not manifest.partial and manifest.schema_version == 1
+
+
+class _Marks(HTMLParser):
+    """The SVG plots of a page: per plot, its axis texts and its marks (``circle`` elements by class)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.plots: list[dict] = []
+        self._text = False
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        attributes = dict(attrs)
+        if tag == "svg":
+            self.plots.append({"texts": [], "points": [], "front": [], "chosen": []})
+        elif tag == "circle" and self.plots:
+            classes = (attributes.get("class") or "").split()
+            for kind in ("point", "front", "chosen"):
+                if kind in classes:
+                    self.plots[-1]["points" if kind == "point" else kind].append(attributes["data-label"])
+        self._text = tag == "text"
+
+    def handle_data(self, data: str) -> None:
+        if self._text and self.plots:
+            self.plots[-1]["texts"].append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        self._text = False
+
+
+def test_the_html_report_draws_the_pareto_front(searched):
+    report, output = searched
+    marks = _Marks()
+    marks.feed((output / "report.html").read_text())
+    assert len(marks.plots) == 1
+    plot = marks.plots[0]
+    measured = [c.label for c in report.candidates if c.headline is not None and c.accuracy_delta is not None]
+    assert len(measured) >= 2 and sorted(plot["points"]) == sorted(measured)  # one mark per measured candidate
+    assert sorted(plot["front"]) == sorted(report.pareto)
+    assert plot["chosen"] == [report.chosen]
+    assert "p50 latency (ms, lower is better)" in plot["texts"]
+    assert any(t.startswith("accuracy delta against f32 (top-1 agreement, %)") for t in plot["texts"])
+    assert read_bundle(output).manifest.files["report.html"]
 
 
 def test_load_detector_classifier_predict_and_bench_open_the_chosen_configuration(searched, photos):
@@ -126,6 +171,41 @@ def _copy(output: Path, tmp_path: Path) -> Path:
     copy = tmp_path / "copy"
     shutil.copytree(output, copy)
     return copy
+
+
+def test_predict_on_ray_opens_the_bundles_threads_and_precision(searched, photos, tmp_path, monkeypatch):
+    """The Ray actors get the bundle's whole configuration. Its manifest is edited to 2 threads (the
+    search chose among 1 only) so that the actors' default of one thread per CPU would show."""
+    ray = pytest.importorskip("ray", reason="Ray (the deploykit[ray] extra)")
+    from deploykit.distributed.store import ResultStore
+
+    _, output = searched
+    copy = _copy(output, tmp_path)
+    data = json.loads((copy / "deploykit.json").read_text())
+    data["threads"], data["options"]["threads"] = 2, 2
+    (copy / "deploykit.json").write_text(json.dumps(data))
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for photo in sorted(photos.iterdir())[:3]:
+        shutil.copy(photo, folder)
+    monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        result = CliRunner().invoke(app, ["predict", str(copy), str(folder), "--engine", "ray", "--out",
+                                          str(tmp_path / "rows"), "--top-k", "1"])  # fmt: skip
+    finally:
+        ray.shutdown()
+    assert result.exit_code == 0, result.output
+    assert "3 rows written" in result.output and "on 1 actor" in result.output  # 2 CPUs, 2 per actor
+    rows = list(ResultStore(tmp_path / "rows").rows())
+    assert len(rows) == 3 and {r["status"] for r in rows} == {"ok"}
+    assert {r["backend"] for r in rows} == {data["backend"]}
+    # the precision the session reports, as it did when the search measured it (an INT8 model's float
+    # parts may run in bf16 on OpenVINO)
+    assert {(r["worker"]["threads"], r["worker"]["precision"]) for r in rows} == {(2, data["session"]["precision"])}
+    for row in rows:  # every option the bundle chose (precision included), as the actor's session got it
+        assert {k: row["worker"]["options"].get(k) for k in data["options"]} == data["options"]
+    assert all(r["worker"]["pid"] != os.getpid() for r in rows)  # in Ray's actors, not here
 
 
 def test_a_tampered_model_is_an_error(searched, tmp_path):
@@ -177,6 +257,11 @@ def test_a_foreign_or_unknown_manifest_is_an_error(searched, tmp_path, edit, mes
 def test_missing_files_and_a_folder_that_is_no_bundle(searched, tmp_path):
     _, output = searched
     copy = _copy(output, tmp_path)
+    data = json.loads((copy / "report.json").read_text())
+    data["chosen"] = data["candidates"][-1]["label"]
+    (copy / "report.json").write_text(json.dumps(data))
+    with pytest.raises(BundleError, match=r"report\.json has another SHA-256 than the bundle recorded"):
+        read_bundle(copy).report()
     (copy / "report.json").unlink()
     with pytest.raises(BundleError, match=r"its file 'report\.json' is missing"):
         read_bundle(copy)

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from deploykit.backends.registry import backend_names, get_backend
 from deploykit.cli.main import app
+from deploykit.errors import UsageError
 from deploykit.verify import verify_model
 from deploykit.verify.isolated import run_candidate
 from tests.assets.paths import REPO
@@ -27,7 +28,8 @@ def test_the_target_reports_an_aarch64_cpu_and_the_hosts_runtime_versions(arm64)
     assert status.cpu.startswith("cortex-a76 (aarch64: ") and "asimd" in status.cpu
     assert status.emulator.startswith("qemu-aarch64 ") and int(status.emulator.split()[1].split(".")[0]) >= 8
     host_version = get_backend("onnxruntime").version().split()[-1]  # onnxruntime-gpu 1.31.1 or onnxruntime 1.31.1
-    assert status.runtimes["onnxruntime"] == f"onnxruntime {host_version}"  # the CPU build, at the host's version
+    # the CPU build, at the host's version, with what it claims on the emulated CPU
+    assert status.runtimes["onnxruntime"] == f"onnxruntime {host_version} (f32)"
 
 
 def test_a_worker_under_emulation_runs_the_targets_build(arm64, catalog_models):
@@ -72,9 +74,11 @@ def test_mobilenet_v2_aarch64_at_each_runtimes_default_precision_on_real_photos(
         agreement = verdict.task.value if verdict.task else None
         print(f"{verdict.candidate}: {verdict.status}, precision {verdict.precision}, top-1 agreement {agreement}")
     for backend in backends:
-        verdict = rows[f"{get_backend(backend).name}:{get_backend(backend).default_device} on linux/arm64"]
+        device = get_backend(backend).default_device
+        verdict = rows[f"{get_backend(backend).name}:{device} on linux/arm64"]
         assert verdict.status == "pass", verdict.describe()
-        assert verdict.precision, "the precision that ran is reported"
+        claims = arm64.claims(get_backend(backend).name, device)
+        assert claims is not None and verdict.precision in claims.precisions, "the precision the target's build ran"
         if verdict.rule != "element-wise":
             assert verdict.task is not None and verdict.task.details["reference"] == "onnx-reference"
 
@@ -134,3 +138,57 @@ def test_bench_shows_emulated_rows_apart_as_one_pass_never_ranked(arm64, catalog
     seconds = emulated["emulated_seconds"]["onnxruntime:cpu on linux/arm64"]
     assert seconds["emulated"] is True and seconds["platform"] == "linux/arm64"
     assert seconds["load"] > 0 and len(seconds["run"]) == 1
+
+
+def test_convert_torch_verifies_its_output_on_the_host_and_on_onnxruntime_aarch64(arm64, tmp_path):
+    """convert --platform host,linux/arm64: PyTorch on the host is the oracle of both rows, each
+    row says its platform, the emulated target is named in the report's notes."""
+    out, report_path = tmp_path / "small.onnx", tmp_path / "small.json"
+    args = ["convert", "torch", f"{REPO / 'tests/assets/torch_models.py'}:SmallCnn", "-i", "images:1x3x16x16",
+            "-o", str(out), "--report", str(report_path), "--platform", "host,linux/arm64"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(report_path.read_text())
+    rows = {v["candidate"]: v for v in data["verdicts"]}
+    assert list(rows) == ["onnxruntime", "onnxruntime on linux/arm64"]
+    assert all(v["status"] == "pass" and v["precision"] == "f32" for v in rows.values()), rows
+    assert data["oracle"]["name"] == "pytorch" and data["oracle"]["independent"]
+    assert any(n.startswith("linux/arm64 (emulated cortex-a76") for n in data["notes"]), data["notes"]
+
+
+def test_a_precision_the_target_does_not_claim_is_refused_naming_what_the_target_runs(arm64, catalog_models):
+    """ONNX Runtime has no precision setting: on the target it runs an f32 model in f32, so f16 is
+    refused before anything runs, naming the platform and what its build runs there."""
+    path, _ = catalog_models["conv_bn_act"]
+    result = runner.invoke(app, ["compare", str(path), "-b", "ort", "--precision", "f16", "--platform", "linux/arm64"])
+    assert result.exit_code == 1, result.output
+    message = " ".join(result.output.split())
+    assert "no backend can run the precisions asked for on linux/arm64" in message, message
+    assert "onnxruntime:cpu f16: not supported on linux/arm64 (onnxruntime on cpu runs f32 there)" in message
+
+
+def test_openvino_on_the_target_is_offered_what_its_aarch64_build_claims_and_reports_what_ran(arm64, catalog_models):
+    """The sweep on the target is what OpenVINO's ARM plug-in claims on the emulated CPU, not what
+    the host's x86 plug-in claims; each row reports the precision the session ran."""
+    if not get_backend("openvino").is_available():
+        pytest.skip("OpenVINO is not installed on the host")
+    claims = arm64.claims("openvino", "CPU")
+    assert claims is not None and claims.precisions[0] == "f32"
+    path, feeds = catalog_models["conv_bn_act"]
+    reduced = [p for p in ("bf16", "f16") if p in claims.precisions]
+    if not reduced:  # f32 alone: both reduced precisions are refused, naming what the target runs
+        with pytest.raises(UsageError, match=r"openvino:CPU bf16: not supported on linux/arm64 \(openvino on CPU runs "
+                                             r"f32 there\)"):  # fmt: skip
+            verify_model(path, ["openvino"], inputs=feeds, precision="bf16,f16", platforms="linux/arm64")
+        return
+    report = verify_model(path, ["openvino"], inputs=feeds, precision="bf16,f16", platforms="linux/arm64")
+    rows = {v.candidate: v for v in report.verdicts}
+    assert list(rows) == [f"openvino:CPU {p} on linux/arm64" for p in reduced]
+    for label, verdict in rows.items():
+        assert verdict.status == "pass", verdict.describe()
+        assert verdict.precision == label.split()[1]  # the session's own report, from the target
+    runs = ", ".join(claims.precisions)
+    for precision in {"bf16", "f16"} - set(claims.precisions):
+        assert f"openvino:CPU {precision}: not supported on linux/arm64 (openvino on CPU runs {runs} there)" in (
+            report.notes
+        )

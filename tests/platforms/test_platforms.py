@@ -126,3 +126,21 @@ def test_a_qemu_that_is_no_qemu_is_refused(empty_cache, monkeypatch):
     monkeypatch.setenv("DEPLOYKIT_QEMU_AARCH64", os.devnull)
     with pytest.raises(PlatformError, match=r"does not run or does not print a version; expected a user-mode qemu"):
         find_qemu("aarch64", empty_cache)
+
+
+def test_a_target_without_wheels_for_deploykits_dependencies_names_each_missing_one_and_what_installs_it():
+    """linux/riscv64 on an index without riscv64 wheels of numpy and onnx (ncnn publishes them;
+    onnxruntime and OpenVINO do not): every missing package named, and the way to supply them."""
+    from deploykit.platforms.wheels import Requirement, Resolved, missing_wheels_error, platform_tags
+
+    resolved = [Resolved(Requirement("numpy", "2.4.6"), None), Resolved(Requirement("onnx", "1.23.2"), None),
+                Resolved(Requirement("onnxruntime", "1.31.1", "onnxruntime"), None),
+                Resolved(Requirement("ncnn", "1.0.20261020", "ncnn"), "1.0.20261020")]  # fmt: skip
+    error = missing_wheels_error(resolved, platform_tags("riscv64", 41), "3.13")
+    assert error.message == (
+        "target packages | the package index has no riscv64 wheel for CPython 3.13 of numpy, onnx (deploykit's own "
+        "dependencies) nor of onnxruntime (runtimes); it has ncnn 1.0.20261020; expected wheels tagged "
+        "manylinux_2_41_riscv64 (or older manylinux) for numpy and onnx at least, since the target's workers import them."
+    )
+    assert error.hint is not None
+    assert "numpy==2.4.6 onnx==1.23.2 onnxruntime==1.31.1" in error.hint and "PIP_FIND_LINKS=FOLDER" in error.hint

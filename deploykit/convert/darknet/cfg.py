@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deploykit.errors import ConversionError, UnsupportedLayerError
+from deploykit.io import shown
 
 _WHITESPACE = str.maketrans("", "", " \t\n\r\v\f")
 _MAX_CFG_BYTES = 16 * 2**20
@@ -37,6 +38,10 @@ class Section:
     def has(self, key: str) -> bool:
         return key in self.options
 
+    def shown(self, key: str) -> str:
+        """``key=value`` as a message shows it: a value of megabytes is cut around an ellipsis."""
+        return f"{key}={shown(self.options.get(key, ''))}"
+
     def _raw(self, key: str) -> str | None:
         self.used.add(key)
         return self.options.get(key)
@@ -59,7 +64,7 @@ class Section:
             return int(float(value)) if "." in value or "e" in value.lower() else int(value)
         except ValueError as exc:
             raise ConversionError(
-                f"{self.where()} | option '{key}={value}' (line {self.option_lines[key]}) is not an integer.",
+                f"{self.where()} | option '{self.shown(key)}' (line {self.option_lines[key]}) is not an integer.",
                 hint="Darknet reads this option as an integer.",
             ) from exc
 
@@ -73,7 +78,7 @@ class Section:
             return float(value)
         except ValueError as exc:
             raise ConversionError(
-                f"{self.where()} | option '{key}={value}' (line {self.option_lines[key]}) is not a number.",
+                f"{self.where()} | option '{self.shown(key)}' (line {self.option_lines[key]}) is not a number.",
                 hint="Darknet reads this option as a number.",
             ) from exc
 
@@ -89,7 +94,8 @@ class Section:
             return [int(part) for part in value.split(",") if part != ""]
         except ValueError as exc:
             raise ConversionError(
-                f"{self.where()} | option '{key}={value}' (line {self.option_lines[key]}) is not a list of integers.",
+                f"{self.where()} | option '{self.shown(key)}' (line {self.option_lines[key]}) is not a list of "
+                "integers.",
                 hint="write integers separated by commas.",
             ) from exc
 
@@ -134,7 +140,7 @@ def parse_cfg_text(text: str, path: str = "<cfg>") -> DarknetCfg:
         if line[0] == "[":
             if not line.endswith("]") or len(line) < 3:
                 raise ConversionError(
-                    f"cfg '{path}' line {number} | '{raw.strip()}' is not a [section] header.",
+                    f"cfg '{path}' line {number} | '{shown(raw.strip())}' is not a [section] header.",
                     hint="section headers look like [convolutional].",
                 )
             name = line[1:-1].lower()
@@ -143,7 +149,7 @@ def parse_cfg_text(text: str, path: str = "<cfg>") -> DarknetCfg:
         key, sep, value = line.partition("=")
         if not sep or not key:
             raise ConversionError(
-                f"cfg '{path}' line {number} | '{raw.strip()}' is neither key=value, a [section] nor a comment.",
+                f"cfg '{path}' line {number} | '{shown(raw.strip())}' is neither key=value, a [section] nor a comment.",
                 hint="Darknet cfg lines are key=value; comments start with # or ;.",
             )
         if not sections:
@@ -202,7 +208,7 @@ def check_unused(section: Section, ignored: frozenset[str]) -> None:
     if unknown:
         key = unknown[0]
         raise UnsupportedLayerError(
-            f"{section.where()} | option '{key}={section.options[key]}' (line {section.option_lines[key]}) is not "
+            f"{section.where()} | option '{section.shown(key)}' (line {section.option_lines[key]}) is not "
             "supported by this converter.",
             hint="it would change the computation, so it cannot be skipped; remove it if your Darknet ignores it.",
         )

@@ -28,6 +28,7 @@ from deploykit.errors import ConversionError, ParityError, UsageError
 from deploykit.io import check_onnx_output, check_outputs, commit_outputs, scratch_dir
 from deploykit.labels import read_labels
 from deploykit.validation import check_number, check_tolerances
+from deploykit.verify.check import platform_notes
 
 HEADS = ("raw", "decoded")
 # A fixed batch beyond this is a typo (verification runs a whole batch at once).
@@ -141,6 +142,7 @@ def convert_darknet(
     keep_on_mismatch: bool = False,
     seed: int = 0,
     report_path: str | os.PathLike[str] | None = None,
+    platforms: str | Sequence[str] | None = None,
 ) -> ConversionReport:
     """Convert a Darknet model to ONNX and verify it.
 
@@ -164,6 +166,8 @@ def convert_darknet(
         seed: seed of the random verification image.
         report_path: also write the report as JSON here, with the model: both or neither (a failed
             check writes neither unless ``keep_on_mismatch``; the error carries the report).
+        platforms: where ``verify_backends`` run: ``host`` (default), ``linux/arm64`` (the target's
+            builds under emulation) or several (``host,linux/arm64``); the oracle runs on the host.
 
     Raises:
         OutputError: an output path cannot be written, is one of the input files, or the model's
@@ -210,6 +214,7 @@ def convert_darknet(
         inputs={"cfg": cfg_path, "weights": weights_path, "labels": labels},
     )
     check_onnx_output(output_path)
+    emulation_notes = platform_notes(platforms) if verify_backends else []  # an unprepared target fails here
     size = parse_size(input_size) if isinstance(input_size, str) else input_size
     start = time.perf_counter()
     net = load_network(cfg_path, size)
@@ -257,8 +262,9 @@ def convert_darknet(
                     opencv_threshold,
                     (native.width, native.height),
                     oracle,
+                    platforms,
                 )
-                report.notes.append(f"oracle: {report.oracle.name} — {report.oracle.detail}")
+                report.notes += [f"oracle: {report.oracle.name} — {report.oracle.detail}", *emulation_notes]
                 report.gate_seconds = round(time.perf_counter() - gate_start, 3)
             report.written = report.passed or keep_on_mismatch
             if report.written:  # all or nothing: a failed verification writes no model and no report

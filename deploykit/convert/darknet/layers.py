@@ -4,6 +4,7 @@ the way Darknet's ``parser.c`` computes them, and the order of its parameters in
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -222,7 +223,7 @@ def _convolutional(section: Section, shape: Shape, layers: list[Layer]) -> Layer
     ):
         if section.has(key) and section.integer(key, 0):
             raise UnsupportedLayerError(
-                f"{section.where()} | option {key}={section.options[key]} is not supported.",
+                f"{section.where()} | option {section.shown(key)} is not supported.",
                 hint="it changes the computation or the weights layout.",
             )
     check_unused(section, CONV_TRAINING)
@@ -514,16 +515,35 @@ def _scale_channels(section: Section, shape: Shape, layers: list[Layer]) -> Laye
     )
 
 
-def _anchors(section: Section) -> list[tuple[float, float]]:
+def _anchors(section: Section, num: int) -> list[tuple[float, float]]:
+    """The ``anchors=`` pairs, checked: an even count of finite, positive sizes, at least ``num`` pairs
+    (Darknet would read zeros past the end; deploykit refuses instead). Pairs beyond ``num`` are
+    ignored, as in Darknet."""
     values = section.numbers("anchors")
-    return [(values[i], values[i + 1]) for i in range(0, len(values) - 1, 2)]
+    bad = next((v for v in values if not (math.isfinite(v) and v > 0)), None)
+    if bad is not None:
+        raise ConversionError(
+            f"{section.where()} | anchors= holds {bad:g}; expected anchor widths and heights, finite numbers above 0.",
+            hint="copy the anchors of the cfg the weights were trained with.",
+        )
+    if len(values) % 2:
+        raise ConversionError(
+            f"{section.where()} | anchors= holds {len(values)} numbers; expected width,height pairs (an even count).",
+            hint="copy the anchors of the cfg the weights were trained with.",
+        )
+    if len(values) // 2 < num:
+        raise ConversionError(
+            f"{section.where()} | num={num} anchors, but anchors= gives {len(values) // 2} pairs.",
+            hint="give num anchor pairs in anchors= (num is the count of all anchors, mask picks this head's).",
+        )
+    return [(values[i], values[i + 1]) for i in range(0, 2 * num, 2)]
 
 
 def _yolo(section: Section, shape: Shape, layers: list[Layer]) -> Layer:
     classes = section.integer("classes", 20)
     total = section.integer("num", 1)
     mask = section.integers("mask", list(range(total)))
-    anchors = _anchors(section)[:total]  # anchors beyond num pairs are ignored, as in Darknet
+    anchors = _anchors(section, total)
     scale_x_y = section.number("scale_x_y", 1.0)
     new_coords = section.integer("new_coords", 0)
     check_unused(section, YOLO_TRAINING)
@@ -560,7 +580,7 @@ def _region(section: Section, shape: Shape, layers: list[Layer]) -> Layer:
     coords = section.integer("coords", 4)
     num = section.integer("num", 1)
     use_softmax = section.integer("softmax", 0)
-    anchors = _anchors(section)[:num]
+    anchors = _anchors(section, num)
     threshold = section.number("thresh", 0.2)  # OpenCV's importer zeroes class scores at or below it
     check_unused(section, REGION_TRAINING)
     if coords != 4 or not use_softmax:

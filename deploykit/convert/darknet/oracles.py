@@ -25,7 +25,7 @@ from deploykit.convert.darknet.graph import DETECTIONS_NAME, INPUT_NAME
 from deploykit.convert.darknet.layers import Network
 from deploykit.errors import OracleError, UsageError
 from deploykit.inputs import save_arrays
-from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, run_candidate, run_worker
+from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, run_worker
 from deploykit.verify.metrics import OutputMetrics, compare_array, thresholds_for
 from deploykit.verify.verdict import OracleInfo, Verdict, error_verdict, judge
 
@@ -249,15 +249,17 @@ def verify(
     opencv_threshold: float | None,
     native_size: tuple[int, int],
     oracle: DarknetOracle = "auto",
+    platforms: str | Sequence[str] | None = None,
 ) -> tuple[list[Verdict], OracleInfo]:
     """Run the converted model on each backend (a worker each) and judge it against the ``oracle``
     chosen (``oracle_outputs``); without one, (``unverified``) against the first backend that runs.
+    ``platforms`` (``host,linux/arm64``): each backend on each platform; the oracle runs on the host.
 
     Raises:
         OracleError: ``opencv`` or ``darknet`` was asked for and cannot run (before any backend runs).
     """
-    from deploykit.backends.registry import canonical_name, get_backend
     from deploykit.model import read_interface
+    from deploykit.verify.check import gate_candidates, run_on_platform
 
     rng = np.random.default_rng(seed)
     image = rng.uniform(0, 1, (1, net.channels, net.height, net.width)).astype(np.float32)
@@ -267,11 +269,8 @@ def verify(
     feeds = {INPUT_NAME: np.repeat(image, batch, axis=0)}
     limits = thresholds_for("f32", atol=atol, rtol=rtol)
     verdicts: list[Verdict] = []
-    for requested in backends:
-        name = canonical_name(requested)
-        backend = get_backend(name)
-        run = run_candidate(candidate, name, backend.default_device, [feeds],
-                            options=backend.precision_options("f32"), label=name)  # fmt: skip
+    for spec, label in gate_candidates(backends, "f32", platforms):
+        run = run_on_platform(candidate, spec, [feeds], DEFAULT_TIMEOUT_S, True, label)
         info = run.info or {}
         if not run.ok:
             verdicts.append(error_verdict(run.label, reference.info, run.error or "did not run",

@@ -73,6 +73,14 @@ class DarknetWeights:
             (seen,) = struct.unpack_from("<I", self._map, 12)
             offset = 16
         self.header = WeightsHeader(major, minor, revision, seen, offset)
+        if not self.header.plausible:  # even when the sizes happen to fit: these floats are not Darknet's
+            self._map.close()
+            raise ConversionError(
+                f"weights '{self.path.name}' | its header says Darknet version {self.header.describe()}, which no "
+                "Darknet writes (0.1.x, 0.2.x, or a major version above 1000, Darknet's transposed flag): the file "
+                "is not a Darknet .weights file, or its header is corrupt.",
+                hint="use the .weights file that Darknet wrote for this cfg (download or export it again).",
+            )
         self._offset = offset
         self.float_count = (size - offset) // 4
         self._trailing_bytes = (size - offset) % 4

@@ -1,0 +1,151 @@
+"""The answer of ``optimize``'s search: every candidate's outcome, the ranking of the accurate ones
+(``ranking.rank``: bootstrap intervals, ties to the simpler setup), the speedup over ONNX Runtime
+f32 measured in the same run, and the Pareto front of headline against accuracy delta.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from deploykit.bench.rows import ModelInfo
+from deploykit.io import file_sha256
+from deploykit.optimize.ranking import Ranking, rank
+from deploykit.optimize.results import (
+    Baseline,
+    CandidateResult,
+    CandidateStatus,
+    GroundTruth,
+    OptimizeReport,
+    OptimizeSettings,
+    Variant,
+)
+from deploykit.optimize.rounds import Search
+
+BASELINE_BACKEND = "onnxruntime"
+
+
+def answer(
+    search: Search,
+    *,
+    settings: OptimizeSettings,
+    variants: Sequence[Variant],
+    partial: bool,
+    notes: list[str],
+    started: float,
+    device: Mapping[str, Any],
+    classes: Sequence[str] = (),
+) -> OptimizeReport:
+    """The report of a finished (or interrupted) search: every candidate's outcome, the ranking of
+    the accurate ones (``ranking.rank``), the baseline and the Pareto front."""
+    finalists = search.admissible()
+    for state in search.states:  # a measurement cut short by Ctrl-C leaves a candidate without verdict
+        if state.alive and state not in finalists:
+            state.stopped = "not screened: the search was interrupted" if partial else "not measured"
+    unit = "samples/s" if search.scenario == "offline" else "ms"
+    # every accurate candidate is ranked, the ones stopped early with their fewer rounds: the reason
+    # then names the runner-up, and a tie with a stopped one still goes to the simpler setup
+    eligible = [s for s in search.states if s.rounds and s.accurate]
+    ranking: Ranking = rank([s.entry() for s in eligible], higher_is_better=search.scenario == "offline", unit=unit)
+    if not any(s.accurate and (s.variant.quantized or s.config.precision != "f32") for s in search.states):
+        notes.append(
+            "only f32 configurations stay within the accuracy budget: the answer is f32 (the "
+            "Pareto front shows what reduced precision would cost)"
+        )
+    intervals = search.intervals([s for s in search.states if s.rounds])
+    results = []
+    for state in search.states:
+        status: CandidateStatus
+        if state.label == ranking.chosen:
+            status, reason, stage = "chosen", ranking.reason, "final"
+        elif state in finalists:
+            status, stage = "finalist", "final"
+            reason = (
+                f"tied with {ranking.chosen}, which is simpler"
+                if state.label in ranking.tied
+                else f"slower than {ranking.chosen} (intervals separate)"
+            )
+        else:
+            status, reason, stage = "stopped", state.stopped or "", state.stage
+        results.append(
+            CandidateResult(
+                state.label,
+                state.variant.name,
+                state.config,
+                status,
+                stage,
+                reason,
+                tuple(state.rounds),
+                intervals.get(state.label),
+                state.verdict,
+                state.delta,
+                state.session,
+                state.top1_accuracy,
+            )
+        )
+    rank_of = {"chosen": 0, "finalist": 1, "stopped": 2}
+    results.sort(key=lambda c: (rank_of[c.status], search.score(c.headline) if c.headline else math.inf))
+    chosen = next(c for c in results if c.status == "chosen")
+    return OptimizeReport(
+        model=ModelInfo(
+            str(search.model), file_sha256(search.model), list(search.interface.inputs), list(search.interface.outputs)
+        ),
+        settings=settings,
+        task=search.task_name,
+        metric=None if search.task is None else ("top-1 agreement" if search.task_name == "classify" else "mAP@0.5"),
+        oracle=search.oracle,
+        variants=tuple(variants),
+        candidates=tuple(results),
+        chosen=chosen.label,
+        decision=ranking,
+        baseline=_baseline(results, chosen, search),
+        pareto=tuple(_pareto(results, search)),
+        partial=partial,
+        elapsed_s=round(time.perf_counter() - started, 2),
+        device=dict(device),
+        notes=tuple(dict.fromkeys(notes)),
+        ground_truth=None
+        if search.truth is None
+        else GroundTruth(tuple(sorted(set(classes))), len(search.truth), search.oracle.name, search.reference_top1),
+    )
+
+
+def _baseline(results: Sequence[CandidateResult], chosen: CandidateResult, search: Search) -> Baseline | None:
+    pool = [
+        c
+        for c in results
+        if c.config.backend == BASELINE_BACKEND
+        and c.variant == "float"
+        and c.config.precision == "f32"
+        and c.headline is not None
+        and c.config.batch == chosen.config.batch
+    ]
+    if not pool or chosen.headline is None:
+        return None
+    best = min(pool, key=lambda c: search.score(c.headline))  # type: ignore[arg-type]
+    assert best.headline is not None
+    ratio = (
+        chosen.headline.estimate / best.headline.estimate
+        if search.scenario == "offline"
+        else best.headline.estimate / chosen.headline.estimate
+    )
+    return Baseline(best.label, best.headline, round(ratio, 3))
+
+
+def _pareto(results: Sequence[CandidateResult], search: Search) -> list[str]:
+    judged = [
+        c
+        for c in results
+        if c.headline is not None
+        and c.accuracy_delta is not None
+        and c.verdict is not None
+        and c.verdict.status in ("pass", "fail", "unverified")
+    ]
+    judged.sort(key=lambda c: (search.score(c.headline), c.accuracy_delta))  # type: ignore[arg-type]
+    front: list[CandidateResult] = []
+    for candidate in judged:
+        if not front or candidate.accuracy_delta < front[-1].accuracy_delta:  # type: ignore[operator]
+            front.append(candidate)
+    return [c.label for c in front]

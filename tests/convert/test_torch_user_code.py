@@ -1,0 +1,94 @@
+"""The user's code runs in a worker (issue 21): a PyTorch factory or module that hangs, segfaults, calls
+``sys.exit``/``os._exit`` or changes directory costs ``convert torch`` a clear error naming it (exit 1,
+nothing written) — never a silent exit 0, a bare exit code, a hang, or "no such file"."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from tests.assets.paths import require_module
+from tests.fuzz.harness import invoke_checked
+
+FACTORIES = """
+import ctypes, os, sys, time
+import torch
+
+if os.environ.get("EXIT_AT_IMPORT"):
+    sys.exit(7)
+
+
+class Small(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x) * 2
+
+
+def good():
+    return Small()
+
+
+def exits_zero():
+    sys.exit(0)
+
+
+def exits_hard():
+    os._exit(3)
+
+
+def segfaults():
+    ctypes.string_at(0)
+
+
+def hangs():
+    time.sleep(3600)
+
+
+def changes_directory():
+    os.chdir("/")
+    return Small()
+"""
+
+
+@pytest.fixture(scope="module")
+def factories(tmp_path_factory):
+    require_module("torch", "pip install 'deploykit[torch]'", "PyTorch")
+    folder = tmp_path_factory.mktemp("user_code")
+    path = folder / "factories.py"
+    path.write_text(textwrap.dedent(FACTORIES))
+    return path
+
+
+@pytest.mark.parametrize(
+    "factory, extra, message",
+    [
+        ("exits_zero", [], "its code ended the conversion: the model's code called sys.exit(0)."),
+        ("exits_hard", [], "its code ended the conversion: the isolated run exited with code 3"),
+        ("segfaults", [], "its code ended the conversion: the isolated run was killed by signal SIGSEGV"),
+        ("hangs", ["--timeout", "8"], "did not finish within 8 s and was killed (--timeout to change)"),
+    ],
+)
+def test_user_code_that_ends_or_hangs_is_an_error_naming_it(factories, tmp_path, factory, extra, message):
+    output = tmp_path / "m.onnx"
+    result = invoke_checked(
+        ["convert", "torch", f"{factories}:{factory}", "-i", "x:1x4", "-o", output, *extra],
+        reads=[factories], writes=[output, tmp_path / "m.onnx.export.log"], watch=[tmp_path],
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    shown = " ".join(result.stderr.split())
+    assert f"error: PyTorch model '{factories}:{factory}' | " in shown and message in shown, result.stderr
+    assert not output.exists()
+
+
+def test_a_module_that_exits_at_import_and_a_factory_that_changes_directory(factories, tmp_path, monkeypatch):
+    monkeypatch.setenv("EXIT_AT_IMPORT", "1")
+    result = invoke_checked(["convert", "torch", f"{factories}:good", "-i", "x:1x4", "-o", tmp_path / "a.onnx"])
+    assert result.exit_code == 1 and "the model's code called sys.exit(7)" in " ".join(result.stderr.split())
+    monkeypatch.delenv("EXIT_AT_IMPORT")
+
+    # the factory's os.chdir happens in the worker: the output lands where the user asked, relative to *their*
+    # directory, and the verification still compares against PyTorch
+    monkeypatch.chdir(tmp_path)
+    result = invoke_checked(["convert", "torch", f"{factories}:changes_directory", "-i", "x:1x4", "-o", "b.onnx"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "b.onnx").is_file() and "pass" in result.output

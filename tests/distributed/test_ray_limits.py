@@ -1,0 +1,88 @@
+"""Ray under limits and signals (issue 21): a local Ray that cannot start under the process's limits is
+refused up front with the limit named (not Ray's tracebacks half a minute later), and SIGTERM ends a Ray
+run like any deploykit command — exit 143, no native stack dump, no Ray process left behind (nor after
+SIGKILL)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+CLI = [sys.executable, "-c", "from deploykit.cli.main import main; main()"]
+
+
+def _predict(detector: Path, photos: Path, out: Path, limits: str = "") -> subprocess.Popen[str]:
+    command = " ".join([*(f"'{c}'" for c in CLI), "predict", str(detector), str(photos), "--engine", "ray", "--out",
+                        str(out), "--actors", "1"])  # fmt: skip
+    return subprocess.Popen(["bash", "-c", f"{limits}exec {command}"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "limits, message",
+    [
+        ("ulimit -n 64; ", "open files (ulimit -n) is 64, hard limit 64; a local Ray needs at least 1024"),
+        ("ulimit -v 4000000; ", "address space (ulimit -v) is 3906 MiB; a local Ray needs at least 16384 MiB"),
+        ("ulimit -f 100000; ", "file size (ulimit -f) is 97 MiB; a local Ray needs at least 1024 MiB"),
+    ],
+)
+def test_a_local_ray_that_cannot_start_is_refused_naming_the_limit(ray_module, detector, photo_folder, tmp_path,
+                                                                   limits, message):  # fmt: skip
+    process = _predict(detector, photo_folder, tmp_path / "rows", limits)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 1, stderr
+    assert f"error: ray (local) | cannot start under this process's limits: {message}" in " ".join(stderr.split())
+    assert "Traceback" not in stderr + stdout and not (tmp_path / "rows").exists()
+
+
+def test_a_soft_open_files_limit_is_raised_to_the_hard_one(ray_module):
+    from deploykit.distributed.cluster import MIN_OPEN_FILES
+
+    script = ("import resource; resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit("
+              "resource.RLIMIT_NOFILE)[1])); from deploykit.distributed.cluster import check_local_limits; "
+              "check_local_limits(); print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])")  # fmt: skip
+    soft = int(subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout)
+    assert soft >= MIN_OPEN_FILES
+
+
+def _ray_processes_of(session: int) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["pid"]):
+        try:
+            if os.getsid(process.pid) == session:
+                found.append(process)
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, exit_code", [(signal.SIGTERM, 143), (signal.SIGKILL, -signal.SIGKILL)],
+                         ids=["TERM", "KILL"])  # fmt: skip
+def test_a_signalled_ray_run_leaves_no_ray_process(ray_module, detector, photo_folder, tmp_path, signum, exit_code):
+    """SIGTERM: exit 143 without Ray's native stack dump. SIGKILL: no code runs in the driver, yet the reaper
+    (deploykit.distributed.reaper) kills Ray's agents and workers that would outlive it."""
+    process = _predict(detector, photo_folder, tmp_path / "rows")
+    deadline = time.monotonic() + 90
+    while not list((tmp_path / "rows").glob("part-*.jsonl")) and time.monotonic() < deadline:
+        time.sleep(0.2)  # Ray is up and rows are coming
+    assert process.poll() is None, process.communicate()[1]
+    started = _ray_processes_of(process.pid)
+    assert any("raylet" in " ".join(p.cmdline()) for p in started), "Ray's processes run in the driver's session"
+    assert any("ray::" in " ".join(p.cmdline()) for p in started)
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == exit_code, stderr
+    assert "SIGTERM received" not in stderr and "Traceback" not in stderr
+    deadline = time.monotonic() + 20
+    while _ray_processes_of(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = [" ".join(p.cmdline())[:80] for p in _ray_processes_of(process.pid)]
+    assert not left, f"Ray processes outlived the driver: {left}"
