@@ -11,13 +11,19 @@ here. Prints JSON lines:
   robust on a loaded machine), and the server's and this process's CPU milliseconds per call (which
   contention inflates far less than wall time). The same for ``yolo-shaped``, a graph with
   YOLOv4-tiny's input and output sizes and almost no compute: the whole round trip is the server's
-  and the transport's cost;
+  and the transport's cost. ``http-binary-h11-asyncio`` is the same call to a second server that runs
+  uvicorn on the pure-Python h11 parser and asyncio (what the server used before it let uvicorn pick
+  httptools and uvloop): the before/after of that choice, interleaved in one run;
 - ``throughput``: MobileNetV2, 8 concurrent gRPC clients with dynamic batching against the best
   in-process offline throughput (batch 1 or 8, measured before and after the load, the better kept)
   of the same backend in the same run (target 0.9×); failed requests, p99, the mean batch formed,
-  and the server's memory before, during and after.
+  and the server's memory before, during and after;
+- ``ray-throughput``: the same MobileNetV2 load over HTTP (binary) against the local server and against
+  ``--engine ray --replicas 2`` on a local Ray, in alternating periods of one run: served samples/s of
+  each, the ratio to the local server, failures and p50/p99.
 
-Run: ``.venv/bin/python benchmarks/serve.py [--load-seconds 60] [--rounds 5] [--calls 20]``.
+Run: ``.venv/bin/python benchmarks/serve.py [--load-seconds 60] [--rounds 5] [--calls 20]
+[--parts startup,overhead,throughput,ray-throughput] [--replicas 2]``.
 """
 
 from __future__ import annotations
@@ -48,10 +54,23 @@ def emit(record: dict) -> None:
     print(json.dumps(record), flush=True)
 
 
-def start_server(models: list[str], *extra: str) -> tuple[subprocess.Popen[str], dict[str, int], float, float]:
-    """The command on free ports; (process, ports, seconds to ready from launch, server's own start-up seconds)."""
+# the server as it was before uvicorn's fast paths were chosen: the pure-Python h11 parser on asyncio
+BASELINE_UVICORN = ("h11", "asyncio")
+
+
+def start_server(
+    models: list[str], *extra: str, uvicorn: tuple[str, str] | None = None
+) -> tuple[subprocess.Popen[str], dict[str, int], float, float]:
+    """The command on free ports; (process, ports, seconds to ready from launch, server's own start-up seconds).
+
+    ``uvicorn`` (http, loop) replaces the server's choice of uvicorn implementations, to compare in one run.
+    """
     started = time.perf_counter()
-    command = [sys.executable, "-m", "deploykit.cli.main", "serve", *models, "--http-port", "0", "--grpc-port", "0",
+    launch = ["-m", "deploykit.cli.main"]
+    if uvicorn is not None:
+        launch = ["-c", "import sys, deploykit.serve.server as s, deploykit.cli.main as m; "
+                  f"s.UVICORN_HTTP, s.UVICORN_LOOP = {uvicorn!r}; sys.argv[0] = 'deploykit'; m.main()"]  # fmt: skip
+    command = [sys.executable, *launch, "serve", *models, "--http-port", "0", "--grpc-port", "0",
                "--metrics-port", "0", *extra]  # fmt: skip
     process = subprocess.Popen(command, cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     assert process.stderr is not None
@@ -119,17 +138,19 @@ def overhead(model: Path, label: str, rounds: int, calls: int) -> None:
     import tritonclient.http as httpclient
 
     process, ports, _, _ = start_server([f"yolo={model}"])
+    baseline, baseline_ports, _, _ = start_server([f"yolo={model}"], "--grpc-port", "none", uvicorn=BASELINE_UVICORN)
     try:
         x = np.random.default_rng(0).random((1, 3, 416, 416), dtype=np.float32)
         http = httpclient.InferenceServerClient(f"127.0.0.1:{ports['http']}")
+        http_baseline = httpclient.InferenceServerClient(f"127.0.0.1:{baseline_ports['http']}")
         grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{ports['grpc']}")
         session = deploykit.load(model)
 
-        def http_call(binary: bool):
+        def http_call(binary: bool, client=http):
             def call() -> None:
                 tensor = httpclient.InferInput("images", [1, 3, 416, 416], "FP32")
                 tensor.set_data_from_numpy(x, binary_data=binary)
-                http.infer("yolo", [tensor], outputs=[httpclient.InferRequestedOutput("detections", binary)])
+                client.infer("yolo", [tensor], outputs=[httpclient.InferRequestedOutput("detections", binary)])
 
             return call
 
@@ -139,7 +160,9 @@ def overhead(model: Path, label: str, rounds: int, calls: int) -> None:
             grpc.infer("yolo", [tensor])
 
         modes = {"in-process": lambda: session.run({"images": x}), "http-binary": http_call(True),
-                 "grpc": grpc_call, "http-json": http_call(False)}  # fmt: skip
+                 "grpc": grpc_call, "http-json": http_call(False),
+                 "http-binary-h11-asyncio": http_call(True, http_baseline)}  # fmt: skip
+        servers = {mode: baseline if mode.endswith("h11-asyncio") else process for mode in modes}
         samples: dict[str, list[int]] = {mode: [] for mode in modes}
         for call in modes.values():  # warm-up
             for _ in range(3):
@@ -154,13 +177,14 @@ def overhead(model: Path, label: str, rounds: int, calls: int) -> None:
                 samples[mode].append(time.perf_counter_ns() - start)
         cpu = {}  # CPU per call, which a loaded machine inflates far less than wall time: server's and client's
         for mode, call in modes.items():
-            server_before, client_before = cpu_s(process.pid), time.process_time()
+            server_before, client_before = cpu_s(servers[mode].pid), time.process_time()
             for _ in range(calls):
                 call()
-            cpu[mode] = ((cpu_s(process.pid) - server_before) * 1e3 / calls,
+            cpu[mode] = ((cpu_s(servers[mode].pid) - server_before) * 1e3 / calls,
                          (time.process_time() - client_before) * 1e3 / calls)  # fmt: skip
         stats = {mode: latency_stats(values) for mode, values in samples.items()}
         base = stats["in-process"].p50_ms
+        uvicorn_choice = uvicorn_implementations()
         for mode, value in stats.items():
             paired = np.median(np.subtract(samples[mode], samples["in-process"])) / 1e6
             emit({"benchmark": "overhead", "model": label, "batch": 1, "mode": mode, "count": value.count,
@@ -168,10 +192,20 @@ def overhead(model: Path, label: str, rounds: int, calls: int) -> None:
                   "cov": round(value.cov, 3), "p50_over_in_process_ms": round(value.p50_ms - base, 3),
                   "paired_median_over_in_process_ms": round(float(paired), 3),
                   "server_cpu_ms_per_call": round(cpu[mode][0], 2), "client_cpu_ms_per_call": round(cpu[mode][1], 2),
+                  "uvicorn": "/".join(BASELINE_UVICORN) if mode.endswith("h11-asyncio") else uvicorn_choice,
                   "target_ms": 1.5 if mode in ("http-binary", "grpc") else None})  # fmt: skip
         session.close()
     finally:
         stop_server(process)
+        stop_server(baseline)
+
+
+def uvicorn_implementations() -> str:
+    """What uvicorn's "auto" picks here: httptools and uvloop where installed."""
+    import importlib.util
+
+    http = "httptools" if importlib.util.find_spec("httptools") else "h11"
+    return f"{http}/{'uvloop' if importlib.util.find_spec('uvloop') else 'asyncio'}"
 
 
 def offline_throughput(model: Path, seconds: float) -> tuple[float, int]:
@@ -257,6 +291,78 @@ def throughput(mobilenet: Path, seconds: float, clients: int) -> None:
         stop_server(process)
 
 
+def http_load(port: int, x: np.ndarray, seconds: float, clients: int) -> tuple[list[int], list[str], float]:
+    """``clients`` tritonclient HTTP (binary) loops on MobileNetV2 for ``seconds``: latencies, failures, elapsed."""
+    import tritonclient.http as httpclient
+
+    latencies: list[int] = []
+    failures: list[str] = []
+    lock = threading.Lock()
+    stop_at = time.perf_counter() + seconds
+
+    def client() -> None:
+        http = httpclient.InferenceServerClient(f"127.0.0.1:{port}", network_timeout=60)
+        while time.perf_counter() < stop_at:
+            tensor = httpclient.InferInput("images", list(x.shape), "FP32")
+            tensor.set_data_from_numpy(x)
+            start = time.perf_counter_ns()
+            try:
+                http.infer("mobilenet", [tensor])
+            except Exception as exc:
+                with lock:
+                    failures.append(f"{type(exc).__name__}: {exc}")
+                continue
+            with lock:
+                latencies.append(time.perf_counter_ns() - start)
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return latencies, failures, time.perf_counter() - start
+
+
+def ray_throughput(mobilenet: Path, seconds: float, clients: int, replicas: int) -> None:
+    """The local server against ``--engine ray --replicas N`` on a local Ray, HTTP clients on MobileNetV2,
+    in alternating periods of one run (each engine gets two periods of ``seconds / 2``)."""
+    from deploykit.serve import BatchPolicy, RaySettings, ServedModel, ServerSettings
+    from deploykit.serve.server import create_server
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    process, ports, _, _ = start_server([f"mobilenet={mobilenet}"], "--max-batch", "8", "--max-queue-delay", "2ms")
+    ray_server = create_server(
+        [ServedModel.from_path(mobilenet, name="mobilenet")],
+        BatchPolicy(max_batch=8, max_queue_delay_ms=2),
+        ServerSettings(http_port=0, grpc_port=None, metrics_port=None),
+        engine="ray",
+        ray=RaySettings(replicas=replicas, replica_cpus=0.5),
+    )
+    try:
+        ray_server.start()
+        x = np.random.default_rng(2).random((1, 3, 224, 224), dtype=np.float32)
+        results: dict[str, list] = {"local": [[], [], 0.0], "ray": [[], [], 0.0]}
+        for engine in ("local", "ray", "ray", "local"):
+            port = ports["http"] if engine == "local" else ray_server.http_port
+            latencies, failures, elapsed = http_load(port, x, seconds / 2, clients)
+            results[engine][0] += latencies
+            results[engine][1] += failures
+            results[engine][2] += elapsed
+        served = {engine: len(r[0]) / r[2] for engine, r in results.items()}
+        for engine, (latencies, failures, elapsed) in results.items():
+            stats = latency_stats(latencies)
+            emit({"benchmark": "ray-throughput", "model": "mobilenet_v2", "engine": engine,
+                  "replicas": replicas if engine == "ray" else 1, "clients": clients, "protocol": "http-binary",
+                  "seconds": round(elapsed, 1), "requests": len(latencies), "failed": len(failures),
+                  "served_sps": round(served[engine], 2), "ratio_to_local": round(served[engine] / served["local"], 3),
+                  "p50_ms": round(stats.p50_ms, 2), "p99_ms": round(stats.p99_ms, 2),
+                  "first_failure": failures[0] if failures else None})  # fmt: skip
+    finally:
+        ray_server.stop()
+        stop_server(process)
+
+
 def startup(mobilenet: Path, yolo: Path) -> None:
     process, _, ready_s, own_s = start_server([f"mobilenet={mobilenet}", f"yolo={yolo}"])
     stop_server(process)
@@ -270,17 +376,26 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20)
     parser.add_argument("--load-seconds", type=float, default=20.0)
     parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--replicas", type=int, default=2, help="ray-throughput: replicas of the Ray Serve deployment")
+    parser.add_argument("--parts", default="startup,overhead,throughput,ray-throughput",
+                        help="which measurements, comma-separated")  # fmt: skip
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
     with tempfile.TemporaryDirectory() as folder:
         mobilenet, yolo = Path(folder) / "mobilenet_v2.onnx", Path(folder) / "yolov4-tiny.onnx"
         build("mobilenet_v2", mobilenet, verify_backends=())
         build("yolov4-tiny", yolo, verify_backends=())
         backend = deploykit.get_backend("onnxruntime").version()
         emit({"benchmark": "machine", "cpus": os.cpu_count(), "load_1min": os.getloadavg()[0], "backend": backend})
-        startup(mobilenet, yolo)
-        overhead(yolo_shaped(Path(folder) / "yolo_shaped.onnx"), "yolo-shaped", args.rounds, args.calls)
-        overhead(yolo, "yolov4-tiny", args.rounds, args.calls)
-        throughput(mobilenet, args.load_seconds, args.clients)
+        if "startup" in parts:
+            startup(mobilenet, yolo)
+        if "overhead" in parts:
+            overhead(yolo_shaped(Path(folder) / "yolo_shaped.onnx"), "yolo-shaped", args.rounds, args.calls)
+            overhead(yolo, "yolov4-tiny", args.rounds, args.calls)
+        if "throughput" in parts:
+            throughput(mobilenet, args.load_seconds, args.clients)
+        if "ray-throughput" in parts:
+            ray_throughput(mobilenet, args.load_seconds, args.clients, args.replicas)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import typer
 from deploykit.errors import UsageError
 
 if TYPE_CHECKING:
+    from deploykit.serve.ray_engine import RayServer
     from deploykit.serve.server import Server
 
 from .console import coerce, err_console, parse_pairs
@@ -45,13 +46,21 @@ def _token(path: Path | None) -> str | None:
 
 
 def serve(
-    models: list[str] = typer.Argument(..., help="The .onnx files to serve; NAME=path names one."),
+    models: list[str] = typer.Argument(
+        ..., help="The .onnx files or optimize bundle folders to serve; NAME=path names one."
+    ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (loopback unless --allow-remote)."),
     allow_remote: bool = typer.Option(False, "--allow-remote", help="Allow a --host other machines can reach."),
     http_port: str = typer.Option("8000", "--http-port", help="HTTP port (0: a free one; none: no HTTP)."),
-    grpc_port: str = typer.Option("8001", "--grpc-port", help="gRPC port (0: a free one; none: no gRPC)."),
-    metrics_port: str = typer.Option("8002", "--metrics-port", help="Prometheus port (0: a free one; none: off)."),
-    backend: str = typer.Option("onnxruntime", "--backend", "-b", help="Backend name or alias."),
+    grpc_port: str = typer.Option(
+        None, "--grpc-port", help="gRPC port (default 8001; 0: a free one; none: no gRPC). Local engine only."
+    ),
+    metrics_port: str = typer.Option(
+        None, "--metrics-port", help="Prometheus port (default 8002; 0: a free one; none: off). Local engine only."
+    ),
+    backend: str = typer.Option(
+        None, "--backend", "-b", help="Backend name or alias (default: onnxruntime; a bundle's own)."
+    ),
     device: str = typer.Option(None, "--device", "-d", help="Device (default: the backend's CPU)."),
     options: list[str] = typer.Option([], "--option", "-O", help="Backend option KEY=VALUE (repeatable)."),
     max_batch: int = typer.Option(8, "--max-batch", help="Rows per forward pass for dynamic-batch models (1: off)."),
@@ -64,15 +73,42 @@ def serve(
     max_request_size: str = typer.Option("64MB", "--max-request-size", help="Largest request body accepted."),
     token_file: Path = typer.Option(None, "--token-file", help="Require 'Authorization: Bearer TOKEN' (HTTP, gRPC)."),
     shutdown_timeout: float = typer.Option(10.0, "--shutdown-timeout", help="Seconds to finish requests on SIGTERM."),
+    engine: str = typer.Option("local", "--engine", help="local (this process) | ray (a Ray Serve deployment)."),
+    address: str = typer.Option(None, "--address", help="--engine ray: cluster to join (default: a local Ray)."),
+    replicas: int = typer.Option(None, "--replicas", help="--engine ray: replicas, each with its own sessions (1)."),
+    min_replicas: int = typer.Option(None, "--min-replicas", help="--engine ray: autoscaling lower bound."),
+    max_replicas: int = typer.Option(None, "--max-replicas", help="--engine ray: autoscaling upper bound."),
 ) -> None:
     """Serve models over the KServe v2 protocol (HTTP and gRPC) with dynamic batching and metrics."""
     from deploykit.serve.config import (
         BatchPolicy,
+        RaySettings,
         ServedModel,
         ServerSettings,
         parse_duration_ms,
         parse_size_bytes,
     )
+
+    if engine not in ("local", "ray"):
+        raise UsageError(f"--engine '{engine}' | is not local or ray.", hint="--engine local serves in this process.")
+    ray_flags = [flag for flag, value in (("--address", address), ("--replicas", replicas),
+                 ("--min-replicas", min_replicas), ("--max-replicas", max_replicas)) if value is not None]  # fmt: skip
+    ray = None
+    if engine == "local":
+        if ray_flags:
+            raise UsageError(f"{ray_flags[0]} | belongs to --engine ray.", hint="pass --engine ray, or leave it out.")
+        grpc_port, metrics_port = grpc_port or "8001", metrics_port or "8002"
+    else:
+        for flag, value in (("--grpc-port", grpc_port), ("--metrics-port", metrics_port)):
+            if value is not None and value.strip().lower() not in ("none", "off"):
+                raise UsageError(
+                    f"{flag} {value} | is served by the local engine only; --engine ray serves the v2 HTTP "
+                    "routes through Ray Serve's proxy (per-replica counts are in each model's metadata).",
+                    hint=f"leave {flag} out with --engine ray, or serve with --engine local.",
+                )
+        grpc_port = metrics_port = "none"
+        ray = RaySettings(address=address, replicas=replicas or 1, min_replicas=min_replicas,
+                          max_replicas=max_replicas)  # fmt: skip
 
     backend_options = {k: coerce(v) for k, v in parse_pairs(options, "--option").items()}
     policy = BatchPolicy(max_batch=max_batch, max_queue_delay_ms=parse_duration_ms(max_queue_delay),
@@ -99,7 +135,14 @@ def serve(
     _log_to_stderr()
     from deploykit.serve.server import serve as run_server
 
-    run_server(served, policy, settings, on_ready=_announce)
+    if engine == "ray":
+        err_console.print(
+            "note: --engine ray serves HTTP only (Ray Serve's proxy); gRPC and the metrics port are the local "
+            "engine's and are off.",
+            soft_wrap=True,
+            highlight=False,
+        )
+    run_server(served, policy, settings, engine=engine, ray=ray, on_ready=_announce)
 
 
 def _log_to_stderr() -> None:
@@ -112,7 +155,7 @@ def _log_to_stderr() -> None:
         logger.propagate = False
 
 
-def _announce(server: Server) -> None:
+def _announce(server: Server | RayServer) -> None:
     host = server.settings.host
     parts = [f"{kind}={host}:{port}" for kind, port in
              (("http", server.http_port), ("grpc", server.grpc_port), ("metrics", server.metrics_port))
@@ -121,12 +164,10 @@ def _announce(server: Server) -> None:
 
     def report() -> None:
         ok = server.wait_ready(server.settings.load_timeout_s + 5)
-        runners = server.repository.runners.values()
         if ok:
-            err_console.print(f"ready: {len(runners)} model(s) in {server.startup_s:.2f} s", soft_wrap=True)
+            err_console.print(f"ready: {len(server.models)} model(s) in {server.startup_s:.2f} s", soft_wrap=True)
             return
-        for runner in runners:
-            if not runner.ready:
-                err_console.print(f"not ready: model '{runner.model.name}': {runner.problem}", soft_wrap=True)
+        for problem in server.problems():
+            err_console.print(f"not ready: {problem}", soft_wrap=True)
 
     threading.Thread(target=report, name="serve-announce", daemon=True).start()

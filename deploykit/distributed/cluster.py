@@ -18,7 +18,7 @@ import shutil
 import signal
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +60,26 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> Iterator
         BackendError: the cluster at ``address`` cannot be reached.
     """
     ray = require_ray()
-    if ray.is_initialized():
+    stop = start(ray, address, num_cpus)
+    if stop is None:
         yield ray
         return
+    try:
+        yield ray
+    finally:
+        stop()
+
+
+def start(ray: Any, address: str | None = None, num_cpus: int | None = None) -> Callable[[], None] | None:
+    """Connect ``ray`` to a cluster unless it is connected (``address`` and ``num_cpus`` as in
+    ``connect``); the function that shuts down what this call started, or None when Ray was already
+    connected (the caller that connected it owns the shutdown).
+
+    Raises:
+        BackendError: the cluster at ``address`` cannot be reached, or a local Ray cannot run here.
+    """
+    if ray.is_initialized():
+        return None
     # Usage statistics are a network call; a deploy tool must not make one behind the user's back.
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if address is None:
@@ -83,13 +100,14 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> Iterator
         ) from exc
     # A local Ray's processes must die with this driver even when it is killed with SIGKILL.
     reaper = start_reaper(ray_node_processes(ray)) if address is None else None
-    try:
-        yield ray
-    finally:
+
+    def stop() -> None:
         ray.shutdown()
         if reaper is not None:
             reaper.kill()
             reaper.wait()
+
+    return stop
 
 
 _SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))

@@ -248,8 +248,11 @@ def read_bundle(path: str | os.PathLike[str], *, verify: bool = True) -> Bundle:
     return bundle
 
 
-def _merge(bundle: Bundle, backend: str | None, device: str | None, options: Mapping[str, Any]) -> dict[str, Any]:
-    """The bundle's options; asking for another backend, device or a chosen option's other value is an error."""
+def chosen_options(
+    bundle: Bundle, backend: str | None, device: str | None, options: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The bundle's options with ``options`` added; asking for another backend, device or a chosen
+    option's other value is a ``UsageError`` (``open_bundle`` and ``serve`` ask this)."""
     from deploykit.backends.registry import canonical_name
 
     manifest = bundle.manifest
@@ -282,7 +285,7 @@ def bundle_configuration(
     """
     bundle = read_bundle(path)
     bundle.warn_if_elsewhere()
-    settings = _merge(bundle, backend, device, options)
+    settings = chosen_options(bundle, backend, device, options)
     return bundle.model_path, bundle.manifest.backend, bundle.manifest.device, settings
 
 
@@ -305,7 +308,7 @@ def open_bundle(
     from deploykit.backends.registry import get_backend
 
     bundle = read_bundle(path, verify=False)
-    settings = _merge(bundle, backend, device, options)
+    settings = chosen_options(bundle, backend, device, options)
     failure: list[BaseException] = []
 
     def verify() -> None:

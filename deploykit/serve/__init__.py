@@ -16,7 +16,7 @@ import sys
 import types
 from typing import Any
 
-from deploykit.serve.config import BatchPolicy, ServedModel, ServerSettings
+from deploykit.serve.config import BatchPolicy, RaySettings, ServedModel, ServerSettings
 from deploykit.serve.server import Server, serve
 
 
@@ -28,4 +28,4 @@ class _CallablePackage(types.ModuleType):
 
 sys.modules[__name__].__class__ = _CallablePackage
 
-__all__ = ["BatchPolicy", "ServedModel", "Server", "ServerSettings", "serve"]
+__all__ = ["BatchPolicy", "RaySettings", "ServedModel", "Server", "ServerSettings", "serve"]

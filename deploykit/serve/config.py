@@ -38,6 +38,8 @@ class ServedModel:
             model not ready instead of ending the server.
         precision: the precision the model was verified in, when known (a bundle says it).
         verdict: the verification verdict, when known (``pass``, ``fail`` ...).
+        bundle: the ``optimize`` bundle folder this model comes from: its sessions open through
+            ``open_bundle`` (the model's SHA-256 checked, the chosen backend, device, precision, threads).
     """
 
     name: str
@@ -50,6 +52,7 @@ class ServedModel:
     isolate: bool = False
     precision: str | None = None
     verdict: str | None = None
+    bundle: Path | None = None
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -69,42 +72,85 @@ class ServedModel:
         path: str | os.PathLike[str],
         *,
         name: str | None = None,
-        backend: str = "onnxruntime",
+        backend: str | None = None,
         device: str | None = None,
         options: Mapping[str, Any] | None = None,
         instances: int = 1,
         isolate: bool = False,
     ) -> ServedModel:
-        """The served model for a path: an ``.onnx`` file, or ``NAME=path`` to name it.
+        """The served model for a path: an ``.onnx`` file or an ``optimize`` bundle folder, or
+        ``NAME=path`` to name it (default: the file name without ``.onnx``, the bundle's folder name).
+
+        A bundle serves the configuration it chose (backend, device, precision, threads) and says its
+        verdict; ``backend``, ``device`` and ``options`` may only repeat what it chose.
 
         Raises:
-            ModelNotFoundError: the path does not name a file.
-            UsageError: the name is not a protocol model name.
+            ModelNotFoundError: the path names neither a file nor a folder.
+            BundleError: the folder is not a readable bundle.
+            UsageError: the name is not a protocol model name; another backend or option than a bundle's.
         """
         text = os.fspath(path)
         if name is None and "=" in text and not Path(text).exists():
             name, _, text = text.partition("=")
+        if os.path.isdir(text):
+            return cls._from_bundle(Path(text), name, backend, device, options or {}, instances, isolate)
         model_path = check_model_path(text)
         return cls(
             name=name or model_path.stem,
             path=model_path,
-            backend=backend,
+            backend=backend or "onnxruntime",
             device=device,
             options=dict(options or {}),
             instances=instances,
             isolate=isolate,
         )
 
+    @classmethod
+    def _from_bundle(
+        cls,
+        folder: Path,
+        name: str | None,
+        backend: str | None,
+        device: str | None,
+        options: Mapping[str, Any],
+        instances: int,
+        isolate: bool,
+    ) -> ServedModel:
+        from deploykit.optimize.bundle import chosen_options, read_bundle
+
+        bundle = read_bundle(folder, verify=False)  # the sessions check the SHA-256 while they load
+        manifest = bundle.manifest
+        verdict = manifest.verdict or {}
+        return cls(
+            name=name or folder.resolve().name,
+            path=bundle.model_path,
+            backend=manifest.backend,
+            device=manifest.device,
+            options=chosen_options(bundle, backend, device, options),
+            instances=instances,
+            isolate=isolate,
+            precision=manifest.precision,
+            verdict=verdict.get("status"),
+            bundle=folder,
+        )
+
+    @property
+    def source(self) -> Path:
+        """What a session opens: the bundle folder, or the model file."""
+        return self.bundle or self.path
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["path"] = str(self.path)
         data["options"] = dict(self.options)
+        data["bundle"] = None if self.bundle is None else str(self.bundle)
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ServedModel:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        return cls(**{**known, "path": Path(known["path"])})
+        bundle = known.get("bundle")
+        return cls(**{**known, "path": Path(known["path"]), "bundle": None if bundle is None else Path(bundle)})
 
 
 @dataclass(frozen=True)
@@ -191,6 +237,62 @@ class ServerSettings:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ServerSettings:
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class RaySettings:
+    """Where and how wide the Ray engine (``--engine ray``) serves.
+
+    Attributes:
+        address: the cluster to join (``auto``, ``HOST:6379``, ``ray://HOST:10001``); None starts a
+            local Ray for the server (and shuts it down after).
+        replicas: replicas of the deployment, each with its own sessions (the initial count when
+            autoscaling).
+        min_replicas, max_replicas: autoscaling bounds; both None for a fixed ``replicas``.
+        replica_cpus: the CPUs Ray reserves for one replica (scheduling, not a thread limit).
+        health_check_period_s: how often Ray Serve checks each replica (a dead one, or one whose
+            backend crashed, is replaced after the next check); Ray's default is 10 s.
+    """
+
+    address: str | None = None
+    replicas: int = 1
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    replica_cpus: float = 1.0
+    health_check_period_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1:
+            raise UsageError(f"--replicas {self.replicas} | expected 1 or more.", hint="e.g. --replicas 2.")
+        if (self.min_replicas is None) != (self.max_replicas is None):
+            raise UsageError(
+                "--min-replicas/--max-replicas | only one of the autoscaling bounds was given.",
+                hint="pass both (e.g. --min-replicas 1 --max-replicas 4), or neither for a fixed --replicas.",
+            )
+        if self.min_replicas is not None and self.max_replicas is not None:
+            if not 0 <= self.min_replicas <= self.replicas <= self.max_replicas or self.max_replicas < 1:
+                raise UsageError(
+                    f"--min-replicas {self.min_replicas} --replicas {self.replicas} --max-replicas "
+                    f"{self.max_replicas} | expected 0 <= min <= replicas <= max and max >= 1.",
+                    hint="e.g. --min-replicas 1 --replicas 2 --max-replicas 4.",
+                )
+        if self.replica_cpus < 0:
+            raise UsageError(f"replica_cpus {self.replica_cpus:g} | expected 0 or more.", hint="e.g. 1.")
+        if self.health_check_period_s <= 0:
+            raise UsageError(
+                f"health_check_period_s {self.health_check_period_s:g} | expected more than 0.", hint="e.g. 10."
+            )
+
+    @property
+    def autoscaling(self) -> bool:
+        return self.min_replicas is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RaySettings:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 

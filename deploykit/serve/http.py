@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import numpy as np
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -29,6 +30,9 @@ from deploykit.serve.runner import ModelRunner
 
 log = logging.getLogger("deploykit.serve")
 Handler = Callable[[Request], Awaitable[Response]]
+Feeds = dict[str, np.ndarray]
+#: How a checked request reaches a session: the runner's queue (default) or the Ray engine's ``@serve.batch``.
+Submit = Callable[[ModelRunner, Feeds], Awaitable[Feeds]]
 # Decoding a large JSON body takes milliseconds: off the event loop, so other requests keep flowing.
 _JSON_INLINE_BYTES = 64 * 1024
 
@@ -43,9 +47,23 @@ def error_response(exc: BaseException) -> Response:
     return _json({"error": error_text(exc)}, http_status(exc))
 
 
-def create_app(repository: Repository, *, token: str | None = None, max_request_bytes: int = 64 << 20) -> Starlette:
-    """The ASGI app serving ``repository`` (bounded bodies, an optional bearer token)."""
+def create_app(
+    repository: Repository,
+    *,
+    token: str | None = None,
+    max_request_bytes: int = 64 << 20,
+    submit: Submit | None = None,
+) -> Starlette:
+    """The ASGI app serving ``repository`` (bounded bodies, an optional bearer token).
+
+    ``submit`` runs a checked request; by default it queues it on the model's runner (its batcher).
+    """
     expected = f"Bearer {token}".encode() if token else None
+
+    async def queued(runner: ModelRunner, feeds: Feeds) -> Feeds:
+        return await asyncio.wrap_future(repository.submit(runner, feeds))
+
+    run = submit or queued
 
     def guarded(handler: Handler) -> Handler:
         async def endpoint(request: Request) -> Response:
@@ -96,7 +114,7 @@ def create_app(repository: Repository, *, token: str | None = None, max_request_
                 feeds, wanted = await run_in_threadpool(decode_http, *decode)
             else:
                 feeds, wanted = decode_http(*decode)
-            outputs = await asyncio.wrap_future(repository.submit(runner, feeds))
+            outputs = await run(runner, feeds)
             content, json_length = encode_http(runner.model.name, runner.model.version, outputs, wanted)
         except Exception as exc:
             repository.count_failure(runner, exc)

@@ -104,3 +104,11 @@ class ModelMetrics:
 
     def failure(self, reason: str) -> Any:
         return self._metrics.failure.labels(**self._labels, reason=reason)
+
+    def counts(self) -> dict[str, int]:
+        """Rows run and forward passes so far (the names of Triton's statistics extension)."""
+        sample = self._metrics.registry.get_sample_value
+        return {
+            "inference_count": int(sample("deploykit_inference_count_total", self._labels) or 0),
+            "execution_count": int(sample("deploykit_inference_exec_count_total", self._labels) or 0),
+        }

@@ -38,15 +38,7 @@ class Repository:
     def __init__(
         self, models: Sequence[ServedModel], policy: BatchPolicy, metrics: ServerMetrics, *, load_timeout_s: float
     ) -> None:
-        names = [m.name for m in models]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise UsageError(
-                f"model name '{duplicates[0]}' | is served twice.",
-                hint="name each model: NAME=path/to/model.onnx.",
-            )
-        if not models:
-            raise UsageError("serve | no model to serve.", hint="pass one or more .onnx files.")
+        check_names(models)
         self.metrics = metrics
         self.runners: dict[str, ModelRunner] = {}
         for model in models:
@@ -54,6 +46,8 @@ class Repository:
             self.runners[model.name] = ModelRunner(model, policy, metrics.for_model(model.name, model.version), opener)
         self.started = time.monotonic()
         self.stopping = False
+        #: what the engine adds to every model's metadata parameters (the Ray engine: its replica)
+        self.engine_parameters: dict[str, Any] = {"engine": "local"}
 
     def start(self) -> None:
         for runner in self.runners.values():
@@ -92,7 +86,11 @@ class Repository:
             "platform": f"deploykit-{backend}",
             "inputs": [tensor_metadata(s) for s in runner.inputs.values()],
             "outputs": [tensor_metadata(s) for s in runner.outputs.values()],
-            "parameters": {k: v for k, v in runner.describe().items() if v is not None},
+            "parameters": {
+                **{k: v for k, v in runner.describe().items() if v is not None},
+                **runner.metrics.counts(),
+                **self.engine_parameters,
+            },
         }
 
     def submit(self, runner: ModelRunner, feeds: dict[str, np.ndarray]) -> Future[dict[str, np.ndarray]]:
@@ -112,6 +110,22 @@ class Repository:
         deadline = time.monotonic() + timeout_s
         for runner in self.runners.values():
             runner.close(max(0.0, deadline - time.monotonic()))
+
+
+def check_names(models: Sequence[ServedModel]) -> None:
+    """At least one model, and no name twice.
+
+    Raises:
+        UsageError: naming the problem.
+    """
+    names = [m.name for m in models]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise UsageError(
+            f"model name '{duplicates[0]}' | is served twice.", hint="name each model: NAME=path/to/model.onnx."
+        )
+    if not models:
+        raise UsageError("serve | no model to serve.", hint="pass one or more .onnx files or bundle folders.")
 
 
 def failure_reason(exc: BaseException) -> str:

@@ -56,7 +56,7 @@ class _Pending:
 def open_in_process(model: ServedModel) -> SessionLike:
     import deploykit
 
-    session: SessionLike = deploykit.load(model.path, model.backend, model.device, **dict(model.options))
+    session: SessionLike = deploykit.load(model.source, model.backend, model.device, **dict(model.options))
     return session
 
 
@@ -333,6 +333,7 @@ class ModelRunner:
             "device": getattr(self.info, "device", self.model.device),
             "precision": self.precision,
             "verdict": self.model.verdict,
+            "options": dict(getattr(self.info, "options", None) or self.model.options),
             "instances": self.model.instances,
             "dynamic_batching": self.batchable,
             "max_batch": self.policy.max_batch if self.batchable else 1,

@@ -15,14 +15,21 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from deploykit.errors import UsageError
-from deploykit.serve.config import BatchPolicy, ServedModel, ServerSettings
+from deploykit.errors import BackendUnavailableError, UsageError
+from deploykit.serve.config import BatchPolicy, RaySettings, ServedModel, ServerSettings
 from deploykit.serve.metrics import ServerMetrics
 from deploykit.serve.repository import Repository
 
+if TYPE_CHECKING:
+    from deploykit.serve.ray_engine import RayServer
+
 log = logging.getLogger("deploykit.serve")
+# uvicorn's choice: httptools' C parser and uvloop where installed (the serve extra installs them), else h11
+# and asyncio. A 2 MB body parsed by h11 costs milliseconds (benchmarks/serve.py measures both).
+UVICORN_HTTP = "auto"
+UVICORN_LOOP = "auto"
 
 
 def _listen(host: str, port: int, flag: str) -> socket.socket:
@@ -56,6 +63,7 @@ class Server:
         policy: BatchPolicy | None = None,
         settings: ServerSettings | None = None,
     ) -> None:
+        self.models = list(models)
         self.settings = settings or ServerSettings()
         self.policy = policy or BatchPolicy()
         self.metrics = ServerMetrics()
@@ -100,7 +108,7 @@ class Server:
 
         app = create_app(self.repository, token=self.settings.token, max_request_bytes=self.settings.max_request_bytes)
         config = uvicorn.Config(
-            app, log_level="warning", access_log=False, lifespan="off", http="h11",
+            app, log_level="warning", access_log=False, lifespan="off", http=UVICORN_HTTP, loop=UVICORN_LOOP,
             timeout_graceful_shutdown=max(1, int(self.settings.shutdown_timeout_s)), timeout_keep_alive=30,
         )  # fmt: skip
         self._uvicorn = uvicorn.Server(config)
@@ -154,6 +162,11 @@ class Server:
     def startup_s(self) -> float:
         return time.perf_counter() - self._started_at
 
+    def problems(self) -> list[str]:
+        """Why each model that is not ready is not (for the CLI)."""
+        return [f"model '{r.model.name}': {r.problem or r.state}" for r in self.repository.runners.values()
+                if not r.ready]  # fmt: skip
+
     def stop(self, timeout_s: float | None = None) -> None:
         """Stop taking requests, finish those in flight (bounded), close the sessions. Idempotent."""
         if self._stopped.is_set():
@@ -185,24 +198,65 @@ class Server:
         self.stop()
 
 
+ENGINES = ("local", "ray")
+
+
+def create_server(
+    models: Sequence[ServedModel],
+    policy: BatchPolicy | None = None,
+    settings: ServerSettings | None = None,
+    *,
+    engine: str = "local",
+    ray: RaySettings | None = None,
+) -> Server | RayServer:
+    """The server of an engine, not started: ``Server`` (``local``) or ``RayServer`` (``ray``).
+
+    Raises:
+        UsageError: an unknown engine, or Ray settings for the local engine.
+        BackendUnavailableError: ``engine="ray"`` without Ray Serve installed.
+    """
+    if engine == "local":
+        if ray is not None:
+            raise UsageError(
+                "--engine local | takes no Ray settings (--address, --replicas ...).", hint="pass --engine ray."
+            )
+        return Server(models, policy, settings)
+    if engine != "ray":
+        raise UsageError(f"--engine '{engine}' | is not local or ray.", hint="--engine local serves in this process.")
+    try:
+        from deploykit.serve.ray_engine import RayServer
+    except ImportError as exc:
+        raise BackendUnavailableError(
+            f"ray serve | cannot be imported ({exc}); --engine ray runs the server as a Ray Serve deployment.",
+            hint="pip install 'deploykit[serve-ray]' (or use --engine local).",
+        ) from exc
+    return RayServer(models, policy, settings, ray)
+
+
 def serve(
     models: Sequence[ServedModel | str],
     policy: BatchPolicy | None = None,
     settings: ServerSettings | None = None,
     *,
-    on_ready: Callable[[Server], None] | None = None,
+    engine: str = "local",
+    ray: RaySettings | None = None,
+    on_ready: Callable[[Server | RayServer], None] | None = None,
 ) -> None:
-    """Serve models over KServe v2 HTTP and gRPC until SIGTERM or SIGINT (the blocking form).
+    """Serve models over KServe v2 until SIGTERM or SIGINT (the blocking form).
 
     Args:
-        models: ``ServedModel`` values, or paths (``NAME=path`` names one) served on ONNX Runtime.
+        models: ``ServedModel`` values, or paths (``NAME=path`` names one; a bundle folder serves its
+            chosen configuration) served on ONNX Runtime.
         policy: dynamic batching and queue bounds (``BatchPolicy()``: batches of up to 8, 2 ms).
         settings: addresses, ports, size bound, token (``ServerSettings()``: 127.0.0.1:8000/8001/8002).
-        on_ready: called with the started ``Server`` once the front ends listen (before the models
-            are ready), e.g. to print where it listens.
+        engine: ``local`` (HTTP, gRPC and metrics from this process) or ``ray`` (the HTTP routes as a
+            Ray Serve deployment: replicas behind Ray's proxy, batches by ``@serve.batch``).
+        ray: the Ray engine's cluster and replicas (``RaySettings()``: a local Ray, one replica).
+        on_ready: called with the started server once the front ends listen (for the local engine,
+            before the models are ready), e.g. to print where it listens.
     """
     served = [m if isinstance(m, ServedModel) else ServedModel.from_path(m) for m in models]
-    server = Server(served, policy, settings)
+    server = create_server(served, policy, settings, engine=engine, ray=ray)
     stop = threading.Event()
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
@@ -212,6 +266,8 @@ def serve(
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         server.start()
+        for sig in previous:  # ray.init installs a SIGTERM handler of its own that ends the process at once
+            signal.signal(sig, request_stop)
         if on_ready is not None:
             on_ready(server)
         while not stop.wait(0.5):

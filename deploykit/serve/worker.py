@@ -54,7 +54,9 @@ def _worker_main(connection: Any, model: dict[str, Any], parent: int) -> None:
     import deploykit
 
     try:
-        session = deploykit.load(model["path"], model["backend"], model["device"], **model["options"])
+        session = deploykit.load(
+            model.get("bundle") or model["path"], model["backend"], model["device"], **model["options"]
+        )
     except BaseException as exc:
         connection.send(("error", *_as_data(exc)))
         return

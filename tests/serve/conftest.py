@@ -88,19 +88,26 @@ class Command:
         return code, "".join(self.lines)
 
 
-def start_command(*args: str, env: dict[str, str] | None = None, ready: str | None = r"^ready:") -> Command:
-    """Start ``deploykit serve ARGS`` on free loopback ports; wait until it listens (and, by default, is ready)."""
-    command = [sys.executable, "-m", "deploykit.cli.main", "serve", *args,
-               "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]  # fmt: skip
+def start_command(
+    *args: str,
+    env: dict[str, str] | None = None,
+    ready: str | None = r"^ready:",
+    endpoints: tuple[str, ...] = ("http", "grpc", "metrics"),
+    timeout_s: float = 60,
+) -> Command:
+    """Start ``deploykit serve ARGS`` with ``endpoints`` on free loopback ports; wait until it listens
+    (and, by default, is ready)."""
+    ports_args = [arg for endpoint in endpoints for arg in (f"--{endpoint}-port", "0")]
+    command = [sys.executable, "-m", "deploykit.cli.main", "serve", *args, *ports_args]
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "DEPLOYKIT_BACKENDS": PLUGINS, **(env or {})})  # fmt: skip
     started = Command(process)
     try:
-        line = started.read_until(r"^listening:", 60)
-        ports = dict(re.findall(r"(\w+)=127\.0\.0\.1:(\d+)", line))
-        started.http, started.grpc, started.metrics = int(ports["http"]), int(ports["grpc"]), int(ports["metrics"])
+        line = started.read_until(r"^listening:", timeout_s)
+        ports = {name: int(port) for name, port in re.findall(r"(\w+)=127\.0\.0\.1:(\d+)", line)}
+        started.http, started.grpc, started.metrics = ports.get("http"), ports.get("grpc"), ports.get("metrics")
         if ready:
-            started.read_until(ready, 60)
+            started.read_until(ready, timeout_s)
     except BaseException:
         process.kill()
         started.finish(10)

@@ -151,6 +151,28 @@ def test_the_command_refuses_bad_settings_with_one_message(tmp_path, catalog_pat
         ((mlp, f"bad name={mlp}"), "error: model name 'bad name' | is not a protocol model name.", ""),
         ((mlp, mlp), "error: model name 'mlp_dynamic_batch' | is served twice.", "NAME=path"),
         ((mlp, "--max-request-size", "huge"), "error: --max-request-size 'huge' | is not a size.", ""),
+        ((mlp, "--engine", "k8s"), "error: --engine 'k8s' | is not local or ray.", "--engine local"),
+        ((mlp, "--replicas", "2"), "error: --replicas | belongs to --engine ray.", "pass --engine ray"),
+        (
+            (mlp, "--engine", "ray", "--grpc-port", "8001"),
+            "error: --grpc-port 8001 | is served by the local engine only",
+            "leave --grpc-port out",
+        ),
+        (
+            (mlp, "--engine", "ray", "--metrics-port", "0"),
+            "error: --metrics-port 0 | is served by the local engine only",
+            "--engine local",
+        ),
+        (
+            (mlp, "--engine", "ray", "--min-replicas", "1"),
+            "error: --min-replicas/--max-replicas | only one of the autoscaling bounds",
+            "pass both",
+        ),
+        (
+            (mlp, "--engine", "ray", "--replicas", "3", "--min-replicas", "1", "--max-replicas", "2"),
+            "error: --min-replicas 1 --replicas 3 --max-replicas 2 | expected 0 <= min <= replicas <= max",
+            "",
+        ),
     ]
     for args, start, hint in cases:
         done = invoke_checked(["serve", *args])

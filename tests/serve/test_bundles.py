@@ -1,0 +1,59 @@
+"""``deploykit serve deploy/``: an ``optimize`` bundle folder is served in exactly the configuration it
+chose (backend, precision, threads), its verdict and precision in the model's metadata, and its
+answers equal ``deploykit.load(bundle).run``; asking it for another backend is refused."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+import deploykit
+from deploykit.optimize import optimize, read_bundle
+from tests.fuzz.harness import invoke_checked
+from tests.quantize.conftest import classifier_path, photos
+
+__all__ = ["classifier_path", "photos"]
+
+
+@pytest.fixture(scope="module")
+def bundle(classifier_path, photos, tmp_path_factory) -> Iterator[Path]:
+    """One quick search of the small classifier on ONNX Runtime, one thread, no INT8: a real bundle."""
+    with pytest.MonkeyPatch.context() as patch:  # bundles remember verified files: in a cache of our own
+        patch.setenv("DEPLOYKIT_CACHE_DIR", str(tmp_path_factory.mktemp("deploykit-cache")))
+        output = tmp_path_factory.mktemp("serve-bundle") / "deploy"
+        optimize(classifier_path, photos, output=output, backends=["onnxruntime"], threads=[1], quantize=False,
+                 time_budget="30s")  # fmt: skip
+        yield output
+
+
+def test_a_bundle_folder_serves_its_chosen_configuration(command, bundle):
+    manifest = read_bundle(bundle).manifest
+    server = command(str(bundle))
+    base = f"http://127.0.0.1:{server.http}"
+    metadata = httpx.get(f"{base}/v2/models/deploy", timeout=30).json()
+    parameters = metadata["parameters"]
+    assert metadata["platform"] == f"deploykit-{manifest.backend}"
+    assert parameters["backend"] == manifest.backend and parameters["precision"] == manifest.precision
+    assert parameters["verdict"] == manifest.verdict["status"] == "pass"
+    assert parameters["options"]["threads"] == manifest.threads == 1
+    assert parameters["options"] == {**manifest.options, **parameters["options"]}  # every chosen option is in force
+    (spec,) = manifest.inputs
+    x = np.random.default_rng(3).random([1, *spec["shape"][1:]], dtype=np.float32)
+    body = {"inputs": [{"name": spec["name"], "datatype": "FP32", "shape": list(x.shape), "data": x.ravel().tolist()}]}
+    answer = httpx.post(f"{base}/v2/models/deploy/infer", json=body, timeout=30).json()
+    with deploykit.load(bundle) as session:
+        expected = session.run({spec["name"]: x})
+    for output in answer["outputs"]:
+        np.testing.assert_array_equal(
+            np.array(output["data"], np.float32).reshape(output["shape"]), expected[output["name"]]
+        )
+
+
+def test_a_bundle_refuses_another_backend(bundle):
+    done = invoke_checked(["serve", str(bundle), "-b", "openvino"])
+    assert done.exit_code == 1, done.stderr
+    assert done.stderr.startswith(f"error: bundle '{bundle}' | chose backend onnxruntime; asked for openvino.")
