@@ -32,9 +32,9 @@ def _task(model: Path, task: str) -> str:
         model = bundle.model_path
 
     interface = read_interface(model)
-    task = read_metadata(interface.metadata, Path(model).name).task
-    if task is not None:
-        return task
+    stored = read_metadata(interface.metadata, Path(model).name).task
+    if stored is not None:
+        return stored
     outputs = interface.outputs
     shape = outputs[0].shape if len(outputs) == 1 else None
     if shape is not None and (len(shape) == 2 or (len(shape) == 4 and shape[2:] == (1, 1))):

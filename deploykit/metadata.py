@@ -122,8 +122,10 @@ class _Reader:
     def json(self, key: str, text: str) -> Any:
         try:
             return json.loads(text, parse_constant=lambda name: _Invalid(name))
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise self.fail(key, f"is not valid JSON ({exc.msg} at character {exc.pos}).") from exc
+        except ValueError as exc:
+            raise self.fail(key, f"is not valid JSON ({exc}).") from exc
         except RecursionError as exc:
             raise self.fail(key, "is JSON nested too deeply to read.") from exc
 
