@@ -176,9 +176,11 @@ def degeneracy(reference: np.ndarray, candidate: np.ndarray | None = None) -> st
         nan = int(np.isnan(reference).sum())
         if nan:  # a NaN says the reference computed nothing there, even where the candidate agrees
             return f"it holds NaN ({nan} of {reference.size} elements)"
+        if not finite.any():  # an output that overflowed everywhere: agreeing on infinity proves nothing
+            return f"every element is ±infinity ({reference.size} of {reference.size})"
         if candidate is None or not np.array_equal(np.isfinite(candidate), finite):
             return "it holds infinity where the candidate has numbers"
-        return None
+        return None  # infinities at some positions (a -inf mask), matched by the candidate, finite elsewhere
     if reference.size > 1 and float(reference.max()) == float(reference.min()):
         value = float(reference.flat[0])
         return "all zero" if value == 0 else f"constant ({value:g})"

@@ -131,5 +131,16 @@ def nan_outputs() -> NanOutputs:
     return NanOutputs()
 
 
+class InfiniteOutputs(nn.Module):
+    """Divides by zero: every output is ±infinity, which any exporter reproduces and which says nothing."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x / 0.0
+
+
+def infinite_outputs() -> InfiniteOutputs:
+    return InfiniteOutputs()
+
+
 def mutates_input() -> MutatesInput:
     return MutatesInput()

@@ -369,6 +369,17 @@ def test_a_model_whose_reference_holds_nan_is_degenerate_not_pass(tmp_path):
     assert not output.exists()
 
 
+def test_a_model_whose_reference_is_all_infinity_is_degenerate_not_pass(tmp_path):
+    """Issue 21: x / 0 agreed on ±inf everywhere and passed; an output that overflowed everywhere says nothing."""
+    output = tmp_path / "inf.onnx"
+    with pytest.raises(ParityError) as caught:
+        convert_torch(f"{MODELS}:infinite_outputs", output=output, inputs=["x:1x8"], verify_backends=["onnxruntime"])
+    assert "degenerate against pytorch" in str(caught.value) and "every element is ±infinity (8 of 8)" in str(
+        caught.value
+    )
+    assert not output.exists()
+
+
 def test_a_forward_that_writes_into_its_input_is_judged_on_the_original_input(tmp_path):
     """The oracle gets a copy: a correct export of an in-place forward() passes."""
     output = tmp_path / "mutates.onnx"
