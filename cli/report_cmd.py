@@ -9,6 +9,7 @@ import typer
 from deploykit.bench.report import BenchmarkReport, merge_html
 from deploykit.errors import UsageError
 from deploykit.io import atomic_path, check_outputs
+from deploykit.validation import check_number
 
 from .bench_view import print_bench_report
 from .console import console, err_console
@@ -58,8 +59,9 @@ def report(
     if baseline is None:
         print_bench_report(current)
         return
-    if threshold < 0:
-        raise UsageError(f"threshold {threshold} | cannot be negative.", hint="e.g. --threshold 0.1 for 10%.")
+    check_number(
+        "--threshold", threshold, low=0.0, hint="an allowed slowdown as a fraction, e.g. --threshold 0.1 for 10%."
+    )
     before = BenchmarkReport.from_json(_report_file(baseline))
     for note in current.differences(before):
         err_console.print(f"note: {note}", soft_wrap=True)

@@ -467,7 +467,15 @@ def _fed_symbols(specs: Mapping[str, TensorSpec], feeds: Mapping[str, np.ndarray
 
 
 def _load_npy(name: str, source: str) -> Any:
+    from deploykit.io import regular_file_problem, shown
+
     path = Path(source)
+    problem = regular_file_problem(path) if path.suffix == ".npy" else None
+    if problem is not None and problem != "no such file":
+        raise UsageError(
+            f"--input '{name}={shown(source)}' | {problem}; expected a .npy file.",
+            hint="save an array with np.save('x.npy', array).",
+        )
     if path.suffix != ".npy" or not path.is_file():
         raise UsageError(
             f"--input '{name}={source}' | expected 'random', 'random:SHAPE' or an existing .npy file.",

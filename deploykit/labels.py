@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from deploykit.errors import UsageError
+from deploykit.io import regular_file_problem, shown
 
 
 def read_labels(path: str | os.PathLike[str]) -> list[str]:
@@ -20,9 +21,10 @@ def read_labels(path: str | os.PathLike[str]) -> list[str]:
         UsageError: the file is missing, a folder, or not UTF-8 text.
     """
     file = Path(path)
-    if not file.is_file():
+    problem = regular_file_problem(file)
+    if problem is not None:
         raise UsageError(
-            f"labels '{file}' | {'is a directory' if file.is_dir() else 'no such file'}.",
+            f"labels '{shown(file)}' | {problem}.",
             hint="pass a text file with one class name per line (e.g. coco.names).",
         )
     data = file.read_bytes()

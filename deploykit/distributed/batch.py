@@ -27,7 +27,7 @@ from deploykit.distributed.cluster import connect, require_ray
 from deploykit.distributed.rows import ARRAY_SUFFIXES, TASKS, Predictor
 from deploykit.distributed.store import ResultStore, is_uri, list_sources, read_bytes
 from deploykit.errors import BackendError, UsageError
-from deploykit.io import file_sha256
+from deploykit.io import file_sha256, regular_file_problem
 from deploykit.model import check_model_path
 from deploykit.vision.pipelines import _read_labels
 
@@ -162,9 +162,13 @@ def _read_error(path: str, exc: OSError) -> str:
 
 
 def _unreadable(path: str) -> str | None:
-    """Why a local input cannot be opened, or None (URIs are left to Ray and pyarrow)."""
+    """Why a local input cannot be opened, or None (URIs are left to Ray and pyarrow). A FIFO, a device
+    or a socket in the folder is named by kind, never opened (a FIFO blocks, /dev/zero never ends)."""
     if is_uri(path):
         return None
+    problem = regular_file_problem(path)
+    if problem is not None and problem != "no such file":
+        return f"input '{path}' | {problem}; expected an image file."
     try:
         with open(path, "rb"):
             return None
@@ -181,6 +185,10 @@ def _local_batches(
             rows = []
             for path in paths[start : start + batch_size]:
                 try:
+                    unreadable = _unreadable(path)
+                    if unreadable is not None:
+                        rows.append(predictor.error_row(path, unreadable))
+                        continue
                     data = read_bytes(path)
                 except OSError as exc:  # unreadable (permissions, vanished): a row that says so
                     rows.append(predictor.error_row(path, _read_error(path, exc)))

@@ -135,6 +135,9 @@ def run_worker(
     are killed when the time limit passes or when this process is interrupted (the interruption
     is then re-raised).
     """
+    from deploykit.validation import check_number
+
+    check_number("--timeout", timeout_s, low=0.0, low_open=True, hint="seconds a worker may take, e.g. --timeout 900.")
     environment = {**os.environ, **interpreter.environment} if interpreter.environment else None
     process = subprocess.Popen(
         [*interpreter.argv(), "-c", _BOOTSTRAP, module, str(os.getpid())],

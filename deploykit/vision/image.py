@@ -263,8 +263,21 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 
 
 def list_images(folder: Path) -> list[Path]:
-    """The image files of a folder (by suffix), sorted by name."""
-    return sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    """The image files of a folder (by suffix), sorted by name.
+
+    Raises:
+        InputError: one of them is not a regular file (a FIFO, a device such as a link to /dev/zero, a
+            socket, a folder): named by kind before anything reads it.
+    """
+    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    for file in files:
+        problem = regular_file_problem(file)
+        if problem is not None and problem != "no such file":  # a dangling link is the reader's to report
+            raise InputError(
+                f"image '{shown(file)}' | {problem}; expected an image file.",
+                hint=f"remove it from {shown(folder)}, or point at a folder that holds only images.",
+            )
+    return files
 
 
 @dataclass(frozen=True)

@@ -218,3 +218,22 @@ def test_decode_image_bytes_like_files(tiny):
     assert (decode_image(data, "from-bytes.jpg") == load_image(tiny["image"])).all()
     with pytest.raises(InputError, match=r"image 'cut.jpg' \| the JPEG data ends before its end-of-image marker"):
         decode_image(data[: len(data) // 2], "cut.jpg")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-5"])
+@pytest.mark.parametrize("command", ["run", "compare"])
+def test_a_timeout_that_is_no_duration_is_refused(tiny, command, value):
+    """Issue 21 sweep: --timeout nan/inf was a traceback in selectors, 0 and -5 'crashed the runtime'."""
+    result = invoke_checked([command, tiny["dynamic"], "--timeout", value])
+    assert result.exit_code == 1
+    assert f"--timeout '{float(value)}' | expected a number > 0" in result.stderr and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-0.1"])
+def test_a_regression_threshold_that_is_no_fraction_is_refused(tiny, tmp_path, value):
+    """Issue 21 sweep: --threshold nan said 'no regression beyond nan%' and exited 0 against a 100x faster baseline."""
+    report = tmp_path / "r"
+    assert invoke_checked(["bench", tiny["dynamic"], "--duration", "100ms", "--report", report]).exit_code == 0
+    result = invoke_checked(["report", report / "report.json", "--baseline", report / "report.json",
+                             "--threshold", value])  # fmt: skip
+    assert result.exit_code == 1 and f"--threshold '{float(value)}' |" in result.stderr

@@ -4,6 +4,7 @@ subprocess with a time limit, so a regression shows as a failure, not as a hung 
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -84,3 +85,49 @@ def test_a_path_too_long_is_named_short(tmp_path):
         check_model_path(path)
     message = str(caught.value)
     assert "(5005 characters)" in message and len(message) < 600
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["convert", "darknet", "{fifo}", "{cfg_weights}", "-o", "{tmp}/x.onnx"], "cfg '{fifo}' | is a named pipe"),
+        (["convert", "darknet", "{cfg}", "{fifo}", "-o", "{tmp}/x.onnx"], "weights '{fifo}' | is a named pipe"),
+        (["convert", "darknet", "{cfg}", "/dev/zero", "-o", "{tmp}/x.onnx"], "weights '/dev/zero' | is a character"),
+        (["predict", "{classifier}", "{image}", "--labels", "{fifo}"], "labels '{fifo}' | is a named pipe"),
+        (["inspect", "{fifo}.cfg"], "cfg '{fifo}.cfg' | is a named pipe"),
+        (["report", "{fifo}"], "report '{fifo}' | is a named pipe"),
+        (["report", "merge", "{fifo}", "{fifo}.cfg", "-o", "{tmp}/m.html"], "report '{fifo}' | is a named pipe"),
+        (["run", "{dynamic}", "-i", "x={fifo}.npy"], "--input 'x={fifo}.npy' | is a named pipe"),
+        (["quantize", "{classifier}", "-o", "{tmp}/q.onnx", "-c", "{folder}"], "photos/zero.png' | is a character device"),
+    ],
+)  # fmt: skip
+def test_every_reader_refuses_special_files_by_kind(tiny, tmp_path, args, message):
+    """The second sweep (issue 21): cfg, weights, labels, reports, .npy inputs and image folders said 'no such
+    file', or blocked on a FIFO, or read /dev/zero until the OOM killer came."""
+    fifo = tmp_path / "pipe"
+    for path in (fifo, tmp_path / "pipe.cfg", tmp_path / "pipe.npy"):
+        os.mkfifo(path)
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    (folder / "a.jpg").write_bytes(tiny["image"].read_bytes())
+    os.mkfifo(folder / "zz.jpg")
+    (folder / "zero.png").symlink_to("/dev/zero")
+    values = {**{k: str(v) for k, v in tiny.items()}, "fifo": str(fifo), "tmp": str(tmp_path), "folder": str(folder),
+              "cfg_weights": str(tiny["weights"])}  # fmt: skip
+    result = _deploykit(*(a.format(**values) for a in args))
+    assert result.returncode == 1, result.stderr
+    assert message.format(**values) in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_fifo_and_dev_zero_in_a_predict_folder_are_error_rows(tiny, tmp_path):
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    (folder / "a.jpg").write_bytes(tiny["image"].read_bytes())
+    os.mkfifo(folder / "zz.jpg")
+    (folder / "zero.png").symlink_to("/dev/zero")
+    result = _deploykit("predict", str(tiny["classifier"]), str(folder), "--out", str(tmp_path / "rows"))
+    assert result.returncode == 0, result.stderr
+    rows = (tmp_path / "rows").glob("part-*.jsonl")
+    errors = {r["path"].rsplit("/", 1)[-1]: r["error"] for f in rows for line in f.read_text().splitlines()
+              if (r := json.loads(line))["status"] == "error"}  # fmt: skip
+    assert "is a named pipe (FIFO)" in errors["zz.jpg"] and "is a character device" in errors["zero.png"]

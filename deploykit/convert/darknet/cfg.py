@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deploykit.errors import ConversionError, UnsupportedLayerError
-from deploykit.io import shown
+from deploykit.io import regular_file_problem, shown
 
 _WHITESPACE = str.maketrans("", "", " \t\n\r\v\f")
 _MAX_CFG_BYTES = 16 * 2**20
@@ -179,11 +179,9 @@ def parse_cfg_text(text: str, path: str = "<cfg>") -> DarknetCfg:
 def read_cfg(path: str | os.PathLike[str]) -> DarknetCfg:
     """Read and parse a ``.cfg`` file."""
     file = Path(path)
-    if not file.is_file():
-        raise ConversionError(
-            f"cfg '{file}' | {'is a directory' if file.is_dir() else 'no such file'}.",
-            hint="pass the path of the Darknet .cfg file.",
-        )
+    problem = regular_file_problem(file)
+    if problem is not None:
+        raise ConversionError(f"cfg '{shown(file)}' | {problem}.", hint="pass the path of the Darknet .cfg file.")
     if file.stat().st_size > _MAX_CFG_BYTES:
         raise ConversionError(
             f"cfg '{file}' | is {file.stat().st_size / 2**20:.0f} MiB; a Darknet cfg is a small text file.",

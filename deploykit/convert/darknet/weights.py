@@ -16,6 +16,7 @@ import numpy as np
 
 from deploykit.convert.darknet.layers import Network
 from deploykit.errors import ConversionError
+from deploykit.io import regular_file_problem, shown
 
 
 @dataclass
@@ -47,9 +48,10 @@ class DarknetWeights:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        if not self.path.is_file():
+        problem = regular_file_problem(self.path)
+        if problem is not None:
             raise ConversionError(
-                f"weights '{self.path}' | {'is a directory' if self.path.is_dir() else 'no such file'}.",
+                f"weights '{shown(self.path)}' | {problem}.",
                 hint="pass the Darknet .weights file that belongs to the .cfg.",
             )
         size = self.path.stat().st_size
