@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from deploykit.distributed.reaper import ray_node_processes, start_reaper
+from deploykit.distributed.reaper import start_reaper
 from deploykit.errors import BackendError, BackendUnavailableError
 
 #: Custom Ray resource a device node carries: ``deploykit-device:<name>`` with capacity 1.
@@ -85,6 +85,9 @@ def start(ray: Any, address: str | None = None, num_cpus: int | None = None) -> 
     if address is None:
         check_local_limits()
     handlers = _signal_handlers()
+    # A local Ray's processes must die with this driver even when it is killed with SIGKILL, also
+    # while ray.init is still starting them: the watchdog starts first.
+    reaper = start_reaper(os.path.dirname(ray.__file__)) if address is None else None
     try:
         if address is None:
             # "local": a Ray of our own, even where another local cluster runs (ray.init would join it)
@@ -94,12 +97,13 @@ def start(ray: Any, address: str | None = None, num_cpus: int | None = None) -> 
         _restore(handlers)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         _restore(handlers)
+        if reaper is not None:
+            reaper.kill()
+            reaper.wait()
         raise BackendError(
             f"ray cluster '{address or 'local'}' | cannot be reached or started: {exc}",
             hint="check the address (ray://HEAD:10001 or HEAD:6379) and that `ray start --head` runs there.",
         ) from exc
-    # A local Ray's processes must die with this driver even when it is killed with SIGKILL.
-    reaper = start_reaper(ray_node_processes(ray)) if address is None else None
 
     def stop() -> None:
         ray.shutdown()

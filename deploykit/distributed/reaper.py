@@ -3,12 +3,14 @@
 A local Ray started by ``connect`` is shut down by ``ray.shutdown()`` when the driver ends normally,
 by an exception, Ctrl-C or SIGTERM. A driver killed with SIGKILL runs no code: Ray's raylet notices and
 exits, but processes it started (its dashboard and runtime-env agents, workers in the middle of a
-task) are re-parented to init and live on. This watchdog, started in a session of its own next to the
-driver, notes the process trees of Ray's node processes (gcs, raylet and what they start) twice a
-second; when the driver is gone it kills what is left of them (each process checked by its start time,
-so a recycled pid is never hit), then exits. Other children of the driver are not its business.
+task) are re-parented to init and live on. This watchdog, started in a session of its own just before
+``ray.init``, looks at the driver's descendants several times a second and keeps those that are Ray's
+(their command line runs from the installed ``ray`` package, or Ray titled them ``ray::...``) together
+with whatever they start; when the driver is gone it kills what is left of them (each process checked by
+its start time, so a recycled pid is never hit), then exits. Other children of the driver are not its
+business. A kill during ``ray.init`` itself is covered too: the watch starts before Ray does.
 
-Run as ``python -m deploykit.distributed.reaper DRIVER_PID ROOT_PID...``; ``start_reaper`` does that.
+Run as ``python -m deploykit.distributed.reaper DRIVER_PID RAY_PACKAGE_DIR``; ``start_reaper`` does that.
 """
 
 from __future__ import annotations
@@ -18,32 +20,22 @@ import signal
 import subprocess
 import sys
 import time
+from typing import Any
 
-POLL_S = 0.5
+POLL_S = 0.2
 
 
-def start_reaper(roots: list[int], driver_pid: int | None = None) -> subprocess.Popen[bytes] | None:
-    """Start the watchdog of ``roots`` (Ray's node processes) for ``driver_pid`` (this process by default);
-    None where there is nothing to watch or psutil is missing."""
+def start_reaper(ray_package: str, driver_pid: int | None = None) -> subprocess.Popen[bytes] | None:
+    """Start the watchdog of the Ray processes (those run from ``ray_package``, the installed ``ray``
+    folder) below ``driver_pid`` (this process by default); None where psutil is missing."""
     try:
         import psutil  # noqa: F401  (the watchdog needs it; without it there is no watchdog)
     except ImportError:
         return None
-    if not roots:
-        return None
     return subprocess.Popen(
-        [sys.executable, "-m", "deploykit.distributed.reaper", str(driver_pid or os.getpid()), *map(str, roots)],
+        [sys.executable, "-m", "deploykit.distributed.reaper", str(driver_pid or os.getpid()), ray_package],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
-
-
-def ray_node_processes(ray: object) -> list[int]:
-    """The pids of the processes a local ``ray.init`` started (gcs, raylet, monitors ...); [] if unknown."""
-    try:
-        node = ray._private.worker._global_node  # type: ignore[attr-defined]
-        return [info.process.pid for infos in node.all_processes.values() for info in infos if info.process]
-    except AttributeError:
-        return []
 
 
 def _tree(process: object) -> dict[int, float]:
@@ -61,8 +53,18 @@ def _tree(process: object) -> dict[int, float]:
     return found
 
 
-def watch(driver_pid: int, roots: list[int]) -> None:
-    """Follow the trees of ``roots`` until the driver is gone, then kill what remains of them."""
+def _is_ray(process: Any, ray_package: str) -> bool:
+    import psutil
+
+    try:
+        command = " ".join(process.cmdline())
+    except psutil.Error:
+        return False
+    return command.startswith("ray::") or ray_package in command
+
+
+def watch(driver_pid: int, ray_package: str) -> None:
+    """Follow the driver's Ray descendants until the driver is gone, then kill what remains of them."""
     import psutil
 
     try:
@@ -71,11 +73,6 @@ def watch(driver_pid: int, roots: list[int]) -> None:
     except psutil.Error:
         return
     seen: dict[int, float] = {}
-    for pid in roots:
-        try:
-            seen[pid] = psutil.Process(pid).create_time()
-        except psutil.Error:
-            continue
     while True:
         try:
             alive = driver.is_running() and driver.create_time() == started and driver.status() != psutil.STATUS_ZOMBIE
@@ -83,11 +80,18 @@ def watch(driver_pid: int, roots: list[int]) -> None:
             alive = False
         if not alive:
             break
+        for pid, created in _tree(driver).items():
+            if pid not in seen and pid != os.getpid():  # this watchdog names the ray folder too
+                try:
+                    if _is_ray(psutil.Process(pid), ray_package):
+                        seen[pid] = created
+                except psutil.Error:
+                    continue
         for pid, created in list(seen.items()):
             try:
                 process = psutil.Process(pid)
                 if process.create_time() == created:
-                    seen.update(_tree(process))
+                    seen.update({k: v for k, v in _tree(process).items() if k != os.getpid()})
                     continue
             except psutil.Error:
                 pass
@@ -103,6 +107,7 @@ def watch(driver_pid: int, roots: list[int]) -> None:
             leftovers.update(_tree(process))  # what it started since the last look
         except psutil.Error:
             continue
+    leftovers.pop(os.getpid(), None)
     for pid, created in leftovers.items():
         try:
             process = psutil.Process(pid)
@@ -113,4 +118,4 @@ def watch(driver_pid: int, roots: list[int]) -> None:
 
 
 if __name__ == "__main__":
-    watch(int(sys.argv[1]), [int(pid) for pid in sys.argv[2:]])
+    watch(int(sys.argv[1]), sys.argv[2])

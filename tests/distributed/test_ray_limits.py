@@ -64,15 +64,29 @@ def _ray_processes_of(session: int) -> list[psutil.Process]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum, exit_code", [(signal.SIGTERM, 143), (signal.SIGKILL, -signal.SIGKILL)],
-                         ids=["TERM", "KILL"])  # fmt: skip
-def test_a_signalled_ray_run_leaves_no_ray_process(ray_module, detector, photo_folder, tmp_path, signum, exit_code):
+@pytest.mark.parametrize(
+    "signum, exit_code, when",
+    [(signal.SIGTERM, 143, "running"), (signal.SIGKILL, -signal.SIGKILL, "running"),
+     (signal.SIGKILL, -signal.SIGKILL, "starting")],
+    ids=["TERM", "KILL", "KILL-during-ray.init"],
+)  # fmt: skip
+def test_a_signalled_ray_run_leaves_no_ray_process(ray_module, detector, photo_folder, tmp_path, signum, exit_code,
+                                                    when):  # fmt: skip
     """SIGTERM: exit 143 without Ray's native stack dump. SIGKILL: no code runs in the driver, yet the reaper
-    (deploykit.distributed.reaper) kills Ray's agents and workers that would outlive it."""
+    (deploykit.distributed.reaper) kills Ray's agents and workers that would outlive it, also while ray.init
+    is still starting them."""
     process = _predict(detector, photo_folder, tmp_path / "rows")
     deadline = time.monotonic() + 90
-    while not list((tmp_path / "rows").glob("part-*.jsonl")) and time.monotonic() < deadline:
-        time.sleep(0.2)  # Ray is up and rows are coming
+
+    def ray_agents_started() -> bool:
+        return any(" ".join(p.cmdline()).startswith("ray::") for p in _ray_processes_of(process.pid))
+
+    while time.monotonic() < deadline:
+        if when == "running" and list((tmp_path / "rows").glob("part-*.jsonl")):
+            break  # Ray is up and rows are coming
+        if when == "starting" and ray_agents_started():
+            break  # ray.init has started its agents and has not returned: no row yet
+        time.sleep(0.05)
     assert process.poll() is None, process.communicate()[1]
     started = _ray_processes_of(process.pid)
     assert any("raylet" in " ".join(p.cmdline()) for p in started), "Ray's processes run in the driver's session"
