@@ -29,6 +29,7 @@ from deploykit.inputs import save_arrays
 
 RESULT_PREFIX = "DEPLOYKIT-RESULT "
 DEFAULT_TIMEOUT_S = 900.0
+PIPES_GRACE_S = 2.0  # how long a finished worker's pipes may stay open (held by something it started)
 # Run as `python -c _BOOTSTRAP <module> <parent pid>`, before the worker imports anything:
 # - -c puts '' (the current directory) first on sys.path: it goes before any import, so an
 #   unrelated ctypes.py or onnx.py there cannot shadow the real module.
@@ -113,6 +114,19 @@ def _kill_group(process: subprocess.Popen[str]) -> None:
     process.wait()
 
 
+def _end_group(process: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _end_group_after_exit(process: subprocess.Popen[str], answered: threading.Event) -> None:
+    process.wait()
+    if not answered.wait(PIPES_GRACE_S):
+        _end_group(process)
+
+
 def kill_workers() -> None:
     """Kill every worker this process started that is still running (and whatever they started):
     what an interrupted command does before it exits, so no worker outlives it."""
@@ -150,6 +164,11 @@ def run_worker(
     )
     with _live_lock:
         _live.add(process)
+    answered = threading.Event()
+    # A process the worker started (a factory's subprocess) inherits its output pipes: after the worker has
+    # exited, such a child would keep communicate() waiting until the time limit. Once the worker is gone
+    # and its pipes stay open for a moment, its process group goes (the result line is already written).
+    threading.Thread(target=_end_group_after_exit, args=(process, answered), daemon=True).start()
     try:
         stdout, stderr = process.communicate(json.dumps(dict(job)), timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -159,8 +178,10 @@ def run_worker(
         _kill_group(process)
         raise
     finally:
+        answered.set()
         with _live_lock:
             _live.discard(process)
+    _end_group(process)  # nothing the worker started outlives it
     lines = [line for line in stdout.splitlines() if line.startswith(RESULT_PREFIX)]
     tail = " | ".join(line.strip() for line in stderr.strip().splitlines()[-3:])
     if process.returncode != 0 or not lines:

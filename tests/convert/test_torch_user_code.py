@@ -44,6 +44,13 @@ def hangs():
     time.sleep(3600)
 
 
+def spawns_a_child():
+    import subprocess
+
+    subprocess.Popen(["sleep", "300.4217"])  # inherits the worker's output pipes
+    return Small()
+
+
 def changes_directory():
     os.chdir("/")
     return Small()
@@ -92,3 +99,17 @@ def test_a_module_that_exits_at_import_and_a_factory_that_changes_directory(fact
     result = invoke_checked(["convert", "torch", f"{factories}:changes_directory", "-i", "x:1x4", "-o", "b.onnx"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "b.onnx").is_file() and "pass" in result.output
+
+
+def test_a_factory_whose_child_holds_the_pipes_converts_and_leaves_no_child(factories, tmp_path):
+    """Issue 21 sweep: a child process holding the worker's pipes made a finished conversion wait for --timeout,
+    and outlived the command."""
+    import psutil
+
+    output = tmp_path / "c.onnx"
+    result = invoke_checked(["convert", "torch", f"{factories}:spawns_a_child", "-i", "x:1x4", "-o", output,
+                             "--timeout", "60"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert output.is_file()
+    children = [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [])[-1:] == ["300.4217"]]
+    assert not children, "the factory's child outlived the conversion"
