@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import stat
 import sys
 from typing import Any, NoReturn
 
@@ -19,6 +20,7 @@ from typer.core import TyperGroup
 
 from deploykit._version import __version__
 from deploykit.errors import DeployKitError
+from deploykit.io import FULL_ERRNOS
 
 from . import (
     backends_cmd,
@@ -58,6 +60,14 @@ def _stdout_is_broken(fd: int | None = None) -> bool:
         return False
 
 
+def _stdout_is_full() -> bool:
+    """Whether standard output is a device such as /dev/full (writes to it fail with ENOSPC)."""
+    try:
+        return stat.S_ISCHR(os.fstat(sys.stdout.fileno()).st_mode) and not os.isatty(sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
 def _quiet_exit() -> NoReturn:
     # The Python docs' recipe (signal module, "Note on SIGPIPE"): point stdout at devnull so that
     # flushing what is still buffered at exit cannot raise again and print "Exception ignored".
@@ -91,7 +101,14 @@ class _Group(TyperGroup):
             if ctx.params.get("debug") or os.environ.get("DEPLOYKIT_DEBUG"):
                 raise
             subject = f"'{exc.filename}'" if exc.filename else type(exc).__name__
-            err_console.print(Text(f"error: {subject} | {exc.strerror or exc}."), soft_wrap=True)
+            reason = f"{exc.strerror or exc}"
+            if exc.errno in FULL_ERRNOS:
+                where = "standard output" if _stdout_is_full() else "a file deploykit was writing"
+                reason += (
+                    f" while writing {where}: the disk is full or a file-size limit (ulimit -f) is set. "
+                    "Hint: free some space, raise the limit or write elsewhere, then run the command again"
+                )
+            err_console.print(Text(f"error: {subject} | {reason}."), soft_wrap=True)
             raise typer.Exit(1) from None
 
 

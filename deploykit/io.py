@@ -351,6 +351,7 @@ def atomic_outputs(paths: Iterable[PathLike]) -> Iterator[list[Path]]:
 
 
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+FULL_ERRNOS = _FULL  # a write that ran out of room: the disk, a quota, or a file-size limit (ulimit -f)
 
 
 def full_disk_error(targets: Iterable[PathLike], exc: OSError) -> OutputError:
@@ -408,6 +409,10 @@ def scratch_dir(beside: PathLike) -> Iterator[Path]:
     _register(directory)
     try:
         yield directory
+    except OSError as exc:  # a converter's working files ran out of room: say so for the output, not the file
+        if exc.errno in _FULL:
+            raise full_disk_error([beside], exc) from exc
+        raise
     finally:
         _remove(directory)
         _unregister(directory)

@@ -25,7 +25,7 @@ import numpy as np
 from deploykit.convert.specs import InputSpec
 from deploykit.convert.torch_sources import TorchSource
 from deploykit.errors import ConversionError, DeployKitError
-from deploykit.io import atomic_path
+from deploykit.io import FULL_ERRNOS, atomic_path
 
 DYNAMO_MIN_OPSET = 18
 PROTOBUF_LIMIT_BYTES = 2**31 - 2**24  # leave room for the graph itself under protobuf's 2 GiB
@@ -133,6 +133,8 @@ def export_model(
                 raise
             failures.append(exc.message)
         except Exception as exc:
+            if isinstance(exc, OSError) and exc.errno in FULL_ERRNOS:
+                raise  # out of room is no exporter's failure: scratch_dir names the output
             text = strip_ansi(str(exc)).strip()
             failures.append(f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:400])
             log.append(f"--- {kind} exporter: {type(exc).__name__}\n{strip_ansi(str(exc))}\n")

@@ -311,6 +311,7 @@ def main() -> int:
     """Worker entry: a job ``{model, examples, settings, scratch, output_name, log_path, sys_path}`` on
     stdin; the stage's fields as the result line, its cases and references as ``.npz`` files in scratch."""
     from deploykit.inputs import save_arrays
+    from deploykit.io import FULL_ERRNOS, full_disk_error
     from deploykit.verify.isolated import RESULT_PREFIX
 
     job = json.loads(sys.stdin.read())
@@ -328,6 +329,13 @@ def main() -> int:
     except DeployKitError as exc:
         error = {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint}
         print(RESULT_PREFIX + json.dumps({"status": "error", "error": str(exc), "error_data": error}), flush=True)
+        return 0
+    except OSError as exc:
+        if exc.errno not in FULL_ERRNOS:
+            raise
+        error = full_disk_error([scratch.parent / job["output_name"]], exc)
+        data = {"type": type(error).__name__, "message": error.message, "hint": error.hint}
+        print(RESULT_PREFIX + json.dumps({"status": "error", "error": str(error), "error_data": data}), flush=True)
         return 0
     except SystemExit as exc:  # the user's code called sys.exit(): no model, and say so
         code = exc.code if isinstance(exc.code, int) or exc.code is None else 1

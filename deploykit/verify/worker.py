@@ -79,8 +79,26 @@ def main() -> int:
         with np.load(path, allow_pickle=False) as archive:
             cases.append({name: archive[name] for name in archive.files})
     result, outputs = run_job(job, cases)
-    for index, arrays in enumerate(outputs):
-        save_arrays(Path(job["outputs_dir"]) / f"outputs-{index}.npz", storable(arrays))
+    try:
+        for index, arrays in enumerate(outputs):
+            save_arrays(Path(job["outputs_dir"]) / f"outputs-{index}.npz", storable(arrays))
+    except OSError as exc:  # the runtime ran; handing its outputs back did not fit (a full disk, ulimit -f)
+        from deploykit.io import FULL_ERRNOS
+
+        if exc.errno not in FULL_ERRNOS:
+            raise
+        message = (
+            f"worker | ran the model, but could not hand its outputs back: {exc.strerror} writing to "
+            f"'{job['outputs_dir']}' (a full temporary folder, or a file-size limit such as ulimit -f)."
+        )
+        hint = "free space in the temporary folder (TMPDIR) or raise the file-size limit, then run again."
+        error = {"type": "OutputError", "message": message, "hint": hint}
+        result = {
+            "status": "error",
+            "error": f"{message} Hint: {hint}",
+            "error_data": error,
+            "info": result.get("info"),
+        }
     print(RESULT_PREFIX + json.dumps(result), flush=True)
     return 0
 

@@ -67,3 +67,29 @@ def test_a_model_written_onto_a_full_disk_leaves_nothing(catalog_paths, full_dis
     assert result.exit_code == 1, result.output
     assert f"output {output} | could not be written: the disk is full" in result.stderr
     assert list(full_disk.iterdir()) == [filler]
+
+
+@pytest.mark.parametrize("converter", ["darknet", "torch"])
+def test_a_conversion_onto_a_full_disk_names_the_output(tiny, full_disk, converter):
+    """Issue 21 sweep: 'OSError | No space left on device.' with no path, or blamed on the exporters."""
+    filler = _fill(full_disk)
+    output = full_disk / "m.onnx"
+    source = [tiny["cfg"], tiny["weights"]] if converter == "darknet" else [f"{tiny['factory']}:tiny_cnn"]
+    extra = [] if converter == "darknet" else ["-i", "x:1x3x8x8"]
+    result = runner.invoke(app, ["convert", converter, *map(str, source), "-o", str(output), *extra])
+    assert result.exit_code == 1, result.output
+    assert f"output {output} | could not be written: the disk is full" in " ".join(result.stderr.split())
+    assert "exporter" not in result.stderr and list(full_disk.iterdir()) == [filler]
+
+
+def test_a_file_size_limit_in_the_worker_is_said_not_blamed_on_the_runtime(tiny, tmp_path):
+    """Issue 21 sweep: under ulimit -f the worker could not write its outputs back; the message blamed ONNX Runtime."""
+    import sys
+
+    code = "import sys; from deploykit.cli.main import main; sys.argv[0] = 'deploykit'; main()"
+    command = f"ulimit -f 8; exec '{sys.executable}' -c \"{code}\" run '{tiny['dynamic']}' -i x=random:100000x4"
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    shown = " ".join(done.stderr.split())
+    assert "worker | ran the model, but could not hand its outputs back: File too large" in shown
+    assert "report it to the runtime" not in shown and "Traceback" not in shown
