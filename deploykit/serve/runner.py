@@ -127,6 +127,7 @@ class ModelRunner:
     def _instance(self, index: int) -> None:
         try:
             session = self._open_session(self.model)
+            _check_servable(self.model.name, session)
         except BaseException as exc:
             self._fail(exc, "while loading")
             return
@@ -338,6 +339,19 @@ class ModelRunner:
             "dynamic_batching": self.batchable,
             "max_batch": self.policy.max_batch if self.batchable else 1,
         }
+
+
+def _check_servable(name: str, session: SessionLike) -> None:
+    """The v2 protocol carries tensors: a sequence or optional input or output is refused at load, by name."""
+    from deploykit.errors import UnsupportedModelError
+    from deploykit.tensors import TENSOR
+
+    others = [f"{s.name} ({s.kind})" for s in [*session.inputs.values(), *session.outputs.values()] if s.kind != TENSOR]
+    if others:
+        raise UnsupportedModelError(
+            f"model '{name}' | has values the KServe v2 protocol cannot carry: {', '.join(others)}; it sends tensors.",
+            hint="serve a model whose inputs and outputs are tensors, or run it in-process with deploykit.load.",
+        )
 
 
 def _batch_axis_dynamic(inputs: Mapping[str, TensorSpec], outputs: Mapping[str, TensorSpec]) -> bool:

@@ -6,6 +6,7 @@ HTTP requests are sent raw with httpx (so malformed bodies really are malformed)
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -218,3 +219,29 @@ def test_a_token_guards_every_route_on_both_protocols(catalog_paths):
         x = np.ones((1, 8), np.float32)
         result = client.infer("mlp", [_tensor("x", [1, 8], "FP32", x)], headers={"authorization": "Bearer s3cret"})
         assert result.as_numpy("y").shape == (1, 4)
+
+
+def test_a_model_with_a_sequence_output_is_not_ready_and_says_why(catalog_paths, tmp_path):
+    """Issue 21 sweep: metadata advertised a sequence output as FP32 and every infer was a 500 with a traceback."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("SequenceConstruct", ["x", "x"], ["s"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [1, 8])])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "seq.onnx"))
+    served = [ServedModel.from_path(tmp_path / "seq.onnx", name="seq"),
+              ServedModel.from_path(catalog_paths["mlp_dynamic_batch"], name="mlp")]  # fmt: skip
+    settings = ServerSettings(http_port=0, grpc_port=None, metrics_port=None)
+    with Server(served, BatchPolicy(), settings) as server:
+        base = f"http://127.0.0.1:{server.http_port}"
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{base}/v2/models/mlp/ready").status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert httpx.get(f"{base}/v2/models/seq/ready").status_code != 200
+        response = httpx.post(f"{base}/v2/models/seq/infer", json={"inputs": [TENSOR]})
+        assert response.status_code == 503
+        assert "cannot carry: s (sequence)" in response.json()["error"]
+        assert httpx.post(f"{base}/v2/models/mlp/infer", json={"inputs": [TENSOR]}).status_code == 200
