@@ -19,6 +19,7 @@ from deploykit.bench.rows import Row
 from deploykit.errors import DeployKitError
 from deploykit.inputs import save_arrays
 from deploykit.verify.isolated import RESULT_PREFIX
+from deploykit.verify.worker import storable
 
 
 def _load(path: str) -> dict[str, np.ndarray]:
@@ -35,9 +36,10 @@ def main() -> int:
         row, outputs, checked = measure(
             Path(job["model"]), config, feeds, cost_per_hour=job.get("cost_per_hour"), check_cases=checks
         )
-        save_arrays(job["outputs"], outputs)
+        # a sequence output as name[0], name[1] ..., an empty optional left out: as the oracle's worker stores them
+        save_arrays(job["outputs"], storable(outputs))
         for index, arrays in enumerate(checked):
-            save_arrays(f"{job['outputs']}.check-{index}.npz", arrays)
+            save_arrays(f"{job['outputs']}.check-{index}.npz", storable(arrays))
     except DeployKitError as exc:
         row = Row.from_failure(config, str(exc))
     print(RESULT_PREFIX + json.dumps(row.to_dict()), flush=True)

@@ -506,3 +506,18 @@ def test_a_model_replaced_mid_benchmark_is_an_error_not_a_numeric_failure(tmp_pa
     with pytest.raises(ModelError, match=r"'m.onnx' \| changed while the benchmark ran \(SHA-256 .* at the start"):
         deploykit.benchmark(model, ["onnxruntime", "openvino"], iterations=5, warmup=1,
                             progress=replace_after_the_first)  # fmt: skip
+
+
+def test_a_sequence_output_is_verified_in_bench_as_in_compare(tmp_path):
+    """Issue 21 sweep: bench said "output 's[0]' missing" for a sequence output that compare verifies."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("SequenceConstruct", ["x", "x"], ["s"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [1, 4])])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "seq.onnx"))
+    report = deploykit.benchmark(tmp_path / "seq.onnx", ["onnxruntime"], iterations=3, warmup=1)
+    assert [row.verdict.status for row in report.rows] == ["pass"], [row.verdict for row in report.rows]
