@@ -17,7 +17,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from deploykit.errors import InputError, UsageError
+from deploykit.errors import InputError, OutputError, UsageError
+from deploykit.io import FULL_ERRNOS, full_disk_error
 
 PART_GLOB = "part-*.jsonl"
 _URI = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
@@ -157,8 +158,14 @@ class ResultStore:
             root = Path(self._root)
             root.mkdir(parents=True, exist_ok=True)
             temporary = root / f".{name}.{os.getpid()}.tmp"
-            temporary.write_text(text, encoding="utf-8")
-            os.replace(temporary, root / name)
+            try:
+                temporary.write_text(text, encoding="utf-8")
+                os.replace(temporary, root / name)
+            except OSError as exc:
+                temporary.unlink(missing_ok=True)
+                if exc.errno in FULL_ERRNOS:
+                    raise full_disk_error([root / name], exc) from exc
+                raise
             return
         self._fs.create_dir(self._root, recursive=True)
         with self._fs.open_output_stream(f"{self._root}/{name}") as stream:
@@ -236,10 +243,24 @@ class ResultStore:
         name = f"part-{stamp}-{os.getpid()}-{index:05d}.jsonl"
         if self._fs is None:
             Path(self._root).mkdir(parents=True, exist_ok=True)
-            return open(Path(self._root) / name, "xb")  # closed by write_rows
+            return open(Path(self._root) / name, "xb", buffering=0)  # unbuffered: a failed write leaves no tail
         self._fs.create_dir(self._root, recursive=True)
         stream: IO[bytes] = self._fs.open_output_stream(f"{self._root}/{name}")
         return stream
+
+    @staticmethod
+    def _cut_back(handle: Any, size: int) -> None:
+        name = handle.name
+        try:
+            handle.truncate(size)
+        except OSError:
+            pass
+        try:
+            handle.close()
+        except OSError:  # the flush of what did not fit fails again: the truncation already dropped it
+            pass
+        if size == 0:
+            Path(name).unlink(missing_ok=True)
 
     def write_rows(self, batches: Iterable[list[dict[str, Any]]]) -> Iterator[int]:
         """Append batches of rows to new part files; yield the running row count after each batch."""
@@ -255,8 +276,26 @@ class ResultStore:
                         self._write_text(self.RUN_FILE, self._run_text)
                         self._run_text = None
                     handle, index, in_part = self._open_part(index), index + 1, 0
-                handle.write("".join(json.dumps(row) + "\n" for row in rows).encode("utf-8"))
-                handle.flush()
+                complete = handle.tell() if self._fs is None else None
+                try:
+                    data = memoryview("".join(json.dumps(row) + "\n" for row in rows).encode("utf-8"))
+                    while data:  # an unbuffered write may take part of it; the rest then fails or follows
+                        data = data[handle.write(data) or 0 :]
+                    handle.flush()
+                except OSError as exc:
+                    # out of room mid-batch: cut the part back to its last whole row (the rows before it
+                    # stay, so the same command resumes), and say so for the folder
+                    if complete is None or exc.errno not in FULL_ERRNOS:
+                        raise
+                    self._cut_back(handle, complete)
+                    handle = None
+                    error = full_disk_error([Path(self._root)], exc)
+                    raise OutputError(
+                        error.message.replace(
+                            "nothing was left there", f"the {written} whole rows written before are kept (no torn row)"
+                        ),
+                        hint="free some space, then run the same command again: it resumes after those rows.",
+                    ) from exc
                 written, in_part = written + len(rows), in_part + len(rows)
                 yield written
         finally:

@@ -93,3 +93,25 @@ def test_a_file_size_limit_in_the_worker_is_said_not_blamed_on_the_runtime(tiny,
     shown = " ".join(done.stderr.split())
     assert "worker | ran the model, but could not hand its outputs back: File too large" in shown
     assert "report it to the runtime" not in shown and "Traceback" not in shown
+
+
+def test_predict_rows_on_a_full_disk_keep_whole_rows_and_resume(tiny, full_disk, tmp_path):
+    """Issue 21 sweep: a part file was cut mid-row and '.run.json.*.tmp' was left; now the part ends at its last
+    whole row, the message says how many rows are kept, and the same command resumes after them."""
+    import json
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for index in range(80):  # ~300 bytes a row: more than 16 KiB
+        (photos / f"i{index:02d}.jpg").write_bytes(tiny["image"].read_bytes())
+    rows = full_disk / "rows"
+    result = runner.invoke(app, ["predict", str(tiny["classifier"]), str(photos), "--out", str(rows)])
+    assert result.exit_code == 1, result.output
+    shown = " ".join(result.stderr.split())
+    assert f"output {rows} | could not be written: the disk is full" in shown and "whole rows written before" in shown
+    kept = [json.loads(line) for part in rows.glob("part-*.jsonl") for line in part.read_text().splitlines()]
+    assert 0 < len(kept) < 80 and not list(rows.glob(".*.tmp"))  # every line is a whole row
+    subprocess.run(["mount", "-o", "remount,size=64k", str(full_disk)], check=True)
+    again = runner.invoke(app, ["predict", str(tiny["classifier"]), str(photos), "--out", str(rows)])
+    assert again.exit_code == 0, again.output
+    assert f"{len(kept)} of 80 inputs done before" in again.output
