@@ -13,6 +13,7 @@ import datetime as dt
 import json
 import os
 import re
+import secrets
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -240,7 +241,8 @@ class ResultStore:
 
     def _open_part(self, index: int) -> IO[bytes]:
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
-        name = f"part-{stamp}-{os.getpid()}-{index:05d}.jsonl"
+        # the same process may write to one folder twice within a second (a library caller resuming): a token
+        name = f"part-{stamp}-{os.getpid()}-{secrets.token_hex(3)}-{index:05d}.jsonl"
         if self._fs is None:
             Path(self._root).mkdir(parents=True, exist_ok=True)
             return open(Path(self._root) / name, "xb", buffering=0)  # unbuffered: a failed write leaves no tail
