@@ -424,6 +424,11 @@ def parse_input_options(
         name, sep, source = value.partition("=")
         if not sep:
             arrays = load_arrays(value)
+            if not arrays:  # feeding nothing would quietly make every input random
+                raise UsageError(
+                    f"--input '{value}' | the .npz holds no arrays; expected one array per input it feeds.",
+                    hint="save the arrays with numpy.savez('inputs.npz', x=array, ...), or pass NAME=random.",
+                )
             for key in arrays:
                 _once(given, key, f"{value} (its array '{key}')")
             feeds.update(arrays)

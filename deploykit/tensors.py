@@ -176,8 +176,9 @@ def parse_shape(text: str) -> tuple[int, ...]:
     from deploykit.errors import UsageError
 
     cleaned = text.strip().strip("()[]").replace(",", "x").replace(" ", "")
-    try:
-        dims = tuple(int(part) for part in cleaned.split("x") if part != "")
+    parts = cleaned.split("x")
+    try:  # every part a size: '1x4x' and '1xx4' are typos, not shapes
+        dims = tuple(int(part) for part in parts) if all(parts) else ()
     except ValueError:
         dims = ()
     if not dims or any(d <= 0 for d in dims):

@@ -237,3 +237,19 @@ def test_a_regression_threshold_that_is_no_fraction_is_refused(tiny, tmp_path, v
     result = invoke_checked(["report", report / "report.json", "--baseline", report / "report.json",
                              "--threshold", value])  # fmt: skip
     assert result.exit_code == 1 and f"--threshold '{float(value)}' |" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [("x=random:1x4x", "shape '1x4x' | not a list of positive sizes"), ("x=random:1xx4", "shape '1xx4' | not a list")],
+)
+def test_a_shape_with_an_empty_size_is_a_typo_not_a_shape(tiny, value, message):
+    result = invoke_checked(["run", tiny["dynamic"], "-i", value])
+    assert result.exit_code == 1 and message in result.stderr
+
+
+def test_an_npz_that_holds_no_arrays_is_refused_not_random(tiny, tmp_path):
+    empty = tmp_path / "empty.npz"
+    np.savez(empty)
+    result = invoke_checked(["run", tiny["dynamic"], "-i", empty])
+    assert result.exit_code == 1 and "the .npz holds no arrays" in " ".join(result.stderr.split())
