@@ -42,6 +42,11 @@ def _json(data: Any, status: int = 200) -> Response:
 
 
 def error_response(exc: BaseException) -> Response:
+    from starlette.requests import ClientDisconnect
+
+    if isinstance(exc, ClientDisconnect):  # the client went away mid-body: nobody reads an answer
+        log.info("a client disconnected before its request body was read")
+        return _json({"error": "request | the client disconnected before the body was read."}, 400)
     if not isinstance(exc, DeployKitError):
         log.exception("unexpected error while answering a request", exc_info=exc)
     return _json({"error": error_text(exc)}, http_status(exc))
