@@ -183,8 +183,11 @@ class BenchmarkReport:
         problem = regular_file_problem(file)
         if problem is not None and problem != "no such file":
             raise _invalid(file, f"{problem}.")
+        def no_constants(name: str) -> Any:
+            raise ValueError(f"{name} is not a JSON number (deploykit writes null for a missing figure)")
+
         try:
-            data = json.loads(file.read_text())
+            data = json.loads(file.read_text(), parse_constant=no_constants)
         except FileNotFoundError as exc:
             raise _invalid(file, "no such file.") from exc
         except (OSError, ValueError) as exc:

@@ -3,6 +3,7 @@ seeds, tolerances, thresholds, opsets, images."""
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 
@@ -253,3 +254,14 @@ def test_an_npz_that_holds_no_arrays_is_refused_not_random(tiny, tmp_path):
     np.savez(empty)
     result = invoke_checked(["run", tiny["dynamic"], "-i", empty])
     assert result.exit_code == 1 and "the .npz holds no arrays" in " ".join(result.stderr.split())
+
+
+def test_a_report_with_nan_figures_is_not_a_report(tiny, tmp_path):
+    """Issue 21 sweep: "p50_ms": NaN passed the schema (Python's json reads NaN; JSON has no such number)."""
+    folder = tmp_path / "r"
+    assert invoke_checked(["bench", tiny["dynamic"], "--duration", "100ms", "--report", folder]).exit_code == 0
+    text = (folder / "report.json").read_text()
+    broken = tmp_path / "nan.json"
+    broken.write_text(re.sub(r'"p50_ms": [0-9.e-]+', '"p50_ms": NaN', text, count=1))
+    result = invoke_checked(["report", broken])
+    assert result.exit_code == 1 and "NaN is not a JSON number" in " ".join(result.stderr.split())
