@@ -183,6 +183,7 @@ class BenchmarkReport:
         problem = regular_file_problem(file)
         if problem is not None and problem != "no such file":
             raise _invalid(file, f"{problem}.")
+
         def no_constants(name: str) -> Any:
             raise ValueError(f"{name} is not a JSON number (deploykit writes null for a missing figure)")
 
