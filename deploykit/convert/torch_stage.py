@@ -333,9 +333,9 @@ def main() -> int:
     except OSError as exc:
         if exc.errno not in FULL_ERRNOS:
             raise
-        error = full_disk_error([scratch.parent / job["output_name"]], exc)
-        data = {"type": type(error).__name__, "message": error.message, "hint": error.hint}
-        print(RESULT_PREFIX + json.dumps({"status": "error", "error": str(error), "error_data": data}), flush=True)
+        full = full_disk_error([scratch.parent / job["output_name"]], exc)
+        data = {"type": type(full).__name__, "message": full.message, "hint": full.hint}
+        print(RESULT_PREFIX + json.dumps({"status": "error", "error": str(full), "error_data": data}), flush=True)
         return 0
     except SystemExit as exc:  # the user's code called sys.exit(): no model, and say so
         code = exc.code if isinstance(exc.code, int) or exc.code is None else 1
