@@ -322,6 +322,12 @@ def encode_http(
             entry["parameters"] = {"binary_data_size": array.nbytes}
             arrays.append(array)
         else:
+            if array.dtype.kind in "fc" and not np.isfinite(array).all():
+                raise RequestError(
+                    f"output '{name}' | holds NaN or infinity, which JSON cannot carry (the body would not be JSON).",
+                    hint=f'ask for \'{name}\' as binary data: "outputs": [{{"name": "{name}", "parameters": '
+                    '{"binary_data": true}}] (tritonclient: binary_data=True).',
+                )
             entry["data"] = array.reshape(-1).tolist()
         tensors.append(entry)
     response: dict[str, Any] = {"model_name": model, "model_version": version, "outputs": tensors}

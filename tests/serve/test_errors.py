@@ -245,3 +245,19 @@ def test_a_model_with_a_sequence_output_is_not_ready_and_says_why(catalog_paths,
         assert response.status_code == 503
         assert "cannot carry: s (sequence)" in response.json()["error"]
         assert httpx.post(f"{base}/v2/models/mlp/infer", json={"inputs": [TENSOR]}).status_code == 200
+
+
+def test_a_nan_output_is_not_sent_as_json_that_is_no_json(client):
+    """Issue 21 sweep: a NaN in the data came back as a body with NaN in it, which JSON parsers refuse."""
+    body = {"inputs": [{**TENSOR, "data": [float("nan")] + [0.5] * 7}]}
+    response = client.post(
+        "/v2/models/mlp/infer", content=json.dumps(body), headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 400
+    error = response.json()["error"]  # a JSON body, parsed by a strict parser
+    assert "output 'y' | holds NaN or infinity, which JSON cannot carry" in error and "binary_data" in error
+    body["outputs"] = [{"name": "y", "parameters": {"binary_data": True}}]
+    binary = client.post("/v2/models/mlp/infer", content=json.dumps(body), headers={"Content-Type": "application/json"})
+    assert binary.status_code == 200
+    length = int(binary.headers["Inference-Header-Content-Length"])
+    assert np.isnan(np.frombuffer(binary.content[length:], np.float32)).any()
