@@ -309,13 +309,43 @@ def _second_case(
 
 def main() -> int:
     """Worker entry: a job ``{model, examples, settings, scratch, output_name, log_path, sys_path}`` on
-    stdin; the stage's fields as the result line, its cases and references as ``.npz`` files in scratch."""
+    stdin; the stage's fields as the result line, its cases and references as ``.npz`` files in scratch.
+    Whatever the user's code starts and leaves running is ended with the stage."""
+    job = json.loads(sys.stdin.read())
+    sys.path.extend(p for p in job.get("sys_path", []) if p not in sys.path)  # the caller's packages, after ours
+    _adopt_orphans()
+    try:
+        return _run_job(job)
+    finally:
+        _end_descendants()
+
+
+def _adopt_orphans() -> None:
+    """Make this worker the subreaper of what the user's code starts (Linux): a daemon that leaves the
+    process group with setsid is re-parented here instead of to init, so ``_end_descendants`` finds it."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+
+
+def _end_descendants() -> None:
+    try:
+        import psutil
+    except ImportError:
+        return
+    for child in psutil.Process().children(recursive=True):
+        try:
+            child.kill()
+        except psutil.Error:
+            continue
+
+
+def _run_job(job: dict[str, Any]) -> int:
     from deploykit.inputs import save_arrays
     from deploykit.io import FULL_ERRNOS, full_disk_error
     from deploykit.verify.isolated import RESULT_PREFIX
 
-    job = json.loads(sys.stdin.read())
-    sys.path.extend(p for p in job.get("sys_path", []) if p not in sys.path)  # the caller's packages, after ours
     examples = None
     if job.get("examples"):
         with np.load(job["examples"], allow_pickle=False) as archive:
@@ -341,6 +371,10 @@ def main() -> int:
         code = exc.code if isinstance(exc.code, int) or exc.code is None else 1
         reason = f"the model's code called sys.exit({exc.code!r})"
         print(RESULT_PREFIX + json.dumps({"status": "exit", "error": reason, "code": code}), flush=True)
+        return 0
+    except KeyboardInterrupt:  # this worker has its own session: no terminal's Ctrl-C reaches it, the code raised it
+        reason = "the model's code raised KeyboardInterrupt"
+        print(RESULT_PREFIX + json.dumps({"status": "exit", "error": reason, "code": 1}), flush=True)
         return 0
     for index, (case, reference) in enumerate(zip(stage.cases, stage.references, strict=True)):
         save_arrays(scratch / f"case-{index}.npz", case)

@@ -40,6 +40,10 @@ def segfaults():
     ctypes.string_at(0)
 
 
+def interrupts():
+    raise KeyboardInterrupt
+
+
 def hangs():
     time.sleep(3600)
 
@@ -48,6 +52,17 @@ def spawns_a_child():
     import subprocess
 
     subprocess.Popen(["sleep", "300.4217"])  # inherits the worker's output pipes
+    return Small()
+
+
+def daemonizes():
+    first = os.fork()
+    if first == 0:  # the classic daemon: a new session, then a grandchild whose parent exits
+        os.setsid()
+        if os.fork() == 0:
+            os.execvp("sleep", ["sleep", "300.5219"])
+        os._exit(0)
+    os.waitpid(first, 0)
     return Small()
 
 
@@ -70,6 +85,7 @@ def factories(tmp_path_factory):
     "factory, extra, message",
     [
         ("exits_zero", [], "its code ended the conversion: the model's code called sys.exit(0)."),
+        ("interrupts", [], "its code ended the conversion: the model's code raised KeyboardInterrupt."),
         ("exits_hard", [], "its code ended the conversion: the isolated run exited with code 3"),
         ("segfaults", [], "its code ended the conversion: the isolated run was killed by signal SIGSEGV"),
         ("hangs", ["--timeout", "8"], "did not finish within 8 s and was killed (--timeout to change)"),
@@ -101,15 +117,16 @@ def test_a_module_that_exits_at_import_and_a_factory_that_changes_directory(fact
     assert (tmp_path / "b.onnx").is_file() and "pass" in result.output
 
 
-def test_a_factory_whose_child_holds_the_pipes_converts_and_leaves_no_child(factories, tmp_path):
+@pytest.mark.parametrize("factory, marker", [("spawns_a_child", "300.4217"), ("daemonizes", "300.5219")])
+def test_a_factory_whose_children_outlive_it_converts_and_leaves_none(factories, tmp_path, factory, marker):
     """Issue 21 sweep: a child process holding the worker's pipes made a finished conversion wait for --timeout,
-    and outlived the command."""
+    and a daemon (setsid, double fork) outlived the command."""
     import psutil
 
     output = tmp_path / "c.onnx"
-    result = invoke_checked(["convert", "torch", f"{factories}:spawns_a_child", "-i", "x:1x4", "-o", output,
+    result = invoke_checked(["convert", "torch", f"{factories}:{factory}", "-i", "x:1x4", "-o", output,
                              "--timeout", "60"])  # fmt: skip
     assert result.exit_code == 0, result.output
     assert output.is_file()
-    children = [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [])[-1:] == ["300.4217"]]
+    children = [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [])[-1:] == [marker]]
     assert not children, "the factory's child outlived the conversion"
