@@ -133,6 +133,14 @@ def graph_io(model: Any) -> tuple[list[TensorSpec], list[TensorSpec]]:
     initializer_names = {t.name for t in model.graph.initializer}
     inputs = [spec_from_value_info(v) for v in model.graph.input if v.name not in initializer_names]
     outputs = [spec_from_value_info(v) for v in model.graph.output]
+    for kind, specs in (("input", inputs), ("output", outputs)):
+        names = [s.name for s in specs]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:  # the checker lets it pass; every runtime then answers with fewer values than the graph lists
+            raise InvalidModelError(
+                f"graph | lists the {kind} {', '.join(repr(n) for n in twice)} more than once.",
+                hint=f"list each graph {kind} once (edit model.graph.{kind}, or export again).",
+            )
     return inputs, outputs
 
 

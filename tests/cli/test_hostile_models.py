@@ -67,3 +67,14 @@ def test_a_closed_stdout_still_writes_the_outputs(tiny, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "warning: standard output is closed; what deploykit prints there is dropped." in done.stderr
     assert "Traceback" not in done.stderr and saved.is_file()
+
+
+def test_a_graph_that_lists_an_output_twice_is_refused(tmp_path):
+    """Issue 21 sweep: the checker lets it pass, the oracle then died in a zip() and the verdict said unverified."""
+    path = tmp_path / "twice.onnx"
+    model = _relu(path)
+    model.graph.output.append(model.graph.output[0])
+    path.write_bytes(model.SerializeToString())
+    result = invoke_checked(["compare", path, "-b", "onnxruntime"], reads=[path])
+    assert result.exit_code == 1
+    assert "graph | lists the output 'y' more than once" in " ".join(result.stderr.split())
