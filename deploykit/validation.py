@@ -57,7 +57,7 @@ def check_number(
     if value is None:
         return
     interval = _interval(low, high, low_open, high_open)
-    kind = "an integer" if integer else "a number"
+    kind = "an integer" if integer else "a finite number"
     expected = f"expected {kind} {interval}".rstrip()
     bad = isinstance(value, bool) or not isinstance(value, int | float)
     if not bad:

@@ -84,7 +84,7 @@ def test_tolerances_checked_before_converting(tiny, tmp_path, value):
     out = tmp_path / "x.onnx"
     args = ["convert", "torch", f"{tiny['factory']}:tiny_cnn", "-i", "x:1x3x8x8", "-o", out, "--atol", value]
     result = invoke_checked(args, writes=[out])
-    assert result.exit_code == 1 and f"--atol '{float(value)}' | expected a number ≥ 0" in result.stderr
+    assert result.exit_code == 1 and f"--atol '{float(value)}' | expected a finite number ≥ 0" in result.stderr
 
 
 @pytest.mark.parametrize("opset", ["99", "6"])
@@ -124,9 +124,9 @@ def test_model_opset_newer_than_onnx_is_refused_everywhere(opset99, backend):
 @pytest.mark.parametrize(
     "option, message",
     [
-        (["--iou", "2"], "--iou '2.0' | expected a number in [0, 1]"),
-        (["--conf", "-5"], "--conf '-5.0' | expected a number in [0, 1]"),
-        (["--conf", "nan"], "--conf 'nan' | expected a number in [0, 1]"),
+        (["--iou", "2"], "--iou '2.0' | expected a finite number in [0, 1]"),
+        (["--conf", "-5"], "--conf '-5.0' | expected a finite number in [0, 1]"),
+        (["--conf", "nan"], "--conf 'nan' | expected a finite number in [0, 1]"),
         (["--top-k", "-3"], "--top-k '-3' | expected an integer ≥ 1"),
         (["--top-k", "0"], "--top-k '0' | expected an integer ≥ 1"),
         (["--draw", "out.xyz"], "--draw 'out.xyz' | OpenCV cannot write images with extension '.xyz'"),
@@ -141,7 +141,7 @@ def test_predict_values(tiny, tmp_path, monkeypatch, option, message):
 
 
 def test_pipeline_arguments(tiny):
-    with pytest.raises(UsageError, match=r"iou '5' \| expected a number in \[0, 1\]"):
+    with pytest.raises(UsageError, match=r"iou '5' \| expected a finite number in \[0, 1\]"):
         deploykit.Detector(tiny["classifier"], iou=5)
     with pytest.raises(UsageError, match=r"max_detections '0' \| expected an integer ≥ 1"):
         deploykit.Detector(tiny["classifier"], max_detections=0)
@@ -227,7 +227,10 @@ def test_a_timeout_that_is_no_duration_is_refused(tiny, command, value):
     """Issue 21 sweep: --timeout nan/inf was a traceback in selectors, 0 and -5 'crashed the runtime'."""
     result = invoke_checked([command, tiny["dynamic"], "--timeout", value])
     assert result.exit_code == 1
-    assert f"--timeout '{float(value)}' | expected a number > 0" in result.stderr and "Traceback" not in result.output
+    assert (
+        f"--timeout '{float(value)}' | expected a finite number > 0" in result.stderr
+        and "Traceback" not in result.output
+    )
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-0.1"])
