@@ -211,7 +211,7 @@ class ModelSummary:
         }
 
 
-def _walk_nodes(graph: Any) -> Any:
+def walk_nodes(graph: Any) -> Any:
     """Every node of a graph, including those inside If/Loop/Scan subgraphs."""
     from onnx import AttributeProto
 
@@ -219,10 +219,10 @@ def _walk_nodes(graph: Any) -> Any:
         yield node
         for attribute in node.attribute:
             if attribute.type == AttributeProto.GRAPH:
-                yield from _walk_nodes(attribute.g)
+                yield from walk_nodes(attribute.g)
             elif attribute.type == AttributeProto.GRAPHS:
                 for subgraph in attribute.graphs:
-                    yield from _walk_nodes(subgraph)
+                    yield from walk_nodes(subgraph)
 
 
 # Constant tensors of these types are weights; integer ones are shapes, axes and indices.
@@ -234,7 +234,7 @@ def constant_parameters(graph: Any) -> int:
     from onnx import AttributeProto
 
     count = 0
-    for node in _walk_nodes(graph):
+    for node in walk_nodes(graph):
         if node.op_type != "Constant" or node.domain not in ("", "ai.onnx"):
             continue
         for attribute in node.attribute:
@@ -253,7 +253,7 @@ def summarize(path: str | os.PathLike[str]) -> ModelSummary:
     inputs, outputs = graph_io(model)
     histogram: collections.Counter[str] = collections.Counter()
     node_count = 0
-    for node in _walk_nodes(model.graph):
+    for node in walk_nodes(model.graph):
         node_count += 1
         histogram[f"{node.domain}::{node.op_type}" if node.domain else node.op_type] += 1
     parameters = sum(int(np.prod(t.dims, dtype=np.int64)) for t in model.graph.initializer)

@@ -73,23 +73,12 @@ def blind_spot(model: Any) -> str | None:
     - A ``Loop`` without its ``cond`` input: the spec runs it ``M`` times (or until the body's condition
       output is false); onnx's ``Loop._run`` tests ``while cond and ...`` and so runs it zero times.
     """
-    for node in _nodes(model.graph):
+    from deploykit.model import walk_nodes
+
+    for node in walk_nodes(model.graph):
         if node.op_type == "Loop" and node.domain in ("", "ai.onnx") and (len(node.input) < 2 or not node.input[1]):
             return (
                 f"onnx's reference evaluator runs a Loop without a condition input zero times (node "
                 f"'{node.name or node.output[0]}'); the ONNX spec runs it M times"
             )
     return None
-
-
-def _nodes(graph: Any) -> Any:
-    from onnx import AttributeProto
-
-    for node in graph.node:
-        yield node
-        for attribute in node.attribute:
-            if attribute.type == AttributeProto.GRAPH:
-                yield from _nodes(attribute.g)
-            elif attribute.type == AttributeProto.GRAPHS:
-                for sub in attribute.graphs:
-                    yield from _nodes(sub)
