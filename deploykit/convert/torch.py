@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from deploykit import errors
 from deploykit.convert.report import ConversionReport
 from deploykit.convert.specs import InputSpec
 from deploykit.convert.torch_export import output_moves
@@ -30,7 +29,7 @@ from deploykit.model import summarize
 from deploykit.validation import check_number, check_seed, check_tolerances
 from deploykit.verify import OracleInfo, gate
 from deploykit.verify.check import platform_notes
-from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, run_worker
+from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, rebuild_error, run_worker
 
 if TYPE_CHECKING:  # torch is imported only when a conversion runs
     import torch
@@ -213,10 +212,7 @@ def _stage_in_worker(
             "need a larger --timeout.",
         )
     if result["status"] == "error":
-        data = result["error_data"]
-        kind = getattr(errors, data["type"], ConversionError)
-        kind = kind if isinstance(kind, type) and issubclass(kind, errors.DeployKitError) else ConversionError
-        raise kind(data["message"], hint=data["hint"])
+        raise rebuild_error(result["error_data"], ConversionError)
     fields = dict(result["stage"])
     fields["candidate"] = Path(fields["candidate"])
     count = int(result["count"])

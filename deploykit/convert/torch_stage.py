@@ -344,7 +344,7 @@ def _end_descendants() -> None:
 def _run_job(job: dict[str, Any]) -> int:
     from deploykit.inputs import save_arrays
     from deploykit.io import FULL_ERRNOS, full_disk_error
-    from deploykit.verify.isolated import RESULT_PREFIX
+    from deploykit.verify.isolated import RESULT_PREFIX, error_result
 
     examples = None
     if job.get("examples"):
@@ -357,15 +357,13 @@ def _run_job(job: dict[str, Any]) -> int:
             Path(job["log_path"]), job.get("description"),
         )  # fmt: skip
     except DeployKitError as exc:
-        error = {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint}
-        print(RESULT_PREFIX + json.dumps({"status": "error", "error": str(exc), "error_data": error}), flush=True)
+        print(RESULT_PREFIX + json.dumps(error_result(exc)), flush=True)
         return 0
     except OSError as exc:
         if exc.errno not in FULL_ERRNOS:
             raise
         full = full_disk_error([scratch.parent / job["output_name"]], exc)
-        data = {"type": type(full).__name__, "message": full.message, "hint": full.hint}
-        print(RESULT_PREFIX + json.dumps({"status": "error", "error": str(full), "error_data": data}), flush=True)
+        print(RESULT_PREFIX + json.dumps(error_result(full)), flush=True)
         return 0
     except SystemExit as exc:  # the user's code called sys.exit(): no model, and say so
         code = exc.code if isinstance(exc.code, int) or exc.code is None else 1

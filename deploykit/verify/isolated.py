@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from deploykit.errors import DeployKitError
 from deploykit.inputs import save_arrays
 
 RESULT_PREFIX = "DEPLOYKIT-RESULT "
@@ -81,6 +82,22 @@ class Interpreter:
 
 
 HOST = Interpreter()
+
+
+def error_result(exc: DeployKitError) -> dict[str, Any]:
+    """A worker's ``DeployKitError`` as its result line carries it: the text, and the data to raise it again."""
+    data = {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint}
+    return {"status": "error", "error": str(exc), "error_data": data}
+
+
+def rebuild_error(data: Mapping[str, Any], default: type[DeployKitError] = DeployKitError) -> DeployKitError:
+    """The error a worker's ``error_data`` describes, of its own class when deploykit has it (else ``default``)."""
+    from deploykit import errors
+
+    kind = getattr(errors, str(data.get("type")), None)
+    if not (isinstance(kind, type) and issubclass(kind, DeployKitError)):
+        kind = default
+    return kind(str(data["message"]), hint=data.get("hint"))
 
 
 @dataclass
@@ -225,10 +242,7 @@ class CandidateRun:
         if self.error is None:
             return
         if self.error_data is not None:
-            kind = getattr(errors, str(self.error_data.get("type")), None)
-            if not (isinstance(kind, type) and issubclass(kind, errors.DeployKitError)):
-                kind = errors.DeployKitError
-            raise kind(str(self.error_data["message"]), hint=self.error_data.get("hint"))
+            raise rebuild_error(self.error_data)
         raise errors.BackendError(
             f"backend '{self.label}' | crashed running '{Path(model).name}': {self.error}.",
             hint="the runtime itself failed (this is not an error in the model or the inputs); "

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from deploykit.errors import DeployKitError
+from deploykit.errors import DeployKitError, OutputError
 from deploykit.inputs import save_arrays
-from deploykit.verify.isolated import RESULT_PREFIX
+from deploykit.verify.isolated import RESULT_PREFIX, error_result
 
 
 def run_job(
@@ -54,8 +54,7 @@ def run_job(
                 outputs.append(session.run(dict(feeds)))
                 seconds["run"].append(time.perf_counter() - started)
     except DeployKitError as exc:
-        error = {"type": type(exc).__name__, "message": exc.message, "hint": exc.hint}
-        return {"status": "error", "error": str(exc), "error_data": error, "info": info}, []
+        return {**error_result(exc), "info": info}, []
     # one pass, no warm-up, no statistics: what `deploykit run` and an emulated row show, never a benchmark
     return {"status": "ok", "info": info, "seconds": seconds}, outputs
 
@@ -92,13 +91,7 @@ def main() -> int:
             f"'{job['outputs_dir']}' (a full temporary folder, or a file-size limit such as ulimit -f)."
         )
         hint = "free space in the temporary folder (TMPDIR) or raise the file-size limit, then run again."
-        error = {"type": "OutputError", "message": message, "hint": hint}
-        result = {
-            "status": "error",
-            "error": f"{message} Hint: {hint}",
-            "error_data": error,
-            "info": result.get("info"),
-        }
+        result = {**error_result(OutputError(message, hint=hint)), "info": result.get("info")}
     print(RESULT_PREFIX + json.dumps(result), flush=True)
     return 0
 
