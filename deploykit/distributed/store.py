@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from deploykit.errors import InputError, OutputError, UsageError
-from deploykit.io import FULL_ERRNOS, full_disk_error
+from deploykit.io import FULL_ERRNOS, atomic_path, full_disk_error
 
 PART_GLOB = "part-*.jsonl"
 _URI = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
@@ -158,15 +158,8 @@ class ResultStore:
         if self._fs is None:
             root = Path(self._root)
             root.mkdir(parents=True, exist_ok=True)
-            temporary = root / f".{name}.{os.getpid()}.tmp"
-            try:
+            with atomic_path(root / name) as temporary:  # all or nothing, a full disk named for the file
                 temporary.write_text(text, encoding="utf-8")
-                os.replace(temporary, root / name)
-            except OSError as exc:
-                temporary.unlink(missing_ok=True)
-                if exc.errno in FULL_ERRNOS:
-                    raise full_disk_error([root / name], exc) from exc
-                raise
             return
         self._fs.create_dir(self._root, recursive=True)
         with self._fs.open_output_stream(f"{self._root}/{name}") as stream:
