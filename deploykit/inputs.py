@@ -472,11 +472,11 @@ def _fed_symbols(specs: Mapping[str, TensorSpec], feeds: Mapping[str, np.ndarray
 
 
 def _load_npy(name: str, source: str) -> Any:
-    from deploykit.io import regular_file_problem, shown
+    from deploykit.io import shown, special_file_problem
 
     path = Path(source)
-    problem = regular_file_problem(path) if path.suffix == ".npy" else None
-    if problem is not None and problem != "no such file":
+    problem = special_file_problem(path) if path.suffix == ".npy" else None
+    if problem is not None:
         raise UsageError(
             f"--input '{name}={shown(source)}' | {problem}; expected a .npy file.",
             hint="save an array with np.save('x.npy', array).",

@@ -82,6 +82,13 @@ def regular_file_problem(path: PathLike) -> str | None:
     return next((what for test, what in kinds if test(mode)), "is not a regular file")
 
 
+def special_file_problem(path: PathLike) -> str | None:
+    """What ``path`` is when it exists but is no regular file (a FIFO, a device, a socket, a folder), in
+    words; None for a regular file and for a missing one (its reader says "no such file" its own way)."""
+    problem = regular_file_problem(path)
+    return None if problem == "no such file" else problem
+
+
 def file_sha256(path: PathLike) -> str:
     """The SHA-256 of a file's bytes, read in 64 MiB blocks (each read and update releases the GIL,
     and each block costs one wait for it when another thread is busy: few blocks, few waits; a

@@ -19,7 +19,7 @@ from deploykit.bench import views
 from deploykit.bench.report_schema import validate_report
 from deploykit.bench.rows import BenchSettings, ModelInfo, Recommendation, Row, accuracy_delta
 from deploykit.errors import OutputError, ReportError
-from deploykit.io import check_outputs, commit_outputs, regular_file_problem, written
+from deploykit.io import check_outputs, commit_outputs, special_file_problem, written
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -180,8 +180,8 @@ class BenchmarkReport:
             ReportError: no such file, not JSON, or not a valid deploykit bench report.
         """
         file = Path(path)
-        problem = regular_file_problem(file)
-        if problem is not None and problem != "no such file":
+        problem = special_file_problem(file)
+        if problem is not None:
             raise _invalid(file, f"{problem}.")
 
         def no_constants(name: str) -> Any:

@@ -27,7 +27,7 @@ from deploykit.distributed.cluster import connect, require_ray
 from deploykit.distributed.rows import ARRAY_SUFFIXES, TASKS, Predictor
 from deploykit.distributed.store import ResultStore, is_uri, list_sources, read_bytes
 from deploykit.errors import BackendError, UsageError
-from deploykit.io import file_sha256, regular_file_problem
+from deploykit.io import file_sha256, special_file_problem
 from deploykit.model import check_model_path
 from deploykit.vision.pipelines import _read_labels
 
@@ -166,8 +166,8 @@ def _unreadable(path: str) -> str | None:
     or a socket in the folder is named by kind, never opened (a FIFO blocks, /dev/zero never ends)."""
     if is_uri(path):
         return None
-    problem = regular_file_problem(path)
-    if problem is not None and problem != "no such file":
+    problem = special_file_problem(path)
+    if problem is not None:
         return f"input '{path}' | {problem}; expected an image file."
     try:
         with open(path, "rb"):

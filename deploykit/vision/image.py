@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from deploykit.errors import InputError
-from deploykit.io import regular_file_problem, shown
+from deploykit.io import regular_file_problem, shown, special_file_problem
 from deploykit.metadata import RESIZES
 
 MIN_SIDE = 2
@@ -271,8 +271,8 @@ def list_images(folder: Path) -> list[Path]:
     """
     files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
     for file in files:
-        problem = regular_file_problem(file)
-        if problem is not None and problem != "no such file":  # a dangling link is the reader's to report
+        problem = special_file_problem(file)  # a dangling link is the reader's to report
+        if problem is not None:
             raise InputError(
                 f"image '{shown(file)}' | {problem}; expected an image file.",
                 hint=f"remove it from {shown(folder)}, or point at a folder that holds only images.",
