@@ -15,6 +15,7 @@ Run as ``python -m deploykit.distributed.reaper DRIVER_PID RAY_PACKAGE_DIR``; ``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -63,6 +64,27 @@ def _is_ray(process: Any, ray_package: str) -> bool:
     return command.startswith("ray::") or ray_package in command
 
 
+def _same(pid: int, created: float) -> Any:
+    """The process ``pid`` if it is still the one started at ``created`` (a recycled pid is not), else None."""
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        return process if process.create_time() == created else None
+    except psutil.Error:
+        return None
+
+
+def _running(pid: int, created: float) -> bool:
+    import psutil
+
+    process = _same(pid, created)
+    try:
+        return process is not None and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def watch(driver_pid: int, ray_package: str) -> None:
     """Follow the driver's Ray descendants until the driver is gone, then kill what remains of them."""
     import psutil
@@ -72,49 +94,28 @@ def watch(driver_pid: int, ray_package: str) -> None:
         started = driver.create_time()
     except psutil.Error:
         return
+    me = os.getpid()  # this watchdog's command line names the ray folder too
     seen: dict[int, float] = {}
-    while True:
-        try:
-            alive = driver.is_running() and driver.create_time() == started and driver.status() != psutil.STATUS_ZOMBIE
-        except psutil.Error:
-            alive = False
-        if not alive:
-            break
+    while _running(driver_pid, started):
         for pid, created in _tree(driver).items():
-            if pid not in seen and pid != os.getpid():  # this watchdog names the ray folder too
-                try:
-                    if _is_ray(psutil.Process(pid), ray_package):
-                        seen[pid] = created
-                except psutil.Error:
-                    continue
+            if pid not in seen and pid != me and (process := _same(pid, created)) and _is_ray(process, ray_package):
+                seen[pid] = created
         for pid, created in list(seen.items()):
-            try:
-                process = psutil.Process(pid)
-                if process.create_time() == created:
-                    seen.update({k: v for k, v in _tree(process).items() if k != os.getpid()})
-                    continue
-            except psutil.Error:
-                pass
-            del seen[pid]
+            if (process := _same(pid, created)) is None:
+                del seen[pid]
+            else:
+                seen.update({k: v for k, v in _tree(process).items() if k != me})
         time.sleep(POLL_S)
     leftovers: dict[int, float] = {}
     for pid, created in seen.items():
-        try:
-            process = psutil.Process(pid)
-            if process.create_time() != created:
-                continue
+        if (process := _same(pid, created)) is not None:
             leftovers[pid] = created
             leftovers.update(_tree(process))  # what it started since the last look
-        except psutil.Error:
-            continue
-    leftovers.pop(os.getpid(), None)
+    leftovers.pop(me, None)
     for pid, created in leftovers.items():
-        try:
-            process = psutil.Process(pid)
-            if process.create_time() == created:
+        if (process := _same(pid, created)) is not None:
+            with contextlib.suppress(psutil.Error):
                 process.send_signal(signal.SIGKILL)
-        except psutil.Error:
-            continue
 
 
 if __name__ == "__main__":
