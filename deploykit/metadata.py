@@ -187,11 +187,7 @@ class _Reader:
         item = self._value(value, "size")
         if item is None:
             return None
-        if (
-            not isinstance(item, list)
-            or len(item) != 2
-            or not all(isinstance(s, int) and not isinstance(s, bool) and 1 <= s <= MAX_SIDE for s in item)
-        ):
+        if not isinstance(item, list) or len(item) != 2 or not all(_is_side(s) for s in item):
             raise self.fail(
                 INPUT, f"'size' is {_show(item)}; expected [height, width], two integers from 1 to {MAX_SIDE}."
             )
@@ -276,6 +272,11 @@ def _head_problem(head: Any) -> str | None:
     return None
 
 
+def _is_side(value: Any) -> bool:
+    """An image side in pixels: an integer (not a bool) from 1 to MAX_SIDE."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_SIDE
+
+
 def _positive_pair(item: Any, kind: type) -> bool:
     if not isinstance(item, list) or len(item) != 2:
         return False
@@ -297,11 +298,7 @@ def _ultralytics_size(text: str | None) -> tuple[int, int] | None:
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
     size = [size, size] if isinstance(size, int) else size
-    if (
-        isinstance(size, list | tuple)
-        and len(size) == 2
-        and all(isinstance(s, int) and not isinstance(s, bool) and 1 <= s <= MAX_SIDE for s in size)
-    ):
+    if isinstance(size, list | tuple) and len(size) == 2 and all(_is_side(s) for s in size):
         return int(size[0]), int(size[1])
     return None
 
