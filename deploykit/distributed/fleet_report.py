@@ -196,30 +196,23 @@ class FleetReport:
 
     def _chart(self) -> str:
         """Grouped bars: for each configuration, one bar per device (its headline figure)."""
+        from deploykit.bench import plots
+
         reports = self.reports()
-        bars = []
+        groups, headline = [], "p90_ms"
         for label in [r["configuration"] for r in self.matrix()]:
-            for name, result in reports.items():
+            values = []
+            for name, result in sorted(reports.items()):
                 row = result.row(label)
                 if row is not None and row.ok:
-                    bars.append((label, name, result.headline_value(row), result.headline))
-        if not bars:
+                    values.append((name, result.headline_value(row)))
+                    headline = result.headline
+            if values:
+                groups.append((label, values))
+        if not groups:
             return '<p class="note">no device finished</p>'
-        top = max(b[2] for b in bars) or 1.0
-        names = sorted(reports)
-        colours = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
-        parts = [
-            f'<svg class="plot" role="img" aria-label="headline per device" width="760" height="{16 * len(bars) + 30}">'
-        ]
-        for i, (label, name, value, headline) in enumerate(bars):
-            y, width = 8 + 16 * i, max(1.0, 380 * value / top)
-            colour = colours[names.index(name) % len(colours)]
-            parts.append(
-                f'<text x="4" y="{y + 11}" font-size="11">{html.escape(label)} @ {html.escape(name)}</text>'
-                f'<rect x="300" y="{y}" width="{width:.1f}" height="13" fill="{colour}"/>'
-                f'<text x="{304 + width:.1f}" y="{y + 11}" font-size="10">{value:.3f} {headline}</text>'
-            )
-        return "".join(parts) + "</svg>"
+        unit = "samples/s" if headline == "throughput_sps" else "ms"
+        return plots.bars(groups, f"{headline} ({unit})", "headline per configuration and device")
 
     def write_all(self, directory: str | os.PathLike[str]) -> list[Path]:
         """fleet.json/.md/.html, and each finished device's report.* in a sub-folder named after it."""

@@ -358,6 +358,58 @@ def test_html_report_renders_in_chromium(isolated_result, tmp_path):
     assert screenshot.stat().st_size > 10_000
 
 
+def _demo_like(result: BenchmarkReport) -> BenchmarkReport:
+    """The demo's crowded case: twelve configurations (three backends × four precisions), latencies
+    within a few percent of each other, small accuracy deltas; the rows are the real run's, relabelled."""
+    report = copy.deepcopy(result)
+    template = [r for r in report.rows if r.config.batch == 1]
+    rows = []
+    for b, backend in enumerate(("onnxruntime", "openvino", "opencv")):
+        for p, (precision, delta) in enumerate((("f32", 0.0), ("bf16", 0.002), ("f16", 0.001), ("int8", 0.012))):
+            row = copy.deepcopy(template[(b + p) % len(template)])
+            row.config = dataclasses.replace(row.config, backend=backend, precision=precision)
+            factor = 1.0 + 0.02 * b + 0.01 * p - 0.1 * (p == 3)
+            latency = row.latency
+            row.latency = dataclasses.replace(latency, p50_ms=latency.p50_ms * factor, p90_ms=latency.p90_ms * factor,
+                                              p99_ms=latency.p99_ms * factor)  # fmt: skip
+            row.accuracy_delta = delta + 0.0005 * b
+            rows.append(row)
+    report.rows = rows
+    return report
+
+
+@pytest.mark.slow
+def test_report_plots_have_axes_and_labels_that_do_not_overlap(isolated_result, tmp_path):
+    """matplotlib draws the plots; Chromium lays them out. Every plot has labelled axes with units, and
+    no two of a plot's texts (tick labels, axis labels, the Pareto points' numbers) cover each other."""
+    from tests.assets.browser import overlapping, plot_layout, screenshot
+
+    control = tmp_path / "control.html"  # the measurement sees an overlap where there is one
+    control.write_text('<html><body><svg class="plot" aria-label="c" width="200" height="50">'
+                       '<text x="10" y="20">p50 latency</text><text x="14" y="22">p99</text></svg></body></html>')  # fmt: skip
+    assert overlapping(plot_layout(control, tmp_path)[0]["texts"]) == [("p50 latency", "p99")]
+    report = _demo_like(isolated_result)
+    page = tmp_path / "report.html"
+    report.to_html(page)
+    plots = plot_layout(page, tmp_path)
+    labels = [p["label"] for p in plots]
+    assert "p50 and p99 latency per configuration" in labels and any(
+        lb.startswith("latency distribution") for lb in labels
+    )
+    pareto = next(p for p in plots if p["label"] == "accuracy delta against f32 (%) against p50 latency (ms)")
+    texts = [t["text"] for t in pareto["texts"]]
+    assert {"p50 latency (ms)", "accuracy delta against f32 (%)"} <= set(texts)
+    assert {str(n) for n in range(1, 13)} <= set(texts)  # every point numbered
+    for plot in plots:
+        assert overlapping(plot["texts"]) == [], plot["label"]
+        axis_texts = {t["text"] for t in plot["texts"]}
+        assert any("(ms)" in t or "(samples/s)" in t for t in axis_texts), plot["label"]  # an axis with its unit
+    keyed = page.read_text()
+    assert all(f"<td>{row.label}</td>" in keyed for row in report.rows)  # the key table names every point
+    shot = screenshot(page, tmp_path / "report.png", tmp_path)
+    assert shot.stat().st_size > 10_000
+
+
 def test_worker_module_runs_standalone():
     completed = subprocess.run([sys.executable, "-c", "import deploykit.bench.worker"], capture_output=True, text=True)
     assert completed.returncode == 0, completed.stderr

@@ -104,7 +104,8 @@ def test_bundle_holds_what_the_device_needs(searched):
 
 
 class _Marks(HTMLParser):
-    """The SVG plots of a page: per plot, its axis texts and its marks (``circle`` elements by class)."""
+    """The SVG plots of a page: per plot, its axis texts and its marks (elements tagged by class and
+    ``data-label``: matplotlib draws each mark as one ``<g>``)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -115,7 +116,7 @@ class _Marks(HTMLParser):
         attributes = dict(attrs)
         if tag == "svg":
             self.plots.append({"texts": [], "points": [], "front": [], "chosen": []})
-        elif tag == "circle" and self.plots:
+        elif "data-label" in attributes and self.plots:
             classes = (attributes.get("class") or "").split()
             for kind in ("point", "front", "chosen"):
                 if kind in classes:
@@ -143,6 +144,20 @@ def test_the_html_report_draws_the_pareto_front(searched):
     assert "p50 latency (ms, lower is better)" in plot["texts"]
     assert any(t.startswith("accuracy delta against f32 (top-1 agreement, %)") for t in plot["texts"])
     assert read_bundle(output).manifest.files["report.html"]
+
+
+def test_the_html_reports_plot_reads_in_a_browser(searched, tmp_path):
+    """Chromium lays the page out: the plot's texts (ticks, axis labels, the points' numbers) cover
+    nothing of each other, and every number is keyed to its candidate in the table under the plot."""
+    from tests.assets.browser import overlapping, plot_layout
+
+    report, output = searched
+    (plot,) = plot_layout(output / "report.html", tmp_path)
+    assert overlapping(plot["texts"]) == []
+    measured = [c for c in report.candidates if c.headline is not None and c.accuracy_delta is not None]
+    assert {str(n) for n in range(1, len(measured) + 1)} <= {t["text"] for t in plot["texts"]}
+    page = (output / "report.html").read_text()
+    assert all(f"<td>{c.label}</td>" in page for c in measured)
 
 
 def test_load_detector_classifier_predict_and_bench_open_the_chosen_configuration(searched, photos):
