@@ -5,6 +5,12 @@ The public API::
     import deploykit
     with deploykit.load("model.onnx", backend="openvino", device="CPU") as session:
         outputs = session.run({"images": x})
+
+It mirrors the commands, one function each: ``convert torch`` → ``convert_torch``, ``convert darknet``
+→ ``convert_darknet``, ``compare`` → ``compare`` (``verify_model``), ``bench`` → ``benchmark``,
+``quantize``, ``optimize``, ``predict``, ``serve``, ``export`` → ``export_ncnn``, ``inspect`` →
+``summarize``, ``run`` → ``load``, ``backends`` → ``all_backends``; ``report`` reads
+``BenchmarkReport.from_json``. (``tests/test_public_api.py`` holds the table.)
 """
 
 from __future__ import annotations
@@ -44,6 +50,9 @@ from deploykit.model import summarize
 from deploykit.tensors import TensorSpec
 from deploykit.verify import OracleInfo, Thresholds, Verdict, VerificationReport, verify_model
 
+compare = verify_model
+"""``deploykit compare``: the command's name for ``verify_model`` (one function, the same object)."""
+
 if TYPE_CHECKING:  # the real objects, typed; imported on first use so workers and --help start fast
     from deploykit import optimize, quantize, serve
     from deploykit.bench.report import BenchmarkReport
@@ -52,6 +61,8 @@ if TYPE_CHECKING:  # the real objects, typed; imported on first use so workers a
     from deploykit.convert.darknet.convert import convert_darknet
     from deploykit.convert.report import ConversionReport
     from deploykit.convert.torch import convert_torch
+    from deploykit.distributed.batch import predict
+    from deploykit.export import export_ncnn
     from deploykit.optimize import OptimizeReport
     from deploykit.quantize import QuantizeReport
     from deploykit.vision.pipelines import Classifier, Detector
@@ -59,12 +70,13 @@ if TYPE_CHECKING:  # the real objects, typed; imported on first use so workers a
 
 _LAZY = {
     "BenchmarkReport": "deploykit.bench.report",
-    "BenchmarkResult": "deploykit.bench.report",  # the earlier name of BenchmarkReport, not in __all__
     "Row": "deploykit.bench.rows",
     "benchmark": "deploykit.bench.runner",
     "convert_darknet": "deploykit.convert.darknet.convert",
     "ConversionReport": "deploykit.convert.report",
     "convert_torch": "deploykit.convert.torch",
+    "predict": "deploykit.distributed.batch",
+    "export_ncnn": "deploykit.export",
     "QuantizeReport": "deploykit.quantize",
     "OptimizeReport": "deploykit.optimize",
     "Detector": "deploykit.vision.pipelines",
@@ -161,9 +173,11 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "Verdict",
     "VerificationReport",
     "benchmark",
+    "compare",
     "verify_model",
     "convert_darknet",
     "convert_torch",
+    "export_ncnn",
     "get_backend",
     "load",
     "make_inputs",
@@ -171,6 +185,7 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "quantize",
     "OptimizeReport",
     "optimize",
+    "predict",
     "serve",
     "summarize",
 ]

@@ -195,15 +195,6 @@ class BenchmarkReport:
             raise _invalid(file, f"is not JSON: {exc}.") from exc
         return cls.from_dict(data, file)
 
-    @property
-    def data(self) -> dict[str, Any]:
-        """The JSON document, as ``BenchmarkResult.data`` was; use ``to_dict()`` (or the attributes)."""
-        import warnings
-
-        warnings.warn("BenchmarkReport.data is to_dict() now; read the attributes (rows, model, settings ...)",
-                      DeprecationWarning, stacklevel=2)  # fmt: skip
-        return self.to_dict()
-
     def __repr__(self) -> str:
         best = self.recommendation.label if self.recommendation else None
         return (f"BenchmarkReport({Path(self.model.path).name!r}, {len(self.rows)} rows, "
@@ -421,10 +412,6 @@ class BenchmarkReport:
             if _VERDICT_RANK.get(verdict_now, 1) > _VERDICT_RANK.get(verdict_before, 1):
                 findings.append(f"{label}: verdict {verdict_before} → {verdict_now}")
         return findings
-
-
-BenchmarkResult = BenchmarkReport
-"""The earlier name of ``BenchmarkReport`` (whose ``data`` dict is now ``to_dict()``), kept for existing code."""
 
 
 def merge_html(reports: Sequence[BenchmarkReport]) -> str:

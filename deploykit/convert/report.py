@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from deploykit.io import atomic_path
 from deploykit.verify.verdict import OracleInfo, Verdict, worst_status
 
 
@@ -103,10 +100,6 @@ class ConversionReport:
         data["passed"] = self.passed
         data["status"] = self.status
         return data
-
-    def write_json(self, path: str | os.PathLike[str]) -> None:
-        with atomic_path(path) as temporary:
-            temporary.write_text(json.dumps(self.to_dict(), indent=2, default=str))
 
 
 def _without_hint(text: str) -> tuple[str, str | None]:

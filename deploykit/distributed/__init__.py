@@ -14,13 +14,12 @@ from __future__ import annotations
 from deploykit.distributed.batch import PredictSummary, predict
 from deploykit.distributed.cluster import DEVICE_RESOURCE_PREFIX, require_ray
 from deploykit.distributed.fleet import fleet_benchmark
-from deploykit.distributed.fleet_report import DeviceOutcome, FleetReport, FleetResult
+from deploykit.distributed.fleet_report import DeviceOutcome, FleetReport
 
 __all__ = [
     "DEVICE_RESOURCE_PREFIX",
     "DeviceOutcome",
     "FleetReport",
-    "FleetResult",
     "PredictSummary",
     "fleet_benchmark",
     "predict",

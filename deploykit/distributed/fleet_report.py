@@ -238,7 +238,3 @@ class FleetReport:
         for row in rows:
             table.add_row(*(escape(v) for v in row.values()))
         return table
-
-
-FleetResult = FleetReport
-"""The earlier name of ``FleetReport`` (whose ``data`` dict is now ``to_dict()``), kept for existing code."""

@@ -43,9 +43,6 @@ class Thresholds:
     min_top1_agreement: float = 0.9
     min_map: float = 0.9
 
-    def elementwise(self) -> dict[str, float]:
-        return {"atol": self.atol, "rtol": self.rtol}
-
     def similarity(self) -> dict[str, float]:
         return {"min_cosine": self.min_cosine, "min_snr_db": self.min_snr_db}
 

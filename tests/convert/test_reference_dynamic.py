@@ -25,8 +25,8 @@ import deploykit
 from deploykit.backends.reference_ops import REFERENCE_OPS
 from deploykit.convert.darknet.convert import convert_darknet, load_network
 from deploykit.convert.darknet.weights import write_random_weights
-from deploykit.model import run_reference
 from tests.assets.paths import REPO
+from tests.assets.reference import run_reference
 
 
 def _stride_one_pool(pads: list[int]) -> onnx.ModelProto:
