@@ -9,7 +9,8 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from deploykit.bench.config import parse_duration, parse_int_list
-from deploykit.bench.report import BenchmarkReport, check_report_dir
+from deploykit.bench.report import BenchmarkReport
+from deploykit.bench.report_files import check_report_dir, write_report
 from deploykit.errors import UsageError
 from deploykit.verify.verdict import Verdict, VerificationReport
 
@@ -250,7 +251,7 @@ def _show(result: BenchmarkReport, as_json: bool, report_dir: Path | None, allow
         if emulated is not None:
             print_emulated(emulated)
     if report_dir is not None:
-        paths = result.write_all(report_dir)
+        paths = write_report(result, report_dir)
         console.print("report: " + ", ".join(str(p) for p in paths))
     failed = [r for r in result.rows if not r.ok or (r.verdict is not None and _bad(r.verdict))]
     failed_emulated = [v for v in (emulated.verdicts if emulated else []) if _bad(v)]

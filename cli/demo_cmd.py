@@ -23,6 +23,7 @@ from rich.markup import escape
 
 from deploykit.errors import DeployKitError
 
+from .bench_view import bench_table
 from .console import console
 from .paths import folder_out
 
@@ -273,7 +274,7 @@ def demo(
         console.print(f"  {model.name} …")
         result = benchmark(model, iterations=iterations, warmup=3, precision="f32,bf16", inputs=photo_folder)
         results.append(result)
-        console.print(result.table())
+        console.print(bench_table(result))
         notes = result.notes
         skipped = [n.split(": not supported here")[0] for n in notes if ": not supported here" in n]
         if skipped:
@@ -299,14 +300,15 @@ def demo(
 
 def _write_report(workdir: Path, results: list[BenchmarkReport]) -> None:
     from deploykit.bench.html import render_html
-    from deploykit.io import atomic_path
+    from deploykit.bench.views import markdown_text
+    from deploykit.io import atomic_path, written
 
     report_dir = workdir / "report"
     report_dir.mkdir(exist_ok=True)
     for result in results:
         stem = Path(result.model.path).stem
-        result.to_json(report_dir / f"{stem}.json")
-        result.to_markdown(report_dir / f"{stem}.md")
+        result.write(report_dir / f"{stem}.json")
+        written(markdown_text(result), report_dir / f"{stem}.md")
     with atomic_path(report_dir / "report.html") as temporary:
         temporary.write_text(render_html(results))
     for result in results:

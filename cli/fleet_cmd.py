@@ -19,9 +19,10 @@ from typing import Any
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from deploykit.bench.report import check_report_dir
+from deploykit.bench.report_files import check_report_dir
 from deploykit.errors import BackendUnavailableError, UsageError
 
+from .bench_view import fleet_table
 from .console import console, err_console, print_json
 
 fleet_app = typer.Typer(help="Ray clusters of devices: join one, so `bench --fleet` measures this device too.")
@@ -109,11 +110,13 @@ def bench_fleet(
     if as_json:
         print_json(result.to_dict())
     else:
-        console.print(result.table())
+        console.print(fleet_table(result))
         for name, recommendation in result.recommendations().items():
             console.print(f"recommended on {name}: {recommendation.python if recommendation else 'none'}")
     if report_dir is not None:
-        paths = result.write_all(report_dir)
+        from deploykit.distributed.fleet_views import write_fleet_report
+
+        paths = write_fleet_report(result, report_dir)
         console.print("report: " + ", ".join(str(p) for p in paths[:3]))
     if any(device.status != "ok" for device in result.devices):
         raise typer.Exit(1)

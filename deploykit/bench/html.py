@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import html
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deploykit.bench import plots
+from deploykit.bench import judging, plots, views
 
 if TYPE_CHECKING:
     from deploykit.bench.report import BenchmarkReport
@@ -88,12 +89,12 @@ def _pareto(result: BenchmarkReport) -> str:
     if len(rows) < 2:
         return '<p class="note">no accuracy trade-off measured: pass --precision f32,bf16,int8 --inputs photos/</p>'
     points = [(r.label, r.latency_ms("p50_ms"), 100 * float(r.accuracy_delta or 0)) for r in rows]
-    front = {r.label for r in result.pareto_front()}
+    front = {r.label for r in judging.pareto_front(result)}
     return plots.scatter(points, front, "p50 latency (ms)", "accuracy delta against f32 (%)")
 
 
 def _table(result: BenchmarkReport) -> str:
-    rows = result.summary_rows()
+    rows = views.summary_rows(result)
     if not rows:
         return ""
     header = "".join(f"<th>{_e(h)}</th>" for h in rows[0])
@@ -140,7 +141,8 @@ def _section(result: BenchmarkReport) -> str:
     )
 
 
-def render_html(results: list[BenchmarkReport]) -> str:
+def render_html(results: Sequence[BenchmarkReport]) -> str:
+    """One self-contained page: one section per report (several devices' reports side by side)."""
     names = sorted({Path(r.model.path).name for r in results})
     title = f"deploykit bench: {', '.join(names)}"
     sections = "".join(_section(r) for r in results)

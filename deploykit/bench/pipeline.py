@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from deploykit.backends.registry import canonical_name, get_backend
+from deploykit.bench import judging
 from deploykit.bench.config import BenchConfig
 from deploykit.bench.fingerprint import fingerprint
 from deploykit.bench.measure import _peak_rss_bytes
@@ -146,5 +147,5 @@ def benchmark_pipeline(
         device=fingerprint(),
         rows=rows,
     )
-    result.recommendation = result.recommend()
+    judging.judge(result)
     return result

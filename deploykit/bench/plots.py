@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 FRONT, OTHER, CHOSEN = "#2a7", "#bbb", "#d62728"
-_STYLE = {
+_STYLE: Any = {  # matplotlib types rcParams keys as one Literal; these are checked by matplotlib
     "svg.fonttype": "none",  # text stays <text>: selectable, measurable, small
     "svg.hashsalt": "deploykit",  # the same report draws the same ids
     "font.family": "DejaVu Sans",

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from deploykit.backends.options import OptionValue
+from deploykit.bench import judging
 from deploykit.bench.config import SCENARIOS, BenchConfig
 from deploykit.bench.fingerprint import fingerprint
 from deploykit.bench.measure import measure
@@ -316,7 +317,7 @@ def benchmark(
         rows=rows,
         notes=list(dict.fromkeys(notes)),
     )
-    result.recommendation = result.recommend()
+    judging.judge(result)
     if max_drop is not None and result.recommendation is None:
         result.notes.append(
             f"no configuration stays within --max-drop {max_drop:.1%}: reduced precision needs --inputs photos/ "

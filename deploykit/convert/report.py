@@ -1,16 +1,23 @@
-"""The conversion report every converter returns and ``--report`` writes as JSON."""
+"""The conversion report every converter returns and ``--report`` writes as JSON (the shared
+report protocol of ``deploykit.document``: ``to_dict``, ``from_dict``, ``write``)."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
+from deploykit.document import JsonDocument
 from deploykit.verify.verdict import OracleInfo, Verdict, worst_status
 
 
 @dataclass
-class ConversionReport:
+class ConversionReport(JsonDocument):
     """What a conversion did and how well the result matches its source."""
+
+    KIND: ClassVar[str] = "conversion report"
+    HINT: ClassVar[str] = "pass the --report file written by deploykit convert."
 
     source: str
     output: str
@@ -100,6 +107,20 @@ class ConversionReport:
         data["passed"] = self.passed
         data["status"] = self.status
         return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str | os.PathLike[str] = "<report>") -> ConversionReport:
+        """The report ``to_dict`` wrote (``passed`` and ``status`` are derived again, not read).
+
+        Raises:
+            ReportError: not a conversion report (no converter, output or verdicts).
+        """
+        if not isinstance(data, Mapping) or not {"converter", "output", "verdicts"} <= set(data):
+            raise cls.invalid(source, "is not a deploykit conversion report (no converter, output and verdicts).")
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        fields["verdicts"] = [Verdict.from_dict(v) for v in data["verdicts"]]
+        fields["oracle"] = None if data.get("oracle") is None else OracleInfo.from_dict(data["oracle"])
+        return cls(**fields)
 
 
 def _without_hint(text: str) -> tuple[str, str | None]:

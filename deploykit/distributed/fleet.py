@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from deploykit.bench import judging
 from deploykit.bench.report import BenchmarkReport
 from deploykit.distributed.cluster import DEVICE_RESOURCE_PREFIX, connect
 from deploykit.distributed.fleet_report import DeviceOutcome, FleetReport
@@ -92,7 +93,7 @@ def _bench_on_device(model: list[Any], model_name: str, original_path: str, sett
     path = _model_file(ray.get(model[0]), model_name)
     result = benchmark(path, **settings)
     result.model.path = original_path  # the report names the user's file, not the node's copy
-    result.recommendation = result.recommend()
+    judging.judge(result)
     return result.to_dict()  # plain data across Ray: the head may run another deploykit
 
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from deploykit.bench.report import BenchmarkReport
 from deploykit.cli.main import app
-from deploykit.distributed import fleet_benchmark
+from deploykit.distributed import fleet_benchmark, fleet_views
 from deploykit.distributed.fleet import device_name
 from deploykit.errors import UsageError
 from tests.assets.catalog import CATALOG
@@ -105,7 +105,7 @@ def test_a_device_that_dies_mid_run_is_a_failed_column(cluster, small_model):
     assert by_name["alpha"].status == "ok" and by_name["alpha"].report.rows[0].status == "ok"
     assert by_name["beta"].status == "failed" and by_name["beta"].report is None
     assert "Worker" in by_name["beta"].error or "died" in by_name["beta"].error, by_name["beta"].error
-    matrix = result.matrix()
+    matrix = fleet_views.matrix(result)
     assert matrix[0]["beta"].startswith("failed: ") and "ms" in matrix[0]["alpha"]
     assert result.recommendations()["beta"] is None and result.recommendations()["alpha"] is not None
 
