@@ -38,7 +38,7 @@ def check_report_dir(directory: str | os.PathLike[str], *, inputs: Sequence[str 
         files = {f"--report {name}": folder / name for name in REPORT_FILES}
         check_outputs(files, inputs=[Path(p) for p in inputs])
         return
-    existing = folder.absolute()  # the folder is made by write_all: its nearest existing parent must take it
+    existing = folder.absolute()  # the folder is made by write_report: its nearest existing parent must take it
     while not existing.exists():
         existing = existing.parent
     if not existing.is_dir():
