@@ -75,11 +75,13 @@ def test_every_candidate_has_an_outcome_and_the_choice_is_admissible(searched):
     assert report.oracle.independent and report.metric == "top-1 agreement"
 
 
-def test_report_round_trips(searched):
+def test_report_round_trips(searched, tmp_path):
     report, output = searched
     data = report.to_dict()
     assert OptimizeReport.from_dict(json.loads(json.dumps(data))).to_dict() == data
     assert read_bundle(output).report().to_dict() == json.loads(json.dumps(data, default=str))
+    written = report.write(tmp_path / "report.json")  # the report protocol every report class shares
+    assert OptimizeReport.from_json(written).to_dict() == json.loads(json.dumps(data, default=str))
 
 
 def test_bundle_holds_what_the_device_needs(searched):
