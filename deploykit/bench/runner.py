@@ -259,9 +259,9 @@ def benchmark(
 
     task = None
     if image_source:
-        from deploykit.verify.task_metric import task_of
+        from deploykit.tasks.registry import recognise
 
-        task = task_of({s.name: s for s in interface.outputs}, interface.metadata)
+        task = recognise({s.name: s for s in interface.outputs}, interface.metadata)
         groups = {0: (list(range(len(rows))), checks)}
     else:
         groups = {b: ([i for i, c in enumerate(configs) if c.batch == b], [feeds_by_batch[b]]) for b in batches}

@@ -1,7 +1,7 @@
 """What a quantized model costs and gains: accuracy delta on held-out data, per-layer divergence, speedup.
 
 The accuracy delta compares the quantized model with the float model it came from, on the
-held-out samples, with the task metrics of ``deploykit.verify.tasks`` (top-1 agreement for
+held-out samples, with the task metrics of ``deploykit.tasks`` (top-1 agreement for
 classifiers, mAP@0.5 against the float detections for detectors) plus cosine and SNR per output.
 Both models run on ONNX Runtime's CPU provider, which executes QDQ graphs in int8.
 """
@@ -30,7 +30,7 @@ from deploykit.verify.metrics import cosine_snr
 
 if TYPE_CHECKING:
     from deploykit.bench.rows import Row
-    from deploykit.verify.tasks import ClassificationAgreement
+    from deploykit.tasks.classify import ClassificationAgreement
 
 DEBUG_LAYER_SAMPLES = 8
 TOP_LAYERS = 10
@@ -102,7 +102,7 @@ def classification_delta(
     labels: Sequence[str],
 ) -> tuple[ClassificationAgreement, float, list[str]]:
     """The classifier's agreement, its drop (1 − top-1 agreement, or the accuracy drop with labels), notes."""
-    from deploykit.verify.tasks import classification_agreement
+    from deploykit.tasks.classify import classification_agreement
 
     truth, note = class_indices(samples, labels)
     agreement = classification_agreement(_scores(reference), _scores(candidate), truth)
@@ -125,7 +125,7 @@ def detection_delta(
     """
     from dataclasses import asdict
 
-    from deploykit.verify.tasks import detection_agreement
+    from deploykit.tasks.detect import detection_agreement
     from deploykit.vision.pipelines import Detector
 
     images = [s.image for s in samples if s.image is not None]

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from deploykit.verify.tasks import ClassificationAgreement, DetectionAgreement
+from deploykit.tasks.classify import ClassificationAgreement
+from deploykit.tasks.detect import DetectionAgreement
 
 MAP_MIN_SCORE = 0.001  # COCO evaluations rank predictions down to this score
 

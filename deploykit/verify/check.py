@@ -324,9 +324,7 @@ def judge_run(
         outputs += compare_outputs(actual, expected, limits, reduced=reduced, case=index)
     result = None
     if task is not None and task_reference is not None and len(task_reference[1]) == len(run.outputs):
-        from deploykit.verify.task_metric import task_result
-
-        result = task_result(task, metadata or {}, cases, task_reference[1], run.outputs, limits)
+        result = task.judge(cases, task_reference[1], run.outputs, limits, ran)
         result.details["reference"] = task_reference[0]
     return judge(run.label, outputs, oracle, limits, precision=ran, device=info.get("device"), task=result)
 
@@ -425,7 +423,7 @@ def verify_model(
             (``host,linux/arm64``): every candidate on each. The oracle runs on the host.
     """
     from deploykit.model import read_interface
-    from deploykit.verify.task_metric import task_of
+    from deploykit.tasks.registry import recognise
 
     model_path = Path(model)
     interface = read_interface(model_path)
@@ -444,7 +442,9 @@ def verify_model(
             "f32 runs everywhere.",
         )
     prepared = prepare_inputs(model_path, inputs, batch=batch, shapes=shapes, batch_axes=batch_axes, seed=seed)
-    task = task_of({s.name: s for s in interface.outputs}, interface.metadata) if prepared.source == "images" else None
+    task = (
+        recognise({s.name: s for s in interface.outputs}, interface.metadata) if prepared.source == "images" else None
+    )
     if prepared.source != "images":
         notes.append("no task metric: the inputs are not real images (pass --inputs photos/ for top-1 agreement / mAP)")
 
