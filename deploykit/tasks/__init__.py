@@ -15,4 +15,5 @@ from __future__ import annotations
 TASKS: dict[str, str] = {
     "detect": "deploykit.tasks.detect:DetectTask",
     "classify": "deploykit.tasks.classify:ClassifyTask",
+    "embed": "deploykit.tasks.embed:EmbedTask",
 }
