@@ -21,9 +21,10 @@ from deploykit.tasks.base import Outputs, Task
 from deploykit.tensors import TensorSpec
 
 # The minimum cosine of every input's pooled embedding, by the candidate's precision. f32 runtimes
-# differ in summation order only; f16 keeps ~3 decimal digits; int8 QDQ MobileNetV2 features
-# measure 0.99+ per image on ONNX Runtime (tests/tasks/test_embed.py), so 0.98 leaves a margin.
-MIN_COSINE = {"f64": 0.9999, "f32": 0.999, "f16": 0.999, "bf16": 0.99, "int8": 0.98}
+# differ in summation order only (ONNX Runtime against PyTorch: > 0.99999); f16 keeps ~3 decimal
+# digits; ORT's INT8 QDQ of MobileNetV2's backbone measured 0.985 (worst) / 0.991 (mean) on 7 of
+# Darknet's photos (deploykit quantize, 2026-12-02), so int8 gets INT8's per-output 0.97.
+MIN_COSINE = {"f64": 0.9999, "f32": 0.999, "f16": 0.999, "bf16": 0.99, "int8": 0.97}
 
 
 def pooled(array: np.ndarray) -> np.ndarray:
