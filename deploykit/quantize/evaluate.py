@@ -3,11 +3,13 @@
 The accuracy delta compares the quantized model with the float model it came from, on the
 held-out samples, with the task metrics of ``deploykit.tasks`` (top-1 agreement for
 classifiers, mAP@0.5 against the float detections for detectors) plus cosine and SNR per output.
-Both models run on ONNX Runtime's CPU provider, which executes QDQ graphs in int8.
+Both models run through a ``Session`` of one judge backend: the registry's default (ONNX Runtime
+on the CPU, which executes QDQ graphs in int8) unless another is named.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -29,6 +31,7 @@ from deploykit.quantize.results import (
 from deploykit.verify.metrics import cosine_snr
 
 if TYPE_CHECKING:
+    from deploykit.backends.base import Backend
     from deploykit.bench.rows import Row
     from deploykit.tasks.classify import ClassificationAgreement
 
@@ -44,20 +47,33 @@ def similarity(reference: np.ndarray, candidate: np.ndarray) -> dict[str, float]
     return {"cosine": float(snr_db == math.inf) if cosine is None else cosine, "snr_db": snr_db}
 
 
-def _ort_session(model: Any) -> Any:
-    import onnxruntime as ort
+def judge_backend(judge: str | None = None) -> Backend:
+    """The backend that runs both models for the accuracy delta: ``judge``, or the registry's default."""
+    from deploykit.backends.registry import default_backend, get_backend
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    source = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
-    return ort.InferenceSession(source, sess_options=options, providers=["CPUExecutionProvider"])
+    return default_backend() if judge is None else get_backend(judge)
 
 
-def run_all(model: Any, data: CalibrationData, samples: Sequence[Sample]) -> list[dict[str, np.ndarray]]:
-    """Every output of ``model`` (a path or ModelProto) for each sample, on ONNX Runtime CPU."""
-    session = _ort_session(model)
-    names = [o.name for o in session.get_outputs()]
-    return [dict(zip(names, session.run(names, feeds), strict=True)) for feeds in data.iter_feeds(samples)]
+def run_all(
+    model: Any, data: CalibrationData, samples: Sequence[Sample], judge: str | None = None
+) -> list[dict[str, np.ndarray]]:
+    """Every output of ``model`` (a path or ModelProto) for each sample, through a ``Session`` of
+    the judge backend on its default device (``judge_backend``)."""
+    with contextlib.ExitStack() as stack:
+        if hasattr(model, "SerializeToString"):  # NNCF's candidates are in memory
+            import onnx
+
+            scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="deploykit-judge-")))
+            onnx.save(model, str(scratch / "candidate.onnx"))
+            model = scratch / "candidate.onnx"
+        session = stack.enter_context(judge_backend(judge).open(model))
+        return [session.run(feeds) for feeds in data.iter_feeds(samples)]
+
+
+def judge_label(judge: str | None = None) -> str:
+    """Where the accuracy delta ran, as the report says it: ``<backend> <device>``."""
+    backend = judge_backend(judge)
+    return f"{backend.name} {backend.default_device}"
 
 
 def output_similarity(
