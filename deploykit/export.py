@@ -145,8 +145,7 @@ def export_ncnn(
             runs.insert(0, (f32, "f32"))
         if references is not None:
             references = references[: len(oracle_cases)]
-        verdicts = judge_runs(runs, prepared.cases, references, oracle, overrides=overrides, task=task,
-                              metadata=layout.metadata)  # fmt: skip
+        verdicts = judge_runs(runs, prepared.cases, references, oracle, overrides=overrides, task=task)
         failed = [v for v in verdicts if v.status != "pass"]
         if failed:
             raise ParityError(

@@ -284,8 +284,7 @@ def benchmark(
                 references = first.outputs
         if info.detail:
             notes.append(f"oracle: {info.detail}")
-        verdicts = judge_runs(runs, cases, references, info, overrides=overrides, task=task,
-                              metadata=interface.metadata)  # fmt: skip
+        verdicts = judge_runs(runs, cases, references, info, overrides=overrides, task=task)
         for i, verdict in zip(members, verdicts, strict=True):
             if rows[i].ok:
                 rows[i].set_verdict(verdict)

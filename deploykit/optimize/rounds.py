@@ -239,7 +239,6 @@ class Search:
             precision=state.config.precision,
             task=self.task,
             task_reference=self.task_reference,
-            metadata=self.interface.metadata,
         )
         state.verdict, state.delta = verdict, accuracy_delta(verdict)
         if self.truth is not None and len(checked) == len(self.truth):

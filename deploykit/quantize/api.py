@@ -59,12 +59,13 @@ def parse_drop(value: str | float | None) -> float | None:
 
 
 def pipeline_facts(model_path: Path) -> tuple[str | None, Preprocess | None, list[str]]:
-    """The pipeline the model fits (detector first), with its pre-processing and labels."""
-    from deploykit.vision.pipelines import Classifier, Detector
+    """The pipeline the model fits (in the task registry's order: detector first), with its
+    pre-processing and labels."""
+    from deploykit.tasks.registry import pipeline_tasks, task_class
 
-    for task, pipeline in (("detect", Detector), ("classify", Classifier)):
+    for task in pipeline_tasks():
         try:
-            with pipeline(model_path) as opened:
+            with task_class(task).pipeline_class()(model_path) as opened:
                 return task, opened.preprocess, list(opened.labels)
         except UsageError:
             continue

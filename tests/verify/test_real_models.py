@@ -84,8 +84,7 @@ def test_a_wrong_model_fails_the_task_metric(yolov4_tiny, photos, tmp_path):
     interface = deploykit.model.read_interface(yolov4_tiny)
     task = recognise({s.name: s for s in interface.outputs}, interface.metadata)
     oracle = OracleInfo("onnx-reference", True)
-    verdicts = judge_runs([(right_run, "f32"), (wrong_run, "bf16")], cases, right_run.outputs[:1], oracle,
-                          task=task, metadata=interface.metadata)  # fmt: skip
+    verdicts = judge_runs([(right_run, "f32"), (wrong_run, "bf16")], cases, right_run.outputs[:1], oracle, task=task)
     wrong_verdict = verdicts[1]
     assert wrong_verdict.status == "fail" and wrong_verdict.task is not None
     assert wrong_verdict.task.value < 0.5
