@@ -180,6 +180,7 @@ def quantize(
     rounds: int = 3,
     ir: str | os.PathLike[str] | None = None,
     seed: int = 0,
+    judge: str | None = None,
 ) -> QuantizeReport:
     """Quantize a float ONNX model to INT8 (QDQ, per-channel weights) or convert it to float16.
 
@@ -206,6 +207,8 @@ def quantize(
         rounds: f32 and the result alternate this many times; p50 is the median of the rounds.
         ir: also write OpenVINO IR (``.xml`` + ``.bin``) of the result here.
         seed: the held-out split's shuffle.
+        judge: the backend whose ``Session`` runs both models for the accuracy delta (default: the
+            backend registry's default, ONNX Runtime on the CPU).
 
     Raises:
         UsageError, InputError, ModelError: before any work, nothing written.
@@ -245,7 +248,7 @@ def quantize(
             scratch, model_path, output_path, source, data, task=task, labels=labels, engine=chosen,
             method=method or "minmax", per_channel=per_channel, exclude=exclude, quantize_head=quantize_head,
             budget=budget, debug_layers=debug_layers, measure_speed=measure_speed, backends=backends,
-            iterations=iterations, rounds=rounds, notes=notes,
+            iterations=iterations, rounds=rounds, notes=notes, judge=judge,
         )  # fmt: skip
         quantized = scratch / "quantized.onnx"
         _stamp(quantized, report)
@@ -278,6 +281,7 @@ def _quantize_in(
     iterations: int,
     rounds: int,
     notes: list[str],
+    judge: str | None,
 ) -> QuantizeReport:
     import onnx
 
@@ -294,11 +298,11 @@ def _quantize_in(
     user = graph.check_node_names(base, exclude)
     head = graph.head_nodes(base) if task == "detect" and not quantize_head else []
     excluded = list(dict.fromkeys([*head, *user]))
-    reference = evaluate.run_all(float_path, data, data.held_out)
+    reference = evaluate.run_all(float_path, data, data.held_out, judge)
     quantized_path = scratch / "quantized.onnx"
     started = time.perf_counter()
     steered = engine.accuracy_control and budget is not None
-    validate = _validator(scratch, float_path, data, task, labels, reference) if steered else None
+    validate = _validator(scratch, float_path, data, task, labels, reference, judge) if steered else None
     job = engines.EngineJob(base_path, quantized_path, data, method=method, per_channel=per_channel, exclude=excluded,
                             max_drop=budget if steered else None, validate=validate)  # fmt: skip
     kept_ops = engine.reduce(job)
@@ -323,7 +327,7 @@ def _quantize_in(
                 hint="INT8 speeds up convolutions and matrix products; keep this model in f32 or try --fp16.",
             )
     _copy_metadata(source, quantized_path)
-    accuracy = _accuracy(float_path, quantized_path, data, task, labels, reference, notes)
+    accuracy = _accuracy(float_path, quantized_path, data, task, labels, reference, notes, judge)
     accuracy.max_drop = budget
     if budget is not None and accuracy.drop is not None and accuracy.drop > budget + 1e-12:
         raise QuantizationError(
@@ -356,11 +360,12 @@ def _accuracy(
     labels: list[str],
     reference: list[dict[str, np.ndarray]],
     notes: list[str],
+    judge: str | None,
 ) -> AccuracyDelta:
-    candidate = evaluate.run_all(quantized_path, data, data.held_out)
+    candidate = evaluate.run_all(quantized_path, data, data.held_out, judge)
     accuracy = AccuracyDelta(
         samples=len(data.held_out),
-        backend=evaluate.judge_label(),
+        backend=evaluate.judge_label(judge),
         outputs=evaluate.output_similarity(reference, candidate) if data.held_out else [],
     )
     if not data.held_out:
@@ -369,7 +374,7 @@ def _accuracy(
         accuracy.task, accuracy.drop, more = evaluate.classification_delta(reference, candidate, data.held_out, labels)
         notes += more
     elif task == "detect" and data.preprocess is not None:
-        accuracy.task, accuracy.drop = evaluate.detection_delta(float_path, quantized_path, data.held_out)
+        accuracy.task, accuracy.drop = evaluate.detection_delta(float_path, quantized_path, data.held_out, judge)
     return accuracy
 
 
@@ -380,19 +385,20 @@ def _validator(
     task: str | None,
     labels: list[str],
     reference: list[dict[str, np.ndarray]],
+    judge: str | None,
 ) -> Any:
     """NNCF's validation function: the task metric of a candidate model (higher is better)."""
     import onnx
 
     def validate(candidate: Any) -> float:
         if task == "classify":
-            outputs = evaluate.run_all(candidate, data, data.held_out)
+            outputs = evaluate.run_all(candidate, data, data.held_out, judge)
             _, drop, _ = evaluate.classification_delta(reference, outputs, data.held_out, labels)
             return 1.0 - drop
         path = scratch / "candidate.onnx"  # the Detector reads a file, with the float model's metadata
         onnx.save(candidate, str(path))
         _copy_metadata(onnx.load(str(float_path)), path)
-        _, drop = evaluate.detection_delta(float_path, path, data.held_out)
+        _, drop = evaluate.detection_delta(float_path, path, data.held_out, judge)
         return 1.0 - drop
 
     return validate

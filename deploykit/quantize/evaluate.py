@@ -58,7 +58,9 @@ def run_all(
     model: Any, data: CalibrationData, samples: Sequence[Sample], judge: str | None = None
 ) -> list[dict[str, np.ndarray]]:
     """Every output of ``model`` (a path or ModelProto) for each sample, through a ``Session`` of
-    the judge backend on its default device (``judge_backend``)."""
+    the judge backend on its default device (``judge_backend``), asked for f32 inference precision
+    where the backend takes one: a device's bf16 default would blur the float reference (the
+    int8 layers of a QDQ model still run in int8)."""
     with contextlib.ExitStack() as stack:
         if hasattr(model, "SerializeToString"):  # NNCF's candidates are in memory
             import onnx
@@ -66,7 +68,8 @@ def run_all(
             scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="deploykit-judge-")))
             onnx.save(model, str(scratch / "candidate.onnx"))
             model = scratch / "candidate.onnx"
-        session = stack.enter_context(judge_backend(judge).open(model))
+        backend = judge_backend(judge)
+        session = stack.enter_context(backend.open(model, **backend.precision_options("f32")))
         return [session.run(feeds) for feeds in data.iter_feeds(samples)]
 
 
@@ -130,7 +133,7 @@ def classification_delta(
 
 
 def detection_delta(
-    reference_model: Path, candidate_model: Path, samples: Sequence[Sample]
+    reference_model: Path, candidate_model: Path, samples: Sequence[Sample], judge: str | None = None
 ) -> tuple[DetectionDelta, float]:
     """The candidate's detections against the reference's on the held-out images; drop = 1 − mAP@0.5.
 
@@ -145,7 +148,12 @@ def detection_delta(
     from deploykit.vision.pipelines import Detector
 
     images = [s.image for s in samples if s.image is not None]
-    with Detector(reference_model) as reference, Detector(candidate_model) as candidate:
+    backend = judge_backend(judge)
+    f32 = backend.precision_options("f32")
+    with (
+        Detector(reference_model, backend.name, **f32) as reference,
+        Detector(candidate_model, backend.name, **f32) as candidate,
+    ):
         truth = reference.batch(images)
         at_threshold = detection_agreement(truth, candidate.batch(images))
         ranked = detection_agreement(truth, candidate.batch(images, conf=MAP_MIN_SCORE))
