@@ -60,12 +60,18 @@ def parse_drop(value: str | float | None) -> float | None:
 
 def pipeline_facts(model_path: Path) -> tuple[str | None, Preprocess | None, list[str]]:
     """The pipeline the model fits (in the task registry's order: detector first), with its
-    pre-processing and labels."""
+    pre-processing and labels. A model whose metadata names a task without a pipeline of its own
+    (``embed``) keeps that task, with the image pre-processing the classifier pipeline reads."""
+    from deploykit.metadata import read_metadata as read_model_metadata
+    from deploykit.model import read_interface
     from deploykit.tasks.registry import pipeline_tasks, task_class
 
+    stated = read_model_metadata(read_interface(model_path).metadata).task
     for task in pipeline_tasks():
         try:
             with task_class(task).pipeline_class()(model_path) as opened:
+                if stated is not None and stated not in pipeline_tasks():
+                    return stated, opened.preprocess, []
                 return task, opened.preprocess, list(opened.labels)
         except UsageError:
             continue
@@ -375,6 +381,8 @@ def _accuracy(
         notes += more
     elif task == "detect" and data.preprocess is not None:
         accuracy.task, accuracy.drop = evaluate.detection_delta(float_path, quantized_path, data.held_out, judge)
+    elif task is not None:
+        accuracy.task, accuracy.drop = evaluate.task_delta(float_path, data, reference, candidate)
     return accuracy
 
 
@@ -395,6 +403,11 @@ def _validator(
             outputs = evaluate.run_all(candidate, data, data.held_out, judge)
             _, drop, _ = evaluate.classification_delta(reference, outputs, data.held_out, labels)
             return 1.0 - drop
+        if task != "detect":  # another registered task: its Task plug-in measures the outputs
+            metric, _ = evaluate.task_delta(
+                float_path, data, reference, evaluate.run_all(candidate, data, data.held_out, judge)
+            )
+            return metric.value if metric is not None else 0.0
         path = scratch / "candidate.onnx"  # the Detector reads a file, with the float model's metadata
         onnx.save(candidate, str(path))
         _copy_metadata(onnx.load(str(float_path)), path)

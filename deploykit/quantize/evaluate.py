@@ -27,6 +27,7 @@ from deploykit.quantize.results import (
     SpeedComparison,
     SpeedRounds,
     SpeedRow,
+    TaskMetric,
 )
 from deploykit.verify.metrics import cosine_snr
 
@@ -159,6 +160,27 @@ def detection_delta(
         ranked = detection_agreement(truth, candidate.batch(images, conf=MAP_MIN_SCORE))
     delta = DetectionDelta(**{**asdict(at_threshold), "map50": ranked.map50}, map_min_score=MAP_MIN_SCORE)
     return delta, round(1.0 - delta.map50, 9)
+
+
+def task_delta(
+    float_path: Path,
+    data: CalibrationData,
+    reference: Sequence[Mapping[str, np.ndarray]],
+    candidate: Sequence[Mapping[str, np.ndarray]],
+) -> tuple[TaskMetric | None, float | None]:
+    """Any other registered task's metric (``embed``: embedding cosine), measured by its ``Task``
+    plug-in on the held-out outputs; drop = 1 − value. None when the task does not recognise the model."""
+    from deploykit.model import read_interface
+    from deploykit.tasks.registry import recognise
+    from deploykit.verify.metrics import thresholds_for
+
+    interface = read_interface(float_path)
+    task = recognise({s.name: s for s in interface.outputs}, interface.metadata)
+    if task is None:
+        return None, None
+    cases = list(data.iter_feeds(data.held_out))
+    result = task.judge(cases, reference, candidate, thresholds_for("int8"), "int8")
+    return TaskMetric(result.kind, result.metric, result.value, result.details), round(1.0 - result.value, 9)
 
 
 def _float_tensors(model: Any) -> dict[str, Any]:

@@ -7,6 +7,7 @@ the ONNX file; ``deploykit compare`` then judges the ONNX Runtime and OpenVINO r
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 from pathlib import Path
 
@@ -110,11 +111,28 @@ def test_onnx_runtime_embeddings_match_pytorch(encoder, photos):
 def test_compare_judges_every_row_of_an_encoder_by_embedding_cosine(encoder, photos):
     backends = ["onnxruntime"] + (["openvino"] if deploykit.get_backend("openvino").is_available() else [])
     options = [part for name in backends for part in ("-b", name)]
-    result = CliRunner().invoke(app, ["compare", str(encoder), *options, "--inputs", str(photos)])
+    result = CliRunner().invoke(app, ["compare", str(encoder), *options, "--inputs", str(photos), "--json"])
     assert result.exit_code == 0, result.output
-    assert "embedding cosine" in result.output
-    report = deploykit.verify_model(encoder, backends, inputs=photos)
-    for verdict in report.verdicts:
+    verdicts = [deploykit.Verdict.from_dict(v) for v in json.loads(result.stdout)["verdicts"]]
+    assert len(verdicts) == len(backends)
+    for verdict in verdicts:
         assert verdict.status == "pass", verdict.describe()
         assert verdict.task is not None and verdict.task.kind == "embed", verdict.describe()
-        assert verdict.task.value >= verdict.task.threshold == 0.999
+        assert verdict.task.metric == "embedding cosine" and verdict.task.value >= verdict.task.threshold == 0.999
+
+
+@pytest.mark.slow
+def test_quantize_judges_an_encoder_by_embedding_cosine(encoder, photos, tmp_path):
+    from deploykit.quantize import QuantizeReport
+    from deploykit.quantize.results import TaskMetric
+    from deploykit.tasks.embed import MIN_COSINE
+
+    report = deploykit.quantize(encoder, tmp_path / "encoder.int8.onnx", calibrate=photos, held_out=0.5,
+                                measure_speed=False)  # fmt: skip
+    measured = report.accuracy.task
+    assert report.task == "embed" and isinstance(measured, TaskMetric), report.accuracy
+    assert measured.kind == "embed" and measured.metric == "embedding cosine"
+    assert measured.details["samples"] == report.accuracy.samples and measured.details["dimensions"] == 1280
+    assert MIN_COSINE["int8"] <= measured.value <= measured.details["mean_cosine"] < 1.0
+    assert report.accuracy.drop == pytest.approx(1.0 - measured.value)
+    assert QuantizeReport.from_dict(report.to_dict()).accuracy.task == measured
