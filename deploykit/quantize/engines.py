@@ -235,6 +235,7 @@ class QuantizeEngine:
         per_channel: whether per-channel weight scales apply (and need opset 13).
         calibrates: whether the engine needs calibration data.
         accuracy_control: whether ``--max-drop`` steers the engine (else it only refuses a result over budget).
+        module: the optional package the engine needs (None: a core dependency).
     """
 
     name: ClassVar[str]
@@ -244,6 +245,16 @@ class QuantizeEngine:
     per_channel: ClassVar[bool] = True
     calibrates: ClassVar[bool] = True
     accuracy_control: ClassVar[bool] = False
+    module: ClassVar[str | None] = None
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """Why the engine cannot run here (its package, an optional extra, is missing), or None."""
+        import importlib.util
+
+        if cls.module is None or importlib.util.find_spec(cls.module) is not None:
+            return None
+        return f"{cls.title} is not installed (pip install 'deploykit[quantize]')"
 
     def prepare(self, float_path: Path, scratch: Path, notes: list[str]) -> Path:
         """The model the engine quantizes (default: the float model as it is)."""
@@ -279,6 +290,7 @@ class NncfEngine(QuantizeEngine):
     name = "nncf"
     title = "NNCF"
     accuracy_control = True
+    module = "nncf"
 
     def reduce(self, job: EngineJob) -> dict[str, int]:
         quantize_nncf(job.source, job.output, job.data, exclude=job.exclude, max_drop=job.max_drop,
@@ -294,6 +306,7 @@ class Fp16Engine(QuantizeEngine):
     precision = "f16"
     per_channel = False
     calibrates = False
+    module = "onnxconverter_common"
 
     def reduce(self, job: EngineJob) -> dict[str, int]:
         return convert_fp16(job.source, job.output, exclude=job.exclude)

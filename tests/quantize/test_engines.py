@@ -36,3 +36,14 @@ def test_another_backend_judges_the_accuracy_delta(classifier_path, classifier_n
     # the same quantized model judged on ONNX Runtime: the two runtimes measure nearly the same delta
     again = quantize(classifier_path, tmp_path / "q2.onnx", calibrate=classifier_npz, measure_speed=False)
     assert abs(again.accuracy.outputs[0].cosine - report.accuracy.outputs[0].cosine) < 0.02
+
+
+def test_an_engine_says_why_it_cannot_run():
+    from deploykit.quantize.engines import NncfEngine
+
+    assert QUANTIZE_ENGINES["ort"].unavailable_reason() is None
+
+    class Missing(NncfEngine):
+        name, title, module = "missing", "A missing engine", "deploykit_no_such_package"
+
+    assert Missing.unavailable_reason() == "A missing engine is not installed (pip install 'deploykit[quantize]')"
