@@ -83,25 +83,13 @@ def _verdict_markup(verdict: str) -> str:
     return f"[{colour}]{verdict}[/]"
 
 
-def _iou(a: tuple[float, ...], b: tuple[float, ...]) -> float:
-    from deploykit.vision.nms import iou_one_to_many
-
-    return float(iou_one_to_many(np.array(a), np.array([b]))[0])
-
-
 def unmatched_detections(ours: list[Any], theirs: list[Any], min_iou: float = MATCH_IOU) -> list[str]:
-    """Objects found by one side only: each of ``theirs`` is matched one-to-one to a detection of ``ours``
-    with the same label at IoU >= ``min_iou``; what is left on either side is described."""
-    left = list(ours)
-    missing = []
-    for detection in theirs:
-        same = [d for d in left if d.label == detection.label]
-        best = max(same, key=lambda d: _iou(d.xyxy, detection.xyxy), default=None)
-        if best is None or _iou(best.xyxy, detection.xyxy) < min_iou:
-            missing.append(f"missing {detection.label}")
-        else:
-            left.remove(best)
-    return missing + [f"extra {d.label}" for d in left]
+    """Objects found by one side only: ``ours`` matched one-to-one to ``theirs`` with the same class at
+    IoU >= ``min_iou`` (``deploykit.tasks.detect.match_detections``); what is left on either side is described."""
+    from deploykit.tasks.detect import match_detections
+
+    match = match_detections(theirs, ours, iou=min_iou)
+    return [f"missing {theirs[i].label}" for i in match.missing] + [f"extra {ours[i].label}" for i in match.extra]
 
 
 def _photos() -> list[Path]:

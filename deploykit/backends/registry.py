@@ -133,6 +133,12 @@ def get_backend(name: str) -> Backend:
     return _backend_class(canonical_name(name))()
 
 
+def default_backend() -> Backend:
+    """The backend used where none is named: the first built-in one, ONNX Runtime (it runs every
+    standard ONNX graph, QDQ INT8 and float16 included, on the CPU of any machine)."""
+    return get_backend(next(iter(BUILTIN_BACKENDS)))
+
+
 def all_backends() -> list[Backend]:
     """One instance of every registered backend, available or not."""
     return [get_backend(name) for name in backend_names()]

@@ -260,9 +260,9 @@ def benchmark(
 
     task = None
     if image_source:
-        from deploykit.verify.task_metric import task_of
+        from deploykit.tasks.registry import recognise
 
-        task = task_of({s.name: s for s in interface.outputs}, interface.metadata)
+        task = recognise({s.name: s for s in interface.outputs}, interface.metadata)
         groups = {0: (list(range(len(rows))), checks)}
     else:
         groups = {b: ([i for i, c in enumerate(configs) if c.batch == b], [feeds_by_batch[b]]) for b in batches}
@@ -285,8 +285,7 @@ def benchmark(
                 references = first.outputs
         if info.detail:
             notes.append(f"oracle: {info.detail}")
-        verdicts = judge_runs(runs, cases, references, info, overrides=overrides, task=task,
-                              metadata=interface.metadata)  # fmt: skip
+        verdicts = judge_runs(runs, cases, references, info, overrides=overrides, task=task)
         for i, verdict in zip(members, verdicts, strict=True):
             if rows[i].ok:
                 rows[i].set_verdict(verdict)

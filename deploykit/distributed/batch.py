@@ -262,7 +262,7 @@ def predict(
     if engine not in ENGINES:
         raise UsageError(f"engine '{engine}' | is not local or ray.", hint="--engine local runs in this process.")
     if task not in TASKS:
-        raise UsageError(f"task '{task}' | is not detect, classify or tensor.", hint="e.g. --task detect.")
+        raise UsageError(f"task '{task}' | is not {', '.join(TASKS[:-1])} or {TASKS[-1]}.", hint="e.g. --task detect.")
     if cpus_per_actor <= 0 or (actors is not None and actors < 1) or batch_size < 1:
         raise UsageError(
             f"actors {actors}, cpus per actor {cpus_per_actor}, batch size {batch_size} | must be positive.",

@@ -94,7 +94,7 @@ def answer(
         ),
         settings=settings,
         task=search.task_name,
-        metric=None if search.task is None else ("top-1 agreement" if search.task_name == "classify" else "mAP@0.5"),
+        metric=None if search.task is None else search.task.metric,
         oracle=search.oracle,
         variants=tuple(variants),
         candidates=tuple(results),

@@ -59,12 +59,19 @@ def parse_drop(value: str | float | None) -> float | None:
 
 
 def pipeline_facts(model_path: Path) -> tuple[str | None, Preprocess | None, list[str]]:
-    """The pipeline the model fits (detector first), with its pre-processing and labels."""
-    from deploykit.vision.pipelines import Classifier, Detector
+    """The pipeline the model fits (in the task registry's order: detector first), with its
+    pre-processing and labels. A model whose metadata names a task without a pipeline of its own
+    (``embed``) keeps that task, with the image pre-processing the classifier pipeline reads."""
+    from deploykit.metadata import read_metadata as read_model_metadata
+    from deploykit.model import read_interface
+    from deploykit.tasks.registry import pipeline_tasks, task_class
 
-    for task, pipeline in (("detect", Detector), ("classify", Classifier)):
+    stated = read_model_metadata(read_interface(model_path).metadata).task
+    for task in pipeline_tasks():
         try:
-            with pipeline(model_path) as opened:
+            with task_class(task).pipeline_class()(model_path) as opened:
+                if stated is not None and stated not in pipeline_tasks():
+                    return stated, opened.preprocess, []
                 return task, opened.preprocess, list(opened.labels)
         except UsageError:
             continue
@@ -125,24 +132,28 @@ def _data(
     return data
 
 
-def _check_options(engine: str, method: str | None, fp16: bool, calibrate: Any, max_drop: float | None) -> str:
+def _check_options(
+    engine: str, method: str | None, fp16: bool, calibrate: Any, max_drop: float | None
+) -> engines.QuantizeEngine:
     if fp16:
-        if method is not None or engine != "ort":
+        if method is not None or engine != engines.DEFAULT_ENGINE:
             raise UsageError(
                 "--fp16 | takes no --engine or --method: float16 conversion needs no calibration.",
                 hint="drop --engine/--method, or drop --fp16 for INT8.",
             )
-        return "fp16"
+        return engines.Fp16Engine()
     if engine not in engines.ENGINES:
         why = engines.NOT_AVAILABLE.get(engine)
         raise UsageError(
             f"--engine '{engine}' | is not one of {', '.join(engines.ENGINES)}" + (f": {why}." if why else "."),
             hint="ort: ONNX Runtime static QDQ; nncf: OpenVINO's NNCF (pip install 'deploykit[quantize]').",
         )
-    if method is not None and (engine != "ort" or method not in engines.METHODS):
+    chosen = engines.QUANTIZE_ENGINES[engine]()
+    if method is not None and method not in chosen.methods:
+        offers = next(e for e in engines.QUANTIZE_ENGINES.values() if e.methods)
         raise UsageError(
-            f"--method '{method}' | is not one of {', '.join(engines.METHODS)} for --engine ort"
-            + (" (NNCF chooses its own ranges)." if engine != "ort" else "."),
+            f"--method '{method}' | is not one of {', '.join(offers.methods)} for --engine {offers.name}"
+            + (f" ({chosen.title} chooses its own ranges)." if not chosen.methods else "."),
             hint="minmax is the default; entropy and percentile clip outliers.",
         )
     if calibrate is None:
@@ -150,7 +161,7 @@ def _check_options(engine: str, method: str | None, fp16: bool, calibrate: Any, 
             "--calibrate | INT8 needs calibration data: a folder of images or an .npz of input arrays.",
             hint="pass --calibrate photos/ (about 100 images the model will really see), or use --fp16.",
         )
-    return engine
+    return chosen
 
 
 def quantize(
@@ -175,6 +186,7 @@ def quantize(
     rounds: int = 3,
     ir: str | os.PathLike[str] | None = None,
     seed: int = 0,
+    judge: str | None = None,
 ) -> QuantizeReport:
     """Quantize a float ONNX model to INT8 (QDQ, per-channel weights) or convert it to float16.
 
@@ -201,6 +213,8 @@ def quantize(
         rounds: f32 and the result alternate this many times; p50 is the median of the rounds.
         ir: also write OpenVINO IR (``.xml`` + ``.bin``) of the result here.
         seed: the held-out split's shuffle.
+        judge: the backend whose ``Session`` runs both models for the accuracy delta (default: the
+            backend registry's default, ONNX Runtime on the CPU).
 
     Raises:
         UsageError, InputError, ModelError: before any work, nothing written.
@@ -217,7 +231,7 @@ def quantize(
     )
     check_onnx_output(output_path, "--output")
     budget = parse_drop(max_drop)
-    engine_name = _check_options(engine, method, fp16, calibrate, budget)
+    chosen = _check_options(engine, method, fp16, calibrate, budget)
     if iterations < 1 or rounds < 1:
         raise UsageError(
             f"--iterations {iterations} --rounds {rounds} | at least 1 of each is needed.",
@@ -237,10 +251,10 @@ def quantize(
     with tempfile.TemporaryDirectory(prefix="deploykit-quantize-") as scratch_dir:
         scratch = Path(scratch_dir)
         report = _quantize_in(
-            scratch, model_path, output_path, source, data, task=task, labels=labels, engine=engine_name,
+            scratch, model_path, output_path, source, data, task=task, labels=labels, engine=chosen,
             method=method or "minmax", per_channel=per_channel, exclude=exclude, quantize_head=quantize_head,
             budget=budget, debug_layers=debug_layers, measure_speed=measure_speed, backends=backends,
-            iterations=iterations, rounds=rounds, notes=notes,
+            iterations=iterations, rounds=rounds, notes=notes, judge=judge,
         )  # fmt: skip
         quantized = scratch / "quantized.onnx"
         _stamp(quantized, report)
@@ -261,7 +275,7 @@ def _quantize_in(
     *,
     task: str | None,
     labels: list[str],
-    engine: str,
+    engine: engines.QuantizeEngine,
     method: str,
     per_channel: bool,
     exclude: Sequence[str],
@@ -273,59 +287,53 @@ def _quantize_in(
     iterations: int,
     rounds: int,
     notes: list[str],
+    judge: str | None,
 ) -> QuantizeReport:
     import onnx
 
     prepared = source
-    if engine != "fp16" and per_channel:
+    if engine.per_channel and per_channel:
         prepared, note = graph.upgrade_opset(source)
         notes += [note] if note else []
     if graph.name_nodes(prepared):
         notes.append("unnamed nodes were given names (op type and index) so they can be excluded and reported")
     float_path = scratch / "float.onnx"
     onnx.save(prepared, str(float_path))
-    base_path = float_path
-    if engine == "ort":
-        pre_path = scratch / "pre.onnx"
-        skipped = engines.ort_pre_process(float_path, pre_path)
-        notes += [skipped] if skipped else []
-        base_path = float_path if skipped else pre_path
+    base_path = engine.prepare(float_path, scratch, notes)
     base = onnx.load(str(base_path))
     user = graph.check_node_names(base, exclude)
     head = graph.head_nodes(base) if task == "detect" and not quantize_head else []
     excluded = list(dict.fromkeys([*head, *user]))
-    reference = evaluate.run_all(float_path, data, data.held_out)
+    reference = evaluate.run_all(float_path, data, data.held_out, judge)
     quantized_path = scratch / "quantized.onnx"
     started = time.perf_counter()
-    kept_ops: dict[str, int] = {}
-    if engine == "ort":
-        engines.quantize_ort(base_path, quantized_path, data, method=method, per_channel=per_channel, exclude=excluded)
-    elif engine == "nncf":
-        validate = _validator(scratch, float_path, data, task, labels, reference) if budget is not None else None
-        engines.quantize_nncf(base_path, quantized_path, data, exclude=excluded, max_drop=budget, validate=validate)
-    else:
-        kept_ops = engines.convert_fp16(base_path, quantized_path, exclude=excluded)
+    steered = engine.accuracy_control and budget is not None
+    validate = _validator(scratch, float_path, data, task, labels, reference, judge) if steered else None
+    job = engines.EngineJob(base_path, quantized_path, data, method=method, per_channel=per_channel, exclude=excluded,
+                            max_drop=budget if steered else None, validate=validate)  # fmt: skip
+    kept_ops = engine.reduce(job)
     seconds = time.perf_counter() - started
     result = onnx.load(str(quantized_path))
-    if engine != "fp16" and graph.float_outputs(result):
+    qdq = engine.precision == "int8"
+    if qdq and graph.float_outputs(result):
         onnx.save(result, str(quantized_path))
         notes.append("graph outputs stay float: the quantized last layers hand over unrounded values")
-    if engine != "fp16" and head and graph.float_inputs_of(result, head):
+    if qdq and head and graph.float_inputs_of(result, head):
         onnx.save(result, str(quantized_path))
         notes.append("the float head reads unrounded values from the int8 layers before it")
-    if engine == "fp16":
+    if not qdq:
         count = sum(1 for n in result.graph.node if n.op_type != "Cast") - sum(kept_ops.values())
     else:
         count = graph.count_ops(result, ["QuantizeLinear"])
         if count == 0:
             raise QuantizationError(
-                f"engine '{engine}' | quantized no node of '{model_path.name}': none of its ops "
+                f"engine '{engine.name}' | quantized no node of '{model_path.name}': none of its ops "
                 f"({', '.join(sorted({n.op_type for n in base.graph.node}))}) can be quantized"
                 + (" outside the excluded nodes." if excluded else "."),
                 hint="INT8 speeds up convolutions and matrix products; keep this model in f32 or try --fp16.",
             )
     _copy_metadata(source, quantized_path)
-    accuracy = _accuracy(float_path, quantized_path, data, task, labels, reference, notes)
+    accuracy = _accuracy(float_path, quantized_path, data, task, labels, reference, notes, judge)
     accuracy.max_drop = budget
     if budget is not None and accuracy.drop is not None and accuracy.drop > budget + 1e-12:
         raise QuantizationError(
@@ -334,8 +342,8 @@ def _quantize_in(
             hint="use --engine nncf (accuracy-controlled), or --debug-layers and --exclude the worst nodes.",
         )
     report = QuantizeReport(
-        model=str(model_path), output=str(output_path), precision="f16" if engine == "fp16" else "int8",
-        engine=engine, method=method if engine == "ort" else None, per_channel=per_channel and engine != "fp16",
+        model=str(model_path), output=str(output_path), precision=engine.precision,
+        engine=engine.name, method=method if engine.methods else None, per_channel=per_channel and engine.per_channel,
         task=task, calibration=data.to_dict(), excluded={"head": head, "user": user}, kept_f32_ops=kept_ops,
         quantized_nodes=count, seconds=round(seconds, 3), accuracy=accuracy, notes=notes,
     )  # fmt: skip
@@ -358,11 +366,12 @@ def _accuracy(
     labels: list[str],
     reference: list[dict[str, np.ndarray]],
     notes: list[str],
+    judge: str | None,
 ) -> AccuracyDelta:
-    candidate = evaluate.run_all(quantized_path, data, data.held_out)
+    candidate = evaluate.run_all(quantized_path, data, data.held_out, judge)
     accuracy = AccuracyDelta(
         samples=len(data.held_out),
-        backend="onnxruntime cpu",
+        backend=evaluate.judge_label(judge),
         outputs=evaluate.output_similarity(reference, candidate) if data.held_out else [],
     )
     if not data.held_out:
@@ -371,7 +380,9 @@ def _accuracy(
         accuracy.task, accuracy.drop, more = evaluate.classification_delta(reference, candidate, data.held_out, labels)
         notes += more
     elif task == "detect" and data.preprocess is not None:
-        accuracy.task, accuracy.drop = evaluate.detection_delta(float_path, quantized_path, data.held_out)
+        accuracy.task, accuracy.drop = evaluate.detection_delta(float_path, quantized_path, data.held_out, judge)
+    elif task is not None:
+        accuracy.task, accuracy.drop = evaluate.task_delta(float_path, data, reference, candidate)
     return accuracy
 
 
@@ -382,19 +393,25 @@ def _validator(
     task: str | None,
     labels: list[str],
     reference: list[dict[str, np.ndarray]],
+    judge: str | None,
 ) -> Any:
     """NNCF's validation function: the task metric of a candidate model (higher is better)."""
     import onnx
 
     def validate(candidate: Any) -> float:
         if task == "classify":
-            outputs = evaluate.run_all(candidate, data, data.held_out)
+            outputs = evaluate.run_all(candidate, data, data.held_out, judge)
             _, drop, _ = evaluate.classification_delta(reference, outputs, data.held_out, labels)
             return 1.0 - drop
+        if task != "detect":  # another registered task: its Task plug-in measures the outputs
+            metric, _ = evaluate.task_delta(
+                float_path, data, reference, evaluate.run_all(candidate, data, data.held_out, judge)
+            )
+            return metric.value if metric is not None else 0.0
         path = scratch / "candidate.onnx"  # the Detector reads a file, with the float model's metadata
         onnx.save(candidate, str(path))
         _copy_metadata(onnx.load(str(float_path)), path)
-        _, drop = evaluate.detection_delta(float_path, path, data.held_out)
+        _, drop = evaluate.detection_delta(float_path, path, data.held_out, judge)
         return 1.0 - drop
 
     return validate

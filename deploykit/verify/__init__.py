@@ -10,8 +10,9 @@
 This package imports no ``bench`` or CLI module.
 """
 
+from deploykit.tasks.base import TaskResult
 from deploykit.verify.check import gate, run_oracle, verify_model
-from deploykit.verify.metrics import DEFAULT_THRESHOLDS, OutputMetrics, TaskResult, Thresholds, thresholds_for
+from deploykit.verify.metrics import DEFAULT_THRESHOLDS, OutputMetrics, Thresholds, thresholds_for
 from deploykit.verify.verdict import OracleInfo, Verdict, VerificationReport
 
 __all__ = [

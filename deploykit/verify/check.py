@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +28,9 @@ from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, CandidateRun, run_candi
 from deploykit.verify.metrics import compare_outputs, is_reduced, normalize_precision, thresholds_for
 from deploykit.verify.pool import WorkerPool
 from deploykit.verify.verdict import OracleInfo, Verdict, VerificationReport, error_verdict, judge
+
+if TYPE_CHECKING:
+    from deploykit.tasks.base import Task
 
 REFERENCE_BACKEND = "reference"
 
@@ -302,9 +305,8 @@ def judge_run(
     *,
     precision: str | None = None,
     overrides: Mapping[str, float | None] | None = None,
-    task: Any = None,
+    task: Task | None = None,
     task_reference: tuple[str, Sequence[Mapping[str, np.ndarray]]] | None = None,
-    metadata: Mapping[str, str] | None = None,
 ) -> Verdict:
     """A verdict for one candidate's run: ``error`` if it did not run, else judged by its precision.
 
@@ -324,9 +326,7 @@ def judge_run(
         outputs += compare_outputs(actual, expected, limits, reduced=reduced, case=index)
     result = None
     if task is not None and task_reference is not None and len(task_reference[1]) == len(run.outputs):
-        from deploykit.verify.task_metric import task_result
-
-        result = task_result(task, metadata or {}, cases, task_reference[1], run.outputs, limits)
+        result = task.judge(cases, task_reference[1], run.outputs, limits, ran)
         result.details["reference"] = task_reference[0]
     return judge(run.label, outputs, oracle, limits, precision=ran, device=info.get("device"), task=result)
 
@@ -338,8 +338,7 @@ def judge_runs(
     oracle: OracleInfo,
     *,
     overrides: Mapping[str, float | None] | None = None,
-    task: Any = None,
-    metadata: Mapping[str, str] | None = None,
+    task: Task | None = None,
 ) -> list[Verdict]:
     """Verdicts for every (run, requested precision): element-wise/cosine against the oracle, and
     for reduced precision on real images the task metric against the first element-wise
@@ -355,7 +354,7 @@ def judge_runs(
     for index in order:
         run, precision = runs[index]
         verdict = judge_run(run, cases, references, oracle, precision=precision, overrides=overrides,
-                            task=task, task_reference=task_reference, metadata=metadata)  # fmt: skip
+                            task=task, task_reference=task_reference)  # fmt: skip
         if (
             task_reference is None
             and task is not None
@@ -425,7 +424,7 @@ def verify_model(
             (``host,linux/arm64``): every candidate on each. The oracle runs on the host.
     """
     from deploykit.model import read_interface
-    from deploykit.verify.task_metric import task_of
+    from deploykit.tasks.registry import recognise
 
     model_path = Path(model)
     interface = read_interface(model_path)
@@ -444,7 +443,9 @@ def verify_model(
             "f32 runs everywhere.",
         )
     prepared = prepare_inputs(model_path, inputs, batch=batch, shapes=shapes, batch_axes=batch_axes, seed=seed)
-    task = task_of({s.name: s for s in interface.outputs}, interface.metadata) if prepared.source == "images" else None
+    task = (
+        recognise({s.name: s for s in interface.outputs}, interface.metadata) if prepared.source == "images" else None
+    )
     if prepared.source != "images":
         notes.append("no task metric: the inputs are not real images (pass --inputs photos/ for top-1 agreement / mAP)")
 
@@ -479,8 +480,7 @@ def verify_model(
     candidate_runs = [(run, c.precision) for run, c in zip(runs, candidates, strict=True)]
     if references is not None:
         references = references[: len(oracle_cases)]
-    verdicts = judge_runs(candidate_runs, prepared.cases, references, oracle_info, overrides=overrides, task=task,
-                          metadata=interface.metadata)  # fmt: skip
+    verdicts = judge_runs(candidate_runs, prepared.cases, references, oracle_info, overrides=overrides, task=task)
     first = prepared.cases[0]
     emulated_seconds = {
         r.label: {"platform": r.platform, "emulated": True, **r.seconds} for r in runs if r.platform != "host"

@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from deploykit.verify.metrics import OutputMetrics, TaskResult, Thresholds, is_reduced, normalize_precision
+from deploykit.tasks.base import TaskResult
+from deploykit.verify.metrics import OutputMetrics, Thresholds, is_reduced, normalize_precision
 
 Status = Literal["pass", "fail", "unverified", "degenerate", "error"]
 STATUSES: tuple[str, ...] = ("pass", "fail", "unverified", "degenerate", "error")

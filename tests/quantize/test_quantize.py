@@ -14,7 +14,7 @@ import deploykit
 from deploykit.model import read_interface
 from deploykit.quantize import DetectionDelta, QuantizeReport, quantize, read_metadata
 from deploykit.quantize.graph import head_nodes
-from deploykit.verify.tasks import ClassificationAgreement
+from deploykit.tasks.classify import ClassificationAgreement
 from tests.assets.paths import darknet_image, nudenet_model, require_module
 
 

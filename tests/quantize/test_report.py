@@ -22,7 +22,7 @@ from deploykit.quantize import (
     quantize,
     read_metadata,
 )
-from deploykit.verify.tasks import ClassificationAgreement
+from deploykit.tasks.classify import ClassificationAgreement
 
 # The key paths, in order, of `deploykit quantize --json` as written by deploykit before the report's
 # accuracy, speed and layers were dataclasses (captured from that code on the same kind of run:

@@ -67,9 +67,9 @@ def test_real_detector_reduced_precision_by_map(yolov4_tiny, photos, precision):
 @pytest.mark.slow
 def test_a_wrong_model_fails_the_task_metric(yolov4_tiny, photos, tmp_path):
     """The task metric can fail: random weights in the same architecture find other objects."""
+    from deploykit.tasks.registry import recognise
     from deploykit.verify.check import judge_runs
     from deploykit.verify.isolated import run_candidate
-    from deploykit.verify.task_metric import task_of
     from deploykit.verify.verdict import OracleInfo
     from deploykit.vision.image import image_cases
 
@@ -82,10 +82,9 @@ def test_a_wrong_model_fails_the_task_metric(yolov4_tiny, photos, tmp_path):
     right_run = run_candidate(yolov4_tiny, "ort", "cpu", cases, label="f32")
     wrong_run = run_candidate(wrong, "ort", "cpu", cases, label="bf16-pretend")
     interface = deploykit.model.read_interface(yolov4_tiny)
-    task = task_of({s.name: s for s in interface.outputs}, interface.metadata)
+    task = recognise({s.name: s for s in interface.outputs}, interface.metadata)
     oracle = OracleInfo("onnx-reference", True)
-    verdicts = judge_runs([(right_run, "f32"), (wrong_run, "bf16")], cases, right_run.outputs[:1], oracle,
-                          task=task, metadata=interface.metadata)  # fmt: skip
+    verdicts = judge_runs([(right_run, "f32"), (wrong_run, "bf16")], cases, right_run.outputs[:1], oracle, task=task)
     wrong_verdict = verdicts[1]
     assert wrong_verdict.status == "fail" and wrong_verdict.task is not None
     assert wrong_verdict.task.value < 0.5
