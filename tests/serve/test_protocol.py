@@ -176,4 +176,6 @@ def test_serving_defaults_are_in_force_shown_and_yield_to_the_users_options(http
     assert defaults == {"spinning": False}
     assert http.get_model_metadata("mobilenet_v2")["parameters"]["options"]["spinning"] is False
     assert ServedModel.from_path(mobilenet_v2, options={"spinning": True}).options["spinning"] is True
-    assert ServedModel.from_path(mobilenet_v2, backend="openvino").options == dict(get_backend("openvino").serving_options)
+    assert ServedModel.from_path(mobilenet_v2, backend="openvino").options == dict(
+        get_backend("openvino").serving_options
+    )
