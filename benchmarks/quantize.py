@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from deploykit.bench.plan import BenchPlan
 from deploykit.bench.runner import benchmark
 from deploykit.quantize import quantize
 from deploykit.recipes import build
@@ -111,7 +112,9 @@ def cpu() -> dict:
 
 
 def bf16_row(model: Path, feeds: dict, iterations: int) -> dict | None:
-    result = benchmark(model, ["openvino:CPU"], precision="bf16", inputs=feeds, iterations=iterations, isolate=True)
+    result = benchmark(
+        model, BenchPlan(backends=["openvino:CPU"], precision="bf16", iterations=iterations, isolate=True), inputs=feeds
+    )
     row = result.rows[0]
     if not row.ok or row.precision != "bf16":
         return None

@@ -187,6 +187,7 @@ def demo(
     ),
 ) -> None:
     """Convert → verify → classify → detect → benchmark → report, on real models from packages (no downloads)."""
+    from deploykit.bench.plan import BenchPlan
     from deploykit.bench.runner import benchmark
     from deploykit.recipes import build, get_recipe
     from deploykit.testing.darknet import unavailable_reason as darknet_unavailable
@@ -271,7 +272,7 @@ def demo(
                       "cosine/SNR only, without the task metric")  # fmt: skip
     for model in models:
         console.print(f"  {model.name} …")
-        result = benchmark(model, iterations=iterations, warmup=3, precision="f32,bf16", inputs=photo_folder)
+        result = benchmark(model, BenchPlan(iterations=iterations, warmup=3, precision="f32,bf16"), inputs=photo_folder)
         results.append(result)
         console.print(result.table())
         notes = result.notes

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -23,6 +23,9 @@ from deploykit.bench.report import check_report_dir
 from deploykit.errors import BackendUnavailableError, UsageError
 
 from .console import console, err_console, print_json
+
+if TYPE_CHECKING:
+    from deploykit.bench.plan import BenchPlan
 
 fleet_app = typer.Typer(help="Ray clusters of devices: join one, so `bench --fleet` measures this device too.")
 
@@ -88,7 +91,7 @@ def predict_dataset(
 
 
 def bench_fleet(
-    model: Path, address: str, devices: str | None, device_timeout_s: float, settings: dict[str, Any],
+    model: Path, address: str, devices: str | None, device_timeout_s: float, plan: BenchPlan,
     report_dir: Path | None, as_json: bool,
 ) -> None:  # fmt: skip
     """``bench --fleet``: one bench per device node, the merged table, the per-device recommendations."""
@@ -104,7 +107,7 @@ def bench_fleet(
             progress.update(bar, completed=done, total=total, description=f"fleet bench ({name} finished)")
 
         result = fleet_benchmark(
-            model, address, devices=names, device_timeout_s=device_timeout_s, progress=report, **settings
+            model, address, plan, devices=names, device_timeout_s=device_timeout_s, progress=report
         )
     if as_json:
         print_json(result.to_dict())

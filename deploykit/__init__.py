@@ -42,10 +42,19 @@ from deploykit.errors import (
 from deploykit.inputs import make_inputs
 from deploykit.model import summarize
 from deploykit.tensors import TensorSpec
-from deploykit.verify import OracleInfo, Thresholds, Verdict, VerificationReport, verify_model
+from deploykit.verify import (
+    OracleInfo,
+    ThresholdOverrides,
+    Thresholds,
+    Verdict,
+    VerificationReport,
+    VerifySettings,
+    verify_model,
+)
 
 if TYPE_CHECKING:  # the real objects, typed; imported on first use so workers and --help start fast
     from deploykit import optimize, quantize, serve
+    from deploykit.bench.plan import BenchPlan
     from deploykit.bench.report import BenchmarkReport
     from deploykit.bench.rows import Row
     from deploykit.bench.runner import benchmark
@@ -58,6 +67,7 @@ if TYPE_CHECKING:  # the real objects, typed; imported on first use so workers a
     from deploykit.vision.results import Classification, Detection, draw
 
 _LAZY = {
+    "BenchPlan": "deploykit.bench.plan",
     "BenchmarkReport": "deploykit.bench.report",
     "BenchmarkResult": "deploykit.bench.report",  # the earlier name of BenchmarkReport, not in __all__
     "Row": "deploykit.bench.rows",
@@ -157,9 +167,12 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "Row",
     "ConversionReport",
     "OracleInfo",
+    "ThresholdOverrides",
     "Thresholds",
     "Verdict",
     "VerificationReport",
+    "VerifySettings",
+    "BenchPlan",
     "benchmark",
     "verify_model",
     "convert_darknet",

@@ -308,15 +308,16 @@ def _build_onnx(recipe: Recipe, output: Path, verify_backends: Any, tolerance: d
     from deploykit.convert.report import ConversionReport
     from deploykit.errors import ParityError
     from deploykit.model import summarize
-    from deploykit.verify import verify_model
+    from deploykit.verify import ThresholdOverrides, VerifySettings, verify_model
 
     source = recipe.weights_file()
     assert source is not None
     with atomic_path(output) as temporary:
         shutil.copyfile(source, temporary)
     image = np.random.default_rng(0).uniform(0, 1, recipe.input["shape"]).astype(np.float32)
-    checked = verify_model(output, list(verify_backends), inputs={recipe.input["name"]: image}, precision="f32",
-                           thresholds={"atol": tolerance.get("atol"), "rtol": tolerance.get("rtol")})  # fmt: skip
+    tolerances = ThresholdOverrides(atol=tolerance.get("atol"), rtol=tolerance.get("rtol"))
+    checked = verify_model(output, list(verify_backends), VerifySettings(precision="f32", thresholds=tolerances),
+                           inputs={recipe.input["name"]: image})  # fmt: skip
     summary = summarize(output)
     report = ConversionReport(
         source=str(source), output=str(output), converter="onnx (copied from its package)", exporter="-",

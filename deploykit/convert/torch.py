@@ -30,6 +30,7 @@ from deploykit.validation import check_number, check_seed, check_tolerances
 from deploykit.verify import OracleInfo, gate
 from deploykit.verify.check import platform_notes
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, rebuild_error, run_worker
+from deploykit.verify.settings import ThresholdOverrides, VerifySettings
 
 if TYPE_CHECKING:  # torch is imported only when a conversion runs
     import torch
@@ -136,9 +137,9 @@ def convert_torch(
             stage = pytorch_stage(model, example_inputs, settings, scratch, output_path.name, log_path)
         gate_start = time.perf_counter()
         oracle = OracleInfo("pytorch", True, f"torch {stage.torch_version}: the source module on the same inputs")
-        verdicts = gate(stage.candidate, stage.cases, stage.references, oracle, verify_backends,
-                        precision=stage.precision, atol=atol, rtol=rtol, timeout_s=timeout_s,
-                        platforms=platforms)  # fmt: skip
+        checks = VerifySettings(precision=stage.precision, thresholds=ThresholdOverrides(atol=atol, rtol=rtol),
+                                timeout_s=timeout_s, platforms=platforms)  # fmt: skip
+        verdicts = gate(stage.candidate, stage.cases, stage.references, oracle, verify_backends, checks)
         summary = summarize(stage.candidate)
         report = ConversionReport(
             source=stage.description,

@@ -314,7 +314,9 @@ def test_real_images_as_bench_and_compare_inputs(tmp_path):
     folder.mkdir()
     for name in ("dog.jpg", "person.jpg"):
         shutil.copy(darknet_image(name), folder / name)
-    bench = deploykit.benchmark(model, ["ort"], batch=[1, 3], inputs=folder, iterations=2, warmup=0, isolate=False)
+    bench = deploykit.benchmark(
+        model, deploykit.BenchPlan(backends=["ort"], batch=[1, 3], iterations=2, warmup=0, isolate=False), inputs=folder
+    )
     assert bench.settings.inputs == "images" and [r.config.batch for r in bench.rows] == [1, 3]
     empty = tmp_path / "empty"
     empty.mkdir()
