@@ -59,7 +59,9 @@ def predict_dataset(
     from deploykit.distributed import predict
 
     if out is None:
-        raise UsageError(f"--engine {engine} | needs --out FOLDER for the result rows.", hint="e.g. --out results/.")
+        raise UsageError(
+            f"--engine {engine} | needs --output FOLDER for the result rows.", hint="e.g. --output results/."
+        )
     options: dict[str, Any] = {}
     if task == "detect":
         options = {key: cli_options[key] for key in ("labels", "conf", "iou", "agnostic")}

@@ -173,7 +173,7 @@ def optimize(
     unknown = [e for e in engines if e not in ENGINES]
     if unknown or not engines:
         raise UsageError(
-            f"--engine {','.join(engines)} | expected one or more of {', '.join(ENGINES)}.",
+            f"--quantizer {','.join(engines)} | expected one or more of {', '.join(ENGINES)}.",
             hint="ort: ONNX Runtime static QDQ; nncf: OpenVINO's NNCF.",
         )
     notes: list[str] = []

@@ -129,19 +129,19 @@ def _check_options(engine: str, method: str | None, fp16: bool, calibrate: Any, 
     if fp16:
         if method is not None or engine != "ort":
             raise UsageError(
-                "--fp16 | takes no --engine or --method: float16 conversion needs no calibration.",
-                hint="drop --engine/--method, or drop --fp16 for INT8.",
+                "--fp16 | takes no --quantizer or --method: float16 conversion needs no calibration.",
+                hint="drop --quantizer/--method, or drop --fp16 for INT8.",
             )
         return "fp16"
     if engine not in engines.ENGINES:
         why = engines.NOT_AVAILABLE.get(engine)
         raise UsageError(
-            f"--engine '{engine}' | is not one of {', '.join(engines.ENGINES)}" + (f": {why}." if why else "."),
+            f"--quantizer '{engine}' | is not one of {', '.join(engines.ENGINES)}" + (f": {why}." if why else "."),
             hint="ort: ONNX Runtime static QDQ; nncf: OpenVINO's NNCF (pip install 'deploykit[quantize]').",
         )
     if method is not None and (engine != "ort" or method not in engines.METHODS):
         raise UsageError(
-            f"--method '{method}' | is not one of {', '.join(engines.METHODS)} for --engine ort"
+            f"--method '{method}' | is not one of {', '.join(engines.METHODS)} for --quantizer ort"
             + (" (NNCF chooses its own ranges)." if engine != "ort" else "."),
             hint="minmax is the default; entropy and percentile clip outliers.",
         )
@@ -331,7 +331,7 @@ def _quantize_in(
         raise QuantizationError(
             f"quantize '{model_path.name}' | the {task} metric dropped by {accuracy.drop:.2%} on "
             f"{len(data.held_out)} held-out samples; the budget is {budget:.2%}. Nothing was written.",
-            hint="use --engine nncf (accuracy-controlled), or --debug-layers and --exclude the worst nodes.",
+            hint="use --quantizer nncf (accuracy-controlled), or --debug-layers and --exclude the worst nodes.",
         )
     report = QuantizeReport(
         model=str(model_path), output=str(output_path), precision="f16" if engine == "fp16" else "int8",

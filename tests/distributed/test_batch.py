@@ -160,7 +160,7 @@ def test_usage_errors_name_the_problem(detector, photo_folder, tmp_path):
             predict(detector, photo_folder, tmp_path / engine / "out", task="classify", engine=engine)
         assert not (tmp_path / engine).exists()
     result = CliRunner().invoke(app, ["predict", str(detector), str(photo_folder), "--engine", "ray"])
-    assert result.exit_code == 1 and "--engine ray | needs --out FOLDER" in result.output
+    assert result.exit_code == 1 and "--engine ray | needs --output FOLDER" in result.output
 
 
 @pytest.mark.parametrize("engine", ["local", "ray"])

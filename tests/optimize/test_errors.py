@@ -63,7 +63,7 @@ def test_output_not_empty_a_file_or_unwritable(classifier_path, photos, tmp_path
         ({"max_drop": "150%"}, "--max-drop 150%"),
         ({"time_budget": "soon"}, "--time-budget 'soon'"),
         ({"scenario": "multistream"}, "--scenario 'multistream'"),
-        ({"engines": ["tensorrt"]}, "--engine tensorrt"),
+        ({"engines": ["tensorrt"]}, "--quantizer tensorrt"),
     ],
 )
 def test_bad_options_fail_before_any_work(classifier_path, photos, tmp_path, options, message):

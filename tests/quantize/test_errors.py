@@ -87,7 +87,9 @@ def test_missing_nncf_names_the_extra(classifier_path, classifier_npz, tmp_path,
     monkeypatch.delitem(sys.modules, "nncf", raising=False)
     monkeypatch.setattr(builtins, "__import__", no_nncf)
     out = tmp_path / "q.onnx"
-    with pytest.raises(BackendUnavailableError, match=r"--engine nncf needs the 'nncf' package.*deploykit\[quantize\]"):
+    with pytest.raises(
+        BackendUnavailableError, match=r"--quantizer nncf needs the 'nncf' package.*deploykit\[quantize\]"
+    ):
         quantize(classifier_path, out, calibrate=classifier_npz, engine="nncf", measure_speed=False)
     assert not out.exists()
 
@@ -99,17 +101,17 @@ def test_option_errors(classifier_path, classifier_npz, tmp_path):
         (
             dict(calibrate=classifier_npz, engine="tensorrt"),
             UsageError,
-            r"--engine 'tensorrt' \| is not one of ort, nncf\. Hint",
+            r"--quantizer 'tensorrt' \| is not one of ort, nncf\. Hint",
         ),
         (
             dict(calibrate=classifier_npz, engine="ncnn"),
             UsageError,
-            r"--engine 'ncnn' \| is not one of ort, nncf: ncnn quantizes with its ncnn2table and ncnn2int8 tools, "
+            r"--quantizer 'ncnn' \| is not one of ort, nncf: ncnn quantizes with its ncnn2table and ncnn2int8 tools, "
             r"which the ncnn and pnnx wheels do not ship",
         ),
         (dict(calibrate=classifier_npz, method="kl"), UsageError, r"--method 'kl' \| is not one of minmax, entropy"),
         (dict(calibrate=classifier_npz, engine="nncf", method="entropy"), UsageError, r"NNCF chooses its own ranges"),
-        (dict(fp16=True, engine="nncf"), UsageError, r"--fp16 \| takes no --engine or --method"),
+        (dict(fp16=True, engine="nncf"), UsageError, r"--fp16 \| takes no --quantizer or --method"),
         (
             dict(calibrate=classifier_npz, max_drop="150%"),
             UsageError,
