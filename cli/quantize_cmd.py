@@ -112,16 +112,17 @@ def quantize(
     seed: opt.Seed = 0,
 ) -> None:
     """Quantize a model to INT8 (QDQ, per-channel) or convert it to float16; measure what it costs and gains."""
+    from deploykit.quantize import QuantizeSettings
     from deploykit.quantize import quantize as run_quantize
 
     check_outputs({"--output": output, "--json": json_path}, inputs={"model": model, "--calibrate": calibrate})
-    report = run_quantize(
-        model, output, calibrate=calibrate, fp16=fp16, engine=engine, method=method,
-        calibration_size=calibration_size, held_out=held_out, evaluate_on=evaluate_on, max_drop=max_drop,
-        exclude=_list(exclude), quantize_head=quantize_head, per_channel=not per_tensor, debug_layers=debug_layers,
-        measure_speed=speed, backends=_list(backends) or None, iterations=iterations, rounds=rounds, ir=ir,
-        seed=seed,
+    settings = QuantizeSettings(
+        fp16=fp16, engine=engine, method=method, calibration_size=calibration_size, held_out=held_out,
+        max_drop=max_drop, exclude=_list(exclude), quantize_head=quantize_head, per_channel=not per_tensor,
+        debug_layers=debug_layers, measure_speed=speed, backends=_list(backends) or None, iterations=iterations,
+        rounds=rounds, seed=seed,
     )  # fmt: skip
+    report = run_quantize(model, output, settings, calibrate=calibrate, evaluate_on=evaluate_on, ir=ir)
     _print(report)
     if json_path is not None:
         with atomic_path(json_path) as temporary:

@@ -62,12 +62,13 @@ if TYPE_CHECKING:  # the real objects, typed; imported on first use so workers a
     from deploykit.convert.report import ConversionReport
     from deploykit.convert.torch import convert_torch
     from deploykit.optimize import OptimizeReport
-    from deploykit.quantize import QuantizeReport
+    from deploykit.quantize import QuantizeReport, QuantizeSettings
     from deploykit.vision.pipelines import Classifier, Detector
     from deploykit.vision.results import Classification, Detection, draw
 
 _LAZY = {
     "BenchPlan": "deploykit.bench.plan",
+    "QuantizeSettings": "deploykit.quantize.settings",
     "BenchmarkReport": "deploykit.bench.report",
     "BenchmarkResult": "deploykit.bench.report",  # the earlier name of BenchmarkReport, not in __all__
     "Row": "deploykit.bench.rows",
@@ -181,6 +182,7 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "load",
     "make_inputs",
     "QuantizeReport",
+    "QuantizeSettings",
     "quantize",
     "OptimizeReport",
     "optimize",
