@@ -250,15 +250,17 @@ def build(
     if recipe.kind == "darknet":
         report = _build_darknet(recipe, output_path, weights, verify_backends, seed, tolerance, darknet_oracle)
     elif recipe.kind == "torch":
-        from deploykit.convert.torch import convert_torch
+        from deploykit.convert.torch import TorchExportSettings, convert_torch
+        from deploykit.verify import ThresholdOverrides, VerifySettings
 
         shape = "x".join(str(d) for d in recipe.input["shape"])
         dynamic = {recipe.input["name"]: {int(k): v for k, v in recipe.input.get("dynamic", {}).items()}}
+        export = TorchExportSettings(dynamic=dynamic if dynamic[recipe.input["name"]] else None, seed=seed)
+        checks = VerifySettings(thresholds=ThresholdOverrides(atol=tolerance.get("atol"), rtol=tolerance.get("rtol")))
         report = convert_torch(
-            f"{recipe.file(recipe.source['factory'])}", output=output_path,
+            f"{recipe.file(recipe.source['factory'])}", output=output_path, export=export, checks=checks,
             weights=Path(weights) if weights else recipe.weights_file(), inputs=[f"{recipe.input['name']}:{shape}"],
-            dynamic=dynamic if dynamic[recipe.input["name"]] else None, verify_backends=verify_backends, seed=seed,
-            atol=tolerance.get("atol"), rtol=tolerance.get("rtol"),
+            verify_backends=verify_backends,
         )  # fmt: skip
     elif recipe.kind == "onnx":
         report = _build_onnx(recipe, output_path, verify_backends, tolerance)

@@ -17,7 +17,7 @@ from deploykit.bench.config import SCENARIOS
 from deploykit.errors import UsageError
 from deploykit.inputs import InputSetting
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S
-from deploykit.verify.settings import ThresholdOverrides, known_fields, normalize, settings_to_dict
+from deploykit.verify.settings import ThresholdOverrides, check_timeout, known_fields, normalize, settings_to_dict
 
 
 def _sweep(value: Any, what: str) -> tuple[Any, ...] | None:
@@ -100,8 +100,7 @@ class BenchPlan:
         if self.max_drop is not None and not 0 <= self.max_drop <= 1:
             raise UsageError(f"--max-drop {self.max_drop:g} | expected a share from 0 to 1 (or a percentage: 1%).",
                              hint="e.g. --max-drop 1% (or 0.01).")  # fmt: skip
-        if self.timeout_s <= 0:
-            raise UsageError(f"--timeout {self.timeout_s:g} | must be positive.", hint="e.g. --timeout 300.")
+        check_timeout(self.timeout_s)
 
     def replace(self, **changes: Any) -> BenchPlan:
         """This plan with some settings changed (checked again)."""

@@ -17,6 +17,7 @@ from typing import Any
 from deploykit.backends.options import OptionValue
 from deploykit.errors import UsageError
 from deploykit.inputs import InputSetting
+from deploykit.validation import check_number
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S
 from deploykit.verify.metrics import Thresholds, thresholds_for
 
@@ -129,8 +130,7 @@ class VerifySettings:
 
     def __post_init__(self) -> None:
         normalize(self)
-        if self.timeout_s <= 0:
-            raise UsageError(f"--timeout {self.timeout_s:g} | must be positive.", hint="e.g. --timeout 300.")
+        check_timeout(self.timeout_s)
 
     def to_dict(self) -> dict[str, Any]:
         return settings_to_dict(self)
@@ -138,6 +138,11 @@ class VerifySettings:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> VerifySettings:
         return cls(**known_fields(cls, data))
+
+
+def check_timeout(timeout_s: float) -> None:
+    """The one check of ``--timeout`` (the one the worker machinery makes), when the settings are made."""
+    check_number("--timeout", timeout_s, low=0.0, low_open=True, hint="seconds a worker may take, e.g. --timeout 900.")
 
 
 def normalize(settings: Any) -> None:

@@ -216,11 +216,16 @@ def test_detector_from_darknet_conversion_matches_decoded_graph(tmp_path):
 
 @pytest.mark.slow
 def test_real_classifier_on_a_real_photo(tmp_path):
-    from deploykit.convert.torch import convert_torch
+    from deploykit.convert.torch import TorchExportSettings, convert_torch
 
     out = tmp_path / "mobilenet_v2.onnx"
-    convert_torch(f"{REPO / 'models' / 'torch' / 'mobilenet_v2.py'}:build", output=out, weights=mobilenet_v2_weights(),
-                  inputs=["images:1x3x224x224"], dynamic={"images": {0: "batch"}})  # fmt: skip
+    convert_torch(
+        f"{REPO / 'models' / 'torch' / 'mobilenet_v2.py'}:build",
+        output=out,
+        weights=mobilenet_v2_weights(),
+        inputs=["images:1x3x224x224"],
+        export=TorchExportSettings(dynamic={"images": {0: "batch"}}),
+    )
     labels = REPO / "models" / "labels" / "imagenet.txt"
     with deploykit.Classifier(out, "openvino", labels=labels, mean=(0.485, 0.456, 0.406),
                               std=(0.229, 0.224, 0.225), precision="f32") as classifier:  # fmt: skip
