@@ -194,23 +194,23 @@ def darknet_command(
     """Convert Darknet .cfg + .weights to ONNX natively (no PyTorch) and verify it."""
     from deploykit.convert.darknet.convert import convert_darknet
     from deploykit.convert.darknet.oracles import check_oracle_choice
+    from deploykit.convert.darknet.settings import DarknetExportSettings
+    from deploykit.verify import VerifySettings
 
     try:
+        export = DarknetExportSettings(
+            input_size=input_size, batch=batch, head=head, opset=opset, opencv_threshold=opencv_threshold
+        )
         report = convert_darknet(
             cfg,
             weights,
             output,
-            input_size=input_size,
-            batch=batch,
-            head=head,
-            opset=opset,
-            opencv_threshold=opencv_threshold,
+            export,
+            VerifySettings(oracle=check_oracle_choice(oracle), platforms=platform),
             labels=labels,
             verify_backends=[b.strip() for b in verify_backends.split(",") if b.strip()],
-            oracle=check_oracle_choice(oracle),
             keep_on_mismatch=keep_on_mismatch,
             report_path=report_path,
-            platforms=platform,
         )
     except ParityError as exc:
         finish(exc.report if isinstance(exc.report, ConversionReport) else None, report_path)

@@ -290,8 +290,9 @@ def _weights_origin(recipe: Recipe, weights: str | os.PathLike[str] | None) -> s
 
 def _build_darknet(recipe: Recipe, output: Path, weights: str | os.PathLike[str] | None, verify_backends: Any,
                    seed: int, tolerance: dict[str, float], oracle: DarknetOracle) -> ConversionReport:  # fmt: skip
-    from deploykit.convert.darknet.convert import convert_darknet, load_network
+    from deploykit.convert.darknet.convert import DarknetExportSettings, convert_darknet, load_network
     from deploykit.convert.darknet.weights import write_random_weights
+    from deploykit.verify import ThresholdOverrides, VerifySettings
 
     cfg = recipe.file(recipe.source["cfg"])
     labels = recipe.file(recipe.preprocess["labels"]) if recipe.preprocess.get("labels") else None
@@ -299,9 +300,10 @@ def _build_darknet(recipe: Recipe, output: Path, weights: str | os.PathLike[str]
         if weights is None:
             weights = Path(scratch) / f"{recipe.name}.weights"
             write_random_weights(load_network(cfg), weights, seed=seed)
-        return convert_darknet(cfg, weights, output, head=recipe.convert.get("head", "raw"), labels=labels,
-                               verify_backends=list(verify_backends), oracle=oracle, atol=tolerance.get("atol", 1e-4),
-                               rtol=tolerance.get("rtol", 1e-3))  # fmt: skip
+        export = DarknetExportSettings(head=recipe.convert.get("head", "raw"))
+        tolerances = ThresholdOverrides(atol=tolerance.get("atol", 1e-4), rtol=tolerance.get("rtol", 1e-3))
+        return convert_darknet(cfg, weights, output, export, VerifySettings(oracle=oracle, thresholds=tolerances),
+                               labels=labels, verify_backends=list(verify_backends))  # fmt: skip
 
 
 def _build_onnx(recipe: Recipe, output: Path, verify_backends: Any, tolerance: dict[str, float]) -> ConversionReport:

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 import deploykit
-from deploykit.convert.darknet.convert import convert_darknet, load_network
+from deploykit.convert.darknet.convert import DarknetExportSettings, convert_darknet, load_network
 from deploykit.convert.darknet.weights import write_random_weights
 from deploykit.errors import ParityError
 from deploykit.recipes import build
 from deploykit.testing import darknet as reference
+from deploykit.verify import VerifySettings
 from tests.assets.paths import darknet_image, official_darknet, yolov4_detector_photo
 
 REPO = Path(__file__).resolve().parents[2]
@@ -156,7 +157,9 @@ def test_darknet_against_libdarknet_passes(tmp_path):
 
         missing_asset("Debian's libdarknet (the Darknet oracle)", "apt-get install darknet gcc")
     cfg, weights, _ = official_darknet("yolov3-tiny")
-    report = convert_darknet(cfg, weights, tmp_path / "m.onnx", verify_backends=["onnxruntime"], oracle="darknet")
+    report = convert_darknet(
+        cfg, weights, tmp_path / "m.onnx", verify_backends=["onnxruntime"], checks=VerifySettings(oracle="darknet")
+    )
     assert report.oracle.name == "darknet" and report.oracle.independent
     assert report.status == "pass", [v.describe() for v in report.verdicts]
 
@@ -182,7 +185,9 @@ def test_darknet_with_a_fixed_batch_is_verified(tmp_path):
     cfg = REPO / "models" / "darknet" / "yolov3-tiny.cfg"
     weights = tmp_path / "w.weights"
     write_random_weights(load_network(cfg), weights, seed=1)
-    report = convert_darknet(cfg, weights, tmp_path / "b2.onnx", batch=2, verify_backends=["onnxruntime"])
+    report = convert_darknet(
+        cfg, weights, tmp_path / "b2.onnx", verify_backends=["onnxruntime"], export=DarknetExportSettings(batch=2)
+    )
     assert report.passed and report.written, [v.describe() for v in report.verdicts]
     assert report.verdicts[0].status in ("pass", "unverified")  # pass where libdarknet or OpenCV 4 runs
 
