@@ -342,7 +342,7 @@ def _optimize_photos(workdir: Path) -> Path | None:
 
 def _optimize_all(models: list[Path], workdir: Path, budget: str) -> list[str]:
     """Each model optimized into ``<model>-bundle/``; prints the choice and why."""
-    from deploykit.optimize import optimize
+    from deploykit.optimize import OptimizePlan, optimize
 
     photos = _optimize_photos(workdir)
     if not models:
@@ -355,7 +355,7 @@ def _optimize_all(models: list[Path], workdir: Path, budget: str) -> list[str]:
     for model in models:
         output = workdir / f"{model.stem}-bundle"
         try:
-            report = optimize(model, photos, output=output, max_drop="1%", time_budget=budget, force=True)
+            report = optimize(model, photos, OptimizePlan(max_drop="1%", time_budget=budget), output=output, force=True)
         except DeployKitError as exc:
             problems.append(f"optimize {model.name}: {exc}")
             console.print(f"  [red]{model.name} failed[/]: {escape(str(exc))}")

@@ -102,6 +102,7 @@ def optimize(
     """Find the fastest configuration that still gives the right answer; write it as a bundle."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from deploykit.optimize import OptimizePlan
     from deploykit.optimize import optimize as run_optimize
 
     bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -115,22 +116,18 @@ def optimize(
             left = f"{event.stage}: {event.alive}/{event.candidates} candidates left{best}{eta}"
             bar.update(task, completed=event.done, total=event.total or None, description=left)
 
-        report = run_optimize(
-            model,
-            images,
-            output=output,
+        plan = OptimizePlan(
             max_drop=max_drop,
-            backends=backends or None,
+            backends=tuple(backends) or None,
             scenario=scenario,
             time_budget=time_budget,
             quantize=not no_quantize,
             threads=parse_int_list(threads, "threads") if threads else None,
             batches=parse_int_list(batch, "batch") if batch else None,
-            engines=[e.strip() for e in engine.split(",") if e.strip()],
-            force=force,
+            engines=tuple(e.strip() for e in engine.split(",") if e.strip()),
             seed=seed,
-            progress=show,
         )
+        report = run_optimize(model, images, plan, output=output, force=force, progress=show)
     if as_json:
         print_json(report.to_dict())
     else:
