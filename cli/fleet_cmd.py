@@ -56,7 +56,7 @@ def predict_dataset(
     cpus_per_actor: float | None, backend: str | None, device: str | None, top_k: int, cli_options: dict[str, Any],
 ) -> None:  # fmt: skip
     """``predict`` over a folder or bucket: rows into ``out``, a progress bar, a summary line."""
-    from deploykit.distributed import predict
+    from deploykit.distributed import Execution, PredictSettings, predict
 
     if out is None:
         raise UsageError(
@@ -76,11 +76,9 @@ def predict_dataset(
             speed = progress.tasks[0].speed
             progress.update(bar, completed=done, total=total, rate=f"{speed:.1f} rows/s" if speed else "")
 
-        summary = predict(
-            model, source_text(source), out, task=task, engine=engine, backend=backend, device=device, address=address,
-            actors=actors, cpus_per_actor=cpus_per_actor, top_k=top_k, pipeline_options=options,
-            progress=report,
-        )  # fmt: skip
+        settings = PredictSettings(task=task, backend=backend, device=device, top_k=top_k, pipeline_options=options)
+        execution = Execution(engine=engine, address=address, actors=actors, cpus_per_actor=cpus_per_actor)
+        summary = predict(model, source_text(source), out, settings, execution, progress=report)
     if summary.skipped == summary.total:
         console.print(f"nothing to do: all {summary.total} inputs already have a row in {summary.out}")
         return
