@@ -59,9 +59,11 @@ if TYPE_CHECKING:  # the real objects, typed; imported on first use so workers a
     from deploykit.bench.rows import Row
     from deploykit.bench.runner import benchmark
     from deploykit.convert.darknet.convert import convert_darknet
+    from deploykit.convert.darknet.settings import DarknetExportSettings
     from deploykit.convert.report import ConversionReport
     from deploykit.convert.torch import convert_torch
-    from deploykit.optimize import OptimizeReport
+    from deploykit.convert.torch_stage import TorchExportSettings
+    from deploykit.optimize import OptimizePlan, OptimizeReport
     from deploykit.quantize import QuantizeReport, QuantizeSettings
     from deploykit.vision.pipelines import Classifier, Detector
     from deploykit.vision.results import Classification, Detection, draw
@@ -69,6 +71,9 @@ if TYPE_CHECKING:  # the real objects, typed; imported on first use so workers a
 _LAZY = {
     "BenchPlan": "deploykit.bench.plan",
     "QuantizeSettings": "deploykit.quantize.settings",
+    "OptimizePlan": "deploykit.optimize.plan",
+    "TorchExportSettings": "deploykit.convert.torch_stage",
+    "DarknetExportSettings": "deploykit.convert.darknet.settings",
     "BenchmarkReport": "deploykit.bench.report",
     "BenchmarkResult": "deploykit.bench.report",  # the earlier name of BenchmarkReport, not in __all__
     "Row": "deploykit.bench.rows",
@@ -176,6 +181,8 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "BenchPlan",
     "benchmark",
     "verify_model",
+    "DarknetExportSettings",
+    "TorchExportSettings",
     "convert_darknet",
     "convert_torch",
     "get_backend",
@@ -184,6 +191,7 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "QuantizeReport",
     "QuantizeSettings",
     "quantize",
+    "OptimizePlan",
     "OptimizeReport",
     "optimize",
     "serve",

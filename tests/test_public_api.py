@@ -15,7 +15,7 @@ PUBLIC = {
     "all_backends", "backend_names", "benchmark", "convert_darknet", "convert_torch", "draw", "get_backend", "load",
     "make_inputs", "quantize", "serve", "summarize", "verify_model", "OptimizeReport", "optimize", "BundleError",
     "MetadataError", "BenchPlan", "VerifySettings", "ThresholdOverrides",
-    "QuantizeSettings",
+    "QuantizeSettings", "OptimizePlan", "TorchExportSettings", "DarknetExportSettings",
 }  # fmt: skip
 
 

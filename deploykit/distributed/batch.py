@@ -258,7 +258,7 @@ def predict(
             hint="e.g. --actors 2 --cpus-per-actor 1.",
         )
     if not is_uri(out) and not is_uri(source) and Path(out).resolve() == Path(source).resolve():
-        raise UsageError(f"--out '{out}' | is the input folder.", hint="write the rows into another folder.")
+        raise UsageError(f"--output '{out}' | is the input folder.", hint="write the rows into another folder.")
     pipeline_options = dict(settings.pipeline_options)
     labels = pipeline_options.get("labels")
     if isinstance(labels, (str, os.PathLike)):
