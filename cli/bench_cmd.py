@@ -115,8 +115,8 @@ def bench(
     shape_settings, axes = input_settings(shapes, batch_axes)
     plan = BenchPlan(  # the one value every branch below measures by
         backends=tuple(backends) or None,
-        batch=parse_int_list(batch, "batch") if batch else None,
-        threads=parse_int_list(threads, "threads") if threads else None,
+        batch=tuple(parse_int_list(batch, "batch")) if batch else None,
+        threads=tuple(parse_int_list(threads, "threads")) if threads else None,
         precision=precision or None,
         scenario=scenario,
         streams=streams,

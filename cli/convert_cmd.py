@@ -129,7 +129,7 @@ def torch_command(
             source,
             output=output,
             export=TorchExportSettings(
-                output_names=[n.strip() for n in output_names.split(",")] if output_names else None,
+                output_names=tuple(n.strip() for n in output_names.split(",")) if output_names else None,
                 dynamic=parse_dynamic(dynamic, specs),
                 opset=opset,
                 exporter=exporter,

@@ -122,8 +122,8 @@ def optimize(
             scenario=scenario,
             time_budget=time_budget,
             quantize=not no_quantize,
-            threads=parse_int_list(threads, "threads") if threads else None,
-            batches=parse_int_list(batch, "batch") if batch else None,
+            threads=tuple(parse_int_list(threads, "threads")) if threads else None,
+            batches=tuple(parse_int_list(batch, "batch")) if batch else None,
             engines=tuple(e.strip() for e in engine.split(",") if e.strip()),
             seed=seed,
         )

@@ -118,8 +118,8 @@ def quantize(
     check_outputs({"--output": output, "--json": json_path}, inputs={"model": model, "--calibrate": calibrate})
     settings = QuantizeSettings(
         fp16=fp16, engine=engine, method=method, calibration_size=calibration_size, held_out=held_out,
-        max_drop=max_drop, exclude=_list(exclude), quantize_head=quantize_head, per_channel=not per_tensor,
-        debug_layers=debug_layers, measure_speed=speed, backends=_list(backends) or None, iterations=iterations,
+        max_drop=max_drop, exclude=tuple(_list(exclude)), quantize_head=quantize_head, per_channel=not per_tensor,
+        debug_layers=debug_layers, measure_speed=speed, backends=tuple(_list(backends)) or None, iterations=iterations,
         rounds=rounds, seed=seed,
     )  # fmt: skip
     report = run_quantize(model, output, settings, calibrate=calibrate, evaluate_on=evaluate_on, ir=ir)

@@ -255,7 +255,7 @@ def build(
 
         shape = "x".join(str(d) for d in recipe.input["shape"])
         dynamic = {recipe.input["name"]: {int(k): v for k, v in recipe.input.get("dynamic", {}).items()}}
-        export = TorchExportSettings(dynamic=dynamic if dynamic[recipe.input["name"]] else None, seed=seed)
+        export = TorchExportSettings(dynamic=dynamic if dynamic[recipe.input["name"]] else {}, seed=seed)
         checks = VerifySettings(thresholds=ThresholdOverrides(atol=tolerance.get("atol"), rtol=tolerance.get("rtol")))
         report = convert_torch(
             f"{recipe.file(recipe.source['factory'])}", output=output_path, export=export, checks=checks,

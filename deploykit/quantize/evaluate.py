@@ -284,7 +284,8 @@ def speedup(
     runs: list[list[list[Row]]] = [[], []]  # model → round → rows
     for _ in range(rounds):
         for index, model in enumerate((reference, candidate)):
-            plan = BenchPlan(backends=backends, precision="f32", iterations=iterations, warmup=warmup, isolate=True)
+            plan = BenchPlan(backends=None if backends is None else tuple(backends), precision="f32",
+                             iterations=iterations, warmup=warmup, isolate=True)  # fmt: skip
             result = benchmark(model, plan, inputs=dict(feeds))
             runs[index].append(result.rows)
     rows = []

@@ -110,7 +110,7 @@ def check_claims(backends: Sequence[str] | None = None, *, timeout_s: float = 12
         claims[f"{backend.name}:{device}"] = (backend.name, device, tuple(backend.precisions(device)))
     with tempfile.TemporaryDirectory(prefix="deploykit-check-") as scratch:
         model = probe_model(Path(scratch) / "probe.onnx")
-        settings = VerifySettings(precision=CHECKED_PRECISIONS, oracle="reference", timeout_s=timeout_s)
+        settings = VerifySettings(precision=",".join(CHECKED_PRECISIONS), oracle="reference", timeout_s=timeout_s)
         report = verify_model(model, [f"{b}:{d}" for b, d, _ in claims.values()], settings)
     rows = []
     for verdict in report.verdicts:
