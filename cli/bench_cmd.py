@@ -22,8 +22,6 @@ from .paths import folder_out, path_in
 from .platforms_cmd import PLATFORM_OPTION, print_emulated
 from .verify_view import input_settings
 
-BACKEND_HELP = opt.BACKEND_HELP
-
 
 def bench(
     model: Path = typer.Argument(

@@ -18,7 +18,6 @@ from .paths import folder_out, path_in
 if TYPE_CHECKING:  # the CLI imports the optimize package (and its runtimes) only when it runs
     from deploykit.optimize import OptimizeReport, SearchProgress
 
-BACKEND_HELP = "BACKEND or BACKEND:DEVICE (repeat); default: every available backend × device."
 INTERRUPTED_EXIT = 130
 
 
