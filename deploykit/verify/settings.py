@@ -17,7 +17,7 @@ from typing import Any
 from deploykit.backends.options import OptionValue
 from deploykit.errors import UsageError
 from deploykit.inputs import InputSetting
-from deploykit.validation import check_number
+from deploykit.validation import check_number, check_tolerances
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S
 from deploykit.verify.metrics import Thresholds, thresholds_for
 
@@ -42,8 +42,9 @@ class ThresholdOverrides:
     min_top1_agreement: float | None = None
     min_map: float | None = None
 
-    def __post_init__(self) -> None:
-        thresholds_for("f32", **self.to_dict())  # bad values fail when the settings are made
+    def __post_init__(self) -> None:  # bad values fail when the settings are made, in the CLI's words
+        check_tolerances(atol=self.atol, rtol=self.rtol)
+        thresholds_for("f32", **self.to_dict())
 
     def of(self, precision: str | None) -> Thresholds:
         """The thresholds a candidate at ``precision`` is judged by."""
