@@ -65,3 +65,27 @@ def test_the_settings_values_travel_as_plain_data():
     settings = VerifySettings(precision="f32,int8", platforms=["host", "linux/arm64"], thresholds={"min_map": 0.5})
     assert VerifySettings.from_dict(json.loads(json.dumps(settings.to_dict()))) == settings
     assert settings.platforms == "host,linux/arm64" and settings.thresholds.of("int8").min_map == 0.5
+
+
+def test_every_settings_value_reads_back_its_own_to_dict_and_refuses_unknown_keys():
+    import json
+
+    import pytest
+
+    from deploykit import DarknetExportSettings, OptimizePlan, QuantizeSettings, TorchExportSettings, UsageError
+    from deploykit.distributed import Execution, PredictSettings
+
+    values = [
+        QuantizeSettings(engine="nncf", exclude=["fc"], backends=["onnxruntime"], max_drop="1%"),
+        OptimizePlan(backends=["openvino"], threads=[1, 2], engines=["ort"], time_budget="90s"),
+        DarknetExportSettings(input_size=(416, 416), head="decoded", opencv_threshold=0.2),
+        PredictSettings(task="classify", top_k=3, backend_options={"threads": 2}),
+        Execution(engine="local", batch_size=4),
+    ]
+    for value in values:
+        again = type(value).from_dict(json.loads(json.dumps(value.to_dict())))
+        assert again == value, type(value).__name__
+        with pytest.raises(UsageError, match=rf"{type(value).__name__} \| has no setting 'bogus'"):
+            type(value).from_dict({**value.to_dict(), "bogus": 1})
+    export = TorchExportSettings(output_names=["y"], dynamic={"x": {0: "batch"}}, opset=18)
+    assert TorchExportSettings.from_dict(json.loads(json.dumps(export.to_dict()))) == export
