@@ -57,7 +57,9 @@ def main() -> None:
             shutil.copy(darknet_image(name), photos / name)
         float_model = encoder(folder)
         int8_model = folder / "encoder.int8.onnx"
-        report = deploykit.quantize(float_model, int8_model, calibrate=photos, held_out=0.3, measure_speed=False)
+        report = deploykit.quantize(
+            float_model, int8_model, deploykit.QuantizeSettings(held_out=0.3, measure_speed=False), calibrate=photos
+        )
         cases, _ = image_cases(float_model, photos)
         with deploykit.load(float_model) as f32, deploykit.load(int8_model) as int8:
             reference = np.concatenate([pooled(next(iter(f32.run(c).values()))) for c in cases])

@@ -176,6 +176,7 @@ def demo(
     ),
 ) -> None:
     """Convert → verify → classify → detect → benchmark → report, on real models from packages (no downloads)."""
+    from deploykit.bench.plan import BenchPlan
     from deploykit.bench.runner import benchmark
     from deploykit.recipes import build, get_recipe
     from deploykit.testing.darknet import unavailable_reason as darknet_unavailable
@@ -260,7 +261,7 @@ def demo(
                       "cosine/SNR only, without the task metric")  # fmt: skip
     for model in models:
         console.print(f"  {model.name} …")
-        result = benchmark(model, iterations=iterations, warmup=3, precision="f32,bf16", inputs=photo_folder)
+        result = benchmark(model, BenchPlan(iterations=iterations, warmup=3, precision="f32,bf16"), inputs=photo_folder)
         results.append(result)
         console.print(bench_table(result))
         notes = result.notes
@@ -331,7 +332,7 @@ def _optimize_photos(workdir: Path) -> Path | None:
 
 def _optimize_all(models: list[Path], workdir: Path, budget: str) -> list[str]:
     """Each model optimized into ``<model>-bundle/``; prints the choice and why."""
-    from deploykit.optimize import optimize
+    from deploykit.optimize import OptimizePlan, optimize
 
     photos = _optimize_photos(workdir)
     if not models:
@@ -344,7 +345,7 @@ def _optimize_all(models: list[Path], workdir: Path, budget: str) -> list[str]:
     for model in models:
         output = workdir / f"{model.stem}-bundle"
         try:
-            report = optimize(model, photos, output=output, max_drop="1%", time_budget=budget, force=True)
+            report = optimize(model, photos, OptimizePlan(max_drop="1%", time_budget=budget), output=output, force=True)
         except DeployKitError as exc:
             problems.append(f"optimize {model.name}: {exc}")
             console.print(f"  [red]{model.name} failed[/]: {escape(str(exc))}")

@@ -48,27 +48,43 @@ from deploykit.errors import (
 from deploykit.inputs import make_inputs
 from deploykit.model import summarize
 from deploykit.tensors import TensorSpec
-from deploykit.verify import OracleInfo, Thresholds, Verdict, VerificationReport, verify_model
+from deploykit.verify import (
+    OracleInfo,
+    ThresholdOverrides,
+    Thresholds,
+    Verdict,
+    VerificationReport,
+    VerifySettings,
+    verify_model,
+)
 
 compare = verify_model
 """``deploykit compare``: the command's name for ``verify_model`` (one function, the same object)."""
 
 if TYPE_CHECKING:  # the real objects, typed; imported on first use so workers and --help start fast
     from deploykit import optimize, quantize, serve
+    from deploykit.bench.plan import BenchPlan
     from deploykit.bench.report import BenchmarkReport
     from deploykit.bench.rows import Row
     from deploykit.bench.runner import benchmark
     from deploykit.convert.darknet.convert import convert_darknet
+    from deploykit.convert.darknet.settings import DarknetExportSettings
     from deploykit.convert.report import ConversionReport
     from deploykit.convert.torch import convert_torch
+    from deploykit.convert.torch_stage import TorchExportSettings
     from deploykit.distributed.batch import predict
     from deploykit.export import export_ncnn
-    from deploykit.optimize import OptimizeReport
-    from deploykit.quantize import QuantizeReport
+    from deploykit.optimize import OptimizePlan, OptimizeReport
+    from deploykit.quantize import QuantizeReport, QuantizeSettings
     from deploykit.vision.pipelines import Classifier, Detector
     from deploykit.vision.results import Classification, Detection, draw
 
 _LAZY = {
+    "BenchPlan": "deploykit.bench.plan",
+    "QuantizeSettings": "deploykit.quantize.settings",
+    "OptimizePlan": "deploykit.optimize.plan",
+    "TorchExportSettings": "deploykit.convert.torch_stage",
+    "DarknetExportSettings": "deploykit.convert.darknet.settings",
     "BenchmarkReport": "deploykit.bench.report",
     "Row": "deploykit.bench.rows",
     "benchmark": "deploykit.bench.runner",
@@ -169,12 +185,17 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "Row",
     "ConversionReport",
     "OracleInfo",
+    "ThresholdOverrides",
     "Thresholds",
     "Verdict",
     "VerificationReport",
+    "VerifySettings",
+    "BenchPlan",
     "benchmark",
     "compare",
     "verify_model",
+    "DarknetExportSettings",
+    "TorchExportSettings",
     "convert_darknet",
     "convert_torch",
     "export_ncnn",
@@ -182,7 +203,9 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "load",
     "make_inputs",
     "QuantizeReport",
+    "QuantizeSettings",
     "quantize",
+    "OptimizePlan",
     "OptimizeReport",
     "optimize",
     "predict",

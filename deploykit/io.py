@@ -254,7 +254,7 @@ def check_outputs(
     """Validate every output path of a command before it does any work.
 
     Args:
-        outputs: option name (e.g. ``"--save"``) → path to write; ``None`` values are skipped.
+        outputs: option name (e.g. ``"--output"``) → path to write; ``None`` values are skipped.
         inputs: the files the command reads (option name → path, or just paths); an output
             that is the same file as one of them (after symlinks and hard links) is refused.
 

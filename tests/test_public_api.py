@@ -14,7 +14,8 @@ PUBLIC = {
     "UnsupportedLayerError", "UnsupportedModelError", "UsageError", "Verdict", "VerificationReport", "__version__",
     "all_backends", "backend_names", "benchmark", "convert_darknet", "convert_torch", "draw", "get_backend", "load",
     "make_inputs", "quantize", "serve", "summarize", "verify_model", "OptimizeReport", "optimize", "BundleError",
-    "MetadataError", "compare", "predict", "export_ncnn",
+    "MetadataError", "compare", "predict", "export_ncnn", "BenchPlan", "VerifySettings", "ThresholdOverrides",
+    "QuantizeSettings", "OptimizePlan", "TorchExportSettings", "DarknetExportSettings",
 }  # fmt: skip
 
 # Each command of the CLI and the public name that does its work; None: the command is the CLI's own

@@ -30,7 +30,9 @@ from deploykit.errors import ConversionError, DeployKitError
 @dataclass(frozen=True)
 class TorchExportSettings:
     """How to export: everything ``convert_torch`` passes to the PyTorch side, as one value that also
-    travels to a worker as JSON (input specs as ``spec_dict`` fields)."""
+    travels to a worker as JSON (input specs as ``spec_dict`` fields). A caller gives it to
+    ``convert_torch`` as ``export=``; ``inputs`` and ``weights`` are filled in there from its own
+    arguments."""
 
     inputs: tuple[Mapping[str, Any], ...] = ()
     input_names: tuple[str, ...] | None = None
@@ -44,6 +46,13 @@ class TorchExportSettings:
     seed: int = 0
     weights_key: str | None = None
     ignore_keys: str | None = None
+
+    def __post_init__(self) -> None:  # a caller's lists become the tuples a frozen value holds
+        for key in ("input_names", "output_names"):
+            value = getattr(self, key)
+            object.__setattr__(self, key, (value,) if isinstance(value, str) else tuple(value) if value else value)
+        object.__setattr__(self, "inputs", tuple(self.inputs or ()))
+        object.__setattr__(self, "dynamic", {k: dict(v) for k, v in (self.dynamic or {}).items()})
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

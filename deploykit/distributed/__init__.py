@@ -15,11 +15,14 @@ from deploykit.distributed.batch import PredictSummary, predict
 from deploykit.distributed.cluster import DEVICE_RESOURCE_PREFIX, require_ray
 from deploykit.distributed.fleet import fleet_benchmark
 from deploykit.distributed.fleet_report import DeviceOutcome, FleetReport
+from deploykit.distributed.settings import Execution, PredictSettings
 
 __all__ = [
     "DEVICE_RESOURCE_PREFIX",
     "DeviceOutcome",
+    "Execution",
     "FleetReport",
+    "PredictSettings",
     "PredictSummary",
     "fleet_benchmark",
     "predict",

@@ -190,6 +190,7 @@ def make_variants(
     seed: int,
 ) -> tuple[list[tuple[Variant, Path]], list[str]]:
     """The float model and, when asked, its INT8 (ORT; NNCF where installed) and FP16 variants."""
+    from deploykit.quantize import QuantizeSettings
     from deploykit.quantize import quantize as run_quantize
 
     variants = [(Variant("float", model.name, "f32", file_sha256(model)), model)]
@@ -213,7 +214,8 @@ def make_variants(
             calibrate = None if settings.get("fp16") else calibration
             with warnings.catch_warnings():  # onnxconverter-common warns per truncated weight; the verdict judges
                 warnings.simplefilter("ignore", UserWarning)
-                run_quantize(model, path, calibrate=calibrate, held_out=0, measure_speed=False, seed=seed, **settings)
+                made = QuantizeSettings(held_out=0, measure_speed=False, seed=seed, **settings)
+                run_quantize(model, path, made, calibrate=calibrate)
         except DeployKitError as exc:
             notes.append(f"variant {name}: not made ({str(exc).split(' Hint: ')[0]})")
             continue

@@ -23,14 +23,13 @@ from deploykit.io import atomic_path, check_onnx_output, check_outputs
 from deploykit.model import check_model_path, load_onnx
 from deploykit.quantize import engines, evaluate, graph
 from deploykit.quantize.calibration import (
-    DEFAULT_CALIBRATION_SIZE,
-    DEFAULT_HELD_OUT,
     CalibrationData,
     Sample,
     array_data,
     image_data,
 )
 from deploykit.quantize.results import AccuracyDelta, QuantizeReport
+from deploykit.quantize.settings import QuantizeSettings
 from deploykit.vision.image import Preprocess
 
 METADATA_KEY = "deploykit.quantize"
@@ -138,21 +137,21 @@ def _check_options(
     if fp16:
         if method is not None or engine != engines.DEFAULT_ENGINE:
             raise UsageError(
-                "--fp16 | takes no --engine or --method: float16 conversion needs no calibration.",
-                hint="drop --engine/--method, or drop --fp16 for INT8.",
+                "--fp16 | takes no --quantizer or --method: float16 conversion needs no calibration.",
+                hint="drop --quantizer/--method, or drop --fp16 for INT8.",
             )
         return engines.Fp16Engine()
     if engine not in engines.ENGINES:
         why = engines.NOT_AVAILABLE.get(engine)
         raise UsageError(
-            f"--engine '{engine}' | is not one of {', '.join(engines.ENGINES)}" + (f": {why}." if why else "."),
+            f"--quantizer '{engine}' | is not one of {', '.join(engines.ENGINES)}" + (f": {why}." if why else "."),
             hint="ort: ONNX Runtime static QDQ; nncf: OpenVINO's NNCF (pip install 'deploykit[quantize]').",
         )
     chosen = engines.QUANTIZE_ENGINES[engine]()
     if method is not None and method not in chosen.methods:
         offers = next(e for e in engines.QUANTIZE_ENGINES.values() if e.methods)
         raise UsageError(
-            f"--method '{method}' | is not one of {', '.join(offers.methods)} for --engine {offers.name}"
+            f"--method '{method}' | is not one of {', '.join(offers.methods)} for --quantizer {offers.name}"
             + (f" ({chosen.title} chooses its own ranges)." if not chosen.methods else "."),
             hint="minmax is the default; entropy and percentile clip outliers.",
         )
@@ -167,60 +166,37 @@ def _check_options(
 def quantize(
     model: str | os.PathLike[str],
     output: str | os.PathLike[str],
+    settings: QuantizeSettings | None = None,
     *,
     calibrate: str | os.PathLike[str] | None = None,
-    fp16: bool = False,
-    engine: str = "ort",
-    method: str | None = None,
-    calibration_size: int = DEFAULT_CALIBRATION_SIZE,
-    held_out: float = DEFAULT_HELD_OUT,
     evaluate_on: str | os.PathLike[str] | None = None,
-    max_drop: str | float | None = None,
-    exclude: Sequence[str] = (),
-    quantize_head: bool = False,
-    per_channel: bool = True,
-    debug_layers: bool = False,
-    measure_speed: bool = True,
-    backends: Sequence[str] | None = None,
-    iterations: int = 50,
-    rounds: int = 3,
     ir: str | os.PathLike[str] | None = None,
-    seed: int = 0,
-    judge: str | None = None,
 ) -> QuantizeReport:
     """Quantize a float ONNX model to INT8 (QDQ, per-channel weights) or convert it to float16.
 
     Args:
         model: the float ``.onnx`` file.
         output: where the reduced model is written (atomically; never onto ``model``).
+        settings: what to make and how to judge it (``QuantizeSettings``: ``fp16``, the
+            quantizer ``engine``, its calibration ``method``, ``max_drop``, ``exclude``, speed
+            measurement ...); default ``QuantizeSettings()``: INT8 by ONNX Runtime, timed on every
+            available backend.
         calibrate: a folder of images (``photos/`` or ``photos/<class>/``) or an ``.npz`` of input
             arrays; images go through the model's own pre-processing. Optional with ``fp16``.
-        fp16: convert to float16 (inputs/outputs stay float32) instead of quantizing.
-        engine: ``ort`` (ONNX Runtime ``quantize_static``) or ``nncf`` (needs the ``quantize`` extra).
-        method: ORT calibration: ``minmax`` (default), ``entropy`` or ``percentile``.
-        calibration_size: at most this many calibration samples.
-        held_out: fraction of ``calibrate`` kept for the accuracy delta (never calibrated on).
         evaluate_on: a separate folder of evaluation images instead of the held-out split.
-        max_drop: accuracy budget (``"1%"`` or 0.01): NNCF restores layers until the drop fits; ORT
-            refuses a model over budget.
-        exclude: node names to keep in float.
-        quantize_head: also quantize a detector's decode head (kept float by default).
-        per_channel: per-channel weight scales (ORT engine).
-        debug_layers: report the 10 nodes whose outputs diverge most.
-        measure_speed: time both models on ``backends`` in isolated workers.
-        backends: backend specs for the speed measurement (default: every available one).
-        iterations: timed runs per configuration and round.
-        rounds: f32 and the result alternate this many times; p50 is the median of the rounds.
         ir: also write OpenVINO IR (``.xml`` + ``.bin``) of the result here.
-        seed: the held-out split's shuffle.
-        judge: the backend whose ``Session`` runs both models for the accuracy delta (default: the
-            backend registry's default, ONNX Runtime on the CPU).
+
+    Example:
+        ``quantize("m.onnx", "m.int8.onnx", QuantizeSettings(engine="nncf", max_drop="1%"), calibrate="photos/")``
 
     Raises:
         UsageError, InputError, ModelError: before any work, nothing written.
         BackendUnavailableError: the engine's package is missing (the ``quantize`` extra).
         QuantizationError: the engine failed, nothing was quantized, or the drop exceeds ``max_drop``.
     """
+    settings = settings or QuantizeSettings()
+    fp16, engine, method, max_drop = settings.fp16, settings.engine, settings.method, settings.max_drop
+    iterations, rounds, exclude, backends = settings.iterations, settings.rounds, settings.exclude, settings.backends
     model_path = check_model_path(model)
     output_path = Path(output)
     if ir is not None and Path(ir).suffix != ".xml":
@@ -240,8 +216,8 @@ def quantize(
     source = load_onnx(model_path, load_external_data=True)
     (graph.check_not_float16 if fp16 else graph.check_not_quantized)(source, model_path.name)
     task, preprocess, labels = pipeline_facts(model_path)
-    data = _data(model_path, calibrate, evaluate_on, preprocess, fp16=fp16, calibration_size=calibration_size,
-                 held_out=held_out, seed=seed)  # fmt: skip
+    data = _data(model_path, calibrate, evaluate_on, preprocess, fp16=fp16, calibration_size=settings.calibration_size,
+                 held_out=settings.held_out, seed=settings.seed)  # fmt: skip
     if budget is not None and (task is None or (task == "detect" and data.preprocess is None)):
         raise UsageError(
             "--max-drop | needs INT8 and a task metric: a classifier or detector with calibration images.",
@@ -252,9 +228,10 @@ def quantize(
         scratch = Path(scratch_dir)
         report = _quantize_in(
             scratch, model_path, output_path, source, data, task=task, labels=labels, engine=chosen,
-            method=method or "minmax", per_channel=per_channel, exclude=exclude, quantize_head=quantize_head,
-            budget=budget, debug_layers=debug_layers, measure_speed=measure_speed, backends=backends,
-            iterations=iterations, rounds=rounds, notes=notes, judge=judge,
+            method=method or "minmax", per_channel=settings.per_channel, exclude=exclude,
+            quantize_head=settings.quantize_head, budget=budget, debug_layers=settings.debug_layers,
+            measure_speed=settings.measure_speed, backends=backends,
+            iterations=iterations, rounds=rounds, notes=notes, judge=settings.judge,
         )  # fmt: skip
         quantized = scratch / "quantized.onnx"
         _stamp(quantized, report)
@@ -339,7 +316,7 @@ def _quantize_in(
         raise QuantizationError(
             f"quantize '{model_path.name}' | the {task} metric dropped by {accuracy.drop:.2%} on "
             f"{len(data.held_out)} held-out samples; the budget is {budget:.2%}. Nothing was written.",
-            hint="use --engine nncf (accuracy-controlled), or --debug-layers and --exclude the worst nodes.",
+            hint="use --quantizer nncf (accuracy-controlled), or --debug-layers and --exclude the worst nodes.",
         )
     report = QuantizeReport(
         model=str(model_path), output=str(output_path), precision=engine.precision,

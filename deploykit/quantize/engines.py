@@ -119,7 +119,7 @@ def quantize_ort(
     except Exception as exc:
         raise QuantizationError(
             f"engine 'ort' | quantize_static failed on '{source.name}': {_first_line(exc)}",
-            hint="exclude the failing node with --exclude, or try --engine nncf.",
+            hint="exclude the failing node with --exclude, or try --quantizer nncf.",
         ) from exc
 
 
@@ -134,7 +134,7 @@ def quantize_nncf(
 ) -> None:
     """NNCF post-training quantization of the ONNX model; with ``max_drop``, accuracy-controlled
     (``quantize_with_accuracy_control``, absolute drop of ``validate``'s metric)."""
-    nncf = _import("nncf", "--engine nncf")
+    nncf = _import("nncf", "--quantizer nncf")
     import onnx
 
     model = onnx.load(str(source))
@@ -162,7 +162,7 @@ def quantize_nncf(
     except Exception as exc:
         raise QuantizationError(
             f"engine 'nncf' | quantization failed on '{source.name}': {_first_line(exc)}",
-            hint="exclude the failing node with --exclude, or try --engine ort.",
+            hint="exclude the failing node with --exclude, or try --quantizer ort.",
         ) from exc
     onnx.save(quantized, str(output))
 

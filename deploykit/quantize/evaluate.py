@@ -324,15 +324,15 @@ def speedup(
     quantization's own (not bf16's). A configuration where the candidate is slower is flagged
     and never recommended.
     """
+    from deploykit.bench.plan import BenchPlan
     from deploykit.bench.runner import benchmark
 
     runs: list[list[list[Row]]] = [[], []]  # model → round → rows
     for _ in range(rounds):
         for index, model in enumerate((reference, candidate)):
-            result = benchmark(
-                model, backends, precision="f32", inputs=dict(feeds), iterations=iterations, warmup=warmup,
-                isolate=True,
-            )  # fmt: skip
+            plan = BenchPlan(backends=None if backends is None else tuple(backends), precision="f32",
+                             iterations=iterations, warmup=warmup, isolate=True)  # fmt: skip
+            result = benchmark(model, plan, inputs=dict(feeds))
             runs[index].append(result.rows)
     rows = []
     # the same backend specs expand to the same configurations, in the same order, every time

@@ -27,6 +27,7 @@ from deploykit.inputs import InputSetting
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, CandidateRun, run_candidate
 from deploykit.verify.metrics import compare_outputs, is_reduced, normalize_precision, thresholds_for
 from deploykit.verify.pool import WorkerPool
+from deploykit.verify.settings import VerifySettings
 from deploykit.verify.verdict import OracleInfo, Verdict, VerificationReport, error_verdict, judge
 
 if TYPE_CHECKING:
@@ -387,51 +388,36 @@ def _no_task_reason(verdict: Verdict, task_reference: tuple[str, Any] | None, or
 def verify_model(
     model: str | os.PathLike[str],
     backends: Sequence[str] | None = None,
+    settings: VerifySettings | None = None,
     *,
-    oracle: str = "auto",
     inputs: str | os.PathLike[str] | Mapping[str, np.ndarray] | None = None,
-    precision: str | Sequence[str] | None = "f32",
-    batch: int | None = None,
-    shapes: Mapping[str, Sequence[int] | InputSetting] | None = None,
-    batch_axes: Mapping[str, int] | None = None,
-    seed: int = 0,
-    thresholds: Mapping[str, float | None] | None = None,
-    options: Mapping[str, OptionValue] | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    isolate: bool = True,
-    platforms: str | Sequence[str] | None = None,
 ) -> VerificationReport:
     """Run the same inputs on every candidate and judge each against the oracle.
 
     Args:
         model: the ``.onnx`` file.
         backends: ``BACKEND[:DEVICE]`` specs; default every available backend × device.
-        oracle: ``auto`` (onnx's reference evaluator; when it cannot run the model, the first
-            candidate, and every verdict is then ``unverified``), ``reference``, ``none``, or a
-            backend spec (another backend: not independent, so verdicts are ``unverified``).
+        settings: how to verify (``VerifySettings``: oracle, precisions, random-input shaping,
+            threshold overrides, backend options, timeout, platforms); default ``VerifySettings()``:
+            f32 against onnx's reference evaluator (``auto``; when it cannot run the model, the
+            first candidate, and every verdict is then ``unverified``), each candidate in its own
+            worker on this host.
         inputs: an ``.npz``, a dict of arrays, an image or a folder of images (which enables
             the task metric for classifiers and detectors); default seeded random data.
-        precision: one or several of f32, bf16, f16, int8 (comma-separated); each backend runs
-            those it can natively here, the rest are listed as not supported in the notes.
-        batch, shapes, batch_axes: how random inputs are shaped (``deploykit.inputs.plan_inputs``).
-        thresholds: overrides of ``Thresholds`` fields (atol, rtol, min_cosine, min_snr_db,
-            min_top1_agreement, min_map) for every precision.
-        options: backend options for every candidate.
-        timeout_s: per worker process.
-        isolate: one worker process per backend (turn off only for debugging).
-        platforms: where the candidates' workers run: ``host`` (default), ``linux/arm64`` (the
-            aarch64 builds under emulation, ``deploykit platforms add``), or several
-            (``host,linux/arm64``): every candidate on each. The oracle runs on the host.
+
+    Example:
+        ``verify_model("m.onnx", ["ort", "openvino"], VerifySettings(precision="f32,bf16"))``
     """
     from deploykit.model import read_interface
     from deploykit.tasks.registry import recognise
 
+    settings = settings or VerifySettings()
+    oracle, timeout_s, isolate, platforms = settings.oracle, settings.timeout_s, settings.isolate, settings.platforms
     model_path = Path(model)
     interface = read_interface(model_path)
-    overrides = dict(thresholds or {})
-    thresholds_for("f32", **overrides)  # bad values fail before anything runs
-    candidates, notes = on_platforms(backends, parse_precisions(precision), platforms,
-                                     model_precision=interface.precision, options=options)  # fmt: skip
+    overrides = settings.thresholds.to_dict()
+    candidates, notes = on_platforms(backends, parse_precisions(settings.precision), platforms,
+                                     model_precision=interface.precision, options=settings.options)  # fmt: skip
     if not candidates:
         from deploykit.platforms import parse_platforms
 
@@ -442,7 +428,8 @@ def verify_model(
             hint="'deploykit backends' lists what runs here and 'deploykit platforms list' what a target claims; "
             "f32 runs everywhere.",
         )
-    prepared = prepare_inputs(model_path, inputs, batch=batch, shapes=shapes, batch_axes=batch_axes, seed=seed)
+    prepared = prepare_inputs(model_path, inputs, batch=settings.batch, shapes=settings.shapes,
+                              batch_axes=settings.batch_axes, seed=settings.seed)  # fmt: skip
     task = (
         recognise({s.name: s for s in interface.outputs}, interface.metadata) if prepared.source == "images" else None
     )
@@ -539,30 +526,27 @@ def gate(
     references: Sequence[Mapping[str, np.ndarray]] | None,
     oracle: OracleInfo,
     backends: Sequence[str],
-    *,
-    precision: str = "f32",
-    atol: float | None = None,
-    rtol: float | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    isolate: bool = True,
-    platforms: str | Sequence[str] | None = None,
+    settings: VerifySettings | None = None,
 ) -> list[Verdict]:
-    """A converter's check: run its output on each backend (at ``precision``) in a worker, judge
-    against the source framework's ``references``. With no references (no oracle ran), the first
-    backend that runs is the reference and every verdict is ``unverified``.
+    """A converter's check: run its output on each backend (at ``settings.precision``, one
+    precision; default f32) in a worker, judge against the source framework's ``references``. With
+    no references (no oracle ran), the first backend that runs is the reference and every verdict
+    is ``unverified``.
 
-    ``platforms`` (``host,linux/arm64``): each backend on each platform, as ``compare`` runs them;
-    the references stay the host's."""
-    jobs = gate_candidates(backends, precision, platforms)
+    ``settings.platforms`` (``host,linux/arm64``): each backend on each platform, as ``compare``
+    runs them; the references stay the host's. ``settings.thresholds`` override the precision's."""
+    settings = settings or VerifySettings()
+    precision, timeout_s, isolate = settings.precision or "f32", settings.timeout_s, settings.isolate
+    jobs = gate_candidates(backends, precision, settings.platforms)
     with WorkerPool(isolate, len(jobs)) as pool:
         runs = pool.results([pool.submit(run_on_platform, Path(model), c, cases, timeout_s, isolate, label)
                              for c, label in jobs])  # fmt: skip
-    overrides = {"atol": atol, "rtol": rtol}
     if references is None:
         first = next((r for r in runs if r.ok), None)
         oracle = OracleInfo(first.label if first else "none", False, oracle.detail)
         references = first.outputs if first else None
-    return judge_runs([(r, precision) for r in runs], cases, references, oracle, overrides=overrides)
+    return judge_runs([(r, precision) for r in runs], cases, references, oracle,
+                      overrides=settings.thresholds.to_dict())  # fmt: skip
 
 
 def gate_candidates(

@@ -46,7 +46,9 @@ def _check_numbers(result: BenchmarkReport) -> None:
 
 @pytest.fixture(scope="module")
 def isolated_result(catalog_paths):
-    return deploykit.benchmark(catalog_paths["mlp_dynamic_batch"], ALL, batch=[1, 3], warmup=2, iterations=20)
+    return deploykit.benchmark(
+        catalog_paths["mlp_dynamic_batch"], deploykit.BenchPlan(backends=ALL, batch=[1, 3], warmup=2, iterations=20)
+    )
 
 
 def test_isolated_bench_on_every_backend(isolated_result):
@@ -99,24 +101,23 @@ def test_the_report_is_typed_and_reads_back_the_same(isolated_result, tmp_path):
 def test_in_process_multistream_and_offline(catalog_paths):
     multi = deploykit.benchmark(
         catalog_paths["conv_bn_act"],
-        ["ort"],
-        scenario="multistream",
-        streams=3,
-        iterations=10,
-        warmup=1,
-        isolate=False,
+        deploykit.BenchPlan(
+            backends=["ort"], scenario="multistream", streams=3, iterations=10, warmup=1, isolate=False
+        ),
     )
     _check_numbers(multi)
     assert multi.rows[0].latency.count == 30 and multi.rows[0].config.streams == 3
     offline = deploykit.benchmark(
         catalog_paths["mlp_dynamic_batch"],
-        ["ort", "opencv"],
-        scenario="offline",
-        batch=16,
-        iterations=5,
-        warmup=1,
-        isolate=False,
-        cost_per_hour=0.35,
+        deploykit.BenchPlan(
+            backends=["ort", "opencv"],
+            scenario="offline",
+            batch=16,
+            iterations=5,
+            warmup=1,
+            isolate=False,
+            cost_per_hour=0.35,
+        ),
     )
     _check_numbers(offline)
     assert offline.headline == "throughput_sps"
@@ -125,7 +126,9 @@ def test_in_process_multistream_and_offline(catalog_paths):
 
 
 def test_duration_mode(catalog_paths):
-    result = deploykit.benchmark(catalog_paths["multi_io"], ["ort"], duration_s=0.2, warmup=0, isolate=False)
+    result = deploykit.benchmark(
+        catalog_paths["multi_io"], deploykit.BenchPlan(backends=["ort"], duration_s=0.2, warmup=0, isolate=False)
+    )
     assert result.rows[0].wall_s >= 0.2 and result.rows[0].latency.count > 10
 
 
@@ -134,22 +137,23 @@ def test_inputs_file(catalog_paths, tmp_path):
     np.savez(tmp_path / "in.npz", a=a, b=a * 2)
     result = deploykit.benchmark(
         catalog_paths["multi_io"],
-        ["ort", "opencv"],
+        deploykit.BenchPlan(backends=["ort", "opencv"], iterations=3, warmup=0, isolate=False),
         inputs=tmp_path / "in.npz",
-        iterations=3,
-        warmup=0,
-        isolate=False,
     )
     assert result.settings.inputs == "file" and all(r.verdict.status == "pass" for r in result.rows)
     np.savez(tmp_path / "bad.npz", a=a)
     with pytest.raises(InputError, match=r"inputs \| have a; the model's inputs are a, b \(missing b\)"):
-        deploykit.benchmark(catalog_paths["multi_io"], ["ort"], inputs=tmp_path / "bad.npz", isolate=False)
+        deploykit.benchmark(
+            catalog_paths["multi_io"], deploykit.BenchPlan(backends=["ort"], isolate=False), inputs=tmp_path / "bad.npz"
+        )
 
 
 def test_isolation_survives_a_crashing_backend(catalog_paths, monkeypatch):
     monkeypatch.setenv("DEPLOYKIT_BACKENDS", "crasher=tests.assets.crashing_backend:CrashingBackend")
     monkeypatch.setenv("PYTHONPATH", str(REPO))
-    result = deploykit.benchmark(catalog_paths["conv_bn_act"], ["crasher", "ort"], iterations=5, warmup=0)
+    result = deploykit.benchmark(
+        catalog_paths["conv_bn_act"], deploykit.BenchPlan(backends=["crasher", "ort"], iterations=5, warmup=0)
+    )
     crashed, survived = result.rows
     assert crashed.status == "failed"
     assert "killed by signal SIGABRT" in crashed.error
@@ -160,7 +164,8 @@ def test_isolation_survives_a_crashing_backend(catalog_paths, monkeypatch):
 
 def test_failed_backend_is_a_row_not_a_crash(catalog_paths):
     result = deploykit.benchmark(
-        catalog_paths["conv_bn_act"], ["opencv:cuda", "ort"], iterations=3, warmup=0, isolate=False
+        catalog_paths["conv_bn_act"],
+        deploykit.BenchPlan(backends=["opencv:cuda", "ort"], iterations=3, warmup=0, isolate=False),
     )
     assert result.rows[0].status == "failed" and "device 'cuda' cannot be used" in result.rows[0].error
     assert result.rows[1].status == "ok"
@@ -186,7 +191,7 @@ def test_failed_backend_is_a_row_not_a_crash(catalog_paths):
 def test_bad_bench_arguments(catalog_paths, kwargs, error, pattern):
     args = {"backends": ["ort"], "iterations": 2, "isolate": False, **kwargs}
     with pytest.raises(error, match=pattern):
-        deploykit.benchmark(catalog_paths["conv_bn_act"], **args)
+        deploykit.benchmark(catalog_paths["conv_bn_act"], deploykit.BenchPlan(**args))
 
 
 def _constructed(result: BenchmarkReport, factor: float, passed: bool = True) -> BenchmarkReport:
@@ -308,7 +313,7 @@ def test_compare_detects_a_mismatch(catalog_paths):
     report = deploykit.verify_model(
         catalog_paths["conv_bn_act"].parent / "classifier64.onnx",
         ["ort", "openvino"],
-        thresholds={"atol": 0.0, "rtol": 0.0},
+        deploykit.VerifySettings(thresholds={"atol": 0.0, "rtol": 0.0}),
     )
     mismatch = report.verdicts[1]
     assert not report.passed and mismatch.status == "fail"
@@ -566,8 +571,8 @@ def test_a_model_replaced_mid_benchmark_is_an_error_not_a_numeric_failure(tmp_pa
             shutil.copy(other, model)
 
     with pytest.raises(ModelError, match=r"'m.onnx' \| changed while the benchmark ran \(SHA-256 .* at the start"):
-        deploykit.benchmark(model, ["onnxruntime", "openvino"], iterations=5, warmup=1,
-                            progress=replace_after_the_first)  # fmt: skip
+        plan = deploykit.BenchPlan(backends=["onnxruntime", "openvino"], iterations=5, warmup=1)
+        deploykit.benchmark(model, plan, progress=replace_after_the_first)
 
 
 def test_a_sequence_output_is_verified_in_bench_as_in_compare(tmp_path):
@@ -581,7 +586,9 @@ def test_a_sequence_output_is_verified_in_bench_as_in_compare(tmp_path):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(tmp_path / "seq.onnx"))
-    report = deploykit.benchmark(tmp_path / "seq.onnx", ["onnxruntime"], iterations=3, warmup=1)
+    report = deploykit.benchmark(
+        tmp_path / "seq.onnx", deploykit.BenchPlan(backends=["onnxruntime"], iterations=3, warmup=1)
+    )
     assert [row.verdict.status for row in report.rows] == ["pass"], [row.verdict for row in report.rows]
 
 

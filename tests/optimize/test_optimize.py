@@ -20,7 +20,7 @@ import deploykit
 from cli.main import app
 from deploykit.backends.registry import get_backend
 from deploykit.errors import BundleError, UsageError
-from deploykit.optimize import BundleWarning, OptimizeReport, optimize, read_bundle
+from deploykit.optimize import BundleWarning, OptimizePlan, OptimizeReport, optimize, read_bundle
 from deploykit.optimize.ranking import DECISION_RULE
 
 BACKENDS = ("onnxruntime", "openvino:CPU")
@@ -32,8 +32,12 @@ STOP_REASONS = ("slower than", "successive halving", "over the accuracy budget",
 def searched(classifier_path, photos, tmp_path_factory):
     """One search of the small classifier: ORT and OpenVINO, INT8 from the ORT engine, one thread."""
     output = tmp_path_factory.mktemp("bundle") / "deploy"
-    report = optimize(classifier_path, photos, output=output, backends=BACKENDS, threads=[1], engines=["ort"],
-                      time_budget="90s", max_drop="1%")  # fmt: skip
+    report = optimize(
+        classifier_path,
+        photos,
+        OptimizePlan(backends=BACKENDS, threads=[1], engines=["ort"], time_budget="90s", max_drop="1%"),
+        output=output,
+    )
     return report, output
 
 
@@ -291,8 +295,12 @@ def test_missing_files_and_a_folder_that_is_no_bundle(searched, tmp_path):
 def test_mobilenet_v2_end_to_end(mobilenet, photos, tmp_path):
     """The real ImageNet MobileNetV2: a choice within 1% top-1 agreement, opened as a Classifier."""
     output = tmp_path / "deploy"
-    report = optimize(mobilenet, photos, output=output, backends=BACKENDS, threads=[1], engines=["ort"],
-                      max_drop="1%", time_budget="3m")  # fmt: skip
+    report = optimize(
+        mobilenet,
+        photos,
+        OptimizePlan(backends=BACKENDS, threads=[1], engines=["ort"], max_drop="1%", time_budget="3m"),
+        output=output,
+    )
     best = report.best
     assert best.accuracy_delta is not None and best.accuracy_delta <= 0.01
     assert report.metric == "top-1 agreement" and report.settings.accuracy_images == 6

@@ -6,7 +6,7 @@ import pytest
 
 import deploykit
 from deploykit.backends.registry import default_backend
-from deploykit.quantize import quantize
+from deploykit.quantize import QuantizeSettings, quantize
 from deploykit.quantize.engines import DEFAULT_ENGINE, ENGINES, QUANTIZE_ENGINES
 
 
@@ -19,7 +19,9 @@ def test_the_engines_are_one_table():
 
 
 def test_the_default_judge_is_the_registry_default(classifier_path, classifier_npz, tmp_path):
-    report = quantize(classifier_path, tmp_path / "q.onnx", calibrate=classifier_npz, measure_speed=False)
+    report = quantize(
+        classifier_path, tmp_path / "q.onnx", QuantizeSettings(measure_speed=False), calibrate=classifier_npz
+    )
     backend = default_backend()
     assert report.accuracy.backend == f"{backend.name} {backend.default_device}" == "onnxruntime cpu"
 
@@ -29,12 +31,16 @@ def test_another_backend_judges_the_accuracy_delta(classifier_path, classifier_n
     if not openvino.is_available():
         pytest.skip(f"OpenVINO is not installed here: {openvino.unavailable_reason()}")
     output = tmp_path / "q.onnx"
-    report = quantize(classifier_path, output, calibrate=classifier_npz, measure_speed=False, judge="openvino")
+    report = quantize(
+        classifier_path, output, QuantizeSettings(measure_speed=False, judge="openvino"), calibrate=classifier_npz
+    )
     assert report.accuracy.backend == f"openvino {openvino.default_device}"
     assert report.accuracy.task is not None and report.accuracy.task.samples == report.accuracy.samples
     assert report.accuracy.outputs and report.accuracy.outputs[0].cosine > 0.9
     # the same quantized model judged on ONNX Runtime: the two runtimes measure nearly the same delta
-    again = quantize(classifier_path, tmp_path / "q2.onnx", calibrate=classifier_npz, measure_speed=False)
+    again = quantize(
+        classifier_path, tmp_path / "q2.onnx", QuantizeSettings(measure_speed=False), calibrate=classifier_npz
+    )
     assert abs(again.accuracy.outputs[0].cosine - report.accuracy.outputs[0].cosine) < 0.02
 
 

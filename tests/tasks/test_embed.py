@@ -127,8 +127,8 @@ def test_quantize_judges_an_encoder_by_embedding_cosine(encoder, photos, tmp_pat
     from deploykit.quantize.results import TaskMetric
     from deploykit.tasks.embed import MIN_COSINE
 
-    report = deploykit.quantize(encoder, tmp_path / "encoder.int8.onnx", calibrate=photos, held_out=0.5,
-                                measure_speed=False)  # fmt: skip
+    settings = deploykit.QuantizeSettings(held_out=0.5, measure_speed=False)
+    report = deploykit.quantize(encoder, tmp_path / "encoder.int8.onnx", settings, calibrate=photos)
     measured = report.accuracy.task
     assert report.task == "embed" and isinstance(measured, TaskMetric), report.accuracy
     assert measured.kind == "embed" and measured.metric == "embedding cosine"

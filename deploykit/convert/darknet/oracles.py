@@ -23,10 +23,12 @@ import numpy as np
 
 from deploykit.convert.darknet.graph import DETECTIONS_NAME, INPUT_NAME
 from deploykit.convert.darknet.layers import Network
+from deploykit.convert.darknet.settings import DarknetExportSettings
 from deploykit.errors import OracleError, UsageError
 from deploykit.inputs import save_arrays
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, run_worker
 from deploykit.verify.metrics import OutputMetrics, compare_array, thresholds_for
+from deploykit.verify.settings import VerifySettings
 from deploykit.verify.verdict import OracleInfo, Verdict, error_verdict, judge
 
 DarknetOracle = Literal["auto", "opencv", "darknet", "none"]
@@ -239,21 +241,18 @@ def verify(
     candidate: Path,
     net: Network,
     heads: list[dict[str, Any]],
-    head: str,
     cfg: Path,
     weights: Path,
     backends: Sequence[str],
-    atol: float,
-    rtol: float,
-    seed: int,
-    opencv_threshold: float | None,
     native_size: tuple[int, int],
-    oracle: DarknetOracle = "auto",
-    platforms: str | Sequence[str] | None = None,
+    export: DarknetExportSettings,
+    checks: VerifySettings,
 ) -> tuple[list[Verdict], OracleInfo]:
-    """Run the converted model on each backend (a worker each) and judge it against the ``oracle``
-    chosen (``oracle_outputs``); without one, (``unverified``) against the first backend that runs.
-    ``platforms`` (``host,linux/arm64``): each backend on each platform; the oracle runs on the host.
+    """Run the converted model on each backend (a worker each) and judge it against the oracle
+    chosen (``checks.oracle``, ``oracle_outputs``); without one, (``unverified``) against the first
+    backend that runs. ``export`` is how the candidate was written (its head, OpenCV's threshold);
+    ``checks`` holds the f32 tolerances, the seed of the random image and the platforms
+    (``host,linux/arm64``: each backend on each platform; the oracle runs on the host).
 
     Raises:
         OracleError: ``opencv`` or ``darknet`` was asked for and cannot run (before any backend runs).
@@ -261,16 +260,17 @@ def verify(
     from deploykit.model import read_interface
     from deploykit.verify.check import gate_candidates, run_on_platform
 
-    rng = np.random.default_rng(seed)
+    head, opencv_threshold, oracle = export.head, export.opencv_threshold, check_oracle_choice(checks.oracle)
+    rng = np.random.default_rng(checks.seed)
     image = rng.uniform(0, 1, (1, net.channels, net.height, net.width)).astype(np.float32)
     reference = oracle_outputs(oracle, cfg, weights, image, heads, net, native_size)
     # a model converted with a fixed --batch N takes N images: the same one N times; item 0 is judged
     batch = next((d for d in (read_interface(candidate).inputs[0].shape or (1,))[:1] if isinstance(d, int)), 1)
     feeds = {INPUT_NAME: np.repeat(image, batch, axis=0)}
-    limits = thresholds_for("f32", atol=atol, rtol=rtol)
+    limits = checks.thresholds.of("f32")
     verdicts: list[Verdict] = []
-    for spec, label in gate_candidates(backends, "f32", platforms):
-        run = run_on_platform(candidate, spec, [feeds], DEFAULT_TIMEOUT_S, True, label)
+    for spec, label in gate_candidates(backends, "f32", checks.platforms):
+        run = run_on_platform(candidate, spec, [feeds], checks.timeout_s, checks.isolate, label)
         info = run.info or {}
         if not run.ok:
             verdicts.append(error_verdict(run.label, reference.info, run.error or "did not run",
@@ -279,7 +279,7 @@ def verify(
         first = {key: value[:1] for key, value in run.outputs[0].items()}
         ours = _decoded(first, heads, head) if heads else next(iter(first.values()))
         if reference.opencv is not None:
-            metrics = _opencv_rows(ours, reference.opencv, heads, atol, rtol, opencv_threshold)
+            metrics = _opencv_rows(ours, reference.opencv, heads, limits.atol, limits.rtol, opencv_threshold)
         else:
             rows = reference.rows
             if rows is None:  # no oracle: the first backend that runs is what the others must match
