@@ -47,7 +47,7 @@ import numpy as np
 from deploykit.cache import cache_dir
 from deploykit.errors import DeployKitError, OracleError
 from deploykit.io import scratch_dir
-from deploykit.verify.isolated import describe_exit
+from deploykit.workers import describe_exit
 
 if TYPE_CHECKING:
     from deploykit.convert.darknet.layers import Network

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.backends.options import cpu_count
-from deploykit.verify.isolated import run_worker
+from deploykit.workers import run_worker
 from deploykit.verify.pool import WorkerPool
 from tests.conformance.cases import NodeCase
 from tests.conformance.outcome import ERROR, NOT_RUN, Outcome
