@@ -157,7 +157,7 @@ def predict(
                    "verdict": verdict.to_dict() if verdict else None}  # fmt: skip
         with atomic_path(json_path) as temporary:
             temporary.write_text(json.dumps(payload, indent=2))
-    if verdict is not None and (verdict.failed or verdict.status == "degenerate"):
+    if verdict is not None and verdict.blocking:
         raise typer.Exit(1)
 
 

@@ -90,6 +90,17 @@ class Interpreter:
 HOST = Interpreter()
 
 
+def die_with_parent(parent: int) -> None:
+    """In a worker started some other way (``multiprocessing``: serving replicas), what ``_BOOTSTRAP``
+    does: ask Linux to SIGKILL this process when ``parent`` dies, and exit at once if it already has."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before prctl: no signal will ever come
+        os._exit(3)
+
+
 def read_job() -> dict[str, Any]:
     """The job a worker was started with (JSON on its stdin)."""
     job: dict[str, Any] = json.loads(sys.stdin.read())

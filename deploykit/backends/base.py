@@ -28,6 +28,7 @@ from deploykit.errors import (
     PrecisionUnavailableError,
     UnsupportedModelError,
     UsageError,
+    one_line,
 )
 from deploykit.tensors import TENSOR, TensorSpec, normalize_precision
 
@@ -264,11 +265,6 @@ class Session(abc.ABC):
         )
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _registered(name: str) -> Backend | None:
     """The registered backend a session belongs to (None for a backend class no registry lists)."""
     from deploykit.backends.registry import get_backend
@@ -324,7 +320,7 @@ class Backend(abc.ABC):
             return importlib.import_module(self.module)
         except Exception as exc:
             raise BackendUnavailableError(
-                f"backend '{self.name}' | cannot import '{self.module}' ({type(exc).__name__}: {_first_line(exc)}).",
+                f"backend '{self.name}' | cannot import '{self.module}' ({type(exc).__name__}: {one_line(exc)}).",
                 hint=f"pip install 'deploykit[{self.pip_extra}]'.",
             ) from exc
 

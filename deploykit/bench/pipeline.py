@@ -70,7 +70,7 @@ def benchmark_pipeline(
     options: dict[str, Any] | None = None,
 ) -> BenchmarkReport:
     """Time ``Detector``/``Classifier`` calls over every image in a folder, on each backend."""
-    import deploykit
+    from deploykit.vision.pipelines import Classifier, Detector
 
     if task not in TASKS:
         raise UsageError(f"pipeline '{task}' | is not one of {', '.join(TASKS)}.", hint="e.g. --pipeline detect.")
@@ -78,7 +78,7 @@ def benchmark_pipeline(
         raise UsageError(f"iterations {iterations} | at least 1 is needed.", hint="use --iterations 20.")
     files = _images(images)
     loaded = [load_image(f) for f in files]
-    pipeline_class = deploykit.Detector if task == "detect" else deploykit.Classifier
+    pipeline_class = Detector if task == "detect" else Classifier
     rows: list[Row] = []
     outputs: list[list[Any] | None] = []
     for spec in backends:

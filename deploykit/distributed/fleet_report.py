@@ -8,7 +8,6 @@ and ``report merge`` read them; the fleet document (``deploykit.fleet``) wraps t
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import html
 import json
 import os
@@ -21,7 +20,7 @@ from typing import Any
 from deploykit.bench.report import BenchmarkReport, merge_html
 from deploykit.bench.rows import Recommendation, Row
 from deploykit.errors import ReportError
-from deploykit.io import written
+from deploykit.io import file_sha256, written
 
 SCHEMA_VERSION = 1
 
@@ -63,7 +62,7 @@ def _cell(result: BenchmarkReport, row: Row, best: Row | None) -> str:
         return f"failed: {row.error}"
     unit = "samples/s" if result.headline == "throughput_sps" else "ms"
     verdict = row.verdict
-    bad = verdict is not None and (verdict.status in ("fail", "error", "degenerate") or verdict.agreement is False)
+    bad = verdict is not None and verdict.blocking
     mark = " ★" if row is best else f" ({verdict.label})" if bad and verdict else ""
     return f"{result.headline_value(row):.3f} {unit} {row.precision}{mark}"
 
@@ -92,7 +91,7 @@ class FleetReport:
     ) -> FleetReport:
         return cls(
             str(model),
-            hashlib.sha256(model.read_bytes()).hexdigest(),
+            file_sha256(model),
             {**json.loads(json.dumps(settings, default=str)), "device_timeout_s": device_timeout_s},
             outcomes,
         )

@@ -98,7 +98,7 @@ class Predictor:
             options["threads"] = threads
         self.pipeline: Detector | Classifier | None = None
         if task == "tensor":
-            from deploykit import load
+            from deploykit.sessions import load
 
             self.session = load(model, backend, device, **options)
         else:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,15 +22,7 @@ import numpy as np
 from deploykit.backends.base import SessionInfo
 from deploykit.errors import BackendError, DeployKitError, ModelUnavailableError
 from deploykit.tensors import TensorSpec
-
-
-def _die_with_parent(parent: int) -> None:
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the parent died before prctl: no signal will ever come
-        os._exit(3)
+from deploykit.workers import die_with_parent
 
 
 def _as_data(exc: BaseException) -> dict[str, Any]:
@@ -41,14 +32,12 @@ def _as_data(exc: BaseException) -> dict[str, Any]:
 
 
 def _worker_main(connection: Any, model: dict[str, Any], parent: int) -> None:
-    _die_with_parent(parent)
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops its workers itself, in order
-    import deploykit
+    from deploykit.sessions import load
 
     try:
-        session = deploykit.load(
-            model.get("bundle") or model["path"], model["backend"], model["device"], **model["options"]
-        )
+        session = load(model.get("bundle") or model["path"], model["backend"], model["device"], **model["options"])
     except BaseException as exc:
         connection.send(("error", _as_data(exc)))
         return
