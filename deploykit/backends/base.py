@@ -282,6 +282,8 @@ class Backend(abc.ABC):
     and implement ``version``, ``devices`` and ``_open``.
     """
 
+    is_deploykit_backend: ClassVar[bool] = True
+    """How the registry recognises a plug-in's class without importing this module (it sits below it)."""
     name: ClassVar[str]
     aliases: ClassVar[tuple[str, ...]] = ()
     pip_extra: ClassVar[str]

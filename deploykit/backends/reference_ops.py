@@ -20,11 +20,14 @@ This module must not import onnx at deploykit's import time: the backend imports
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from onnx.reference.ops.op_max_pool import MaxPool as _OnnxMaxPool
+
+from deploykit.model import load_onnx, walk_nodes
 
 
 def _all_ones(values: Sequence[int] | None) -> bool:
@@ -73,8 +76,6 @@ def blind_spot(model: Any) -> str | None:
     - A ``Loop`` without its ``cond`` input: the spec runs it ``M`` times (or until the body's condition
       output is false); onnx's ``Loop._run`` tests ``while cond and ...`` and so runs it zero times.
     """
-    from deploykit.model import walk_nodes
-
     for node in walk_nodes(model.graph):
         if node.op_type == "Loop" and node.domain in ("", "ai.onnx") and (len(node.input) < 2 or not node.input[1]):
             return (
@@ -82,3 +83,13 @@ def blind_spot(model: Any) -> str | None:
                 f"'{node.name or node.output[0]}'); the ONNX spec runs it M times"
             )
     return None
+
+
+def run_reference(path: str | os.PathLike[str], feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Outputs of ``onnx.reference.ReferenceEvaluator``: the slow, independent oracle."""
+    from onnx.reference import ReferenceEvaluator
+
+    model = load_onnx(path, load_external_data=True, check=False)
+    evaluator = ReferenceEvaluator(model, new_ops=REFERENCE_OPS)
+    names = [o.name for o in model.graph.output]
+    return dict(zip(names, evaluator.run(None, feeds), strict=True))

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import deploykit
+from deploykit.backends.reference_ops import run_reference
 from deploykit.backends.registry import get_backend
-from deploykit.model import run_reference
 from deploykit.verify.metrics import Thresholds, compare_outputs
 from tests.assets.catalog import CATALOG
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import deploykit
-from deploykit.model import run_reference
+from deploykit.backends.reference_ops import run_reference
 from deploykit.verify.metrics import Thresholds, compare_outputs
 from tests.assets.catalog import CATALOG
 

@@ -11,8 +11,8 @@ import onnx
 import pytest
 
 import deploykit
+from deploykit.backends.reference_ops import run_reference
 from deploykit.backends.registry import get_backend
-from deploykit.model import run_reference
 from tests.assets.catalog import CATALOG
 from tests.assets.paths import missing_asset, official_darknet, yolov4_detector_photo
 from tests.assets.samples import tiny_classifier

@@ -22,10 +22,9 @@ from onnx import TensorProto, helper
 from onnx.reference import ReferenceEvaluator
 
 import deploykit
-from deploykit.backends.reference_ops import REFERENCE_OPS
+from deploykit.backends.reference_ops import REFERENCE_OPS, run_reference
 from deploykit.convert.darknet.convert import convert_darknet, load_network
 from deploykit.convert.darknet.weights import write_random_weights
-from deploykit.model import run_reference
 from tests.assets.paths import REPO
 
 
