@@ -9,6 +9,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.errors import UsageError
 from deploykit.io import atomic_path, check_outputs
 from deploykit.metadata import read_metadata
@@ -170,7 +171,7 @@ def _check(model: Path, image: Path, backend: str | None, device: str | None) ->
 
         bundle = read_bundle(model)
         model, backend, device = bundle.model_path, bundle.manifest.backend, bundle.manifest.device
-    backend = backend or "onnxruntime"
+    backend = backend or DEFAULT_BACKEND
     spec = f"{backend}:{device}" if device else backend
     report = verify_model(model, [spec], inputs=image, precision=None)
     verdict = report.verdicts[0]

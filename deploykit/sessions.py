@@ -12,7 +12,7 @@ import os
 
 from deploykit.backends.base import Session
 from deploykit.backends.options import OptionValue
-from deploykit.backends.registry import get_backend
+from deploykit.backends.registry import DEFAULT_BACKEND, get_backend
 
 
 def load(
@@ -44,4 +44,4 @@ def load(
         from deploykit.optimize.bundle import open_bundle
 
         return open_bundle(model, backend=backend, device=device, allow_fallback=allow_fallback, **options)
-    return get_backend(backend or "onnxruntime").open(model, device, allow_fallback=allow_fallback, **options)
+    return get_backend(backend or DEFAULT_BACKEND).open(model, device, allow_fallback=allow_fallback, **options)

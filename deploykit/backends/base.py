@@ -283,17 +283,24 @@ class Backend(abc.ABC):
     """
 
     is_deploykit_backend: ClassVar[bool] = True
-    """How the registry recognises a plug-in's class without importing this module (it sits below it)."""
+    """How the registry recognises a plug-in's class without importing this module (which looks backends up there)."""
     name: ClassVar[str]
     aliases: ClassVar[tuple[str, ...]] = ()
     pip_extra: ClassVar[str]
     module: ClassVar[str]
     default_device: ClassVar[str] = "cpu"
+    virtual_devices: ClassVar[tuple[str, ...]] = ()
+    """Device names that choose among the real devices (OpenVINO's ``AUTO``): a default sweep over
+    every device leaves them out, since the devices they choose among are listed themselves."""
     independent_oracle: ClassVar[bool] = False
     """True when the backend shares no code with the runtimes it may check (the verification
     subsystem then treats its outputs as an independent oracle, not as another candidate)."""
     distributions: ClassVar[tuple[str, ...]] = ()
     """Package names that provide the runtime (for the device fingerprint); default: ``module``."""
+
+    def oracle_label(self, device: str) -> str:
+        """How a verification names this backend when it is the oracle (``onnxruntime:cpu``)."""
+        return f"{self.name}:{device}"
 
     def oracle_blind_spot(self, model_path: Path) -> str | None:
         """Why this backend must not judge ``model_path`` as an oracle: a construct it is known to compute

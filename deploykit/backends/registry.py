@@ -29,6 +29,10 @@ BUILTIN_BACKENDS: dict[str, str] = {
     "reference": "deploykit.backends.reference:ReferenceBackend",
 }
 ENTRY_POINT_GROUP = "deploykit.backends"
+DEFAULT_BACKEND = "onnxruntime"
+"""The backend a command or function uses when none is named."""
+REFERENCE_BACKEND = "reference"
+"""The independent oracle a verification uses by default (``--oracle auto``)."""
 
 
 def _load_class(target: str) -> type[Backend]:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.convert.report import ConversionReport
 from deploykit.convert.specs import InputSpec
 from deploykit.convert.torch_export import output_moves
@@ -49,7 +50,7 @@ def convert_torch(
     opset: int = 17,
     exporter: str = "auto",
     simplify: bool = False,
-    verify_backends: Sequence[str] = ("onnxruntime",),
+    verify_backends: Sequence[str] = (DEFAULT_BACKEND,),
     atol: float | None = None,
     rtol: float | None = None,
     keep_on_mismatch: bool = False,

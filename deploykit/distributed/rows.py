@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.errors import DeployKitError, InputError, UsageError
 from deploykit.tensors import TensorSpec
 from deploykit.vision.image import decode_image
@@ -82,7 +83,7 @@ class Predictor:
         self,
         model: str | os.PathLike[str],
         task: str,
-        backend: str = "onnxruntime",
+        backend: str = DEFAULT_BACKEND,
         device: str | None = None,
         *,
         threads: int | None = None,

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.errors import InputError, QuantizationError, UsageError
 from deploykit.io import atomic_path, check_onnx_output, check_outputs
 from deploykit.model import check_model_path, load_onnx
@@ -362,7 +363,7 @@ def _accuracy(
     candidate = evaluate.run_all(quantized_path, data, data.held_out)
     accuracy = AccuracyDelta(
         samples=len(data.held_out),
-        backend="onnxruntime cpu",
+        backend=f"{DEFAULT_BACKEND} cpu",
         outputs=evaluate.output_similarity(reference, candidate) if data.held_out else [],
     )
     if not data.held_out:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.errors import UsageError
 from deploykit.model import check_model_path
 
@@ -44,7 +45,7 @@ class ServedModel:
 
     name: str
     path: Path
-    backend: str = "onnxruntime"
+    backend: str = DEFAULT_BACKEND
     device: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     version: str = "1"
@@ -98,7 +99,7 @@ class ServedModel:
         return cls(
             name=name or model_path.stem,
             path=model_path,
-            backend=backend or "onnxruntime",
+            backend=backend or DEFAULT_BACKEND,
             device=device,
             options=dict(options or {}),
             instances=instances,

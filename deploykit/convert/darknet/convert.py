@@ -17,6 +17,7 @@ from typing import Any
 
 from onnx import helper
 
+from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.convert.darknet.graph import INPUT_NAME, build_graph
 from deploykit.convert.darknet.layers import MAX_INPUT_SIDE, Network, load_network, resolve
 from deploykit.convert.darknet.oracles import DarknetOracle, check_oracle_choice, verify
@@ -117,7 +118,7 @@ def convert_darknet(
     opset: int = 13,
     opencv_threshold: float | None = None,
     labels: str | os.PathLike[str] | None = None,
-    verify_backends: Sequence[str] = ("onnxruntime",),
+    verify_backends: Sequence[str] = (DEFAULT_BACKEND,),
     oracle: DarknetOracle = "auto",
     atol: float = 1e-4,
     rtol: float = 1e-3,

@@ -32,6 +32,9 @@ DarknetOracle = Literal["auto", "opencv", "darknet", "none"]
 ORACLE_CHOICES: tuple[DarknetOracle, ...] = ("auto", "opencv", "darknet", "none")
 _NO_OPENCV4 = "pip install 'opencv-python-headless<5' for OpenCV 4.x's importer"
 
+OPENCV_ORACLE = "opencv-darknet"
+"""How the OpenCV importer oracle is named in reports (``opencv-darknet <OpenCV version>``)."""
+
 # OpenCV's Darknet importer zeroes class scores at or below this ([region] layers use their thresh=).
 OPENCV_SCORE_THRESHOLD = 0.2
 
@@ -174,7 +177,7 @@ def _opencv(cfg: Path, weights: Path, image: np.ndarray, heads: list[dict[str, A
     if found is None:
         return None, f"OpenCV here has no Darknet importer (OpenCV 5 dropped it; {_NO_OPENCV4})"
     outputs, version = found
-    info = OracleInfo(f"opencv-darknet {version}", True, "OpenCV's own Darknet importer, in a worker process")
+    info = OracleInfo(f"{OPENCV_ORACLE} {version}", True, "OpenCV's own Darknet importer, in a worker process")
     return OracleOutputs(info, opencv=outputs), ""
 
 
