@@ -519,8 +519,9 @@ def run_oracle(
     name, device = parse_backend_spec(choice)
     name = canonical_name(name)
     backend = get_backend(name)
-    spec = Candidate(name, device or backend.default_device, None, backend.precision_options("f32"))
-    label = backend.oracle_label(spec.device)
+    device = device or backend.default_device
+    spec = Candidate(name, device, None, backend.precision_options("f32"))
+    label = backend.oracle_label(device)
     if backend.independent_oracle and (blind := backend.oracle_blind_spot(Path(model))):
         return OracleInfo(label, False, f"{label} is not used as the oracle: {blind}"), None
     run = run_on_platform(Path(model), spec, cases, timeout_s, isolate)
