@@ -245,4 +245,4 @@ def _show(result: BenchmarkReport, as_json: bool, report_dir: Path | None, allow
 
 
 def _bad(verdict: Verdict) -> bool:
-    return verdict.failed or verdict.status == "degenerate"
+    return verdict.blocking

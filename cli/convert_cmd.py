@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
+from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.convert.report import ConversionReport
 from deploykit.errors import ParityError
 
@@ -94,7 +95,7 @@ def torch_command(
     ),
     simplify: bool = typer.Option(False, "--simplify", help="Simplify with onnxslim (still verified)."),
     verify_backends: str = typer.Option(
-        "onnxruntime", "--verify-backends", help="Comma-separated backends that must match PyTorch."
+        DEFAULT_BACKEND, "--verify-backends", help="Comma-separated backends that must match PyTorch."
     ),
     atol: float = typer.Option(None, help="Absolute tolerance (default by precision: f32 1e-4)."),
     rtol: float = typer.Option(None, help="Relative tolerance (default by precision: f32 1e-3)."),
@@ -176,7 +177,7 @@ def darknet_command(
         None, "--labels", parser=path_in, help="Class names file (one per line) to store in the model."
     ),
     verify_backends: str = typer.Option(
-        "onnxruntime", "--verify-backends", help="Comma-separated backends to verify on ('' to skip)."
+        DEFAULT_BACKEND, "--verify-backends", help="Comma-separated backends to verify on ('' to skip)."
     ),
     oracle: str = typer.Option("auto", "--oracle", help=DARKNET_ORACLE_HELP),
     keep_on_mismatch: bool = typer.Option(

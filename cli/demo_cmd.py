@@ -63,13 +63,19 @@ def darknet_verdict(report: Any) -> tuple[str, str]:
     ``pass``/``fail`` only when an oracle that shares no code with deploykit ran (Darknet's own
     libdarknet, or OpenCV 4.x's Darknet importer); ``unverified`` with the reason otherwise.
     """
+    from deploykit.convert.darknet.oracles import OPENCV_ORACLE
+
     oracle, verdicts = report.oracle, report.verdicts
     if oracle is None or not verdicts:
         return "unverified", "no check ran"
     if not oracle.independent:
         return "unverified", f"no independent oracle ran here ({oracle.detail})"
     errors = [o.max_abs_error for v in verdicts for o in v.outputs]
-    who = f"OpenCV {oracle.name.split()[-1]} readNetFromDarknet" if oracle.name.startswith("opencv") else oracle.detail
+    who = (
+        f"OpenCV {oracle.name.split()[-1]} readNetFromDarknet"
+        if oracle.name.startswith(OPENCV_ORACLE)
+        else oracle.detail
+    )
     status = "pass" if report.status == "pass" else "fail"
     return status, (
         f"checked against {who} on {', '.join(v.candidate for v in verdicts)}: max abs error "

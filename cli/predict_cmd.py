@@ -9,6 +9,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.errors import UsageError
 from deploykit.io import atomic_path, check_outputs
 from deploykit.metadata import read_metadata
@@ -158,7 +159,7 @@ def predict(
                    "verdict": verdict.to_dict() if verdict else None}  # fmt: skip
         with atomic_path(json_path) as temporary:
             temporary.write_text(json.dumps(payload, indent=2))
-    if verdict is not None and (verdict.failed or verdict.status == "degenerate"):
+    if verdict is not None and verdict.blocking:
         raise typer.Exit(1)
 
 
@@ -171,7 +172,7 @@ def _check(model: Path, image: Path, backend: str | None, device: str | None) ->
 
         bundle = read_bundle(model)
         model, backend, device = bundle.model_path, bundle.manifest.backend, bundle.manifest.device
-    backend = backend or "onnxruntime"
+    backend = backend or DEFAULT_BACKEND
     spec = f"{backend}:{device}" if device else backend
     report = verify_model(model, [spec], VerifySettings(precision=None), inputs=image)
     verdict = report.verdicts[0]

@@ -14,6 +14,7 @@ import typer
 from rich.table import Table
 
 from deploykit.backends.base import SessionInfo
+from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.io import atomic_path, check_outputs
 from deploykit.validation import check_seed
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, run_candidate
@@ -25,7 +26,7 @@ from .paths import file_out, path_in
 
 def run(
     model: Path = typer.Argument(..., parser=path_in, help="The .onnx file."),
-    backend: str = typer.Option("onnxruntime", "--backend", "-b", help="Backend name or alias."),
+    backend: str = typer.Option(DEFAULT_BACKEND, "--backend", "-b", help="Backend name or alias."),
     device: opt.Device = None,
     inputs: list[str] = typer.Option(
         [],

@@ -86,7 +86,7 @@ def print_details(verdicts: Sequence[Verdict], notes: Sequence[str] = ()) -> Non
 def exit_for(verdicts: Sequence[Verdict], *, require_oracle: bool = False) -> None:
     """Exit 1 for a failure, error, disagreement or degenerate reference (and with
     ``require_oracle`` for an unverified verdict); print why."""
-    bad = [v for v in verdicts if v.failed or v.status == "degenerate"]
+    bad = [v for v in verdicts if v.blocking]
     unverified = [v for v in verdicts if v.status == "unverified"]
     if require_oracle and unverified and not bad:
         console.print("[red]no independent oracle verified[/] " + ", ".join(v.candidate for v in unverified)

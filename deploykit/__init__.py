@@ -15,12 +15,10 @@ It mirrors the commands, one function each: ``convert torch`` → ``convert_torc
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 from deploykit._version import __version__
 from deploykit.backends.base import Backend, Session, SessionInfo
-from deploykit.backends.options import OptionValue
 from deploykit.backends.registry import all_backends, backend_names, get_backend
 from deploykit.errors import (
     BackendError,
@@ -47,6 +45,7 @@ from deploykit.errors import (
 )
 from deploykit.inputs import make_inputs
 from deploykit.model import summarize
+from deploykit.sessions import load
 from deploykit.tensors import TensorSpec
 from deploykit.verify import (
     OracleInfo,
@@ -113,38 +112,6 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module 'deploykit' has no attribute {name!r}")
-
-
-def load(
-    model: str | os.PathLike[str],
-    backend: str | None = None,
-    device: str | None = None,
-    *,
-    allow_fallback: bool = False,
-    **options: OptionValue,
-) -> Session:
-    """Load a model on a backend and device.
-
-    Args:
-        model: path to an ``.onnx`` file (or a Darknet ``.cfg`` for OpenCV 4.x), or a bundle folder
-            written by ``deploykit optimize -o``: then its chosen model file opens on its chosen
-            backend, device, precision and threads (``deploykit.optimize.bundle.open_bundle``).
-        backend: ``onnxruntime``/``ort`` (the default), ``openvino``/``ov``, ``opencv``/``cv`` or a plug-in.
-        device: the backend's device name; its default device (the CPU) when omitted.
-        allow_fallback: run on the CPU when the device cannot be used and report it in
-            ``session.info.fallback``; otherwise that is a ``DeviceUnavailableError``.
-        **options: backend options, e.g. ``threads=2`` or OpenVINO's ``precision="f32"``.
-
-    Returns:
-        an open ``Session``; use it as a context manager. The session runs the runtime in this
-        process: a runtime that crashes ends it (``deploykit run`` and ``compare`` use worker
-        processes instead; see docs/conformance.md).
-    """
-    if os.path.isdir(model):
-        from deploykit.optimize.bundle import open_bundle
-
-        return open_bundle(model, backend=backend, device=device, allow_fallback=allow_fallback, **options)
-    return get_backend(backend or "onnxruntime").open(model, device, allow_fallback=allow_fallback, **options)
 
 
 __all__ = [  # noqa: RUF022  (grouped: classes, then functions)

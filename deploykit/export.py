@@ -136,12 +136,14 @@ def export_ncnn(
             task = recognise({s.name: s for s in layout.specs_out}, layout.metadata)
         oracle_cases = prepared.cases[:1] if task is not None else prepared.cases
         oracle, references = run_oracle(model_path, "auto", oracle_cases, timeout_s=timeout_s)
-        runs = [(run_candidate(written, "ncnn", "cpu", prepared.cases, label=f"ncnn {param.name}",
+        ncnn = NcnnBackend.name
+        runs = [(run_candidate(written, ncnn, NcnnBackend.default_device, prepared.cases, label=f"{ncnn} {param.name}",
                                timeout_s=timeout_s), "f16" if fp16 else "f32")]  # fmt: skip
         if fp16 and task is not None:
             # the task metric compares with a verified f32 run on every image (the oracle checks one)
-            f32 = run_candidate(model_path, "ncnn", "cpu", prepared.cases, options={**shape_option, "precision": "f32"},
-                                label=f"ncnn {model_path.name} f32", timeout_s=timeout_s)  # fmt: skip
+            f32 = run_candidate(model_path, ncnn, NcnnBackend.default_device, prepared.cases,
+                                options={**shape_option, "precision": "f32"}, label=f"{ncnn} {model_path.name} f32",
+                                timeout_s=timeout_s)  # fmt: skip
             runs.insert(0, (f32, "f32"))
         if references is not None:
             references = references[: len(oracle_cases)]

@@ -9,7 +9,6 @@ from generated weights only when asked (``random_weights=True``); the model's me
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -28,7 +27,7 @@ else:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
 from deploykit.errors import ConversionError, UsageError
-from deploykit.io import atomic_path, check_onnx_output, check_outputs
+from deploykit.io import atomic_path, check_onnx_output, check_outputs, file_sha256
 
 if TYPE_CHECKING:
     from deploykit.convert.darknet.oracles import DarknetOracle
@@ -108,13 +107,10 @@ class Recipe:
                                   hint=f"{install} --weights FILE{self._random_hint()}.")  # fmt: skip
         expected = self.source.get("weights_sha256")
         if expected:
-            digest = hashlib.sha256()
-            with weights.open("rb") as stream:
-                for block in iter(lambda: stream.read(1 << 20), b""):
-                    digest.update(block)
-            if digest.hexdigest() != expected:
+            digest = file_sha256(weights)
+            if digest != expected:
                 raise ConversionError(
-                    f"recipe '{self.name}' | {weights} has SHA-256 {digest.hexdigest()}, expected {expected}.",
+                    f"recipe '{self.name}' | {weights} has SHA-256 {digest}, expected {expected}.",
                     hint=f"reinstall the package ({self.install_hint()} --force-reinstall).",
                 )
         return weights

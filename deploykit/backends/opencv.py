@@ -191,7 +191,7 @@ class OpenCvBackend(Backend):
                 f"Darknet model '{cfg_path.name}' | OpenCV cannot read it: {_cv_message(exc)}",
                 hint="check that the .weights file belongs to this .cfg.",
             ) from exc
-        from deploykit.convert.darknet.cfg import read_cfg
+        from deploykit.darknet_cfg import read_cfg
 
         section = read_cfg(cfg_path).net
         width, height = section.integer("width", 416), section.integer("height", 416)

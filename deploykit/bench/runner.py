@@ -33,8 +33,9 @@ from deploykit.verify.check import (
     parse_precisions,
     run_oracle,
 )
-from deploykit.verify.isolated import CandidateRun, run_worker
+from deploykit.verify.isolated import CandidateRun
 from deploykit.verify.verdict import OracleInfo
+from deploykit.workers import read_arrays, run_worker
 
 Progress = Callable[[int, int, str], None]
 IMAGE_CHECK_LIMIT = 8
@@ -114,12 +115,8 @@ def measure_isolated(
     row = Row.from_dict(outcome.result)
     if not row.ok or not outputs_path.exists():
         return row, None, []
-
-    def load(path: Path) -> dict[str, np.ndarray]:
-        with np.load(path, allow_pickle=False) as archive:
-            return {name: archive[name] for name in archive.files}
-
-    return row, load(outputs_path), [load(Path(f"{outputs_path}.check-{i}.npz")) for i in range(len(checks))]
+    checked = [read_arrays(f"{outputs_path}.check-{i}.npz") for i in range(len(checks))]
+    return row, read_arrays(outputs_path), checked
 
 
 def benchmark(

@@ -42,7 +42,7 @@ class ConversionReport(JsonDocument):
     def passed(self) -> bool:
         """No backend failed, crashed, disagreed or met a degenerate reference: the file may be written.
         (Without an independent oracle this holds with every verdict ``unverified``; see ``status``.)"""
-        return all(not v.failed and v.status != "degenerate" for v in self.verdicts)
+        return not any(v.blocking for v in self.verdicts)
 
     @property
     def status(self) -> str:
@@ -57,7 +57,7 @@ class ConversionReport(JsonDocument):
 
     def failing_verdict(self) -> Verdict | None:
         """The first verdict that stops the conversion (fail, error, disagreement, degenerate), if any."""
-        return next((v for v in self.verdicts if v.failed or v.status == "degenerate"), None)
+        return next((v for v in self.verdicts if v.blocking), None)
 
     def first_failure(self) -> str:
         """One clause about the first verdict that stops the conversion, to end a sentence with.

@@ -30,8 +30,8 @@ from deploykit.model import summarize
 from deploykit.validation import check_number, check_seed, check_tolerances
 from deploykit.verify import OracleInfo, gate
 from deploykit.verify.check import platform_notes
-from deploykit.verify.isolated import rebuild_error, run_worker
 from deploykit.verify.settings import VerifySettings
+from deploykit.workers import read_arrays, rebuild_error, run_worker, write_arrays
 
 if TYPE_CHECKING:  # torch is imported only when a conversion runs
     import torch
@@ -179,8 +179,6 @@ def _stage_in_worker(
     timeout_s: float,
 ) -> PyTorchStage:
     """The PyTorch side in its own process: the user's code cannot hang, crash or exit the command."""
-    from deploykit.inputs import load_arrays, save_arrays
-
     examples_path = None
     if example_inputs is not None:
         import torch
@@ -188,7 +186,7 @@ def _stage_in_worker(
         given = (example_inputs,) if isinstance(example_inputs, np.ndarray | torch.Tensor) else example_inputs
         examples_path = scratch / "examples.npz"
         arrays = [x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x) for x in given]
-        save_arrays(examples_path, {f"example_{i:04d}": a for i, a in enumerate(arrays)})
+        write_arrays(examples_path, {f"example_{i:04d}": a for i, a in enumerate(arrays)})
     target = _absolute_source(str(model))
     job = {
         "model": target, "examples": str(examples_path) if examples_path else None, "settings": settings.to_dict(),
@@ -209,8 +207,8 @@ def _stage_in_worker(
     fields = dict(result["stage"])
     fields["candidate"] = Path(fields["candidate"])
     count = int(result["count"])
-    fields["cases"] = [load_arrays(scratch / f"case-{i}.npz") for i in range(count)]
-    fields["references"] = [load_arrays(scratch / f"reference-{i}.npz") for i in range(count)]
+    fields["cases"] = [read_arrays(scratch / f"case-{i}.npz") for i in range(count)]
+    fields["references"] = [read_arrays(scratch / f"reference-{i}.npz") for i in range(count)]
     return PyTorchStage(**fields)
 
 

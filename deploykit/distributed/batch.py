@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.distributed.cluster import connect, require_ray
 from deploykit.distributed.rows import ARRAY_SUFFIXES, TASKS, Predictor
 from deploykit.distributed.settings import Execution, PredictSettings
@@ -241,7 +242,7 @@ def predict(
         model, backend, device, backend_options = bundle_configuration(
             model, backend=backend, device=device, **backend_options
         )
-    backend = backend or "onnxruntime"
+    backend = backend or DEFAULT_BACKEND
     given = backend_options.get("threads")
     threads = int(given) if isinstance(given, (int, float)) and given > 0 else None
     cpus_per_actor = cpus_per_actor if cpus_per_actor is not None else float(threads or 1)

@@ -8,7 +8,6 @@ and ``report merge`` read them; the fleet document (``deploykit.fleet``) wraps t
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -19,6 +18,7 @@ from typing import Any, ClassVar
 from deploykit.bench.report import BenchmarkReport
 from deploykit.bench.rows import Recommendation
 from deploykit.document import JsonDocument
+from deploykit.io import file_sha256
 
 SCHEMA_VERSION = 1
 
@@ -82,7 +82,7 @@ class FleetReport(JsonDocument):
     ) -> FleetReport:
         return cls(
             str(model),
-            hashlib.sha256(model.read_bytes()).hexdigest(),
+            file_sha256(model),
             {**json.loads(json.dumps(settings, default=str)), "device_timeout_s": device_timeout_s},
             outcomes,
         )

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.errors import DeployKitError, InputError, UsageError
 from deploykit.tasks.registry import pipeline_tasks, task_class
 from deploykit.tensors import TensorSpec
@@ -83,7 +84,7 @@ class Predictor:
         self,
         model: str | os.PathLike[str],
         task: str,
-        backend: str = "onnxruntime",
+        backend: str = DEFAULT_BACKEND,
         device: str | None = None,
         *,
         threads: int | None = None,
@@ -101,7 +102,7 @@ class Predictor:
             options["threads"] = threads
         self.pipeline: Detector | Classifier | None = None
         if task == "tensor":
-            from deploykit import load
+            from deploykit.sessions import load
 
             self.session = load(model, backend, device, **options)
         else:

@@ -217,7 +217,7 @@ def make_variants(
                 made = QuantizeSettings(held_out=0, measure_speed=False, seed=seed, **settings)
                 run_quantize(model, path, made, calibrate=calibrate)
         except DeployKitError as exc:
-            notes.append(f"variant {name}: not made ({str(exc).split(' Hint: ')[0]})")
+            notes.append(f"variant {name}: not made ({exc.message})")
             continue
         seconds = round(time.perf_counter() - started, 2)
         engine = "fp16" if settings.get("fp16") else str(settings["engine"])

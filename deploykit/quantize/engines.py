@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from deploykit.errors import BackendUnavailableError, QuantizationError
+from deploykit.errors import BackendUnavailableError, QuantizationError, one_line
 from deploykit.quantize.calibration import CalibrationData, ort_reader
 
 NOT_AVAILABLE = {
@@ -28,11 +28,6 @@ NOT_AVAILABLE = {
 METHODS = ("minmax", "entropy", "percentile")
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[-1] if text else type(exc).__name__
-
-
 def _import(module: str, what: str) -> Any:
     import importlib
 
@@ -41,7 +36,7 @@ def _import(module: str, what: str) -> Any:
     except ImportError as exc:
         raise BackendUnavailableError(
             f"quantize | {what} needs the '{module.split('.')[0]}' package, which is not installed "
-            f"({_first_line(exc)}).",
+            f"({one_line(exc, last=True)}).",
             hint="pip install 'deploykit[quantize]'.",
         ) from exc
 
@@ -85,7 +80,7 @@ def ort_pre_process(source: Path, output: Path) -> str | None:
         with _quiet(), tempfile.TemporaryDirectory(prefix="deploykit-pre-") as scratch, _working_directory(scratch):
             quant_pre_process(str(source.resolve()), str(output.resolve()), skip_symbolic_shape=False)
     except Exception as exc:
-        return f"ONNX Runtime's quant_pre_process skipped ({type(exc).__name__}: {_first_line(exc)})"
+        return f"ONNX Runtime's quant_pre_process skipped ({type(exc).__name__}: {one_line(exc, last=True)})"
     return None
 
 
@@ -118,7 +113,7 @@ def quantize_ort(
             )
     except Exception as exc:
         raise QuantizationError(
-            f"engine 'ort' | quantize_static failed on '{source.name}': {_first_line(exc)}",
+            f"engine 'ort' | quantize_static failed on '{source.name}': {one_line(exc, last=True)}",
             hint="exclude the failing node with --exclude, or try --quantizer nncf.",
         ) from exc
 
@@ -161,7 +156,7 @@ def quantize_nncf(
         raise
     except Exception as exc:
         raise QuantizationError(
-            f"engine 'nncf' | quantization failed on '{source.name}': {_first_line(exc)}",
+            f"engine 'nncf' | quantization failed on '{source.name}': {one_line(exc, last=True)}",
             hint="exclude the failing node with --exclude, or try --quantizer ort.",
         ) from exc
     onnx.save(quantized, str(output))
@@ -175,7 +170,7 @@ def save_ir(onnx_path: Path, xml_path: Path) -> None:
         ov.save_model(ov.convert_model(str(onnx_path)), str(xml_path), compress_to_fp16=False)
     except Exception as exc:
         raise QuantizationError(
-            f"--ir '{xml_path}' | OpenVINO could not convert the quantized model: {_first_line(exc)}",
+            f"--ir '{xml_path}' | OpenVINO could not convert the quantized model: {one_line(exc, last=True)}",
             hint="use the ONNX output; OpenVINO reads it directly.",
         ) from exc
 
@@ -204,7 +199,7 @@ def convert_fp16(source: Path, output: Path, *, exclude: Sequence[str]) -> dict[
         onnx.save(converted, str(output))
     except Exception as exc:
         raise QuantizationError(
-            f"--fp16 | converting '{source.name}' failed: {_first_line(exc)}",
+            f"--fp16 | converting '{source.name}' failed: {one_line(exc, last=True)}",
             hint="keep the failing node in f32 with --exclude.",
         ) from exc
     return dict(sorted(kept.items()))

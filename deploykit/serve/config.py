@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.errors import DeployKitError, UsageError
 from deploykit.model import check_model_path
 
@@ -44,7 +45,7 @@ class ServedModel:
 
     name: str
     path: Path
-    backend: str = "onnxruntime"
+    backend: str = DEFAULT_BACKEND
     device: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     version: str = "1"

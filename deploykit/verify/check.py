@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from deploykit.backends.options import OptionValue
+from deploykit.backends.registry import REFERENCE_BACKEND
 from deploykit.errors import UsageError
 from deploykit.inputs import InputSetting
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, CandidateRun, run_candidate
@@ -32,8 +33,6 @@ from deploykit.verify.verdict import OracleInfo, Verdict, VerificationReport, er
 
 if TYPE_CHECKING:
     from deploykit.tasks.base import Task
-
-REFERENCE_BACKEND = "reference"
 
 
 @dataclass(frozen=True)
@@ -72,7 +71,7 @@ def default_backend_specs() -> list[str]:
         backend = get_backend(name)
         if not backend.default_candidate or not backend.is_available():
             continue
-        specs += [f"{name}:{device}" for device in backend.devices() if device.upper() != "AUTO"]
+        specs += [f"{name}:{device}" for device in backend.devices() if device.upper() not in backend.virtual_devices]
     return specs
 
 
@@ -507,8 +506,9 @@ def run_oracle(
     name, device = parse_backend_spec(choice)
     name = canonical_name(name)
     backend = get_backend(name)
-    spec = Candidate(name, device or backend.default_device, None, backend.precision_options("f32"))
-    label = "onnx-reference" if name == REFERENCE_BACKEND else f"{name}:{spec.device}"
+    device = device or backend.default_device
+    spec = Candidate(name, device, None, backend.precision_options("f32"))
+    label = backend.oracle_label(device)
     if backend.independent_oracle and (blind := backend.oracle_blind_spot(Path(model))):
         return OracleInfo(label, False, f"{label} is not used as the oracle: {blind}"), None
     run = run_on_platform(Path(model), spec, cases, timeout_s, isolate)

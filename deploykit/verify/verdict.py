@@ -93,6 +93,12 @@ class Verdict:
         """A definite problem: fail, error, or disagreement with another backend."""
         return self.status in ("fail", "error") or self.agreement is False
 
+    @property
+    def blocking(self) -> bool:
+        """Whether a command that gates on verification must stop here: the verdict failed (fail,
+        error, disagreement) or the reference says nothing to judge by (degenerate)."""
+        return self.failed or self.status == "degenerate"
+
     def failures(self) -> list[OutputMetrics]:
         return [o for o in self.outputs if not o.passed]
 
@@ -251,7 +257,7 @@ class VerificationReport:
     def exit_code(self, *, require_oracle: bool = False) -> int:
         """1 when any candidate failed, errored, disagreed or is degenerate; with ``require_oracle``
         also when any verdict is unverified; else 0."""
-        bad = any(v.failed or v.status == "degenerate" for v in self.verdicts)
+        bad = any(v.blocking for v in self.verdicts)
         if require_oracle and any(v.status == "unverified" for v in self.verdicts):
             bad = True
         return 1 if bad or not self.verdicts else 0

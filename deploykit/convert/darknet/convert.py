@@ -17,14 +17,15 @@ from typing import Any
 
 from onnx import helper
 
-from deploykit.convert.darknet.cfg import read_cfg
+from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.convert.darknet.graph import INPUT_NAME, build_graph
-from deploykit.convert.darknet.layers import MAX_INPUT_SIDE, Network, resolve
+from deploykit.convert.darknet.layers import MAX_INPUT_SIDE, Network, load_network, resolve
 from deploykit.convert.darknet.oracles import check_oracle_choice, verify
 from deploykit.convert.darknet.settings import DarknetExportSettings
 from deploykit.convert.darknet.weights import DarknetWeights
 from deploykit.convert.darknet.writer import write_streaming
 from deploykit.convert.report import ConversionReport
+from deploykit.darknet_cfg import read_cfg
 from deploykit.errors import ConversionError, ParityError, UsageError
 from deploykit.io import check_onnx_output, check_outputs, commit_outputs, scratch_dir
 from deploykit.labels import read_labels
@@ -56,24 +57,6 @@ def parse_size(text: str) -> tuple[int, int]:
             hint="Darknet networks take inputs such as 416x416 or 608x608.",
         )
     return (values[0], values[-1])
-
-
-def load_network(cfg: str | os.PathLike[str], input_size: tuple[int, int] | None = None) -> Network:
-    """Parse and resolve a cfg, at its own input size or ``input_size`` (width, height)."""
-    parsed = read_cfg(cfg)
-    native = resolve(parsed)
-    if input_size is None or input_size == (native.width, native.height):
-        return native
-    stride = native.stride()
-    width, height = input_size
-    if width % stride or height % stride:
-        raise ConversionError(
-            f"input size {width}x{height} | is not a multiple of the network stride {stride}.",
-            hint=f"use multiples of {stride}, e.g. "
-            f"{width // stride * stride or stride}x{height // stride * stride or stride}.",
-        )
-    parsed = read_cfg(cfg)  # sections record which options were read; start clean
-    return resolve(parsed, width=width, height=height)
 
 
 def _metadata(
@@ -134,7 +117,7 @@ def convert_darknet(
     checks: VerifySettings | None = None,
     *,
     labels: str | os.PathLike[str] | None = None,
-    verify_backends: Sequence[str] = ("onnxruntime",),
+    verify_backends: Sequence[str] = (DEFAULT_BACKEND,),
     keep_on_mismatch: bool = False,
     report_path: str | os.PathLike[str] | None = None,
 ) -> ConversionReport:

@@ -25,15 +25,17 @@ from deploykit.convert.darknet.graph import DETECTIONS_NAME, INPUT_NAME
 from deploykit.convert.darknet.layers import Network
 from deploykit.convert.darknet.settings import DarknetExportSettings
 from deploykit.errors import OracleError, UsageError
-from deploykit.inputs import save_arrays
-from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, run_worker
 from deploykit.verify.metrics import OutputMetrics, compare_array, thresholds_for
 from deploykit.verify.settings import VerifySettings
 from deploykit.verify.verdict import OracleInfo, Verdict, error_verdict, judge
+from deploykit.workers import DEFAULT_TIMEOUT_S, read_arrays, run_worker, write_arrays
 
 DarknetOracle = Literal["auto", "opencv", "darknet", "none"]
 ORACLE_CHOICES: tuple[DarknetOracle, ...] = ("auto", "opencv", "darknet", "none")
 _NO_OPENCV4 = "pip install 'opencv-python-headless<5' for OpenCV 4.x's importer"
+
+OPENCV_ORACLE = "opencv-darknet"
+"""How the OpenCV importer oracle is named in reports (``opencv-darknet <OpenCV version>``)."""
 
 # OpenCV's Darknet importer zeroes class scores at or below this ([region] layers use their thresh=).
 OPENCV_SCORE_THRESHOLD = 0.2
@@ -50,7 +52,7 @@ def opencv_darknet_outputs(
     """
     with tempfile.TemporaryDirectory(prefix="deploykit-opencv-darknet-") as directory:
         image_path, outputs_path = Path(directory) / "image.npz", Path(directory) / "outputs.npz"
-        save_arrays(image_path, {"image": np.ascontiguousarray(image, dtype=np.float32)})
+        write_arrays(image_path, {"image": np.ascontiguousarray(image, dtype=np.float32)})
         job = {"cfg": str(cfg), "weights": str(weights), "image": str(image_path), "outputs": str(outputs_path)}
         outcome = run_worker("deploykit.convert.darknet.opencv_worker", job, timeout_s=timeout_s)
         result = outcome.result
@@ -60,8 +62,7 @@ def opencv_darknet_outputs(
                               hint="this cfg may use layers OpenCV's importer does not know.")  # fmt: skip
         if result["status"] == "missing":
             return None
-        with np.load(outputs_path, allow_pickle=False) as archive:
-            return {name: archive[name] for name in archive.files}, str(result["version"])
+        return read_arrays(outputs_path), str(result["version"])
 
 
 def _opencv_rows(
@@ -178,7 +179,7 @@ def _opencv(cfg: Path, weights: Path, image: np.ndarray, heads: list[dict[str, A
     if found is None:
         return None, f"OpenCV here has no Darknet importer (OpenCV 5 dropped it; {_NO_OPENCV4})"
     outputs, version = found
-    info = OracleInfo(f"opencv-darknet {version}", True, "OpenCV's own Darknet importer, in a worker process")
+    info = OracleInfo(f"{OPENCV_ORACLE} {version}", True, "OpenCV's own Darknet importer, in a worker process")
     return OracleOutputs(info, opencv=outputs), ""
 
 
