@@ -25,7 +25,7 @@ def _cell(result: BenchmarkReport, row: Row, best: Row | None) -> str:
         return f"failed: {row.error}"
     unit = "samples/s" if result.headline == "throughput_sps" else "ms"
     verdict = row.verdict
-    bad = verdict is not None and (verdict.status in ("fail", "error", "degenerate") or verdict.agreement is False)
+    bad = verdict is not None and verdict.blocking
     mark = " ★" if row is best else f" ({verdict.label})" if bad and verdict else ""
     return f"{result.headline_value(row):.3f} {unit} {row.precision}{mark}"
 
