@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.convert.report import ConversionReport
 from deploykit.convert.specs import InputSpec
 from deploykit.convert.torch_export import output_moves
@@ -48,7 +49,7 @@ def convert_torch(
     *,
     inputs: Sequence[InputSpec | str] | None = None,
     weights: str | Path | None = None,
-    verify_backends: Sequence[str] = ("onnxruntime",),
+    verify_backends: Sequence[str] = (DEFAULT_BACKEND,),
     keep_on_mismatch: bool = False,
     report_path: str | os.PathLike[str] | None = None,
 ) -> ConversionReport:

@@ -96,7 +96,7 @@ class ServedModel:
         if os.path.isdir(text):
             return cls._from_bundle(Path(text), name, backend, device, options or {}, instances, isolate)
         model_path = check_model_path(text)
-        backend = backend or "onnxruntime"
+        backend = backend or DEFAULT_BACKEND
         return cls(
             name=name or model_path.stem,
             path=model_path,
