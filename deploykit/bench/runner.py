@@ -22,7 +22,7 @@ from deploykit.bench.rows import BenchSettings, ModelInfo, Row
 from deploykit.errors import DeployKitError, ModelError, UsageError
 from deploykit.inputs import InputSetting, batch_axis_of, fed_batch, load_arrays, make_inputs, save_arrays
 from deploykit.io import file_sha256
-from deploykit.model import read_interface
+from deploykit.model import Model, as_model
 from deploykit.verify.check import (
     Candidate,
     check_given_inputs,
@@ -123,7 +123,7 @@ def measure_isolated(
 
 
 def benchmark(
-    model: str | os.PathLike[str],
+    model: Model | str | os.PathLike[str],
     backends: Sequence[str] | None = None,
     *,
     batch: int | Sequence[int] | None = None,
@@ -150,7 +150,7 @@ def benchmark(
     """Benchmark a model on several backends/devices/precisions with the same inputs, and verify each.
 
     Args:
-        model: the ``.onnx`` file.
+        model: the ``.onnx`` file, or its ``Model`` (``deploykit.model.Model.open``): it is read once.
         backends: ``BACKEND`` or ``BACKEND:DEVICE`` specs; default every available backend × device.
         batch: one size or a sweep; default the model's own (its fixed batch, or 1 if dynamic).
         threads: one count or a sweep; default the runtime's own.
@@ -177,9 +177,9 @@ def benchmark(
     """
     from deploykit.vision.image import IMAGE_SUFFIXES, image_cases, image_feeds
 
-    model_path = Path(model)
-    interface = read_interface(model_path)
-    started_sha256 = file_sha256(model_path)  # every worker must have timed this file, not a replacement
+    interface = as_model(model)
+    model_path = interface.path
+    started_sha256 = interface.sha256  # every worker must have timed this file, not a replacement
     overrides = dict(thresholds or {})
     thresholds_for("f32", **overrides)
     if max_drop is not None and not 0 <= max_drop <= 1:
@@ -209,11 +209,11 @@ def benchmark(
 
     def feeds_for(size: int | None) -> dict[str, np.ndarray]:
         if image_source:
-            return image_feeds(model_path, inputs, size or 1)  # type: ignore[arg-type]
+            return image_feeds(interface, inputs, size or 1)  # type: ignore[arg-type]
         if given is not None:
             return rebatch(given, axes, size) if size else given
-        return make_inputs(interface.inputs, seed=seed, metadata=interface.metadata, batch=size, settings=settings,
-                           batch_axes=batch_axes, model_name=f"'{model_path.name}'")  # fmt: skip
+        return make_inputs(interface.inputs, seed=seed, metadata=interface.metadata_props, batch=size,
+                           settings=settings, batch_axes=batch_axes, model_name=f"'{model_path.name}'")  # fmt: skip
 
     first_feeds = feeds_for(first_batch)
     batches = [fed_batch(first_feeds, axes)] if batch is None or isinstance(batch, int) else list(batch)
@@ -224,7 +224,7 @@ def benchmark(
     checks: list[dict[str, np.ndarray]] = []
     if image_source:
         size = next((v.shape for v in settings.values() if v.shape and len(v.shape) == 4), None)
-        checks, _ = image_cases(model_path, inputs, IMAGE_CHECK_LIMIT, (size[2], size[3]) if size else None)  # type: ignore[arg-type]
+        checks, _ = image_cases(interface, inputs, IMAGE_CHECK_LIMIT, (size[2], size[3]) if size else None)  # type: ignore[arg-type]
 
     rows: list[Row] = []
     outputs_by_row: list[dict[str, np.ndarray] | None] = []
@@ -247,7 +247,7 @@ def benchmark(
                                                           cost_per_hour, timeout_s)  # fmt: skip
             else:
                 try:
-                    row, outputs, checked = measure(model_path, config, feeds_by_batch[config.batch],
+                    row, outputs, checked = measure(interface, config, feeds_by_batch[config.batch],
                                                     cost_per_hour=cost_per_hour, check_cases=checks)  # fmt: skip
                 except DeployKitError as exc:
                     row, outputs, checked = Row.from_failure(config, str(exc)), None, []
@@ -261,13 +261,13 @@ def benchmark(
     if image_source:
         from deploykit.verify.task_metric import task_of
 
-        task = task_of({s.name: s for s in interface.outputs}, interface.metadata)
+        task = task_of({s.name: s for s in interface.outputs}, interface.metadata_props)
         groups = {0: (list(range(len(rows))), checks)}
     else:
         groups = {b: ([i for i, c in enumerate(configs) if c.batch == b], [feeds_by_batch[b]]) for b in batches}
     for members, cases in groups.values():
         oracle_cases = cases  # every image: the task metric of every row is measured against the oracle
-        info, references = run_oracle(model_path, oracle, oracle_cases, timeout_s=timeout_s, isolate=isolate)
+        info, references = run_oracle(interface, oracle, oracle_cases, timeout_s=timeout_s, isolate=isolate)
         runs = []
         for i in members:
             first_outputs = outputs_by_row[i]
@@ -285,7 +285,7 @@ def benchmark(
         if info.detail:
             notes.append(f"oracle: {info.detail}")
         verdicts = judge_runs(runs, cases, references, info, overrides=overrides, task=task,
-                              metadata=interface.metadata)  # fmt: skip
+                              metadata=interface.metadata_props)  # fmt: skip
         for i, verdict in zip(members, verdicts, strict=True):
             if rows[i].ok:
                 rows[i].set_verdict(verdict)

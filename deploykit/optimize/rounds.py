@@ -122,13 +122,13 @@ class Search:
         if accuracy:
             folder = link_folder(self.scratch / "accuracy", [(p, None) for p in accuracy])
             self.cases, _ = image_cases(self.model, folder, len(accuracy))
-            self.task = task_of({s.name: s for s in self.interface.outputs}, self.interface.metadata)
+            self.task = task_of({s.name: s for s in self.interface.outputs}, self.interface.metadata_props)
         else:
             self.cases = [
                 make_inputs(
                     self.interface.inputs,
                     seed=seed,
-                    metadata=self.interface.metadata,
+                    metadata=self.interface.metadata_props,
                     model_name=f"'{self.model.name}'",
                 )
             ]
@@ -239,7 +239,7 @@ class Search:
             precision=state.config.precision,
             task=self.task,
             task_reference=self.task_reference,
-            metadata=self.interface.metadata,
+            metadata=self.interface.metadata_props,
         )
         state.verdict, state.delta = verdict, accuracy_delta(verdict)
         if self.truth is not None and len(checked) == len(self.truth):

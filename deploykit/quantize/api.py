@@ -438,5 +438,5 @@ def read_metadata(model: str | os.PathLike[str]) -> dict[str, Any] | None:
     """The ``deploykit.quantize`` record of a quantized model, or None."""
     from deploykit.model import read_interface
 
-    text = read_interface(model).metadata.get(METADATA_KEY)
+    text = read_interface(model).metadata_props.get(METADATA_KEY)
     return json.loads(text) if text else None

@@ -24,6 +24,7 @@ import numpy as np
 from deploykit.backends.options import OptionValue
 from deploykit.errors import UsageError
 from deploykit.inputs import InputSetting
+from deploykit.model import Model, as_model
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, CandidateRun, run_candidate
 from deploykit.verify.metrics import compare_outputs, is_reduced, normalize_precision, thresholds_for
 from deploykit.verify.pool import WorkerPool
@@ -177,7 +178,7 @@ class Inputs:
 
 
 def prepare_inputs(
-    model: str | os.PathLike[str],
+    model: Model | str | os.PathLike[str],
     inputs: str | os.PathLike[str] | Mapping[str, np.ndarray] | None = None,
     *,
     batch: int | None = None,
@@ -189,10 +190,9 @@ def prepare_inputs(
     """Seeded random data (shapes decided by ``plan_inputs``), arrays from an ``.npz`` or a dict,
     or real images (one input set per image: what task metrics need)."""
     from deploykit.inputs import InputSetting, batch_axis_of, fed_batch, load_arrays, make_inputs
-    from deploykit.model import read_interface
     from deploykit.vision.image import IMAGE_SUFFIXES, image_cases
 
-    interface = read_interface(model)
+    interface = as_model(model)
     specs = {s.name: s for s in interface.inputs}
     settings = {k: v if isinstance(v, InputSetting) else InputSetting(tuple(v)) for k, v in (shapes or {}).items()}
     axes = {s.name: batch_axis_of(s, set(), dict(batch_axes or {})) for s in interface.inputs}
@@ -200,14 +200,14 @@ def prepare_inputs(
         path = Path(inputs)
         if path.is_dir() or path.suffix.lower() in IMAGE_SUFFIXES:
             size = next((v.shape for v in settings.values() if v.shape and len(v.shape) == 4), None)
-            cases, files = image_cases(model, path, image_limit, (size[2], size[3]) if size else None)
+            cases, files = image_cases(interface, path, image_limit, (size[2], size[3]) if size else None)
             return Inputs(cases, "images", 1, [str(f) for f in files])
         given = load_arrays(path)
         return Inputs([check_given_inputs(specs, given)], "file", fed_batch(given, axes))
     if inputs is not None:
         arrays = {k: np.asarray(v) for k, v in inputs.items()}
         return Inputs([check_given_inputs(specs, arrays)], "arrays", fed_batch(arrays, axes))
-    feeds = make_inputs(interface.inputs, seed=seed, metadata=interface.metadata, batch=batch, settings=settings,
+    feeds = make_inputs(interface.inputs, seed=seed, metadata=interface.metadata_props, batch=batch, settings=settings,
                         batch_axes=batch_axes, model_name=f"'{interface.path.name}'")  # fmt: skip
     return Inputs([feeds], "seeded random", fed_batch(feeds, axes))
 
@@ -231,7 +231,7 @@ def check_given_inputs(specs: Mapping[str, Any], given: Mapping[str, np.ndarray]
 
 
 def run_on_platform(
-    model: Path,
+    model: Model | Path,
     candidate: Candidate,
     cases: Sequence[Mapping[str, np.ndarray]],
     timeout_s: float,
@@ -386,7 +386,7 @@ def _no_task_reason(verdict: Verdict, task_reference: tuple[str, Any] | None, or
 
 
 def verify_model(
-    model: str | os.PathLike[str],
+    model: Model | str | os.PathLike[str],
     backends: Sequence[str] | None = None,
     *,
     oracle: str = "auto",
@@ -424,11 +424,10 @@ def verify_model(
             aarch64 builds under emulation, ``deploykit platforms add``), or several
             (``host,linux/arm64``): every candidate on each. The oracle runs on the host.
     """
-    from deploykit.model import read_interface
     from deploykit.verify.task_metric import task_of
 
-    model_path = Path(model)
-    interface = read_interface(model_path)
+    interface = as_model(model)
+    model_path = interface.path
     overrides = dict(thresholds or {})
     thresholds_for("f32", **overrides)  # bad values fail before anything runs
     candidates, notes = on_platforms(backends, parse_precisions(precision), platforms,
@@ -443,9 +442,10 @@ def verify_model(
             hint="'deploykit backends' lists what runs here and 'deploykit platforms list' what a target claims; "
             "f32 runs everywhere.",
         )
-    prepared = prepare_inputs(model_path, inputs, batch=batch, shapes=shapes, batch_axes=batch_axes, seed=seed)
-    task = task_of({s.name: s for s in interface.outputs}, interface.metadata) if prepared.source == "images" else None
-    if prepared.source != "images":
+    prepared = prepare_inputs(interface, inputs, batch=batch, shapes=shapes, batch_axes=batch_axes, seed=seed)
+    images = prepared.source == "images"
+    task = task_of({s.name: s for s in interface.outputs}, interface.metadata_props) if images else None
+    if not images:
         notes.append("no task metric: the inputs are not real images (pass --inputs photos/ for top-1 agreement / mAP)")
 
     # on real images the oracle runs on every image: the task metric of every row (f32, bf16,
@@ -459,7 +459,7 @@ def verify_model(
     with WorkerPool(isolate, len(candidates) + 1) as pool:
         submitted = {i: pool.submit(run_on_platform, model_path, c, prepared.cases, timeout_s, isolate)
                      for i, c in enumerate(candidates) if emulated[i]}  # fmt: skip
-        pending_oracle = pool.submit(run_oracle, model_path, oracle, oracle_cases, timeout_s=timeout_s, isolate=isolate)
+        pending_oracle = pool.submit(run_oracle, interface, oracle, oracle_cases, timeout_s=timeout_s, isolate=isolate)
         submitted.update({i: pool.submit(run_on_platform, model_path, c, prepared.cases, timeout_s, isolate)
                           for i, c in enumerate(candidates) if not emulated[i]})  # fmt: skip
         oracle_info, references = pool.results([pending_oracle])[0]
@@ -480,7 +480,7 @@ def verify_model(
     if references is not None:
         references = references[: len(oracle_cases)]
     verdicts = judge_runs(candidate_runs, prepared.cases, references, oracle_info, overrides=overrides, task=task,
-                          metadata=interface.metadata)  # fmt: skip
+                          metadata=interface.metadata_props)  # fmt: skip
     first = prepared.cases[0]
     emulated_seconds = {
         r.label: {"platform": r.platform, "emulated": True, **r.seconds} for r in runs if r.platform != "host"
@@ -497,7 +497,7 @@ def verify_model(
 
 
 def run_oracle(
-    model: str | os.PathLike[str],
+    model: Model | str | os.PathLike[str],
     oracle: str,
     cases: Sequence[Mapping[str, np.ndarray]],
     *,
@@ -522,9 +522,11 @@ def run_oracle(
     backend = get_backend(name)
     spec = Candidate(name, device or backend.default_device, None, backend.precision_options("f32"))
     label = "onnx-reference" if name == REFERENCE_BACKEND else f"{name}:{spec.device}"
-    if backend.independent_oracle and (blind := backend.oracle_blind_spot(Path(model))):
-        return OracleInfo(label, False, f"{label} is not used as the oracle: {blind}"), None
-    run = run_on_platform(Path(model), spec, cases, timeout_s, isolate)
+    if backend.independent_oracle:
+        model = as_model(model)
+        if blind := backend.oracle_blind_spot(model):
+            return OracleInfo(label, False, f"{label} is not used as the oracle: {blind}"), None
+    run = run_on_platform(model if isinstance(model, Model) else Path(model), spec, cases, timeout_s, isolate)
     if not run.ok:
         return OracleInfo(label, backend.independent_oracle, f"{label} did not run: {run.error}"), None
     detail = (

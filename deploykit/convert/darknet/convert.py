@@ -8,6 +8,7 @@ with each other and the report says why no oracle ran and how to get one.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import time
@@ -58,10 +59,18 @@ def parse_size(text: str) -> tuple[int, int]:
 
 def load_network(cfg: str | os.PathLike[str], input_size: tuple[int, int] | None = None) -> Network:
     """Parse and resolve a cfg, at its own input size or ``input_size`` (width, height)."""
+    return load_networks(cfg, input_size)[0]
+
+
+def load_networks(cfg: str | os.PathLike[str], input_size: tuple[int, int] | None = None) -> tuple[Network, Network]:
+    """The network at ``input_size`` (width, height; default the cfg's own) and at the cfg's own
+    size, from one read of the cfg (the same object twice when the sizes are the same)."""
     parsed = read_cfg(cfg)
+    # resolving marks the options it read; a second resolve at another size starts from a clean copy
+    clean = copy.deepcopy(parsed) if input_size is not None else parsed
     native = resolve(parsed)
     if input_size is None or input_size == (native.width, native.height):
-        return native
+        return native, native
     stride = native.stride()
     width, height = input_size
     if width % stride or height % stride:
@@ -70,8 +79,7 @@ def load_network(cfg: str | os.PathLike[str], input_size: tuple[int, int] | None
             hint=f"use multiples of {stride}, e.g. "
             f"{width // stride * stride or stride}x{height // stride * stride or stride}.",
         )
-    parsed = read_cfg(cfg)  # sections record which options were read; start clean
-    return resolve(parsed, width=width, height=height)
+    return resolve(clean, width=width, height=height), native
 
 
 def _metadata(
@@ -217,7 +225,7 @@ def convert_darknet(
     emulation_notes = platform_notes(platforms) if verify_backends else []  # an unprepared target fails here
     size = parse_size(input_size) if isinstance(input_size, str) else input_size
     start = time.perf_counter()
-    net = load_network(cfg_path, size)
+    net, native = load_networks(cfg_path, size)
     names = _labels(labels, net)
     with DarknetWeights(weights_path) as reader:
         reader.check_size(net)
@@ -247,7 +255,6 @@ def convert_darknet(
             )
             if verify_backends:
                 gate_start = time.perf_counter()
-                native = resolve(read_cfg(cfg_path))
                 report.verdicts, report.oracle = verify(
                     candidate,
                     net,
@@ -263,6 +270,7 @@ def convert_darknet(
                     (native.width, native.height),
                     oracle,
                     platforms,
+                    batch=batch_size or 1,
                 )
                 report.notes += [f"oracle: {report.oracle.name} — {report.oracle.detail}", *emulation_notes]
                 report.gate_seconds = round(time.perf_counter() - gate_start, 3)
