@@ -40,7 +40,7 @@ from deploykit.errors import (
     UsageError,
 )
 from deploykit.inputs import make_inputs
-from deploykit.model import summarize
+from deploykit.model import Model, summarize
 from deploykit.tensors import TensorSpec
 from deploykit.verify import OracleInfo, Thresholds, Verdict, VerificationReport, verify_model
 
@@ -88,7 +88,7 @@ def __getattr__(name: str) -> Any:
 
 
 def load(
-    model: str | os.PathLike[str],
+    model: Model | str | os.PathLike[str],
     backend: str | None = None,
     device: str | None = None,
     *,
@@ -98,7 +98,8 @@ def load(
     """Load a model on a backend and device.
 
     Args:
-        model: path to an ``.onnx`` file (or a Darknet ``.cfg`` for OpenCV 4.x), or a bundle folder
+        model: a ``Model`` (``deploykit.model.Model.open``: read once, not again here), the path of an
+            ``.onnx`` file (or a Darknet ``.cfg`` for OpenCV 4.x), or a bundle folder
             written by ``deploykit optimize -o``: then its chosen model file opens on its chosen
             backend, device, precision and threads (``deploykit.optimize.bundle.open_bundle``).
         backend: ``onnxruntime``/``ort`` (the default), ``openvino``/``ov``, ``opencv``/``cv`` or a plug-in.
@@ -112,7 +113,7 @@ def load(
         process: a runtime that crashes ends it (``deploykit run`` and ``compare`` use worker
         processes instead; see docs/conformance.md).
     """
-    if os.path.isdir(model):
+    if not isinstance(model, Model) and os.path.isdir(model):
         from deploykit.optimize.bundle import open_bundle
 
         return open_bundle(model, backend=backend, device=device, allow_fallback=allow_fallback, **options)
@@ -135,6 +136,7 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "InputError",
     "InvalidModelError",
     "MetadataError",
+    "Model",
     "ModelError",
     "ModelNotFoundError",
     "OracleError",

@@ -327,7 +327,7 @@ class Model:
 
     Attributes:
         path: the file.
-        format: its suffix, lower case: ``.onnx``, or a backend's native format (``.cfg``).
+        format: ``.onnx`` for a file ``onnx`` parsed, else the suffix of a backend's own format (``.cfg``).
         sha256: the SHA-256 of the bytes that were parsed (a run that must time this very file
             compares it with the file's hash at the end).
         inputs: the graph's real inputs (initializers excluded), in graph order.
@@ -363,7 +363,7 @@ class Model:
         inputs, outputs = graph_io(proto)
         return cls(
             path=model_path,
-            format=model_path.suffix.lower() or ".onnx",
+            format=".onnx",  # what was parsed, whatever the file's name ends with
             sha256=hashlib.sha256(data).hexdigest(),
             inputs=tuple(inputs),
             outputs=tuple(outputs),

@@ -200,9 +200,9 @@ def benchmark(
     )
     given: dict[str, np.ndarray] | None = None
     if isinstance(inputs, (str, os.PathLike)) and not image_source:
-        given = check_given_inputs({s.name: s for s in interface.inputs}, load_arrays(inputs))
+        given = check_given_inputs(interface.input_specs(), load_arrays(inputs))
     elif isinstance(inputs, Mapping):
-        given = check_given_inputs({s.name: s for s in interface.inputs}, {k: np.asarray(v) for k, v in inputs.items()})
+        given = check_given_inputs(interface.input_specs(), {k: np.asarray(v) for k, v in inputs.items()})
     if batch is None:
         batch = fed_batch(given, axes) if given is not None else None
     first_batch = batch if isinstance(batch, int) or batch is None else next(iter(batch))
@@ -261,7 +261,7 @@ def benchmark(
     if image_source:
         from deploykit.verify.task_metric import task_of
 
-        task = task_of({s.name: s for s in interface.outputs}, interface.metadata_props)
+        task = task_of(interface.output_specs(), interface.metadata_props)
         groups = {0: (list(range(len(rows))), checks)}
     else:
         groups = {b: ([i for i, c in enumerate(configs) if c.batch == b], [feeds_by_batch[b]]) for b in batches}

@@ -193,7 +193,7 @@ def prepare_inputs(
     from deploykit.vision.image import IMAGE_SUFFIXES, image_cases
 
     interface = as_model(model)
-    specs = {s.name: s for s in interface.inputs}
+    specs = interface.input_specs()
     settings = {k: v if isinstance(v, InputSetting) else InputSetting(tuple(v)) for k, v in (shapes or {}).items()}
     axes = {s.name: batch_axis_of(s, set(), dict(batch_axes or {})) for s in interface.inputs}
     if isinstance(inputs, (str, os.PathLike)):
@@ -444,7 +444,7 @@ def verify_model(
         )
     prepared = prepare_inputs(interface, inputs, batch=batch, shapes=shapes, batch_axes=batch_axes, seed=seed)
     images = prepared.source == "images"
-    task = task_of({s.name: s for s in interface.outputs}, interface.metadata_props) if images else None
+    task = task_of(interface.output_specs(), interface.metadata_props) if images else None
     if not images:
         notes.append("no task metric: the inputs are not real images (pass --inputs photos/ for top-1 agreement / mAP)")
 
