@@ -62,6 +62,20 @@ def test_one_bench_parses_the_onnx_file_once_in_this_process(tmp_path, parses):
     assert report.model.sha256 == file_sha256(model)
 
 
+def test_the_bench_command_parses_it_once_too(tmp_path, parses):
+    from typer.testing import CliRunner
+
+    from deploykit.cli.main import app
+
+    model = _dynamic_classifier(tmp_path / "classifier.onnx")
+    write_image(tmp_path / "photo.jpg")
+    args = ["bench", str(model), "-b", "onnxruntime", "--batch", "1,2", "--inputs", str(tmp_path / "photo.jpg"),
+            "--warmup", "1", "--iterations", "3", "--report", str(tmp_path / "report")]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert sum(parses.values()) == 1, dict(parses)
+
+
 def test_a_model_passed_in_is_not_read_again(tmp_path, parses):
     path = _dynamic_classifier(tmp_path / "classifier.onnx")
     model = Model.open(path)
