@@ -98,12 +98,15 @@ class ModelMetadata:
     raw: Mapping[str, str] = field(default_factory=dict)
 
 
-def read_metadata(metadata: Mapping[str, str], model: str = "the model") -> ModelMetadata:
+def read_metadata(metadata: Mapping[str, str] | ModelMetadata, model: str = "the model") -> ModelMetadata:
     """Check and type a model's ``metadata_props`` (key → string); ``model`` names it in errors.
+    Metadata already typed (a ``Model``'s ``metadata``) is returned as it is, not read again.
 
     Raises:
         MetadataError: a ``deploykit.*`` value is not valid JSON, has the wrong type or an impossible value.
     """
+    if isinstance(metadata, ModelMetadata):
+        return metadata
     reader = _Reader(model)
     stored = reader.input(metadata.get(INPUT))
     size, size_source = stored.size, "deploykit metadata" if stored.size else ""

@@ -19,6 +19,7 @@ import deploykit
 from deploykit.backends.registry import get_backend
 from deploykit.errors import InvalidModelError, MetadataError, ModelNotFoundError
 from deploykit.io import file_sha256
+from deploykit.metadata import read_metadata
 from deploykit.model import Model, as_model
 from tests.assets.tiny import TINY_CFG, classifier_model, write_image
 
@@ -96,6 +97,7 @@ def test_model_open_reads_the_interface_hash_and_typed_metadata(tmp_path):
     assert [s.name for s in model.outputs] == ["probabilities"] and model.precision == "f32"
     assert model.metadata.task == "classify" and model.metadata.labels == ("a", "b", "c", "d", "e")
     assert model.metadata_props["deploykit.task"] == "classify"
+    assert read_metadata(model.metadata) is model.metadata  # typed metadata is not read again
     assert as_model(model) is model and as_model(path).sha256 == model.sha256
 
 
