@@ -82,12 +82,14 @@ def main() -> None:
             for index in range(args.rounds):
                 report = deploykit.benchmark(
                     model,
-                    precision=PRECISIONS,
+                    deploykit.BenchPlan(
+                        precision=PRECISIONS,
+                        iterations=args.iterations,
+                        warmup=5,
+                        threads=args.threads,
+                        oracle="auto" if index == 0 else "none",
+                    ),
                     inputs=photos,
-                    iterations=args.iterations,
-                    warmup=5,
-                    threads=args.threads,
-                    oracle="auto" if index == 0 else "none",
                 )
                 rows = {_key(r): r for r in report.ok_rows() if r.latency is not None}
                 rounds.append(rows)

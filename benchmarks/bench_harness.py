@@ -22,6 +22,7 @@ import onnx
 from deploykit.backends.base import Session, SessionInfo
 from deploykit.bench.config import BenchConfig
 from deploykit.bench.measure import _loop
+from deploykit.bench.plan import BenchPlan
 from deploykit.bench.runner import benchmark
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo, for tests.assets
@@ -66,9 +67,11 @@ def wall_budget() -> dict:
         x = np.random.default_rng(0).uniform(-1, 1, (1, 3, 192, 192)).astype(np.float32)
         np.savez(Path(directory) / "x.npz", images=x)
         # one short run first: importing onnxruntime is a once-per-process cost, not the harness's
-        benchmark(path, ["onnxruntime"], iterations=1, warmup=0, threads=1, isolate=False)
+        benchmark(path, BenchPlan(backends=["onnxruntime"], iterations=1, warmup=0, threads=1, isolate=False))
         start = time.perf_counter()
-        result = benchmark(path, ["onnxruntime"], iterations=200, warmup=0, threads=1, isolate=False)
+        result = benchmark(
+            path, BenchPlan(backends=["onnxruntime"], iterations=200, warmup=0, threads=1, isolate=False)
+        )
         total_s = time.perf_counter() - start
     row = result.rows[0]
     assert row.load_ms is not None and row.first_inference_ms is not None and row.wall_s is not None, row.error

@@ -74,14 +74,14 @@ def latency(directory: Path, calls: int = 30) -> list[dict]:
     import cv2
 
     import deploykit
-    from deploykit.convert.darknet.convert import convert_darknet, load_network
+    from deploykit.convert.darknet.convert import DarknetExportSettings, convert_darknet, load_network
     from deploykit.convert.darknet.weights import write_random_weights
 
     cfg = REPO / "models" / "darknet" / "yolov4-tiny.cfg"
     weights = directory / "yolov4-tiny.weights"
     write_random_weights(load_network(cfg), weights, seed=0)
     onnx_path = directory / "yolov4-tiny.onnx"
-    convert_darknet(cfg, weights, onnx_path, head="raw", verify_backends=[])
+    convert_darknet(cfg, weights, onnx_path, verify_backends=[], export=DarknetExportSettings(head="raw"))
     image = np.random.default_rng(0).uniform(0, 1, (1, 3, 416, 416)).astype(np.float32)
     runners = {}
     sessions = []

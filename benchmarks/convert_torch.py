@@ -34,7 +34,7 @@ CASES = {
 
 def one(name: str) -> dict:
     sys.path.insert(0, str(REPO))
-    from deploykit.convert.torch import convert_torch
+    from deploykit.convert.torch import TorchExportSettings, convert_torch
 
     source, inputs, dynamic = CASES[name]
     weights = None
@@ -47,7 +47,11 @@ def one(name: str) -> dict:
             weights = None
     with tempfile.TemporaryDirectory() as directory:
         report = convert_torch(
-            source, output=Path(directory) / f"{name}.onnx", inputs=inputs, dynamic=dynamic, weights=weights
+            source,
+            output=Path(directory) / f"{name}.onnx",
+            inputs=inputs,
+            weights=weights,
+            export=TorchExportSettings(dynamic=dynamic),
         )
     return {
         "benchmark": "convert_torch",

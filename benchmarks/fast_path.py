@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from deploykit.bench.plan import BenchPlan
 from deploykit.bench.runner import benchmark
 
 
@@ -51,7 +52,9 @@ def benchmark_app_median_ms(model: Path, precision: str, iterations: int) -> flo
 
 
 def deploykit_p50_ms(model: Path, precision: str, iterations: int) -> float:
-    result = benchmark(model, ["openvino:CPU"], precision=precision, iterations=iterations, warmup=20, isolate=True)
+    result = benchmark(
+        model, BenchPlan(backends=["openvino:CPU"], precision=precision, iterations=iterations, warmup=20, isolate=True)
+    )
     row = result.rows[0]
     if not row.ok:
         raise RuntimeError(row.error)

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import deploykit
-from deploykit.optimize import optimize
+from deploykit.optimize import OptimizePlan, optimize
 from deploykit.recipes import build
 
 
@@ -73,7 +73,9 @@ def main() -> None:
             for run in range(1, args.runs + 1):
                 output = scratch / f"{name}-run{run}"
                 started = time.perf_counter()
-                report = optimize(model, photos, output=output, max_drop=args.max_drop, time_budget=args.time_budget)
+                report = optimize(
+                    model, photos, OptimizePlan(max_drop=args.max_drop, time_budget=args.time_budget), output=output
+                )
                 wall = time.perf_counter() - started
                 best = report.best
                 chosen.append(best)

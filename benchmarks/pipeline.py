@@ -28,14 +28,14 @@ from deploykit.vision.nms import nms  # noqa: E402
 
 
 def models(directory: Path) -> list[tuple[str, Path, dict]]:
-    from deploykit.convert.darknet.convert import convert_darknet, load_network
+    from deploykit.convert.darknet.convert import DarknetExportSettings, convert_darknet, load_network
     from deploykit.convert.darknet.weights import write_random_weights
 
     cfg = REPO / "models" / "darknet" / "yolov4-tiny.cfg"
     weights = directory / "yolov4-tiny.weights"
     write_random_weights(load_network(cfg), weights, seed=0)
     tiny = directory / "yolov4-tiny.onnx"
-    convert_darknet(cfg, weights, tiny, head="raw", verify_backends=[])
+    convert_darknet(cfg, weights, tiny, verify_backends=[], export=DarknetExportSettings(head="raw"))
     found = [("yolov4-tiny 416 (darknet raw heads)", tiny, {})]
     spec = importlib.util.find_spec("nudenet")
     if spec and spec.origin:

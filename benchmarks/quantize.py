@@ -27,8 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
+from deploykit.bench.plan import BenchPlan
 from deploykit.bench.runner import benchmark
-from deploykit.quantize import quantize
+from deploykit.quantize import QuantizeSettings, quantize
 from deploykit.recipes import build
 from deploykit.vision.image import list_images, load_image
 
@@ -111,7 +112,9 @@ def cpu() -> dict:
 
 
 def bf16_row(model: Path, feeds: dict, iterations: int) -> dict | None:
-    result = benchmark(model, ["openvino:CPU"], precision="bf16", inputs=feeds, iterations=iterations, isolate=True)
+    result = benchmark(
+        model, BenchPlan(backends=["openvino:CPU"], precision="bf16", iterations=iterations, isolate=True), inputs=feeds
+    )
     row = result.rows[0]
     if not row.ok or row.precision != "bf16":
         return None
@@ -134,10 +137,19 @@ def main() -> None:
             build(name, model, verify_backends=("onnxruntime",))
             for engine in args.engines.split(","):
                 started = time.perf_counter()
-                report = quantize(model, scratch / f"{name}.{engine}.int8.onnx", calibrate=calibrate,
-                                  evaluate_on=evaluate, engine=engine, calibration_size=100,
-                                  backends=["onnxruntime:cpu", "openvino:CPU"], iterations=args.iterations,
-                                  rounds=args.rounds)  # fmt: skip
+                report = quantize(
+                    model,
+                    scratch / f"{name}.{engine}.int8.onnx",
+                    QuantizeSettings(
+                        engine=engine,
+                        calibration_size=100,
+                        backends=["onnxruntime:cpu", "openvino:CPU"],
+                        iterations=args.iterations,
+                        rounds=args.rounds,
+                    ),
+                    calibrate=calibrate,
+                    evaluate_on=evaluate,
+                )
                 wall = time.perf_counter() - started
                 line = {
                     "benchmark": "quantize",

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from deploykit.bench.fingerprint import cpu_info
-from deploykit.distributed import predict
+from deploykit.distributed import Execution, predict
 
 PHOTOS = Path("/usr/share/darknet/data")
 NAMES = ("dog", "eagle", "giraffe", "horses", "kite", "person", "scream")
@@ -46,7 +46,12 @@ def main() -> None:
         model = _inputs(images)
         runs = {}
         for label, engine, actors in (("local", "local", None), ("ray_1_actor", "ray", 1), ("ray_2_actors", "ray", 2)):
-            summary = predict(model, images, Path(scratch) / label, engine=engine, actors=actors, cpus_per_actor=1)
+            summary = predict(
+                model,
+                images,
+                Path(scratch) / label,
+                execution=Execution(engine=engine, actors=actors, cpus_per_actor=1),
+            )
             runs[label] = {
                 "images": summary.processed,
                 "images_per_s": round(summary.images_per_s, 2),

@@ -13,7 +13,9 @@ here. Prints JSON lines:
   YOLOv4-tiny's input and output sizes and almost no compute: the whole round trip is the server's
   and the transport's cost. ``http-binary-h11-asyncio`` is the same call to a second server that runs
   uvicorn on the pure-Python h11 parser and asyncio (what the server used before it let uvicorn pick
-  httptools and uvloop): the before/after of that choice, interleaved in one run;
+  httptools and uvloop): the before/after of that choice, interleaved in one run. ``http-binary-stdlib``
+  sends the same binary request from ``http.client``: the server's and the transport's share without
+  tritonclient's client-side work, whose CPU per call (``client_cpu_ms_per_call``) is on every call's path;
 - ``throughput``: MobileNetV2, 8 concurrent gRPC clients with dynamic batching against the best
   in-process offline throughput (batch 1 or 8, measured before and after the load, the better kept)
   of the same backend in the same run (target 0.9×); failed requests, p99, the mean batch formed,
@@ -29,6 +31,7 @@ Run: ``.venv/bin/python benchmarks/serve.py [--load-seconds 60] [--rounds 5] [--
 from __future__ import annotations
 
 import argparse
+import http.client as http_client
 import json
 import os
 import re
@@ -159,9 +162,39 @@ def overhead(model: Path, label: str, rounds: int, calls: int) -> None:
             tensor.set_data_from_numpy(x)
             grpc.infer("yolo", [tensor])
 
+        # the same binary-data request from the standard library's http.client: what the server and the
+        # transport cost once tritonclient's own client-side work (its CPU is on every call's path) is gone
+        raw_header = json.dumps(
+            {
+                "inputs": [
+                    {
+                        "name": "images",
+                        "shape": [1, 3, 416, 416],
+                        "datatype": "FP32",
+                        "parameters": {"binary_data_size": x.nbytes},
+                    }
+                ],
+                "outputs": [{"name": "detections", "parameters": {"binary_data": True}}],
+            }
+        ).encode()
+        raw_body = raw_header + x.tobytes()
+        raw = http_client.HTTPConnection("127.0.0.1", ports["http"])
+
+        def raw_call() -> None:
+            raw.request(
+                "POST",
+                "/v2/models/yolo/infer",
+                body=raw_body,
+                headers={"Inference-Header-Content-Length": str(len(raw_header))},
+            )
+            response = raw.getresponse()
+            content = response.read()
+            length = int(response.headers["Inference-Header-Content-Length"])
+            np.frombuffer(memoryview(content)[length:], np.float32)
+
         modes = {"in-process": lambda: session.run({"images": x}), "http-binary": http_call(True),
                  "grpc": grpc_call, "http-json": http_call(False),
-                 "http-binary-h11-asyncio": http_call(True, http_baseline)}  # fmt: skip
+                 "http-binary-h11-asyncio": http_call(True, http_baseline), "http-binary-stdlib": raw_call}  # fmt: skip
         servers = {mode: baseline if mode.endswith("h11-asyncio") else process for mode in modes}
         samples: dict[str, list[int]] = {mode: [] for mode in modes}
         for call in modes.values():  # warm-up

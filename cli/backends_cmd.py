@@ -85,7 +85,7 @@ def backends(
             console.print(f"[yellow]{row['name']}:{device} unavailable[/]: {escape(why)}", soft_wrap=True)
     if show_options:
         for row in rows:
-            options = Table(title=f"{row['name']} options (-o KEY=VALUE)")
+            options = Table(title=f"{row['name']} options (-O KEY=VALUE)")
             for column in ("option", "type", "accepted", "default", "meaning"):
                 options.add_column(column)
             for key, spec in row["option_schema"].items():

@@ -9,45 +9,33 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from deploykit.bench.config import parse_duration, parse_int_list
-from deploykit.bench.report import BenchmarkReport, check_report_dir
+from deploykit.bench.plan import BenchPlan
+from deploykit.bench.report import BenchmarkReport
+from deploykit.bench.report_files import check_report_dir, write_report
 from deploykit.errors import UsageError
+from deploykit.verify.settings import VerifySettings
 from deploykit.verify.verdict import Verdict, VerificationReport
 
+from . import options as opt
 from .bench_view import print_bench_report
-from .console import coerce, console, err_console, parse_pairs, print_json
+from .console import console, err_console, print_json
 from .paths import folder_out, path_in
 from .platforms_cmd import PLATFORM_OPTION, print_emulated
-from .verify_view import (
-    ATOL_OPTION,
-    BATCH_AXIS_OPTION,
-    MIN_COSINE_OPTION,
-    MIN_MAP_OPTION,
-    MIN_SNR_OPTION,
-    MIN_TOP1_OPTION,
-    ORACLE_OPTION,
-    RTOL_OPTION,
-    SHAPE_OPTION,
-    input_settings,
-    threshold_options,
-)
-
-BACKEND_HELP = "BACKEND or BACKEND:DEVICE (repeat); default: every available backend × device."
+from .verify_view import input_settings
 
 
 def bench(
     model: Path = typer.Argument(
         ..., parser=path_in, help="The .onnx file, or a bundle folder: its chosen configuration."
     ),
-    backends: list[str] = typer.Option([], "--backend", "-b", help=BACKEND_HELP),
+    backends: opt.Backends = [],  # noqa: B006  (typer reads the default; never mutated)
     batch: str = typer.Option(None, help="Batch size(s), e.g. 1,4,8 (default: the model's own, or 1)."),
-    threads: str = typer.Option(None, help="Thread count(s) to sweep, e.g. 1,2 (default: runtime's)."),
-    precision: str = typer.Option(
-        None, help="Precision sweep, e.g. f32,bf16,f16,int8 (each backend runs those it has here; default: device's)."
-    ),
+    threads: opt.Threads = None,
+    precision: opt.Precision = None,
     scenario: str = typer.Option("singlestream", help="singlestream | offline | multistream."),
     streams: int = typer.Option(4, help="Concurrent streams for --scenario multistream."),
-    warmup: int = typer.Option(10, help="Untimed runs before timing."),
-    iterations: int = typer.Option(100, help="Timed runs per configuration."),
+    warmup: opt.Warmup = 10,
+    iterations: opt.Iterations = 100,
     duration: str = typer.Option(None, help="Time each configuration for this long instead (10s, 500ms)."),
     inputs: Path = typer.Option(
         None,
@@ -55,20 +43,20 @@ def bench(
         parser=path_in,
         help=".npz of input arrays, or an image / folder of images (default: seeded random).",
     ),
-    shapes: list[str] = SHAPE_OPTION,
-    batch_axes: list[str] = BATCH_AXIS_OPTION,
-    seed: int = typer.Option(0, help="Seed for random inputs."),
-    oracle: str = ORACLE_OPTION,
-    atol: float = ATOL_OPTION,
-    rtol: float = RTOL_OPTION,
-    min_cosine: float = MIN_COSINE_OPTION,
-    min_snr_db: float = MIN_SNR_OPTION,
-    min_top1: float = MIN_TOP1_OPTION,
-    min_map: float = MIN_MAP_OPTION,
+    shapes: opt.Shapes = [],  # noqa: B006
+    batch_axes: opt.BatchAxes = [],  # noqa: B006
+    seed: opt.Seed = 0,
+    oracle: opt.Oracle = "auto",
+    atol: opt.Atol = None,
+    rtol: opt.Rtol = None,
+    min_cosine: opt.MinCosine = None,
+    min_snr_db: opt.MinSnr = None,
+    min_top1: opt.MinTop1 = None,
+    min_map: opt.MinMap = None,
     max_drop: str = typer.Option(
         None, "--max-drop", help="Accuracy budget, e.g. 1%: recommend the fastest configuration within it."
     ),
-    timeout: float = typer.Option(900, "--timeout", help="Seconds one configuration's worker may take."),
+    timeout: opt.Timeout = opt.DEFAULT_TIMEOUT,
     allow_failures: bool = typer.Option(
         False, "--allow-failures", help="Exit 0 even when a configuration fails or none can be recommended."
     ),
@@ -76,7 +64,7 @@ def bench(
     cost_per_hour: float = typer.Option(
         None, "--cost-per-hour", help="Device price per hour → cost per 1M inferences."
     ),
-    options: list[str] = typer.Option([], "--option", "-o", help="Backend option KEY=VALUE for every configuration."),
+    options: opt.BackendOptions = [],  # noqa: B006
     report_dir: Path = typer.Option(
         None, "--report", parser=folder_out, help="Write report.json/.csv/.md/.html into this directory."
     ),
@@ -95,6 +83,7 @@ def bench(
 ) -> None:
     """Benchmark a model on backends × devices × precisions × batch × threads; verify every configuration."""
     from deploykit.bench.runner import benchmark, default_backend_specs
+    from deploykit.inputs import check_seed
     from deploykit.quantize import parse_drop
 
     bundle = None
@@ -122,21 +111,36 @@ def bench(
 
     if report_dir is not None:  # before any work: a report that cannot be written would lose the run
         check_report_dir(report_dir, inputs=[model, *([inputs] if inputs else [])])
+    shape_settings, axes = input_settings(shapes, batch_axes)
+    plan = BenchPlan(  # the one value every branch below measures by
+        backends=tuple(backends) or None,
+        batch=tuple(parse_int_list(batch, "batch")) if batch else None,
+        threads=tuple(parse_int_list(threads, "threads")) if threads else None,
+        precision=precision or None,
+        scenario=scenario,
+        streams=streams,
+        warmup=warmup,
+        iterations=iterations,
+        duration_s=parse_duration(duration) if duration else None,
+        shapes=shape_settings,
+        batch_axes=axes,
+        seed=check_seed(seed),
+        oracle=oracle,
+        thresholds=opt.thresholds(atol, rtol, min_cosine, min_snr_db, min_top1, min_map),
+        max_drop=parse_drop(max_drop),
+        isolate=not in_process,
+        cost_per_hour=cost_per_hour,
+        options=opt.backend_options(options),
+        timeout_s=timeout,
+    )
     if fleet is not None:  # one bench per device node of a Ray cluster: deploykit.distributed
         from .fleet_cmd import bench_fleet
 
-        fleet_settings = {"backends": backends or None, "batch": parse_int_list(batch, "batch") if batch else None,
-            "threads": parse_int_list(threads, "threads") if threads else None, "precision": precision,
-            "scenario": scenario, "streams": streams, "warmup": warmup, "iterations": iterations, "seed": seed,
-            "duration_s": parse_duration(duration) if duration else None,
-            "options": {k: coerce(v) for k, v in parse_pairs(options, "--option").items()}}  # fmt: skip
-        fleet_shapes, fleet_axes = input_settings(shapes, batch_axes)
-        fleet_settings.update(
-            shapes=fleet_shapes, batch_axes=fleet_axes, oracle=oracle, timeout_s=timeout,
-            thresholds=threshold_options(atol, rtol, min_cosine, min_snr_db, min_top1, min_map),
-            max_drop=parse_drop(max_drop),
-        )  # fmt: skip
-        bench_fleet(model, fleet, devices, parse_duration(device_timeout), fleet_settings, report_dir, as_json)
+        if inputs is not None:
+            raise UsageError(
+                "--inputs | is not sent to fleet nodes.", hint="fleet benchmarks use seeded random inputs."
+            )
+        bench_fleet(model, fleet, devices, parse_duration(device_timeout), plan, report_dir, as_json)
         return
 
     if pipeline is not None:
@@ -144,15 +148,11 @@ def bench(
 
         if images is None:
             raise UsageError("--pipeline | needs --images DIR.", hint="e.g. --pipeline detect --images photos/.")
-        pipeline_options = {k: coerce(v) for k, v in parse_pairs(options, "--option").items()}
-        result = benchmark_pipeline(model, pipeline, images, backends or default_backend_specs(),
-                                    iterations=iterations, warmup=warmup, options=pipeline_options)  # fmt: skip
+        result = benchmark_pipeline(model, pipeline, images, list(plan.backends or default_backend_specs()),
+                                    iterations=iterations, warmup=warmup, options=plan.options)  # fmt: skip
         _show(result, as_json, report_dir)
         return
 
-    from deploykit.inputs import check_seed
-
-    settings, axes = input_settings(shapes, batch_axes)
     emulated = None
     if platform is not None:
         from deploykit.platforms import parse_platforms
@@ -161,11 +161,12 @@ def bench(
         chosen = parse_platforms(platform)
         targets = [p.name for p in chosen if p.emulated]
         if targets:  # verified like compare; one pass timed, shown apart, never ranked
-            emulated = verify_model(model, backends or None, oracle=oracle, inputs=inputs, precision=precision,
-                                    shapes=settings, batch_axes=axes, seed=check_seed(seed),
-                                    thresholds=threshold_options(atol, rtol, min_cosine, min_snr_db, min_top1, min_map),
-                                    options={k: coerce(v) for k, v in parse_pairs(options, "--option").items()},
-                                    timeout_s=timeout, platforms=targets)  # fmt: skip
+            verify_settings = VerifySettings(
+                oracle=plan.oracle, precision=plan.precision, shapes=plan.shapes, batch_axes=plan.batch_axes,
+                seed=plan.seed, thresholds=plan.thresholds, options=plan.options, timeout_s=plan.timeout_s,
+                platforms=",".join(targets),
+            )  # fmt: skip
+            emulated = verify_model(model, list(plan.backends or []) or None, verify_settings, inputs=inputs)
         if all(p.emulated for p in chosen):
             assert emulated is not None
             if as_json:
@@ -195,30 +196,7 @@ def bench(
         def report_progress(done: int, total: int, label: str) -> None:
             progress.update(task, completed=done, total=total, description=f"measuring {label}")
 
-        result = benchmark(
-            model,
-            backends or None,
-            batch=parse_int_list(batch, "batch") if batch else None,
-            threads=parse_int_list(threads, "threads") if threads else None,
-            precision=precision or None,
-            scenario=scenario,
-            streams=streams,
-            warmup=warmup,
-            iterations=iterations,
-            duration_s=parse_duration(duration) if duration else None,
-            inputs=inputs,
-            shapes=settings,
-            batch_axes=axes,
-            seed=check_seed(seed),
-            oracle=oracle,
-            thresholds=threshold_options(atol, rtol, min_cosine, min_snr_db, min_top1, min_map),
-            max_drop=parse_drop(max_drop),
-            timeout_s=timeout,
-            isolate=not in_process,
-            cost_per_hour=cost_per_hour,
-            options={k: coerce(v) for k, v in parse_pairs(options, "--option").items()},
-            progress=report_progress,
-        )
+        result = benchmark(model, plan, inputs=inputs, progress=report_progress)
     if bundle is not None and recheck:
         _recheck(result, bundle)
     _show(result, as_json, report_dir, allow_failures, emulated)
@@ -250,7 +228,7 @@ def _show(result: BenchmarkReport, as_json: bool, report_dir: Path | None, allow
         if emulated is not None:
             print_emulated(emulated)
     if report_dir is not None:
-        paths = result.write_all(report_dir)
+        paths = write_report(result, report_dir)
         console.print("report: " + ", ".join(str(p) for p in paths))
     failed = [r for r in result.rows if not r.ok or (r.verdict is not None and _bad(r.verdict))]
     failed_emulated = [v for v in (emulated.verdicts if emulated else []) if _bad(v)]
@@ -267,4 +245,4 @@ def _show(result: BenchmarkReport, as_json: bool, report_dir: Path | None, allow
 
 
 def _bad(verdict: Verdict) -> bool:
-    return verdict.failed or verdict.status == "degenerate"
+    return verdict.blocking

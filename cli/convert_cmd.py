@@ -7,9 +7,11 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
+from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.convert.report import ConversionReport
 from deploykit.errors import ParityError
 
+from . import options as opt
 from .console import console
 from .paths import file_out, path_in
 from .platforms_cmd import PLATFORM_OPTION
@@ -93,7 +95,7 @@ def torch_command(
     ),
     simplify: bool = typer.Option(False, "--simplify", help="Simplify with onnxslim (still verified)."),
     verify_backends: str = typer.Option(
-        "onnxruntime", "--verify-backends", help="Comma-separated backends that must match PyTorch."
+        DEFAULT_BACKEND, "--verify-backends", help="Comma-separated backends that must match PyTorch."
     ),
     atol: float = typer.Option(None, help="Absolute tolerance (default by precision: f32 1e-4)."),
     rtol: float = typer.Option(None, help="Relative tolerance (default by precision: f32 1e-3)."),
@@ -119,31 +121,33 @@ def torch_command(
     Your model's code (the factory, the module, the archive) runs in a worker process: if it hangs past
     --timeout, crashes, or exits, the conversion fails with that reason and writes nothing."""
     from deploykit.convert.specs import parse_dynamic, parse_input_spec
-    from deploykit.convert.torch import convert_torch
+    from deploykit.convert.torch import TorchExportSettings, convert_torch
+    from deploykit.verify import VerifySettings
 
     specs = [parse_input_spec(text) for text in inputs]
     try:
         report = convert_torch(
             source,
             output=output,
+            export=TorchExportSettings(
+                output_names=tuple(n.strip() for n in output_names.split(",")) if output_names else None,
+                dynamic=parse_dynamic(dynamic, specs),
+                opset=opset,
+                exporter=exporter,
+                simplify=simplify,
+                trust_pickle=trust_pickle,
+                seed=seed,
+                weights_key=weights_key,
+                ignore_keys=ignore_keys,
+            ),
+            checks=VerifySettings(
+                thresholds=opt.thresholds(atol, rtol, None, None, None, None), timeout_s=timeout, platforms=platform
+            ),
             inputs=specs,
-            output_names=[n.strip() for n in output_names.split(",")] if output_names else None,
-            dynamic=parse_dynamic(dynamic, specs),
-            opset=opset,
-            exporter=exporter,
-            simplify=simplify,
-            verify_backends=[b.strip() for b in verify_backends.split(",") if b.strip()],
-            atol=atol,
-            rtol=rtol,
-            keep_on_mismatch=keep_on_mismatch,
             weights=weights,
-            trust_pickle=trust_pickle,
-            seed=seed,
-            weights_key=weights_key,
-            ignore_keys=ignore_keys,
+            verify_backends=[b.strip() for b in verify_backends.split(",") if b.strip()],
+            keep_on_mismatch=keep_on_mismatch,
             report_path=report_path,
-            timeout_s=timeout,
-            platforms=platform,
         )
     except ParityError as exc:
         finish(exc.report if isinstance(exc.report, ConversionReport) else None, report_path)
@@ -173,7 +177,7 @@ def darknet_command(
         None, "--labels", parser=path_in, help="Class names file (one per line) to store in the model."
     ),
     verify_backends: str = typer.Option(
-        "onnxruntime", "--verify-backends", help="Comma-separated backends to verify on ('' to skip)."
+        DEFAULT_BACKEND, "--verify-backends", help="Comma-separated backends to verify on ('' to skip)."
     ),
     oracle: str = typer.Option("auto", "--oracle", help=DARKNET_ORACLE_HELP),
     keep_on_mismatch: bool = typer.Option(
@@ -191,23 +195,23 @@ def darknet_command(
     """Convert Darknet .cfg + .weights to ONNX natively (no PyTorch) and verify it."""
     from deploykit.convert.darknet.convert import convert_darknet
     from deploykit.convert.darknet.oracles import check_oracle_choice
+    from deploykit.convert.darknet.settings import DarknetExportSettings
+    from deploykit.verify import VerifySettings
 
     try:
+        export = DarknetExportSettings(
+            input_size=input_size, batch=batch, head=head, opset=opset, opencv_threshold=opencv_threshold
+        )
         report = convert_darknet(
             cfg,
             weights,
             output,
-            input_size=input_size,
-            batch=batch,
-            head=head,
-            opset=opset,
-            opencv_threshold=opencv_threshold,
+            export,
+            VerifySettings(oracle=check_oracle_choice(oracle), platforms=platform),
             labels=labels,
             verify_backends=[b.strip() for b in verify_backends.split(",") if b.strip()],
-            oracle=check_oracle_choice(oracle),
             keep_on_mismatch=keep_on_mismatch,
             report_path=report_path,
-            platforms=platform,
         )
     except ParityError as exc:
         finish(exc.report if isinstance(exc.report, ConversionReport) else None, report_path)

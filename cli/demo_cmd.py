@@ -23,6 +23,7 @@ from rich.markup import escape
 
 from deploykit.errors import DeployKitError
 
+from .bench_view import bench_table
 from .console import console
 from .paths import folder_out
 
@@ -62,13 +63,19 @@ def darknet_verdict(report: Any) -> tuple[str, str]:
     ``pass``/``fail`` only when an oracle that shares no code with deploykit ran (Darknet's own
     libdarknet, or OpenCV 4.x's Darknet importer); ``unverified`` with the reason otherwise.
     """
+    from deploykit.convert.darknet.oracles import OPENCV_ORACLE
+
     oracle, verdicts = report.oracle, report.verdicts
     if oracle is None or not verdicts:
         return "unverified", "no check ran"
     if not oracle.independent:
         return "unverified", f"no independent oracle ran here ({oracle.detail})"
     errors = [o.max_abs_error for v in verdicts for o in v.outputs]
-    who = f"OpenCV {oracle.name.split()[-1]} readNetFromDarknet" if oracle.name.startswith("opencv") else oracle.detail
+    who = (
+        f"OpenCV {oracle.name.split()[-1]} readNetFromDarknet"
+        if oracle.name.startswith(OPENCV_ORACLE)
+        else oracle.detail
+    )
     status = "pass" if report.status == "pass" else "fail"
     return status, (
         f"checked against {who} on {', '.join(v.candidate for v in verdicts)}: max abs error "
@@ -82,25 +89,13 @@ def _verdict_markup(verdict: str) -> str:
     return f"[{colour}]{verdict}[/]"
 
 
-def _iou(a: tuple[float, ...], b: tuple[float, ...]) -> float:
-    from deploykit.vision.nms import iou_one_to_many
-
-    return float(iou_one_to_many(np.array(a), np.array([b]))[0])
-
-
 def unmatched_detections(ours: list[Any], theirs: list[Any], min_iou: float = MATCH_IOU) -> list[str]:
-    """Objects found by one side only: each of ``theirs`` is matched one-to-one to a detection of ``ours``
-    with the same label at IoU >= ``min_iou``; what is left on either side is described."""
-    left = list(ours)
-    missing = []
-    for detection in theirs:
-        same = [d for d in left if d.label == detection.label]
-        best = max(same, key=lambda d: _iou(d.xyxy, detection.xyxy), default=None)
-        if best is None or _iou(best.xyxy, detection.xyxy) < min_iou:
-            missing.append(f"missing {detection.label}")
-        else:
-            left.remove(best)
-    return missing + [f"extra {d.label}" for d in left]
+    """Objects found by one side only: ``ours`` matched one-to-one to ``theirs`` with the same class at
+    IoU >= ``min_iou`` (``deploykit.tasks.detect.match_detections``); what is left on either side is described."""
+    from deploykit.tasks.detect import match_detections
+
+    match = match_detections(theirs, ours, iou=min_iou)
+    return [f"missing {theirs[i].label}" for i in match.missing] + [f"extra {ours[i].label}" for i in match.extra]
 
 
 def _photos() -> list[Path]:
@@ -187,6 +182,7 @@ def demo(
     ),
 ) -> None:
     """Convert → verify → classify → detect → benchmark → report, on real models from packages (no downloads)."""
+    from deploykit.bench.plan import BenchPlan
     from deploykit.bench.runner import benchmark
     from deploykit.recipes import build, get_recipe
     from deploykit.testing.darknet import unavailable_reason as darknet_unavailable
@@ -271,9 +267,9 @@ def demo(
                       "cosine/SNR only, without the task metric")  # fmt: skip
     for model in models:
         console.print(f"  {model.name} …")
-        result = benchmark(model, iterations=iterations, warmup=3, precision="f32,bf16", inputs=photo_folder)
+        result = benchmark(model, BenchPlan(iterations=iterations, warmup=3, precision="f32,bf16"), inputs=photo_folder)
         results.append(result)
-        console.print(result.table())
+        console.print(bench_table(result))
         notes = result.notes
         skipped = [n.split(": not supported here")[0] for n in notes if ": not supported here" in n]
         if skipped:
@@ -299,14 +295,15 @@ def demo(
 
 def _write_report(workdir: Path, results: list[BenchmarkReport]) -> None:
     from deploykit.bench.html import render_html
-    from deploykit.io import atomic_path
+    from deploykit.bench.views import markdown_text
+    from deploykit.io import atomic_path, written
 
     report_dir = workdir / "report"
     report_dir.mkdir(exist_ok=True)
     for result in results:
         stem = Path(result.model.path).stem
-        result.to_json(report_dir / f"{stem}.json")
-        result.to_markdown(report_dir / f"{stem}.md")
+        result.write(report_dir / f"{stem}.json")
+        written(markdown_text(result), report_dir / f"{stem}.md")
     with atomic_path(report_dir / "report.html") as temporary:
         temporary.write_text(render_html(results))
     for result in results:
@@ -341,7 +338,7 @@ def _optimize_photos(workdir: Path) -> Path | None:
 
 def _optimize_all(models: list[Path], workdir: Path, budget: str) -> list[str]:
     """Each model optimized into ``<model>-bundle/``; prints the choice and why."""
-    from deploykit.optimize import optimize
+    from deploykit.optimize import OptimizePlan, optimize
 
     photos = _optimize_photos(workdir)
     if not models:
@@ -354,7 +351,7 @@ def _optimize_all(models: list[Path], workdir: Path, budget: str) -> list[str]:
     for model in models:
         output = workdir / f"{model.stem}-bundle"
         try:
-            report = optimize(model, photos, output=output, max_drop="1%", time_budget=budget, force=True)
+            report = optimize(model, photos, OptimizePlan(max_drop="1%", time_budget=budget), output=output, force=True)
         except DeployKitError as exc:
             problems.append(f"optimize {model.name}: {exc}")
             console.print(f"  [red]{model.name} failed[/]: {escape(str(exc))}")

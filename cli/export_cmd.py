@@ -7,18 +7,10 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
+from . import options as opt
 from .console import console
 from .paths import file_out, path_in
-from .verify_view import (
-    MIN_COSINE_OPTION,
-    MIN_MAP_OPTION,
-    MIN_SNR_OPTION,
-    MIN_TOP1_OPTION,
-    SHAPE_OPTION,
-    print_details,
-    threshold_options,
-    verdict_table,
-)
+from .verify_view import print_details, verdict_table
 
 export_app = typer.Typer(help="Export an ONNX model to a runtime's own format, verified.", no_args_is_help=True)
 
@@ -35,17 +27,17 @@ def ncnn_command(
         help="OUT (or OUT.param): writes OUT.param, OUT.bin and OUT.json (the ONNX name → ncnn blob map).",
     ),
     fp16: bool = typer.Option(False, "--fp16", help="Store weights as f16 (judged by cosine/SNR and the task metric)."),
-    shapes: list[str] = SHAPE_OPTION,
+    shapes: opt.Shapes = [],  # noqa: B006  (typer reads the default; never mutated)
     inputs: Path = typer.Option(
         None, "--inputs", parser=path_in, help="An image or a folder of images to verify on (enables the task metric)."
     ),
-    atol: float = typer.Option(None, "--atol", help="f32 absolute tolerance (default 1e-4)."),
-    rtol: float = typer.Option(None, "--rtol", help="f32 relative tolerance (default 1e-3)."),
-    min_cosine: float = MIN_COSINE_OPTION,
-    min_snr_db: float = MIN_SNR_OPTION,
-    min_top1: float = MIN_TOP1_OPTION,
-    min_map: float = MIN_MAP_OPTION,
-    timeout: float = typer.Option(900, "--timeout", help="Seconds one worker process (oracle, ncnn) may take."),
+    atol: opt.Atol = None,
+    rtol: opt.Rtol = None,
+    min_cosine: opt.MinCosine = None,
+    min_snr_db: opt.MinSnr = None,
+    min_top1: opt.MinTop1 = None,
+    min_map: opt.MinMap = None,
+    timeout: opt.Timeout = opt.DEFAULT_TIMEOUT,
 ) -> None:
     """Convert an ONNX model with pnnx to an ncnn .param/.bin pair; write it only if it passes against
     onnx's reference evaluator (element-wise at f32)."""
@@ -57,7 +49,7 @@ def ncnn_command(
         fp16=fp16,
         shapes=shapes,
         images=inputs,
-        thresholds=threshold_options(atol, rtol, min_cosine, min_snr_db, min_top1, min_map),
+        thresholds=opt.thresholds(atol, rtol, min_cosine, min_snr_db, min_top1, min_map).to_dict(),
         timeout_s=timeout,
     )
     console.print(f"[bold]{escape(str(model))}[/] → {done.param}, {done.bin}, {done.io}  ({done.weights} weights)")

@@ -14,15 +14,19 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from deploykit.bench.report import check_report_dir
+from deploykit.bench.report_files import check_report_dir
 from deploykit.errors import BackendUnavailableError, UsageError
 
+from .bench_view import fleet_table
 from .console import console, err_console, print_json
+
+if TYPE_CHECKING:
+    from deploykit.bench.plan import BenchPlan
 
 fleet_app = typer.Typer(help="Ray clusters of devices: join one, so `bench --fleet` measures this device too.")
 
@@ -53,10 +57,12 @@ def predict_dataset(
     cpus_per_actor: float | None, backend: str | None, device: str | None, top_k: int, cli_options: dict[str, Any],
 ) -> None:  # fmt: skip
     """``predict`` over a folder or bucket: rows into ``out``, a progress bar, a summary line."""
-    from deploykit.distributed import predict
+    from deploykit.distributed import Execution, PredictSettings, predict
 
     if out is None:
-        raise UsageError(f"--engine {engine} | needs --out FOLDER for the result rows.", hint="e.g. --out results/.")
+        raise UsageError(
+            f"--engine {engine} | needs --output FOLDER for the result rows.", hint="e.g. --output results/."
+        )
     options: dict[str, Any] = {}
     if task == "detect":
         options = {key: cli_options[key] for key in ("labels", "conf", "iou", "agnostic")}
@@ -71,11 +77,9 @@ def predict_dataset(
             speed = progress.tasks[0].speed
             progress.update(bar, completed=done, total=total, rate=f"{speed:.1f} rows/s" if speed else "")
 
-        summary = predict(
-            model, source_text(source), out, task=task, engine=engine, backend=backend, device=device, address=address,
-            actors=actors, cpus_per_actor=cpus_per_actor, top_k=top_k, pipeline_options=options,
-            progress=report,
-        )  # fmt: skip
+        settings = PredictSettings(task=task, backend=backend, device=device, top_k=top_k, pipeline_options=options)
+        execution = Execution(engine=engine, address=address, actors=actors, cpus_per_actor=cpus_per_actor)
+        summary = predict(model, source_text(source), out, settings, execution, progress=report)
     if summary.skipped == summary.total:
         console.print(f"nothing to do: all {summary.total} inputs already have a row in {summary.out}")
         return
@@ -88,7 +92,7 @@ def predict_dataset(
 
 
 def bench_fleet(
-    model: Path, address: str, devices: str | None, device_timeout_s: float, settings: dict[str, Any],
+    model: Path, address: str, devices: str | None, device_timeout_s: float, plan: BenchPlan,
     report_dir: Path | None, as_json: bool,
 ) -> None:  # fmt: skip
     """``bench --fleet``: one bench per device node, the merged table, the per-device recommendations."""
@@ -104,16 +108,18 @@ def bench_fleet(
             progress.update(bar, completed=done, total=total, description=f"fleet bench ({name} finished)")
 
         result = fleet_benchmark(
-            model, address, devices=names, device_timeout_s=device_timeout_s, progress=report, **settings
+            model, address, plan, devices=names, device_timeout_s=device_timeout_s, progress=report
         )
     if as_json:
         print_json(result.to_dict())
     else:
-        console.print(result.table())
+        console.print(fleet_table(result))
         for name, recommendation in result.recommendations().items():
             console.print(f"recommended on {name}: {recommendation.python if recommendation else 'none'}")
     if report_dir is not None:
-        paths = result.write_all(report_dir)
+        from deploykit.distributed.fleet_views import write_fleet_report
+
+        paths = write_fleet_report(result, report_dir)
         console.print("report: " + ", ".join(str(p) for p in paths[:3]))
     if any(device.status != "ok" for device in result.devices):
         raise typer.Exit(1)

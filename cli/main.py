@@ -41,6 +41,7 @@ from .export_cmd import export_app
 from .fleet_cmd import fleet_app
 from .models_cmd import models_app
 from .platforms_cmd import platforms_app
+from .vocabulary import modernize
 
 # A reader that stops early (deploykit bench --help | head -1) closes the pipe. Python ignores
 # SIGPIPE, so the next write raises BrokenPipeError; end as a Unix tool killed by SIGPIPE would:
@@ -77,9 +78,10 @@ def _quiet_exit() -> NoReturn:
 
 
 class _Group(TyperGroup):
-    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+    def make_context(self, info_name: str | None, args: list[str], *rest: Any, **kwargs: Any) -> Any:
+        args = modernize(args)  # the old spellings of options, with a deprecation line each
         try:  # 'deploykit --help' prints while parsing, before invoke
-            return super().make_context(*args, **kwargs)
+            return super().make_context(info_name, args, *rest, **kwargs)
         except BrokenPipeError:
             if _stdout_is_broken():
                 _quiet_exit()

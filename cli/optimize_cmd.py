@@ -11,13 +11,13 @@ from rich.table import Table
 
 from deploykit.bench.config import parse_int_list
 
+from . import options as opt
 from .console import console, err_console, print_json
 from .paths import folder_out, path_in
 
 if TYPE_CHECKING:  # the CLI imports the optimize package (and its runtimes) only when it runs
     from deploykit.optimize import OptimizeReport, SearchProgress
 
-BACKEND_HELP = "BACKEND or BACKEND:DEVICE (repeat); default: every available backend × device."
 INTERRUPTED_EXIT = 130
 
 
@@ -87,13 +87,13 @@ def optimize(
         ..., "--output", "-o", parser=folder_out, help="The bundle folder to write (new or empty)."
     ),
     max_drop: str = typer.Option("1%", "--max-drop", help="Accuracy budget: mAP@0.5 / top-1 agreement drop vs f32."),
-    backends: list[str] = typer.Option([], "--backend", "-b", help=BACKEND_HELP),
+    backends: opt.Backends = [],  # noqa: B006  (typer reads the default; never mutated)
     scenario: str = typer.Option("singlestream", help="singlestream (rank by p50) | offline (rank by throughput)."),
     time_budget: str = typer.Option("5m", "--time-budget", help="The whole search's time budget, e.g. 90s or 10m."),
     no_quantize: bool = typer.Option(False, "--no-quantize", help="Search the float model's precisions only."),
     threads: str = typer.Option(None, help="Thread counts to search, e.g. 1,2 (default: 1, 2, 4 ... CPUs)."),
     batch: str = typer.Option(None, help="--scenario offline: batch sizes to search (default 1,8)."),
-    engine: str = typer.Option("ort,nncf", "--engine", help="INT8 engines: ort, nncf (NNCF where installed)."),
+    engine: str = typer.Option("ort,nncf", "--quantizer", help="INT8 quantizers: ort, nncf (NNCF where installed)."),
     force: bool = typer.Option(False, "--force", help="Replace the bundle in a non-empty --output folder."),
     seed: int = typer.Option(0, help="Seed of the image split."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON report instead of the summary."),
@@ -101,6 +101,7 @@ def optimize(
     """Find the fastest configuration that still gives the right answer; write it as a bundle."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from deploykit.optimize import OptimizePlan
     from deploykit.optimize import optimize as run_optimize
 
     bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -114,22 +115,18 @@ def optimize(
             left = f"{event.stage}: {event.alive}/{event.candidates} candidates left{best}{eta}"
             bar.update(task, completed=event.done, total=event.total or None, description=left)
 
-        report = run_optimize(
-            model,
-            images,
-            output=output,
+        plan = OptimizePlan(
             max_drop=max_drop,
-            backends=backends or None,
+            backends=tuple(backends) or None,
             scenario=scenario,
             time_budget=time_budget,
             quantize=not no_quantize,
-            threads=parse_int_list(threads, "threads") if threads else None,
-            batches=parse_int_list(batch, "batch") if batch else None,
-            engines=[e.strip() for e in engine.split(",") if e.strip()],
-            force=force,
+            threads=tuple(parse_int_list(threads, "threads")) if threads else None,
+            batches=tuple(parse_int_list(batch, "batch")) if batch else None,
+            engines=tuple(e.strip() for e in engine.split(",") if e.strip()),
             seed=seed,
-            progress=show,
         )
+        report = run_optimize(model, images, plan, output=output, force=force, progress=show)
     if as_json:
         print_json(report.to_dict())
     else:

@@ -9,11 +9,13 @@ from typing import Any
 import typer
 from rich.table import Table
 
+from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.errors import UsageError
 from deploykit.io import atomic_path, check_outputs
 from deploykit.metadata import read_metadata
 from deploykit.validation import check_number
 
+from . import options as opt
 from .console import console
 from .paths import file_out, path_in
 
@@ -61,7 +63,7 @@ def predict(
     backend: str = typer.Option(
         None, "--backend", "-b", help="Backend name or alias (default: onnxruntime, or the bundle's choice)."
     ),
-    device: str = typer.Option(None, "--device", "-d", help="Device (default: the backend's CPU)."),
+    device: opt.Device = None,
     task: str = typer.Option("auto", help="auto | detect | classify (auto reads the model's metadata)."),
     labels: Path = typer.Option(None, parser=path_in, help="Class names file (default: from the model's metadata)."),
     conf: float = typer.Option(0.25, help="Detection: minimum score."),
@@ -77,13 +79,13 @@ def predict(
     json_path: Path = typer.Option(
         None, "--json", readable=False, parser=file_out, help="Write the results as JSON here."
     ),
-    engine: str = typer.Option("local", "--engine", help="local | ray: with --out, where a folder of images runs."),
+    engine: str = typer.Option("local", "--engine", help="local | ray: with --output, where a folder of images runs."),
     address: str = typer.Option(None, "--address", help="--engine ray: cluster to join (default: a local Ray)."),
     actors: int = typer.Option(None, "--actors", help="--engine ray: actors (default: cluster CPUs / per actor)."),
     cpus_per_actor: float = typer.Option(
         None, "--cpus-per-actor", help="--engine ray: CPUs (= threads) per actor (default 1, or the bundle's threads)."
     ),
-    out: str = typer.Option(None, "--out", help="A folder (or URI) for one JSON row per image (resumable)."),
+    out: str = typer.Option(None, "--output", "-o", help="A folder (or URI) for one JSON row per image (resumable)."),
     check: bool = typer.Option(
         False, "--check", help="Also verify this backend/device on the image against onnx's reference evaluator."
     ),
@@ -157,22 +159,22 @@ def predict(
                    "verdict": verdict.to_dict() if verdict else None}  # fmt: skip
         with atomic_path(json_path) as temporary:
             temporary.write_text(json.dumps(payload, indent=2))
-    if verdict is not None and (verdict.failed or verdict.status == "degenerate"):
+    if verdict is not None and verdict.blocking:
         raise typer.Exit(1)
 
 
 def _check(model: Path, image: Path, backend: str | None, device: str | None) -> Any:
     """The backend's outputs on this image against the independent oracle; the verdict, printed."""
-    from deploykit.verify import verify_model
+    from deploykit.verify import VerifySettings, verify_model
 
     if model.is_dir():  # a bundle: its model file on its backend and device
         from deploykit.optimize.bundle import read_bundle
 
         bundle = read_bundle(model)
         model, backend, device = bundle.model_path, bundle.manifest.backend, bundle.manifest.device
-    backend = backend or "onnxruntime"
+    backend = backend or DEFAULT_BACKEND
     spec = f"{backend}:{device}" if device else backend
-    report = verify_model(model, [spec], inputs=image, precision=None)
+    report = verify_model(model, [spec], VerifySettings(precision=None), inputs=image)
     verdict = report.verdicts[0]
     console.print(f"check: {verdict.describe()}", soft_wrap=True)
     return verdict

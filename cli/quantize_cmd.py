@@ -11,6 +11,7 @@ from rich.table import Table
 
 from deploykit.io import atomic_path, check_outputs
 
+from . import options as opt
 from .console import console
 from .paths import file_out, path_in
 
@@ -90,7 +91,7 @@ def quantize(
         help="Folder of images (photos/ or photos/<class>/) or an .npz of input arrays.",
     ),
     fp16: bool = typer.Option(False, "--fp16", help="Convert to float16 (inputs/outputs stay float32) instead."),
-    engine: str = typer.Option("ort", "--engine", "-e", help="ort (ONNX Runtime static QDQ) | nncf (OpenVINO NNCF)."),
+    engine: str = typer.Option("ort", "--quantizer", help="ort (ONNX Runtime static QDQ) | nncf (OpenVINO NNCF)."),
     method: str = typer.Option(None, "--method", help="ort calibration: minmax (default) | entropy | percentile."),
     calibration_size: int = typer.Option(100, "--calibration-size", help="At most this many calibration samples."),
     held_out: float = typer.Option(0.2, "--held-out", help="Fraction kept for the accuracy delta, never calibrated."),
@@ -104,23 +105,24 @@ def quantize(
     debug_layers: bool = typer.Option(False, "--debug-layers", help="Report the 10 nodes that diverge most."),
     speed: bool = typer.Option(True, "--speed/--no-speed", help="Time f32 and the result on each backend."),
     backends: str = typer.Option(None, "--backends", "-b", help="Backend specs to time (default: all available)."),
-    iterations: int = typer.Option(50, "--iterations", "-n", help="Timed runs per configuration and round."),
+    iterations: opt.Iterations = 50,
     rounds: int = typer.Option(3, "--rounds", help="f32 and the result alternate this many times (median p50)."),
     ir: Path = typer.Option(None, "--ir", parser=file_out, help="Also write OpenVINO IR (.xml + .bin) here."),
     json_path: Path = typer.Option(None, "--json", parser=file_out, help="Write the report as JSON here."),
-    seed: int = typer.Option(0, "--seed", help="Shuffle of the held-out split."),
+    seed: opt.Seed = 0,
 ) -> None:
     """Quantize a model to INT8 (QDQ, per-channel) or convert it to float16; measure what it costs and gains."""
+    from deploykit.quantize import QuantizeSettings
     from deploykit.quantize import quantize as run_quantize
 
     check_outputs({"--output": output, "--json": json_path}, inputs={"model": model, "--calibrate": calibrate})
-    report = run_quantize(
-        model, output, calibrate=calibrate, fp16=fp16, engine=engine, method=method,
-        calibration_size=calibration_size, held_out=held_out, evaluate_on=evaluate_on, max_drop=max_drop,
-        exclude=_list(exclude), quantize_head=quantize_head, per_channel=not per_tensor, debug_layers=debug_layers,
-        measure_speed=speed, backends=_list(backends) or None, iterations=iterations, rounds=rounds, ir=ir,
-        seed=seed,
+    settings = QuantizeSettings(
+        fp16=fp16, engine=engine, method=method, calibration_size=calibration_size, held_out=held_out,
+        max_drop=max_drop, exclude=tuple(_list(exclude)), quantize_head=quantize_head, per_channel=not per_tensor,
+        debug_layers=debug_layers, measure_speed=speed, backends=tuple(_list(backends)) or None, iterations=iterations,
+        rounds=rounds, seed=seed,
     )  # fmt: skip
+    report = run_quantize(model, output, settings, calibrate=calibrate, evaluate_on=evaluate_on, ir=ir)
     _print(report)
     if json_path is not None:
         with atomic_path(json_path) as temporary:

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import typer
 
-from deploykit.bench.report import BenchmarkReport, merge_html
+from deploykit.bench import judging
+from deploykit.bench.html import render_html
+from deploykit.bench.report import BenchmarkReport
 from deploykit.errors import UsageError
 from deploykit.io import atomic_path, check_outputs
 from deploykit.validation import check_number
@@ -44,7 +46,7 @@ def report(
                              hint="e.g. -o fleet.html.")  # fmt: skip
         loaded = [BenchmarkReport.from_json(path) for path in reports[1:]]
         with atomic_path(output) as temporary:
-            temporary.write_text(merge_html(loaded))
+            temporary.write_text(render_html(loaded))
         console.print(f"merged {len(loaded)} report{'s' if len(loaded) != 1 else ''} into {output}")
         return
     if output is not None:
@@ -63,9 +65,9 @@ def report(
         "--threshold", threshold, low=0.0, hint="an allowed slowdown as a fraction, e.g. --threshold 0.1 for 10%."
     )
     before = BenchmarkReport.from_json(_report_file(baseline))
-    for note in current.differences(before):
+    for note in judging.differences(current, before):
         err_console.print(f"note: {note}", soft_wrap=True)
-    findings = current.regressions(before, threshold)
+    findings = judging.regressions(current, before, threshold)
     for finding in findings:
         console.print(f"[red]regression[/]: {finding}")
     if findings:

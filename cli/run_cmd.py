@@ -14,18 +14,20 @@ import typer
 from rich.table import Table
 
 from deploykit.backends.base import SessionInfo
+from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.io import atomic_path, check_outputs
 from deploykit.validation import check_seed
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, run_candidate
 
-from .console import coerce, console, input_files, parse_pairs, print_json
+from . import options as opt
+from .console import console, input_files, print_json
 from .paths import file_out, path_in
 
 
 def run(
     model: Path = typer.Argument(..., parser=path_in, help="The .onnx file."),
-    backend: str = typer.Option("onnxruntime", "--backend", "-b", help="Backend name or alias."),
-    device: str = typer.Option(None, "--device", "-d", help="Device (default: the backend's CPU)."),
+    backend: str = typer.Option(DEFAULT_BACKEND, "--backend", "-b", help="Backend name or alias."),
+    device: opt.Device = None,
     inputs: list[str] = typer.Option(
         [],
         "--input",
@@ -33,18 +35,16 @@ def run(
         help="NAME=random, NAME=random:1x3x224x224, NAME=file.npy, or file.npz. "
         "Inputs not named get seeded random data.",
     ),
-    options: list[str] = typer.Option(
-        [], "--option", "-o", help="Backend option KEY=VALUE (see 'deploykit backends --options')."
-    ),
+    options: opt.BackendOptions = [],  # noqa: B006  (typer reads the default; never mutated)
     allow_fallback: bool = typer.Option(
         False, "--allow-fallback", help="Run on the CPU if the device is unusable, and say so."
     ),
-    seed: int = typer.Option(0, help="Seed for random inputs."),
+    seed: opt.Seed = 0,
     save: Path = typer.Option(
-        None, "--save", readable=False, parser=file_out, help="Write the outputs to this .npz file."
+        None, "--output", "-o", readable=False, parser=file_out, help="Write the outputs to this .npz file."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
-    timeout: float = typer.Option(DEFAULT_TIMEOUT_S, "--timeout", help="Seconds the worker process may take."),
+    timeout: opt.Timeout = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Run a model once and print each output's shape and statistics.
 
@@ -54,8 +54,8 @@ def run(
     """
     check_seed(seed)
     read: dict[str, str | Path] = {"model": model, **input_files(inputs)}
-    check_outputs({"--save": save}, inputs=read)
-    backend_options = {k: coerce(v) for k, v in parse_pairs(options, "--option").items()}
+    check_outputs({"--output": save}, inputs=read)
+    backend_options = opt.backend_options(options)
     job = {"allow_fallback": allow_fallback, "input_options": list(inputs), "seed": seed}
     run_ = run_candidate(model, backend, device, [], options=backend_options, timeout_s=timeout, extra=job)
     run_.raise_error(model)

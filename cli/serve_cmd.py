@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from deploykit.serve.ray_engine import RayServer
     from deploykit.serve.server import Server
 
+from . import options as opt
 from .console import coerce, err_console, parse_pairs
 
 
@@ -61,8 +62,8 @@ def serve(
     backend: str = typer.Option(
         None, "--backend", "-b", help="Backend name or alias (default: onnxruntime; a bundle's own)."
     ),
-    device: str = typer.Option(None, "--device", "-d", help="Device (default: the backend's CPU)."),
-    options: list[str] = typer.Option([], "--option", "-O", help="Backend option KEY=VALUE (repeatable)."),
+    device: opt.Device = None,
+    options: opt.BackendOptions = [],  # noqa: B006  (typer reads the default; never mutated)
     max_batch: int = typer.Option(8, "--max-batch", help="Rows per forward pass for dynamic-batch models (1: off)."),
     max_queue_delay: str = typer.Option("2ms", "--max-queue-delay", help="How long a batch waits to fill (2ms)."),
     max_queue: int = typer.Option(256, "--max-queue", help="Requests waiting per model before 503."),

@@ -1,4 +1,4 @@
-"""The options every verifying command shares (oracle, thresholds, shapes) and how verdicts print.
+"""How verdicts print, and the ``--shape``/``--batch-axis`` text as input settings (the options are in ``options``).
 
 No domain logic: parsing option text into library arguments, and tables of ``Verdict`` objects.
 """
@@ -16,44 +16,7 @@ from deploykit.verify.verdict import Verdict
 
 from .console import console, err_console
 
-ORACLE_HELP = (
-    "Who computes the reference: auto (onnx's reference evaluator; if it cannot run the model, the first "
-    "backend, and verdicts are 'unverified'), reference, none, or a backend spec (not independent)."
-)
-SHAPE_HELP = "NAME:SHAPE[:LOW..HIGH] for an input's dynamic sizes (and an integer range), e.g. images:1x3x640x640."
-BATCH_AXIS_HELP = "NAME:AXIS: the batch axis of an input whose first axis is not the batch, e.g. state:1."
-
-# One definition of each verification option, shared by the commands that verify (bench, compare).
-SHAPE_OPTION = typer.Option([], "--shape", help=SHAPE_HELP)
-BATCH_AXIS_OPTION = typer.Option([], "--batch-axis", help=BATCH_AXIS_HELP)
-ORACLE_OPTION = typer.Option("auto", "--oracle", "--reference", help=ORACLE_HELP)
-ATOL_OPTION = typer.Option(None, "--atol", help="f32 absolute tolerance (default 1e-4).")
-RTOL_OPTION = typer.Option(None, "--rtol", help="f32 relative tolerance (default 1e-3).")
-MIN_COSINE_OPTION = typer.Option(None, "--min-cosine", help="Reduced precision: per-output cosine.")
-MIN_SNR_OPTION = typer.Option(None, "--min-snr", help="Reduced precision: per-output SNR in dB.")
-MIN_TOP1_OPTION = typer.Option(None, "--min-top1-agreement", help="Classifiers on images: top-1 agreement.")
-MIN_MAP_OPTION = typer.Option(None, "--min-map", help="Detectors on images: mAP@0.5 against the f32 model.")
-
 STYLES = {"pass": "green", "fail": "red", "error": "red", "degenerate": "yellow", "unverified": "yellow"}
-
-
-def threshold_options(
-    atol: float | None,
-    rtol: float | None,
-    min_cosine: float | None,
-    min_snr_db: float | None,
-    min_top1_agreement: float | None,
-    min_map: float | None,
-) -> dict[str, float | None]:
-    """The threshold overrides as ``Thresholds`` field names (None: the precision's default)."""
-    return {
-        "atol": atol,
-        "rtol": rtol,
-        "min_cosine": min_cosine,
-        "min_snr_db": min_snr_db,
-        "min_top1_agreement": min_top1_agreement,
-        "min_map": min_map,
-    }
 
 
 def input_settings(shapes: Sequence[str], batch_axes: Sequence[str]) -> tuple[dict[str, InputSetting], dict[str, int]]:
@@ -123,7 +86,7 @@ def print_details(verdicts: Sequence[Verdict], notes: Sequence[str] = ()) -> Non
 def exit_for(verdicts: Sequence[Verdict], *, require_oracle: bool = False) -> None:
     """Exit 1 for a failure, error, disagreement or degenerate reference (and with
     ``require_oracle`` for an unverified verdict); print why."""
-    bad = [v for v in verdicts if v.failed or v.status == "degenerate"]
+    bad = [v for v in verdicts if v.blocking]
     unverified = [v for v in verdicts if v.status == "unverified"]
     if require_oracle and unverified and not bad:
         console.print("[red]no independent oracle verified[/] " + ", ".join(v.candidate for v in unverified)

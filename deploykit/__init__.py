@@ -5,16 +5,20 @@ The public API::
     import deploykit
     with deploykit.load("model.onnx", backend="openvino", device="CPU") as session:
         outputs = session.run({"images": x})
+
+It mirrors the commands, one function each: ``convert torch`` → ``convert_torch``, ``convert darknet``
+→ ``convert_darknet``, ``compare`` → ``compare`` (``verify_model``), ``bench`` → ``benchmark``,
+``quantize``, ``optimize``, ``predict``, ``serve``, ``export`` → ``export_ncnn``, ``inspect`` →
+``summarize``, ``run`` → ``load``, ``backends`` → ``all_backends``; ``report`` reads
+``BenchmarkReport.from_json``. (``tests/test_public_api.py`` holds the table.)
 """
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 from deploykit._version import __version__
 from deploykit.backends.base import Backend, Session, SessionInfo
-from deploykit.backends.options import OptionValue
 from deploykit.backends.registry import all_backends, backend_names, get_backend
 from deploykit.errors import (
     BackendError,
@@ -41,30 +45,53 @@ from deploykit.errors import (
 )
 from deploykit.inputs import make_inputs
 from deploykit.model import Model, summarize
+from deploykit.sessions import load
 from deploykit.tensors import TensorSpec
-from deploykit.verify import OracleInfo, Thresholds, Verdict, VerificationReport, verify_model
+from deploykit.verify import (
+    OracleInfo,
+    ThresholdOverrides,
+    Thresholds,
+    Verdict,
+    VerificationReport,
+    VerifySettings,
+    verify_model,
+)
+
+compare = verify_model
+"""``deploykit compare``: the command's name for ``verify_model`` (one function, the same object)."""
 
 if TYPE_CHECKING:  # the real objects, typed; imported on first use so workers and --help start fast
     from deploykit import optimize, quantize, serve
+    from deploykit.bench.plan import BenchPlan
     from deploykit.bench.report import BenchmarkReport
     from deploykit.bench.rows import Row
     from deploykit.bench.runner import benchmark
     from deploykit.convert.darknet.convert import convert_darknet
+    from deploykit.convert.darknet.settings import DarknetExportSettings
     from deploykit.convert.report import ConversionReport
     from deploykit.convert.torch import convert_torch
-    from deploykit.optimize import OptimizeReport
-    from deploykit.quantize import QuantizeReport
+    from deploykit.convert.torch_stage import TorchExportSettings
+    from deploykit.distributed.batch import predict
+    from deploykit.export import export_ncnn
+    from deploykit.optimize import OptimizePlan, OptimizeReport
+    from deploykit.quantize import QuantizeReport, QuantizeSettings
     from deploykit.vision.pipelines import Classifier, Detector
     from deploykit.vision.results import Classification, Detection, draw
 
 _LAZY = {
+    "BenchPlan": "deploykit.bench.plan",
+    "QuantizeSettings": "deploykit.quantize.settings",
+    "OptimizePlan": "deploykit.optimize.plan",
+    "TorchExportSettings": "deploykit.convert.torch_stage",
+    "DarknetExportSettings": "deploykit.convert.darknet.settings",
     "BenchmarkReport": "deploykit.bench.report",
-    "BenchmarkResult": "deploykit.bench.report",  # the earlier name of BenchmarkReport, not in __all__
     "Row": "deploykit.bench.rows",
     "benchmark": "deploykit.bench.runner",
     "convert_darknet": "deploykit.convert.darknet.convert",
     "ConversionReport": "deploykit.convert.report",
     "convert_torch": "deploykit.convert.torch",
+    "predict": "deploykit.distributed.batch",
+    "export_ncnn": "deploykit.export",
     "QuantizeReport": "deploykit.quantize",
     "OptimizeReport": "deploykit.optimize",
     "Detector": "deploykit.vision.pipelines",
@@ -85,39 +112,6 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module 'deploykit' has no attribute {name!r}")
-
-
-def load(
-    model: Model | str | os.PathLike[str],
-    backend: str | None = None,
-    device: str | None = None,
-    *,
-    allow_fallback: bool = False,
-    **options: OptionValue,
-) -> Session:
-    """Load a model on a backend and device.
-
-    Args:
-        model: a ``Model`` (``deploykit.model.Model.open``: read once, not again here), the path of an
-            ``.onnx`` file (or a Darknet ``.cfg`` for OpenCV 4.x), or a bundle folder
-            written by ``deploykit optimize -o``: then its chosen model file opens on its chosen
-            backend, device, precision and threads (``deploykit.optimize.bundle.open_bundle``).
-        backend: ``onnxruntime``/``ort`` (the default), ``openvino``/``ov``, ``opencv``/``cv`` or a plug-in.
-        device: the backend's device name; its default device (the CPU) when omitted.
-        allow_fallback: run on the CPU when the device cannot be used and report it in
-            ``session.info.fallback``; otherwise that is a ``DeviceUnavailableError``.
-        **options: backend options, e.g. ``threads=2`` or OpenVINO's ``precision="f32"``.
-
-    Returns:
-        an open ``Session``; use it as a context manager. The session runs the runtime in this
-        process: a runtime that crashes ends it (``deploykit run`` and ``compare`` use worker
-        processes instead; see docs/conformance.md).
-    """
-    if not isinstance(model, Model) and os.path.isdir(model):
-        from deploykit.optimize.bundle import open_bundle
-
-        return open_bundle(model, backend=backend, device=device, allow_fallback=allow_fallback, **options)
-    return get_backend(backend or "onnxruntime").open(model, device, allow_fallback=allow_fallback, **options)
 
 
 __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
@@ -159,20 +153,30 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "Row",
     "ConversionReport",
     "OracleInfo",
+    "ThresholdOverrides",
     "Thresholds",
     "Verdict",
     "VerificationReport",
+    "VerifySettings",
+    "BenchPlan",
     "benchmark",
+    "compare",
     "verify_model",
+    "DarknetExportSettings",
+    "TorchExportSettings",
     "convert_darknet",
     "convert_torch",
+    "export_ncnn",
     "get_backend",
     "load",
     "make_inputs",
     "QuantizeReport",
+    "QuantizeSettings",
     "quantize",
+    "OptimizePlan",
     "OptimizeReport",
     "optimize",
+    "predict",
     "serve",
     "summarize",
 ]

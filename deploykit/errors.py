@@ -45,6 +45,12 @@ The tree::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
+SUBJECT_SEPARATOR = " | "
+"""Between a message's subject and its problem: ``input 'images' | got shape ...``."""
+
 
 class DeployKitError(Exception):
     """Base of every error deploykit raises on purpose.
@@ -63,6 +69,45 @@ class DeployKitError(Exception):
         if self.hint:
             return f"{self.message} Hint: {self.hint}"
         return self.message
+
+    @property
+    def subject(self) -> str:
+        """What the message is about (``input 'images'``); empty when the message names none."""
+        subject, separator, _ = self.message.partition(SUBJECT_SEPARATOR)
+        return subject if separator else ""
+
+    @property
+    def problem(self) -> str:
+        """What was wrong and what was expected: the message after its subject."""
+        subject, separator, problem = self.message.partition(SUBJECT_SEPARATOR)
+        return problem if separator else subject
+
+    def to_dict(self) -> dict[str, Any]:
+        """The error as data, to cross a process boundary (JSON, a pipe) and be raised again there
+        by ``from_dict``: its class name, subject, problem and hint."""
+        return {"type": type(self).__name__, "subject": self.subject, "problem": self.problem, "hint": self.hint}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DeployKitError:
+        """The error ``to_dict`` described, with the same message and hint: of its own class when
+        this tree has one by that name, else of the class this is called on
+        (``ConversionError.from_dict(data)`` falls back to ``ConversionError``)."""
+        kind = globals().get(str(data.get("type")))
+        if not (isinstance(kind, type) and issubclass(kind, DeployKitError)):
+            kind = cls
+        subject, problem = str(data.get("subject") or ""), str(data.get("problem") or "")
+        message = f"{subject}{SUBJECT_SEPARATOR}{problem}" if subject else problem
+        hint = data.get("hint")
+        return kind(message, hint=None if hint is None else str(hint))
+
+
+def one_line(exc: BaseException, *, last: bool = False) -> str:
+    """A third-party exception's text as one line for a message: its first line (its last with
+    ``last``, where a runtime ends a long trace with the reason), or its class name when it has none."""
+    lines = str(exc).strip().splitlines()
+    if not lines:
+        return type(exc).__name__
+    return lines[-1] if last else lines[0]
 
 
 class UsageError(DeployKitError):

@@ -104,10 +104,10 @@ def export_ncnn(
     from deploykit.backends.ncnn_layout import onnx_layout
     from deploykit.io import check_outputs, commit, scratch_dir
     from deploykit.model import check_model_path
+    from deploykit.tasks.registry import recognise
     from deploykit.verify.check import judge_runs, prepare_inputs, run_oracle
     from deploykit.verify.isolated import run_candidate
     from deploykit.verify.metrics import thresholds_for
-    from deploykit.verify.task_metric import task_of
 
     model_path = check_model_path(model)
     param, bin_path, io_path = ncnn_paths(output)
@@ -133,20 +133,21 @@ def export_ncnn(
         (scratch / "model.json").write_text(json.dumps(document, indent=1) + "\n")
         task = None
         if prepared.source == "images":
-            task = task_of({s.name: s for s in layout.specs_out}, layout.metadata)
+            task = recognise({s.name: s for s in layout.specs_out}, layout.metadata)
         oracle_cases = prepared.cases[:1] if task is not None else prepared.cases
         oracle, references = run_oracle(model_path, "auto", oracle_cases, timeout_s=timeout_s)
-        runs = [(run_candidate(written, "ncnn", "cpu", prepared.cases, label=f"ncnn {param.name}",
+        ncnn = NcnnBackend.name
+        runs = [(run_candidate(written, ncnn, NcnnBackend.default_device, prepared.cases, label=f"{ncnn} {param.name}",
                                timeout_s=timeout_s), "f16" if fp16 else "f32")]  # fmt: skip
         if fp16 and task is not None:
             # the task metric compares with a verified f32 run on every image (the oracle checks one)
-            f32 = run_candidate(model_path, "ncnn", "cpu", prepared.cases, options={**shape_option, "precision": "f32"},
-                                label=f"ncnn {model_path.name} f32", timeout_s=timeout_s)  # fmt: skip
+            f32 = run_candidate(model_path, ncnn, NcnnBackend.default_device, prepared.cases,
+                                options={**shape_option, "precision": "f32"}, label=f"{ncnn} {model_path.name} f32",
+                                timeout_s=timeout_s)  # fmt: skip
             runs.insert(0, (f32, "f32"))
         if references is not None:
             references = references[: len(oracle_cases)]
-        verdicts = judge_runs(runs, prepared.cases, references, oracle, overrides=overrides, task=task,
-                              metadata=layout.metadata)  # fmt: skip
+        verdicts = judge_runs(runs, prepared.cases, references, oracle, overrides=overrides, task=task)
         failed = [v for v in verdicts if v.status != "pass"]
         if failed:
             raise ParityError(

@@ -90,16 +90,21 @@ def special_file_problem(path: PathLike) -> str | None:
 
 
 def file_sha256(path: PathLike) -> str:
-    """The SHA-256 of a file's bytes, read in 64 MiB blocks (each read and update releases the GIL,
-    and each block costs one wait for it when another thread is busy: few blocks, few waits; a
-    bundle hashes its model while the runtime loads it)."""
+    """The SHA-256 of a file's bytes (``hash_file``)."""
     import hashlib
 
     digest = hashlib.sha256()
+    hash_file(digest, path)
+    return digest.hexdigest()
+
+
+def hash_file(digest: Any, path: PathLike) -> None:
+    """Add a file's bytes to a running ``hashlib`` digest, read in 64 MiB blocks (each read and
+    update releases the GIL, and each block costs one wait for it when another thread is busy: few
+    blocks, few waits; a bundle hashes its model while the runtime loads it)."""
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(64 << 20), b""):
             digest.update(block)
-    return digest.hexdigest()
 
 
 _live_paths: set[Path] = set()
@@ -254,7 +259,7 @@ def check_outputs(
     """Validate every output path of a command before it does any work.
 
     Args:
-        outputs: option name (e.g. ``"--save"``) → path to write; ``None`` values are skipped.
+        outputs: option name (e.g. ``"--output"``) → path to write; ``None`` values are skipped.
         inputs: the files the command reads (option name → path, or just paths); an output
             that is the same file as one of them (after symlinks and hard links) is refused.
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deploykit.errors import MetadataError
+from deploykit.tasks import TASKS as REGISTERED_TASKS
 
 TASK = "deploykit.task"
 INPUT = "deploykit.input"
@@ -36,7 +37,7 @@ CONVERTER = "deploykit.converter"
 SOURCE = "deploykit.source"
 QUANTIZE = "deploykit.quantize"
 
-TASKS = ("detect", "classify")
+TASKS = tuple(REGISTERED_TASKS)  # the task registry's names: one spelling each
 RESIZES = ("letterbox", "stretch", "center-crop")
 CHANNEL_ORDERS = ("RGB", "BGR")
 HEAD_FORMS = ("raw", "decoded", "none")
@@ -68,7 +69,7 @@ class ModelMetadata:
     """What a model's metadata says, checked.
 
     Attributes:
-        task: ``detect`` or ``classify`` (deploykit's key, else Ultralytics' ``task: detect``), or None.
+        task: a registered task (``deploykit.tasks``; deploykit's key, else Ultralytics' ``task: detect``), or None.
         input: the image input's settings (``deploykit.input``).
         size: (height, width) from ``deploykit.input``, else Ultralytics' ``imgsz``, or None.
         size_source: where ``size`` came from, as messages say it.

@@ -451,15 +451,3 @@ def read_interface(model: Model | str | os.PathLike[str]) -> Model:
         ModelNotFoundError, InvalidModelError: as ``Model.open``.
     """
     return as_model(model)
-
-
-def run_reference(path: str | os.PathLike[str], feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Outputs of ``onnx.reference.ReferenceEvaluator``: the slow, independent oracle."""
-    from onnx.reference import ReferenceEvaluator
-
-    from deploykit.backends.reference_ops import REFERENCE_OPS
-
-    model = load_onnx(path, load_external_data=True, check=False)
-    evaluator = ReferenceEvaluator(model, new_ops=REFERENCE_OPS)
-    names = [o.name for o in model.graph.output]
-    return dict(zip(names, evaluator.run(None, feeds), strict=True))

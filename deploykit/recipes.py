@@ -9,7 +9,6 @@ from generated weights only when asked (``random_weights=True``); the model's me
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -28,7 +27,7 @@ else:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
 from deploykit.errors import ConversionError, UsageError
-from deploykit.io import atomic_path, check_onnx_output, check_outputs
+from deploykit.io import atomic_path, check_onnx_output, check_outputs, file_sha256
 
 if TYPE_CHECKING:
     from deploykit.convert.darknet.oracles import DarknetOracle
@@ -108,13 +107,10 @@ class Recipe:
                                   hint=f"{install} --weights FILE{self._random_hint()}.")  # fmt: skip
         expected = self.source.get("weights_sha256")
         if expected:
-            digest = hashlib.sha256()
-            with weights.open("rb") as stream:
-                for block in iter(lambda: stream.read(1 << 20), b""):
-                    digest.update(block)
-            if digest.hexdigest() != expected:
+            digest = file_sha256(weights)
+            if digest != expected:
                 raise ConversionError(
-                    f"recipe '{self.name}' | {weights} has SHA-256 {digest.hexdigest()}, expected {expected}.",
+                    f"recipe '{self.name}' | {weights} has SHA-256 {digest}, expected {expected}.",
                     hint=f"reinstall the package ({self.install_hint()} --force-reinstall).",
                 )
         return weights
@@ -250,15 +246,17 @@ def build(
     if recipe.kind == "darknet":
         report = _build_darknet(recipe, output_path, weights, verify_backends, seed, tolerance, darknet_oracle)
     elif recipe.kind == "torch":
-        from deploykit.convert.torch import convert_torch
+        from deploykit.convert.torch import TorchExportSettings, convert_torch
+        from deploykit.verify import ThresholdOverrides, VerifySettings
 
         shape = "x".join(str(d) for d in recipe.input["shape"])
         dynamic = {recipe.input["name"]: {int(k): v for k, v in recipe.input.get("dynamic", {}).items()}}
+        export = TorchExportSettings(dynamic=dynamic if dynamic[recipe.input["name"]] else {}, seed=seed)
+        checks = VerifySettings(thresholds=ThresholdOverrides(atol=tolerance.get("atol"), rtol=tolerance.get("rtol")))
         report = convert_torch(
-            f"{recipe.file(recipe.source['factory'])}", output=output_path,
+            f"{recipe.file(recipe.source['factory'])}", output=output_path, export=export, checks=checks,
             weights=Path(weights) if weights else recipe.weights_file(), inputs=[f"{recipe.input['name']}:{shape}"],
-            dynamic=dynamic if dynamic[recipe.input["name"]] else None, verify_backends=verify_backends, seed=seed,
-            atol=tolerance.get("atol"), rtol=tolerance.get("rtol"),
+            verify_backends=verify_backends,
         )  # fmt: skip
     elif recipe.kind == "onnx":
         report = _build_onnx(recipe, output_path, verify_backends, tolerance)
@@ -288,8 +286,9 @@ def _weights_origin(recipe: Recipe, weights: str | os.PathLike[str] | None) -> s
 
 def _build_darknet(recipe: Recipe, output: Path, weights: str | os.PathLike[str] | None, verify_backends: Any,
                    seed: int, tolerance: dict[str, float], oracle: DarknetOracle) -> ConversionReport:  # fmt: skip
-    from deploykit.convert.darknet.convert import convert_darknet, load_network
+    from deploykit.convert.darknet.convert import DarknetExportSettings, convert_darknet, load_network
     from deploykit.convert.darknet.weights import write_random_weights
+    from deploykit.verify import ThresholdOverrides, VerifySettings
 
     cfg = recipe.file(recipe.source["cfg"])
     labels = recipe.file(recipe.preprocess["labels"]) if recipe.preprocess.get("labels") else None
@@ -297,9 +296,10 @@ def _build_darknet(recipe: Recipe, output: Path, weights: str | os.PathLike[str]
         if weights is None:
             weights = Path(scratch) / f"{recipe.name}.weights"
             write_random_weights(load_network(cfg), weights, seed=seed)
-        return convert_darknet(cfg, weights, output, head=recipe.convert.get("head", "raw"), labels=labels,
-                               verify_backends=list(verify_backends), oracle=oracle, atol=tolerance.get("atol", 1e-4),
-                               rtol=tolerance.get("rtol", 1e-3))  # fmt: skip
+        export = DarknetExportSettings(head=recipe.convert.get("head", "raw"))
+        tolerances = ThresholdOverrides(atol=tolerance.get("atol", 1e-4), rtol=tolerance.get("rtol", 1e-3))
+        return convert_darknet(cfg, weights, output, export, VerifySettings(oracle=oracle, thresholds=tolerances),
+                               labels=labels, verify_backends=list(verify_backends))  # fmt: skip
 
 
 def _build_onnx(recipe: Recipe, output: Path, verify_backends: Any, tolerance: dict[str, float]) -> ConversionReport:
@@ -308,15 +308,16 @@ def _build_onnx(recipe: Recipe, output: Path, verify_backends: Any, tolerance: d
     from deploykit.convert.report import ConversionReport
     from deploykit.errors import ParityError
     from deploykit.model import summarize
-    from deploykit.verify import verify_model
+    from deploykit.verify import ThresholdOverrides, VerifySettings, verify_model
 
     source = recipe.weights_file()
     assert source is not None
     with atomic_path(output) as temporary:
         shutil.copyfile(source, temporary)
     image = np.random.default_rng(0).uniform(0, 1, recipe.input["shape"]).astype(np.float32)
-    checked = verify_model(output, list(verify_backends), inputs={recipe.input["name"]: image}, precision="f32",
-                           thresholds={"atol": tolerance.get("atol"), "rtol": tolerance.get("rtol")})  # fmt: skip
+    tolerances = ThresholdOverrides(atol=tolerance.get("atol"), rtol=tolerance.get("rtol"))
+    checked = verify_model(output, list(verify_backends), VerifySettings(precision="f32", thresholds=tolerances),
+                           inputs={recipe.input["name"]: image})  # fmt: skip
     summary = summarize(output)
     report = ConversionReport(
         source=str(source), output=str(output), converter="onnx (copied from its package)", exporter="-",

@@ -59,6 +59,22 @@ def test_detection_map_is_a_core_dependency():
     import pycocotools.cocoeval  # noqa: F401  (installed with deploykit itself)
 
 
+def test_the_report_plots_library_is_core_and_its_absence_is_said():
+    """Every bench --report and optimize bundle writes an HTML page drawn by matplotlib: core, and a
+    broken install names it instead of a traceback."""
+    assert "matplotlib" in " ".join(PYPROJECT["project"]["dependencies"])
+    code = (
+        "import sys; sys.modules['matplotlib'] = None\n"
+        "from deploykit.bench import plots\n"
+        "from deploykit.errors import DeployKitError\n"
+        "try:\n    plots.histogram([1], [0.0, 1.0], 'latency (ms)', 'iterations', 'h')\n"
+        "except DeployKitError as exc:\n    print(exc)\n"
+    )
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    assert "matplotlib cannot be imported" in completed.stdout and "reinstall deploykit" in completed.stdout
+
+
 def test_all_means_every_optional_feature_but_the_gpu_wheel():
     extras = PYPROJECT["project"]["optional-dependencies"]
     everything = " ".join(extras["all"])

@@ -17,10 +17,12 @@ import pytest
 
 import deploykit
 from deploykit.backends.registry import get_backend
+from deploykit.bench.plan import BenchPlan
 from deploykit.errors import InvalidModelError, MetadataError, ModelNotFoundError
 from deploykit.io import file_sha256
 from deploykit.metadata import read_metadata
 from deploykit.model import Model, as_model
+from deploykit.verify.settings import VerifySettings
 from tests.assets.tiny import TINY_CFG, classifier_model, write_image
 
 _ONNX_LOADERS = ("load", "load_model", "load_from_string", "load_model_from_string")
@@ -56,7 +58,8 @@ def test_one_bench_parses_the_onnx_file_once_in_this_process(tmp_path, parses):
     photos.mkdir()
     for name in ("a.jpg", "b.jpg"):
         write_image(photos / name)
-    report = deploykit.benchmark(model, ["onnxruntime"], batch=[1, 2], inputs=photos, warmup=1, iterations=3)
+    plan = BenchPlan(backends=("onnxruntime",), batch=(1, 2), warmup=1, iterations=3)
+    report = deploykit.benchmark(model, plan, inputs=photos)
     assert [row.verdict.status for row in report.rows] == ["pass", "pass"]
     assert report.rows[0].verdict.oracle.name == "onnx-reference"  # the oracle ran (in its worker)
     assert sum(parses.values()) == 1, dict(parses)
@@ -81,7 +84,7 @@ def test_a_model_passed_in_is_not_read_again(tmp_path, parses):
     path = _dynamic_classifier(tmp_path / "classifier.onnx")
     model = Model.open(path)
     assert sum(parses.values()) == 1
-    report = deploykit.benchmark(model, ["onnxruntime"], warmup=0, iterations=2, isolate=False)
+    report = deploykit.benchmark(model, BenchPlan(backends=("onnxruntime",), warmup=0, iterations=2, isolate=False))
     assert report.rows[0].status == "ok" and report.rows[0].verdict.status == "pass"
     with get_backend("onnxruntime").open(model) as session:
         assert list(session.inputs) == ["images"]
@@ -144,8 +147,8 @@ def test_opencv_supplies_the_interface_of_a_darknet_cfg(tmp_path):
 
 
 def test_convert_darknet_parses_the_cfg_once_and_reads_no_onnx_back(tmp_path, parses, monkeypatch):
-    from deploykit.convert.darknet import cfg as cfg_module
-    from deploykit.convert.darknet.convert import convert_darknet, load_network
+    from deploykit import darknet_cfg as cfg_module
+    from deploykit.convert.darknet.convert import DarknetExportSettings, convert_darknet, load_network
     from deploykit.convert.darknet.weights import write_random_weights
 
     cfg, weights = tmp_path / "tiny.cfg", tmp_path / "tiny.weights"
@@ -154,8 +157,8 @@ def test_convert_darknet_parses_the_cfg_once_and_reads_no_onnx_back(tmp_path, pa
     cfg_parses = []
     original = cfg_module.parse_cfg_text
     monkeypatch.setattr(cfg_module, "parse_cfg_text", lambda *a, **k: cfg_parses.append(a[1:]) or original(*a, **k))
-    report = convert_darknet(cfg, weights, tmp_path / "m.onnx", input_size=(64, 64), batch=2,
-                             verify_backends=["onnxruntime"], oracle="none")  # fmt: skip
+    report = convert_darknet(cfg, weights, tmp_path / "m.onnx", DarknetExportSettings(input_size=(64, 64), batch=2),
+                             VerifySettings(oracle="none"), verify_backends=["onnxruntime"])  # fmt: skip
     assert report.passed and [v.status for v in report.verdicts] == ["unverified"]
     assert len(cfg_parses) == 1  # at the asked-for size and the cfg's own, from one read
     assert sum(parses.values()) == 0, dict(parses)  # the candidate's batch is the converter's, not read back

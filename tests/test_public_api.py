@@ -14,7 +14,17 @@ PUBLIC = {
     "UnsupportedLayerError", "UnsupportedModelError", "UsageError", "Verdict", "VerificationReport", "__version__",
     "all_backends", "backend_names", "benchmark", "convert_darknet", "convert_torch", "draw", "get_backend", "load",
     "make_inputs", "quantize", "serve", "summarize", "verify_model", "OptimizeReport", "optimize", "BundleError",
-    "MetadataError", "Model",
+    "MetadataError", "Model", "compare", "predict", "export_ncnn", "BenchPlan", "VerifySettings", "ThresholdOverrides",
+    "QuantizeSettings", "OptimizePlan", "TorchExportSettings", "DarknetExportSettings",
+}  # fmt: skip
+
+# Each command of the CLI and the public name that does its work; None: the command is the CLI's own
+# (a guided tour, listings, a fleet of machines) and says so here.
+COMMANDS = {
+    "convert torch": "convert_torch", "convert darknet": "convert_darknet", "compare": "compare",
+    "bench": "benchmark", "quantize": "quantize", "optimize": "optimize", "predict": "predict", "serve": "serve",
+    "export": "export_ncnn", "inspect": "summarize", "run": "load", "backends": "all_backends",
+    "report": "BenchmarkReport", "fleet": None, "demo": None, "models": None, "platforms": None,
 }  # fmt: skip
 
 
@@ -22,6 +32,28 @@ def test_all_is_the_public_surface_and_every_name_resolves():
     assert set(deploykit.__all__) == PUBLIC
     for name in deploykit.__all__:
         assert getattr(deploykit, name) is not None, name
+
+
+def test_the_public_api_mirrors_the_commands():
+    import typer.main
+
+    from deploykit.cli.main import app
+
+    group = typer.main.get_command(app)
+    commands = set()
+    for name, command in group.commands.items():  # type: ignore[attr-defined]
+        sub = getattr(command, "commands", None)
+        commands |= {f"{name} {s}" for s in sub} if sub and name not in COMMANDS else {name}
+    assert commands == set(COMMANDS), "a new command: add its public function (or None) to COMMANDS"
+    for command, name in COMMANDS.items():
+        assert name is None or name in deploykit.__all__, command
+    assert deploykit.compare is deploykit.verify_model  # one function, the command's name for it
+    from deploykit.distributed.batch import predict
+    from deploykit.export import export_ncnn
+
+    assert deploykit.predict is predict and deploykit.export_ncnn is export_ncnn
+    for gone in ("BenchmarkResult", "FleetResult"):  # earlier names, removed in 0.1
+        assert not hasattr(deploykit, gone) and not hasattr(deploykit.ray, gone)
 
 
 def test_the_entry_points_are_the_real_functions_with_their_signatures():

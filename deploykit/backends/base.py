@@ -28,6 +28,7 @@ from deploykit.errors import (
     PrecisionUnavailableError,
     UnsupportedModelError,
     UsageError,
+    one_line,
 )
 from deploykit.model import Model, as_model
 from deploykit.tensors import TENSOR, TensorSpec, normalize_precision
@@ -265,11 +266,6 @@ class Session(abc.ABC):
         )
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _registered(name: str) -> Backend | None:
     """The registered backend a session belongs to (None for a backend class no registry lists)."""
     from deploykit.backends.registry import get_backend
@@ -287,16 +283,25 @@ class Backend(abc.ABC):
     and implement ``version``, ``devices`` and ``_open``.
     """
 
+    is_deploykit_backend: ClassVar[bool] = True
+    """How the registry recognises a plug-in's class without importing this module (which looks backends up there)."""
     name: ClassVar[str]
     aliases: ClassVar[tuple[str, ...]] = ()
     pip_extra: ClassVar[str]
     module: ClassVar[str]
     default_device: ClassVar[str] = "cpu"
+    virtual_devices: ClassVar[tuple[str, ...]] = ()
+    """Device names that choose among the real devices (OpenVINO's ``AUTO``): a default sweep over
+    every device leaves them out, since the devices they choose among are listed themselves."""
     independent_oracle: ClassVar[bool] = False
     """True when the backend shares no code with the runtimes it may check (the verification
     subsystem then treats its outputs as an independent oracle, not as another candidate)."""
     distributions: ClassVar[tuple[str, ...]] = ()
     """Package names that provide the runtime (for the device fingerprint); default: ``module``."""
+
+    def oracle_label(self, device: str) -> str:
+        """How a verification names this backend when it is the oracle (``onnxruntime:cpu``)."""
+        return f"{self.name}:{device}"
 
     def oracle_blind_spot(self, model: Model) -> str | None:
         """Why this backend must not judge ``model`` as an oracle: a construct it is known to compute
@@ -310,6 +315,10 @@ class Backend(abc.ABC):
     """False keeps the backend out of the default backend × device sweeps (bench, compare)."""
     options: ClassVar[Mapping[str, OptionSpec | str]] = {}
     """Option name → ``OptionSpec`` (type, range, default, doc), validated by ``open`` before loading."""
+    serving_options: ClassVar[Mapping[str, Any]] = {}
+    """Option defaults for a long-running server (``deploykit serve``), whose front end (HTTP/gRPC
+    parsing, batching) shares the CPU with the runtime; the user's own ``-O`` values win. Shown in the
+    model's metadata like any option."""
     formats: ClassVar[tuple[str, ...]] = (".onnx",)
     """File suffixes the backend opens: ``.onnx`` and any native format of its runtime (OpenCV's
     Darknet ``.cfg``, ncnn's ``.param``), whose load errors are the runtime's, not a broken ONNX file."""
@@ -325,7 +334,7 @@ class Backend(abc.ABC):
             return importlib.import_module(self.module)
         except Exception as exc:
             raise BackendUnavailableError(
-                f"backend '{self.name}' | cannot import '{self.module}' ({type(exc).__name__}: {_first_line(exc)}).",
+                f"backend '{self.name}' | cannot import '{self.module}' ({type(exc).__name__}: {one_line(exc)}).",
                 hint=f"pip install 'deploykit[{self.pip_extra}]'.",
             ) from exc
 

@@ -106,7 +106,7 @@ class OpenCvBackend(Backend):
         has read it, the network's unconnected layers (the outputs); anything else as ``Backend.read_model``."""
         if isinstance(model, Model) or Path(model).suffix.lower() != ".cfg":
             return super().read_model(model)
-        from deploykit.convert.darknet.cfg import read_cfg
+        from deploykit.darknet_cfg import read_cfg
 
         cfg_path = check_model_path(model)
         section = read_cfg(cfg_path).net

@@ -58,6 +58,7 @@ class OpenVinoBackend(Backend):
     pip_extra = "openvino"
     module = "openvino"
     default_device = "CPU"
+    virtual_devices = _VIRTUAL_DEVICES
     options: ClassVar[Mapping[str, OptionSpec | str]] = {
         "precision": OptionSpec(
             "compute precision (default: the device's own)", "str", None, choices=tuple(_PRECISIONS)

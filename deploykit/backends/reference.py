@@ -41,6 +41,9 @@ class ReferenceBackend(Backend):
 
     load_hint = "onnx's reference evaluator lacks some ops (and contrib domains); use another oracle."
 
+    def oracle_label(self, device: str) -> str:
+        return "onnx-reference"
+
     def version(self) -> str:
         return f"onnx {metadata.version('onnx')} (reference evaluator)"
 

@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 from onnx.reference.ops.op_max_pool import MaxPool as _OnnxMaxPool
 
+from deploykit.model import walk_nodes
+
 
 def _all_ones(values: Sequence[int] | None) -> bool:
     return values is None or all(int(v) == 1 for v in values)
@@ -73,8 +75,6 @@ def blind_spot(model: Any) -> str | None:
     - A ``Loop`` without its ``cond`` input: the spec runs it ``M`` times (or until the body's condition
       output is false); onnx's ``Loop._run`` tests ``while cond and ...`` and so runs it zero times.
     """
-    from deploykit.model import walk_nodes
-
     for node in walk_nodes(model.graph):
         if node.op_type == "Loop" and node.domain in ("", "ai.onnx") and (len(node.input) < 2 or not node.input[1]):
             return (

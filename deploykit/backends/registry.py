@@ -14,9 +14,12 @@ import os
 from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import entry_points
+from typing import TYPE_CHECKING
 
-from deploykit.backends.base import Backend
 from deploykit.errors import BackendError, UnknownBackendError
+
+if TYPE_CHECKING:  # base.py looks backends up here (Session, kind refusals): the registry must not import it
+    from deploykit.backends.base import Backend
 
 BUILTIN_BACKENDS: dict[str, str] = {
     "onnxruntime": "deploykit.backends.onnxruntime:OnnxRuntimeBackend",
@@ -26,6 +29,10 @@ BUILTIN_BACKENDS: dict[str, str] = {
     "reference": "deploykit.backends.reference:ReferenceBackend",
 }
 ENTRY_POINT_GROUP = "deploykit.backends"
+DEFAULT_BACKEND = "onnxruntime"
+"""The backend a command or function uses when none is named."""
+REFERENCE_BACKEND = "reference"
+"""The independent oracle a verification uses by default (``--oracle auto``)."""
 
 
 def _load_class(target: str) -> type[Backend]:
@@ -115,7 +122,7 @@ def _backend_class(key: str) -> type[Backend]:
             f"backend '{key}' | its plug-in failed to load: {exc}.",
             hint=f"reinstall the package that provides entry point '{entry}'.",
         ) from exc
-    if not (isinstance(backend_class, type) and issubclass(backend_class, Backend)):
+    if not (isinstance(backend_class, type) and getattr(backend_class, "is_deploykit_backend", False) is True):
         raise BackendError(
             f"backend '{key}' | entry point {entry} is not a deploykit Backend subclass.",
             hint="a plug-in must point to a class derived from deploykit.backends.Backend.",
@@ -131,6 +138,12 @@ def get_backend(name: str) -> Backend:
         UnknownBackendError: no backend is registered under that name.
     """
     return _backend_class(canonical_name(name))()
+
+
+def default_backend() -> Backend:
+    """The backend used where none is named: the first built-in one, ONNX Runtime (it runs every
+    standard ONNX graph, QDQ INT8 and float16 included, on the CPU of any machine)."""
+    return get_backend(next(iter(BUILTIN_BACKENDS)))
 
 
 def all_backends() -> list[Backend]:

@@ -12,9 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from deploykit.backends.registry import canonical_name, get_backend
+from deploykit.bench import judging
 from deploykit.bench.config import BenchConfig
 from deploykit.bench.fingerprint import fingerprint
 from deploykit.bench.measure import _peak_rss_bytes
@@ -23,11 +22,11 @@ from deploykit.bench.rows import BenchSettings, ModelInfo, Row
 from deploykit.bench.stats import latency_stats
 from deploykit.errors import DeployKitError, UsageError
 from deploykit.io import file_sha256
+from deploykit.tasks.base import Task
+from deploykit.tasks.registry import pipeline_tasks, task_class
 from deploykit.verify.check import parse_backend_spec
 from deploykit.verify.verdict import OracleInfo, Verdict
 from deploykit.vision.image import IMAGE_SUFFIXES, list_images, load_image
-
-TASKS = ("detect", "classify")
 
 
 def _images(folder: str | os.PathLike[str]) -> list[Path]:
@@ -41,21 +40,10 @@ def _images(folder: str | os.PathLike[str]) -> list[Path]:
     return files
 
 
-def _agreement(task: str, results: list[Any], reference: list[Any]) -> tuple[bool, float]:
-    """Detection: same labels and boxes with IoU ≥ 0.9; classification: same top-1. Returns (passed, share)."""
-    from deploykit.vision.nms import iou_one_to_many
-
-    matches = 0
-    for ours, theirs in zip(results, reference, strict=True):
-        if task == "classify":
-            matches += ours[0].class_id == theirs[0].class_id
-        else:
-            same = len(ours) == len(theirs) and all(
-                a.class_id == b.class_id and iou_one_to_many(np.array(a.xyxy), np.array([b.xyxy]))[0] >= 0.9
-                for a, b in zip(ours, theirs, strict=True)
-            )
-            matches += same
-    share = matches / len(results)
+def _agreement(task: type[Task], results: list[Any], reference: list[Any]) -> tuple[bool, float]:
+    """The share of images whose pipeline results are the task's same answer (``Task.results_agree``)."""
+    agreeing = sum(task.results_agree(ours, theirs) for ours, theirs in zip(results, reference, strict=True))
+    share = agreeing / len(results)
     return share == 1.0, share
 
 
@@ -70,15 +58,15 @@ def benchmark_pipeline(
     options: dict[str, Any] | None = None,
 ) -> BenchmarkReport:
     """Time ``Detector``/``Classifier`` calls over every image in a folder, on each backend."""
-    import deploykit
-
-    if task not in TASKS:
-        raise UsageError(f"pipeline '{task}' | is not one of {', '.join(TASKS)}.", hint="e.g. --pipeline detect.")
+    tasks = pipeline_tasks()
+    if task not in tasks:
+        raise UsageError(f"pipeline '{task}' | is not one of {', '.join(tasks)}.", hint="e.g. --pipeline detect.")
     if iterations < 1:
         raise UsageError(f"iterations {iterations} | at least 1 is needed.", hint="use --iterations 20.")
     files = _images(images)
     loaded = [load_image(f) for f in files]
-    pipeline_class = deploykit.Detector if task == "detect" else deploykit.Classifier
+    task_kind = task_class(task)
+    pipeline_class = task_kind.pipeline_class()
     rows: list[Row] = []
     outputs: list[list[Any] | None] = []
     for spec in backends:
@@ -128,7 +116,7 @@ def benchmark_pipeline(
             verdict = Verdict(reference_label, "unverified", oracle, precision=precision, rule=f"{task} agreement",
                               agreement=True, reason="the reference of the comparison")  # fmt: skip
         else:
-            passed, share = _agreement(task, produced, outputs[reference_index])  # type: ignore[arg-type]
+            passed, share = _agreement(task_kind, produced, outputs[reference_index])  # type: ignore[arg-type]
             verdict = Verdict(row.label, "unverified", oracle, precision=precision,
                               rule=f"{task} agreement", agreement=passed,
                               reason=f"{share:.0%} of the {task} results agree with {reference_label}")  # fmt: skip
@@ -146,5 +134,5 @@ def benchmark_pipeline(
         device=fingerprint(),
         rows=rows,
     )
-    result.recommendation = result.recommend()
+    judging.judge(result)
     return result

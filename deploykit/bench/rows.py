@@ -33,6 +33,13 @@ def accuracy_delta(verdict: Verdict | None) -> float | None:
     return None if verdict.task is None else round(1.0 - float(verdict.task.value), 6)
 
 
+def short_error(error: str | None, limit: int = 60) -> str:
+    """An error as a table cell: without its hint, cut to ``limit`` characters (the full text is in the JSON)."""
+    text = (error or "").split(" Hint: ")[0]
+    text = text.split(" | ", 1)[-1]
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 @dataclass
 class Histogram:
     """The warm latency distribution: ``counts[i]`` samples in ``[edges_ms[i], edges_ms[i + 1])``."""

@@ -13,14 +13,15 @@ from pathlib import Path
 
 import numpy as np
 
-from deploykit.backends.options import OptionValue
+from deploykit.bench import judging
 from deploykit.bench.config import SCENARIOS, BenchConfig
 from deploykit.bench.fingerprint import fingerprint
 from deploykit.bench.measure import measure
+from deploykit.bench.plan import BenchPlan
 from deploykit.bench.report import BenchmarkReport
 from deploykit.bench.rows import BenchSettings, ModelInfo, Row
 from deploykit.errors import DeployKitError, ModelError, UsageError
-from deploykit.inputs import InputSetting, batch_axis_of, fed_batch, load_arrays, make_inputs, save_arrays
+from deploykit.inputs import batch_axis_of, fed_batch, load_arrays, make_inputs, save_arrays
 from deploykit.io import file_sha256
 from deploykit.model import Model, as_model
 from deploykit.verify.check import (
@@ -32,14 +33,14 @@ from deploykit.verify.check import (
     parse_precisions,
     run_oracle,
 )
-from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, CandidateRun, run_worker
-from deploykit.verify.metrics import thresholds_for
+from deploykit.verify.isolated import CandidateRun
 from deploykit.verify.verdict import OracleInfo
+from deploykit.workers import read_arrays, run_worker
 
 Progress = Callable[[int, int, str], None]
 IMAGE_CHECK_LIMIT = 8
 
-__all__ = ["benchmark", "default_backend_specs", "expand_configs"]
+__all__ = ["BenchPlan", "benchmark", "default_backend_specs", "expand_configs"]
 
 
 def expand_configs(
@@ -114,87 +115,52 @@ def measure_isolated(
     row = Row.from_dict(outcome.result)
     if not row.ok or not outputs_path.exists():
         return row, None, []
-
-    def load(path: Path) -> dict[str, np.ndarray]:
-        with np.load(path, allow_pickle=False) as archive:
-            return {name: archive[name] for name in archive.files}
-
-    return row, load(outputs_path), [load(Path(f"{outputs_path}.check-{i}.npz")) for i in range(len(checks))]
+    checked = [read_arrays(f"{outputs_path}.check-{i}.npz") for i in range(len(checks))]
+    return row, read_arrays(outputs_path), checked
 
 
 def benchmark(
     model: Model | str | os.PathLike[str],
-    backends: Sequence[str] | None = None,
+    plan: BenchPlan | None = None,
     *,
-    batch: int | Sequence[int] | None = None,
-    threads: int | Sequence[int] | None = None,
-    precision: str | Sequence[str] | None = None,
-    scenario: str = "singlestream",
-    streams: int = 4,
-    warmup: int = 10,
-    iterations: int | None = 100,
-    duration_s: float | None = None,
     inputs: str | os.PathLike[str] | Mapping[str, np.ndarray] | None = None,
-    shapes: Mapping[str, Sequence[int] | InputSetting] | None = None,
-    batch_axes: Mapping[str, int] | None = None,
-    seed: int = 0,
-    oracle: str = "auto",
-    isolate: bool = True,
-    cost_per_hour: float | None = None,
-    options: Mapping[str, OptionValue] | None = None,
-    thresholds: Mapping[str, float | None] | None = None,
-    max_drop: float | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
     progress: Progress | None = None,
 ) -> BenchmarkReport:
     """Benchmark a model on several backends/devices/precisions with the same inputs, and verify each.
 
     Args:
         model: the ``.onnx`` file, or its ``Model`` (``deploykit.model.Model.open``): it is read once.
-        backends: ``BACKEND`` or ``BACKEND:DEVICE`` specs; default every available backend × device.
-        batch: one size or a sweep; default the model's own (its fixed batch, or 1 if dynamic).
-        threads: one count or a sweep; default the runtime's own.
-        precision: one or several of f32, bf16, f16, int8 (a sweep axis); each backend runs those it
-            can natively here and the report lists the rest as not supported. Default: each
-            device's own default precision.
-        scenario: ``singlestream`` (p90 is the headline), ``offline`` (throughput), or
-            ``multistream`` (``streams`` concurrent queries on one session).
-        warmup, iterations, duration_s: untimed runs, then a count or a duration of timed runs.
+        plan: what to measure and how (``BenchPlan``: backends, batch and threads sweeps,
+            precisions, scenario, iterations, oracle, thresholds, ``max_drop`` …); default
+            ``BenchPlan()``: every available backend × device, 100 timed runs each.
         inputs: an ``.npz`` file, a dict of arrays, or an image / folder of images (then reduced
             precision is also judged by the task metric on up to 8 of the images); default
-            seeded random data shaped by ``shapes``/``batch_axes``/the model's metadata.
-        oracle: ``auto`` (onnx's reference evaluator), ``none``, or a backend spec.
-        isolate: measure each configuration in its own worker process.
-        cost_per_hour: the device's price per hour, for cost per million inferences.
-        options: extra backend options for every configuration.
-        thresholds: overrides for the verdict thresholds (atol, rtol, min_cosine, min_snr_db,
-            min_top1_agreement, min_map).
-        max_drop: an accuracy budget (0.01 = 1 %): the recommendation is the fastest configuration
-            whose measured accuracy delta (1 − top-1 agreement or mAP@0.5 against the f32 model, on
-            real images; 0 for f32) stays within it. Default: any verified configuration.
-        timeout_s: the most one configuration's worker may take.
+            seeded random data shaped by the plan's ``shapes``/``batch_axes``/the model's metadata.
         progress: called as ``progress(done, total, label)``.
+
+    With ``plan.max_drop`` the recommendation is the fastest configuration whose measured accuracy
+    delta (1 − top-1 agreement or mAP@0.5 against the f32 model, on real images; 0 for f32) stays
+    within it; without it, any verified configuration.
+
+    Example:
+        ``deploykit.benchmark("model.onnx", BenchPlan(backends=("ort", "openvino"), iterations=200))``
     """
     from deploykit.vision.image import IMAGE_SUFFIXES, image_cases, image_feeds
 
     interface = as_model(model)
     model_path = interface.path
     started_sha256 = interface.sha256  # every worker must have timed this file, not a replacement
-    overrides = dict(thresholds or {})
-    thresholds_for("f32", **overrides)
-    if max_drop is not None and not 0 <= max_drop <= 1:
-        raise UsageError(f"--max-drop {max_drop:g} | expected a share from 0 to 1 (or a percentage: 1%).",
-                         hint="e.g. --max-drop 1% (or 0.01).")  # fmt: skip
-    if timeout_s <= 0:
-        raise UsageError(f"--timeout {timeout_s:g} | must be positive.", hint="e.g. --timeout 300.")
+    plan = plan or BenchPlan()
+    overrides = plan.thresholds.to_dict()
+    timeout_s, isolate, cost_per_hour, seed = plan.timeout_s, plan.isolate, plan.cost_per_hour, plan.seed
     candidates, notes = expand_candidates(
-        backends, parse_precisions(precision), model_precision=interface.precision, options=options
+        plan.backends, parse_precisions(plan.precision), model_precision=interface.precision, options=plan.options
     )
     if not candidates:
         raise UsageError(f"bench | nothing to run: {'; '.join(notes) or 'no backend is available'}.",
                          hint="'deploykit backends' lists what runs here; f32 runs everywhere.")  # fmt: skip
-    settings = {k: v if isinstance(v, InputSetting) else InputSetting(tuple(v)) for k, v in (shapes or {}).items()}
-    axes = {s.name: batch_axis_of(s, set(), dict(batch_axes or {})) for s in interface.inputs}
+    settings, batch_axes = dict(plan.shapes), dict(plan.batch_axes)
+    axes = {s.name: batch_axis_of(s, set(), batch_axes) for s in interface.inputs}
     image_source = isinstance(inputs, (str, os.PathLike)) and (
         Path(inputs).is_dir() or Path(inputs).suffix.lower() in IMAGE_SUFFIXES
     )
@@ -203,9 +169,10 @@ def benchmark(
         given = check_given_inputs(interface.input_specs(), load_arrays(inputs))
     elif isinstance(inputs, Mapping):
         given = check_given_inputs(interface.input_specs(), {k: np.asarray(v) for k, v in inputs.items()})
-    if batch is None:
-        batch = fed_batch(given, axes) if given is not None else None
-    first_batch = batch if isinstance(batch, int) or batch is None else next(iter(batch))
+    batch = plan.batch
+    if batch is None and given is not None:
+        batch = (fed_batch(given, axes),)
+    first_batch = None if batch is None else batch[0]
 
     def feeds_for(size: int | None) -> dict[str, np.ndarray]:
         if image_source:
@@ -216,10 +183,11 @@ def benchmark(
                            settings=settings, batch_axes=batch_axes, model_name=f"'{model_path.name}'")  # fmt: skip
 
     first_feeds = feeds_for(first_batch)
-    batches = [fed_batch(first_feeds, axes)] if batch is None or isinstance(batch, int) else list(batch)
-    thread_counts: list[int | None] = [threads] if threads is None or isinstance(threads, int) else list(threads)
-    configs = expand_configs(candidates, batches=batches, threads=thread_counts, scenario=scenario, streams=streams,
-                             warmup=warmup, iterations=iterations, duration_s=duration_s)  # fmt: skip
+    batches = [fed_batch(first_feeds, axes)] if batch is None else list(batch)
+    thread_counts: list[int | None] = [None] if plan.threads is None else list(plan.threads)
+    configs = expand_configs(candidates, batches=batches, threads=thread_counts, scenario=plan.scenario,
+                             streams=plan.streams, warmup=plan.warmup, iterations=plan.iterations,
+                             duration_s=plan.duration_s)  # fmt: skip
     feeds_by_batch = {b: first_feeds if b == batches[0] else feeds_for(b) for b in batches}
     checks: list[dict[str, np.ndarray]] = []
     if image_source:
@@ -259,15 +227,15 @@ def benchmark(
 
     task = None
     if image_source:
-        from deploykit.verify.task_metric import task_of
+        from deploykit.tasks.registry import recognise
 
-        task = task_of(interface.output_specs(), interface.metadata_props)
+        task = recognise(interface.output_specs(), interface.metadata_props)
         groups = {0: (list(range(len(rows))), checks)}
     else:
         groups = {b: ([i for i, c in enumerate(configs) if c.batch == b], [feeds_by_batch[b]]) for b in batches}
     for members, cases in groups.values():
         oracle_cases = cases  # every image: the task metric of every row is measured against the oracle
-        info, references = run_oracle(interface, oracle, oracle_cases, timeout_s=timeout_s, isolate=isolate)
+        info, references = run_oracle(interface, plan.oracle, oracle_cases, timeout_s=timeout_s, isolate=isolate)
         runs = []
         for i in members:
             first_outputs = outputs_by_row[i]
@@ -284,8 +252,7 @@ def benchmark(
                 references = first.outputs
         if info.detail:
             notes.append(f"oracle: {info.detail}")
-        verdicts = judge_runs(runs, cases, references, info, overrides=overrides, task=task,
-                              metadata=interface.metadata_props)  # fmt: skip
+        verdicts = judge_runs(runs, cases, references, info, overrides=overrides, task=task)
         for i, verdict in zip(members, verdicts, strict=True):
             if rows[i].ok:
                 rows[i].set_verdict(verdict)
@@ -302,24 +269,24 @@ def benchmark(
     result = BenchmarkReport(
         model=ModelInfo(str(model_path), final_sha256, list(interface.inputs), list(interface.outputs)),
         settings=BenchSettings(
-            scenario=scenario,
-            warmup=warmup,
-            iterations=None if duration_s else iterations,
-            duration_s=duration_s,
+            scenario=plan.scenario,
+            warmup=plan.warmup,
+            iterations=None if plan.duration_s else plan.iterations,
+            duration_s=plan.duration_s,
             seed=seed,
             isolated=isolate,
             cost_per_hour=cost_per_hour,
             inputs="images" if image_source else ("file" if given is not None else "seeded random"),
-            max_drop=max_drop,
+            max_drop=plan.max_drop,
         ),
         device=fingerprint(),
         rows=rows,
         notes=list(dict.fromkeys(notes)),
     )
-    result.recommendation = result.recommend()
-    if max_drop is not None and result.recommendation is None:
+    judging.judge(result)
+    if plan.max_drop is not None and result.recommendation is None:
         result.notes.append(
-            f"no configuration stays within --max-drop {max_drop:.1%}: reduced precision needs --inputs photos/ "
+            f"no configuration stays within --max-drop {plan.max_drop:.1%}: reduced precision needs --inputs photos/ "
             "for a measured accuracy delta"
         )
     return result

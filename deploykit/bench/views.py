@@ -1,5 +1,6 @@
-"""The views of a benchmark report: the flat CSV, the summary table (rich, Markdown, HTML), the
-one-line error of a failed row. Pure functions of a ``BenchmarkReport``; nothing is judged here."""
+"""The text views of a benchmark report: the flat CSV, the summary rows (the table Markdown, HTML
+and the CLI's terminal table show) and the Markdown page. Pure functions of a ``BenchmarkReport``
+and of what ``judging`` says about it; nothing imports this module back but other views."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
-    from rich.table import Table
+from deploykit.bench import judging
+from deploykit.bench.rows import short_error
 
+if TYPE_CHECKING:
     from deploykit.bench.report import BenchmarkReport
     from deploykit.bench.rows import Row
 
@@ -65,13 +67,6 @@ def _flat(row: Row) -> dict[str, Any]:
     }
 
 
-def short_error(error: str | None, limit: int = 60) -> str:
-    """An error as a table cell: without its hint, cut to ``limit`` characters (the full text is in the JSON)."""
-    text = (error or "").split(" Hint: ")[0]
-    text = text.split(" | ", 1)[-1]
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def _fmt(value: Any, digits: int = 3) -> str:
     if value is None:
         return "-"
@@ -91,8 +86,8 @@ def csv_text(report: BenchmarkReport) -> str:
 
 def summary_rows(report: BenchmarkReport) -> list[dict[str, str]]:
     """Rows as the table, Markdown and HTML show them: headline ratio vs the fastest."""
-    fastest = report.fastest()
-    best = report.best()
+    fastest = judging.fastest(report)
+    best = judging.best(report)
     shown = []
     for row in report.rows:
         flat = _flat(row)
@@ -123,7 +118,7 @@ def summary_rows(report: BenchmarkReport) -> list[dict[str, str]]:
 
 
 def markdown_text(report: BenchmarkReport) -> str:
-    rows = report.summary_rows()
+    rows = summary_rows(report)
     cpu = report.device["cpu"]
     lines = [
         f"# deploykit bench: {Path(report.model.path).name}",
@@ -142,17 +137,3 @@ def markdown_text(report: BenchmarkReport) -> str:
         lines += ["", f"**Recommendation**: {recommendation.label} — {recommendation.why}.", "",
                   f"`{recommendation.command}`", "", f"`{recommendation.python}`"]  # fmt: skip
     return "\n".join(lines) + "\n"
-
-
-def rich_table(report: BenchmarkReport) -> Table:
-    """A rich Table of the summary rows (print it with rich's console)."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(title=f"{Path(report.model.path).name} — headline {report.headline} (★ = recommended)")
-    rows = report.summary_rows()
-    for column in rows[0] if rows else ["configuration"]:
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(*(escape(value) for value in row.values()))
-    return table

@@ -1,19 +1,23 @@
-"""The conversion report every converter returns and ``--report`` writes as JSON."""
+"""The conversion report every converter returns and ``--report`` writes as JSON (the shared
+report protocol of ``deploykit.document``: ``to_dict``, ``from_dict``, ``write``)."""
 
 from __future__ import annotations
 
-import json
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from deploykit.io import atomic_path
+from deploykit.document import JsonDocument
 from deploykit.verify.verdict import OracleInfo, Verdict, worst_status
 
 
 @dataclass
-class ConversionReport:
+class ConversionReport(JsonDocument):
     """What a conversion did and how well the result matches its source."""
+
+    KIND: ClassVar[str] = "conversion report"
+    HINT: ClassVar[str] = "pass the --report file written by deploykit convert."
 
     source: str
     output: str
@@ -38,7 +42,7 @@ class ConversionReport:
     def passed(self) -> bool:
         """No backend failed, crashed, disagreed or met a degenerate reference: the file may be written.
         (Without an independent oracle this holds with every verdict ``unverified``; see ``status``.)"""
-        return all(not v.failed and v.status != "degenerate" for v in self.verdicts)
+        return not any(v.blocking for v in self.verdicts)
 
     @property
     def status(self) -> str:
@@ -53,7 +57,7 @@ class ConversionReport:
 
     def failing_verdict(self) -> Verdict | None:
         """The first verdict that stops the conversion (fail, error, disagreement, degenerate), if any."""
-        return next((v for v in self.verdicts if v.failed or v.status == "degenerate"), None)
+        return next((v for v in self.verdicts if v.blocking), None)
 
     def first_failure(self) -> str:
         """One clause about the first verdict that stops the conversion, to end a sentence with.
@@ -104,9 +108,19 @@ class ConversionReport:
         data["status"] = self.status
         return data
 
-    def write_json(self, path: str | os.PathLike[str]) -> None:
-        with atomic_path(path) as temporary:
-            temporary.write_text(json.dumps(self.to_dict(), indent=2, default=str))
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str | os.PathLike[str] = "<report>") -> ConversionReport:
+        """The report ``to_dict`` wrote (``passed`` and ``status`` are derived again, not read).
+
+        Raises:
+            ReportError: not a conversion report (no converter, output or verdicts).
+        """
+        if not isinstance(data, Mapping) or not {"converter", "output", "verdicts"} <= set(data):
+            raise cls.invalid(source, "is not a deploykit conversion report (no converter, output and verdicts).")
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        fields["verdicts"] = [Verdict.from_dict(v) for v in data["verdicts"]]
+        fields["oracle"] = None if data.get("oracle") is None else OracleInfo.from_dict(data["oracle"])
+        return cls(**fields)
 
 
 def _without_hint(text: str) -> tuple[str, str | None]:

@@ -13,12 +13,14 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.convert.report import ConversionReport
 from deploykit.convert.specs import InputSpec
 from deploykit.convert.torch_export import output_moves
@@ -29,7 +31,8 @@ from deploykit.model import summarize
 from deploykit.validation import check_number, check_seed, check_tolerances
 from deploykit.verify import OracleInfo, gate
 from deploykit.verify.check import platform_notes
-from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, rebuild_error, run_worker
+from deploykit.verify.settings import VerifySettings
+from deploykit.workers import read_arrays, rebuild_error, run_worker, write_arrays
 
 if TYPE_CHECKING:  # torch is imported only when a conversion runs
     import torch
@@ -41,26 +44,14 @@ def convert_torch(
     model: torch.nn.Module | str | os.PathLike[str],
     example_inputs: Sequence[torch.Tensor | np.ndarray] | None = None,
     output: str | os.PathLike[str] = "model.onnx",
+    export: TorchExportSettings | None = None,
+    checks: VerifySettings | None = None,
     *,
     inputs: Sequence[InputSpec | str] | None = None,
-    input_names: Sequence[str] | None = None,
-    output_names: Sequence[str] | None = None,
-    dynamic: Mapping[str, Mapping[int, str]] | None = None,
-    opset: int = 17,
-    exporter: str = "auto",
-    simplify: bool = False,
-    verify_backends: Sequence[str] = ("onnxruntime",),
-    atol: float | None = None,
-    rtol: float | None = None,
-    keep_on_mismatch: bool = False,
     weights: str | Path | None = None,
-    trust_pickle: bool = False,
-    seed: int = 0,
-    weights_key: str | None = None,
-    ignore_keys: str | None = None,
+    verify_backends: Sequence[str] = (DEFAULT_BACKEND,),
+    keep_on_mismatch: bool = False,
     report_path: str | os.PathLike[str] | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    platforms: str | Sequence[str] | None = None,
 ) -> ConversionReport:
     """Export a PyTorch model to ONNX and prove it computes what PyTorch computes.
 
@@ -69,30 +60,28 @@ def convert_torch(
             TorchScript archive, or a pickled module (with ``trust_pickle=True``).
         example_inputs: tensors/arrays in ``forward`` order; or give ``inputs`` specs.
         output: the ``.onnx`` path; written only when the verification against PyTorch passes.
+        export: how to export (``TorchExportSettings``): ``input_names``, ``output_names``,
+            ``dynamic`` (input name → {axis: label}, e.g. ``{"images": {0: "batch"}}``), ``opset``
+            (17), ``exporter`` (``dynamo``, ``torchscript`` or ``auto``: TorchScript first below
+            opset 18, dynamo first from 18; the other on failure), ``simplify`` (onnxslim; the gate
+            then checks the simplified model), ``trust_pickle`` (allow a pickled whole-module file),
+            ``seed`` (random example inputs), ``weights_key`` (the checkpoint key holding the
+            state_dict; default found among ``state_dict``, ``model_state``, ``model``, ``ema`` ...)
+            and ``ignore_keys`` (a regular expression of state_dict keys to drop, listed in the notes).
+        checks: how the result is verified (``VerifySettings``): ``thresholds`` (atol/rtol; default
+            by precision, f32: 1e-4 / 1e-3), ``timeout_s`` (the PyTorch side of a source named by a
+            path, in its own worker, and each backend's worker) and ``platforms`` (``host``,
+            ``linux/arm64`` under emulation, or several; PyTorch, the oracle, runs on the host).
+            The precision is the one the source computes in.
         inputs: specs (``InputSpec`` or ``"name:1x3x224x224[:dtype]"``) instead of examples.
-        input_names: names for the inputs (default: ``forward``'s parameter names).
-        output_names: names for the outputs (default ``output`` or ``output_0``, ``output_1`` ...).
-        dynamic: input name → {axis: label}, e.g. ``{"images": {0: "batch"}}``.
-        opset: ONNX opset to target.
-        exporter: ``dynamo``, ``torchscript`` or ``auto``: TorchScript first below opset 18
-            (dynamo only implements 18+), dynamo first from 18; the other on failure.
-        simplify: run onnxslim on the result (the gate then checks the simplified model).
-        verify_backends: backends that must reproduce PyTorch's outputs.
-        atol, rtol: tolerances; default by precision (f32: 1e-4 / 1e-3).
-        keep_on_mismatch: write the file even when the verification fails (the error is still raised).
         weights: a state_dict to load into the factory's model.
-        trust_pickle: allow a pickled whole-module file.
-        seed: seed for random example inputs.
-        weights_key: the checkpoint key holding the state_dict (default: found automatically
-            among ``state_dict``, ``model_state``, ``model``, ``net``, ``ema`` ...).
-        ignore_keys: regular expression of state_dict keys to drop (listed in the report's notes).
+        verify_backends: backends that must reproduce PyTorch's outputs.
+        keep_on_mismatch: write the file even when the verification fails (the error is still raised).
         report_path: also write the report as JSON here, with the model: both or neither (a failed
             check writes neither unless ``keep_on_mismatch``; the error carries the report).
-        timeout_s: seconds the PyTorch side (loading, running and exporting a source named by a path, in
-            its own worker process) and each backend's verification worker may take.
-        platforms: where ``verify_backends`` run: ``host`` (default), ``linux/arm64`` (the target's
-            builds under emulation, ``deploykit platforms add``) or several (``host,linux/arm64``);
-            PyTorch, the oracle, runs on the host.
+
+    Example:
+        ``convert_torch(net, (x,), "net.onnx", TorchExportSettings(dynamic={"x": {0: "batch"}}))``
 
     Returns:
         the ``ConversionReport``.
@@ -101,6 +90,16 @@ def convert_torch(
         ConversionError: the source, the export or the checks failed; nothing is written.
         ParityError: an output differs from PyTorch's beyond tolerance.
     """
+    export = export or TorchExportSettings()
+    checks = checks or VerifySettings()
+    exporter, opset, seed, simplify = export.exporter, export.opset, export.seed, export.simplify
+    atol, rtol, timeout_s, platforms = (
+        checks.thresholds.atol,
+        checks.thresholds.rtol,
+        checks.timeout_s,
+        checks.platforms,
+    )
+    weights = weights if weights is not None else export.weights
     if exporter not in EXPORTERS:
         raise ConversionError(
             f"exporter '{exporter}' | is not one of {', '.join(EXPORTERS)}.",
@@ -117,15 +116,11 @@ def convert_torch(
     )
     check_onnx_output(output_path)
     emulation_notes = platform_notes(platforms) if verify_backends else []  # an unprepared target fails here
-    settings = TorchExportSettings(
-        inputs=tuple(spec_dict(s) for s in inputs or ()),
-        input_names=tuple(input_names) if input_names is not None else None,
-        output_names=tuple(output_names) if output_names is not None else None,
-        dynamic={k: dict(v) for k, v in (dynamic or {}).items()},
-        opset=opset, exporter=exporter, simplify=simplify,
+    settings = replace(  # what travels to the PyTorch side: the specs as dicts, the weights' absolute path
+        export,
+        inputs=tuple(spec_dict(s) for s in inputs or ()) or export.inputs,
         weights=str(Path(weights).resolve()) if weights is not None else None,
-        trust_pickle=trust_pickle, seed=seed, weights_key=weights_key, ignore_keys=ignore_keys,
-    )  # fmt: skip
+    )
 
     with scratch_dir(output_path) as scratch:
         scratch = Path(scratch).resolve()
@@ -136,9 +131,8 @@ def convert_torch(
             stage = pytorch_stage(model, example_inputs, settings, scratch, output_path.name, log_path)
         gate_start = time.perf_counter()
         oracle = OracleInfo("pytorch", True, f"torch {stage.torch_version}: the source module on the same inputs")
-        verdicts = gate(stage.candidate, stage.cases, stage.references, oracle, verify_backends,
-                        precision=stage.precision, atol=atol, rtol=rtol, timeout_s=timeout_s,
-                        platforms=platforms)  # fmt: skip
+        at_precision = replace(checks, precision=stage.precision)
+        verdicts = gate(stage.candidate, stage.cases, stage.references, oracle, verify_backends, at_precision)
         summary = summarize(stage.candidate)
         report = ConversionReport(
             source=stage.description,
@@ -186,8 +180,6 @@ def _stage_in_worker(
     timeout_s: float,
 ) -> PyTorchStage:
     """The PyTorch side in its own process: the user's code cannot hang, crash or exit the command."""
-    from deploykit.inputs import load_arrays, save_arrays
-
     examples_path = None
     if example_inputs is not None:
         import torch
@@ -195,7 +187,7 @@ def _stage_in_worker(
         given = (example_inputs,) if isinstance(example_inputs, np.ndarray | torch.Tensor) else example_inputs
         examples_path = scratch / "examples.npz"
         arrays = [x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x) for x in given]
-        save_arrays(examples_path, {f"example_{i:04d}": a for i, a in enumerate(arrays)})
+        write_arrays(examples_path, {f"example_{i:04d}": a for i, a in enumerate(arrays)})
     target = _absolute_source(str(model))
     job = {
         "model": target, "examples": str(examples_path) if examples_path else None, "settings": settings.to_dict(),
@@ -216,8 +208,8 @@ def _stage_in_worker(
     fields = dict(result["stage"])
     fields["candidate"] = Path(fields["candidate"])
     count = int(result["count"])
-    fields["cases"] = [load_arrays(scratch / f"case-{i}.npz") for i in range(count)]
-    fields["references"] = [load_arrays(scratch / f"reference-{i}.npz") for i in range(count)]
+    fields["cases"] = [read_arrays(scratch / f"case-{i}.npz") for i in range(count)]
+    fields["references"] = [read_arrays(scratch / f"reference-{i}.npz") for i in range(count)]
     return PyTorchStage(**fields)
 
 

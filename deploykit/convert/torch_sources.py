@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploykit.errors import ConversionError
+from deploykit.errors import ConversionError, one_line
+from deploykit.io import hash_file
 
 _SHOWN_KEYS = 8
 
@@ -35,9 +36,7 @@ class TorchSource:
     def sha256(self) -> str:
         digest = hashlib.sha256()
         for path in self.files:
-            with open(path, "rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(block)
+            hash_file(digest, path)
         return digest.hexdigest() if self.files else ""
 
 
@@ -307,7 +306,7 @@ def load_state_dict(
         raw = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:
         raise ConversionError(
-            f"weights '{path}' | cannot be read as a state_dict: {type(exc).__name__}: {_first_line(exc)}",
+            f"weights '{path}' | cannot be read as a state_dict: {type(exc).__name__}: {one_line(exc)}",
             hint="save weights with torch.save(model.state_dict(), path).",
         ) from exc
     content, key = _unwrap_checkpoint(torch, path, raw, weights_key)
@@ -348,8 +347,3 @@ def load_state_dict(
         )
     module.load_state_dict(content, strict=True)
     return notes
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else ""

@@ -2,7 +2,7 @@
 oracle), export it and write the candidate ONNX — everything that runs the user's code.
 
 For a source named by a path (``file.py:factory``, ``package.module:factory``, an archive) this runs in
-a worker process (``python -m deploykit.convert.torch_stage``, the protocol of ``verify.isolated``):
+a worker process (``python -m deploykit.convert.torch_stage``, the protocol of ``deploykit.workers``):
 a factory that hangs, segfaults, calls ``sys.exit`` or ``os._exit``, or changes the working directory
 costs the conversion a clear error naming it, never the command. The parent then verifies the
 candidate on the backends and commits it (``convert.torch``).
@@ -30,7 +30,9 @@ from deploykit.errors import ConversionError, DeployKitError
 @dataclass(frozen=True)
 class TorchExportSettings:
     """How to export: everything ``convert_torch`` passes to the PyTorch side, as one value that also
-    travels to a worker as JSON (input specs as ``spec_dict`` fields)."""
+    travels to a worker as JSON (input specs as ``spec_dict`` fields). A caller gives it to
+    ``convert_torch`` as ``export=``; ``inputs`` and ``weights`` are filled in there from its own
+    arguments."""
 
     inputs: tuple[Mapping[str, Any], ...] = ()
     input_names: tuple[str, ...] | None = None
@@ -44,6 +46,13 @@ class TorchExportSettings:
     seed: int = 0
     weights_key: str | None = None
     ignore_keys: str | None = None
+
+    def __post_init__(self) -> None:  # a caller's lists become the tuples a frozen value holds
+        for key in ("input_names", "output_names"):
+            value = getattr(self, key)
+            object.__setattr__(self, key, (value,) if isinstance(value, str) else tuple(value) if value else value)
+        object.__setattr__(self, "inputs", tuple(self.inputs or ()))
+        object.__setattr__(self, "dynamic", {k: dict(v) for k, v in (self.dynamic or {}).items()})
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -342,14 +351,12 @@ def _end_descendants() -> None:
 
 
 def _run_job(job: dict[str, Any]) -> int:
-    from deploykit.inputs import save_arrays
     from deploykit.io import FULL_ERRNOS, full_disk_error
-    from deploykit.verify.isolated import RESULT_PREFIX, error_result
+    from deploykit.workers import error_result, read_arrays, send_result, write_arrays
 
     examples = None
     if job.get("examples"):
-        with np.load(job["examples"], allow_pickle=False) as archive:
-            examples = [archive[name] for name in archive.files]
+        examples = list(read_arrays(job["examples"]).values())
     scratch = Path(job["scratch"])
     try:
         stage = pytorch_stage(
@@ -357,28 +364,27 @@ def _run_job(job: dict[str, Any]) -> int:
             Path(job["log_path"]), job.get("description"),
         )  # fmt: skip
     except DeployKitError as exc:
-        print(RESULT_PREFIX + json.dumps(error_result(exc)), flush=True)
+        send_result(error_result(exc))
         return 0
     except OSError as exc:
         if exc.errno not in FULL_ERRNOS:
             raise
         full = full_disk_error([scratch.parent / job["output_name"]], exc)
-        print(RESULT_PREFIX + json.dumps(error_result(full)), flush=True)
+        send_result(error_result(full))
         return 0
     except SystemExit as exc:  # the user's code called sys.exit(): no model, and say so
         code = exc.code if isinstance(exc.code, int) or exc.code is None else 1
         reason = f"the model's code called sys.exit({exc.code!r})"
-        print(RESULT_PREFIX + json.dumps({"status": "exit", "error": reason, "code": code}), flush=True)
+        send_result({"status": "exit", "error": reason, "code": code})
         return 0
     except KeyboardInterrupt:  # this worker has its own session: no terminal's Ctrl-C reaches it, the code raised it
         reason = "the model's code raised KeyboardInterrupt"
-        print(RESULT_PREFIX + json.dumps({"status": "exit", "error": reason, "code": 1}), flush=True)
+        send_result({"status": "exit", "error": reason, "code": 1})
         return 0
     for index, (case, reference) in enumerate(zip(stage.cases, stage.references, strict=True)):
-        save_arrays(scratch / f"case-{index}.npz", case)
-        save_arrays(scratch / f"reference-{index}.npz", reference)
-    print(RESULT_PREFIX + json.dumps({"status": "ok", "stage": stage.to_dict(), "count": len(stage.cases)}),
-          flush=True)  # fmt: skip
+        write_arrays(scratch / f"case-{index}.npz", case)
+        write_arrays(scratch / f"reference-{index}.npz", reference)
+    send_result({"status": "ok", "stage": stage.to_dict(), "count": len(stage.cases)})
     return 0
 
 

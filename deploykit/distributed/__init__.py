@@ -14,13 +14,15 @@ from __future__ import annotations
 from deploykit.distributed.batch import PredictSummary, predict
 from deploykit.distributed.cluster import DEVICE_RESOURCE_PREFIX, require_ray
 from deploykit.distributed.fleet import fleet_benchmark
-from deploykit.distributed.fleet_report import DeviceOutcome, FleetReport, FleetResult
+from deploykit.distributed.fleet_report import DeviceOutcome, FleetReport
+from deploykit.distributed.settings import Execution, PredictSettings
 
 __all__ = [
     "DEVICE_RESOURCE_PREFIX",
     "DeviceOutcome",
+    "Execution",
     "FleetReport",
-    "FleetResult",
+    "PredictSettings",
     "PredictSummary",
     "fleet_benchmark",
     "predict",

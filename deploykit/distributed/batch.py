@@ -17,14 +17,15 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from deploykit.backends.options import OptionValue
+from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.distributed.cluster import connect, require_ray
 from deploykit.distributed.rows import ARRAY_SUFFIXES, TASKS, Predictor
+from deploykit.distributed.settings import Execution, PredictSettings
 from deploykit.distributed.store import ResultStore, is_uri, list_sources, read_bytes
 from deploykit.errors import BackendError, UsageError
 from deploykit.io import file_sha256, special_file_problem
@@ -203,18 +204,9 @@ def predict(
     model: Model | str | os.PathLike[str],
     source: str | os.PathLike[str],
     out: str | os.PathLike[str],
+    settings: PredictSettings | None = None,
+    execution: Execution | None = None,
     *,
-    task: str = "detect",
-    engine: str = "ray",
-    backend: str | None = None,
-    device: str | None = None,
-    address: str | None = None,
-    actors: int | None = None,
-    cpus_per_actor: float | None = None,
-    batch_size: int = 16,
-    top_k: int = 5,
-    pipeline_options: Mapping[str, object] | None = None,
-    backend_options: Mapping[str, OptionValue] | None = None,
     progress: Progress | None = None,
 ) -> PredictSummary:
     """Run a Detector or Classifier over every image of ``source`` (or a plain session over every
@@ -226,17 +218,11 @@ def predict(
             and options.
         source: a file, a folder, or a folder URI (``s3://bucket/frames/``).
         out: the output folder (local or URI); rows already there are skipped (resumable).
-        task: ``detect``, ``classify`` or ``tensor``.
-        engine: ``ray`` (Ray Data, actor pool) or ``local`` (this process).
-        backend, device: where each worker runs the model (default ONNX Runtime, or the bundle's).
-        address: Ray cluster to join (``ray://HEAD:10001``, ``auto``); default a local Ray.
-        actors: size of the actor pool; default every CPU of the cluster / ``cpus_per_actor``.
-        cpus_per_actor: CPUs each actor reserves (default: the ``threads`` option, else 1); the backend
-            gets as many threads unless the ``threads`` option (or the bundle) says otherwise.
-        batch_size: images per Ray batch (and per part-file write).
-        top_k: classification: classes per row.
-        pipeline_options: Detector/Classifier keyword arguments (``labels`` as a list, ``conf``, ...).
-        backend_options: further backend options.
+        settings: how each row is made (``PredictSettings``: ``task`` detect | classify | tensor,
+            ``backend``, ``device``, ``top_k``, ``pipeline_options``, ``backend_options``); default
+            ``PredictSettings()``: detection on ONNX Runtime (or the bundle's configuration).
+        execution: where the work runs (``Execution``: ``engine`` ray | local, ``address``,
+            ``actors``, ``cpus_per_actor``, ``batch_size``); default ``Execution()``: a local Ray.
         progress: called as ``progress(done, total)`` after each batch.
 
     Returns:
@@ -245,7 +231,11 @@ def predict(
     Raises:
         UsageError: an option cannot be used. BackendUnavailableError: ``engine="ray"`` without Ray.
     """
-    backend_options = dict(backend_options or {})
+    settings, execution = settings or PredictSettings(), execution or Execution()
+    task, backend, device, top_k = settings.task, settings.backend, settings.device, settings.top_k
+    engine, address, actors, batch_size = execution.engine, execution.address, execution.actors, execution.batch_size
+    cpus_per_actor = execution.cpus_per_actor
+    backend_options = dict(settings.backend_options)
     model = model.path if isinstance(model, Model) else model  # workers are sent the file (a URI stays text)
     if not is_uri(model) and os.path.isdir(model):  # a bundle: exactly its chosen configuration
         from deploykit.optimize.bundle import bundle_configuration
@@ -253,7 +243,7 @@ def predict(
         model, backend, device, backend_options = bundle_configuration(
             model, backend=backend, device=device, **backend_options
         )
-    backend = backend or "onnxruntime"
+    backend = backend or DEFAULT_BACKEND
     given = backend_options.get("threads")
     threads = int(given) if isinstance(given, (int, float)) and given > 0 else None
     cpus_per_actor = cpus_per_actor if cpus_per_actor is not None else float(threads or 1)
@@ -263,15 +253,15 @@ def predict(
     if engine not in ENGINES:
         raise UsageError(f"engine '{engine}' | is not local or ray.", hint="--engine local runs in this process.")
     if task not in TASKS:
-        raise UsageError(f"task '{task}' | is not detect, classify or tensor.", hint="e.g. --task detect.")
+        raise UsageError(f"task '{task}' | is not {', '.join(TASKS[:-1])} or {TASKS[-1]}.", hint="e.g. --task detect.")
     if cpus_per_actor <= 0 or (actors is not None and actors < 1) or batch_size < 1:
         raise UsageError(
             f"actors {actors}, cpus per actor {cpus_per_actor}, batch size {batch_size} | must be positive.",
             hint="e.g. --actors 2 --cpus-per-actor 1.",
         )
     if not is_uri(out) and not is_uri(source) and Path(out).resolve() == Path(source).resolve():
-        raise UsageError(f"--out '{out}' | is the input folder.", hint="write the rows into another folder.")
-    pipeline_options = dict(pipeline_options or {})
+        raise UsageError(f"--output '{out}' | is the input folder.", hint="write the rows into another folder.")
+    pipeline_options = dict(settings.pipeline_options)
     labels = pipeline_options.get("labels")
     if isinstance(labels, (str, os.PathLike)):
         # a names file on this machine travels as its list of names: workers may not see the file
@@ -279,10 +269,12 @@ def predict(
     paths = list_sources(source, ARRAY_SUFFIXES if task == "tensor" else None)
     store = ResultStore(out)
     with store.exclusive():  # one run at a time per folder: two would write every row twice
-        settings: dict[str, Any] = {"task": task, "backend": backend, "device": device, "top_k": top_k,
-                    "pipeline_options": pipeline_options, "backend_options": backend_options}  # fmt: skip
+        row_settings: dict[str, Any] = {
+            "task": task, "backend": backend, "device": device, "top_k": top_k,
+            "pipeline_options": pipeline_options, "backend_options": backend_options,
+        }  # fmt: skip
         # a resume keeps only rows the same model and settings made (never another model's rows)
-        store.claim({"model_sha256": file_sha256(model_path), **{k: v for k, v in settings.items()}})
+        store.claim({"model_sha256": file_sha256(model_path), **{k: v for k, v in row_settings.items()}})
         done = store.done_paths()
         pending = [p for p in paths if p not in done]
         summary = PredictSummary(engine=engine, total=len(paths), skipped=len(paths) - len(pending), out=str(out))
@@ -292,14 +284,14 @@ def predict(
             return summary
         if engine == "local":
             started = time.perf_counter()
-            _drain(store.write_rows(_counted(_local_batches(model_path, pending, settings, batch_size), summary)),
+            _drain(store.write_rows(_counted(_local_batches(model_path, pending, row_settings, batch_size), summary)),
                    progress, len(pending))  # fmt: skip
             summary.elapsed_s = time.perf_counter() - started
             return summary
         # Open the pipeline here once before starting Ray, so a bad model, task or label file is a clear
         # error now rather than an actor that dies on every node. It also writes the rows of local files
         # that cannot be read, which would otherwise fail Ray's whole read.
-        probe = Predictor(model_path, **settings)
+        probe = Predictor(model_path, **row_settings)
         unreadable = {path: reason for path in pending if (reason := _unreadable(path))}
         first_rows = [probe.error_row(path, reason) for path, reason in unreadable.items()]
         probe.close()
@@ -309,9 +301,9 @@ def predict(
             summary.startup_s = time.perf_counter() - started
             cpus = float(ray.cluster_resources().get("CPU", 1))
             summary.actors = actors or max(1, math.floor(cpus / cpus_per_actor))
-            settings["threads"] = threads or max(1, math.ceil(cpus_per_actor))
+            row_settings["threads"] = threads or max(1, math.ceil(cpus_per_actor))
             started = time.perf_counter()
-            ray_rows = _ray_batches(ray, model_path, readable, settings, summary.actors, cpus_per_actor, batch_size)
+            ray_rows = _ray_batches(ray, model_path, readable, row_settings, summary.actors, cpus_per_actor, batch_size)
             batches = itertools.chain([first_rows], ray_rows if readable else [])
             crashes_before = _actor_crashes(ray)
             try:

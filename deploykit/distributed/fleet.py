@@ -14,9 +14,10 @@ import os
 import platform
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypedDict
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
+from deploykit.bench import judging
 from deploykit.bench.report import BenchmarkReport
 from deploykit.distributed.cluster import DEVICE_RESOURCE_PREFIX, connect
 from deploykit.distributed.fleet_report import DeviceOutcome, FleetReport
@@ -24,31 +25,7 @@ from deploykit.errors import ModelNotFoundError, ReportError, UsageError
 from deploykit.model import Model, path_of
 
 if TYPE_CHECKING:
-    from typing_extensions import Unpack
-
-    from deploykit.backends.options import OptionValue
-
-
-class FleetBenchSettings(TypedDict, total=False):
-    """The ``benchmark`` keywords a fleet sends to every device (inputs: seeded random data)."""
-
-    backends: Sequence[str] | None
-    batch: int | Sequence[int] | None
-    threads: int | Sequence[int] | None
-    precision: str | Sequence[str] | None
-    scenario: str
-    streams: int
-    warmup: int
-    iterations: int | None
-    duration_s: float | None
-    seed: int
-    oracle: str
-    isolate: bool
-    cost_per_hour: float | None
-    options: Mapping[str, OptionValue] | None
-    thresholds: Mapping[str, float | None] | None
-    max_drop: float | None
-    timeout_s: float
+    from deploykit.bench.plan import BenchPlan
 
 
 Progress = Callable[[int, int, str], None]
@@ -80,19 +57,22 @@ def fleet_devices(ray: Any) -> dict[str, str]:
     return devices
 
 
-def _bench_on_device(model: list[Any], model_name: str, original_path: str, settings: dict[str, Any]) -> dict:
-    """Runs inside the Ray task on the device node: the ordinary bench, on a local copy of the model."""
+def _bench_on_device(model: list[Any], model_name: str, original_path: str, plan: dict[str, Any]) -> dict:
+    """Runs inside the Ray task on the device node: the ordinary bench, on a local copy of the model.
+
+    ``plan`` is ``BenchPlan.to_dict()``: plain data across Ray, read back here."""
     import ray
 
+    from deploykit.bench.plan import BenchPlan
     from deploykit.bench.runner import benchmark
     from deploykit.distributed.batch import _model_file
 
     # Ray pins OMP_NUM_THREADS=1 in workers; the bench must see the device as a deployed app would.
     os.environ.pop("OMP_NUM_THREADS", None)
     path = _model_file(ray.get(model[0]), model_name)
-    result = benchmark(path, **settings)
+    result = benchmark(path, BenchPlan.from_dict(plan))
     result.model.path = original_path  # the report names the user's file, not the node's copy
-    result.recommendation = result.recommend()
+    judging.judge(result)
     return result.to_dict()  # plain data across Ray: the head may run another deploykit
 
 
@@ -104,11 +84,11 @@ def _reason(exc: BaseException) -> str:
 def fleet_benchmark(
     model: Model | str | os.PathLike[str],
     address: str | None = None,
+    plan: BenchPlan | None = None,
     *,
     devices: Sequence[str] | None = None,
     device_timeout_s: float = DEFAULT_DEVICE_TIMEOUT_S,
     progress: Progress | None = None,
-    **bench_settings: Unpack[FleetBenchSettings],
 ) -> FleetReport:
     """Benchmark ``model`` on every device node of a Ray cluster and merge the reports.
 
@@ -117,14 +97,13 @@ def fleet_benchmark(
             through Ray's object store).
         address: the cluster (``ray://HEAD:10001``, ``HEAD:6379``, ``auto``); ``None`` joins the Ray
             this process is already connected to, or starts a local one.
+        plan: the ``BenchPlan`` every device runs (default ``BenchPlan()``), shipped as
+            ``plan.to_dict()``; inputs are seeded random data, the same on every device.
         devices: device names to run on (default: every node with a ``deploykit-device:*`` resource).
             A name no alive node carries becomes a failed column.
         device_timeout_s: a device whose bench has not finished this long after the start is cancelled
             and becomes a failed column.
         progress: called as ``progress(done, total, device)`` when a device finishes.
-        **bench_settings: ``deploykit.bench.runner.benchmark`` keywords (backends, batch, threads,
-            precision, scenario, warmup, iterations, duration_s, seed, reference, options ...);
-            inputs are seeded random data, the same on every device.
 
     Raises:
         UsageError: the cluster has no device node, or a setting cannot be used.
@@ -134,8 +113,9 @@ def fleet_benchmark(
         raise ModelNotFoundError(f"model '{model}' | no such file.", hint="pass the path of an .onnx file.")
     if device_timeout_s <= 0:
         raise UsageError(f"device timeout {device_timeout_s} s | must be positive.", hint="e.g. --device-timeout 30m.")
-    if "inputs" in bench_settings:
-        raise UsageError("--inputs | is not sent to fleet nodes.", hint="fleet benchmarks use seeded random inputs.")
+    from deploykit.bench.plan import BenchPlan
+
+    settings = (plan or BenchPlan()).to_dict()
     with connect(address) as ray:
         known = fleet_devices(ray)
         if not known:
@@ -155,7 +135,7 @@ def fleet_benchmark(
                 outcomes[name] = DeviceOutcome(name, "failed", f"{reason} (known: {', '.join(sorted(known))})")
                 continue
             task = remote.options(resources={DEVICE_RESOURCE_PREFIX + name: 1}, num_cpus=0, max_retries=0)
-            pending[task.remote([model_ref], model_path.name, str(model_path), bench_settings)] = name
+            pending[task.remote([model_ref], model_path.name, str(model_path), settings)] = name
         started = time.monotonic()
         deadline = started + device_timeout_s
         while pending:
@@ -177,4 +157,4 @@ def fleet_benchmark(
                                                elapsed_s=time.monotonic() - started)  # fmt: skip
             if progress:
                 progress(len(outcomes), len(chosen), name)
-    return FleetReport.build(model_path, [outcomes[name] for name in chosen], dict(bench_settings), device_timeout_s)
+    return FleetReport.build(model_path, [outcomes[name] for name in chosen], settings, device_timeout_s)

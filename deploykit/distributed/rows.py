@@ -24,13 +24,15 @@ from typing import Any
 
 import numpy as np
 
+from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.errors import DeployKitError, InputError, UsageError
+from deploykit.tasks.registry import pipeline_tasks, task_class
 from deploykit.tensors import TensorSpec
 from deploykit.vision.image import decode_image
 from deploykit.vision.pipelines import Classifier, Detector
 from deploykit.vision.results import Timing
 
-TASKS = ("detect", "classify", "tensor")
+TASKS = (*pipeline_tasks(), "tensor")  # the registry's tasks an app pipeline runs, or raw tensors
 ARRAY_SUFFIXES = (".npy", ".npz")
 
 
@@ -82,7 +84,7 @@ class Predictor:
         self,
         model: str | os.PathLike[str],
         task: str,
-        backend: str = "onnxruntime",
+        backend: str = DEFAULT_BACKEND,
         device: str | None = None,
         *,
         threads: int | None = None,
@@ -92,18 +94,21 @@ class Predictor:
         restarted: bool = False,
     ) -> None:
         if task not in TASKS:
-            raise UsageError(f"task '{task}' | is not detect, classify or tensor.", hint="e.g. task='detect'.")
+            raise UsageError(
+                f"task '{task}' | is not {', '.join(TASKS[:-1])} or {TASKS[-1]}.", hint="e.g. task='detect'."
+            )
         options = dict(backend_options or {})
         if threads:
             options["threads"] = threads
         self.pipeline: Detector | Classifier | None = None
         if task == "tensor":
-            from deploykit import load
+            from deploykit.sessions import load
 
             self.session = load(model, backend, device, **options)
         else:
-            pipeline_class = Detector if task == "detect" else Classifier
-            self.pipeline = pipeline_class(model, backend, device, **options, **(pipeline_options or {}))
+            self.pipeline = task_class(task).pipeline_class()(
+                model, backend, device, **options, **(pipeline_options or {})
+            )
             self.session = self.pipeline.session
         self.task, self.top_k = task, top_k
         info = self.session.info

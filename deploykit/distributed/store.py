@@ -108,8 +108,8 @@ class ResultStore:
             root = Path(self._root)
             if root.exists() and not root.is_dir():
                 raise UsageError(
-                    f"--out '{out}' | is a file, expected a folder for the result parts.",
-                    hint="name a folder, e.g. --out results/.",
+                    f"--output '{out}' | is a file, expected a folder for the result parts.",
+                    hint="name a folder, e.g. --output results/.",
                 )
 
     def part_files(self) -> list[str]:
@@ -179,7 +179,7 @@ class ResultStore:
         if text is None:
             if self.part_files():
                 raise UsageError(
-                    f"--out '{self.location}' | holds result rows but no {self.RUN_FILE} saying which model and "
+                    f"--output '{self.location}' | holds result rows but no {self.RUN_FILE} saying which model and "
                     "settings made them, so they cannot be resumed as this run's.",
                     hint="write into a new folder, or delete the old rows first.",
                 )
@@ -195,7 +195,7 @@ class ResultStore:
         if differ:
             shown = "; ".join(f"{k}: {recorded.get(k)!r} there, {run.get(k)!r} now" for k in differ[:3])
             raise UsageError(
-                f"--out '{self.location}' | holds the rows of another run ({shown}); a resume keeps only rows "
+                f"--output '{self.location}' | holds the rows of another run ({shown}); a resume keeps only rows "
                 "made by the same model and settings.",
                 hint="write into a new folder, or run with the model and settings that made these rows.",
             )
@@ -219,9 +219,9 @@ class ResultStore:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
                 raise UsageError(
-                    f"--out '{self.location}' | another run is writing into this folder now; two runs at once "
+                    f"--output '{self.location}' | another run is writing into this folder now; two runs at once "
                     "would write every row twice.",
-                    hint="wait for the other run to finish (then run again to resume), or pick another --out.",
+                    hint="wait for the other run to finish (then run again to resume), or pick another --output.",
                 ) from exc
             try:
                 yield

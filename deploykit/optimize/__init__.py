@@ -18,6 +18,7 @@ import types
 from typing import Any
 
 from deploykit.optimize.bundle import Bundle, BundleManifest, BundleWarning, open_bundle, read_bundle
+from deploykit.optimize.plan import OptimizePlan
 from deploykit.optimize.ranking import DECISION_RULE, Interval, RankEntry, Ranking, bootstrap_interval, rank
 from deploykit.optimize.results import (
     Baseline,
@@ -48,6 +49,7 @@ __all__ = [
     "CandidateResult",
     "GroundTruth",
     "Interval",
+    "OptimizePlan",
     "OptimizeReport",
     "OptimizeSettings",
     "RankEntry",

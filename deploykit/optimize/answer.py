@@ -10,6 +10,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.bench.rows import ModelInfo
 from deploykit.io import file_sha256
 from deploykit.optimize.ranking import Ranking, rank
@@ -24,7 +25,7 @@ from deploykit.optimize.results import (
 )
 from deploykit.optimize.rounds import Search
 
-BASELINE_BACKEND = "onnxruntime"
+BASELINE_BACKEND = DEFAULT_BACKEND
 
 
 def answer(
@@ -94,7 +95,7 @@ def answer(
         ),
         settings=settings,
         task=search.task_name,
-        metric=None if search.task is None else ("top-1 agreement" if search.task_name == "classify" else "mAP@0.5"),
+        metric=None if search.task is None else search.task.metric,
         oracle=search.oracle,
         variants=tuple(variants),
         candidates=tuple(results),

@@ -22,6 +22,7 @@ from deploykit.errors import DeployKitError, InputError, UsageError
 from deploykit.io import file_sha256
 from deploykit.optimize.ranking import RankEntry
 from deploykit.optimize.results import RoundResult, Variant
+from deploykit.quantize.engines import ENGINES, QUANTIZE_ENGINES
 from deploykit.verify.verdict import Verdict
 
 MIN_IMAGES_TO_SPLIT = 4
@@ -30,7 +31,6 @@ CALIBRATION_IMAGE_LIMIT = 100
 SCREEN_DURATION_S = 0.3
 WARMUP = 3
 OFFLINE_BATCHES = (1, 8)
-ENGINES = ("ort", "nncf")
 
 
 @dataclass
@@ -190,8 +190,7 @@ def make_variants(
     seed: int,
 ) -> tuple[list[tuple[Variant, Path]], list[str]]:
     """The float model and, when asked, its INT8 (ORT; NNCF where installed) and FP16 variants."""
-    import importlib.util
-
+    from deploykit.quantize import QuantizeSettings
     from deploykit.quantize import quantize as run_quantize
 
     variants = [(Variant("float", model.name, "f32", file_sha256(model)), model)]
@@ -199,12 +198,13 @@ def make_variants(
     if not quantize:
         return variants, notes
     jobs: list[tuple[str, dict[str, Any], str]] = []
-    if "ort" in engines:
-        jobs.append(("int8-ort", {"engine": "ort"}, "int8"))
-    if "nncf" in engines and importlib.util.find_spec("nncf") is not None:
-        jobs.append(("int8-nncf", {"engine": "nncf"}, "int8"))
-    elif "nncf" in engines:
-        notes.append("NNCF is not installed: no int8-nncf variant (pip install 'deploykit[quantize]')")
+    for name in [e for e in ENGINES if e in engines]:
+        offered = QUANTIZE_ENGINES[name]
+        if offered.unavailable_reason() is None:
+            jobs.append((f"{offered.precision}-{name}", {"engine": name}, offered.precision))
+        else:
+            notes.append(f"{offered.title} is not installed: no {offered.precision}-{name} variant "
+                         "(pip install 'deploykit[quantize]')")  # fmt: skip
     if fp16:
         jobs.append(("fp16", {"fp16": True}, "f16"))
     for name, settings, precision in jobs:
@@ -214,9 +214,10 @@ def make_variants(
             calibrate = None if settings.get("fp16") else calibration
             with warnings.catch_warnings():  # onnxconverter-common warns per truncated weight; the verdict judges
                 warnings.simplefilter("ignore", UserWarning)
-                run_quantize(model, path, calibrate=calibrate, held_out=0, measure_speed=False, seed=seed, **settings)
+                made = QuantizeSettings(held_out=0, measure_speed=False, seed=seed, **settings)
+                run_quantize(model, path, made, calibrate=calibrate)
         except DeployKitError as exc:
-            notes.append(f"variant {name}: not made ({str(exc).split(' Hint: ')[0]})")
+            notes.append(f"variant {name}: not made ({exc.message})")
             continue
         seconds = round(time.perf_counter() - started, 2)
         engine = "fp16" if settings.get("fp16") else str(settings["engine"])

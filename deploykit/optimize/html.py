@@ -1,7 +1,7 @@
 """The optimize report as one self-contained HTML page (``report.html`` in the bundle): the choice
 and the rule that decided, the Pareto front of headline against accuracy delta, every candidate.
 
-The plot is bench's (``deploykit.bench.html.pareto_plot``): inline SVG, no scripts, no network.
+The plot is bench's (``deploykit.bench.plots.scatter``): matplotlib's inline SVG, no scripts, no network.
 """
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from __future__ import annotations
 import html
 from typing import TYPE_CHECKING, Any
 
-from deploykit.bench.html import PAGE_STYLE, pareto_plot
+from deploykit.bench import plots
+from deploykit.bench.html import PAGE_STYLE
 
 if TYPE_CHECKING:
     from deploykit.optimize.results import CandidateResult, OptimizeReport
@@ -32,8 +33,8 @@ def front_plot(report: OptimizeReport) -> str:
     points = [(c.label, c.headline.estimate, 100 * c.accuracy_delta) for c in placed]  # type: ignore[union-attr,operator]
     x_label = "throughput (samples/s, higher is better)" if offline else "p50 latency (ms, lower is better)"
     metric = report.metric or "element-wise"
-    plot = pareto_plot(points, set(report.pareto), x_label, f"accuracy delta against f32 ({metric}, %)",
-                       chosen=report.chosen, name_all=False)  # fmt: skip
+    y_label = f"accuracy delta against f32 ({metric}, %)"
+    plot = plots.scatter(points, set(report.pareto), x_label, y_label, chosen=report.chosen)
     unplaced = [c.label for c in report.candidates if c.headline is not None and c.accuracy_delta is None]
     if unplaced:
         plot += f'<p class="note">measured without an accuracy delta (not drawn): {_e(", ".join(unplaced))}</p>'

@@ -7,16 +7,15 @@ Each value has ``to_dict()`` giving its part of the JSON (``docs/optimize.md`` d
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from deploykit.backends.base import SessionInfo
 from deploykit.bench.config import BenchConfig
 from deploykit.bench.rows import ModelInfo
-from deploykit.io import written
+from deploykit.document import JsonDocument
 from deploykit.optimize.ranking import Interval, Ranking
 from deploykit.verify.verdict import OracleInfo, Verdict
 
@@ -259,7 +258,7 @@ class GroundTruth:
 
 
 @dataclass(frozen=True)
-class OptimizeReport:
+class OptimizeReport(JsonDocument):
     """What ``optimize`` found: every candidate, the decision and its rule, the Pareto front.
 
     Attributes:
@@ -298,6 +297,9 @@ class OptimizeReport:
     device: Mapping[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     ground_truth: GroundTruth | None = None
+
+    KIND: ClassVar[str] = "optimize report"
+    HINT: ClassVar[str] = "pass the report.json of a bundle written by deploykit optimize."
 
     @property
     def headline(self) -> str:
@@ -343,13 +345,13 @@ class OptimizeReport:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> OptimizeReport:
+    def from_dict(cls, data: Mapping[str, Any], source: str | os.PathLike[str] = "<report>") -> OptimizeReport:
         from deploykit.errors import ReportError
 
         if data.get("schema") != SCHEMA or data.get("schema_version") != SCHEMA_VERSION:
             raise ReportError(
-                f"optimize report | has schema {data.get('schema')!r} version {data.get('schema_version')!r}, "
-                f"expected {SCHEMA!r} version {SCHEMA_VERSION}.",
+                f"optimize report '{source}' | has schema {data.get('schema')!r} "
+                f"version {data.get('schema_version')!r}, expected {SCHEMA!r} version {SCHEMA_VERSION}.",
                 hint="read it with the deploykit that wrote it, or run deploykit optimize again.",
             )
         return cls(
@@ -370,6 +372,3 @@ class OptimizeReport:
             notes=tuple(data.get("notes") or ()),
             ground_truth=None if data.get("ground_truth") is None else GroundTruth.from_dict(data["ground_truth"]),
         )
-
-    def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
-        return written(json.dumps(self.to_dict(), indent=2, default=str), path)

@@ -116,13 +116,13 @@ class Search:
     # --- inputs and oracle ---------------------------------------------------------------
     def prepare_inputs(self, accuracy: Sequence[Path], seed: int) -> None:
         from deploykit.inputs import make_inputs, save_arrays
-        from deploykit.verify.task_metric import task_of
+        from deploykit.tasks.registry import recognise
         from deploykit.vision.image import image_cases
 
         if accuracy:
             folder = link_folder(self.scratch / "accuracy", [(p, None) for p in accuracy])
             self.cases, _ = image_cases(self.model, folder, len(accuracy))
-            self.task = task_of({s.name: s for s in self.interface.outputs}, self.interface.metadata_props)
+            self.task = recognise({s.name: s for s in self.interface.outputs}, self.interface.metadata_props)
         else:
             self.cases = [
                 make_inputs(
@@ -239,7 +239,6 @@ class Search:
             precision=state.config.precision,
             task=self.task,
             task_reference=self.task_reference,
-            metadata=self.interface.metadata_props,
         )
         state.verdict, state.delta = verdict, accuracy_delta(verdict)
         if self.truth is not None and len(checked) == len(self.truth):
@@ -263,7 +262,7 @@ class Search:
     def _top1_accuracy(self, state: CandidateState, checked: list[dict[str, np.ndarray]]) -> None:
         """The candidate's top-1 accuracy against the class folders, and the reference's (the oracle's
         f32 outputs, or the first f32 run without an independent oracle)."""
-        from deploykit.verify.tasks import classification_agreement
+        from deploykit.tasks.classify import classification_agreement
 
         def scores(outputs: Sequence[Mapping[str, np.ndarray]]) -> np.ndarray:
             name = next(iter(outputs[0]))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 from deploykit.bench.config import SCENARIOS
@@ -30,8 +29,9 @@ from deploykit.optimize.candidates import (
     split_images,
     thread_counts,
 )
+from deploykit.optimize.plan import OptimizePlan
 from deploykit.optimize.results import OptimizeReport, OptimizeSettings
-from deploykit.optimize.rounds import WORKER_TIMEOUT_S, Progress, Search, SearchProgress
+from deploykit.optimize.rounds import Progress, Search, SearchProgress
 
 DEFAULT_TIME_BUDGET_S = 300.0
 DEFAULT_MAX_DROP = 0.01
@@ -106,19 +106,10 @@ def _check_inputs(model: Path, images: Path | None, quantize: bool, output: Path
 def optimize(
     model: str | os.PathLike[str],
     images: str | os.PathLike[str] | None = None,
+    plan: OptimizePlan | None = None,
     *,
     output: str | os.PathLike[str] | None = None,
-    max_drop: str | float | None = None,
-    backends: Sequence[str] | None = None,
-    scenario: str = "singlestream",
-    time_budget: str | float | None = None,
-    quantize: bool = True,
-    threads: Sequence[int] | None = None,
-    batches: Sequence[int] | None = None,
-    engines: Sequence[str] = ENGINES,
     force: bool = False,
-    seed: int = 0,
-    timeout_s: float = WORKER_TIMEOUT_S,
     progress: Progress | None = None,
 ) -> OptimizeReport:
     """Search backend × device × precision × model variant × threads (× batch offline) for the
@@ -128,19 +119,15 @@ def optimize(
         model: the float ``.onnx`` file.
         images: a folder of real images (``photos/`` or ``photos/<class>/``): half calibrate the INT8
             variants, the other half (never calibrated on) measures every accuracy figure.
+        plan: what to search (``OptimizePlan``: ``max_drop`` "1%" by default, ``backends``,
+            ``scenario``, ``time_budget`` "5m", ``quantize``, ``threads``, ``batches``, the INT8
+            ``engines``, ``seed``, ``timeout_s`` per measurement); default ``OptimizePlan()``.
         output: the bundle folder to write (None: only the report is returned).
-        max_drop: the accuracy budget: ``"1%"`` or 0.01 (default); 0 keeps f32 answers only.
-        backends: ``BACKEND[:DEVICE]`` specs; default every available backend × device.
-        scenario: ``singlestream`` (headline p50 latency) or ``offline`` (headline throughput).
-        time_budget: ``"5m"`` (default), ``"90s"`` or seconds, for the whole command.
-        quantize: make INT8 (and FP16, where a device runs f16) variants; needs ``images``.
-        threads: thread counts to search (default 1, 2, 4 ... up to the usable CPUs).
-        batches: batch sizes for ``offline`` (default 1 and 8, or the model's fixed batch).
-        engines: the INT8 engines: ``ort`` and ``nncf`` (default both; NNCF where installed).
         force: replace a non-empty ``output`` folder that is a bundle.
-        seed: the image split and random inputs.
-        timeout_s: the most one measurement's worker may take.
         progress: called with a ``SearchProgress`` after every measurement.
+
+    Example:
+        ``optimize("m.onnx", "photos/", OptimizePlan(max_drop="2%", backends=("openvino",)), output="deploy/")``
 
     Raises:
         UsageError, InputError, OutputError: before any work, nothing written.
@@ -152,6 +139,9 @@ def optimize(
     from deploykit.model import check_model_path, read_interface
 
     started = time.perf_counter()
+    plan = plan or OptimizePlan()
+    max_drop, backends, scenario, quantize, seed = plan.max_drop, plan.backends, plan.scenario, plan.quantize, plan.seed
+    threads, batches, engines, timeout_s = plan.threads, plan.batches, plan.engines, plan.timeout_s
     model_path = check_model_path(model)
     images_path = None if images is None else Path(images)
     output_path = None if output is None else Path(output)
@@ -162,7 +152,7 @@ def optimize(
             hint="singlestream ranks by p50 latency, offline by throughput.",
         )
     budget = parse_max_drop(max_drop)
-    budget_s = parse_time_budget(time_budget)
+    budget_s = parse_time_budget(plan.time_budget)
     _check_inputs(model_path, images_path, quantize, output_path, force)
     interface = read_interface(model_path)
     batch_list = batches_of(interface, scenario, batches)
@@ -173,7 +163,7 @@ def optimize(
     unknown = [e for e in engines if e not in ENGINES]
     if unknown or not engines:
         raise UsageError(
-            f"--engine {','.join(engines)} | expected one or more of {', '.join(ENGINES)}.",
+            f"--quantizer {','.join(engines)} | expected one or more of {', '.join(ENGINES)}.",
             hint="ort: ONNX Runtime static QDQ; nncf: OpenVINO's NNCF.",
         )
     notes: list[str] = []

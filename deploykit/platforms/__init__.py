@@ -5,7 +5,7 @@ runtimes under user-mode QEMU, so their numbers, op coverage and precision defau
 verified against the host's oracle before the board is on the desk. Their timings say nothing
 about the board's speed. ``linux/arm64:cortex-a72`` emulates another CPU than the default.
 
-The registry is one table; adding a target is one line here.
+The registry is one table: the host and ``emulated.TARGETS`` (adding a target is one line there).
 """
 
 from __future__ import annotations
@@ -14,17 +14,11 @@ from collections.abc import Sequence
 
 from deploykit.errors import UsageError
 from deploykit.platforms.base import HostPlatform, Platform, PlatformStatus
-from deploykit.platforms.emulated import EmulatedPlatform
+from deploykit.platforms.emulated import TARGETS, EmulatedPlatform
 
 __all__ = ["PLATFORMS", "EmulatedPlatform", "Platform", "PlatformStatus", "get_platform", "parse_platforms"]
 
-PLATFORMS: dict[str, Platform] = {
-    "host": HostPlatform(),
-    # Raspberry Pi 5-class core (ARMv8.2: fp16 arithmetic, dot product); bookworm: Python 3.11, glibc 2.36
-    "linux/arm64": EmulatedPlatform("linux/arm64", "arm64", "bookworm", "aarch64", "aarch64", 36, "cortex-a76"),
-    # riscv64 is a Debian release architecture from trixie on: Python 3.13, glibc 2.41
-    "linux/riscv64": EmulatedPlatform("linux/riscv64", "riscv64", "trixie", "riscv64", "riscv64", 41, "rv64"),
-}
+PLATFORMS: dict[str, Platform] = {"host": HostPlatform(), **TARGETS}
 
 
 def platform_names() -> list[str]:

@@ -1,7 +1,7 @@
 """The platform plug-in interface: where a candidate's worker runs.
 
 A platform changes one thing about a verification or a bench run: the Python that starts the
-worker (``deploykit.verify.isolated.Interpreter``). The job protocol, the oracle (always on the
+worker (``deploykit.workers.Interpreter``). The job protocol, the oracle (always on the
 host) and the verdicts stay the same. This module must not prepare anything: building emulated
 targets lives in ``emulated``.
 """
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from deploykit.verify.isolated import HOST, Interpreter
+from deploykit.workers import HOST, Interpreter
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from deploykit.cache import cache_dir
 from deploykit.errors import DeployKitError, PlatformError
 from deploykit.platforms.base import Platform, PlatformStatus, RuntimeClaims
 from deploykit.platforms.qemu import MIN_MAJOR, fetch_qemu, find_qemu, qemu_version
-from deploykit.verify.isolated import Interpreter, run_worker
+from deploykit.workers import Interpreter, run_worker
 
 MANIFEST = "target.json"
 COMPLETE = ".complete"
@@ -154,9 +154,7 @@ class EmulatedPlatform(Platform):
                 if os.environ.get(f"DEPLOYKIT_QEMU_{self.qemu_arch.upper()}"):
                     raise
                 say(f"extracting Debian's qemu-user (QEMU >= {MIN_MAJOR}) into {cache}")
-                from deploykit.platforms import PLATFORMS
-
-                archs = {p.qemu_arch for p in PLATFORMS.values() if isinstance(p, EmulatedPlatform)}
+                archs = {p.qemu_arch for p in TARGETS.values()}
                 try:
                     fetch_qemu(cache, archs)
                 except PlatformError as exc:
@@ -384,3 +382,12 @@ class EmulatedPlatform(Platform):
         manifest = self.manifest() or {}
         qemu = (manifest.get("qemu") or {}).get("version", "?")
         return f"{self.base_name} (emulated {self.cpu}, qemu-{self.qemu_arch} {qemu})"
+
+
+TARGETS: dict[str, EmulatedPlatform] = {
+    # Raspberry Pi 5-class core (ARMv8.2: fp16 arithmetic, dot product); bookworm: Python 3.11, glibc 2.36
+    "linux/arm64": EmulatedPlatform("linux/arm64", "arm64", "bookworm", "aarch64", "aarch64", 36, "cortex-a76"),
+    # riscv64 is a Debian release architecture from trixie on: Python 3.13, glibc 2.41
+    "linux/riscv64": EmulatedPlatform("linux/riscv64", "riscv64", "trixie", "riscv64", "riscv64", 41, "rv64"),
+}
+"""The emulated targets by name (``deploykit.platforms.PLATFORMS`` adds the host)."""

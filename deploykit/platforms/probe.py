@@ -3,7 +3,7 @@ each runtime's version or why it does not import, and what each runtime claims t
 the precisions it computes natively on each (``Backend.precisions`` run in the target, on the
 emulated CPU) and the precision it runs a model stored in f32/f16/bf16/int8 in. Those claims, not
 the host's, decide which precisions a candidate on the target is offered. Speaks the workers' job
-protocol (``deploykit.verify.isolated``): a JSON job on stdin, one result line on stdout.
+protocol (``deploykit.workers``): a JSON job on stdin, one result line on stdout.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from deploykit.platforms.base import STORED_PRECISIONS
-from deploykit.verify.isolated import RESULT_PREFIX
+from deploykit.workers import send_result
 
 
 def _cpu_features() -> str:
@@ -66,7 +66,7 @@ def offer(backend: Any) -> dict[str, Any]:
 
 def main() -> int:
     job = json.loads(sys.stdin.read() or "{}")
-    print(RESULT_PREFIX + json.dumps(probe(list(job.get("backends") or []))), flush=True)
+    send_result(probe(list(job.get("backends") or [])))
     return 0
 
 

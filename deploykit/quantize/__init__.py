@@ -26,6 +26,7 @@ from deploykit.quantize.results import (
     SpeedRounds,
     SpeedRow,
 )
+from deploykit.quantize.settings import QuantizeSettings
 
 
 class _CallablePackage(types.ModuleType):
@@ -42,6 +43,7 @@ __all__ = [
     "LayerDivergence",
     "OutputSimilarity",
     "QuantizeReport",
+    "QuantizeSettings",
     "SpeedComparison",
     "SpeedRounds",
     "SpeedRow",

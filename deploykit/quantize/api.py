@@ -23,14 +23,13 @@ from deploykit.io import atomic_path, check_onnx_output, check_outputs
 from deploykit.model import Model, as_model, check_model_path, check_onnx, has_external_data, load_onnx, path_of
 from deploykit.quantize import engines, evaluate, graph
 from deploykit.quantize.calibration import (
-    DEFAULT_CALIBRATION_SIZE,
-    DEFAULT_HELD_OUT,
     CalibrationData,
     Sample,
     array_data,
     image_data,
 )
 from deploykit.quantize.results import AccuracyDelta, QuantizeReport
+from deploykit.quantize.settings import QuantizeSettings
 from deploykit.vision.image import Preprocess
 
 METADATA_KEY = "deploykit.quantize"
@@ -58,13 +57,19 @@ def parse_drop(value: str | float | None) -> float | None:
     return number
 
 
-def pipeline_facts(model_path: Model | Path) -> tuple[str | None, Preprocess | None, list[str]]:
-    """The pipeline the model fits (detector first), with its pre-processing and labels."""
-    from deploykit.vision.pipelines import Classifier, Detector
+def pipeline_facts(model: Model | Path) -> tuple[str | None, Preprocess | None, list[str]]:
+    """The pipeline the model fits (in the task registry's order: detector first), with its
+    pre-processing and labels. A model whose metadata names a task without a pipeline of its own
+    (``embed``) keeps that task, with the image pre-processing the classifier pipeline reads."""
+    from deploykit.tasks.registry import pipeline_tasks, task_class
 
-    for task, pipeline in (("detect", Detector), ("classify", Classifier)):
+    loaded = as_model(model)  # read once: every pipeline tried opens this Model
+    stated = loaded.metadata.task
+    for task in pipeline_tasks():
         try:
-            with pipeline(model_path) as opened:
+            with task_class(task).pipeline_class()(loaded) as opened:
+                if stated is not None and stated not in pipeline_tasks():
+                    return stated, opened.preprocess, []
                 return task, opened.preprocess, list(opened.labels)
         except UsageError:
             continue
@@ -123,24 +128,28 @@ def _data(
     return data
 
 
-def _check_options(engine: str, method: str | None, fp16: bool, calibrate: Any, max_drop: float | None) -> str:
+def _check_options(
+    engine: str, method: str | None, fp16: bool, calibrate: Any, max_drop: float | None
+) -> engines.QuantizeEngine:
     if fp16:
-        if method is not None or engine != "ort":
+        if method is not None or engine != engines.DEFAULT_ENGINE:
             raise UsageError(
-                "--fp16 | takes no --engine or --method: float16 conversion needs no calibration.",
-                hint="drop --engine/--method, or drop --fp16 for INT8.",
+                "--fp16 | takes no --quantizer or --method: float16 conversion needs no calibration.",
+                hint="drop --quantizer/--method, or drop --fp16 for INT8.",
             )
-        return "fp16"
+        return engines.Fp16Engine()
     if engine not in engines.ENGINES:
         why = engines.NOT_AVAILABLE.get(engine)
         raise UsageError(
-            f"--engine '{engine}' | is not one of {', '.join(engines.ENGINES)}" + (f": {why}." if why else "."),
+            f"--quantizer '{engine}' | is not one of {', '.join(engines.ENGINES)}" + (f": {why}." if why else "."),
             hint="ort: ONNX Runtime static QDQ; nncf: OpenVINO's NNCF (pip install 'deploykit[quantize]').",
         )
-    if method is not None and (engine != "ort" or method not in engines.METHODS):
+    chosen = engines.QUANTIZE_ENGINES[engine]()
+    if method is not None and method not in chosen.methods:
+        offers = next(e for e in engines.QUANTIZE_ENGINES.values() if e.methods)
         raise UsageError(
-            f"--method '{method}' | is not one of {', '.join(engines.METHODS)} for --engine ort"
-            + (" (NNCF chooses its own ranges)." if engine != "ort" else "."),
+            f"--method '{method}' | is not one of {', '.join(offers.methods)} for --quantizer {offers.name}"
+            + (f" ({chosen.title} chooses its own ranges)." if not chosen.methods else "."),
             hint="minmax is the default; entropy and percentile clip outliers.",
         )
     if calibrate is None:
@@ -148,63 +157,43 @@ def _check_options(engine: str, method: str | None, fp16: bool, calibrate: Any, 
             "--calibrate | INT8 needs calibration data: a folder of images or an .npz of input arrays.",
             hint="pass --calibrate photos/ (about 100 images the model will really see), or use --fp16.",
         )
-    return engine
+    return chosen
 
 
 def quantize(
     model: Model | str | os.PathLike[str],
     output: str | os.PathLike[str],
+    settings: QuantizeSettings | None = None,
     *,
     calibrate: str | os.PathLike[str] | None = None,
-    fp16: bool = False,
-    engine: str = "ort",
-    method: str | None = None,
-    calibration_size: int = DEFAULT_CALIBRATION_SIZE,
-    held_out: float = DEFAULT_HELD_OUT,
     evaluate_on: str | os.PathLike[str] | None = None,
-    max_drop: str | float | None = None,
-    exclude: Sequence[str] = (),
-    quantize_head: bool = False,
-    per_channel: bool = True,
-    debug_layers: bool = False,
-    measure_speed: bool = True,
-    backends: Sequence[str] | None = None,
-    iterations: int = 50,
-    rounds: int = 3,
     ir: str | os.PathLike[str] | None = None,
-    seed: int = 0,
 ) -> QuantizeReport:
     """Quantize a float ONNX model to INT8 (QDQ, per-channel weights) or convert it to float16.
 
     Args:
         model: the float ``.onnx`` file, or its ``Model`` (read once).
         output: where the reduced model is written (atomically; never onto ``model``).
+        settings: what to make and how to judge it (``QuantizeSettings``: ``fp16``, the
+            quantizer ``engine``, its calibration ``method``, ``max_drop``, ``exclude``, speed
+            measurement ...); default ``QuantizeSettings()``: INT8 by ONNX Runtime, timed on every
+            available backend.
         calibrate: a folder of images (``photos/`` or ``photos/<class>/``) or an ``.npz`` of input
             arrays; images go through the model's own pre-processing. Optional with ``fp16``.
-        fp16: convert to float16 (inputs/outputs stay float32) instead of quantizing.
-        engine: ``ort`` (ONNX Runtime ``quantize_static``) or ``nncf`` (needs the ``quantize`` extra).
-        method: ORT calibration: ``minmax`` (default), ``entropy`` or ``percentile``.
-        calibration_size: at most this many calibration samples.
-        held_out: fraction of ``calibrate`` kept for the accuracy delta (never calibrated on).
         evaluate_on: a separate folder of evaluation images instead of the held-out split.
-        max_drop: accuracy budget (``"1%"`` or 0.01): NNCF restores layers until the drop fits; ORT
-            refuses a model over budget.
-        exclude: node names to keep in float.
-        quantize_head: also quantize a detector's decode head (kept float by default).
-        per_channel: per-channel weight scales (ORT engine).
-        debug_layers: report the 10 nodes whose outputs diverge most.
-        measure_speed: time both models on ``backends`` in isolated workers.
-        backends: backend specs for the speed measurement (default: every available one).
-        iterations: timed runs per configuration and round.
-        rounds: f32 and the result alternate this many times; p50 is the median of the rounds.
         ir: also write OpenVINO IR (``.xml`` + ``.bin``) of the result here.
-        seed: the held-out split's shuffle.
+
+    Example:
+        ``quantize("m.onnx", "m.int8.onnx", QuantizeSettings(engine="nncf", max_drop="1%"), calibrate="photos/")``
 
     Raises:
         UsageError, InputError, ModelError: before any work, nothing written.
         BackendUnavailableError: the engine's package is missing (the ``quantize`` extra).
         QuantizationError: the engine failed, nothing was quantized, or the drop exceeds ``max_drop``.
     """
+    settings = settings or QuantizeSettings()
+    fp16, engine, method, max_drop = settings.fp16, settings.engine, settings.method, settings.max_drop
+    iterations, rounds, exclude, backends = settings.iterations, settings.rounds, settings.exclude, settings.backends
     model_path = check_model_path(path_of(model))
     output_path = Path(output)
     if ir is not None and Path(ir).suffix != ".xml":
@@ -215,7 +204,7 @@ def quantize(
     )
     check_onnx_output(output_path, "--output")
     budget = parse_drop(max_drop)
-    engine_name = _check_options(engine, method, fp16, calibrate, budget)
+    chosen = _check_options(engine, method, fp16, calibrate, budget)
     if iterations < 1 or rounds < 1:
         raise UsageError(
             f"--iterations {iterations} --rounds {rounds} | at least 1 of each is needed.",
@@ -230,8 +219,8 @@ def quantize(
         source.CopyFrom(loaded.proto)
     (graph.check_not_float16 if fp16 else graph.check_not_quantized)(source, model_path.name)
     task, preprocess, labels = pipeline_facts(loaded)
-    data = _data(loaded, calibrate, evaluate_on, preprocess, fp16=fp16, calibration_size=calibration_size,
-                 held_out=held_out, seed=seed)  # fmt: skip
+    data = _data(loaded, calibrate, evaluate_on, preprocess, fp16=fp16, calibration_size=settings.calibration_size,
+                 held_out=settings.held_out, seed=settings.seed)  # fmt: skip
     if budget is not None and (task is None or (task == "detect" and data.preprocess is None)):
         raise UsageError(
             "--max-drop | needs INT8 and a task metric: a classifier or detector with calibration images.",
@@ -241,10 +230,11 @@ def quantize(
     with tempfile.TemporaryDirectory(prefix="deploykit-quantize-") as scratch_dir:
         scratch = Path(scratch_dir)
         report = _quantize_in(
-            scratch, model_path, output_path, source, data, task=task, labels=labels, engine=engine_name,
-            method=method or "minmax", per_channel=per_channel, exclude=exclude, quantize_head=quantize_head,
-            budget=budget, debug_layers=debug_layers, measure_speed=measure_speed, backends=backends,
-            iterations=iterations, rounds=rounds, notes=notes,
+            scratch, model_path, output_path, source, data, task=task, labels=labels, engine=chosen,
+            method=method or "minmax", per_channel=settings.per_channel, exclude=exclude,
+            quantize_head=settings.quantize_head, budget=budget, debug_layers=settings.debug_layers,
+            measure_speed=settings.measure_speed, backends=backends,
+            iterations=iterations, rounds=rounds, notes=notes, judge=settings.judge,
         )  # fmt: skip
         quantized = scratch / "quantized.onnx"
         _stamp(quantized, report)
@@ -265,7 +255,7 @@ def _quantize_in(
     *,
     task: str | None,
     labels: list[str],
-    engine: str,
+    engine: engines.QuantizeEngine,
     method: str,
     per_channel: bool,
     exclude: Sequence[str],
@@ -277,69 +267,63 @@ def _quantize_in(
     iterations: int,
     rounds: int,
     notes: list[str],
+    judge: str | None,
 ) -> QuantizeReport:
     import onnx
 
     prepared = source
-    if engine != "fp16" and per_channel:
+    if engine.per_channel and per_channel:
         prepared, note = graph.upgrade_opset(source)
         notes += [note] if note else []
     if graph.name_nodes(prepared):
         notes.append("unnamed nodes were given names (op type and index) so they can be excluded and reported")
     float_path = scratch / "float.onnx"
     onnx.save(prepared, str(float_path))
-    base_path = float_path
-    if engine == "ort":
-        pre_path = scratch / "pre.onnx"
-        skipped = engines.ort_pre_process(float_path, pre_path)
-        notes += [skipped] if skipped else []
-        base_path = float_path if skipped else pre_path
+    base_path = engine.prepare(float_path, scratch, notes)
     base = onnx.load(str(base_path))
     user = graph.check_node_names(base, exclude)
     head = graph.head_nodes(base) if task == "detect" and not quantize_head else []
     excluded = list(dict.fromkeys([*head, *user]))
-    reference = evaluate.run_all(float_path, data, data.held_out)
+    reference = evaluate.run_all(float_path, data, data.held_out, judge)
     quantized_path = scratch / "quantized.onnx"
     started = time.perf_counter()
-    kept_ops: dict[str, int] = {}
-    if engine == "ort":
-        engines.quantize_ort(base_path, quantized_path, data, method=method, per_channel=per_channel, exclude=excluded)
-    elif engine == "nncf":
-        validate = _validator(scratch, float_path, data, task, labels, reference) if budget is not None else None
-        engines.quantize_nncf(base_path, quantized_path, data, exclude=excluded, max_drop=budget, validate=validate)
-    else:
-        kept_ops = engines.convert_fp16(base_path, quantized_path, exclude=excluded)
+    steered = engine.accuracy_control and budget is not None
+    validate = _validator(scratch, float_path, data, task, labels, reference, judge) if steered else None
+    job = engines.EngineJob(base_path, quantized_path, data, method=method, per_channel=per_channel, exclude=excluded,
+                            max_drop=budget if steered else None, validate=validate)  # fmt: skip
+    kept_ops = engine.reduce(job)
     seconds = time.perf_counter() - started
     result = onnx.load(str(quantized_path))
-    if engine != "fp16" and graph.float_outputs(result):
+    qdq = engine.precision == "int8"
+    if qdq and graph.float_outputs(result):
         onnx.save(result, str(quantized_path))
         notes.append("graph outputs stay float: the quantized last layers hand over unrounded values")
-    if engine != "fp16" and head and graph.float_inputs_of(result, head):
+    if qdq and head and graph.float_inputs_of(result, head):
         onnx.save(result, str(quantized_path))
         notes.append("the float head reads unrounded values from the int8 layers before it")
-    if engine == "fp16":
+    if not qdq:
         count = sum(1 for n in result.graph.node if n.op_type != "Cast") - sum(kept_ops.values())
     else:
         count = graph.count_ops(result, ["QuantizeLinear"])
         if count == 0:
             raise QuantizationError(
-                f"engine '{engine}' | quantized no node of '{model_path.name}': none of its ops "
+                f"engine '{engine.name}' | quantized no node of '{model_path.name}': none of its ops "
                 f"({', '.join(sorted({n.op_type for n in base.graph.node}))}) can be quantized"
                 + (" outside the excluded nodes." if excluded else "."),
                 hint="INT8 speeds up convolutions and matrix products; keep this model in f32 or try --fp16.",
             )
     _copy_metadata(source, quantized_path)
-    accuracy = _accuracy(float_path, quantized_path, data, task, labels, reference, notes)
+    accuracy = _accuracy(float_path, quantized_path, data, task, labels, reference, notes, judge)
     accuracy.max_drop = budget
     if budget is not None and accuracy.drop is not None and accuracy.drop > budget + 1e-12:
         raise QuantizationError(
             f"quantize '{model_path.name}' | the {task} metric dropped by {accuracy.drop:.2%} on "
             f"{len(data.held_out)} held-out samples; the budget is {budget:.2%}. Nothing was written.",
-            hint="use --engine nncf (accuracy-controlled), or --debug-layers and --exclude the worst nodes.",
+            hint="use --quantizer nncf (accuracy-controlled), or --debug-layers and --exclude the worst nodes.",
         )
     report = QuantizeReport(
-        model=str(model_path), output=str(output_path), precision="f16" if engine == "fp16" else "int8",
-        engine=engine, method=method if engine == "ort" else None, per_channel=per_channel and engine != "fp16",
+        model=str(model_path), output=str(output_path), precision=engine.precision,
+        engine=engine.name, method=method if engine.methods else None, per_channel=per_channel and engine.per_channel,
         task=task, calibration=data.to_dict(), excluded={"head": head, "user": user}, kept_f32_ops=kept_ops,
         quantized_nodes=count, seconds=round(seconds, 3), accuracy=accuracy, notes=notes,
     )  # fmt: skip
@@ -362,11 +346,12 @@ def _accuracy(
     labels: list[str],
     reference: list[dict[str, np.ndarray]],
     notes: list[str],
+    judge: str | None,
 ) -> AccuracyDelta:
-    candidate = evaluate.run_all(quantized_path, data, data.held_out)
+    candidate = evaluate.run_all(quantized_path, data, data.held_out, judge)
     accuracy = AccuracyDelta(
         samples=len(data.held_out),
-        backend="onnxruntime cpu",
+        backend=evaluate.judge_label(judge),
         outputs=evaluate.output_similarity(reference, candidate) if data.held_out else [],
     )
     if not data.held_out:
@@ -375,7 +360,9 @@ def _accuracy(
         accuracy.task, accuracy.drop, more = evaluate.classification_delta(reference, candidate, data.held_out, labels)
         notes += more
     elif task == "detect" and data.preprocess is not None:
-        accuracy.task, accuracy.drop = evaluate.detection_delta(float_path, quantized_path, data.held_out)
+        accuracy.task, accuracy.drop = evaluate.detection_delta(float_path, quantized_path, data.held_out, judge)
+    elif task is not None:
+        accuracy.task, accuracy.drop = evaluate.task_delta(float_path, data, reference, candidate)
     return accuracy
 
 
@@ -386,19 +373,25 @@ def _validator(
     task: str | None,
     labels: list[str],
     reference: list[dict[str, np.ndarray]],
+    judge: str | None,
 ) -> Any:
     """NNCF's validation function: the task metric of a candidate model (higher is better)."""
     import onnx
 
     def validate(candidate: Any) -> float:
         if task == "classify":
-            outputs = evaluate.run_all(candidate, data, data.held_out)
+            outputs = evaluate.run_all(candidate, data, data.held_out, judge)
             _, drop, _ = evaluate.classification_delta(reference, outputs, data.held_out, labels)
             return 1.0 - drop
+        if task != "detect":  # another registered task: its Task plug-in measures the outputs
+            metric, _ = evaluate.task_delta(
+                float_path, data, reference, evaluate.run_all(candidate, data, data.held_out, judge)
+            )
+            return metric.value if metric is not None else 0.0
         path = scratch / "candidate.onnx"  # the Detector reads a file, with the float model's metadata
         onnx.save(candidate, str(path))
         _copy_metadata(onnx.load(str(float_path)), path)
-        _, drop = evaluate.detection_delta(float_path, path, data.held_out)
+        _, drop = evaluate.detection_delta(float_path, path, data.held_out, judge)
         return 1.0 - drop
 
     return validate

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from deploykit.errors import InputError, UsageError
+from deploykit.io import file_sha256, hash_file
 from deploykit.tensors import TensorSpec
 from deploykit.vision.image import Preprocess, list_images, load_image
 
@@ -103,7 +104,7 @@ def _hash_files(paths: Sequence[Path], root: Path) -> str:
     digest = hashlib.sha256()
     for path in sorted(paths):
         digest.update(str(path.relative_to(root)).encode())
-        digest.update(path.read_bytes())
+        hash_file(digest, path)
     return digest.hexdigest()
 
 
@@ -250,7 +251,7 @@ def array_data(
     notes = [f"held out {len(held_indices)} of {count} samples for the accuracy delta"]
     if len(chosen) < calibration_size:
         notes.append(f"calibrated on {len(chosen)} samples, fewer than the {calibration_size} asked")
-    digest = hashlib.sha256(file.read_bytes()).hexdigest()
+    digest = file_sha256(file)
     return CalibrationData(
         source=str(file),
         sha256=digest,

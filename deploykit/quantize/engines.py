@@ -13,24 +13,19 @@ import io
 import logging
 import os
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from deploykit.errors import BackendUnavailableError, QuantizationError
+from deploykit.errors import BackendUnavailableError, QuantizationError, one_line
 from deploykit.quantize.calibration import CalibrationData, ort_reader
 
-ENGINES = ("ort", "nncf")
 NOT_AVAILABLE = {
     "ncnn": "ncnn quantizes with its ncnn2table and ncnn2int8 tools, which the ncnn and pnnx wheels do not ship "
     "(deploykit does not imitate them); build them from ncnn's source (tools/quantize) and see docs/ncnn.md",
 }
 """Engines users ask for that deploykit does not offer, and why (the message says so instead of a bare no)."""
 METHODS = ("minmax", "entropy", "percentile")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[-1] if text else type(exc).__name__
 
 
 def _import(module: str, what: str) -> Any:
@@ -41,7 +36,7 @@ def _import(module: str, what: str) -> Any:
     except ImportError as exc:
         raise BackendUnavailableError(
             f"quantize | {what} needs the '{module.split('.')[0]}' package, which is not installed "
-            f"({_first_line(exc)}).",
+            f"({one_line(exc, last=True)}).",
             hint="pip install 'deploykit[quantize]'.",
         ) from exc
 
@@ -85,7 +80,7 @@ def ort_pre_process(source: Path, output: Path) -> str | None:
         with _quiet(), tempfile.TemporaryDirectory(prefix="deploykit-pre-") as scratch, _working_directory(scratch):
             quant_pre_process(str(source.resolve()), str(output.resolve()), skip_symbolic_shape=False)
     except Exception as exc:
-        return f"ONNX Runtime's quant_pre_process skipped ({type(exc).__name__}: {_first_line(exc)})"
+        return f"ONNX Runtime's quant_pre_process skipped ({type(exc).__name__}: {one_line(exc, last=True)})"
     return None
 
 
@@ -118,8 +113,8 @@ def quantize_ort(
             )
     except Exception as exc:
         raise QuantizationError(
-            f"engine 'ort' | quantize_static failed on '{source.name}': {_first_line(exc)}",
-            hint="exclude the failing node with --exclude, or try --engine nncf.",
+            f"engine 'ort' | quantize_static failed on '{source.name}': {one_line(exc, last=True)}",
+            hint="exclude the failing node with --exclude, or try --quantizer nncf.",
         ) from exc
 
 
@@ -134,7 +129,7 @@ def quantize_nncf(
 ) -> None:
     """NNCF post-training quantization of the ONNX model; with ``max_drop``, accuracy-controlled
     (``quantize_with_accuracy_control``, absolute drop of ``validate``'s metric)."""
-    nncf = _import("nncf", "--engine nncf")
+    nncf = _import("nncf", "--quantizer nncf")
     import onnx
 
     model = onnx.load(str(source))
@@ -161,8 +156,8 @@ def quantize_nncf(
         raise
     except Exception as exc:
         raise QuantizationError(
-            f"engine 'nncf' | quantization failed on '{source.name}': {_first_line(exc)}",
-            hint="exclude the failing node with --exclude, or try --engine ort.",
+            f"engine 'nncf' | quantization failed on '{source.name}': {one_line(exc, last=True)}",
+            hint="exclude the failing node with --exclude, or try --quantizer ort.",
         ) from exc
     onnx.save(quantized, str(output))
 
@@ -175,7 +170,7 @@ def save_ir(onnx_path: Path, xml_path: Path) -> None:
         ov.save_model(ov.convert_model(str(onnx_path)), str(xml_path), compress_to_fp16=False)
     except Exception as exc:
         raise QuantizationError(
-            f"--ir '{xml_path}' | OpenVINO could not convert the quantized model: {_first_line(exc)}",
+            f"--ir '{xml_path}' | OpenVINO could not convert the quantized model: {one_line(exc, last=True)}",
             hint="use the ONNX output; OpenVINO reads it directly.",
         ) from exc
 
@@ -204,7 +199,116 @@ def convert_fp16(source: Path, output: Path, *, exclude: Sequence[str]) -> dict[
         onnx.save(converted, str(output))
     except Exception as exc:
         raise QuantizationError(
-            f"--fp16 | converting '{source.name}' failed: {_first_line(exc)}",
+            f"--fp16 | converting '{source.name}' failed: {one_line(exc, last=True)}",
             hint="keep the failing node in f32 with --exclude.",
         ) from exc
     return dict(sorted(kept.items()))
+
+
+@dataclass(frozen=True)
+class EngineJob:
+    """What an engine is given: the prepared float model, where to write, the data and the user's choices."""
+
+    source: Path
+    output: Path
+    data: CalibrationData
+    method: str
+    per_channel: bool
+    exclude: Sequence[str]
+    max_drop: float | None = None
+    validate: Callable[[Any], float] | None = None
+
+
+class QuantizeEngine:
+    """One way to reduce a float model. Subclasses set the class attributes and write ``reduce``.
+
+    Attributes:
+        name: the ``--engine`` spelling (``fp16`` is chosen by ``--fp16``).
+        title: the engine as messages name it.
+        precision: what the result computes in: ``int8`` (QDQ) or ``f16``.
+        methods: the calibration methods ``--method`` may name (empty: the engine chooses its ranges).
+        per_channel: whether per-channel weight scales apply (and need opset 13).
+        calibrates: whether the engine needs calibration data.
+        accuracy_control: whether ``--max-drop`` steers the engine (else it only refuses a result over budget).
+        module: the optional package the engine needs (None: a core dependency).
+    """
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    precision: ClassVar[str] = "int8"
+    methods: ClassVar[tuple[str, ...]] = ()
+    per_channel: ClassVar[bool] = True
+    calibrates: ClassVar[bool] = True
+    accuracy_control: ClassVar[bool] = False
+    module: ClassVar[str | None] = None
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """Why the engine cannot run here (its package, an optional extra, is missing), or None."""
+        import importlib.util
+
+        if cls.module is None or importlib.util.find_spec(cls.module) is not None:
+            return None
+        return f"{cls.title} is not installed (pip install 'deploykit[quantize]')"
+
+    def prepare(self, float_path: Path, scratch: Path, notes: list[str]) -> Path:
+        """The model the engine quantizes (default: the float model as it is)."""
+        return float_path
+
+    def reduce(self, job: EngineJob) -> dict[str, int]:
+        """Write the reduced model to ``job.output``; return op type → nodes kept in float."""
+        raise NotImplementedError
+
+
+class OrtEngine(QuantizeEngine):
+    """ONNX Runtime's static QDQ quantization (``quantize_static``), after its pre-processing."""
+
+    name = "ort"
+    title = "ONNX Runtime"
+    methods = METHODS
+
+    def prepare(self, float_path: Path, scratch: Path, notes: list[str]) -> Path:
+        pre_path = scratch / "pre.onnx"
+        skipped = ort_pre_process(float_path, pre_path)
+        notes += [skipped] if skipped else []
+        return float_path if skipped else pre_path
+
+    def reduce(self, job: EngineJob) -> dict[str, int]:
+        quantize_ort(job.source, job.output, job.data, method=job.method, per_channel=job.per_channel,
+                     exclude=job.exclude)  # fmt: skip
+        return {}
+
+
+class NncfEngine(QuantizeEngine):
+    """OpenVINO NNCF post-training quantization, accuracy-controlled under ``--max-drop``."""
+
+    name = "nncf"
+    title = "NNCF"
+    accuracy_control = True
+    module = "nncf"
+
+    def reduce(self, job: EngineJob) -> dict[str, int]:
+        quantize_nncf(job.source, job.output, job.data, exclude=job.exclude, max_drop=job.max_drop,
+                      validate=job.validate)  # fmt: skip
+        return {}
+
+
+class Fp16Engine(QuantizeEngine):
+    """float16 conversion (onnxconverter-common), inputs and outputs kept float32."""
+
+    name = "fp16"
+    title = "float16 conversion"
+    precision = "f16"
+    per_channel = False
+    calibrates = False
+    module = "onnxconverter_common"
+
+    def reduce(self, job: EngineJob) -> dict[str, int]:
+        return convert_fp16(job.source, job.output, exclude=job.exclude)
+
+
+QUANTIZE_ENGINES: dict[str, type[QuantizeEngine]] = {e.name: e for e in (OrtEngine, NncfEngine, Fp16Engine)}
+"""Every engine by name: adding one is a class above and its name here."""
+ENGINES = tuple(name for name, engine in QUANTIZE_ENGINES.items() if engine.calibrates)
+"""The ``--engine`` names (float16 needs no calibration and is asked for with ``--fp16``)."""
+DEFAULT_ENGINE = OrtEngine.name

@@ -1,13 +1,15 @@
 """What a quantized model costs and gains: accuracy delta on held-out data, per-layer divergence, speedup.
 
 The accuracy delta compares the quantized model with the float model it came from, on the
-held-out samples, with the task metrics of ``deploykit.verify.tasks`` (top-1 agreement for
+held-out samples, with the task metrics of ``deploykit.tasks`` (top-1 agreement for
 classifiers, mAP@0.5 against the float detections for detectors) plus cosine and SNR per output.
-Both models run on ONNX Runtime's CPU provider, which executes QDQ graphs in int8.
+Both models run through a ``Session`` of one judge backend: the registry's default (ONNX Runtime
+on the CPU, which executes QDQ graphs in int8) unless another is named.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -25,12 +27,14 @@ from deploykit.quantize.results import (
     SpeedComparison,
     SpeedRounds,
     SpeedRow,
+    TaskMetric,
 )
 from deploykit.verify.metrics import cosine_snr
 
 if TYPE_CHECKING:
+    from deploykit.backends.base import Backend
     from deploykit.bench.rows import Row
-    from deploykit.verify.tasks import ClassificationAgreement
+    from deploykit.tasks.classify import ClassificationAgreement
 
 DEBUG_LAYER_SAMPLES = 8
 TOP_LAYERS = 10
@@ -44,20 +48,36 @@ def similarity(reference: np.ndarray, candidate: np.ndarray) -> dict[str, float]
     return {"cosine": float(snr_db == math.inf) if cosine is None else cosine, "snr_db": snr_db}
 
 
-def _ort_session(model: Any) -> Any:
-    import onnxruntime as ort
+def judge_backend(judge: str | None = None) -> Backend:
+    """The backend that runs both models for the accuracy delta: ``judge``, or the registry's default."""
+    from deploykit.backends.registry import default_backend, get_backend
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    source = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
-    return ort.InferenceSession(source, sess_options=options, providers=["CPUExecutionProvider"])
+    return default_backend() if judge is None else get_backend(judge)
 
 
-def run_all(model: Any, data: CalibrationData, samples: Sequence[Sample]) -> list[dict[str, np.ndarray]]:
-    """Every output of ``model`` (a path or ModelProto) for each sample, on ONNX Runtime CPU."""
-    session = _ort_session(model)
-    names = [o.name for o in session.get_outputs()]
-    return [dict(zip(names, session.run(names, feeds), strict=True)) for feeds in data.iter_feeds(samples)]
+def run_all(
+    model: Any, data: CalibrationData, samples: Sequence[Sample], judge: str | None = None
+) -> list[dict[str, np.ndarray]]:
+    """Every output of ``model`` (a path or ModelProto) for each sample, through a ``Session`` of
+    the judge backend on its default device (``judge_backend``), asked for f32 inference precision
+    where the backend takes one: a device's bf16 default would blur the float reference (the
+    int8 layers of a QDQ model still run in int8)."""
+    with contextlib.ExitStack() as stack:
+        if hasattr(model, "SerializeToString"):  # NNCF's candidates are in memory
+            import onnx
+
+            scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="deploykit-judge-")))
+            onnx.save(model, str(scratch / "candidate.onnx"))
+            model = scratch / "candidate.onnx"
+        backend = judge_backend(judge)
+        session = stack.enter_context(backend.open(model, **backend.precision_options("f32")))
+        return [session.run(feeds) for feeds in data.iter_feeds(samples)]
+
+
+def judge_label(judge: str | None = None) -> str:
+    """Where the accuracy delta ran, as the report says it: ``<backend> <device>``."""
+    backend = judge_backend(judge)
+    return f"{backend.name} {backend.default_device}"
 
 
 def output_similarity(
@@ -102,7 +122,7 @@ def classification_delta(
     labels: Sequence[str],
 ) -> tuple[ClassificationAgreement, float, list[str]]:
     """The classifier's agreement, its drop (1 − top-1 agreement, or the accuracy drop with labels), notes."""
-    from deploykit.verify.tasks import classification_agreement
+    from deploykit.tasks.classify import classification_agreement
 
     truth, note = class_indices(samples, labels)
     agreement = classification_agreement(_scores(reference), _scores(candidate), truth)
@@ -114,7 +134,7 @@ def classification_delta(
 
 
 def detection_delta(
-    reference_model: Path, candidate_model: Path, samples: Sequence[Sample]
+    reference_model: Path, candidate_model: Path, samples: Sequence[Sample], judge: str | None = None
 ) -> tuple[DetectionDelta, float]:
     """The candidate's detections against the reference's on the held-out images; drop = 1 − mAP@0.5.
 
@@ -125,16 +145,42 @@ def detection_delta(
     """
     from dataclasses import asdict
 
-    from deploykit.verify.tasks import detection_agreement
+    from deploykit.tasks.detect import detection_agreement
     from deploykit.vision.pipelines import Detector
 
     images = [s.image for s in samples if s.image is not None]
-    with Detector(reference_model) as reference, Detector(candidate_model) as candidate:
+    backend = judge_backend(judge)
+    f32 = backend.precision_options("f32")
+    with (
+        Detector(reference_model, backend.name, **f32) as reference,
+        Detector(candidate_model, backend.name, **f32) as candidate,
+    ):
         truth = reference.batch(images)
         at_threshold = detection_agreement(truth, candidate.batch(images))
         ranked = detection_agreement(truth, candidate.batch(images, conf=MAP_MIN_SCORE))
     delta = DetectionDelta(**{**asdict(at_threshold), "map50": ranked.map50}, map_min_score=MAP_MIN_SCORE)
     return delta, round(1.0 - delta.map50, 9)
+
+
+def task_delta(
+    float_path: Path,
+    data: CalibrationData,
+    reference: Sequence[Mapping[str, np.ndarray]],
+    candidate: Sequence[Mapping[str, np.ndarray]],
+) -> tuple[TaskMetric | None, float | None]:
+    """Any other registered task's metric (``embed``: embedding cosine), measured by its ``Task``
+    plug-in on the held-out outputs; drop = 1 − value. None when the task does not recognise the model."""
+    from deploykit.model import read_interface
+    from deploykit.tasks.registry import recognise
+    from deploykit.verify.metrics import thresholds_for
+
+    interface = read_interface(float_path)
+    task = recognise({s.name: s for s in interface.outputs}, interface.metadata_props)
+    if task is None:
+        return None, None
+    cases = list(data.iter_feeds(data.held_out))
+    result = task.judge(cases, reference, candidate, thresholds_for("int8"), "int8")
+    return TaskMetric(result.kind, result.metric, result.value, result.details), round(1.0 - result.value, 9)
 
 
 def _float_tensors(model: Any) -> dict[str, Any]:
@@ -278,15 +324,15 @@ def speedup(
     quantization's own (not bf16's). A configuration where the candidate is slower is flagged
     and never recommended.
     """
+    from deploykit.bench.plan import BenchPlan
     from deploykit.bench.runner import benchmark
 
     runs: list[list[list[Row]]] = [[], []]  # model → round → rows
     for _ in range(rounds):
         for index, model in enumerate((reference, candidate)):
-            result = benchmark(
-                model, backends, precision="f32", inputs=dict(feeds), iterations=iterations, warmup=warmup,
-                isolate=True,
-            )  # fmt: skip
+            plan = BenchPlan(backends=None if backends is None else tuple(backends), precision="f32",
+                             iterations=iterations, warmup=warmup, isolate=True)  # fmt: skip
+            result = benchmark(model, plan, inputs=dict(feeds))
             runs[index].append(result.rows)
     rows = []
     # the same backend specs expand to the same configurations, in the same order, every time

@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from deploykit.verify.tasks import ClassificationAgreement, DetectionAgreement
+from deploykit.tasks.classify import ClassificationAgreement
+from deploykit.tasks.detect import DetectionAgreement
 
 MAP_MIN_SCORE = 0.001  # COCO evaluations rank predictions down to this score
 
@@ -57,12 +58,35 @@ class DetectionDelta(DetectionAgreement):
     map_min_score: float = MAP_MIN_SCORE
 
 
-TaskDelta = ClassificationAgreement | DetectionDelta
+@dataclass(frozen=True)
+class TaskMetric:
+    """The metric of a task quantize has no delta of its own for (``embed`` ...), as its ``Task``
+    plug-in measures it: the reduced model's answers against the float model's.
+
+    Attributes:
+        kind: the task (``deploykit.tasks``).
+        metric: its metric's name (``embedding cosine``).
+        value: the metric's value; the drop is 1 − value.
+        details: what the task reports beside it (samples, worst and mean ...).
+    """
+
+    kind: str
+    metric: str
+    value: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+TaskDelta = ClassificationAgreement | DetectionDelta | TaskMetric
 
 
 def _task_from_dict(data: Mapping[str, Any] | None) -> TaskDelta | None:
     if data is None:
         return None
+    if "kind" in data:
+        return TaskMetric(str(data["kind"]), str(data["metric"]), float(data["value"]), dict(data.get("details") or {}))
     if "map50" in data:
         return DetectionDelta(
             int(data["images"]), int(data["reference_boxes"]), int(data["candidate_boxes"]),
@@ -83,9 +107,10 @@ class AccuracyDelta:
         backend: where both models ran (``onnxruntime cpu``, which runs QDQ in int8).
         outputs: cosine and SNR per graph output.
         task: the task metric: ``ClassificationAgreement`` for a classifier, ``DetectionDelta``
-            for a detector with images; None for other models (cosine/SNR only).
+            for a detector with images, ``TaskMetric`` for another registered task (``embed``);
+            None for other models (cosine/SNR only).
         drop: how far the task metric fell (1 − top-1 agreement, the top-1 accuracy drop with
-            class folders, or 1 − mAP@0.5); None without a task metric.
+            class folders, 1 − mAP@0.5, or 1 − the task's metric); None without a task metric.
         max_drop: the budget asked for (``--max-drop``), or None.
     """
 

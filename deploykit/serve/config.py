@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploykit.errors import UsageError
+from deploykit.backends.registry import DEFAULT_BACKEND
+from deploykit.errors import DeployKitError, UsageError
 from deploykit.model import check_model_path
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -44,7 +45,7 @@ class ServedModel:
 
     name: str
     path: Path
-    backend: str = "onnxruntime"
+    backend: str = DEFAULT_BACKEND
     device: str | None = None
     options: Mapping[str, Any] = field(default_factory=dict)
     version: str = "1"
@@ -95,12 +96,13 @@ class ServedModel:
         if os.path.isdir(text):
             return cls._from_bundle(Path(text), name, backend, device, options or {}, instances, isolate)
         model_path = check_model_path(text)
+        backend = backend or DEFAULT_BACKEND
         return cls(
             name=name or model_path.stem,
             path=model_path,
-            backend=backend or "onnxruntime",
+            backend=backend,
             device=device,
-            options=dict(options or {}),
+            options=serving_options(backend, options or {}),
             instances=instances,
             isolate=isolate,
         )
@@ -126,7 +128,7 @@ class ServedModel:
             path=bundle.model_path,
             backend=manifest.backend,
             device=manifest.device,
-            options=chosen_options(bundle, backend, device, options),
+            options=serving_options(manifest.backend, chosen_options(bundle, backend, device, options)),
             instances=instances,
             isolate=isolate,
             precision=manifest.precision,
@@ -294,6 +296,19 @@ class RaySettings:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RaySettings:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+def serving_options(backend: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` over the backend's defaults for serving (``Backend.serving_options``: e.g. ONNX
+    Runtime's intra-op threads do not spin, so the front end keeps its core); the user's values win.
+    An unknown backend name is left for the session to refuse with its own message."""
+    from deploykit.backends.registry import get_backend
+
+    try:
+        defaults = get_backend(backend).serving_options
+    except DeployKitError:
+        defaults = {}
+    return {**defaults, **options}
 
 
 def parse_duration_ms(text: str) -> float:

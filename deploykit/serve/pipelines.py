@@ -52,7 +52,7 @@ class _Pipelines:
         with self._lock:
             pipeline = self._made.get(runner.model.name)
             if pipeline is None:
-                import deploykit
+                from deploykit.vision.pipelines import Classifier, Detector
 
                 task = model_task(runner)
                 if task is None:
@@ -63,7 +63,7 @@ class _Pipelines:
                     )
                 session = QueuedSession(runner)
                 try:
-                    pipeline = deploykit.Detector(session) if task == "detect" else deploykit.Classifier(session)
+                    pipeline = Detector(session) if task == "detect" else Classifier(session)
                 except UsageError as exc:
                     raise RequestError(f"model '{runner.model.name}' | cannot run as a {task} pipeline: {exc}") from exc
                 self._made[runner.model.name] = pipeline

@@ -54,9 +54,9 @@ class _Pending:
 
 
 def open_in_process(model: ServedModel) -> SessionLike:
-    import deploykit
+    from deploykit.sessions import load
 
-    session: SessionLike = deploykit.load(model.source, model.backend, model.device, **dict(model.options))
+    session: SessionLike = load(model.source, model.backend, model.device, **dict(model.options))
     return session
 
 

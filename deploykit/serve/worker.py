@@ -2,7 +2,7 @@
 
 The worker loads the model once and then answers feeds over a pipe until told to stop. A backend
 that aborts or segfaults ends only the worker: the parent sees the pipe close, and the model's
-runner marks the model not ready. Errors cross the boundary as data (class name, message, hint),
+runner marks the model not ready. Errors cross the boundary as data (``DeployKitError.to_dict``),
 never as text parsed back. On Linux the worker dies with the server (``PR_SET_PDEATHSIG``), so a
 server killed with SIGKILL leaves no worker behind.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,45 +19,27 @@ from typing import Any
 
 import numpy as np
 
-from deploykit import errors
 from deploykit.backends.base import SessionInfo
 from deploykit.errors import BackendError, DeployKitError, ModelUnavailableError
 from deploykit.tensors import TensorSpec
+from deploykit.workers import die_with_parent
 
 
-def _die_with_parent(parent: int) -> None:
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the parent died before prctl: no signal will ever come
-        os._exit(3)
-
-
-def _as_data(exc: BaseException) -> tuple[str, str, str | None]:
+def _as_data(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, DeployKitError):
-        return type(exc).__name__, exc.message, exc.hint
-    return "BackendError", f"worker | {type(exc).__name__}: {exc}", None
-
-
-def _from_data(kind: str, message: str, hint: str | None) -> DeployKitError:
-    cls = getattr(errors, kind, BackendError)
-    if not (isinstance(cls, type) and issubclass(cls, DeployKitError)):
-        cls = BackendError
-    return cls(message, hint=hint)
+        return exc.to_dict()
+    return BackendError(f"worker | {type(exc).__name__}: {exc}").to_dict()
 
 
 def _worker_main(connection: Any, model: dict[str, Any], parent: int) -> None:
-    _die_with_parent(parent)
+    die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server stops its workers itself, in order
-    import deploykit
+    from deploykit.sessions import load
 
     try:
-        session = deploykit.load(
-            model.get("bundle") or model["path"], model["backend"], model["device"], **model["options"]
-        )
+        session = load(model.get("bundle") or model["path"], model["backend"], model["device"], **model["options"])
     except BaseException as exc:
-        connection.send(("error", *_as_data(exc)))
+        connection.send(("error", _as_data(exc)))
         return
     connection.send((
         "ready",
@@ -77,7 +58,7 @@ def _worker_main(connection: Any, model: dict[str, Any], parent: int) -> None:
         try:
             connection.send(("ok", session.run(feeds)))
         except BaseException as exc:
-            connection.send(("error", *_as_data(exc)))
+            connection.send(("error", _as_data(exc)))
     session.close()
 
 
@@ -109,7 +90,7 @@ class IsolatedSession:
         message = self._receive("while loading")
         if message[0] == "error":
             self._process.join(timeout=5)
-            raise _from_data(*message[1:])
+            raise BackendError.from_dict(message[1])
         _, inputs, outputs, info, metadata = message
         self.inputs = {s["name"]: TensorSpec.from_dict(s) for s in inputs}
         self.outputs = {s["name"]: TensorSpec.from_dict(s) for s in outputs}
@@ -136,7 +117,7 @@ class IsolatedSession:
                 self._receive("before the request")
             message = self._receive("while running a request")
         if message[0] == "error":
-            raise _from_data(*message[1:])
+            raise BackendError.from_dict(message[1])
         outputs: dict[str, np.ndarray] = message[1]
         return outputs
 

@@ -47,7 +47,7 @@ import numpy as np
 from deploykit.cache import cache_dir
 from deploykit.errors import DeployKitError, OracleError
 from deploykit.io import scratch_dir
-from deploykit.verify.isolated import describe_exit
+from deploykit.workers import describe_exit
 
 if TYPE_CHECKING:
     from deploykit.convert.darknet.layers import Network
@@ -326,7 +326,7 @@ def darknet_outputs(
             parser refuses the cfg, the helper cannot be built (see ``build_helper``), or Darknet
             failed or crashed on the cfg.
     """
-    from deploykit.convert.darknet.convert import load_network
+    from deploykit.convert.darknet.layers import load_network
 
     cfg_path, weights_path = Path(cfg), Path(weights)
     for label, path in (("cfg", cfg_path), ("weights", weights_path)):

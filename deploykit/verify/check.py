@@ -17,20 +17,23 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from deploykit.backends.options import OptionValue
+from deploykit.backends.registry import REFERENCE_BACKEND
 from deploykit.errors import UsageError
 from deploykit.inputs import InputSetting
 from deploykit.model import Model, as_model
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, CandidateRun, run_candidate
 from deploykit.verify.metrics import compare_outputs, is_reduced, normalize_precision, thresholds_for
 from deploykit.verify.pool import WorkerPool
+from deploykit.verify.settings import VerifySettings
 from deploykit.verify.verdict import OracleInfo, Verdict, VerificationReport, error_verdict, judge
 
-REFERENCE_BACKEND = "reference"
+if TYPE_CHECKING:
+    from deploykit.tasks.base import Task
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,7 @@ def default_backend_specs() -> list[str]:
         backend = get_backend(name)
         if not backend.default_candidate or not backend.is_available():
             continue
-        specs += [f"{name}:{device}" for device in backend.devices() if device.upper() != "AUTO"]
+        specs += [f"{name}:{device}" for device in backend.devices() if device.upper() not in backend.virtual_devices]
     return specs
 
 
@@ -302,9 +305,8 @@ def judge_run(
     *,
     precision: str | None = None,
     overrides: Mapping[str, float | None] | None = None,
-    task: Any = None,
+    task: Task | None = None,
     task_reference: tuple[str, Sequence[Mapping[str, np.ndarray]]] | None = None,
-    metadata: Mapping[str, str] | None = None,
 ) -> Verdict:
     """A verdict for one candidate's run: ``error`` if it did not run, else judged by its precision.
 
@@ -324,9 +326,7 @@ def judge_run(
         outputs += compare_outputs(actual, expected, limits, reduced=reduced, case=index)
     result = None
     if task is not None and task_reference is not None and len(task_reference[1]) == len(run.outputs):
-        from deploykit.verify.task_metric import task_result
-
-        result = task_result(task, metadata or {}, cases, task_reference[1], run.outputs, limits)
+        result = task.judge(cases, task_reference[1], run.outputs, limits, ran)
         result.details["reference"] = task_reference[0]
     return judge(run.label, outputs, oracle, limits, precision=ran, device=info.get("device"), task=result)
 
@@ -338,8 +338,7 @@ def judge_runs(
     oracle: OracleInfo,
     *,
     overrides: Mapping[str, float | None] | None = None,
-    task: Any = None,
-    metadata: Mapping[str, str] | None = None,
+    task: Task | None = None,
 ) -> list[Verdict]:
     """Verdicts for every (run, requested precision): element-wise/cosine against the oracle, and
     for reduced precision on real images the task metric against the first element-wise
@@ -355,7 +354,7 @@ def judge_runs(
     for index in order:
         run, precision = runs[index]
         verdict = judge_run(run, cases, references, oracle, precision=precision, overrides=overrides,
-                            task=task, task_reference=task_reference, metadata=metadata)  # fmt: skip
+                            task=task, task_reference=task_reference)  # fmt: skip
         if (
             task_reference is None
             and task is not None
@@ -388,50 +387,35 @@ def _no_task_reason(verdict: Verdict, task_reference: tuple[str, Any] | None, or
 def verify_model(
     model: Model | str | os.PathLike[str],
     backends: Sequence[str] | None = None,
+    settings: VerifySettings | None = None,
     *,
-    oracle: str = "auto",
     inputs: str | os.PathLike[str] | Mapping[str, np.ndarray] | None = None,
-    precision: str | Sequence[str] | None = "f32",
-    batch: int | None = None,
-    shapes: Mapping[str, Sequence[int] | InputSetting] | None = None,
-    batch_axes: Mapping[str, int] | None = None,
-    seed: int = 0,
-    thresholds: Mapping[str, float | None] | None = None,
-    options: Mapping[str, OptionValue] | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    isolate: bool = True,
-    platforms: str | Sequence[str] | None = None,
 ) -> VerificationReport:
     """Run the same inputs on every candidate and judge each against the oracle.
 
     Args:
-        model: the ``.onnx`` file.
+        model: the ``.onnx`` file, or its ``Model`` (``deploykit.model.Model.open``): it is read once.
         backends: ``BACKEND[:DEVICE]`` specs; default every available backend × device.
-        oracle: ``auto`` (onnx's reference evaluator; when it cannot run the model, the first
-            candidate, and every verdict is then ``unverified``), ``reference``, ``none``, or a
-            backend spec (another backend: not independent, so verdicts are ``unverified``).
+        settings: how to verify (``VerifySettings``: oracle, precisions, random-input shaping,
+            threshold overrides, backend options, timeout, platforms); default ``VerifySettings()``:
+            f32 against onnx's reference evaluator (``auto``; when it cannot run the model, the
+            first candidate, and every verdict is then ``unverified``), each candidate in its own
+            worker on this host.
         inputs: an ``.npz``, a dict of arrays, an image or a folder of images (which enables
             the task metric for classifiers and detectors); default seeded random data.
-        precision: one or several of f32, bf16, f16, int8 (comma-separated); each backend runs
-            those it can natively here, the rest are listed as not supported in the notes.
-        batch, shapes, batch_axes: how random inputs are shaped (``deploykit.inputs.plan_inputs``).
-        thresholds: overrides of ``Thresholds`` fields (atol, rtol, min_cosine, min_snr_db,
-            min_top1_agreement, min_map) for every precision.
-        options: backend options for every candidate.
-        timeout_s: per worker process.
-        isolate: one worker process per backend (turn off only for debugging).
-        platforms: where the candidates' workers run: ``host`` (default), ``linux/arm64`` (the
-            aarch64 builds under emulation, ``deploykit platforms add``), or several
-            (``host,linux/arm64``): every candidate on each. The oracle runs on the host.
-    """
-    from deploykit.verify.task_metric import task_of
 
+    Example:
+        ``verify_model("m.onnx", ["ort", "openvino"], VerifySettings(precision="f32,bf16"))``
+    """
+    from deploykit.tasks.registry import recognise
+
+    settings = settings or VerifySettings()
+    oracle, timeout_s, isolate, platforms = settings.oracle, settings.timeout_s, settings.isolate, settings.platforms
     interface = as_model(model)
     model_path = interface.path
-    overrides = dict(thresholds or {})
-    thresholds_for("f32", **overrides)  # bad values fail before anything runs
-    candidates, notes = on_platforms(backends, parse_precisions(precision), platforms,
-                                     model_precision=interface.precision, options=options)  # fmt: skip
+    overrides = settings.thresholds.to_dict()
+    candidates, notes = on_platforms(backends, parse_precisions(settings.precision), platforms,
+                                     model_precision=interface.precision, options=settings.options)  # fmt: skip
     if not candidates:
         from deploykit.platforms import parse_platforms
 
@@ -442,9 +426,10 @@ def verify_model(
             hint="'deploykit backends' lists what runs here and 'deploykit platforms list' what a target claims; "
             "f32 runs everywhere.",
         )
-    prepared = prepare_inputs(interface, inputs, batch=batch, shapes=shapes, batch_axes=batch_axes, seed=seed)
+    prepared = prepare_inputs(interface, inputs, batch=settings.batch, shapes=settings.shapes,
+                              batch_axes=settings.batch_axes, seed=settings.seed)  # fmt: skip
     images = prepared.source == "images"
-    task = task_of(interface.output_specs(), interface.metadata_props) if images else None
+    task = recognise(interface.output_specs(), interface.metadata_props) if images else None
     if not images:
         notes.append("no task metric: the inputs are not real images (pass --inputs photos/ for top-1 agreement / mAP)")
 
@@ -479,8 +464,7 @@ def verify_model(
     candidate_runs = [(run, c.precision) for run, c in zip(runs, candidates, strict=True)]
     if references is not None:
         references = references[: len(oracle_cases)]
-    verdicts = judge_runs(candidate_runs, prepared.cases, references, oracle_info, overrides=overrides, task=task,
-                          metadata=interface.metadata_props)  # fmt: skip
+    verdicts = judge_runs(candidate_runs, prepared.cases, references, oracle_info, overrides=overrides, task=task)
     first = prepared.cases[0]
     emulated_seconds = {
         r.label: {"platform": r.platform, "emulated": True, **r.seconds} for r in runs if r.platform != "host"
@@ -520,8 +504,9 @@ def run_oracle(
     name, device = parse_backend_spec(choice)
     name = canonical_name(name)
     backend = get_backend(name)
-    spec = Candidate(name, device or backend.default_device, None, backend.precision_options("f32"))
-    label = "onnx-reference" if name == REFERENCE_BACKEND else f"{name}:{spec.device}"
+    device = device or backend.default_device
+    spec = Candidate(name, device, None, backend.precision_options("f32"))
+    label = backend.oracle_label(device)
     if backend.independent_oracle:
         model = as_model(model)
         if blind := backend.oracle_blind_spot(model):
@@ -541,30 +526,27 @@ def gate(
     references: Sequence[Mapping[str, np.ndarray]] | None,
     oracle: OracleInfo,
     backends: Sequence[str],
-    *,
-    precision: str = "f32",
-    atol: float | None = None,
-    rtol: float | None = None,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
-    isolate: bool = True,
-    platforms: str | Sequence[str] | None = None,
+    settings: VerifySettings | None = None,
 ) -> list[Verdict]:
-    """A converter's check: run its output on each backend (at ``precision``) in a worker, judge
-    against the source framework's ``references``. With no references (no oracle ran), the first
-    backend that runs is the reference and every verdict is ``unverified``.
+    """A converter's check: run its output on each backend (at ``settings.precision``, one
+    precision; default f32) in a worker, judge against the source framework's ``references``. With
+    no references (no oracle ran), the first backend that runs is the reference and every verdict
+    is ``unverified``.
 
-    ``platforms`` (``host,linux/arm64``): each backend on each platform, as ``compare`` runs them;
-    the references stay the host's."""
-    jobs = gate_candidates(backends, precision, platforms)
+    ``settings.platforms`` (``host,linux/arm64``): each backend on each platform, as ``compare``
+    runs them; the references stay the host's. ``settings.thresholds`` override the precision's."""
+    settings = settings or VerifySettings()
+    precision, timeout_s, isolate = settings.precision or "f32", settings.timeout_s, settings.isolate
+    jobs = gate_candidates(backends, precision, settings.platforms)
     with WorkerPool(isolate, len(jobs)) as pool:
         runs = pool.results([pool.submit(run_on_platform, Path(model), c, cases, timeout_s, isolate, label)
                              for c, label in jobs])  # fmt: skip
-    overrides = {"atol": atol, "rtol": rtol}
     if references is None:
         first = next((r for r in runs if r.ok), None)
         oracle = OracleInfo(first.label if first else "none", False, oracle.detail)
         references = first.outputs if first else None
-    return judge_runs([(r, precision) for r in runs], cases, references, oracle, overrides=overrides)
+    return judge_runs([(r, precision) for r in runs], cases, references, oracle,
+                      overrides=settings.thresholds.to_dict())  # fmt: skip
 
 
 def gate_candidates(

@@ -17,7 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from deploykit.backends.registry import REFERENCE_BACKEND
 from deploykit.verify.check import default_backend_specs, parse_backend_spec, verify_model
+from deploykit.verify.settings import VerifySettings
 
 CHECKED_PRECISIONS = ("f32", "bf16", "f16")
 
@@ -109,8 +111,8 @@ def check_claims(backends: Sequence[str] | None = None, *, timeout_s: float = 12
         claims[f"{backend.name}:{device}"] = (backend.name, device, tuple(backend.precisions(device)))
     with tempfile.TemporaryDirectory(prefix="deploykit-check-") as scratch:
         model = probe_model(Path(scratch) / "probe.onnx")
-        report = verify_model(model, [f"{b}:{d}" for b, d, _ in claims.values()], precision=CHECKED_PRECISIONS,
-                              oracle="reference", timeout_s=timeout_s)  # fmt: skip
+        settings = VerifySettings(precision=",".join(CHECKED_PRECISIONS), oracle=REFERENCE_BACKEND, timeout_s=timeout_s)
+        report = verify_model(model, [f"{b}:{d}" for b, d, _ in claims.values()], settings)
     rows = []
     for verdict in report.verdicts:
         key, _, asked = verdict.candidate.rpartition(" ")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -42,9 +42,6 @@ class Thresholds:
     min_snr_db: float = 20.0
     min_top1_agreement: float = 0.9
     min_map: float = 0.9
-
-    def elementwise(self) -> dict[str, float]:
-        return {"atol": self.atol, "rtol": self.rtol}
 
     def similarity(self) -> dict[str, float]:
         return {"min_cosine": self.min_cosine, "min_snr_db": self.min_snr_db}
@@ -273,27 +270,3 @@ def compare_outputs(
         else _failed(name, case, rule, "missing from the candidate's outputs")
         for name, ref in reference.items()
     ]
-
-
-@dataclass
-class TaskResult:
-    """A task metric on real images (classifier: top-1 agreement; detector: mAP@0.5) and its verdict."""
-
-    kind: str
-    metric: str
-    value: float
-    threshold: float
-    passed: bool
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def describe(self) -> str:
-        sign = "≥" if self.passed else "<"
-        return f"{self.kind}: {self.metric} {self.value:.3f} {sign} {self.threshold:g}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> TaskResult:
-        return cls(data["kind"], data["metric"], float(data["value"]), float(data["threshold"]),
-                   bool(data["passed"]), dict(data.get("details") or {}))  # fmt: skip

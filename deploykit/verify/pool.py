@@ -17,7 +17,7 @@ from concurrent.futures import CancelledError, Future, ThreadPoolExecutor, wait
 from types import TracebackType
 from typing import Any, TypeVar
 
-from deploykit.verify.isolated import kill_workers
+from deploykit.workers import kill_workers
 
 T = TypeVar("T")
 

@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from deploykit.verify.metrics import OutputMetrics, TaskResult, Thresholds, is_reduced, normalize_precision
+from deploykit.tasks.base import TaskResult
+from deploykit.verify.metrics import OutputMetrics, Thresholds, is_reduced, normalize_precision
 
 Status = Literal["pass", "fail", "unverified", "degenerate", "error"]
 STATUSES: tuple[str, ...] = ("pass", "fail", "unverified", "degenerate", "error")
@@ -91,6 +92,12 @@ class Verdict:
     def failed(self) -> bool:
         """A definite problem: fail, error, or disagreement with another backend."""
         return self.status in ("fail", "error") or self.agreement is False
+
+    @property
+    def blocking(self) -> bool:
+        """Whether a command that gates on verification must stop here: the verdict failed (fail,
+        error, disagreement) or the reference says nothing to judge by (degenerate)."""
+        return self.failed or self.status == "degenerate"
 
     def failures(self) -> list[OutputMetrics]:
         return [o for o in self.outputs if not o.passed]
@@ -250,7 +257,7 @@ class VerificationReport:
     def exit_code(self, *, require_oracle: bool = False) -> int:
         """1 when any candidate failed, errored, disagreed or is degenerate; with ``require_oracle``
         also when any verdict is unverified; else 0."""
-        bad = any(v.failed or v.status == "degenerate" for v in self.verdicts)
+        bad = any(v.blocking for v in self.verdicts)
         if require_oracle and any(v.status == "unverified" for v in self.verdicts):
             bad = True
         return 1 if bad or not self.verdicts else 0

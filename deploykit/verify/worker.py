@@ -3,12 +3,11 @@
 Reads a JSON job on stdin — ``{model, backend, device, options, cases: [inputs.npz ...],
 outputs_dir}``, or ``input_options`` and ``seed`` in place of ``cases`` — writes ``outputs-<i>.npz``
 per input set and prints one result line: ``{"status": "ok", "info": session info, "seconds":
-{"load": s, "run": [s, ...]}}`` or ``{"status": "error", "error": reason, "error_data": {type, message, hint}}``.
+{"load": s, "run": [s, ...]}}`` or ``deploykit.workers.error_result`` (the reason, and the error as data).
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -18,9 +17,8 @@ from typing import Any
 import numpy as np
 
 from deploykit.errors import DeployKitError, OutputError
-from deploykit.inputs import save_arrays
 from deploykit.model import Model
-from deploykit.verify.isolated import RESULT_PREFIX, error_result
+from deploykit.workers import error_result, read_arrays, read_job, send_result, write_arrays
 
 
 def run_job(
@@ -63,28 +61,13 @@ def run_job(
     return {"status": "ok", "info": info, "seconds": seconds}, outputs
 
 
-def storable(outputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Outputs as an ``.npz`` holds them without pickling: a sequence's tensors as ``name[0]``,
-    ``name[1]`` ..., an empty optional left out."""
-    arrays: dict[str, np.ndarray] = {}
-    for name, value in outputs.items():
-        if isinstance(value, list):
-            arrays.update({f"{name}[{index}]": item for index, item in enumerate(value)})
-        elif value is not None:
-            arrays[name] = value
-    return arrays
-
-
 def main() -> int:
-    job = json.loads(sys.stdin.read())
-    cases = []
-    for path in job.get("cases", []):
-        with np.load(path, allow_pickle=False) as archive:
-            cases.append({name: archive[name] for name in archive.files})
+    job = read_job()
+    cases = [read_arrays(path) for path in job.get("cases", [])]
     result, outputs = run_job(job, cases)
     try:
         for index, arrays in enumerate(outputs):
-            save_arrays(Path(job["outputs_dir"]) / f"outputs-{index}.npz", storable(arrays))
+            write_arrays(Path(job["outputs_dir"]) / f"outputs-{index}.npz", arrays)
     except OSError as exc:  # the runtime ran; handing its outputs back did not fit (a full disk, ulimit -f)
         from deploykit.io import FULL_ERRNOS
 
@@ -96,7 +79,7 @@ def main() -> int:
         )
         hint = "free space in the temporary folder (TMPDIR) or raise the file-size limit, then run again."
         result = {**error_result(OutputError(message, hint=hint)), "info": result.get("info")}
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
+    send_result(result)
     return 0
 
 

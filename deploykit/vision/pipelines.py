@@ -104,7 +104,7 @@ class _Pipeline:
         self, model: Model | str | os.PathLike[str] | Session, backend: str | None, device: str | None,
         options: dict[str, OptionValue],
     ) -> None:  # fmt: skip
-        from deploykit import load
+        from deploykit.sessions import load
 
         if isinstance(model, Session):  # an open session (the server's queued one): backend and options are its own
             self.model_path = model.model_path

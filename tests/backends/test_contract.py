@@ -9,9 +9,9 @@ import pytest
 
 import deploykit
 from deploykit.backends.registry import get_backend
-from deploykit.model import run_reference
 from deploykit.verify.metrics import Thresholds, compare_outputs
 from tests.assets.catalog import CATALOG
+from tests.assets.reference import run_reference
 
 # fp32 tolerances for these small graphs: runtimes reorder sums, nothing more.
 ATOL, RTOL = 1e-5, 1e-4

@@ -9,8 +9,8 @@ import pytest
 
 import deploykit
 from deploykit.backends.registry import get_backend
-from deploykit.model import run_reference
 from tests.assets.paths import missing_asset
+from tests.assets.reference import run_reference
 
 
 def _open(path, backend_name, **options):

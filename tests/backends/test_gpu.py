@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import deploykit
-from deploykit.model import run_reference
 from deploykit.verify.metrics import Thresholds, compare_outputs
 from tests.assets.catalog import CATALOG
+from tests.assets.reference import run_reference
 
 pytestmark = pytest.mark.gpu
 

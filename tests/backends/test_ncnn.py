@@ -33,10 +33,10 @@ from deploykit.errors import (
     UnsupportedModelError,
     UsageError,
 )
-from deploykit.model import run_reference
 from deploykit.verify.metrics import Thresholds, compare_outputs
 from tests.assets.catalog import CATALOG
 from tests.assets.paths import REPO, missing_asset
+from tests.assets.reference import run_reference
 from tests.assets.samples import tiny_classifier
 
 F32 = Thresholds(atol=1e-5, rtol=1e-4)

@@ -18,7 +18,7 @@ from onnx import TensorProto, helper
 import deploykit
 from deploykit.backends.registry import get_backend
 from deploykit.errors import DeployKitError
-from deploykit.model import run_reference
+from tests.assets.reference import run_reference
 from tests.conformance.raw import RAW_RUNNERS
 
 _F = TensorProto.FLOAT

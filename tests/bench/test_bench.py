@@ -16,13 +16,20 @@ import pytest
 from typer.testing import CliRunner
 
 import deploykit
+from deploykit.bench import judging
+from deploykit.bench.html import render_html
 from deploykit.bench.report import BenchmarkReport
+from deploykit.bench.report_files import write_report
 from deploykit.cli.main import app
 from deploykit.errors import InputError, ReportError, UnknownBackendError, UsageError
 from tests.assets.paths import REPO, missing_asset
 
 SCHEMA = json.loads((REPO / "docs" / "report-schema.json").read_text())
 ALL = ["onnxruntime", "openvino:CPU", "opencv"]
+
+
+def _write_html(report: BenchmarkReport, path) -> None:
+    path.write_text(render_html([report]))
 
 
 def _check_numbers(result: BenchmarkReport) -> None:
@@ -39,7 +46,9 @@ def _check_numbers(result: BenchmarkReport) -> None:
 
 @pytest.fixture(scope="module")
 def isolated_result(catalog_paths):
-    return deploykit.benchmark(catalog_paths["mlp_dynamic_batch"], ALL, batch=[1, 3], warmup=2, iterations=20)
+    return deploykit.benchmark(
+        catalog_paths["mlp_dynamic_batch"], deploykit.BenchPlan(backends=ALL, batch=[1, 3], warmup=2, iterations=20)
+    )
 
 
 def test_isolated_bench_on_every_backend(isolated_result):
@@ -58,7 +67,7 @@ def test_isolated_bench_on_every_backend(isolated_result):
 
 
 def test_report_files(isolated_result, tmp_path):
-    paths = isolated_result.write_all(tmp_path / "out")
+    paths = write_report(isolated_result, tmp_path / "out")
     assert [p.name for p in paths] == ["report.json", "report.csv", "report.md", "report.html"]
     jsonschema.validate(json.loads(paths[0].read_text()), SCHEMA)
     csv_lines = paths[1].read_text().splitlines()
@@ -85,31 +94,30 @@ def test_the_report_is_typed_and_reads_back_the_same(isolated_result, tmp_path):
     again = BenchmarkReport.from_json(tmp_path / "report.json")
     assert again == BenchmarkReport.from_dict(json.loads(json.dumps(data)))
     assert json.loads(json.dumps(again.to_dict())) == json.loads(json.dumps(data))
-    assert again.best().label == isolated_result.best().label
+    assert judging.best(again).label == judging.best(isolated_result).label
     assert again.recommendation == isolated_result.recommendation
 
 
 def test_in_process_multistream_and_offline(catalog_paths):
     multi = deploykit.benchmark(
         catalog_paths["conv_bn_act"],
-        ["ort"],
-        scenario="multistream",
-        streams=3,
-        iterations=10,
-        warmup=1,
-        isolate=False,
+        deploykit.BenchPlan(
+            backends=["ort"], scenario="multistream", streams=3, iterations=10, warmup=1, isolate=False
+        ),
     )
     _check_numbers(multi)
     assert multi.rows[0].latency.count == 30 and multi.rows[0].config.streams == 3
     offline = deploykit.benchmark(
         catalog_paths["mlp_dynamic_batch"],
-        ["ort", "opencv"],
-        scenario="offline",
-        batch=16,
-        iterations=5,
-        warmup=1,
-        isolate=False,
-        cost_per_hour=0.35,
+        deploykit.BenchPlan(
+            backends=["ort", "opencv"],
+            scenario="offline",
+            batch=16,
+            iterations=5,
+            warmup=1,
+            isolate=False,
+            cost_per_hour=0.35,
+        ),
     )
     _check_numbers(offline)
     assert offline.headline == "throughput_sps"
@@ -118,7 +126,9 @@ def test_in_process_multistream_and_offline(catalog_paths):
 
 
 def test_duration_mode(catalog_paths):
-    result = deploykit.benchmark(catalog_paths["multi_io"], ["ort"], duration_s=0.2, warmup=0, isolate=False)
+    result = deploykit.benchmark(
+        catalog_paths["multi_io"], deploykit.BenchPlan(backends=["ort"], duration_s=0.2, warmup=0, isolate=False)
+    )
     assert result.rows[0].wall_s >= 0.2 and result.rows[0].latency.count > 10
 
 
@@ -127,22 +137,23 @@ def test_inputs_file(catalog_paths, tmp_path):
     np.savez(tmp_path / "in.npz", a=a, b=a * 2)
     result = deploykit.benchmark(
         catalog_paths["multi_io"],
-        ["ort", "opencv"],
+        deploykit.BenchPlan(backends=["ort", "opencv"], iterations=3, warmup=0, isolate=False),
         inputs=tmp_path / "in.npz",
-        iterations=3,
-        warmup=0,
-        isolate=False,
     )
     assert result.settings.inputs == "file" and all(r.verdict.status == "pass" for r in result.rows)
     np.savez(tmp_path / "bad.npz", a=a)
     with pytest.raises(InputError, match=r"inputs \| have a; the model's inputs are a, b \(missing b\)"):
-        deploykit.benchmark(catalog_paths["multi_io"], ["ort"], inputs=tmp_path / "bad.npz", isolate=False)
+        deploykit.benchmark(
+            catalog_paths["multi_io"], deploykit.BenchPlan(backends=["ort"], isolate=False), inputs=tmp_path / "bad.npz"
+        )
 
 
 def test_isolation_survives_a_crashing_backend(catalog_paths, monkeypatch):
     monkeypatch.setenv("DEPLOYKIT_BACKENDS", "crasher=tests.assets.crashing_backend:CrashingBackend")
     monkeypatch.setenv("PYTHONPATH", str(REPO))
-    result = deploykit.benchmark(catalog_paths["conv_bn_act"], ["crasher", "ort"], iterations=5, warmup=0)
+    result = deploykit.benchmark(
+        catalog_paths["conv_bn_act"], deploykit.BenchPlan(backends=["crasher", "ort"], iterations=5, warmup=0)
+    )
     crashed, survived = result.rows
     assert crashed.status == "failed"
     assert "killed by signal SIGABRT" in crashed.error
@@ -153,7 +164,8 @@ def test_isolation_survives_a_crashing_backend(catalog_paths, monkeypatch):
 
 def test_failed_backend_is_a_row_not_a_crash(catalog_paths):
     result = deploykit.benchmark(
-        catalog_paths["conv_bn_act"], ["opencv:cuda", "ort"], iterations=3, warmup=0, isolate=False
+        catalog_paths["conv_bn_act"],
+        deploykit.BenchPlan(backends=["opencv:cuda", "ort"], iterations=3, warmup=0, isolate=False),
     )
     assert result.rows[0].status == "failed" and "device 'cuda' cannot be used" in result.rows[0].error
     assert result.rows[1].status == "ok"
@@ -179,7 +191,7 @@ def test_failed_backend_is_a_row_not_a_crash(catalog_paths):
 def test_bad_bench_arguments(catalog_paths, kwargs, error, pattern):
     args = {"backends": ["ort"], "iterations": 2, "isolate": False, **kwargs}
     with pytest.raises(error, match=pattern):
-        deploykit.benchmark(catalog_paths["conv_bn_act"], **args)
+        deploykit.benchmark(catalog_paths["conv_bn_act"], deploykit.BenchPlan(**args))
 
 
 def _constructed(result: BenchmarkReport, factor: float, passed: bool = True) -> BenchmarkReport:
@@ -194,10 +206,10 @@ def _constructed(result: BenchmarkReport, factor: float, passed: bool = True) ->
 
 def test_baseline_regressions(isolated_result, tmp_path):
     baseline = isolated_result
-    assert _constructed(baseline, 1.05).regressions(baseline) == []
-    slower = _constructed(baseline, 1.5).regressions(baseline)
+    assert judging.regressions(_constructed(baseline, 1.05), baseline) == []
+    slower = judging.regressions(_constructed(baseline, 1.5), baseline)
     assert len(slower) == 12 and "p50_ms" in slower[0] and "(+50%)" in slower[0]
-    flipped = _constructed(baseline, 1.0, passed=False).regressions(baseline)
+    flipped = judging.regressions(_constructed(baseline, 1.0, passed=False), baseline)
     assert all("verdict pass → fail" in f for f in flipped) and len(flipped) == 6
     baseline.to_json(tmp_path / "old.json")
     _constructed(baseline, 1.5).to_json(tmp_path / "new.json")
@@ -221,7 +233,7 @@ def test_report_errors(isolated_result, tmp_path):
     for row in other.rows:
         row.config = dataclasses.replace(row.config, backend="something", batch=9)
     with pytest.raises(ReportError, match=r"shares no configuration with this report"):
-        isolated_result.regressions(other)
+        judging.regressions(isolated_result, other)
 
 
 def test_merge_two_devices(isolated_result, tmp_path):
@@ -301,7 +313,7 @@ def test_compare_detects_a_mismatch(catalog_paths):
     report = deploykit.verify_model(
         catalog_paths["conv_bn_act"].parent / "classifier64.onnx",
         ["ort", "openvino"],
-        thresholds={"atol": 0.0, "rtol": 0.0},
+        deploykit.VerifySettings(thresholds={"atol": 0.0, "rtol": 0.0}),
     )
     mismatch = report.verdicts[1]
     assert not report.passed and mismatch.status == "fail"
@@ -321,7 +333,7 @@ def test_html_report_renders_in_chromium(isolated_result, tmp_path):
     if browser is None:
         missing_asset("chromium", "apt-get install chromium; `make system-deps` does")
     page = tmp_path / "report.html"
-    isolated_result.to_html(page)
+    _write_html(isolated_result, page)
     broken = tmp_path / "broken.html"
     broken.write_text("<html><body><script>console.error('deliberate'); notDefined();</script></body></html>")
     command = [
@@ -358,6 +370,58 @@ def test_html_report_renders_in_chromium(isolated_result, tmp_path):
     assert screenshot.stat().st_size > 10_000
 
 
+def _demo_like(result: BenchmarkReport) -> BenchmarkReport:
+    """The demo's crowded case: twelve configurations (three backends × four precisions), latencies
+    within a few percent of each other, small accuracy deltas; the rows are the real run's, relabelled."""
+    report = copy.deepcopy(result)
+    template = [r for r in report.rows if r.config.batch == 1]
+    rows = []
+    for b, backend in enumerate(("onnxruntime", "openvino", "opencv")):
+        for p, (precision, delta) in enumerate((("f32", 0.0), ("bf16", 0.002), ("f16", 0.001), ("int8", 0.012))):
+            row = copy.deepcopy(template[(b + p) % len(template)])
+            row.config = dataclasses.replace(row.config, backend=backend, precision=precision)
+            factor = 1.0 + 0.02 * b + 0.01 * p - 0.1 * (p == 3)
+            latency = row.latency
+            row.latency = dataclasses.replace(latency, p50_ms=latency.p50_ms * factor, p90_ms=latency.p90_ms * factor,
+                                              p99_ms=latency.p99_ms * factor)  # fmt: skip
+            row.accuracy_delta = delta + 0.0005 * b
+            rows.append(row)
+    report.rows = rows
+    return report
+
+
+@pytest.mark.slow
+def test_report_plots_have_axes_and_labels_that_do_not_overlap(isolated_result, tmp_path):
+    """matplotlib draws the plots; Chromium lays them out. Every plot has labelled axes with units, and
+    no two of a plot's texts (tick labels, axis labels, the Pareto points' numbers) cover each other."""
+    from tests.assets.browser import overlapping, plot_layout, screenshot
+
+    control = tmp_path / "control.html"  # the measurement sees an overlap where there is one
+    control.write_text('<html><body><svg class="plot" aria-label="c" width="200" height="50">'
+                       '<text x="10" y="20">p50 latency</text><text x="14" y="22">p99</text></svg></body></html>')  # fmt: skip
+    assert overlapping(plot_layout(control, tmp_path)[0]["texts"]) == [("p50 latency", "p99")]
+    report = _demo_like(isolated_result)
+    page = tmp_path / "report.html"
+    _write_html(report, page)
+    plots = plot_layout(page, tmp_path)
+    labels = [p["label"] for p in plots]
+    assert "p50 and p99 latency per configuration" in labels and any(
+        lb.startswith("latency distribution") for lb in labels
+    )
+    pareto = next(p for p in plots if p["label"] == "accuracy delta against f32 (%) against p50 latency (ms)")
+    texts = [t["text"] for t in pareto["texts"]]
+    assert {"p50 latency (ms)", "accuracy delta against f32 (%)"} <= set(texts)
+    assert {str(n) for n in range(1, 13)} <= set(texts)  # every point numbered
+    for plot in plots:
+        assert overlapping(plot["texts"]) == [], plot["label"]
+        axis_texts = {t["text"] for t in plot["texts"]}
+        assert any("(ms)" in t or "(samples/s)" in t for t in axis_texts), plot["label"]  # an axis with its unit
+    keyed = page.read_text()
+    assert all(f"<td>{row.label}</td>" in keyed for row in report.rows)  # the key table names every point
+    shot = screenshot(page, tmp_path / "report.png", tmp_path)
+    assert shot.stat().st_size > 10_000
+
+
 def test_worker_module_runs_standalone():
     completed = subprocess.run([sys.executable, "-c", "import deploykit.bench.worker"], capture_output=True, text=True)
     assert completed.returncode == 0, completed.stderr
@@ -371,15 +435,15 @@ def test_accuracy_budget_picks_the_fastest_within_it(isolated_result):
         row.latency, row.accuracy_delta = dataclasses.replace(row.latency, p90_ms=p90), delta
         row.blocks = []  # ranked by the p90 set here (no measured blocks: a point interval)
     labels = [r.label for r in rows]
-    assert [r.label for r in report.pareto_front()] == labels
+    assert [r.label for r in judging.pareto_front(report)] == labels
     for budget, chosen in ((None, 0), (0.1, 0), (0.01, 1), (0.0, 2)):
         report.settings.max_drop = budget
-        assert report.best() is rows[chosen], budget
+        assert judging.best(report) is rows[chosen], budget
         if budget:
-            assert f"within the accuracy budget of {budget:.1%}" in report.recommend().why
+            assert f"within the accuracy budget of {budget:.1%}" in judging.recommend(report).why
     rows[2].accuracy_delta = None  # unknown delta: never picked under a budget
     report.settings.max_drop = 0.0
-    assert report.best() is None
+    assert judging.best(report) is None
     result = CliRunner().invoke(app, ["bench", "x.onnx", "--max-drop", "150%"])
     assert result.exit_code in (1, 2) and "--max-drop" in result.output
 
@@ -388,17 +452,19 @@ def test_regressions_are_what_got_worse(isolated_result, tmp_path):
     """A better verdict or a fixed failure is no regression; a configuration that vanished is one;
     another model file is said, as a note."""
     failing = _constructed(isolated_result, 1.0, passed=False)
-    assert isolated_result.regressions(failing) == []  # fail → pass: an improvement
+    assert judging.regressions(isolated_result, failing) == []  # fail → pass: an improvement
     fewer = copy.deepcopy(isolated_result)
     gone = fewer.rows.pop()
-    assert fewer.regressions(isolated_result) == [f"{gone.label}: in the baseline, missing from this report"]
-    assert isolated_result.differences(fewer) == [f"{gone.label}: new, not in the baseline"]
+    assert judging.regressions(fewer, isolated_result) == [f"{gone.label}: in the baseline, missing from this report"]
+    assert judging.differences(isolated_result, fewer) == [f"{gone.label}: new, not in the baseline"]
     other = copy.deepcopy(isolated_result)
     other.model.sha256 = "0" * 64
-    assert isolated_result.differences(other)[0].startswith("the baseline benchmarked another model file")
+    assert judging.differences(isolated_result, other)[0].startswith("the baseline benchmarked another model file")
     broken = copy.deepcopy(isolated_result)
     broken.rows[0] = deploykit.Row.from_failure(broken.rows[0].config, "OpenVINO | could not compile. Hint: x")
-    assert broken.regressions(isolated_result) == [f"{broken.rows[0].label}: status ok → failed (could not compile)"]
+    assert judging.regressions(broken, isolated_result) == [
+        f"{broken.rows[0].label}: status ok → failed (could not compile)"
+    ]
 
 
 def test_typed_rows_read_as_users_expect(isolated_result):
@@ -410,9 +476,7 @@ def test_typed_rows_read_as_users_expect(isolated_result):
     failed = deploykit.Row.from_failure(row.config, "no such device")
     with pytest.raises(UsageError, match=r"has no latency: it failed \(no such device\)"):
         failed.latency_ms("p50_ms")
-    with pytest.warns(DeprecationWarning, match="to_dict"):
-        assert isolated_result.data == isolated_result.to_dict()
-    assert deploykit.BenchmarkResult is BenchmarkReport
+    assert not hasattr(isolated_result, "data") and not hasattr(deploykit, "BenchmarkResult")  # removed in 0.1
 
 
 @pytest.mark.parametrize(
@@ -448,11 +512,11 @@ def test_report_folder_is_checked_before_the_bench(catalog_paths, tmp_path):
         assert "onnxruntime:cpu" not in result.stdout, "the bench ran before the folder was checked"
     assert not started.exists()
     with pytest.raises(OutputError, match="is a file"):
-        deploykit.bench.report.check_report_dir(tmp_path / "afile")
+        deploykit.bench.report_files.check_report_dir(tmp_path / "afile")
 
 
 def test_report_command_options_that_do_nothing_are_refused(isolated_result, tmp_path):
-    isolated_result.write_all(tmp_path / "out")
+    write_report(isolated_result, tmp_path / "out")
     runner = CliRunner()
     shown = runner.invoke(app, ["report", str(tmp_path / "out")])  # the folder stands for its report.json
     assert shown.exit_code == 0 and "recommended: deploykit.load(" in shown.stdout
@@ -480,10 +544,13 @@ def test_the_recommendation_uses_the_ranking_rule(isolated_result):
         row.session = dataclasses.replace(row.session, precision=precision)
         row.latency = dataclasses.replace(row.latency, p90_ms=center)
         row.blocks = [Block(center, float(v), 250.0) for v in rng.normal(center, 0.05, 10)]
-    assert report.best() is f32 and "the tie goes to the simpler setup: f32 before bf16" in report.recommend().why
+    assert (
+        judging.best(report) is f32
+        and "the tie goes to the simpler setup: f32 before bf16" in judging.recommend(report).why
+    )
     other.blocks = [Block(2.0, float(v), 500.0) for v in rng.normal(2.0, 0.05, 10)]
-    assert report.best() is other and "faster: its interval" in report.recommend().why
-    assert report.ranking().rule == DECISION_RULE
+    assert judging.best(report) is other and "faster: its interval" in judging.recommend(report).why
+    assert judging.ranking(report).rule == DECISION_RULE
     assert BenchmarkReport.from_dict(report.to_dict()).rows[1].blocks == other.blocks
     assert len(isolated_result.rows[0].blocks) == 6  # 20 timed runs → 6 blocks of at least 3
 
@@ -504,8 +571,8 @@ def test_a_model_replaced_mid_benchmark_is_an_error_not_a_numeric_failure(tmp_pa
             shutil.copy(other, model)
 
     with pytest.raises(ModelError, match=r"'m.onnx' \| changed while the benchmark ran \(SHA-256 .* at the start"):
-        deploykit.benchmark(model, ["onnxruntime", "openvino"], iterations=5, warmup=1,
-                            progress=replace_after_the_first)  # fmt: skip
+        plan = deploykit.BenchPlan(backends=["onnxruntime", "openvino"], iterations=5, warmup=1)
+        deploykit.benchmark(model, plan, progress=replace_after_the_first)
 
 
 def test_a_sequence_output_is_verified_in_bench_as_in_compare(tmp_path):
@@ -519,5 +586,38 @@ def test_a_sequence_output_is_verified_in_bench_as_in_compare(tmp_path):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(tmp_path / "seq.onnx"))
-    report = deploykit.benchmark(tmp_path / "seq.onnx", ["onnxruntime"], iterations=3, warmup=1)
+    report = deploykit.benchmark(
+        tmp_path / "seq.onnx", deploykit.BenchPlan(backends=["onnxruntime"], iterations=3, warmup=1)
+    )
     assert [row.verdict.status for row in report.rows] == ["pass"], [row.verdict for row in report.rows]
+
+
+def test_every_report_follows_one_protocol(isolated_result, tmp_path):
+    """Bench, fleet, conversion and optimize reports: to_dict, from_dict, write; what is written reads back equal,
+    and a file that is not one says which kind of report was expected."""
+    from deploykit.convert.report import ConversionReport
+    from deploykit.distributed.fleet_report import DeviceOutcome, FleetReport
+    from deploykit.document import Document
+    from deploykit.optimize.results import OptimizeReport
+
+    verdicts = [row.verdict for row in isolated_result.rows]
+    conversion = ConversionReport("m.pt", "m.onnx", "torch", "dynamo", 17, 1.5, verdicts=verdicts,
+                                  oracle=verdicts[0].oracle, notes=["simplified"])  # fmt: skip
+    fleet = FleetReport("m.onnx", "0" * 64, {"iterations": 20}, [DeviceOutcome("alpha", "ok", None, "n1", isolated_result),
+                                                                 DeviceOutcome("beta", "failed", "no node")])  # fmt: skip
+    for report in (isolated_result, conversion, fleet):
+        assert isinstance(report, Document)
+        path = report.write(tmp_path / f"{type(report).__name__}.json")
+        again = type(report).from_json(path)
+        assert again.to_dict() == report.to_dict()
+    assert issubclass(OptimizeReport, Document)
+    (tmp_path / "junk.json").write_text("{")
+    for kind, cls in (("report", BenchmarkReport), ("fleet report", FleetReport), ("conversion report", ConversionReport),
+                      ("optimize report", OptimizeReport)):  # fmt: skip
+        with pytest.raises(ReportError, match=rf"^{kind} '.*junk.json' \| is not JSON"):
+            cls.from_json(tmp_path / "junk.json")
+    (tmp_path / "other.json").write_text(json.dumps({"schema": "something else"}))
+    with pytest.raises(ReportError, match=r"is not a deploykit fleet report"):
+        FleetReport.from_json(tmp_path / "other.json")
+    with pytest.raises(ReportError, match=r"is not a deploykit conversion report"):
+        ConversionReport.from_json(tmp_path / "other.json")

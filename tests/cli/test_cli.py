@@ -66,18 +66,72 @@ def test_run_with_inputs_and_save(catalog_paths, tmp_path):
         catalog_paths["multi_io"],
         "-b",
         "ov",
-        "-o",
+        "-O",
         "precision=f32",
         "-i",
         f"a={tmp_path / 'a.npy'}",
         "-i",
         "b=random",
-        "--save",
+        "-o",
         out,
     )
     assert result.exit_code == 0, result.output
+    assert "deprecated" not in result.stderr
     saved = np.load(out)
     np.testing.assert_allclose(saved["z_sum"] - saved["m_diff"], 2 * saved["a_prod"], atol=1e-6)
+
+
+def test_old_spellings_still_work_for_one_release_and_say_so(catalog_paths, tmp_path):
+    old = tmp_path / "old.npz"
+    result = invoke("run", catalog_paths["multi_io"], "-b", "ov", "-o", "precision=f32", "--save", old)
+    assert result.exit_code == 0, result.output
+    assert "warning: 'deploykit run -o' is deprecated; use -O (-o is the output path in every command)" in result.stderr
+    assert "warning: 'deploykit run --save' is deprecated; use --output." in result.stderr
+    assert set(np.load(old).files) == {"z_sum", "a_prod", "m_diff"}
+    result = invoke("compare", catalog_paths["multi_io"], "-b", "ort", "--reference", "none", "-o", "threads=1")
+    assert result.exit_code == 0, result.output
+    assert "'deploykit compare --reference' is deprecated; use --oracle" in result.stderr
+    assert "'deploykit compare -o' is deprecated; use -O" in result.stderr
+    result = invoke("quantize", catalog_paths["multi_io"], "-o", tmp_path / "q.onnx", "--engine=tensorrt")
+    assert result.exit_code == 1 and "'deploykit quantize --engine' is deprecated; use --quantizer" in result.stderr
+    assert "--quantizer 'tensorrt' | is not one of ort, nncf" in result.stderr
+
+
+def test_the_vocabulary_table_rewrites_only_what_it_names():
+    from deploykit.cli.vocabulary import DEPRECATED, command_of, modernize
+
+    said: list[str] = []
+    assert command_of(["--debug", "convert", "torch", "m.py:f", "-o", "x"]) == ("convert torch", 3)
+    assert modernize(["predict", "m.onnx", "photos/", "--out", "rows/"], said.append) == [
+        "predict", "m.onnx", "photos/", "--output", "rows/"]  # fmt: skip
+    assert modernize(["run", "m.onnx", "-o", "out.npz", "-o", "threads=2"], said.append) == [
+        "run", "m.onnx", "-o", "out.npz", "-O", "threads=2"]  # fmt: skip
+    assert modernize(["convert", "torch", "m.py:f", "-o", "m.onnx"], said.append) == [
+        "convert", "torch", "m.py:f", "-o", "m.onnx"]  # fmt: skip
+    assert modernize(["bench", "m.onnx", "--", "-o"], said.append) == ["bench", "m.onnx", "--", "-o"]
+    assert len(said) == 2 and all(d.new.startswith("-") and d.old != d.new for d in DEPRECATED)
+
+
+def test_one_flag_means_one_thing_in_every_command():
+    """-o is an output path, -O a backend option, no old spelling left: read from the real typer app."""
+    import typer.main
+
+    from deploykit.cli.main import app as the_app
+
+    group = typer.main.get_command(the_app)
+    seen: dict[str, set[str]] = {}
+
+    def walk(command):
+        for sub in getattr(command, "commands", {}).values():
+            walk(sub)
+        for param in getattr(command, "params", []):
+            long = next((o for o in param.opts if o.startswith("--")), "")
+            for flag in param.opts:
+                seen.setdefault(flag, set()).add(long)
+
+    walk(group)
+    assert seen["-o"] == {"--output"} and seen["-O"] == {"--option"} and seen["--report"] == {"--report"}
+    assert "--out" not in seen and "--save" not in seen and "--reference" not in seen
 
 
 def test_run_dynamic_shape(catalog_paths):
@@ -103,7 +157,7 @@ def test_bad_input_option(catalog_paths):
     result = invoke("run", catalog_paths["multi_io"], "-i", "q=random")
     assert result.exit_code == 1
     assert "'q' is not an input of the model; inputs are a, b" in result.stderr
-    result = invoke("run", catalog_paths["multi_io"], "-o", "threads")
+    result = invoke("run", catalog_paths["multi_io"], "-O", "threads")
     assert result.exit_code == 1 and "--option 'threads' | expected KEY=VALUE" in result.stderr
 
 

@@ -12,9 +12,9 @@ import pytest
 
 import deploykit
 from deploykit.backends.registry import get_backend
-from deploykit.model import run_reference
 from tests.assets.catalog import CATALOG
 from tests.assets.paths import missing_asset, official_darknet, yolov4_detector_photo
+from tests.assets.reference import run_reference
 from tests.assets.samples import tiny_classifier
 from tests.fuzz.harness import invoke_checked
 

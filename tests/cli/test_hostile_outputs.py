@@ -79,7 +79,7 @@ def test_read_only_existing_output(shared_dir):
     out.chmod(0o444)
     result = _deploykit_as(["run", shared_dir / "m.onnx", "--save", out], unprivileged=IS_ROOT)
     assert result.returncode == 1, result.stderr
-    assert f"--save '{out}' | exists and is read-only; deploykit does not replace protected files." in result.stderr
+    assert f"--output '{out}' | exists and is read-only; deploykit does not replace protected files." in result.stderr
     assert out.read_bytes() == b"keep"
 
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.backends.options import cpu_count
-from deploykit.verify.isolated import run_worker
 from deploykit.verify.pool import WorkerPool
+from deploykit.workers import run_worker
 from tests.conformance.cases import NodeCase
 from tests.conformance.outcome import ERROR, NOT_RUN, Outcome
 from tests.conformance.raw import RAW_RUNNERS

@@ -14,7 +14,7 @@ import sys
 import warnings
 from typing import Any
 
-from deploykit.verify.isolated import RESULT_PREFIX
+from deploykit.workers import RESULT_PREFIX
 from tests.conformance.cases import NodeCase
 from tests.conformance.outcome import ERROR, FAIL, NOT_RUN, PASS, Outcome, mismatch
 from tests.conformance.raw import RAW_RUNNERS

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deploykit.convert.darknet.cfg import parse_cfg_text, read_cfg
 from deploykit.convert.darknet.convert import load_network
 from deploykit.convert.darknet.layers import resolve
+from deploykit.darknet_cfg import parse_cfg_text, read_cfg
 from deploykit.errors import ConversionError, DeployKitError, UnsupportedLayerError
 
 NET = "[net]\nwidth=32\nheight=32\nchannels=3\n"

@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 import deploykit
-from deploykit.convert.darknet.convert import convert_darknet, load_network
+from deploykit.convert.darknet.convert import DarknetExportSettings, convert_darknet, load_network
 from deploykit.convert.darknet.weights import write_random_weights
 from deploykit.errors import ConversionError
 from tests.assets.darknet import reference
@@ -24,7 +24,7 @@ def _convert(tmp_path, body, width=8, height=8, channels=4, weights=None, **opti
     else:
         blob.write_bytes(struct.pack("<3iQ", 0, 2, 0, 0) + np.asarray(weights, "<f4").tobytes())
     out = tmp_path / "net.onnx"
-    report = convert_darknet(cfg, blob, out, verify_backends=[], **options)
+    report = convert_darknet(cfg, blob, out, DarknetExportSettings(**options), verify_backends=[])
     return out, report
 
 

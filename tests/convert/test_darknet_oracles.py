@@ -15,10 +15,11 @@ from typer.testing import CliRunner
 
 import deploykit
 from deploykit.cli.main import app
-from deploykit.convert.darknet.convert import convert_darknet, load_network
+from deploykit.convert.darknet.convert import DarknetExportSettings, convert_darknet, load_network
 from deploykit.convert.darknet.weights import write_random_weights
 from deploykit.errors import ConversionError, OracleError, UsageError
 from deploykit.testing import darknet
+from deploykit.verify import VerifySettings
 from deploykit.vision.yolo import decode_heads
 from tests.assets.darknet_helper import use_empty_cache, use_fake_darknet, use_no_compiler
 from tests.assets.paths import DARKNET_CFG, REPO, darknet_cfg, missing_asset, require_opencv4
@@ -73,7 +74,7 @@ def test_raw_outputs_match_darknet(darknet_reference, tmp_path, source, size):
     weights = tmp_path / "random.weights"
     write_random_weights(net, weights, seed=11)
     onnx_path = tmp_path / "model.onnx"
-    convert_darknet(cfg, weights, onnx_path, head="raw", verify_backends=[])
+    convert_darknet(cfg, weights, onnx_path, verify_backends=[], export=DarknetExportSettings(head="raw"))
     finals = net.heads() or [net.layers[-1]]
     image = np.random.default_rng(0).uniform(0, 1, (1, net.channels, net.height, net.width)).astype(np.float32)
     expected = darknet_reference.darknet_outputs(cfg, weights, image, [layer.index for layer in finals])
@@ -102,8 +103,16 @@ def _assert_heads_match_opencv4(cv2, cfg: Path, opencv_cfg: Path, weights: Path,
                                 input_size: tuple[int, int] | None = None) -> None:  # fmt: skip
     """Our raw and decoded heads against OpenCV 4.x's Darknet importer reading ``opencv_cfg``."""
     raw_path, decoded_path = directory / "raw.onnx", directory / "decoded.onnx"
-    convert_darknet(cfg, weights, raw_path, head="raw", input_size=input_size, verify_backends=[])
-    convert_darknet(cfg, weights, decoded_path, head="decoded", input_size=input_size, verify_backends=[])
+    convert_darknet(
+        cfg, weights, raw_path, verify_backends=[], export=DarknetExportSettings(head="raw", input_size=input_size)
+    )
+    convert_darknet(
+        cfg,
+        weights,
+        decoded_path,
+        verify_backends=[],
+        export=DarknetExportSettings(head="decoded", input_size=input_size),
+    )
     net = load_network(opencv_cfg)
     image = np.random.default_rng(1).uniform(0, 1, (1, 3, net.height, net.width)).astype(np.float32)
     reader = cv2.dnn.readNetFromDarknet(str(opencv_cfg), str(weights))
@@ -185,7 +194,13 @@ def test_opencv_threshold_option_matches_opencv_rows_exactly(tmp_path):
     weights = tmp_path / "w.weights"
     write_random_weights(load_network(cfg), weights, seed=3)
     out = tmp_path / "m.onnx"
-    report = convert_darknet(cfg, weights, out, head="decoded", opencv_threshold=0.2, verify_backends=["onnxruntime"])
+    report = convert_darknet(
+        cfg,
+        weights,
+        out,
+        verify_backends=["onnxruntime"],
+        export=DarknetExportSettings(head="decoded", opencv_threshold=0.2),
+    )
     assert report.passed and re.match(r"oracle: opencv(-darknet)? 4\.", report.notes[0], re.IGNORECASE), report.notes
     image = np.random.default_rng(2).uniform(0, 1, (1, 3, 416, 416)).astype(np.float32)
     reader = cv2.dnn.readNetFromDarknet(str(cfg), str(weights))
@@ -206,7 +221,11 @@ def test_converted_model_runs_on_every_backend(tmp_path):
     weights = tmp_path / "w.weights"
     write_random_weights(load_network(cfg), weights, seed=4)
     report = convert_darknet(
-        cfg, weights, tmp_path / "m.onnx", head="decoded", verify_backends=["onnxruntime", "openvino", "opencv"]
+        cfg,
+        weights,
+        tmp_path / "m.onnx",
+        verify_backends=["onnxruntime", "openvino", "opencv"],
+        export=DarknetExportSettings(head="decoded"),
     )
     assert report.passed, [v.describe() for v in report.verdicts]
     assert [v.candidate for v in report.verdicts] == ["onnxruntime", "openvino", "opencv"]
@@ -275,13 +294,18 @@ def test_darknet_oracle_builds_the_helper_and_checks_the_conversion(tmp_path, em
     cfg = darknet_cfg(source.name) if source.parent == DARKNET_CFG else source
     weights = tmp_path / "w.weights"
     write_random_weights(load_network(cfg), weights, seed=12)
-    report = convert_darknet(cfg, weights, tmp_path / "m.onnx", input_size=size, verify_backends=["onnxruntime"],
-                             oracle="darknet")  # fmt: skip
+    report = convert_darknet(cfg, weights, tmp_path / "m.onnx", verify_backends=["onnxruntime"], export=DarknetExportSettings(input_size=size), checks=VerifySettings(oracle="darknet"))  # fmt: skip
     assert report.oracle.name == "darknet" and report.oracle.independent
     assert report.status == "pass", [v.describe() for v in report.verdicts]
     assert [path.name for path in empty_cache.iterdir()] == [darknet.helper_path().name]
     # now that it is built, auto uses it too, where OpenCV 4.x does not come first
-    again = convert_darknet(cfg, weights, tmp_path / "n.onnx", input_size=size, verify_backends=["onnxruntime"])
+    again = convert_darknet(
+        cfg,
+        weights,
+        tmp_path / "n.onnx",
+        verify_backends=["onnxruntime"],
+        export=DarknetExportSettings(input_size=size),
+    )
     if not _has_opencv4_importer():
         assert again.oracle.name == "darknet" and again.status == "pass"
 
@@ -301,8 +325,8 @@ def test_darknet_oracle_disagrees_with_the_wrong_weights(tmp_path, yolov3_tiny):
     convert_darknet(cfg, wrong, model, verify_backends=[])
     with deploykit.load(model) as session:
         heads = json.loads(session.metadata["deploykit.darknet.heads"])
-    verdicts, oracle = verify(model, net, heads, "raw", cfg, right, ["onnxruntime"], 1e-4, 1e-3, 0, None,
-                              (net.width, net.height), "darknet")  # fmt: skip
+    verdicts, oracle = verify(model, net, heads, cfg, right, ["onnxruntime"], (net.width, net.height),
+                              DarknetExportSettings(), VerifySettings(oracle="darknet"))  # fmt: skip
     assert oracle.name == "darknet" and [v.status for v in verdicts] == ["fail"]
 
 
@@ -310,7 +334,7 @@ def test_darknet_oracle_without_a_compiler_is_an_error(tmp_path, empty_cache, no
     cfg, weights = yolov3_tiny
     output = tmp_path / "m.onnx"
     with pytest.raises(OracleError) as caught:
-        convert_darknet(cfg, weights, output, verify_backends=["onnxruntime"], oracle="darknet")
+        convert_darknet(cfg, weights, output, verify_backends=["onnxruntime"], checks=VerifySettings(oracle="darknet"))
     assert caught.value.message == (
         "Darknet helper | no C compiler: neither gcc nor cc is on PATH, expected a C compiler to build Darknet's "
         f"forward pass into {empty_cache}."
@@ -323,7 +347,9 @@ def test_darknet_oracle_refuses_a_cfg_pjreddies_darknet_does_not_know(tmp_path, 
     weights = tmp_path / "w.weights"
     write_random_weights(load_network(cfg), weights, seed=1)
     with pytest.raises(OracleError) as caught:
-        convert_darknet(cfg, weights, tmp_path / "m.onnx", verify_backends=["onnxruntime"], oracle="darknet")
+        convert_darknet(
+            cfg, weights, tmp_path / "m.onnx", verify_backends=["onnxruntime"], checks=VerifySettings(oracle="darknet")
+        )
     assert caught.value.message == (
         "oracle 'darknet' | Debian's libdarknet (pjreddie's Darknet) does not implement group_id, scale_x_y used by "
         "this cfg, expected a cfg of the layers pjreddie's Darknet knows (YOLOv2/v3)."
@@ -335,11 +361,13 @@ def test_opencv_oracle_runs_or_says_opencv_has_no_importer(tmp_path, yolov3_tiny
     cfg, weights = yolov3_tiny
     output = tmp_path / "m.onnx"
     if _has_opencv4_importer():  # the OpenCV 4 pass, or a machine with OpenCV 4 installed
-        report = convert_darknet(cfg, weights, output, verify_backends=["onnxruntime"], oracle="opencv")
+        report = convert_darknet(
+            cfg, weights, output, verify_backends=["onnxruntime"], checks=VerifySettings(oracle="opencv")
+        )
         assert report.oracle.name.startswith("opencv-darknet 4.") and report.status == "pass"
         return
     with pytest.raises(OracleError) as caught:
-        convert_darknet(cfg, weights, output, verify_backends=["onnxruntime"], oracle="opencv")
+        convert_darknet(cfg, weights, output, verify_backends=["onnxruntime"], checks=VerifySettings(oracle="opencv"))
     assert caught.value.message == (
         "oracle 'opencv' | OpenCV here has no Darknet importer (OpenCV 5 dropped it; pip install "
         "'opencv-python-headless<5' for OpenCV 4.x's importer), expected OpenCV 4.x's readNetFromDarknet to run "
@@ -352,14 +380,15 @@ def test_opencv_oracle_runs_or_says_opencv_has_no_importer(tmp_path, yolov3_tiny
 def test_opencv_oracle_with_opencv4(tmp_path, yolov3_tiny):
     require_opencv4()
     cfg, weights = yolov3_tiny
-    report = convert_darknet(cfg, weights, tmp_path / "m.onnx", verify_backends=["onnxruntime"], oracle="opencv")
+    report = convert_darknet(
+        cfg, weights, tmp_path / "m.onnx", verify_backends=["onnxruntime"], checks=VerifySettings(oracle="opencv")
+    )
     assert report.oracle.name.startswith("opencv-darknet 4.") and report.status == "pass"
 
 
 def test_none_oracle_compares_backends_only(tmp_path, empty_cache, yolov3_tiny):
     cfg, weights = yolov3_tiny
-    report = convert_darknet(cfg, weights, tmp_path / "m.onnx", verify_backends=["onnxruntime", "openvino"],
-                             oracle="none")  # fmt: skip
+    report = convert_darknet(cfg, weights, tmp_path / "m.onnx", verify_backends=["onnxruntime", "openvino"], checks=VerifySettings(oracle="none"))  # fmt: skip
     assert report.status == "unverified" and report.written and not empty_cache.exists()
     assert report.oracle.detail == "no oracle asked for (oracle 'none'); backends compared with each other"
     assert all(v.agreement for v in report.verdicts)
@@ -368,10 +397,10 @@ def test_none_oracle_compares_backends_only(tmp_path, empty_cache, yolov3_tiny):
 def test_oracle_choice_is_checked_before_any_work(tmp_path, yolov3_tiny):
     cfg, weights = yolov3_tiny
     with pytest.raises(UsageError) as caught:
-        convert_darknet(cfg, weights, tmp_path / "m.onnx", oracle="libdarknet")  # type: ignore[arg-type]
+        convert_darknet(cfg, weights, tmp_path / "m.onnx", checks=VerifySettings(oracle="libdarknet"))  # type: ignore[arg-type]
     assert caught.value.message == "oracle 'libdarknet' | is not one of auto, opencv, darknet, none."
     with pytest.raises(UsageError) as caught:
-        convert_darknet(cfg, weights, tmp_path / "m.onnx", verify_backends=[], oracle="darknet")
+        convert_darknet(cfg, weights, tmp_path / "m.onnx", verify_backends=[], checks=VerifySettings(oracle="darknet"))
     assert caught.value.message == (
         "oracle 'darknet' | asked for with no backends to verify, expected at least one backend."
     )

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 import deploykit
 from deploykit.backends.registry import BUILTIN_BACKENDS, get_backend
 from deploykit.cli.main import app
-from deploykit.convert.darknet.convert import convert_darknet, load_network
+from deploykit.convert.darknet.convert import DarknetExportSettings, convert_darknet, load_network
 from deploykit.recipes import build
 from deploykit.vision.nms import iou_one_to_many
 from deploykit.vision.results import Detection
@@ -129,7 +129,7 @@ def test_yolov3_tiny_raw_outputs_match_libdarknet(tmp_path):
     if reason:
         missing_asset("the Darknet reference (Debian's libdarknet)", reason)
     model = tmp_path / "yolov3-tiny-raw.onnx"
-    convert_darknet(cfg, weights, model, head="raw", verify_backends=[])
+    convert_darknet(cfg, weights, model, verify_backends=[], export=DarknetExportSettings(head="raw"))
     net = load_network(cfg)
     photo = cv2.resize(cv2.imread(str(darknet_image("dog.jpg"))), (net.width, net.height))
     image = (photo[:, :, ::-1].transpose(2, 0, 1)[None] / 255).astype(np.float32)

@@ -23,10 +23,10 @@ from onnx.reference import ReferenceEvaluator
 
 import deploykit
 from deploykit.backends.reference_ops import REFERENCE_OPS
-from deploykit.convert.darknet.convert import convert_darknet, load_network
+from deploykit.convert.darknet.convert import DarknetExportSettings, convert_darknet, load_network
 from deploykit.convert.darknet.weights import write_random_weights
-from deploykit.model import run_reference
 from tests.assets.paths import REPO
+from tests.assets.reference import run_reference
 
 
 def _stride_one_pool(pads: list[int]) -> onnx.ModelProto:
@@ -141,7 +141,13 @@ def test_dynamic_batch_yolov3_tiny_under_the_reference_evaluator_matches_onnx_ru
     weights = tmp_path / "random.weights"
     write_random_weights(load_network(cfg), weights, seed=4)
     model_path = tmp_path / "yolov3-tiny.onnx"
-    convert_darknet(cfg, weights, model_path, batch="dynamic", input_size="160x160", verify_backends=[])
+    convert_darknet(
+        cfg,
+        weights,
+        model_path,
+        verify_backends=[],
+        export=DarknetExportSettings(batch="dynamic", input_size="160x160"),
+    )
     model = onnx.load(str(model_path))
     pools = [{a.name: list(helper.get_attribute_value(a)) for a in n.attribute} for n in model.graph.node
              if n.op_type == "MaxPool"]  # fmt: skip
@@ -165,7 +171,7 @@ def test_yolov3_tiny_is_verified_against_onnx_reference(tmp_path):
     weights = tmp_path / "random.weights"
     write_random_weights(load_network(cfg), weights, seed=4)
     model_path = tmp_path / "yolov3-tiny.onnx"
-    convert_darknet(cfg, weights, model_path, input_size="160x160", verify_backends=[])
+    convert_darknet(cfg, weights, model_path, verify_backends=[], export=DarknetExportSettings(input_size="160x160"))
     report = deploykit.verify_model(model_path, ["onnxruntime"])
     assert report.oracle.name == "onnx-reference" and report.oracle.independent, report.oracle
     assert [v.status for v in report.verdicts] == ["pass"], [v.describe() for v in report.verdicts]

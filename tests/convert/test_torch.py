@@ -14,7 +14,7 @@ from tests.assets.paths import REPO, darknet_image, mobilenet_v2_weights, requir
 torch = require_module("torch", "pip install 'deploykit[torch]'", "PyTorch")
 
 import deploykit  # noqa: E402
-from deploykit.convert.torch import convert_torch  # noqa: E402
+from deploykit.convert.torch import TorchExportSettings, convert_torch  # noqa: E402
 from deploykit.errors import ConversionError, ParityError, UsageError  # noqa: E402
 from tests.assets import torch_models  # noqa: E402
 
@@ -34,9 +34,8 @@ def test_cnn_with_dynamic_batch_on_every_backend(tmp_path):
         torch_models.small_cnn(),
         (torch.randn(1, 3, 32, 32),),
         out,
-        dynamic={"images": {0: "batch"}},
-        exporter="torchscript",
         verify_backends=ALL,
+        export=TorchExportSettings(dynamic={"images": {0: "batch"}}, exporter="torchscript"),
     )
     assert report.passed and report.written and out.is_file()
     assert [v.candidate for v in report.verdicts] == list(ALL)
@@ -61,9 +60,7 @@ def test_dynamo_exporter_names_dynamic_axes(tmp_path):
         f"{MODELS}:small_cnn",
         output=out,
         inputs=["images:1x3x32x32"],
-        dynamic={"images": {0: "batch"}},
-        exporter="dynamo",
-        opset=18,
+        export=TorchExportSettings(dynamic={"images": {0: "batch"}}, exporter="dynamo", opset=18),
     )
     assert report.exporter == "dynamo" and report.opset == 18 and report.passed
     assert _dims(out, "images") == ["batch", 3, 32, 32]
@@ -76,10 +73,10 @@ def test_two_inputs_with_int64_ids(tmp_path):
         f"{MODELS}:token_tagger",
         output=out,
         inputs=["ids:2x7:int64:0..50", "mask:2x7"],
-        output_names=["tokens", "pooled"],
-        dynamic={"ids": {1: "seq"}, "mask": {1: "seq"}},
-        exporter="torchscript",
         verify_backends=ALL,
+        export=TorchExportSettings(
+            output_names=["tokens", "pooled"], dynamic={"ids": {1: "seq"}, "mask": {1: "seq"}}, exporter="torchscript"
+        ),
     )
     assert report.passed, [v.describe() for v in report.verdicts]
     with deploykit.load(out) as session:
@@ -94,9 +91,8 @@ def test_lstm_with_dynamic_sequence(tmp_path):
         f"{MODELS}:sequence_lstm",
         output=out,
         inputs=["sequence:1x9x6"],
-        dynamic={"sequence": {1: "steps"}},
-        exporter="torchscript",
         verify_backends=("onnxruntime", "openvino"),
+        export=TorchExportSettings(dynamic={"sequence": {1: "steps"}}, exporter="torchscript"),
     )
     assert report.passed
     assert report.input_sets[1] == {"sequence": [1, 18, 6]}
@@ -106,7 +102,9 @@ def test_lstm_with_dynamic_sequence(tmp_path):
 @pytest.mark.slow
 def test_auto_falls_back_when_dynamo_rejects_control_flow(tmp_path):
     out = tmp_path / "guarded.onnx"
-    report = convert_torch(f"{MODELS}:guarded_scale", output=out, inputs=["x:3x4"], opset=18, exporter="auto")
+    report = convert_torch(
+        f"{MODELS}:guarded_scale", output=out, inputs=["x:3x4"], export=TorchExportSettings(opset=18, exporter="auto")
+    )
     assert report.exporter == "torchscript"
     assert any(n.startswith("exporter dynamo failed") and n.endswith("used torchscript") for n in report.notes)
     assert report.passed and out.is_file()
@@ -153,7 +151,12 @@ def test_pickled_module_needs_trust(tmp_path):
     torch.save(torch_models.small_cnn(), str(path))
     with pytest.raises(ConversionError, match=r"holds pickled Python objects.*unpickling runs code.*--trust-pickle"):
         convert_torch(str(path), output=tmp_path / "x.onnx", inputs=["images:1x3x16x16"])
-    report = convert_torch(str(path), output=tmp_path / "x.onnx", inputs=["images:1x3x16x16"], trust_pickle=True)
+    report = convert_torch(
+        str(path),
+        output=tmp_path / "x.onnx",
+        inputs=["images:1x3x16x16"],
+        export=TorchExportSettings(trust_pickle=True),
+    )
     assert report.passed
 
 
@@ -221,7 +224,10 @@ def test_keep_on_mismatch_writes_and_still_fails(tmp_path):
 def test_simplify_keeps_parity(tmp_path):
     require_module("onnxslim", "pip install 'deploykit[torch]'")
     report = convert_torch(
-        f"{MODELS}:small_cnn", output=tmp_path / "s.onnx", inputs=["images:1x3x16x16"], simplify=True
+        f"{MODELS}:small_cnn",
+        output=tmp_path / "s.onnx",
+        inputs=["images:1x3x16x16"],
+        export=TorchExportSettings(simplify=True),
     )
     assert report.simplified and report.passed
 
@@ -258,7 +264,12 @@ def test_unsupported_op_in_the_chosen_exporter(tmp_path):
         ConversionError,
         match=r"the torchscript exporter failed: .*svd.*Hint: an op may have no ONNX equivalent",
     ):
-        convert_torch(f"{MODELS}:uses_svd", output=tmp_path / "x.onnx", inputs=["x:3x3"], exporter="torchscript")
+        convert_torch(
+            f"{MODELS}:uses_svd",
+            output=tmp_path / "x.onnx",
+            inputs=["x:3x3"],
+            export=TorchExportSettings(exporter="torchscript"),
+        )
 
 
 def test_output_directory_must_exist(tmp_path):
@@ -330,8 +341,8 @@ def test_pretrained_mobilenet_v2_recognises_an_eagle(tmp_path):
         output=out,
         weights=weights,
         inputs=["images:1x3x224x224"],
-        dynamic={"images": {0: "batch"}},
         verify_backends=ALL,
+        export=TorchExportSettings(dynamic={"images": {0: "batch"}}),
     )
     assert report.passed, [v.describe() for v in report.verdicts]
     labels = (REPO / "models" / "labels" / "imagenet.txt").read_text().splitlines()

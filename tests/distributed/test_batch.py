@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from deploykit.cli.main import app
-from deploykit.distributed import predict
+from deploykit.distributed import Execution, PredictSettings, predict
 from deploykit.distributed.store import ResultStore
 from deploykit.errors import BackendUnavailableError, InputError, UsageError
 from tests.assets.catalog import mlp_dynamic_batch
@@ -60,7 +60,9 @@ def test_ray_engine_gives_the_local_rows_resumes_and_reports_broken_images(local
     images = sorted(p for p in photo_folder.iterdir())
     assert len(images) >= 200
 
-    local = predict(detector, photo_folder, tmp_path / "local", engine="local", pipeline_options=OPTIONS)
+    local = predict(
+        detector, photo_folder, tmp_path / "local", PredictSettings(pipeline_options=OPTIONS), Execution(engine="local")
+    )
     expected = _rows(tmp_path / "local")
     local_pid = os.getpid()
     assert local.processed == len(images) == len(expected) and local.errors == len(BROKEN)
@@ -88,8 +90,14 @@ def test_ray_engine_gives_the_local_rows_resumes_and_reports_broken_images(local
         if not killer.is_alive() and not killed:
             killer.start()
 
-    summary = predict(detector, photo_folder, resumed, engine="ray", actors=2, cpus_per_actor=1,
-                      pipeline_options=OPTIONS, progress=start_the_killer)  # fmt: skip
+    summary = predict(
+        detector,
+        photo_folder,
+        resumed,
+        PredictSettings(pipeline_options=OPTIONS),
+        Execution(engine="ray", actors=2, cpus_per_actor=1),
+        progress=start_the_killer,
+    )
     killer.join(timeout=60)
     assert killed and killed[0] is not None, "no batch-inference actor was running a batch"
     assert (summary.skipped, summary.processed, summary.actors) == (120, len(images) - 120, 2)
@@ -100,7 +108,9 @@ def test_ray_engine_gives_the_local_rows_resumes_and_reports_broken_images(local
     assert summary.actor_crashes == 1  # from Ray's actor table: the one kill
     assert killed[0] not in {r["worker"]["pid"] for r in new_rows if r["worker"]["restarted"]}
 
-    again = predict(detector, photo_folder, resumed, engine="ray", actors=2, pipeline_options=OPTIONS)
+    again = predict(
+        detector, photo_folder, resumed, PredictSettings(pipeline_options=OPTIONS), Execution(engine="ray", actors=2)
+    )
     assert (again.skipped, again.processed) == (len(images), 0)
 
 
@@ -133,7 +143,7 @@ def test_missing_ray_names_the_extra(monkeypatch, detector, photo_folder, tmp_pa
     with pytest.raises(
         BackendUnavailableError, match=r"ray \| cannot be imported .*Hint: pip install 'deploykit\[ray\]'"
     ):
-        predict(detector, photo_folder, tmp_path / "out", engine="ray")
+        predict(detector, photo_folder, tmp_path / "out", execution=Execution(engine="ray"))
     result = CliRunner().invoke(app, ["predict", str(detector), str(photo_folder), "--engine", "ray", "--out",
                                       str(tmp_path / "out")])  # fmt: skip
     assert result.exit_code == 1
@@ -144,23 +154,29 @@ def test_missing_ray_names_the_extra(monkeypatch, detector, photo_folder, tmp_pa
 
 def test_usage_errors_name_the_problem(detector, photo_folder, tmp_path):
     with pytest.raises(UsageError, match=r"engine 'spark' \| is not local or ray"):
-        predict(detector, photo_folder, tmp_path / "out", engine="spark")
+        predict(detector, photo_folder, tmp_path / "out", execution=Execution(engine="spark"))
     with pytest.raises(UsageError, match=r"is the input folder"):
-        predict(detector, photo_folder, photo_folder, engine="local")
+        predict(detector, photo_folder, photo_folder, execution=Execution(engine="local"))
     with pytest.raises(UsageError, match=r"must be positive"):
-        predict(detector, photo_folder, tmp_path / "out", engine="local", actors=0)
+        predict(detector, photo_folder, tmp_path / "out", execution=Execution(engine="local", actors=0))
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match=r"inputs .* \| holds no input file \(\.jpg"):
-        predict(detector, tmp_path / "empty", tmp_path / "out", engine="local")
+        predict(detector, tmp_path / "empty", tmp_path / "out", execution=Execution(engine="local"))
     (tmp_path / "file").write_text("x")
     with pytest.raises(UsageError, match=r"is a file, expected a folder"):
-        predict(detector, photo_folder, tmp_path / "file", engine="local")
+        predict(detector, photo_folder, tmp_path / "file", execution=Execution(engine="local"))
     for engine in ("local", "ray"):  # the model cannot be a classifier: said before any row, nothing written
         with pytest.raises(UsageError, match=r"model .320n.onnx. \| output output0: .* is not a classification layout"):
-            predict(detector, photo_folder, tmp_path / engine / "out", task="classify", engine=engine)
+            predict(
+                detector,
+                photo_folder,
+                tmp_path / engine / "out",
+                PredictSettings(task="classify"),
+                Execution(engine=engine),
+            )
         assert not (tmp_path / engine).exists()
     result = CliRunner().invoke(app, ["predict", str(detector), str(photo_folder), "--engine", "ray"])
-    assert result.exit_code == 1 and "--engine ray | needs --out FOLDER" in result.output
+    assert result.exit_code == 1 and "--engine ray | needs --output FOLDER" in result.output
 
 
 @pytest.mark.parametrize("engine", ["local", "ray"])
@@ -169,7 +185,7 @@ def test_an_unreadable_input_is_an_error_row(local_ray, engine, detector, photo_
     folder.mkdir()
     shutil.copy(photo_folder / "dog_00.jpg", folder)
     (folder / "gone.jpg").symlink_to(tmp_path / "deleted.jpg")  # listed, but nothing to read
-    summary = predict(detector, folder, tmp_path / "out", engine=engine, actors=1)
+    summary = predict(detector, folder, tmp_path / "out", execution=Execution(engine=engine, actors=1))
     rows = {Path(r["path"]).name: r for r in ResultStore(tmp_path / "out").rows()}
     assert (summary.processed, summary.errors, rows["dog_00.jpg"]["status"]) == (2, 1, "ok")
     assert rows["gone.jpg"]["error"].startswith(f"input '{folder / 'gone.jpg'}' | cannot be read: [Errno 2]")
@@ -200,7 +216,9 @@ def test_tensor_task_runs_npy_files_on_ray_against_the_reference_evaluator(local
     (folder / "bad.npy").write_bytes(b"not numpy")
     np.save(folder / "wrong.npy", np.zeros((2, 5), np.float32))
 
-    summary = predict(model, folder, tmp_path / "out", task="tensor", engine="ray", actors=2)
+    summary = predict(
+        model, folder, tmp_path / "out", PredictSettings(task="tensor"), Execution(engine="ray", actors=2)
+    )
     assert (summary.processed, summary.errors) == (13, 2)
     rows = {Path(r["path"]).name: r for r in ResultStore(tmp_path / "out").rows()}
     reference = ReferenceEvaluator(onnx.load(model))  # an independent implementation of the graph
@@ -220,7 +238,7 @@ def test_a_resume_never_keeps_rows_another_model_or_other_settings_made(detector
     for image in sorted(photo_folder.glob("dog_*.jpg"))[:2]:
         shutil.copy(image, folder)
     out = tmp_path / "rows"
-    predict(detector, folder, out, engine="local", pipeline_options=OPTIONS)
+    predict(detector, folder, out, PredictSettings(pipeline_options=OPTIONS), Execution(engine="local"))
     other = tmp_path / "other.onnx"
     model = onnx.load(detector)
     entry = model.metadata_props.add()
@@ -229,10 +247,10 @@ def test_a_resume_never_keeps_rows_another_model_or_other_settings_made(detector
     with pytest.raises(
         UsageError, match=r"holds the rows of another run \(model_sha256: '[0-9a-f]{64}' there, '[0-9a-f]{64}' now"
     ):
-        predict(other, folder, out, engine="local", pipeline_options=OPTIONS)
+        predict(other, folder, out, PredictSettings(pipeline_options=OPTIONS), Execution(engine="local"))
     with pytest.raises(UsageError, match=r"holds the rows of another run \(top_k: 5 there, 3 now\)"):
-        predict(detector, folder, out, engine="local", pipeline_options=OPTIONS, top_k=3)
-    again = predict(detector, folder, out, engine="local", pipeline_options=OPTIONS)
+        predict(detector, folder, out, PredictSettings(pipeline_options=OPTIONS, top_k=3), Execution(engine="local"))
+    again = predict(detector, folder, out, PredictSettings(pipeline_options=OPTIONS), Execution(engine="local"))
     assert (again.skipped, again.processed) == (2, 0)  # the same run resumes
 
 
@@ -243,7 +261,7 @@ def test_rows_without_a_record_of_their_run_are_not_resumed(detector, photo_fold
     with pytest.raises(
         UsageError, match=r"holds result rows but no run.json saying which model and settings made them"
     ):
-        predict(detector, photo_folder, out, engine="local", pipeline_options=OPTIONS)
+        predict(detector, photo_folder, out, PredictSettings(pipeline_options=OPTIONS), Execution(engine="local"))
 
 
 def test_two_runs_at_once_on_one_folder_are_refused(detector, photo_folder, tmp_path):
@@ -251,5 +269,5 @@ def test_two_runs_at_once_on_one_folder_are_refused(detector, photo_folder, tmp_
     out = tmp_path / "rows"
     with ResultStore(out).exclusive():  # what a first run holds while it writes
         with pytest.raises(UsageError, match=r"another run is writing into this folder now"):
-            predict(detector, photo_folder, out, engine="local", pipeline_options=OPTIONS)
+            predict(detector, photo_folder, out, PredictSettings(pipeline_options=OPTIONS), Execution(engine="local"))
     assert not out.exists()

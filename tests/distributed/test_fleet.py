@@ -15,14 +15,15 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
+from deploykit.bench.plan import BenchPlan
 from deploykit.bench.report import BenchmarkReport
 from deploykit.cli.main import app
-from deploykit.distributed import fleet_benchmark
+from deploykit.distributed import fleet_benchmark, fleet_views
 from deploykit.distributed.fleet import device_name
 from deploykit.errors import UsageError
 from tests.assets.catalog import CATALOG
 
-SETTINGS = {"backends": ["onnxruntime"], "warmup": 2}
+PLAN = BenchPlan(backends=("onnxruntime",), warmup=2)
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +69,7 @@ def test_bench_fleet_merges_both_devices(cluster, small_model, tmp_path):
         assert report.rows[0].status == "ok" and report.device["cpu"]["logical_cores"]
     page = (tmp_path / "fleet" / "fleet.html").read_text()
     assert "configuration × device" in page and page.count('<section class="device">') == 2
+    assert 'aria-label="headline per configuration and device"' in page and "p90_ms (ms)" in page  # axis, unit
     table = (tmp_path / "fleet" / "fleet.md").read_text()
     assert "| configuration | alpha | beta |" in table and "**alpha**" in table and "**beta**" in table
 
@@ -88,8 +90,8 @@ def _bench_worker_on(node) -> psutil.Process | None:
 def test_a_device_that_dies_mid_run_is_a_failed_column(cluster, small_model):
     _, beta = cluster
     outcome = {}
-    settings = {**SETTINGS, "duration_s": 1.5}  # long enough to be caught running
-    thread = threading.Thread(target=lambda: outcome.update(result=fleet_benchmark(small_model, **settings)))
+    plan = PLAN.replace(duration_s=1.5)  # long enough to be caught running
+    thread = threading.Thread(target=lambda: outcome.update(result=fleet_benchmark(small_model, plan=plan)))
     thread.start()
     worker, deadline = None, time.monotonic() + 60
     while worker is None and time.monotonic() < deadline and thread.is_alive():
@@ -104,7 +106,7 @@ def test_a_device_that_dies_mid_run_is_a_failed_column(cluster, small_model):
     assert by_name["alpha"].status == "ok" and by_name["alpha"].report.rows[0].status == "ok"
     assert by_name["beta"].status == "failed" and by_name["beta"].report is None
     assert "Worker" in by_name["beta"].error or "died" in by_name["beta"].error, by_name["beta"].error
-    matrix = result.matrix()
+    matrix = fleet_views.matrix(result)
     assert matrix[0]["beta"].startswith("failed: ") and "ms" in matrix[0]["alpha"]
     assert result.recommendations()["beta"] is None and result.recommendations()["alpha"] is not None
 
@@ -117,7 +119,7 @@ def test_fleet_devices_lists_the_device_nodes(cluster):
 
 
 def test_unknown_device_and_timeout_are_failed_columns(cluster, small_model):
-    result = fleet_benchmark(small_model, devices=["alpha", "gamma"], device_timeout_s=0.2, **SETTINGS)
+    result = fleet_benchmark(small_model, plan=PLAN, devices=["alpha", "gamma"], device_timeout_s=0.2)
     by_name = {d.name: d for d in result.devices}
     assert "no alive node carries resource 'deploykit-device:gamma' (known: alpha, beta)" in by_name["gamma"].error
     assert by_name["alpha"].error == "did not finish within 0.2 s"
@@ -129,8 +131,10 @@ def test_fleet_usage_errors(small_model, tmp_path):
     assert result.exit_code == 1 and f"--report '{tmp_path / 'taken'}' | is a file, expected a folder" in result.output
     with pytest.raises(UsageError, match=r"device timeout -1 s \| must be positive"):
         fleet_benchmark(small_model, device_timeout_s=-1)
-    with pytest.raises(UsageError, match=r"--inputs \| is not sent to fleet nodes"):
-        fleet_benchmark(small_model, inputs="x.npz")
+    result = CliRunner().invoke(app, ["bench", small_model, "--fleet", "auto", "--inputs", small_model])
+    assert result.exit_code == 1 and "--inputs | is not sent to fleet nodes" in result.output
+    with pytest.raises(UsageError, match=r"BenchPlan \| has no setting 'inputs'"):
+        BenchPlan.from_dict({**PLAN.to_dict(), "inputs": "x.npz"})  # what a fleet ships holds no input arrays
 
 
 def test_a_cluster_that_cannot_be_reached_is_a_clear_error(ray_module):

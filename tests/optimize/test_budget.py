@@ -10,7 +10,7 @@ import deploykit
 from cli.main import app
 from deploykit.backends.registry import get_backend
 from deploykit.errors import UsageError
-from deploykit.optimize import SearchProgress, optimize, read_bundle
+from deploykit.optimize import OptimizePlan, SearchProgress, optimize, read_bundle
 
 
 def _reduced_here() -> list[str]:
@@ -37,8 +37,12 @@ def test_without_images_only_f32_is_an_answer(classifier_path, tmp_path):
 
 def test_a_tiny_time_budget_still_gives_the_f32_answer(classifier_path, photos, tmp_path):
     """The budget runs out during the variants: the f32 candidates are screened anyway, the rest stop."""
-    report = optimize(classifier_path, photos, output=tmp_path / "deploy", backends=["onnxruntime"], threads=[1, 2],
-                      engines=["ort"], time_budget=1)  # fmt: skip
+    report = optimize(
+        classifier_path,
+        photos,
+        OptimizePlan(backends=["onnxruntime"], threads=[1, 2], engines=["ort"], time_budget=1),
+        output=tmp_path / "deploy",
+    )
     assert report.best.config.precision == "f32"
     stopped = [c for c in report.candidates if c.variant != "float"]
     assert stopped and all(c.reason == "over the time budget before its screening round" for c in stopped)
@@ -55,8 +59,13 @@ def test_ctrl_c_writes_the_best_so_far_marked_partial(classifier_path, tmp_path)
         if event.stage == "screening" and event.done == 2:  # two f32 candidates measured, more to come
             raise KeyboardInterrupt
 
-    report = optimize(classifier_path, None, output=output, quantize=False, backends=["onnxruntime", "openvino:CPU"],
-                      threads=[1], progress=interrupt, time_budget="5m")  # fmt: skip
+    report = optimize(
+        classifier_path,
+        None,
+        OptimizePlan(quantize=False, backends=["onnxruntime", "openvino:CPU"], threads=[1], time_budget="5m"),
+        output=output,
+        progress=interrupt,
+    )
     assert left and left == sorted(left, reverse=True) and 0 < left[-1] < left[0] <= 300
     assert report.partial and any("interrupted" in note for note in report.notes)
     assert sum(1 for c in report.candidates if c.rounds) == 2
@@ -73,8 +82,13 @@ def test_ctrl_c_before_any_answer_writes_nothing(classifier_path, tmp_path):
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        optimize(classifier_path, None, output=tmp_path / "deploy", quantize=False, backends=["onnxruntime"],
-                 threads=[1], progress=interrupt)  # fmt: skip
+        optimize(
+            classifier_path,
+            None,
+            OptimizePlan(quantize=False, backends=["onnxruntime"], threads=[1]),
+            output=tmp_path / "deploy",
+            progress=interrupt,
+        )
     assert not (tmp_path / "deploy").exists()
 
 
@@ -85,8 +99,12 @@ def test_offline_searches_batch_sizes_and_ranks_by_throughput(tmp_path):
 
     model = tmp_path / "dynamic.onnx"
     onnx.save(tiny_classifier(), model)
-    report = optimize(model, None, output=tmp_path / "deploy", quantize=False, backends=["onnxruntime"],
-                      threads=[1], scenario="offline", batches=[1, 8])  # fmt: skip
+    report = optimize(
+        model,
+        None,
+        OptimizePlan(quantize=False, backends=["onnxruntime"], threads=[1], scenario="offline", batches=[1, 8]),
+        output=tmp_path / "deploy",
+    )
     assert {c.label for c in report.candidates} == {
         "onnxruntime:cpu b1 t1 f32 float",
         "onnxruntime:cpu b8 t1 f32 float",
@@ -97,7 +115,12 @@ def test_offline_searches_batch_sizes_and_ranks_by_throughput(tmp_path):
 
 def test_a_fixed_batch_model_refuses_other_batch_sizes(classifier_path, tmp_path):
     with pytest.raises(UsageError, match="has a fixed batch of 1"):
-        optimize(classifier_path, None, output=tmp_path / "deploy", quantize=False, scenario="offline", batches=[4])
+        optimize(
+            classifier_path,
+            None,
+            OptimizePlan(quantize=False, scenario="offline", batches=[4]),
+            output=tmp_path / "deploy",
+        )
 
 
 def test_a_detector_bundle_opens_as_a_detector(photos, tmp_path):
@@ -106,7 +129,7 @@ def test_a_detector_bundle_opens_as_a_detector(photos, tmp_path):
 
     model = nudenet_model()
     output = tmp_path / "deploy"
-    report = optimize(model, photos, output=output, quantize=False, backends=["onnxruntime"], threads=[1])
+    report = optimize(model, photos, OptimizePlan(quantize=False, backends=["onnxruntime"], threads=[1]), output=output)
     assert report.task == "detect" and report.metric == "mAP@0.5" and report.settings.accuracy_images == 12
     assert read_bundle(output).manifest.task == "detect"
     photo = photos / "person.jpg"

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from deploykit.errors import InputError, OutputError, UsageError
-from deploykit.optimize import optimize
+from deploykit.optimize import OptimizePlan, optimize
 
 
 def _invoke(*args: str):
@@ -63,12 +63,12 @@ def test_output_not_empty_a_file_or_unwritable(classifier_path, photos, tmp_path
         ({"max_drop": "150%"}, "--max-drop 150%"),
         ({"time_budget": "soon"}, "--time-budget 'soon'"),
         ({"scenario": "multistream"}, "--scenario 'multistream'"),
-        ({"engines": ["tensorrt"]}, "--engine tensorrt"),
+        ({"engines": ["tensorrt"]}, "--quantizer tensorrt"),
     ],
 )
 def test_bad_options_fail_before_any_work(classifier_path, photos, tmp_path, options, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(")):
-        optimize(classifier_path, photos, output=tmp_path / "deploy", **options)
+        optimize(classifier_path, photos, OptimizePlan(**options), output=tmp_path / "deploy")
     assert not (tmp_path / "deploy").exists()
 
 

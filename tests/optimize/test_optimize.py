@@ -20,7 +20,7 @@ import deploykit
 from cli.main import app
 from deploykit.backends.registry import get_backend
 from deploykit.errors import BundleError, UsageError
-from deploykit.optimize import BundleWarning, OptimizeReport, optimize, read_bundle
+from deploykit.optimize import BundleWarning, OptimizePlan, OptimizeReport, optimize, read_bundle
 from deploykit.optimize.ranking import DECISION_RULE
 
 BACKENDS = ("onnxruntime", "openvino:CPU")
@@ -32,8 +32,12 @@ STOP_REASONS = ("slower than", "successive halving", "over the accuracy budget",
 def searched(classifier_path, photos, tmp_path_factory):
     """One search of the small classifier: ORT and OpenVINO, INT8 from the ORT engine, one thread."""
     output = tmp_path_factory.mktemp("bundle") / "deploy"
-    report = optimize(classifier_path, photos, output=output, backends=BACKENDS, threads=[1], engines=["ort"],
-                      time_budget="90s", max_drop="1%")  # fmt: skip
+    report = optimize(
+        classifier_path,
+        photos,
+        OptimizePlan(backends=BACKENDS, threads=[1], engines=["ort"], time_budget="90s", max_drop="1%"),
+        output=output,
+    )
     return report, output
 
 
@@ -75,11 +79,13 @@ def test_every_candidate_has_an_outcome_and_the_choice_is_admissible(searched):
     assert report.oracle.independent and report.metric == "top-1 agreement"
 
 
-def test_report_round_trips(searched):
+def test_report_round_trips(searched, tmp_path):
     report, output = searched
     data = report.to_dict()
     assert OptimizeReport.from_dict(json.loads(json.dumps(data))).to_dict() == data
     assert read_bundle(output).report().to_dict() == json.loads(json.dumps(data, default=str))
+    written = report.write(tmp_path / "report.json")  # the report protocol every report class shares
+    assert OptimizeReport.from_json(written).to_dict() == json.loads(json.dumps(data, default=str))
 
 
 def test_bundle_holds_what_the_device_needs(searched):
@@ -104,7 +110,8 @@ def test_bundle_holds_what_the_device_needs(searched):
 
 
 class _Marks(HTMLParser):
-    """The SVG plots of a page: per plot, its axis texts and its marks (``circle`` elements by class)."""
+    """The SVG plots of a page: per plot, its axis texts and its marks (elements tagged by class and
+    ``data-label``: matplotlib draws each mark as one ``<g>``)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -115,7 +122,7 @@ class _Marks(HTMLParser):
         attributes = dict(attrs)
         if tag == "svg":
             self.plots.append({"texts": [], "points": [], "front": [], "chosen": []})
-        elif tag == "circle" and self.plots:
+        elif "data-label" in attributes and self.plots:
             classes = (attributes.get("class") or "").split()
             for kind in ("point", "front", "chosen"):
                 if kind in classes:
@@ -143,6 +150,20 @@ def test_the_html_report_draws_the_pareto_front(searched):
     assert "p50 latency (ms, lower is better)" in plot["texts"]
     assert any(t.startswith("accuracy delta against f32 (top-1 agreement, %)") for t in plot["texts"])
     assert read_bundle(output).manifest.files["report.html"]
+
+
+def test_the_html_reports_plot_reads_in_a_browser(searched, tmp_path):
+    """Chromium lays the page out: the plot's texts (ticks, axis labels, the points' numbers) cover
+    nothing of each other, and every number is keyed to its candidate in the table under the plot."""
+    from tests.assets.browser import overlapping, plot_layout
+
+    report, output = searched
+    (plot,) = plot_layout(output / "report.html", tmp_path)
+    assert overlapping(plot["texts"]) == []
+    measured = [c for c in report.candidates if c.headline is not None and c.accuracy_delta is not None]
+    assert {str(n) for n in range(1, len(measured) + 1)} <= {t["text"] for t in plot["texts"]}
+    page = (output / "report.html").read_text()
+    assert all(f"<td>{c.label}</td>" in page for c in measured)
 
 
 def test_load_detector_classifier_predict_and_bench_open_the_chosen_configuration(searched, photos):
@@ -274,8 +295,12 @@ def test_missing_files_and_a_folder_that_is_no_bundle(searched, tmp_path):
 def test_mobilenet_v2_end_to_end(mobilenet, photos, tmp_path):
     """The real ImageNet MobileNetV2: a choice within 1% top-1 agreement, opened as a Classifier."""
     output = tmp_path / "deploy"
-    report = optimize(mobilenet, photos, output=output, backends=BACKENDS, threads=[1], engines=["ort"],
-                      max_drop="1%", time_budget="3m")  # fmt: skip
+    report = optimize(
+        mobilenet,
+        photos,
+        OptimizePlan(backends=BACKENDS, threads=[1], engines=["ort"], max_drop="1%", time_budget="3m"),
+        output=output,
+    )
     best = report.best
     assert best.accuracy_delta is not None and best.accuracy_delta <= 0.01
     assert report.metric == "top-1 agreement" and report.settings.accuracy_images == 6

@@ -20,7 +20,7 @@ from deploykit.errors import (
     QuantizationError,
     UsageError,
 )
-from deploykit.quantize import parse_drop, quantize
+from deploykit.quantize import QuantizeSettings, parse_drop, quantize
 from tests.quantize.conftest import conv_classifier
 
 
@@ -30,7 +30,7 @@ def test_a_folder_without_images(classifier_path, tmp_path):
     (empty / "notes.txt").write_text("no photos here")
     out = tmp_path / "q.onnx"
     with pytest.raises(InputError, match=r"images '.*empty' \| the folder holds no images"):
-        quantize(classifier_path, out, calibrate=empty, measure_speed=False)
+        quantize(classifier_path, out, QuantizeSettings(measure_speed=False), calibrate=empty)
     assert not out.exists()
 
 
@@ -39,20 +39,20 @@ def test_images_for_a_model_that_takes_one_channel(photos, tmp_path):
     onnx.save(conv_classifier(channels=1), gray)
     out = tmp_path / "q.onnx"
     with pytest.raises(InputError, match=r"images give 3 channels .* the model's input 'images' takes 1"):
-        quantize(gray, out, calibrate=photos, measure_speed=False)
+        quantize(gray, out, QuantizeSettings(measure_speed=False), calibrate=photos)
     assert not out.exists()
 
 
 def test_an_already_quantized_model(classifier_path, classifier_npz, tmp_path):
     once = tmp_path / "once.onnx"
-    quantize(classifier_path, once, calibrate=classifier_npz, measure_speed=False)
+    quantize(classifier_path, once, QuantizeSettings(measure_speed=False), calibrate=classifier_npz)
     twice = tmp_path / "twice.onnx"
     with pytest.raises(ModelError, match=r"is already quantized \(it has DequantizeLinear, QuantizeLinear nodes\)"):
-        quantize(once, twice, calibrate=classifier_npz, measure_speed=False)
+        quantize(once, twice, QuantizeSettings(measure_speed=False), calibrate=classifier_npz)
     fp16 = tmp_path / "fp16.onnx"
-    quantize(classifier_path, fp16, fp16=True, measure_speed=False)
+    quantize(classifier_path, fp16, QuantizeSettings(fp16=True, measure_speed=False))
     with pytest.raises(ModelError, match=r"'fp16.onnx' \| already has float16 weights"):
-        quantize(fp16, twice, fp16=True, measure_speed=False)
+        quantize(fp16, twice, QuantizeSettings(fp16=True, measure_speed=False))
     assert not twice.exists()
 
 
@@ -68,11 +68,11 @@ def test_a_model_with_nothing_to_quantize(tmp_path):
     np.savez(arrays, x=np.random.default_rng(0).normal(size=(4, 2, 4)).astype(np.float32))
     out = tmp_path / "q.onnx"
     with pytest.raises(UsageError, match=r"--max-drop \| needs INT8 and a task metric: a classifier or detector"):
-        quantize(model, out, calibrate=arrays, max_drop="1%", measure_speed=False)
+        quantize(model, out, QuantizeSettings(max_drop="1%", measure_speed=False), calibrate=arrays)
     with pytest.raises(
         QuantizationError, match=r"quantized no node of 'exp.onnx': none of its ops \(Exp\) can be quantized"
     ):
-        quantize(model, out, calibrate=arrays, measure_speed=False)
+        quantize(model, out, QuantizeSettings(measure_speed=False), calibrate=arrays)
     assert not out.exists()
 
 
@@ -87,8 +87,10 @@ def test_missing_nncf_names_the_extra(classifier_path, classifier_npz, tmp_path,
     monkeypatch.delitem(sys.modules, "nncf", raising=False)
     monkeypatch.setattr(builtins, "__import__", no_nncf)
     out = tmp_path / "q.onnx"
-    with pytest.raises(BackendUnavailableError, match=r"--engine nncf needs the 'nncf' package.*deploykit\[quantize\]"):
-        quantize(classifier_path, out, calibrate=classifier_npz, engine="nncf", measure_speed=False)
+    with pytest.raises(
+        BackendUnavailableError, match=r"--quantizer nncf needs the 'nncf' package.*deploykit\[quantize\]"
+    ):
+        quantize(classifier_path, out, QuantizeSettings(engine="nncf", measure_speed=False), calibrate=classifier_npz)
     assert not out.exists()
 
 
@@ -99,17 +101,17 @@ def test_option_errors(classifier_path, classifier_npz, tmp_path):
         (
             dict(calibrate=classifier_npz, engine="tensorrt"),
             UsageError,
-            r"--engine 'tensorrt' \| is not one of ort, nncf\. Hint",
+            r"--quantizer 'tensorrt' \| is not one of ort, nncf\. Hint",
         ),
         (
             dict(calibrate=classifier_npz, engine="ncnn"),
             UsageError,
-            r"--engine 'ncnn' \| is not one of ort, nncf: ncnn quantizes with its ncnn2table and ncnn2int8 tools, "
+            r"--quantizer 'ncnn' \| is not one of ort, nncf: ncnn quantizes with its ncnn2table and ncnn2int8 tools, "
             r"which the ncnn and pnnx wheels do not ship",
         ),
         (dict(calibrate=classifier_npz, method="kl"), UsageError, r"--method 'kl' \| is not one of minmax, entropy"),
         (dict(calibrate=classifier_npz, engine="nncf", method="entropy"), UsageError, r"NNCF chooses its own ranges"),
-        (dict(fp16=True, engine="nncf"), UsageError, r"--fp16 \| takes no --engine or --method"),
+        (dict(fp16=True, engine="nncf"), UsageError, r"--fp16 \| takes no --quantizer or --method"),
         (
             dict(calibrate=classifier_npz, max_drop="150%"),
             UsageError,
@@ -135,7 +137,8 @@ def test_option_errors(classifier_path, classifier_npz, tmp_path):
     ]
     for options, error, message in cases:
         with pytest.raises(error, match=message):
-            quantize(classifier_path, out, measure_speed=False, **options)
+            paths = {k: options.pop(k) for k in ("calibrate", "ir") if k in options}
+            quantize(classifier_path, out, QuantizeSettings(measure_speed=False, **options), **paths)
         assert not out.exists(), options
 
 
@@ -143,11 +146,11 @@ def test_npz_errors(classifier_path, tmp_path):
     wrong = tmp_path / "wrong.npz"
     np.savez(wrong, pixels=np.zeros((2, 3, 32, 32), np.float32))
     with pytest.raises(UsageError, match=r"has pixels; missing model input\(s\) images"):
-        quantize(classifier_path, tmp_path / "q.onnx", calibrate=wrong, measure_speed=False)
+        quantize(classifier_path, tmp_path / "q.onnx", QuantizeSettings(measure_speed=False), calibrate=wrong)
     single = tmp_path / "single.npz"
     np.savez(single, images=np.zeros((1, 3, 32, 32), np.float32))
     with pytest.raises(UsageError, match=r"holds 1 sample; a calibration and a held-out part need at least 2"):
-        quantize(classifier_path, tmp_path / "q.onnx", calibrate=single, measure_speed=False)
+        quantize(classifier_path, tmp_path / "q.onnx", QuantizeSettings(measure_speed=False), calibrate=single)
 
 
 def test_a_single_photo_cannot_be_split(classifier_path, photos, tmp_path):
@@ -155,7 +158,7 @@ def test_a_single_photo_cannot_be_split(classifier_path, photos, tmp_path):
     one.mkdir()
     shutil.copy(next(photos.iterdir()), one)
     with pytest.raises(InputError, match=r"holds 1 image; a calibration and a held-out part need at least 2"):
-        quantize(classifier_path, tmp_path / "q.onnx", calibrate=one, measure_speed=False)
+        quantize(classifier_path, tmp_path / "q.onnx", QuantizeSettings(measure_speed=False), calibrate=one)
 
 
 def test_output_onto_the_model_is_refused(classifier_path, classifier_npz, tmp_path):
@@ -163,7 +166,7 @@ def test_output_onto_the_model_is_refused(classifier_path, classifier_npz, tmp_p
     shutil.copy(classifier_path, copy)
     before = copy.read_bytes()
     with pytest.raises(UsageError, match=r"is the file this command reads"):
-        quantize(copy, copy, calibrate=classifier_npz, measure_speed=False)
+        quantize(copy, copy, QuantizeSettings(measure_speed=False), calibrate=classifier_npz)
     assert copy.read_bytes() == before
 
 
@@ -188,7 +191,7 @@ def test_over_the_accuracy_budget_nothing_is_written(tmp_path, photos):
     with pytest.raises(
         QuantizationError, match=r"the classify metric dropped by .* the budget is 1.00%. Nothing was written"
     ):
-        quantize(path, out, calibrate=photos, max_drop="1%", held_out=0.5, measure_speed=False)
+        quantize(path, out, QuantizeSettings(max_drop="1%", held_out=0.5, measure_speed=False), calibrate=photos)
     assert not out.exists()
 
 
@@ -215,5 +218,5 @@ def test_an_output_not_named_onnx_is_refused_before_any_work(classifier_path, cl
     from deploykit.errors import OutputError
 
     with pytest.raises(OutputError, match=r"--output '.*q\.npz' \| is not an \.onnx file name, expected NAME\.onnx"):
-        quantize(classifier_path, tmp_path / "q.npz", calibrate=classifier_npz, measure_speed=False)
+        quantize(classifier_path, tmp_path / "q.npz", QuantizeSettings(measure_speed=False), calibrate=classifier_npz)
     assert not (tmp_path / "q.npz").exists()

@@ -12,9 +12,9 @@ import pytest
 
 import deploykit
 from deploykit.model import read_interface
-from deploykit.quantize import DetectionDelta, QuantizeReport, quantize, read_metadata
+from deploykit.quantize import DetectionDelta, QuantizeReport, QuantizeSettings, quantize, read_metadata
 from deploykit.quantize.graph import head_nodes
-from deploykit.verify.tasks import ClassificationAgreement
+from deploykit.tasks.classify import ClassificationAgreement
 from tests.assets.paths import darknet_image, nudenet_model, require_module
 
 
@@ -29,7 +29,7 @@ def op_count(path, op_type):
 
 def test_mobilenet_v2_int8_on_real_photos(mobilenet_v2, photos, tmp_path):
     out = tmp_path / "mobilenet_v2.int8.onnx"
-    report = quantize(mobilenet_v2, out, calibrate=photos, calibration_size=6, measure_speed=False)
+    report = quantize(mobilenet_v2, out, QuantizeSettings(calibration_size=6, measure_speed=False), calibrate=photos)
     # 12 photos: 20 % (2) held out, 6 of the other 10 calibrate
     assert report.calibration["held_out_size"] == 2 and report.calibration["calibration_size"] == 6
     assert any("fewer" not in n and "held out 2 of 12" in n for n in report.notes)
@@ -62,8 +62,13 @@ def test_top1_accuracy_from_class_folders(mobilenet_v2, photos, tmp_path):
     evaluation = tmp_path / "eval"
     (evaluation / "bald eagle").mkdir(parents=True)
     shutil.copy(darknet_image("eagle.jpg"), evaluation / "bald eagle" / "eagle.jpg")
-    report = quantize(mobilenet_v2, tmp_path / "q.onnx", calibrate=photos, calibration_size=4,
-                      evaluate_on=evaluation, measure_speed=False)  # fmt: skip
+    report = quantize(
+        mobilenet_v2,
+        tmp_path / "q.onnx",
+        QuantizeSettings(calibration_size=4, measure_speed=False),
+        calibrate=photos,
+        evaluate_on=evaluation,
+    )
     task = report.accuracy.task
     assert isinstance(task, ClassificationAgreement)
     assert task.samples == 1 and task.reference_top1_accuracy == 1.0
@@ -75,7 +80,9 @@ def test_top1_accuracy_from_class_folders(mobilenet_v2, photos, tmp_path):
 def test_yolov8_head_stays_float_and_detections_agree(photos, tmp_path):
     model = nudenet_model()
     out = tmp_path / "yolov8n.int8.onnx"
-    report = quantize(model, out, calibrate=photos, calibration_size=6, held_out=0.5, measure_speed=False)
+    report = quantize(
+        model, out, QuantizeSettings(calibration_size=6, held_out=0.5, measure_speed=False), calibrate=photos
+    )
     head = report.excluded["head"]
     # the decode: the final Concat, the class Sigmoid, the DFL softmax and its fixed-weight Conv
     for name in ("/model.22/Concat_25", "/model.22/Sigmoid", "/model.22/dfl/Softmax", "/model.22/dfl/conv/Conv"):
@@ -95,8 +102,12 @@ def test_yolov8_head_stays_float_and_detections_agree(photos, tmp_path):
     assert all(producer[i].op_type == "Conv" for i in per_scale.input)
     assert report.accuracy.drop == pytest.approx(1 - task.map50, abs=1e-9)
     assert QuantizeReport.from_dict(json.loads(json.dumps(report.to_dict()))) == report
-    with_head = quantize(model, tmp_path / "all.onnx", calibrate=photos, calibration_size=6, quantize_head=True,
-                         measure_speed=False)  # fmt: skip
+    with_head = quantize(
+        model,
+        tmp_path / "all.onnx",
+        QuantizeSettings(calibration_size=6, quantize_head=True, measure_speed=False),
+        calibrate=photos,
+    )
     assert with_head.excluded["head"] == []
     assert op_count(tmp_path / "all.onnx", "QuantizeLinear") > op_count(out, "QuantizeLinear")
 
@@ -121,7 +132,7 @@ def test_head_of_a_darknet_decoded_graph(tmp_path):
 
 def test_float16_keeps_io_types_and_lists_ops_kept_in_f32(classifier_path, classifier_npz, tmp_path):
     out = tmp_path / "classifier.fp16.onnx"
-    report = quantize(classifier_path, out, fp16=True, calibrate=classifier_npz, measure_speed=False)
+    report = quantize(classifier_path, out, QuantizeSettings(fp16=True, measure_speed=False), calibrate=classifier_npz)
     assert report.precision == "f16" and report.engine == "fp16"
     model = onnx.load(str(out))
     assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
@@ -138,7 +149,7 @@ def test_float16_keeps_io_types_and_lists_ops_kept_in_f32(classifier_path, class
 def test_float16_without_data_and_with_an_excluded_node(classifier_path, tmp_path):
     out = tmp_path / "fp16.onnx"
     report = deploykit.quantize(
-        classifier_path, out, fp16=True, exclude=["fc"], measure_speed=False
+        classifier_path, out, deploykit.QuantizeSettings(fp16=True, exclude=["fc"], measure_speed=False)
     )  # the package calls
     assert report.kept_f32_ops == {"Gemm": 1} and report.excluded["user"] == ["fc"]
     assert "seeded random inputs" in report.calibration["source"]
@@ -149,8 +160,12 @@ def test_float16_without_data_and_with_an_excluded_node(classifier_path, tmp_pat
 
 def test_exclude_keeps_a_node_float_and_debug_layers_names_real_nodes(classifier_path, classifier_npz, tmp_path):
     out = tmp_path / "int8.onnx"
-    report = quantize(classifier_path, out, calibrate=classifier_npz, exclude=["fc"], debug_layers=True,
-                      measure_speed=False)  # fmt: skip
+    report = quantize(
+        classifier_path,
+        out,
+        QuantizeSettings(exclude=["fc"], debug_layers=True, measure_speed=False),
+        calibrate=classifier_npz,
+    )
     quantized = onnx.load(str(out))
     producer = {o: n for n in quantized.graph.node for o in n.output}
     fc = next(n for n in quantized.graph.node if n.name == "fc")
@@ -167,14 +182,22 @@ def test_exclude_keeps_a_node_float_and_debug_layers_names_real_nodes(classifier
 
 @pytest.mark.parametrize("method", ["entropy", "percentile"])
 def test_calibration_methods(classifier_path, classifier_npz, tmp_path, method):
-    report = quantize(classifier_path, tmp_path / "q.onnx", calibrate=classifier_npz, method=method,
-                      measure_speed=False)  # fmt: skip
+    report = quantize(
+        classifier_path,
+        tmp_path / "q.onnx",
+        QuantizeSettings(method=method, measure_speed=False),
+        calibrate=classifier_npz,
+    )
     assert report.method == method and report.quantized_nodes > 0
 
 
 def test_speedup_is_measured_in_isolated_workers(classifier_path, classifier_npz, tmp_path):
-    report = quantize(classifier_path, tmp_path / "q.onnx", calibrate=classifier_npz, iterations=3, rounds=2,
-                      backends=["onnxruntime:cpu"])  # fmt: skip
+    report = quantize(
+        classifier_path,
+        tmp_path / "q.onnx",
+        QuantizeSettings(iterations=3, rounds=2, backends=["onnxruntime:cpu"]),
+        calibrate=classifier_npz,
+    )
     assert report.speed is not None
     (row,) = report.speed.rows
     # two rounds each, alternating; the p50 is their median
@@ -192,8 +215,13 @@ def test_speedup_is_measured_in_isolated_workers(classifier_path, classifier_npz
 def test_nncf_engine_and_openvino_ir(classifier_path, classifier_npz, tmp_path):
     require_module("nncf", "pip install 'deploykit[quantize]'")  # its absence is tested in test_errors
     out = tmp_path / "nncf.onnx"
-    report = quantize(classifier_path, out, calibrate=classifier_npz, engine="nncf", ir=tmp_path / "nncf.xml",
-                      measure_speed=False)  # fmt: skip
+    report = quantize(
+        classifier_path,
+        out,
+        QuantizeSettings(engine="nncf", measure_speed=False),
+        calibrate=classifier_npz,
+        ir=tmp_path / "nncf.xml",
+    )
     assert report.engine == "nncf" and op_count(out, "QuantizeLinear") > 0
     assert (tmp_path / "nncf.xml").is_file() and (tmp_path / "nncf.bin").is_file()
     import openvino as ov
@@ -206,7 +234,11 @@ def test_nncf_engine_and_openvino_ir(classifier_path, classifier_npz, tmp_path):
 
 def test_nncf_accuracy_control_on_a_real_classifier(mobilenet_v2, photos, tmp_path):
     require_module("nncf", "pip install 'deploykit[quantize]'")
-    report = quantize(mobilenet_v2, tmp_path / "q.onnx", calibrate=photos, calibration_size=4, engine="nncf",
-                      max_drop="50%", measure_speed=False)  # fmt: skip
+    report = quantize(
+        mobilenet_v2,
+        tmp_path / "q.onnx",
+        QuantizeSettings(calibration_size=4, engine="nncf", max_drop="50%", measure_speed=False),
+        calibrate=photos,
+    )
     assert report.accuracy.max_drop == 0.5
     assert report.accuracy.drop is not None and report.accuracy.drop <= 0.5

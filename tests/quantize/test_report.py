@@ -17,12 +17,13 @@ from deploykit.quantize import (
     LayerDivergence,
     OutputSimilarity,
     QuantizeReport,
+    QuantizeSettings,
     SpeedComparison,
     SpeedRow,
     quantize,
     read_metadata,
 )
-from deploykit.verify.tasks import ClassificationAgreement
+from deploykit.tasks.classify import ClassificationAgreement
 
 # The key paths, in order, of `deploykit quantize --json` as written by deploykit before the report's
 # accuracy, speed and layers were dataclasses (captured from that code on the same kind of run:
@@ -62,8 +63,12 @@ def key_paths(value, prefix=""):
 @pytest.fixture(scope="module")
 def report(classifier_path, classifier_npz, tmp_path_factory):
     out = tmp_path_factory.mktemp("report") / "q.onnx"
-    return quantize(classifier_path, out, calibrate=classifier_npz, exclude=["fc"], debug_layers=True,
-                    backends=["onnxruntime:cpu"], iterations=3, rounds=1)  # fmt: skip
+    return quantize(
+        classifier_path,
+        out,
+        QuantizeSettings(exclude=["fc"], debug_layers=True, backends=["onnxruntime:cpu"], iterations=3, rounds=1),
+        calibrate=classifier_npz,
+    )
 
 
 def test_to_dict_has_the_keys_the_dicts_had(report):

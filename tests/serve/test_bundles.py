@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import deploykit
-from deploykit.optimize import optimize, read_bundle
+from deploykit.optimize import OptimizePlan, optimize, read_bundle
 from tests.fuzz.harness import invoke_checked
 from tests.quantize.conftest import classifier_path, photos
 
@@ -25,8 +25,12 @@ def bundle(classifier_path, photos, tmp_path_factory) -> Iterator[Path]:
     with pytest.MonkeyPatch.context() as patch:  # bundles remember verified files: in a cache of our own
         patch.setenv("DEPLOYKIT_CACHE_DIR", str(tmp_path_factory.mktemp("deploykit-cache")))
         output = tmp_path_factory.mktemp("serve-bundle") / "deploy"
-        optimize(classifier_path, photos, output=output, backends=["onnxruntime"], threads=[1], quantize=False,
-                 time_budget="30s")  # fmt: skip
+        optimize(
+            classifier_path,
+            photos,
+            OptimizePlan(backends=["onnxruntime"], threads=[1], quantize=False, time_budget="30s"),
+            output=output,
+        )
         yield output
 
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from deploykit.verify.isolated import _BOOTSTRAP
+from deploykit.workers import _BOOTSTRAP
 from tests.verify.test_interrupts import PLUGINS, REPO, _alive
 from tests.verify.test_verify import _conv
 

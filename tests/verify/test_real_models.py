@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 import deploykit
-from deploykit.convert.darknet.convert import convert_darknet, load_network
+from deploykit.convert.darknet.convert import DarknetExportSettings, convert_darknet, load_network
 from deploykit.convert.darknet.weights import write_random_weights
 from deploykit.errors import ParityError
 from deploykit.recipes import build
 from deploykit.testing import darknet as reference
+from deploykit.verify import VerifySettings
 from tests.assets.paths import darknet_image, official_darknet, yolov4_detector_photo
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,7 +53,9 @@ def _check_reduced(report: deploykit.VerificationReport, precision: str, metric:
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["bf16", "f16"])
 def test_real_classifier_reduced_precision_by_top1_agreement(mobilenet, photos, precision):
-    report = deploykit.verify_model(mobilenet, ["openvino"], precision=f"f32,{precision}", inputs=photos)
+    report = deploykit.verify_model(
+        mobilenet, ["openvino"], deploykit.VerifySettings(precision=f"f32,{precision}"), inputs=photos
+    )
     assert report.input_source == "images (9 images)"
     _check_reduced(report, precision, "top-1 agreement")
 
@@ -60,16 +63,18 @@ def test_real_classifier_reduced_precision_by_top1_agreement(mobilenet, photos, 
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["bf16", "f16"])
 def test_real_detector_reduced_precision_by_map(yolov4_tiny, photos, precision):
-    report = deploykit.verify_model(yolov4_tiny, ["openvino"], precision=f"f32,{precision}", inputs=photos)
+    report = deploykit.verify_model(
+        yolov4_tiny, ["openvino"], deploykit.VerifySettings(precision=f"f32,{precision}"), inputs=photos
+    )
     _check_reduced(report, precision, "mAP@0.5")
 
 
 @pytest.mark.slow
 def test_a_wrong_model_fails_the_task_metric(yolov4_tiny, photos, tmp_path):
     """The task metric can fail: random weights in the same architecture find other objects."""
+    from deploykit.tasks.registry import recognise
     from deploykit.verify.check import judge_runs
     from deploykit.verify.isolated import run_candidate
-    from deploykit.verify.task_metric import task_of
     from deploykit.verify.verdict import OracleInfo
     from deploykit.vision.image import image_cases
 
@@ -82,10 +87,9 @@ def test_a_wrong_model_fails_the_task_metric(yolov4_tiny, photos, tmp_path):
     right_run = run_candidate(yolov4_tiny, "ort", "cpu", cases, label="f32")
     wrong_run = run_candidate(wrong, "ort", "cpu", cases, label="bf16-pretend")
     interface = deploykit.model.read_interface(yolov4_tiny)
-    task = task_of({s.name: s for s in interface.outputs}, interface.metadata_props)
+    task = recognise({s.name: s for s in interface.outputs}, interface.metadata_props)
     oracle = OracleInfo("onnx-reference", True)
-    verdicts = judge_runs([(right_run, "f32"), (wrong_run, "bf16")], cases, right_run.outputs[:1], oracle,
-                          task=task, metadata=interface.metadata_props)  # fmt: skip
+    verdicts = judge_runs([(right_run, "f32"), (wrong_run, "bf16")], cases, right_run.outputs[:1], oracle, task=task)
     wrong_verdict = verdicts[1]
     assert wrong_verdict.status == "fail" and wrong_verdict.task is not None
     assert wrong_verdict.task.value < 0.5
@@ -152,7 +156,9 @@ def test_darknet_against_libdarknet_passes(tmp_path):
 
         missing_asset("Debian's libdarknet (the Darknet oracle)", "apt-get install darknet gcc")
     cfg, weights, _ = official_darknet("yolov3-tiny")
-    report = convert_darknet(cfg, weights, tmp_path / "m.onnx", verify_backends=["onnxruntime"], oracle="darknet")
+    report = convert_darknet(
+        cfg, weights, tmp_path / "m.onnx", verify_backends=["onnxruntime"], checks=VerifySettings(oracle="darknet")
+    )
     assert report.oracle.name == "darknet" and report.oracle.independent
     assert report.status == "pass", [v.describe() for v in report.verdicts]
 
@@ -178,7 +184,9 @@ def test_darknet_with_a_fixed_batch_is_verified(tmp_path):
     cfg = REPO / "models" / "darknet" / "yolov3-tiny.cfg"
     weights = tmp_path / "w.weights"
     write_random_weights(load_network(cfg), weights, seed=1)
-    report = convert_darknet(cfg, weights, tmp_path / "b2.onnx", batch=2, verify_backends=["onnxruntime"])
+    report = convert_darknet(
+        cfg, weights, tmp_path / "b2.onnx", verify_backends=["onnxruntime"], export=DarknetExportSettings(batch=2)
+    )
     assert report.passed and report.written, [v.describe() for v in report.verdicts]
     assert report.verdicts[0].status in ("pass", "unverified")  # pass where libdarknet or OpenCV 4 runs
 
@@ -188,7 +196,9 @@ def test_darknet_with_a_fixed_batch_is_verified(tmp_path):
 
 @pytest.mark.slow
 def test_every_f32_row_on_photos_has_its_task_metric_against_the_oracle(mobilenet, photos):
-    report = deploykit.verify_model(mobilenet, ["ort", "openvino"], precision="f32", inputs=photos)
+    report = deploykit.verify_model(
+        mobilenet, ["ort", "openvino"], deploykit.VerifySettings(precision="f32"), inputs=photos
+    )
     assert len(report.verdicts) == 2
     for verdict in report.verdicts:
         assert verdict.status == "pass", verdict.describe()
@@ -204,7 +214,9 @@ def test_a_reduced_precision_alone_still_gets_its_task_metric(mobilenet, photos)
     if not reduced:
         pytest.skip("OpenVINO's CPU plug-in here computes no reduced precision (precisions('CPU') is f32 only)")
     for precision in reduced:
-        report = deploykit.verify_model(mobilenet, ["openvino"], precision=precision, inputs=photos)
+        report = deploykit.verify_model(
+            mobilenet, ["openvino"], deploykit.VerifySettings(precision=precision), inputs=photos
+        )
         (verdict,) = report.verdicts
         assert verdict.precision == precision and verdict.rule == "cosine/SNR + top-1 agreement"
         assert verdict.task is not None and verdict.task.details["reference"] == "onnx-reference"
@@ -214,7 +226,9 @@ def test_a_reduced_precision_alone_still_gets_its_task_metric(mobilenet, photos)
 @pytest.mark.slow
 def test_a_row_without_a_task_metric_says_why(mobilenet, photos):
     """No independent oracle: the first f32 candidate is the reference and says so on its row."""
-    report = deploykit.verify_model(mobilenet, ["ort", "openvino"], precision="f32", inputs=photos, oracle="none")
+    report = deploykit.verify_model(
+        mobilenet, ["ort", "openvino"], deploykit.VerifySettings(precision="f32", oracle="none"), inputs=photos
+    )
     reference_row, other = report.verdicts
     assert reference_row.task is None
     assert reference_row.task_note is not None and "this row is the task reference" in reference_row.task_note

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from deploykit.errors import InputError
-from deploykit.verify.tasks import classification_agreement, detection_agreement
+from deploykit.tasks.classify import classification_agreement
+from deploykit.tasks.detect import detection_agreement
 from deploykit.vision.results import Detection
 
 

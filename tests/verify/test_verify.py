@@ -16,7 +16,7 @@ from deploykit.cli.main import app
 from deploykit.errors import UsageError
 from deploykit.inputs import make_inputs, plan_inputs
 from deploykit.model import read_interface
-from deploykit.verify import verify_model
+from deploykit.verify import VerifySettings, verify_model
 from deploykit.verify.metrics import Thresholds, compare_array, thresholds_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -92,7 +92,7 @@ def test_every_backend_passes_against_the_reference_evaluator(tmp_path):
 
 def test_without_an_oracle_backends_only_agree(tmp_path):
     model = _conv(tmp_path / "conv.onnx", [1, 3, 8, 8])
-    report = verify_model(model, ["ort", "openvino"], oracle="none")
+    report = verify_model(model, ["ort", "openvino"], VerifySettings(oracle="none"))
     assert [v.status for v in report.verdicts] == ["unverified", "unverified"]
     assert all(v.agreement is True and v.label == "unverified" for v in report.verdicts)
     assert all(v.reason.startswith("no independent oracle: agrees with ") for v in report.verdicts)
@@ -136,7 +136,7 @@ def test_a_module_named_onnx_in_the_working_directory_does_not_break_workers(tmp
 
 def test_bf16_with_a_loose_enough_rule_passes_and_names_its_rule(tmp_path):
     model = _conv(tmp_path / "conv.onnx", [1, 3, 16, 16])
-    report = verify_model(model, ["openvino"], precision="f32,bf16,f16")
+    report = verify_model(model, ["openvino"], VerifySettings(precision="f32,bf16,f16"))
     ran = {v.precision for v in report.verdicts}
     assert "f32" in ran
     for verdict in report.verdicts:
@@ -157,7 +157,7 @@ def test_minus_one_dims_are_dynamic(tmp_path):
     assert spec.shape == (None, 3, 8, 8)
     feeds = make_inputs([spec], batch=2)
     assert feeds["x"].shape == (2, 3, 8, 8)
-    assert verify_model(model, ["ort"], batch=2).verdicts[0].status == "pass"
+    assert verify_model(model, ["ort"], VerifySettings(batch=2)).verdicts[0].status == "pass"
 
 
 def test_an_unfixed_spatial_size_without_metadata_is_an_error_naming_the_axis(tmp_path):
@@ -197,7 +197,9 @@ def test_a_fixed_size_state_input_is_not_batched(tmp_path):
     feeds = make_inputs(interface.inputs, batch=3, settings=parse_input_settings(["sr:1:16000..16000"]))
     assert feeds["sr"].tolist() == [16000]
     settings = parse_input_settings(["sr:1:16000..16000"])
-    result = deploykit.benchmark(model, ["ort"], batch=3, shapes=settings, iterations=3, warmup=0, isolate=False)
+    result = deploykit.benchmark(
+        model, deploykit.BenchPlan(backends=["ort"], batch=3, shapes=settings, iterations=3, warmup=0, isolate=False)
+    )
     row = result.rows[0]
     assert row.config.batch == 3 and row.label.startswith("onnxruntime:cpu b3")
     assert row.verdict.status == "pass", row.verdict
@@ -236,7 +238,7 @@ def test_a_qdq_model_is_int8_and_judged_as_int8(tmp_path):
         ],
     )
     assert read_interface(model).precision == "int8"
-    report = verify_model(model, ["ort", "openvino"], precision="int8")
+    report = verify_model(model, ["ort", "openvino"], VerifySettings(precision="int8"))
     assert [v.precision for v in report.verdicts] == ["int8", "int8"]
     assert all(v.rule == "cosine/SNR" for v in report.verdicts)
     assert all(not v.failed for v in report.verdicts), [v.describe() for v in report.verdicts]
@@ -258,8 +260,8 @@ def test_a_precision_option_is_the_sweep_never_overridden(tmp_path):
     model = _conv(tmp_path / "conv.onnx", [1, 3, 8, 8])
     if missing:  # a CPU without it: the compare is refused up front, not run at f32
         with pytest.raises((UsageError, PrecisionUnavailableError), match=rf"{missing[0]}"):
-            verify_model(model, ["openvino"], options={"precision": missing[0]})
-    report = verify_model(model, ["openvino"], options={"precision": native[-1]})
+            verify_model(model, ["openvino"], VerifySettings(options={"precision": missing[0]}))
+    report = verify_model(model, ["openvino"], VerifySettings(options={"precision": native[-1]}))
     assert [v.precision for v in report.verdicts] == [native[-1]]
 
 

@@ -194,7 +194,7 @@ def test_detector_is_thread_safe_and_batches(detector_path):
 
 
 def test_detector_from_darknet_conversion_matches_decoded_graph(tmp_path):
-    from deploykit.convert.darknet.convert import convert_darknet, load_network
+    from deploykit.convert.darknet.convert import DarknetExportSettings, convert_darknet, load_network
     from deploykit.convert.darknet.weights import write_random_weights
 
     cfg = REPO / "models" / "darknet" / "yolov4-tiny.cfg"
@@ -202,8 +202,10 @@ def test_detector_from_darknet_conversion_matches_decoded_graph(tmp_path):
     write_random_weights(load_network(cfg), weights, seed=9)
     raw, decoded = tmp_path / "raw.onnx", tmp_path / "decoded.onnx"
     labels = REPO / "models" / "labels" / "coco.names"
-    convert_darknet(cfg, weights, raw, head="raw", labels=labels, verify_backends=[])
-    convert_darknet(cfg, weights, decoded, head="decoded", labels=labels, verify_backends=[])
+    convert_darknet(cfg, weights, raw, labels=labels, verify_backends=[], export=DarknetExportSettings(head="raw"))
+    convert_darknet(
+        cfg, weights, decoded, labels=labels, verify_backends=[], export=DarknetExportSettings(head="decoded")
+    )
     image = load_image(darknet_image("dog.jpg"))
     with deploykit.Detector(raw, conf=0.3) as a, deploykit.Detector(decoded, conf=0.3) as b:
         assert (a.layout, b.layout) == ("darknet-raw", "darknet-decoded")
@@ -216,11 +218,16 @@ def test_detector_from_darknet_conversion_matches_decoded_graph(tmp_path):
 
 @pytest.mark.slow
 def test_real_classifier_on_a_real_photo(tmp_path):
-    from deploykit.convert.torch import convert_torch
+    from deploykit.convert.torch import TorchExportSettings, convert_torch
 
     out = tmp_path / "mobilenet_v2.onnx"
-    convert_torch(f"{REPO / 'models' / 'torch' / 'mobilenet_v2.py'}:build", output=out, weights=mobilenet_v2_weights(),
-                  inputs=["images:1x3x224x224"], dynamic={"images": {0: "batch"}})  # fmt: skip
+    convert_torch(
+        f"{REPO / 'models' / 'torch' / 'mobilenet_v2.py'}:build",
+        output=out,
+        weights=mobilenet_v2_weights(),
+        inputs=["images:1x3x224x224"],
+        export=TorchExportSettings(dynamic={"images": {0: "batch"}}),
+    )
     labels = REPO / "models" / "labels" / "imagenet.txt"
     with deploykit.Classifier(out, "openvino", labels=labels, mean=(0.485, 0.456, 0.406),
                               std=(0.229, 0.224, 0.225), precision="f32") as classifier:  # fmt: skip
@@ -291,7 +298,7 @@ def test_pipeline_bench_times_every_stage(detector_path, tmp_path):
 def test_real_images_as_bench_and_compare_inputs(tmp_path):
     import shutil
 
-    from deploykit.convert.darknet.convert import convert_darknet, load_network
+    from deploykit.convert.darknet.convert import DarknetExportSettings, convert_darknet, load_network
     from deploykit.convert.darknet.weights import write_random_weights
     from deploykit.vision.image import image_feeds
 
@@ -299,7 +306,9 @@ def test_real_images_as_bench_and_compare_inputs(tmp_path):
     weights = tmp_path / "w.weights"
     write_random_weights(load_network(cfg), weights, seed=1)
     model = tmp_path / "y.onnx"
-    convert_darknet(cfg, weights, model, head="decoded", batch="dynamic", verify_backends=[])
+    convert_darknet(
+        cfg, weights, model, verify_backends=[], export=DarknetExportSettings(head="decoded", batch="dynamic")
+    )
     feeds = image_feeds(model, darknet_image("dog.jpg"))
     tensor = feeds["images"]
     assert tensor.shape == (1, 3, 416, 416) and tensor.dtype == np.float32
@@ -314,7 +323,9 @@ def test_real_images_as_bench_and_compare_inputs(tmp_path):
     folder.mkdir()
     for name in ("dog.jpg", "person.jpg"):
         shutil.copy(darknet_image(name), folder / name)
-    bench = deploykit.benchmark(model, ["ort"], batch=[1, 3], inputs=folder, iterations=2, warmup=0, isolate=False)
+    bench = deploykit.benchmark(
+        model, deploykit.BenchPlan(backends=["ort"], batch=[1, 3], iterations=2, warmup=0, isolate=False), inputs=folder
+    )
     assert bench.settings.inputs == "images" and [r.config.batch for r in bench.rows] == [1, 3]
     empty = tmp_path / "empty"
     empty.mkdir()

@@ -8,7 +8,6 @@ with each other and the report says why no oracle ran and how to get one.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import time
@@ -18,10 +17,12 @@ from typing import Any
 
 from onnx import helper
 
-from deploykit.convert.darknet.cfg import read_cfg
+from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.convert.darknet.graph import INPUT_NAME, build_graph
-from deploykit.convert.darknet.layers import MAX_INPUT_SIDE, Network, resolve
-from deploykit.convert.darknet.oracles import DarknetOracle, check_oracle_choice, verify
+from deploykit.convert.darknet.layers import MAX_INPUT_SIDE, Network, load_networks
+from deploykit.convert.darknet.layers import load_network as load_network  # the public name callers import from here
+from deploykit.convert.darknet.oracles import check_oracle_choice, verify
+from deploykit.convert.darknet.settings import DarknetExportSettings
 from deploykit.convert.darknet.weights import DarknetWeights
 from deploykit.convert.darknet.writer import write_streaming
 from deploykit.convert.report import ConversionReport
@@ -30,6 +31,7 @@ from deploykit.io import check_onnx_output, check_outputs, commit_outputs, scrat
 from deploykit.labels import read_labels
 from deploykit.validation import check_number, check_tolerances
 from deploykit.verify.check import platform_notes
+from deploykit.verify.settings import VerifySettings
 
 HEADS = ("raw", "decoded")
 # A fixed batch beyond this is a typo (verification runs a whole batch at once).
@@ -55,31 +57,6 @@ def parse_size(text: str) -> tuple[int, int]:
             hint="Darknet networks take inputs such as 416x416 or 608x608.",
         )
     return (values[0], values[-1])
-
-
-def load_network(cfg: str | os.PathLike[str], input_size: tuple[int, int] | None = None) -> Network:
-    """Parse and resolve a cfg, at its own input size or ``input_size`` (width, height)."""
-    return load_networks(cfg, input_size)[0]
-
-
-def load_networks(cfg: str | os.PathLike[str], input_size: tuple[int, int] | None = None) -> tuple[Network, Network]:
-    """The network at ``input_size`` (width, height; default the cfg's own) and at the cfg's own
-    size, from one read of the cfg (the same object twice when the sizes are the same)."""
-    parsed = read_cfg(cfg)
-    # resolving marks the options it read; a second resolve at another size starts from a clean copy
-    clean = copy.deepcopy(parsed) if input_size is not None else parsed
-    native = resolve(parsed)
-    if input_size is None or input_size == (native.width, native.height):
-        return native, native
-    stride = native.stride()
-    width, height = input_size
-    if width % stride or height % stride:
-        raise ConversionError(
-            f"input size {width}x{height} | is not a multiple of the network stride {stride}.",
-            hint=f"use multiples of {stride}, e.g. "
-            f"{width // stride * stride or stride}x{height // stride * stride or stride}.",
-        )
-    return resolve(clean, width=width, height=height), native
 
 
 def _metadata(
@@ -136,46 +113,38 @@ def convert_darknet(
     cfg: str | os.PathLike[str],
     weights: str | os.PathLike[str],
     output: str | os.PathLike[str] = "model.onnx",
+    export: DarknetExportSettings | None = None,
+    checks: VerifySettings | None = None,
     *,
-    input_size: tuple[int, int] | str | None = None,
-    batch: int | str = 1,
-    head: str = "raw",
-    opset: int = 13,
-    opencv_threshold: float | None = None,
     labels: str | os.PathLike[str] | None = None,
-    verify_backends: Sequence[str] = ("onnxruntime",),
-    oracle: DarknetOracle = "auto",
-    atol: float = 1e-4,
-    rtol: float = 1e-3,
+    verify_backends: Sequence[str] = (DEFAULT_BACKEND,),
     keep_on_mismatch: bool = False,
-    seed: int = 0,
     report_path: str | os.PathLike[str] | None = None,
-    platforms: str | Sequence[str] | None = None,
 ) -> ConversionReport:
     """Convert a Darknet model to ONNX and verify it.
 
     Args:
         cfg, weights: the Darknet ``.cfg`` and ``.weights``.
         output: the ``.onnx`` path; written atomically, only when verification passes.
-        input_size: (width, height) or ``"608x608"``; default the cfg's; a multiple of the stride.
-        batch: a fixed batch size, or ``"dynamic"``.
-        head: ``raw`` (each [yolo]/[region] output as Darknet leaves it) or ``decoded``
-            (one ``detections`` tensor [batch, N, 4 + 1 + classes]).
-        opset: ONNX opset, 13 to 21.
-        opencv_threshold: with ``head="decoded"``, zero class scores at or below it, as OpenCV 4.x does.
+        export: what graph to write (``DarknetExportSettings``: ``input_size``, ``batch``,
+            ``head`` raw | decoded, ``opset`` 13 to 21, ``opencv_threshold``); default the cfg's size,
+            batch 1, the raw head, opset 13.
+        checks: how it is verified (``VerifySettings``): ``oracle`` — ``auto`` (OpenCV 4.x's importer
+            if installed, else Darknet's own forward pass if its helper is already built, else
+            ``unverified`` with the reason; never compiles anything), ``darknet`` (build
+            ``deploykit.testing.darknet``'s helper if needed and run Darknet), ``opencv`` (OpenCV
+            4.x's importer), ``none`` (backends compared only); ``thresholds`` (f32 atol/rtol,
+            default 1e-4 / 1e-3); ``seed`` of the random verification image; ``platforms`` where
+            ``verify_backends`` run (``host``, ``linux/arm64`` under emulation, or several; the
+            oracle runs on the host).
         labels: a names file (one class per line) stored in the model's metadata.
         verify_backends: backends that run the result; empty to skip verification.
-        oracle: who checks them: ``auto`` (OpenCV 4.x's importer if installed, else Darknet's own
-            forward pass if its helper is already built, else ``unverified`` with the reason; never
-            compiles anything), ``darknet`` (build ``deploykit.testing.darknet``'s helper if needed and
-            run Darknet), ``opencv`` (OpenCV 4.x's importer), ``none`` (backends compared only).
-        atol, rtol: tolerances against the oracle (f32).
         keep_on_mismatch: write the file even when verification fails (the error is still raised).
-        seed: seed of the random verification image.
         report_path: also write the report as JSON here, with the model: both or neither (a failed
             check writes neither unless ``keep_on_mismatch``; the error carries the report).
-        platforms: where ``verify_backends`` run: ``host`` (default), ``linux/arm64`` (the target's
-            builds under emulation) or several (``host,linux/arm64``); the oracle runs on the host.
+
+    Example:
+        ``convert_darknet("yolov4-tiny.cfg", "yolov4-tiny.weights", "y.onnx", DarknetExportSettings(head="decoded"))``
 
     Raises:
         OutputError: an output path cannot be written, is one of the input files, or the model's
@@ -184,6 +153,16 @@ def convert_darknet(
         OracleError: ``darknet`` or ``opencv`` cannot run here or on this cfg (nothing is written).
         ParityError: verification failed.
     """
+    export, checks = export or DarknetExportSettings(), checks or VerifySettings()
+    input_size, batch, head, opset, opencv_threshold = (
+        export.input_size,
+        export.batch,
+        export.head,
+        export.opset,
+        export.opencv_threshold,
+    )
+    limits = checks.thresholds.of("f32")
+    atol, rtol, seed, platforms = limits.atol, limits.rtol, checks.seed, checks.platforms
     cfg_path, weights_path, output_path = Path(cfg), Path(weights), Path(output)
     if head not in HEADS:
         raise ConversionError(
@@ -198,7 +177,7 @@ def convert_darknet(
     check_tolerances(atol=atol, rtol=rtol)
     check_number("--opencv-threshold", opencv_threshold, low=0.0, high=1.0, high_open=True, hint="OpenCV 4.x uses 0.2.")
     check_number("--seed", seed, low=0, high=2**32 - 1, integer=True)
-    oracle = check_oracle_choice(oracle)
+    oracle = check_oracle_choice(checks.oracle)
     if oracle not in ("auto", "none") and not verify_backends:
         raise UsageError(
             f"oracle '{oracle}' | asked for with no backends to verify, expected at least one backend.",
@@ -256,22 +235,9 @@ def convert_darknet(
             if verify_backends:
                 gate_start = time.perf_counter()
                 report.verdicts, report.oracle = verify(
-                    candidate,
-                    net,
-                    heads,
-                    head,
-                    cfg_path,
-                    weights_path,
-                    verify_backends,
-                    atol,
-                    rtol,
-                    seed,
-                    opencv_threshold,
-                    (native.width, native.height),
-                    oracle,
-                    platforms,
-                    batch=batch_size or 1,
-                )
+                    candidate, net, heads, cfg_path, weights_path, verify_backends, (native.width, native.height),
+                    export, checks, batch=batch_size or 1,
+                )  # fmt: skip
                 report.notes += [f"oracle: {report.oracle.name} — {report.oracle.detail}", *emulation_notes]
                 report.gate_seconds = round(time.perf_counter() - gate_start, 3)
             report.written = report.passed or keep_on_mismatch

@@ -4,11 +4,12 @@ the way Darknet's ``parser.c`` computes them, and the order of its parameters in
 
 from __future__ import annotations
 
+import copy
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from deploykit.convert.darknet.cfg import DarknetCfg, Section, check_unused
 from deploykit.convert.darknet.vocabulary import (
     ACTIVATIONS,
     CONV_TRAINING,
@@ -17,6 +18,7 @@ from deploykit.convert.darknet.vocabulary import (
     REGION_TRAINING,
     YOLO_TRAINING,
 )
+from deploykit.darknet_cfg import DarknetCfg, Section, check_unused, read_cfg
 from deploykit.errors import ConversionError, UnsupportedLayerError
 
 Shape = tuple[int, int, int]  # channels, height, width
@@ -632,3 +634,28 @@ _BUILDERS = {
     "yolo": _yolo,
     "region": _region,
 }
+
+
+def load_network(cfg: str | os.PathLike[str], input_size: tuple[int, int] | None = None) -> Network:
+    """Parse and resolve a cfg, at its own input size or ``input_size`` (width, height)."""
+    return load_networks(cfg, input_size)[0]
+
+
+def load_networks(cfg: str | os.PathLike[str], input_size: tuple[int, int] | None = None) -> tuple[Network, Network]:
+    """The network at ``input_size`` (width, height; default the cfg's own) and at the cfg's own
+    size, from one read of the cfg (the same object twice when the sizes are the same)."""
+    parsed = read_cfg(cfg)
+    # resolving marks the options it read; a second resolve at another size starts from a clean copy
+    clean = copy.deepcopy(parsed) if input_size is not None else parsed
+    native = resolve(parsed)
+    if input_size is None or input_size == (native.width, native.height):
+        return native, native
+    stride = native.stride()
+    width, height = input_size
+    if width % stride or height % stride:
+        raise ConversionError(
+            f"input size {width}x{height} | is not a multiple of the network stride {stride}.",
+            hint=f"use multiples of {stride}, e.g. "
+            f"{width // stride * stride or stride}x{height // stride * stride or stride}.",
+        )
+    return resolve(clean, width=width, height=height), native

@@ -9,17 +9,13 @@ OpenCV 5) or ``{"status": "error", "error": ...}``.
 
 from __future__ import annotations
 
-import json
 import sys
 
-import numpy as np
-
-from deploykit.inputs import save_arrays
-from deploykit.verify.isolated import RESULT_PREFIX
+from deploykit.workers import read_arrays, read_job, send_result, write_arrays
 
 
 def main() -> int:
-    job = json.loads(sys.stdin.read())
+    job = read_job()
     try:
         import cv2
     except ImportError:
@@ -29,16 +25,15 @@ def main() -> int:
             result = {"status": "missing"}
         else:
             try:
-                with np.load(job["image"], allow_pickle=False) as archive:
-                    image = archive["image"]
+                image = read_arrays(job["image"])["image"]
                 net = cv2.dnn.readNetFromDarknet(job["cfg"], job["weights"])
                 net.setInput(image)
                 names = list(net.getUnconnectedOutLayersNames())
-                save_arrays(job["outputs"], dict(zip(names, net.forward(names), strict=True)))
+                write_arrays(job["outputs"], dict(zip(names, net.forward(names), strict=True)))
                 result = {"status": "ok", "version": cv2.__version__}
             except cv2.error as exc:  # OpenCV's own refusal of this cfg, reported as the reason
                 result = {"status": "error", "error": f"cv2.error: {str(exc).strip().splitlines()[-1][:300]}"}
-    print(RESULT_PREFIX + json.dumps(result), flush=True)
+    send_result(result)
     return 0
 
 

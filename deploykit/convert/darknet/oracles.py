@@ -23,15 +23,19 @@ import numpy as np
 
 from deploykit.convert.darknet.graph import DETECTIONS_NAME, INPUT_NAME
 from deploykit.convert.darknet.layers import Network
+from deploykit.convert.darknet.settings import DarknetExportSettings
 from deploykit.errors import OracleError, UsageError
-from deploykit.inputs import save_arrays
-from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, run_worker
 from deploykit.verify.metrics import OutputMetrics, compare_array, thresholds_for
+from deploykit.verify.settings import VerifySettings
 from deploykit.verify.verdict import OracleInfo, Verdict, error_verdict, judge
+from deploykit.workers import DEFAULT_TIMEOUT_S, read_arrays, run_worker, write_arrays
 
 DarknetOracle = Literal["auto", "opencv", "darknet", "none"]
 ORACLE_CHOICES: tuple[DarknetOracle, ...] = ("auto", "opencv", "darknet", "none")
 _NO_OPENCV4 = "pip install 'opencv-python-headless<5' for OpenCV 4.x's importer"
+
+OPENCV_ORACLE = "opencv-darknet"
+"""How the OpenCV importer oracle is named in reports (``opencv-darknet <OpenCV version>``)."""
 
 # OpenCV's Darknet importer zeroes class scores at or below this ([region] layers use their thresh=).
 OPENCV_SCORE_THRESHOLD = 0.2
@@ -48,7 +52,7 @@ def opencv_darknet_outputs(
     """
     with tempfile.TemporaryDirectory(prefix="deploykit-opencv-darknet-") as directory:
         image_path, outputs_path = Path(directory) / "image.npz", Path(directory) / "outputs.npz"
-        save_arrays(image_path, {"image": np.ascontiguousarray(image, dtype=np.float32)})
+        write_arrays(image_path, {"image": np.ascontiguousarray(image, dtype=np.float32)})
         job = {"cfg": str(cfg), "weights": str(weights), "image": str(image_path), "outputs": str(outputs_path)}
         outcome = run_worker("deploykit.convert.darknet.opencv_worker", job, timeout_s=timeout_s)
         result = outcome.result
@@ -58,8 +62,7 @@ def opencv_darknet_outputs(
                               hint="this cfg may use layers OpenCV's importer does not know.")  # fmt: skip
         if result["status"] == "missing":
             return None
-        with np.load(outputs_path, allow_pickle=False) as archive:
-            return {name: archive[name] for name in archive.files}, str(result["version"])
+        return read_arrays(outputs_path), str(result["version"])
 
 
 def _opencv_rows(
@@ -176,7 +179,7 @@ def _opencv(cfg: Path, weights: Path, image: np.ndarray, heads: list[dict[str, A
     if found is None:
         return None, f"OpenCV here has no Darknet importer (OpenCV 5 dropped it; {_NO_OPENCV4})"
     outputs, version = found
-    info = OracleInfo(f"opencv-darknet {version}", True, "OpenCV's own Darknet importer, in a worker process")
+    info = OracleInfo(f"{OPENCV_ORACLE} {version}", True, "OpenCV's own Darknet importer, in a worker process")
     return OracleOutputs(info, opencv=outputs), ""
 
 
@@ -239,23 +242,20 @@ def verify(
     candidate: Path,
     net: Network,
     heads: list[dict[str, Any]],
-    head: str,
     cfg: Path,
     weights: Path,
     backends: Sequence[str],
-    atol: float,
-    rtol: float,
-    seed: int,
-    opencv_threshold: float | None,
     native_size: tuple[int, int],
-    oracle: DarknetOracle = "auto",
-    platforms: str | Sequence[str] | None = None,
+    export: DarknetExportSettings,
+    checks: VerifySettings,
     *,
     batch: int = 1,
 ) -> tuple[list[Verdict], OracleInfo]:
-    """Run the converted model on each backend (a worker each) and judge it against the ``oracle``
-    chosen (``oracle_outputs``); without one, (``unverified``) against the first backend that runs.
-    ``platforms`` (``host,linux/arm64``): each backend on each platform; the oracle runs on the host.
+    """Run the converted model on each backend (a worker each) and judge it against the oracle
+    chosen (``checks.oracle``, ``oracle_outputs``); without one, (``unverified``) against the first
+    backend that runs. ``export`` is how the candidate was written (its head, OpenCV's threshold);
+    ``checks`` holds the f32 tolerances, the seed of the random image and the platforms
+    (``host,linux/arm64``: each backend on each platform; the oracle runs on the host).
     ``batch``: the candidate's fixed batch (1 for a dynamic one), as the converter built it.
 
     Raises:
@@ -263,15 +263,16 @@ def verify(
     """
     from deploykit.verify.check import gate_candidates, run_on_platform
 
-    rng = np.random.default_rng(seed)
+    head, opencv_threshold, oracle = export.head, export.opencv_threshold, check_oracle_choice(checks.oracle)
+    rng = np.random.default_rng(checks.seed)
     image = rng.uniform(0, 1, (1, net.channels, net.height, net.width)).astype(np.float32)
     reference = oracle_outputs(oracle, cfg, weights, image, heads, net, native_size)
     # a model converted with a fixed --batch N takes N images: the same one N times; item 0 is judged
     feeds = {INPUT_NAME: np.repeat(image, batch, axis=0)}
-    limits = thresholds_for("f32", atol=atol, rtol=rtol)
+    limits = checks.thresholds.of("f32")
     verdicts: list[Verdict] = []
-    for spec, label in gate_candidates(backends, "f32", platforms):
-        run = run_on_platform(candidate, spec, [feeds], DEFAULT_TIMEOUT_S, True, label)
+    for spec, label in gate_candidates(backends, "f32", checks.platforms):
+        run = run_on_platform(candidate, spec, [feeds], checks.timeout_s, checks.isolate, label)
         info = run.info or {}
         if not run.ok:
             verdicts.append(error_verdict(run.label, reference.info, run.error or "did not run",
@@ -280,7 +281,7 @@ def verify(
         first = {key: value[:1] for key, value in run.outputs[0].items()}
         ours = _decoded(first, heads, head) if heads else next(iter(first.values()))
         if reference.opencv is not None:
-            metrics = _opencv_rows(ours, reference.opencv, heads, atol, rtol, opencv_threshold)
+            metrics = _opencv_rows(ours, reference.opencv, heads, limits.atol, limits.rtol, opencv_threshold)
         else:
             rows = reference.rows
             if rows is None:  # no oracle: the first backend that runs is what the others must match

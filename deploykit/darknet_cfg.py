@@ -5,6 +5,9 @@ read (so ``saturation = 1.5`` is ``saturation=1.5`` and text after a value stays
 value); a line starting with ``#`` or ``;`` is a comment; ``[name]`` opens a section; other
 lines are ``key=value``. A repeated key keeps its first value, as Darknet's ``option_find``
 does. Anything Darknet would not understand is an error here, never a silent skip.
+
+It sits beside ``model.py`` (the ONNX reader), below the backends: the OpenCV backend reads a cfg's
+``[net]`` input size from it, the Darknet converter (``convert.darknet``) everything else.
 """
 
 from __future__ import annotations

@@ -1,114 +1,84 @@
-"""Task metrics: does a candidate model give the same *answers* as a reference, not just close numbers?
+"""The ``detect`` task: does a candidate detector find the objects the reference finds?
 
-Reduced precision (bf16, f16, int8) changes every number a little; what matters is whether the
-classes and boxes stay the same. Two metrics, both comparing a candidate with a reference run of
-the same images (usually the f32 model), so no labelled data set is needed:
-
-- ``classification_agreement``: top-1 agreement, top-5 overlap, and top-1 accuracy when labels
-  are given.
-- ``detection_agreement``: the reference's detections are the ground truth, the candidate's are
-  the predictions; precision, recall and mAP@0.5 (COCO's 101-point interpolated AP, computed by
-  pycocotools, averaged over the classes the reference found).
-
-This module only measures; thresholds and verdicts belong to the callers.
+The reference's detections are the ground truth, the candidate's are the predictions; precision,
+recall and mAP@0.5 (COCO's 101-point interpolated AP, computed by pycocotools, averaged over the
+classes the reference found). ``match_detections`` is the one matcher of boxes in deploykit:
+verification, the pipeline bench, quantize's accuracy delta and the demo all pair boxes with it.
+A model is a detector when ``deploykit.vision.decode`` knows the layout of its outputs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from deploykit.errors import BackendUnavailableError, InputError
+from deploykit.tasks.base import Outputs, Task
+from deploykit.tensors import TensorSpec
 from deploykit.vision.results import Detection
 
-TOP_K = 5
+APP_CONF = 0.25
+RANKING_CONF = 0.001
+PIPELINE_IOU = 0.9  # two backends' pipeline results are the same answer: same classes, boxes at IoU ≥ 0.9
 
 
 @dataclass(frozen=True)
-class ClassificationAgreement:
-    """How often a candidate classifier picks what the reference picks.
+class DetectionMatch:
+    """Boxes of one image paired one-to-one: ``pairs`` of (candidate index, reference index), the
+    reference boxes no candidate matched (``missing``) and the candidate boxes left over (``extra``)."""
 
-    Attributes:
-        samples: number of images (rows) compared.
-        top1_agreement: fraction of rows whose top-1 class is the same in both.
-        top5_overlap: mean over rows of |top-5(reference) ∩ top-5(candidate)| / 5 (top-C when
-            there are fewer than 5 classes).
-        top1_accuracy: the candidate's top-1 accuracy against ``labels``; None without labels.
-        reference_top1_accuracy: the reference's top-1 accuracy against ``labels``; None without labels.
+    pairs: tuple[tuple[int, int], ...]
+    missing: tuple[int, ...]
+    extra: tuple[int, ...]
+
+    @property
+    def same(self) -> bool:
+        """Every box on both sides has its match."""
+        return not self.missing and not self.extra
+
+
+def _iou(a: tuple[float, ...], b: tuple[float, ...]) -> float:
+    width = min(a[2], b[2]) - max(a[0], b[0])
+    height = min(a[3], b[3]) - max(a[1], b[1])
+    intersection = max(width, 0.0) * max(height, 0.0)
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - intersection
+    return intersection / union if union > 0 else 0.0
+
+
+def match_detections(
+    reference: Sequence[Detection], candidate: Sequence[Detection], *, iou: float = 0.5
+) -> DetectionMatch:
+    """Pair one image's candidate boxes with the reference's, the way COCO evaluation does.
+
+    Candidates are taken by descending score (ties in their order); each takes the unmatched
+    reference box of the same class (id and label) with the highest IoU, if that IoU is ≥ ``iou``.
     """
-
-    samples: int
-    top1_agreement: float
-    top5_overlap: float
-    top1_accuracy: float | None
-    reference_top1_accuracy: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _scores(name: str, scores: Any) -> np.ndarray:
-    array = np.asarray(scores)
-    if array.ndim > 2:  # (N, C, 1, 1) classifier heads
-        array = array.reshape(array.shape[0], -1)
-    if array.ndim != 2 or array.shape[0] == 0 or array.shape[1] == 0 or array.dtype.kind not in "fiu":
-        raise InputError(
-            f"{name} scores | have shape {array.shape} and dtype {array.dtype}, expected numbers of shape "
-            "(samples, classes) with at least one sample and one class.",
-            hint="pass the model's logits or probabilities, one row per image.",
-        )
-    return array.astype(np.float64, copy=False)
-
-
-def _top_k(scores: np.ndarray, k: int) -> np.ndarray:
-    # stable sort: ties keep the lower class index first, in both models alike
-    return np.argsort(-scores, axis=1, kind="stable")[:, :k]
-
-
-def classification_agreement(
-    reference_scores: np.ndarray, candidate_scores: np.ndarray, labels: Sequence[int] | None = None
-) -> ClassificationAgreement:
-    """Compare a candidate classifier's scores with the reference's on the same images.
-
-    Args:
-        reference_scores: ``[N, C]`` logits or probabilities of the reference (e.g. f32) model.
-        candidate_scores: ``[N, C]`` scores of the candidate (e.g. int8) model, same rows.
-        labels: the true class of each row, for top-1 accuracy; None when unknown.
-
-    Raises:
-        InputError: the score arrays differ in shape or are not ``[N, C]``; labels do not fit.
-    """
-    reference = _scores("reference", reference_scores)
-    candidate = _scores("candidate", candidate_scores)
-    if reference.shape != candidate.shape:
-        raise InputError(
-            f"candidate scores | have shape {candidate.shape}, the reference's have {reference.shape}; "
-            "expected the same (samples, classes).",
-            hint="run both models on the same images, in the same order.",
-        )
-    samples, classes = reference.shape
-    k = min(TOP_K, classes)
-    reference_top = _top_k(reference, k)
-    candidate_top = _top_k(candidate, k)
-    agreement = float(np.mean(reference_top[:, 0] == candidate_top[:, 0]))
-    overlap = np.mean([len(set(r) & set(c)) / k for r, c in zip(reference_top, candidate_top, strict=True)])
-    accuracy = reference_accuracy = None
-    if labels is not None:
-        truth = np.asarray(labels)
-        if truth.shape != (samples,) or truth.dtype.kind not in "iu" or truth.min() < 0 or truth.max() >= classes:
-            raise InputError(
-                f"labels | got {truth.shape[0] if truth.ndim == 1 else truth.shape} values of dtype {truth.dtype}; "
-                f"expected {samples} class indices in [0, {classes}).",
-                hint="give one integer class index per image, in the order of the score rows.",
-            )
-        accuracy = float(np.mean(candidate_top[:, 0] == truth))
-        reference_accuracy = float(np.mean(reference_top[:, 0] == truth))
-    return ClassificationAgreement(samples, agreement, float(overlap), accuracy, reference_accuracy)
+    order = sorted(range(len(candidate)), key=lambda i: -float(candidate[i].score))
+    taken: set[int] = set()
+    pairs = []
+    for index in order:
+        box = candidate[index]
+        best, best_iou = None, iou
+        for ref_index, truth in enumerate(reference):
+            if ref_index in taken or truth.class_id != box.class_id or truth.label != box.label:
+                continue
+            overlap = _iou(tuple(box.xyxy), tuple(truth.xyxy))
+            if overlap >= best_iou:
+                best, best_iou = ref_index, overlap
+        if best is not None:
+            taken.add(best)
+            pairs.append((index, best))
+    matched = {c for c, _ in pairs}
+    return DetectionMatch(
+        tuple(pairs),
+        tuple(i for i in range(len(reference)) if i not in taken),
+        tuple(i for i in range(len(candidate)) if i not in matched),
+    )
 
 
 @dataclass(frozen=True)
@@ -232,7 +202,53 @@ def detection_agreement(
     precision_curve = evaluation.eval["precision"][0, :, :, 0, 0]
     with_truth = [k for k in range(precision_curve.shape[1]) if np.all(precision_curve[:, k] > -1)]
     map50 = float(np.mean(precision_curve[:, with_truth])) if with_truth else 0.0
-    matched = sum(int(np.count_nonzero(result["dtMatches"][0])) for result in evaluation.evalImgs if result is not None)
+    matched = sum(len(match_detections(r, c, iou=iou).pairs) for r, c in zip(reference, candidate, strict=True))
     return DetectionAgreement(
         images, len(ground_truth), len(predictions), matched / len(predictions), matched / len(ground_truth), map50
     )
+
+
+class DetectTask(Task):
+    """Detectors: mAP@0.5 of the candidate's detections against the reference's, at least ``Thresholds.min_map``."""
+
+    name = "detect"
+    metric = "mAP@0.5"
+    threshold_field = "min_map"
+    pipeline = "deploykit.vision.pipelines:Detector"
+
+    def __init__(self, layout: Any, labels: Sequence[str] | None) -> None:
+        self.layout, self.labels = layout, labels
+
+    @classmethod
+    def recognise(
+        cls, outputs: Mapping[str, TensorSpec], metadata: Mapping[str, str], stated: str | None
+    ) -> Task | None:
+        from deploykit.metadata import read_metadata
+        from deploykit.vision.decode import find_layout
+
+        layout = find_layout(outputs, metadata)
+        if layout is None:
+            return None
+        labels = read_metadata(metadata).labels
+        return cls(layout, list(labels) if labels is not None else None)
+
+    def decode(self, outputs: Outputs, feeds: Outputs, *, reference: bool) -> list[list[Detection]]:
+        from deploykit.vision.decode import decode_detections
+
+        image = next(iter(feeds.values()))
+        size = (int(image.shape[-2]), int(image.shape[-1]))
+        # the reference's boxes at the app's threshold are the ground truth; the candidate's are ranked
+        # down to score 0.001, as COCO evaluates, so a box just under the threshold is not a miss
+        conf = APP_CONF if reference else RANKING_CONF
+        return decode_detections(self.layout, outputs, size, labels=self.labels, conf=conf)
+
+    def agreement(self, reference: Sequence[Any], candidate: Sequence[Any]) -> tuple[float, dict[str, Any]]:
+        # each input set holds a batch of images: one list of boxes per image, all sets together
+        expected = [image for batch in reference for image in batch]
+        found = [image for batch in candidate for image in batch]
+        measured = detection_agreement(expected, found)
+        return measured.map50, measured.to_dict()
+
+    @classmethod
+    def results_agree(cls, ours: Sequence[Any], theirs: Sequence[Any]) -> bool:
+        return match_detections(theirs, ours, iou=PIPELINE_IOU).same

@@ -1,0 +1,94 @@
+"""One vocabulary on the command line, and the old spellings that still work for one release.
+
+Every command says the same thing the same way: ``-o/--output`` is what the command writes (a
+file, or a folder where it writes several), ``-O/--option KEY=VALUE`` a backend option,
+``--report`` a folder, ``--oracle`` who computes the reference, ``--engine`` where the work runs
+(``local | ray``) and ``--quantizer`` what quantizes a model (``ort | nncf``).
+
+The spellings of deploykit 0.1 are rewritten here, before click parses the command line, with one
+deprecation line on stderr each; ``DEPRECATED`` is the only table of them. No command module
+knows an old spelling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .console import err_console
+
+GROUPS = ("convert", "export", "fleet", "models", "platforms")  # commands whose first argument is a subcommand
+
+
+@dataclass(frozen=True)
+class Deprecated:
+    """``old`` in ``commands`` now reads ``new`` (when ``applies(value)``, if given)."""
+
+    commands: tuple[str, ...]
+    old: str
+    new: str
+    applies: Callable[[str], bool] | None = None
+    why: str = ""
+
+
+def _is_pair(value: str) -> bool:
+    return "=" in value
+
+
+DEPRECATED: tuple[Deprecated, ...] = (
+    Deprecated(("bench", "compare"), "-o", "-O", why="-o is the output path in every command"),
+    Deprecated(("run",), "-o", "-O", applies=_is_pair, why="-o is the output path in every command"),
+    Deprecated(("run",), "--save", "--output"),
+    Deprecated(("predict",), "--out", "--output"),
+    Deprecated(("quantize",), "--engine", "--quantizer", why="--engine is where the work runs: local | ray"),
+    Deprecated(("quantize",), "-e", "--quantizer", why="--engine is where the work runs: local | ray"),
+    Deprecated(("optimize",), "--engine", "--quantizer", why="--engine is where the work runs: local | ray"),
+    Deprecated(("bench", "compare"), "--reference", "--oracle"),
+)
+
+
+def command_of(args: Sequence[str]) -> tuple[str, int]:
+    """The command a command line names (``convert torch``) and the index where its own arguments start."""
+    words: list[str] = []
+    for index, arg in enumerate(args):
+        if arg.startswith("-"):
+            if words:
+                return " ".join(words), index
+            continue  # an option of the root (--debug)
+        words.append(arg)
+        if words[0] not in GROUPS or len(words) == 2:
+            return " ".join(words), index + 1
+    return " ".join(words), len(args)
+
+
+def modernize(args: Sequence[str], warn: Callable[[str], None] | None = None) -> list[str]:
+    """``args`` with every old spelling replaced by its new one, each said once through ``warn``."""
+    command, start = command_of(args)
+    table = [d for d in DEPRECATED if command in d.commands]
+    if not table:
+        return list(args)
+    out, said = list(args[:start]), set()
+    rest = list(args[start:])
+    for index, arg in enumerate(rest):
+        if arg == "--":
+            out += rest[index:]
+            break
+        flag, equals, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
+        value = inline if equals else (rest[index + 1] if index + 1 < len(rest) else "")
+        entry = next((d for d in table if d.old == flag and (d.applies is None or d.applies(value))), None)
+        if entry is None:
+            out.append(arg)
+            continue
+        out.append(f"{entry.new}={inline}" if equals else entry.new)
+        if entry.old not in said:
+            said.add(entry.old)
+            reason = f" ({entry.why})" if entry.why else ""
+            (warn or _warn)(
+                f"warning: 'deploykit {command} {entry.old}' is deprecated; use {entry.new}{reason}. "
+                "The old spelling goes in the next release."
+            )
+    return out
+
+
+def _warn(message: str) -> None:
+    err_console.print(message, soft_wrap=True, highlight=False, markup=False)

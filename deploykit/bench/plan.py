@@ -1,0 +1,115 @@
+"""What a benchmark is asked to do, as one value: ``BenchPlan``.
+
+Built once at the edge (``deploykit bench`` builds it from its options, a script builds it by hand)
+and passed whole: ``benchmark(model, plan)``; the fleet ships ``plan.to_dict()`` to every device
+and each rebuilds it with ``BenchPlan.from_dict``. Frozen and checked when made, so a bad setting
+fails before any worker starts. This module measures nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from deploykit.backends.options import OptionValue
+from deploykit.bench.config import SCENARIOS
+from deploykit.errors import UsageError
+from deploykit.inputs import InputSetting
+from deploykit.verify.isolated import DEFAULT_TIMEOUT_S
+from deploykit.verify.settings import ThresholdOverrides, check_timeout, known_fields, normalize, settings_to_dict
+
+
+def _sweep(value: Any, what: str) -> tuple[Any, ...] | None:
+    if value is None:
+        return None
+    values = (value,) if isinstance(value, int) else tuple(value)
+    if not values or any(v is not None and (not isinstance(v, int) or v < 1) for v in values):
+        raise UsageError(f"{what} {value!r} | expected positive integers.", hint=f"e.g. --{what} 1,4,8.")
+    return values
+
+
+@dataclass(frozen=True)
+class BenchPlan:
+    """Everything ``benchmark`` needs besides the model and the input arrays.
+
+    Attributes:
+        backends: ``BACKEND`` or ``BACKEND:DEVICE`` specs; None: every available backend × device.
+        batch: one size or a sweep; None: the model's own (its fixed batch, or 1 if dynamic).
+        threads: one count or a sweep; None: the runtime's own.
+        precision: one or several of f32, bf16, f16, int8 (``"f32,bf16"`` or a sequence); each
+            backend runs those it can natively here. None: each device's default.
+        scenario: ``singlestream`` (p90 is the headline), ``offline`` (throughput), or
+            ``multistream`` (``streams`` concurrent queries on one session).
+        warmup, iterations, duration_s: untimed runs, then a count or a duration of timed runs.
+        shapes, batch_axes, seed: how seeded random inputs are shaped.
+        oracle: ``auto`` (onnx's reference evaluator), ``none``, or a backend spec.
+        thresholds: overrides of the verdict thresholds.
+        max_drop: an accuracy budget (0.01 = 1 %) for the recommendation.
+        isolate: measure each configuration in its own worker process.
+        cost_per_hour: the device's price per hour, for cost per million inferences.
+        options: extra backend options for every configuration.
+        timeout_s: the most one configuration's worker may take.
+
+    Raises:
+        UsageError: a setting that cannot be used (checked when the plan is made).
+    """
+
+    backends: tuple[str, ...] | None = None
+    batch: tuple[int, ...] | None = None
+    threads: tuple[int | None, ...] | None = None
+    precision: str | None = None
+    scenario: str = "singlestream"
+    streams: int = 4
+    warmup: int = 10
+    iterations: int | None = 100
+    duration_s: float | None = None
+    shapes: Mapping[str, InputSetting] = field(default_factory=dict)
+    batch_axes: Mapping[str, int] = field(default_factory=dict)
+    seed: int = 0
+    oracle: str = "auto"
+    thresholds: ThresholdOverrides = field(default_factory=ThresholdOverrides)
+    max_drop: float | None = None
+    isolate: bool = True
+    cost_per_hour: float | None = None
+    options: Mapping[str, OptionValue] = field(default_factory=dict)
+    timeout_s: float = DEFAULT_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        normalize(self)
+        if isinstance(self.backends, str):
+            object.__setattr__(self, "backends", (self.backends,))
+        elif self.backends is not None:
+            object.__setattr__(self, "backends", tuple(self.backends) or None)
+        object.__setattr__(self, "batch", _sweep(self.batch, "batch"))
+        object.__setattr__(self, "threads", _sweep(self.threads, "threads"))
+        if self.scenario not in SCENARIOS:
+            raise UsageError(
+                f"scenario '{self.scenario}' | is not one of {', '.join(SCENARIOS)}.",
+                hint="singlestream: one query at a time; offline: big batches; multistream: K streams.",
+            )
+        if self.duration_s is None and (self.iterations is None or self.iterations < 1):
+            raise UsageError(
+                f"iterations {self.iterations} | at least 1 timed iteration is needed.",
+                hint="use --iterations 100 (or --duration 10s).",
+            )
+        if self.warmup < 0:
+            raise UsageError(f"warmup {self.warmup} | cannot be negative.", hint="use --warmup 0 to skip it.")
+        if self.scenario == "multistream" and self.streams < 1:
+            raise UsageError(f"streams {self.streams} | at least 1 stream is needed.", hint="e.g. --streams 4.")
+        if self.max_drop is not None and not 0 <= self.max_drop <= 1:
+            raise UsageError(f"--max-drop {self.max_drop:g} | expected a share from 0 to 1 (or a percentage: 1%).",
+                             hint="e.g. --max-drop 1% (or 0.01).")  # fmt: skip
+        check_timeout(self.timeout_s)
+
+    def replace(self, **changes: Any) -> BenchPlan:
+        """This plan with some settings changed (checked again)."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, JSON-ready data; ``BenchPlan.from_dict`` reads it back (on a fleet node, say)."""
+        return settings_to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BenchPlan:
+        return cls(**known_fields(cls, data))

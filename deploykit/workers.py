@@ -1,0 +1,252 @@
+"""Worker processes: starting one, the job/result protocol, npz job files, exit codes and signals.
+
+Every worker deploykit starts (verification and bench candidates, the torch stage, the Darknet
+oracles, emulated platforms' probes) goes through ``run_worker``: a fresh interpreter that does not
+import from the current directory (an unrelated ``onnx.py`` there must not shadow the real
+package), in its own process group (so a timeout, Ctrl-C or SIGTERM of the parent kills the worker
+and anything it started), with a time limit. The protocol, for both sides:
+
+- the parent sends one JSON job on stdin; arrays travel as ``.npz`` files named in the job
+  (``write_arrays`` / ``read_arrays``);
+- the worker (``read_job``) answers with one result line (``send_result``); anything else it prints
+  is kept for the error;
+- a ``DeployKitError`` crosses as data (``error_result`` in the worker, ``rebuild_error`` in the
+  parent: ``DeployKitError.to_dict`` / ``from_dict``), never as text parsed back;
+- a crash is said by its signal or exit code (``describe_exit``).
+
+On Linux the worker also dies with its parent, even when the parent is killed with SIGKILL and
+has no chance to kill it (see ``_BOOTSTRAP``). This module runs jobs; it judges nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from deploykit.errors import DeployKitError
+
+RESULT_PREFIX = "DEPLOYKIT-RESULT "
+DEFAULT_TIMEOUT_S = 900.0
+PIPES_GRACE_S = 2.0  # how long a finished worker's pipes may stay open (held by something it started)
+# Run as `python -c _BOOTSTRAP <module> <parent pid>`, before the worker imports anything:
+# - -c puts '' (the current directory) first on sys.path: it goes before any import, so an
+#   unrelated ctypes.py or onnx.py there cannot shadow the real module.
+# - On Linux, PR_SET_PDEATHSIG (prctl option 1) asks the kernel to SIGKILL the worker when its
+#   parent dies: a parent killed with SIGKILL cannot kill its workers itself, and they would run
+#   on until their time limit. (The signal comes when the parent *thread* that started the worker
+#   ends; run_worker's thread waits in communicate() until the worker is gone, so that is the
+#   parent's death.) If the parent died before prctl ran, no signal will ever come; the parent
+#   pid has then changed, and the worker exits at once. Other systems have no such call: there
+#   the time limit and kill_workers are all there is.
+_BOOTSTRAP = """\
+import sys
+if sys.path and sys.path[0] == '':
+    del sys.path[0]
+import os
+if sys.platform.startswith('linux'):
+    import ctypes, signal
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != int(sys.argv[2]):
+        sys.stderr.write(
+            f'deploykit worker | its parent process (pid {sys.argv[2]}) exited before the worker started; '
+            'expected it to wait for the result. Exiting.\\n'
+        )
+        os._exit(3)
+del sys.argv[2]
+import runpy
+runpy.run_module(sys.argv[1], run_name='__main__', alter_sys=True)
+"""
+
+
+@dataclass(frozen=True)
+class Interpreter:
+    """The Python a worker runs in: this process's own, or another one (an aarch64 Python under
+    user-mode QEMU, from ``deploykit.platforms``). The job protocol is the same for every one.
+
+    Attributes:
+        command: the argv that starts the interpreter (``-c <bootstrap> module pid`` follows);
+            empty means ``sys.executable``.
+        environment: variables set for the worker on top of this process's.
+        platform: the platform the worker runs on, as rows name it (``host``, ``linux/arm64``).
+    """
+
+    command: tuple[str, ...] = ()
+    environment: Mapping[str, str] = field(default_factory=dict)
+    platform: str = "host"
+
+    def argv(self) -> list[str]:
+        return list(self.command) or [sys.executable]
+
+
+HOST = Interpreter()
+
+
+def die_with_parent(parent: int) -> None:
+    """In a worker started some other way (``multiprocessing``: serving replicas), what ``_BOOTSTRAP``
+    does: ask Linux to SIGKILL this process when ``parent`` dies, and exit at once if it already has."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before prctl: no signal will ever come
+        os._exit(3)
+
+
+def read_job() -> dict[str, Any]:
+    """The job a worker was started with (JSON on its stdin)."""
+    job: dict[str, Any] = json.loads(sys.stdin.read())
+    return job
+
+
+def send_result(result: Mapping[str, Any]) -> None:
+    """Print the worker's one result line (the last one counts)."""
+    print(RESULT_PREFIX + json.dumps(dict(result)), flush=True)
+
+
+def read_arrays(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` job file by name (written by ``write_arrays``; never pickled)."""
+    with np.load(path, allow_pickle=False) as archive:
+        return {name: archive[name] for name in archive.files}
+
+
+def write_arrays(path: str | os.PathLike[str], arrays: Mapping[str, Any]) -> None:
+    """Write arrays by name to an ``.npz`` job file, as ``.npz`` holds them without pickling: a
+    sequence's tensors as ``name[0]``, ``name[1]`` ..., an empty optional left out."""
+    named: dict[str, Any] = {}
+    for name, value in arrays.items():
+        if isinstance(value, list):
+            named.update({f"{name}[{index}]": item for index, item in enumerate(value)})
+        elif value is not None:
+            named[name] = value
+    np.savez(path, **named)
+
+
+def error_result(exc: DeployKitError) -> dict[str, Any]:
+    """A worker's ``DeployKitError`` as its result line carries it: the text (for a row's reason)
+    and the data to raise it again (``rebuild_error``)."""
+    return {"status": "error", "error": str(exc), "error_data": exc.to_dict()}
+
+
+def rebuild_error(data: Mapping[str, Any], default: type[DeployKitError] = DeployKitError) -> DeployKitError:
+    """The error a worker's ``error_data`` describes, of its own class when deploykit has it (else ``default``)."""
+    return default.from_dict(data)
+
+
+@dataclass
+class WorkerOutcome:
+    """What a worker produced: its result object, or why there is none."""
+
+    result: dict[str, Any] | None
+    error: str | None = None
+    stderr_tail: str = ""
+
+
+def describe_exit(code: int) -> str:
+    """``killed by signal SIGSEGV (exit code -11)`` or ``exited with code 3``."""
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name} (exit code {code})"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+_live: set[subprocess.Popen[str]] = set()
+_live_lock = threading.Lock()
+
+
+def _kill_group(process: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    process.wait()
+
+
+def _end_group(process: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _end_group_after_exit(process: subprocess.Popen[str], answered: threading.Event) -> None:
+    process.wait()
+    if not answered.wait(PIPES_GRACE_S):
+        _end_group(process)
+
+
+def kill_workers() -> None:
+    """Kill every worker this process started that is still running (and whatever they started):
+    what an interrupted command does before it exits, so no worker outlives it."""
+    with _live_lock:
+        processes = list(_live)
+    for process in processes:
+        _kill_group(process)
+
+
+def run_worker(
+    module: str,
+    job: Mapping[str, Any],
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    interpreter: Interpreter = HOST,
+) -> WorkerOutcome:
+    """Run ``python -m module`` (safely) with ``job`` as JSON on stdin; return its result line.
+
+    ``interpreter`` says which Python runs it (this one by default). The worker and its children
+    are killed when the time limit passes or when this process is interrupted (the interruption
+    is then re-raised).
+    """
+    from deploykit.validation import check_number
+
+    check_number("--timeout", timeout_s, low=0.0, low_open=True, hint="seconds a worker may take, e.g. --timeout 900.")
+    environment = {**os.environ, **interpreter.environment} if interpreter.environment else None
+    process = subprocess.Popen(
+        [*interpreter.argv(), "-c", _BOOTSTRAP, module, str(os.getpid())],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=environment,
+    )
+    with _live_lock:
+        _live.add(process)
+    answered = threading.Event()
+    # A process the worker started (a factory's subprocess) inherits its output pipes: after the worker has
+    # exited, such a child would keep communicate() waiting until the time limit. Once the worker is gone
+    # and its pipes stay open for a moment, its process group goes (the result line is already written).
+    threading.Thread(target=_end_group_after_exit, args=(process, answered), daemon=True).start()
+    try:
+        stdout, stderr = process.communicate(json.dumps(dict(job)), timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(process)
+        return WorkerOutcome(None, f"did not finish within {timeout_s:g} s and was killed (--timeout to change)")
+    except BaseException:
+        _kill_group(process)
+        raise
+    finally:
+        answered.set()
+        with _live_lock:
+            _live.discard(process)
+    _end_group(process)  # nothing the worker started outlives it
+    lines = [line for line in stdout.splitlines() if line.startswith(RESULT_PREFIX)]
+    tail = " | ".join(line.strip() for line in stderr.strip().splitlines()[-3:])
+    if process.returncode != 0 or not lines:
+        ended = describe_exit(process.returncode)
+        reason = f"the isolated run {'was ' if process.returncode < 0 else ''}{ended}"
+        if process.returncode == 0:
+            ended = "exited with code 0 without printing a result"
+            reason = f"the isolated run {ended}"
+        return WorkerOutcome(None, reason + (f"; last output: {tail}" if tail else ""), tail)
+    return WorkerOutcome(json.loads(lines[-1][len(RESULT_PREFIX) :]), None, tail)

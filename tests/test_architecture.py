@@ -1,0 +1,169 @@
+"""The shape of the house, checked: no import cycles, nothing imports the package top, and no backend
+names outside the backends.
+
+The layer order itself is import-linter's (``.importlinter``, run by ``make lint``); these checks use
+grimp (the graph import-linter builds) on every import, function-level ones included.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import grimp
+import pytest
+
+from deploykit.backends.registry import BUILTIN_BACKENDS, all_backends, get_backend
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Cycles that remain, each with why; the list only shrinks: a cycle that is gone must leave it too.
+ALLOWED_CYCLES: dict[frozenset[str], str] = {
+    frozenset({"deploykit.backends.base", "deploykit.backends.registry", "deploykit.backends.values"}): (
+        "only through the registry's `if TYPE_CHECKING:` import of Backend (for its annotations); "
+        "at run time the registry imports no backend module"
+    ),
+}
+
+
+def _cycles(exclude_type_checking_imports: bool) -> set[frozenset[str]]:
+    """The strongly connected components of more than one module (Tarjan, iteratively)."""
+    graph = grimp.build_graph("deploykit", exclude_type_checking_imports=exclude_type_checking_imports, cache_dir=None)
+    edges = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in sorted(graph.modules)}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: set[frozenset[str]] = set()
+    for start in edges:
+        if start in index:
+            continue
+        work = [(start, iter(edges[start]))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(edges[child])))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.add(frozenset(component))
+    return found
+
+
+def test_no_import_cycle_runs():
+    assert _cycles(exclude_type_checking_imports=True) == set()
+
+
+def test_import_cycles_are_only_the_named_ones_and_the_list_shrinks():
+    cycles = _cycles(exclude_type_checking_imports=False)
+    new = [sorted(c) for c in cycles - set(ALLOWED_CYCLES)]
+    gone = [sorted(c) for c in set(ALLOWED_CYCLES) - cycles]
+    assert not new, f"new import cycles (break them, never list them): {new}"
+    assert not gone, f"these cycles are gone: remove them from ALLOWED_CYCLES: {gone}"
+
+
+def test_nothing_in_the_library_imports_the_package_top():
+    graph = grimp.build_graph("deploykit", cache_dir=None)
+    importers = sorted(graph.find_modules_that_directly_import("deploykit"))
+    assert importers == [], "import from the defining submodule (deploykit.sessions.load, ...), not `deploykit`"
+
+
+# Strings that spell a backend's name but do not name the backend; keyed by file, each with why.
+NOT_BACKEND_NAMES: dict[tuple[str, str], str] = {
+    ("deploykit/convert/darknet/oracles.py", "opencv"): "the Darknet --oracle choice (OpenCV's own importer)",
+    ("deploykit/quantize/engines.py", "ort"): "the ONNX Runtime quantize engine",
+    ("cli/quantize_cmd.py", "ort"): "the ONNX Runtime quantize engine",
+    ("cli/export_cmd.py", "ncnn"): "the command `deploykit export ncnn`",
+    ("deploykit/quantize/evaluate.py", "reference"): "the reference model's outputs, as a label",
+    ("deploykit/tasks/classify.py", "reference"): "the reference outputs, as a label",
+    ("deploykit/tasks/detect.py", "reference"): "the reference outputs, as a label",
+    ("deploykit/quantize/settings.py", "ort"): "the ONNX Runtime quantize engine, the default quantizer",
+}
+
+
+def _backend_words() -> set[str]:
+    words = set()
+    for name in BUILTIN_BACKENDS:
+        words.add(name)
+        words.update(get_backend(name).aliases)
+    for backend in all_backends():
+        words.update(backend.virtual_devices)
+    return words
+
+
+def _literals(path: Path) -> list[tuple[int, str]]:
+    """Every string literal of a file except docstrings and record keys (``data["reference"]``, dict keys)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and body:
+            if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                skipped.add(id(body[0].value))
+        if isinstance(node, ast.Subscript):
+            skipped.add(id(node.slice))
+        if isinstance(node, ast.Dict):
+            skipped.update(id(key) for key in node.keys if key is not None)
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skipped
+    ]
+
+
+def _names_a_backend(text: str, words: set[str]) -> bool:
+    """``onnxruntime``, ``ort``, ``AUTO``, or a spec of one: ``openvino:CPU``, ``onnxruntime cpu``."""
+    head = text.strip().replace(":", " ").split(" ")
+    return bool(head) and head[0] in words and len(text.strip().split()) <= 2
+
+
+def test_no_backend_name_literal_outside_the_backends():
+    words = _backend_words()
+    found, used = [], set()
+    for folder in ("deploykit", "cli"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            if relative.startswith("deploykit/backends/"):
+                continue
+            for line, text in _literals(path):
+                if not _names_a_backend(text, words):
+                    continue
+                key = (relative, text.strip().split()[0].split(":")[0])
+                if key in NOT_BACKEND_NAMES:
+                    used.add(key)
+                else:
+                    found.append(f"{relative}:{line}: {text!r}")
+    assert not found, (
+        "backend names belong to deploykit/backends (use the registry: DEFAULT_BACKEND, REFERENCE_BACKEND, "
+        "a backend's name, virtual_devices, oracle_label):\n" + "\n".join(found)
+    )
+    assert not set(NOT_BACKEND_NAMES) - used, f"no longer needed: {sorted(set(NOT_BACKEND_NAMES) - used)}"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("onnxruntime", True), ("openvino:CPU", True), ("onnxruntime cpu", True), ("AUTO", True),
+     ("OpenCV ", False), ("run it on onnxruntime first", False), ("ortho", False)],
+)  # fmt: skip
+def test_the_backend_name_check_tells_names_from_prose(text, expected):
+    assert _names_a_backend(text, _backend_words()) is expected

@@ -1,0 +1,53 @@
+"""deploykit.workers: errors cross a real worker process as data and come back as the same error."""
+
+from __future__ import annotations
+
+import inspect
+import json
+
+import pytest
+
+from deploykit import errors
+from deploykit.errors import ConversionError, DeployKitError, InputError, ModelNotFoundError
+from deploykit.verify.isolated import run_candidate
+from deploykit.workers import describe_exit, rebuild_error
+
+TREE = [
+    cls
+    for _, cls in inspect.getmembers(errors, inspect.isclass)
+    if issubclass(cls, DeployKitError) and cls.__module__ == errors.__name__
+]
+
+
+@pytest.mark.parametrize("kind", TREE, ids=lambda cls: cls.__name__)
+def test_every_error_of_the_tree_survives_json_as_its_own_class(kind):
+    error = kind("input 'images' | got shape (1, 3) | (2, 3), expected (1, 4).", hint="resize first.")
+    again = DeployKitError.from_dict(json.loads(json.dumps(error.to_dict())))
+    assert type(again) is kind
+    assert str(again) == str(error)
+    assert (again.subject, again.problem, again.hint) == ("input 'images'", "got shape (1, 3) | (2, 3), expected (1, 4).",
+                                                          "resize first.")  # fmt: skip
+
+
+def test_a_message_without_a_subject_and_an_unknown_class():
+    data = InputError("no subject here.").to_dict()
+    assert (data["subject"], data["problem"], data["hint"]) == ("", "no subject here.", None)
+    unknown = {**data, "type": "SomeoneElsesError"}
+    assert type(ConversionError.from_dict(unknown)) is ConversionError
+    assert type(rebuild_error({**data, "type": "ValueError"})) is DeployKitError
+    assert str(DeployKitError.from_dict(unknown)) == "no subject here."
+
+
+def test_a_workers_error_is_raised_again_in_the_parent_as_the_same_error(tmp_path):
+    missing = tmp_path / "missing.onnx"
+    run = run_candidate(missing, "onnxruntime", None, [])  # a real worker process, which cannot open the model
+    assert run.error_data is not None and run.error_data["type"] == "ModelNotFoundError"
+    with pytest.raises(ModelNotFoundError) as raised:
+        run.raise_error(missing)
+    assert str(raised.value) == run.error
+    assert raised.value.subject and str(missing.name) in str(raised.value)
+
+
+def test_exit_codes_and_signals_in_words():
+    assert describe_exit(-11) == "killed by signal SIGSEGV (exit code -11)"
+    assert describe_exit(3) == "exited with code 3"
