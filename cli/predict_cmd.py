@@ -34,7 +34,7 @@ def _task(model: Path, task: str) -> str:
         model = bundle.model_path
 
     interface = read_interface(model)
-    stored = read_metadata(interface.metadata, Path(model).name).task
+    stored = read_metadata(interface.metadata_props, Path(model).name).task
     if stored is not None:
         return stored
     outputs = interface.outputs

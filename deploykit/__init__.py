@@ -44,7 +44,7 @@ from deploykit.errors import (
     UsageError,
 )
 from deploykit.inputs import make_inputs
-from deploykit.model import summarize
+from deploykit.model import Model, summarize
 from deploykit.sessions import load
 from deploykit.tensors import TensorSpec
 from deploykit.verify import (
@@ -130,6 +130,7 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "InputError",
     "InvalidModelError",
     "MetadataError",
+    "Model",
     "ModelError",
     "ModelNotFoundError",
     "OracleError",

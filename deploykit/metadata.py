@@ -31,6 +31,11 @@ INPUT = "deploykit.input"
 LABELS = "deploykit.labels"
 HEAD = "deploykit.head"
 DARKNET_HEADS = "deploykit.darknet.heads"
+RECIPE = "deploykit.recipe"
+WEIGHTS = "deploykit.weights"
+CONVERTER = "deploykit.converter"
+SOURCE = "deploykit.source"
+QUANTIZE = "deploykit.quantize"
 
 TASKS = tuple(REGISTERED_TASKS)  # the task registry's names: one spelling each
 RESIZES = ("letterbox", "stretch", "center-crop")
@@ -71,6 +76,11 @@ class ModelMetadata:
         labels: class names (``deploykit.labels``, else Ultralytics' ``names``), or None.
         head: ``raw``/``decoded``/``none`` for Darknet conversions, else None.
         darknet_heads: the Darknet YOLO heads (output name, type, classes, anchors, grid ...), checked.
+        recipe: the recipe that built the model (``deploykit.recipe``), or None.
+        weights: where the recipe's weights came from (``deploykit.weights``), or None.
+        converter: the converter that wrote it (``deploykit.converter``: ``darknet``, ``torch 2.x ...``).
+        source: what it was converted from (``deploykit.source``), or None.
+        quantize: ``deploykit quantize``'s record of a reduced model (``deploykit.quantize``), or None.
         raw: every key as stored.
     """
 
@@ -81,15 +91,23 @@ class ModelMetadata:
     labels: tuple[str, ...] | None = None
     head: str | None = None
     darknet_heads: tuple[Mapping[str, Any], ...] = ()
+    recipe: str | None = None
+    weights: str | None = None
+    converter: str | None = None
+    source: str | None = None
+    quantize: Mapping[str, Any] | None = None
     raw: Mapping[str, str] = field(default_factory=dict)
 
 
-def read_metadata(metadata: Mapping[str, str], model: str = "the model") -> ModelMetadata:
+def read_metadata(metadata: Mapping[str, str] | ModelMetadata, model: str = "the model") -> ModelMetadata:
     """Check and type a model's ``metadata_props`` (key → string); ``model`` names it in errors.
+    Metadata already typed (a ``Model``'s ``metadata``) is returned as it is, not read again.
 
     Raises:
         MetadataError: a ``deploykit.*`` value is not valid JSON, has the wrong type or an impossible value.
     """
+    if isinstance(metadata, ModelMetadata):
+        return metadata
     reader = _Reader(model)
     stored = reader.input(metadata.get(INPUT))
     size, size_source = stored.size, "deploykit metadata" if stored.size else ""
@@ -109,6 +127,11 @@ def read_metadata(metadata: Mapping[str, str], model: str = "the model") -> Mode
         labels=labels,
         head=reader.choice(HEAD, metadata.get(HEAD), HEAD_FORMS),
         darknet_heads=reader.heads(metadata.get(DARKNET_HEADS)),
+        recipe=metadata.get(RECIPE),
+        weights=metadata.get(WEIGHTS),
+        converter=metadata.get(CONVERTER),
+        source=metadata.get(SOURCE),
+        quantize=reader.record(QUANTIZE, metadata.get(QUANTIZE)),
         raw=dict(metadata),
     )
 
@@ -240,6 +263,14 @@ class _Reader:
         if len(value) > MAX_LABELS:
             raise self.fail(LABELS, f"has {len(value)} names; expected at most {MAX_LABELS}.")
         return tuple(value)
+
+    def record(self, key: str, text: str | None) -> Mapping[str, Any] | None:
+        if text is None:
+            return None
+        value = self.json(key, text)
+        if not isinstance(value, dict):
+            raise self.fail(key, f"is a JSON {_kind(value)}; expected an object.")
+        return _plain(value)  # a record may hold NaN (an accuracy not measured): kept as the float it was
 
     def heads(self, text: str | None) -> tuple[Mapping[str, Any], ...]:
         if text is None:

@@ -1,22 +1,33 @@
-"""Reading ONNX files and describing them without running them.
+"""The one model loader: ``Model.open`` reads a file once into a typed ``Model``.
 
-Every backend and the ``inspect`` command read models through ``load_onnx`` so a
-missing, corrupt or non-ONNX file gives the same clear error everywhere. This
-module must not import a runtime.
+A ``Model`` carries what every layer needs from the file (its path, format, SHA-256, inputs and
+outputs as ``TensorSpec``s, weight precision and metadata, typed by ``deploykit.metadata``) and is
+passed down instead of the path: bench, verify, vision and quantize take a ``Model`` or a path and
+call ``as_model`` once at their boundary, so the ONNX file is parsed once per process. Backends
+take it too; a backend that reads a native format (OpenCV's Darknet ``.cfg``) makes the ``Model``
+of such a file itself (``Backend.read_model``). ``load_onnx`` is the checked parse that a missing,
+corrupt or non-ONNX file fails with the same clear error everywhere. This module must not import a
+runtime.
 """
 
 from __future__ import annotations
 
 import collections
+import hashlib
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from deploykit.errors import InvalidModelError, ModelNotFoundError
 from deploykit.tensors import TensorSpec, spec_from_value_info
+
+if TYPE_CHECKING:
+    from deploykit.metadata import ModelMetadata
 
 _TWO_GIB = 2**31
 
@@ -66,28 +77,52 @@ def load_onnx(path: str | os.PathLike[str], *, load_external_data: bool = False,
     try:
         model = onnx.load(str(model_path), load_external_data=load_external_data)
     except Exception as exc:
+        raise _unparsable(model_path, exc) from exc
+    _check_is_onnx(model, model_path)
+    if check:
+        _run_checker(model, model_path)
+    return model
+
+
+def check_onnx(model: Model) -> None:
+    """Run ``onnx.checker`` on a ``Model`` already read (a file over 2 GiB or with external data is
+    checked by path, as the checker needs).
+
+    Raises:
+        InvalidModelError: naming the checker's first complaint.
+    """
+    _run_checker(model.proto, model.path)
+
+
+def _run_checker(model: Any, model_path: Path) -> None:
+    import onnx
+
+    try:
+        if model_path.stat().st_size >= _TWO_GIB or has_external_data(model):
+            onnx.checker.check_model(str(model_path))
+        else:
+            onnx.checker.check_model(model)
+    except Exception as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
         raise InvalidModelError(
-            f"model '{model_path}' | cannot be parsed as ONNX ({type(exc).__name__}: {exc}).",
-            hint="the file may be truncated or in another format; re-export or re-download it.",
+            f"model '{model_path}' | fails the ONNX checker: {first_line}",
+            hint="the file may be truncated or hand-edited; re-export it.",
         ) from exc
+
+
+def _unparsable(model_path: Path, exc: Exception) -> InvalidModelError:
+    return InvalidModelError(
+        f"model '{model_path}' | cannot be parsed as ONNX ({type(exc).__name__}: {exc}).",
+        hint="the file may be truncated or in another format; re-export or re-download it.",
+    )
+
+
+def _check_is_onnx(model: Any, model_path: Path) -> None:
     if model.ir_version <= 0 or not model.HasField("graph") or not model.graph.output:
         raise InvalidModelError(
             f"model '{model_path}' | is not an ONNX model (no IR version or no graph outputs).",
             hint="pass an .onnx file; convert other formats with 'deploykit convert'.",
         )
-    if check:
-        try:
-            if model_path.stat().st_size >= _TWO_GIB or _has_external_data(model):
-                onnx.checker.check_model(str(model_path))
-            else:
-                onnx.checker.check_model(model)
-        except Exception as exc:
-            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-            raise InvalidModelError(
-                f"model '{model_path}' | fails the ONNX checker: {first_line}",
-                hint="the file may be truncated or hand-edited; re-export it.",
-            ) from exc
-    return model
 
 
 def check_opset(model: Any, path: str | os.PathLike[str]) -> None:
@@ -112,7 +147,8 @@ def check_opset(model: Any, path: str | os.PathLike[str]) -> None:
             )
 
 
-def _has_external_data(model: Any) -> bool:
+def has_external_data(model: Any) -> bool:
+    """True when some initializer keeps its data in an external file."""
     from onnx import TensorProto
 
     return any(t.data_location == TensorProto.EXTERNAL for t in model.graph.initializer)
@@ -282,27 +318,136 @@ def summarize(path: str | os.PathLike[str]) -> ModelSummary:
     )
 
 
-@dataclass
-class GraphInterface:
-    """What a backend needs from the ONNX file besides the runtime's own loading."""
+@dataclass(frozen=True, eq=False)
+class Model:
+    """A model file, read once: what bench, verify, vision, quantize and the backends need from it.
+
+    Make one with ``Model.open(path)`` (or ``as_model(model_or_path)`` at a function's boundary) and
+    pass it down instead of the path; nothing below re-reads the file for its interface.
+
+    Attributes:
+        path: the file.
+        format: ``.onnx`` for a file ``onnx`` parsed, else the suffix of a backend's own format (``.cfg``).
+        sha256: the SHA-256 of the bytes that were parsed (a run that must time this very file
+            compares it with the file's hash at the end).
+        inputs: the graph's real inputs (initializers excluded), in graph order.
+        outputs: the graph's outputs, in graph order.
+        precision: the type most weights use (``f32``, ``f16``, ``int8`` ...; see ``model_precision``).
+        metadata_props: ``metadata_props`` as stored (key → text).
+        proto: the parsed ``onnx.ModelProto`` without external data (None for a native format); read
+            it, do not change it: every holder of this ``Model`` shares it.
+    """
 
     path: Path
-    inputs: list[TensorSpec]
-    outputs: list[TensorSpec]
+    format: str
+    sha256: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
     precision: str
-    metadata: dict[str, str] = field(default_factory=dict)
-    """``metadata_props`` (converters write deploykit.* keys; Ultralytics writes names, imgsz)."""
+    metadata_props: Mapping[str, str] = field(default_factory=dict)
+    proto: Any = field(default=None, repr=False)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> Model:
+        """Read an ONNX file once (external data is not read): its bytes are hashed and parsed.
+
+        Raises:
+            ModelNotFoundError: the path does not exist or is a directory.
+            InvalidModelError: not a valid ONNX file, an opset newer than the installed onnx knows,
+                or a graph that lists an input or output twice.
+        """
+        model_path = check_model_path(path)
+        data = model_path.read_bytes()
+        proto = parse_onnx(data, model_path)
+        check_opset(proto, model_path)
+        inputs, outputs = graph_io(proto)
+        return cls(
+            path=model_path,
+            format=".onnx",  # what was parsed, whatever the file's name ends with
+            sha256=hashlib.sha256(data).hexdigest(),
+            inputs=tuple(inputs),
+            outputs=tuple(outputs),
+            precision=model_precision(proto),
+            metadata_props=metadata_of(proto),
+            proto=proto,
+        )
+
+    @classmethod
+    def native(
+        cls,
+        path: Path,
+        inputs: tuple[TensorSpec, ...] = (),
+        outputs: tuple[TensorSpec, ...] = (),
+        precision: str = "f32",
+        metadata_props: Mapping[str, str] | None = None,
+    ) -> Model:
+        """A file in a backend's own format (a Darknet ``.cfg``, an ncnn ``.param``), which ``onnx``
+        cannot read: its path, format and hash, and the interface the backend found (or none, when
+        only its runtime can say it). ``sha256`` is empty when the file cannot be read: its runtime
+        then says why, in its own words."""
+        from deploykit.io import file_sha256
+
+        sha256 = file_sha256(path) if path.is_file() else ""
+        return cls(path, path.suffix.lower(), sha256, tuple(inputs), tuple(outputs), precision,
+                   dict(metadata_props or {}))  # fmt: skip
+
+    @cached_property
+    def metadata(self) -> ModelMetadata:
+        """The typed metadata (task, input and pre-processing, labels, recipe, weights, quantize record),
+        checked when first asked for.
+
+        Raises:
+            MetadataError: a ``deploykit.*`` key holds a value of the wrong type or an impossible one.
+        """
+        from deploykit.metadata import read_metadata
+
+        return read_metadata(self.metadata_props, self.path.name)
+
+    @property
+    def name(self) -> str:
+        """The file's name, as messages show it."""
+        return self.path.name
+
+    def input_specs(self) -> dict[str, TensorSpec]:
+        """Input name → spec, in graph order."""
+        return {spec.name: spec for spec in self.inputs}
+
+    def output_specs(self) -> dict[str, TensorSpec]:
+        """Output name → spec, in graph order."""
+        return {spec.name: spec for spec in self.outputs}
 
 
-def read_interface(path: str | os.PathLike[str]) -> GraphInterface:
-    """Inputs, outputs, weight precision and metadata of an ONNX file (external data is not read).
+def parse_onnx(data: bytes, model_path: Path) -> Any:
+    """``data`` (a file's bytes) parsed as an ONNX model, checked to be one (not by ``onnx.checker``).
 
     Raises:
-        ModelNotFoundError, InvalidModelError: as ``load_onnx``.
+        InvalidModelError: as ``load_onnx``.
     """
-    model_path = check_model_path(path)
-    model = load_onnx(model_path, load_external_data=False, check=False)
-    check_opset(model, model_path)
-    inputs, outputs = graph_io(model)
-    metadata = metadata_of(model)
-    return GraphInterface(model_path, inputs, outputs, model_precision(model), metadata)
+    import onnx
+
+    try:
+        model = onnx.load_model_from_string(data)
+    except Exception as exc:
+        raise _unparsable(model_path, exc) from exc
+    _check_is_onnx(model, model_path)
+    return model
+
+
+def as_model(model: Model | str | os.PathLike[str]) -> Model:
+    """``model`` itself when it is a ``Model``, else ``Model.open(model)``: what a function that takes
+    a model calls once at its boundary."""
+    return model if isinstance(model, Model) else Model.open(model)
+
+
+def path_of(model: Model | str | os.PathLike[str]) -> Path:
+    """The file of a ``Model`` or a path, without reading it (what a worker process is sent)."""
+    return model.path if isinstance(model, Model) else Path(model)
+
+
+def read_interface(model: Model | str | os.PathLike[str]) -> Model:
+    """The ``Model`` of a path (read once) or the ``Model`` given; the name older callers use for ``as_model``.
+
+    Raises:
+        ModelNotFoundError, InvalidModelError: as ``Model.open``.
+    """
+    return as_model(model)

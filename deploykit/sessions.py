@@ -1,4 +1,4 @@
-"""``load``: open a model file (or a bundle folder) on a backend and device, in this process.
+"""``load``: open a model (a ``Model``, a file or a bundle folder) on a backend and device, in this process.
 
 It lives below the package top so that the library's own modules (vision pipelines, serving,
 batch inference) open sessions without importing ``deploykit`` itself; ``deploykit.load`` is this.
@@ -13,10 +13,11 @@ import os
 from deploykit.backends.base import Session
 from deploykit.backends.options import OptionValue
 from deploykit.backends.registry import DEFAULT_BACKEND, get_backend
+from deploykit.model import Model
 
 
 def load(
-    model: str | os.PathLike[str],
+    model: Model | str | os.PathLike[str],
     backend: str | None = None,
     device: str | None = None,
     *,
@@ -26,7 +27,8 @@ def load(
     """Load a model on a backend and device.
 
     Args:
-        model: path to an ``.onnx`` file (or a Darknet ``.cfg`` for OpenCV 4.x), or a bundle folder
+        model: a ``Model`` (``deploykit.model.Model.open``: read once, not again here), the path of an
+            ``.onnx`` file (or a Darknet ``.cfg`` for OpenCV 4.x), or a bundle folder
             written by ``deploykit optimize -o``: then its chosen model file opens on its chosen
             backend, device, precision and threads (``deploykit.optimize.bundle.open_bundle``).
         backend: ``onnxruntime``/``ort`` (the default), ``openvino``/``ov``, ``opencv``/``cv`` or a plug-in.
@@ -40,7 +42,7 @@ def load(
         process: a runtime that crashes ends it (``deploykit run`` and ``compare`` use worker
         processes instead; see docs/conformance.md).
     """
-    if os.path.isdir(model):
+    if not isinstance(model, Model) and os.path.isdir(model):
         from deploykit.optimize.bundle import open_bundle
 
         return open_bundle(model, backend=backend, device=device, allow_fallback=allow_fallback, **options)

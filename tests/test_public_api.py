@@ -14,7 +14,7 @@ PUBLIC = {
     "UnsupportedLayerError", "UnsupportedModelError", "UsageError", "Verdict", "VerificationReport", "__version__",
     "all_backends", "backend_names", "benchmark", "convert_darknet", "convert_torch", "draw", "get_backend", "load",
     "make_inputs", "quantize", "serve", "summarize", "verify_model", "OptimizeReport", "optimize", "BundleError",
-    "MetadataError", "compare", "predict", "export_ncnn", "BenchPlan", "VerifySettings", "ThresholdOverrides",
+    "MetadataError", "Model", "compare", "predict", "export_ncnn", "BenchPlan", "VerifySettings", "ThresholdOverrides",
     "QuantizeSettings", "OptimizePlan", "TorchExportSettings", "DarknetExportSettings",
 }  # fmt: skip
 

@@ -30,6 +30,7 @@ from deploykit.errors import (
     UsageError,
     one_line,
 )
+from deploykit.model import Model, as_model
 from deploykit.tensors import TENSOR, TensorSpec, normalize_precision
 
 
@@ -302,8 +303,8 @@ class Backend(abc.ABC):
         """How a verification names this backend when it is the oracle (``onnxruntime:cpu``)."""
         return f"{self.name}:{device}"
 
-    def oracle_blind_spot(self, model_path: Path) -> str | None:
-        """Why this backend must not judge ``model_path`` as an oracle: a construct it is known to compute
+    def oracle_blind_spot(self, model: Model) -> str | None:
+        """Why this backend must not judge ``model`` as an oracle: a construct it is known to compute
         wrongly (the verification then says ``unverified`` with this reason); None when there is none."""
         return None
 
@@ -387,9 +388,30 @@ class Backend(abc.ABC):
         """Options that make a session compute in ``precision`` (empty: the model's own)."""
         return {"precision": precision} if "precision" in self.options else {}
 
+    def read_model(self, model: Model | str | os.PathLike[str]) -> Model:
+        """The ``Model`` this backend opens: a ``Model`` as given; a path read once with ``Model.open``,
+        except a file in one of the backend's native formats (``formats`` other than ``.onnx``), which is
+        its runtime's to read: the default ``Model`` of such a file has its path, format and hash, and
+        the session supplies the interface. A backend that can say the interface of its own format
+        without loading it overrides this (OpenCV reads a Darknet ``.cfg``'s).
+
+        Raises:
+            ModelNotFoundError, InvalidModelError: as ``Model.open``.
+        """
+        if isinstance(model, Model):
+            return model
+        path = Path(model)
+        if path.suffix.lower() in self.native_formats():
+            return Model.native(path)
+        return as_model(path)
+
+    def native_formats(self) -> set[str]:
+        """The suffixes of ``formats`` that are the runtime's own (not ``.onnx``), lower case."""
+        return {suffix.lower() for suffix in self.formats} - {".onnx"}
+
     def open(
         self,
-        model: str | os.PathLike[str],
+        model: Model | str | os.PathLike[str],
         device: str | None = None,
         *,
         allow_fallback: bool = False,
@@ -398,7 +420,8 @@ class Backend(abc.ABC):
         """Load a model on a device.
 
         Args:
-            model: path to the ``.onnx`` file.
+            model: a ``Model`` (read once by the caller), or the path of an ``.onnx`` file or of a
+                file in one of the backend's ``formats``.
             device: the backend's device name (``cpu``, ``cuda:0``, ``GPU``, ``opencl`` ...).
             allow_fallback: run on the CPU when the device cannot be used, and say
                 so in ``session.info``; without it that is a ``DeviceUnavailableError``.
@@ -410,17 +433,17 @@ class Backend(abc.ABC):
         """
         self.import_runtime()
         checked = validate_options(self.name, self.options, options)
-        model_path = Path(model)
         device = device or self.default_device
         requested = self.requested_precision(checked)
         if requested is not None:
             self._check_precision(device, requested, allow_fallback)
+        read = self.read_model(model)
         try:
-            session = self._open(model_path, device, allow_fallback, checked)
+            session = self._open(read, device, allow_fallback, checked)
         except DeployKitError:
             raise
         except Exception as exc:  # the runtime's own exception, translated in one place for every backend
-            raise self.load_error(model_path, exc) from exc
+            raise self.load_error(read, exc) from exc
         session.info.precision_requested = requested
         session._allow_fallback = allow_fallback
         try:
@@ -461,25 +484,26 @@ class Backend(abc.ABC):
         """How messages name the backend: ``backend 'openvino'``."""
         return f"backend '{self.name}'"
 
-    def load_error(self, model_path: Path, exc: BaseException) -> DeployKitError:
-        """A runtime exception while loading, as one deploykit error: a broken file gets the same
-        message on every backend (from ``load_onnx``); anything else the runtime cannot load is an
-        ``UnsupportedModelError`` with the backend's ``explain``."""
-        from deploykit.model import load_onnx
+    def load_error(self, model: Model, exc: BaseException) -> DeployKitError:
+        """A runtime exception while loading, as one deploykit error: an ONNX file that fails the ONNX
+        checker gets the same message on every backend (``check_onnx``, on the model already read);
+        anything else the runtime cannot load is an ``UnsupportedModelError`` with the backend's ``explain``."""
+        from deploykit.model import check_onnx
 
-        if model_path.suffix.lower() not in set(self.formats) - {".onnx"}:
+        if model.proto is not None:
             try:
-                load_onnx(model_path)
+                check_onnx(model)
             except DeployKitError as broken:
                 return broken
         return UnsupportedModelError(
-            f"{self.subject()} | cannot {self.load_verb} '{model_path.name}': {sentence(self.explain(exc))}",
+            f"{self.subject()} | cannot {self.load_verb} '{model.path.name}': {sentence(self.explain(exc))}",
             hint=self.load_hint,
         )
 
     @abc.abstractmethod
-    def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
-        """Load ``model_path`` and return a session whose ``info`` says what runs it."""
+    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+        """Load ``model`` (its file is ``model.path``; its interface, read once, ``model.inputs`` and
+        ``model.outputs``) and return a session whose ``info`` says what runs it."""
 
     def refuse_unsupported_kinds(
         self, model_path: Path, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]

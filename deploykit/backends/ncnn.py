@@ -30,6 +30,7 @@ from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.ncnn_layout import NcnnLayout, check_layers, native_layout, onnx_layout
 from deploykit.backends.options import OptionSpec
 from deploykit.errors import DeployKitError, InputError, ModelError, UnsupportedModelError, UsageError
+from deploykit.model import Model
 
 _PRECISIONS = ("f32", "f16", "bf16")
 _PROBE_PARAM = "7767517\n2 2\nInput in0 0 1 in0\nAbsVal abs 1 1 in0 out0\n"
@@ -141,8 +142,10 @@ class NcnnBackend(Backend):
         kind, _ = _parse_device(device or self.default_device)
         return list(applied_precisions()) if kind == "cpu" else ["f32"]
 
-    def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         import ncnn
+
+        model_path = model.path
 
         kind, index = _parse_device(device)
         fallback_reason = None
@@ -163,10 +166,10 @@ class NcnnBackend(Backend):
         asked = options.get("precision")
         offered = self.precisions(f"vulkan:{index}" if kind == "vulkan" else "cpu")
         ran = asked if asked in offered else "f32"
-        if model_path.suffix.lower() == ".param":
+        if model.format == ".param":
             layout = native_layout(model_path)
         else:
-            layout = onnx_layout(model_path, options, fp16_weights=ran == "f16")
+            layout = onnx_layout(model, options, fp16_weights=ran == "f16")
         net = ncnn.Net()
         opt = net.opt
         _set_precision(opt, ran)
@@ -180,7 +183,7 @@ class NcnnBackend(Backend):
         if kind == "vulkan":
             opt.use_vulkan_compute = True
             net.set_vulkan_device(index)
-        if model_path.suffix.lower() == ".param":
+        if model.format == ".param":
             check_layers(layout.param, layout.subject)
         if net.load_param(str(layout.param)) != 0:
             raise UnsupportedModelError(

@@ -27,7 +27,7 @@ from deploykit.backends.ncnn_convert import (
 )
 from deploykit.errors import ModelError, ModelNotFoundError, UnsupportedModelError, UsageError
 from deploykit.inputs import parse_input_settings, plan_inputs
-from deploykit.model import read_interface
+from deploykit.model import Model, as_model
 from deploykit.tensors import Dim, TensorSpec
 
 IO_FORMAT = "deploykit-ncnn-io"
@@ -94,13 +94,14 @@ def _shape_settings(options: Mapping[str, Any]) -> list[str]:
     return [part.strip() for part in text.split(";") if part.strip()]
 
 
-def onnx_layout(model_path: Path, options: Mapping[str, Any], *, fp16_weights: bool) -> NcnnLayout:
-    interface = read_interface(model_path)
+def onnx_layout(model: Model | Path, options: Mapping[str, Any], *, fp16_weights: bool) -> NcnnLayout:
+    interface = as_model(model)
+    model_path = interface.path
     subject = f"'{model_path.name}'"
     try:
         plan = plan_inputs(
             interface.inputs,
-            interface.metadata,
+            interface.metadata_props,
             settings=parse_input_settings(_shape_settings(options)),
             model_name=subject,
         )
@@ -134,7 +135,7 @@ def onnx_layout(model_path: Path, options: Mapping[str, Any], *, fp16_weights: b
     shapes = [plan.shapes[s.name] for s in interface.inputs]
     types = [pnnx_type(s.name, s.dtype) for s in interface.inputs]
     conversion = convert(model_path, shapes, types, fp16=fp16_weights)
-    _check_conversion(conversion, interface.inputs, interface.outputs, shapes, subject)
+    _check_conversion(conversion, list(interface.inputs), list(interface.outputs), shapes, subject)
     symbols = {s.shape[axis] for s in interface.inputs if (axis := batch_axes.get(s.name)) is not None and s.shape}
     inputs = [
         TensorSpec(spec.name, spec.dtype, _with_batch(plan.shapes[spec.name], spec.shape, batch_axes.get(spec.name)))
@@ -154,7 +155,7 @@ def onnx_layout(model_path: Path, options: Mapping[str, Any], *, fp16_weights: b
         list(conversion.inputs),
         list(conversion.outputs),
         batch_axes,
-        interface.metadata,
+        dict(interface.metadata_props),
         "f16" if fp16_weights else "f32",
     )
 

@@ -18,7 +18,7 @@ import numpy as np
 from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.options import OptionSpec
 from deploykit.errors import DeployKitError, UnsupportedModelError, UsageError
-from deploykit.model import read_interface
+from deploykit.model import Model
 from deploykit.tensors import KINDS
 
 _PROVIDERS = {
@@ -104,9 +104,9 @@ class OnnxRuntimeBackend(Backend):
         match = _IR_VERSION.search(str(exc))
         return match.group(0) if match else super().explain(exc)
 
-    def load_error(self, model_path: Path, exc: BaseException) -> DeployKitError:
+    def load_error(self, model: Model, exc: BaseException) -> DeployKitError:
         """As the base class's, with a hint that fits a model whose IR version this runtime is too old for."""
-        error = super().load_error(model_path, exc)
+        error = super().load_error(model, exc)
         match = _IR_VERSION.search(str(exc))
         if match is None or not isinstance(error, UnsupportedModelError):
             return error
@@ -144,10 +144,10 @@ class OnnxRuntimeBackend(Backend):
             if provider in available and _provider_library_problem(provider) is None
         ]
 
-    def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         ort = self.import_runtime()
         kind, index = parse_device(device)
-        interface = read_interface(model_path)
+        model_path = model.path
         wanted = _PROVIDERS[kind]
         fallback_reason: str | None = None
         if wanted not in ort.get_available_providers():
@@ -193,13 +193,13 @@ class OnnxRuntimeBackend(Backend):
             backend_version=_distribution(),
             device_requested=device,
             device=actual,
-            precision=interface.precision,
+            precision=model.precision,
             providers=list(active),
             fallback=fallback_reason is not None,
             fallback_reason=fallback_reason,
             options=dict(options),
         )
-        return OnnxRuntimeSession(model_path, interface.inputs, interface.outputs, info, session, interface.metadata)
+        return OnnxRuntimeSession(model_path, model.inputs, model.outputs, info, session, model.metadata_props)
 
     def _refuse_or_fallback(self, device: str, reason: str, allow_fallback: bool) -> None:
         if not allow_fallback:

@@ -8,8 +8,9 @@ Outputs are fetched by graph name, never by OpenCV's internal order. A
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -19,7 +20,7 @@ from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.options import OptionSpec
 from deploykit.backends.values import sentence
 from deploykit.errors import ModelError, UnsupportedModelError, UsageError
-from deploykit.model import check_model_path, read_interface
+from deploykit.model import Model, check_model_path
 from deploykit.tensors import TensorSpec
 
 _TARGETS = ("cpu", "opencl", "opencl_fp16", "cuda", "cuda_fp16")
@@ -100,7 +101,20 @@ class OpenCvBackend(Backend):
             return "f16"
         return "f32" if own in ("f16", "bf16") else own
 
-    def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+    def read_model(self, model: Model | str | os.PathLike[str]) -> Model:
+        """A Darknet ``.cfg``'s interface comes from its ``[net]`` section (the input) and, once OpenCV
+        has read it, the network's unconnected layers (the outputs); anything else as ``Backend.read_model``."""
+        if isinstance(model, Model) or Path(model).suffix.lower() != ".cfg":
+            return super().read_model(model)
+        from deploykit.darknet_cfg import read_cfg
+
+        cfg_path = check_model_path(model)
+        section = read_cfg(cfg_path).net
+        width, height = section.integer("width", 416), section.integer("height", 416)
+        channels = section.integer("channels", 3)
+        return Model.native(cfg_path, inputs=(TensorSpec("data", np.dtype(np.float32), (1, channels, height, width)),))
+
+    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         cv2 = self.import_runtime()
         target = device.strip().lower()
         if target not in _TARGETS:
@@ -121,14 +135,13 @@ class OpenCvBackend(Backend):
         if int(options.get("threads", 0)):
             cv2.setNumThreads(int(options["threads"]))
 
-        metadata: dict[str, str] = {}
-        if model_path.suffix.lower() == ".cfg":
-            net, inputs, outputs, precision = self._read_darknet(cv2, model_path, options)
+        model_path = model.path
+        inputs, outputs, precision, metadata = model.inputs, model.outputs, model.precision, model.metadata_props
+        if model.format == ".cfg":
+            net = self._read_darknet(cv2, model_path, options)
+            outputs = tuple(TensorSpec(name, np.dtype(np.float32), None) for name in net.getUnconnectedOutLayersNames())
         else:
-            interface = read_interface(model_path)
-            self.refuse_unsupported_kinds(model_path, interface.inputs, interface.outputs)
-            inputs, outputs, precision = interface.inputs, interface.outputs, interface.precision
-            metadata = interface.metadata
+            self.refuse_unsupported_kinds(model_path, inputs, outputs)
             net = cv2.dnn.readNetFromONNX(str(model_path))
         backend_id, target_id = {
             "cpu": (cv2.dnn.DNN_BACKEND_OPENCV, cv2.dnn.DNN_TARGET_CPU),
@@ -151,7 +164,7 @@ class OpenCvBackend(Backend):
             fallback_reason=fallback_reason,
             options=dict(options),
         )
-        return OpenCvSession(model_path, inputs, outputs, info, net, metadata)
+        return OpenCvSession(model_path, inputs, outputs, info, net, dict(metadata))
 
     @staticmethod
     def _target_problem(cv2: Any, target: str) -> str | None:
@@ -166,10 +179,7 @@ class OpenCvBackend(Backend):
             return "OpenCV finds no OpenCL platform/device on this machine."
         return None
 
-    def _read_darknet(
-        self, cv2: Any, cfg_path: Path, options: dict[str, Any]
-    ) -> tuple[Any, list[TensorSpec], list[TensorSpec], str]:
-        check_model_path(cfg_path)
+    def _read_darknet(self, cv2: Any, cfg_path: Path, options: dict[str, Any]) -> Any:
         if not hasattr(cv2.dnn, "readNetFromDarknet"):
             raise UnsupportedModelError(
                 f"backend 'opencv' ({cv2.__version__}) | cannot read Darknet '{cfg_path.name}': "
@@ -191,14 +201,7 @@ class OpenCvBackend(Backend):
                 f"Darknet model '{cfg_path.name}' | OpenCV cannot read it: {_cv_message(exc)}",
                 hint="check that the .weights file belongs to this .cfg.",
             ) from exc
-        from deploykit.darknet_cfg import read_cfg
-
-        section = read_cfg(cfg_path).net
-        width, height = section.integer("width", 416), section.integer("height", 416)
-        channels = section.integer("channels", 3)
-        inputs = [TensorSpec("data", np.dtype(np.float32), (1, channels, height, width))]
-        outputs = [TensorSpec(name, np.dtype(np.float32), None) for name in net.getUnconnectedOutLayersNames()]
-        return net, inputs, outputs, "f32"
+        return net
 
 
 def _cv_message(exc: BaseException) -> str:
@@ -227,8 +230,8 @@ class OpenCvSession(Session):
     def __init__(
         self,
         model_path: Path,
-        inputs: list[TensorSpec],
-        outputs: list[TensorSpec],
+        inputs: Sequence[TensorSpec],
+        outputs: Sequence[TensorSpec],
         info: SessionInfo,
         net: Any,
         metadata: dict[str, str] | None = None,

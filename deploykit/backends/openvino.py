@@ -22,7 +22,7 @@ import numpy as np
 from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.options import OptionSpec
 from deploykit.errors import UnsupportedModelError
-from deploykit.model import read_interface
+from deploykit.model import Model
 from deploykit.tensors import TensorSpec
 
 _PRECISIONS = {"f32": "f32", "fp32": "f32", "float32": "f32", "bf16": "bf16", "bfloat16": "bf16", "f16": "f16",
@@ -171,17 +171,17 @@ class OpenVinoBackend(Backend):
             config["CACHE_DIR"] = str(options["cache_dir"])
         return config
 
-    def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         ov_device, fallback_reason = self._normalize_device(device, allow_fallback)
         config = self._config(options)
         reshape = str(options.get("reshape", "auto")).lower()
-        interface = read_interface(model_path)
+        model_path, interface = model.path, model
         self.refuse_unsupported_kinds(model_path, interface.inputs, interface.outputs)
-        model = _core().read_model(str(model_path))
+        compiled_from = _core().read_model(str(model_path))
         session = OpenVinoSession(
             model_path,
-            interface.inputs,
-            interface.outputs,
+            list(interface.inputs),
+            list(interface.outputs),
             SessionInfo(
                 backend=self.name,
                 backend_version=self.version(),
@@ -192,12 +192,12 @@ class OpenVinoBackend(Backend):
                 fallback_reason=fallback_reason,
                 options=dict(options),
             ),
-            model=model,
+            model=compiled_from,
             device=ov_device,
             config=config,
             reshape=reshape == "auto",
             shape_cache=int(options.get("shape_cache", _SHAPE_CACHE_SIZE)),
-            metadata=interface.metadata,
+            metadata=dict(interface.metadata_props),
         )
         return session
 

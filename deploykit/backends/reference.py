@@ -18,7 +18,7 @@ import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.options import OptionSpec
-from deploykit.model import load_onnx, read_interface
+from deploykit.model import Model, has_external_data, load_onnx
 from deploykit.tensors import KINDS
 
 
@@ -47,10 +47,10 @@ class ReferenceBackend(Backend):
     def version(self) -> str:
         return f"onnx {metadata.version('onnx')} (reference evaluator)"
 
-    def oracle_blind_spot(self, model_path: Path) -> str | None:
+    def oracle_blind_spot(self, model: Model) -> str | None:
         from deploykit.backends.reference_ops import blind_spot
 
-        return blind_spot(load_onnx(model_path, check=False))
+        return blind_spot(model.proto) if model.proto is not None else None
 
     def devices(self) -> list[str]:
         return ["cpu"]
@@ -66,7 +66,7 @@ class ReferenceBackend(Backend):
         """f64 widens floating inputs; anything else runs the model's own types (f32 for an f32 model)."""
         return {"precision": "f64"} if precision == "f64" else {}
 
-    def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         from onnx.reference import ReferenceEvaluator
 
         from deploykit.backends.reference_ops import REFERENCE_OPS
@@ -74,20 +74,22 @@ class ReferenceBackend(Backend):
         if device.lower() != "cpu":
             raise self._device_error(device, "the reference evaluator runs on the CPU only.", hint="use device cpu.")
         precision = str(options.get("precision", "f32"))
-        interface = read_interface(model_path)
-        model = load_onnx(model_path, load_external_data=True, check=False)
-        evaluator = ReferenceEvaluator(model, new_ops=REFERENCE_OPS)
+        # the evaluator needs the weights too: the Model's proto leaves external data out
+        proto = model.proto
+        if has_external_data(proto):
+            proto = load_onnx(model.path, load_external_data=True, check=False)
+        evaluator = ReferenceEvaluator(proto, new_ops=REFERENCE_OPS)
         info = SessionInfo(
             backend=self.name,
             backend_version=self.version(),
             device_requested=device,
             device="cpu",
-            precision="f64" if precision == "f64" else interface.precision,
+            precision="f64" if precision == "f64" else model.precision,
             providers=["onnx.reference.ReferenceEvaluator"],
             options=dict(options),
         )
         return ReferenceSession(
-            model_path, interface.inputs, interface.outputs, info, evaluator, precision == "f64", interface.metadata
+            model.path, model.inputs, model.outputs, info, evaluator, precision == "f64", model.metadata_props
         )
 
 

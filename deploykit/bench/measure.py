@@ -20,6 +20,7 @@ from deploykit.backends.registry import get_backend
 from deploykit.bench.config import BenchConfig
 from deploykit.bench.rows import Block, Histogram, Row
 from deploykit.bench.stats import NOISY_COV, cost_per_million, latency_stats
+from deploykit.model import Model
 
 _RAPL = Path("/sys/class/powercap/intel-rapl:0/energy_uj")
 _HISTOGRAM_BINS = 30
@@ -107,7 +108,7 @@ def blocks_of(samples_ns: Sequence[int], batch: int) -> list[Block]:
 
 
 def measure(
-    model: Path,
+    model: Model | Path,
     config: BenchConfig,
     feeds: Mapping[str, np.ndarray],
     *,
@@ -115,8 +116,10 @@ def measure(
     check_cases: Sequence[Mapping[str, np.ndarray]] = (),
 ) -> tuple[Row, dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
     """Benchmark one configuration; returns its result row, the first run's outputs, and its
-    outputs on ``check_cases`` (run after timing, on the same session, for the verification)."""
+    outputs on ``check_cases`` (run after timing, on the same session, for the verification).
+    ``load_ms`` times the backend's loading of a model deploykit has already read (a path is read first)."""
     backend = get_backend(config.backend)
+    model = backend.read_model(model)
     backend.import_runtime()  # load time is the model's, not the runtime's import
     start = time.perf_counter_ns()
     session = backend.open(model, config.device, **config.session_options())

@@ -23,7 +23,7 @@ from deploykit.bench.rows import BenchSettings, ModelInfo, Row
 from deploykit.errors import DeployKitError, ModelError, UsageError
 from deploykit.inputs import batch_axis_of, fed_batch, load_arrays, make_inputs, save_arrays
 from deploykit.io import file_sha256
-from deploykit.model import read_interface
+from deploykit.model import Model, as_model
 from deploykit.verify.check import (
     Candidate,
     check_given_inputs,
@@ -120,7 +120,7 @@ def measure_isolated(
 
 
 def benchmark(
-    model: str | os.PathLike[str],
+    model: Model | str | os.PathLike[str],
     plan: BenchPlan | None = None,
     *,
     inputs: str | os.PathLike[str] | Mapping[str, np.ndarray] | None = None,
@@ -129,7 +129,7 @@ def benchmark(
     """Benchmark a model on several backends/devices/precisions with the same inputs, and verify each.
 
     Args:
-        model: the ``.onnx`` file.
+        model: the ``.onnx`` file, or its ``Model`` (``deploykit.model.Model.open``): it is read once.
         plan: what to measure and how (``BenchPlan``: backends, batch and threads sweeps,
             precisions, scenario, iterations, oracle, thresholds, ``max_drop`` …); default
             ``BenchPlan()``: every available backend × device, 100 timed runs each.
@@ -147,9 +147,9 @@ def benchmark(
     """
     from deploykit.vision.image import IMAGE_SUFFIXES, image_cases, image_feeds
 
-    model_path = Path(model)
-    interface = read_interface(model_path)
-    started_sha256 = file_sha256(model_path)  # every worker must have timed this file, not a replacement
+    interface = as_model(model)
+    model_path = interface.path
+    started_sha256 = interface.sha256  # every worker must have timed this file, not a replacement
     plan = plan or BenchPlan()
     overrides = plan.thresholds.to_dict()
     timeout_s, isolate, cost_per_hour, seed = plan.timeout_s, plan.isolate, plan.cost_per_hour, plan.seed
@@ -166,9 +166,9 @@ def benchmark(
     )
     given: dict[str, np.ndarray] | None = None
     if isinstance(inputs, (str, os.PathLike)) and not image_source:
-        given = check_given_inputs({s.name: s for s in interface.inputs}, load_arrays(inputs))
+        given = check_given_inputs(interface.input_specs(), load_arrays(inputs))
     elif isinstance(inputs, Mapping):
-        given = check_given_inputs({s.name: s for s in interface.inputs}, {k: np.asarray(v) for k, v in inputs.items()})
+        given = check_given_inputs(interface.input_specs(), {k: np.asarray(v) for k, v in inputs.items()})
     batch = plan.batch
     if batch is None and given is not None:
         batch = (fed_batch(given, axes),)
@@ -176,11 +176,11 @@ def benchmark(
 
     def feeds_for(size: int | None) -> dict[str, np.ndarray]:
         if image_source:
-            return image_feeds(model_path, inputs, size or 1)  # type: ignore[arg-type]
+            return image_feeds(interface, inputs, size or 1)  # type: ignore[arg-type]
         if given is not None:
             return rebatch(given, axes, size) if size else given
-        return make_inputs(interface.inputs, seed=seed, metadata=interface.metadata, batch=size, settings=settings,
-                           batch_axes=batch_axes, model_name=f"'{model_path.name}'")  # fmt: skip
+        return make_inputs(interface.inputs, seed=seed, metadata=interface.metadata_props, batch=size,
+                           settings=settings, batch_axes=batch_axes, model_name=f"'{model_path.name}'")  # fmt: skip
 
     first_feeds = feeds_for(first_batch)
     batches = [fed_batch(first_feeds, axes)] if batch is None else list(batch)
@@ -192,7 +192,7 @@ def benchmark(
     checks: list[dict[str, np.ndarray]] = []
     if image_source:
         size = next((v.shape for v in settings.values() if v.shape and len(v.shape) == 4), None)
-        checks, _ = image_cases(model_path, inputs, IMAGE_CHECK_LIMIT, (size[2], size[3]) if size else None)  # type: ignore[arg-type]
+        checks, _ = image_cases(interface, inputs, IMAGE_CHECK_LIMIT, (size[2], size[3]) if size else None)  # type: ignore[arg-type]
 
     rows: list[Row] = []
     outputs_by_row: list[dict[str, np.ndarray] | None] = []
@@ -215,7 +215,7 @@ def benchmark(
                                                           cost_per_hour, timeout_s)  # fmt: skip
             else:
                 try:
-                    row, outputs, checked = measure(model_path, config, feeds_by_batch[config.batch],
+                    row, outputs, checked = measure(interface, config, feeds_by_batch[config.batch],
                                                     cost_per_hour=cost_per_hour, check_cases=checks)  # fmt: skip
                 except DeployKitError as exc:
                     row, outputs, checked = Row.from_failure(config, str(exc)), None, []
@@ -229,13 +229,13 @@ def benchmark(
     if image_source:
         from deploykit.tasks.registry import recognise
 
-        task = recognise({s.name: s for s in interface.outputs}, interface.metadata)
+        task = recognise(interface.output_specs(), interface.metadata_props)
         groups = {0: (list(range(len(rows))), checks)}
     else:
         groups = {b: ([i for i, c in enumerate(configs) if c.batch == b], [feeds_by_batch[b]]) for b in batches}
     for members, cases in groups.values():
         oracle_cases = cases  # every image: the task metric of every row is measured against the oracle
-        info, references = run_oracle(model_path, plan.oracle, oracle_cases, timeout_s=timeout_s, isolate=isolate)
+        info, references = run_oracle(interface, plan.oracle, oracle_cases, timeout_s=timeout_s, isolate=isolate)
         runs = []
         for i in members:
             first_outputs = outputs_by_row[i]

@@ -29,7 +29,7 @@ from deploykit.distributed.settings import Execution, PredictSettings
 from deploykit.distributed.store import ResultStore, is_uri, list_sources, read_bytes
 from deploykit.errors import BackendError, UsageError
 from deploykit.io import file_sha256, special_file_problem
-from deploykit.model import check_model_path
+from deploykit.model import Model, check_model_path
 from deploykit.vision.pipelines import _read_labels
 
 Progress = Callable[[int, int], None]
@@ -201,7 +201,7 @@ def _local_batches(
 
 
 def predict(
-    model: str | os.PathLike[str],
+    model: Model | str | os.PathLike[str],
     source: str | os.PathLike[str],
     out: str | os.PathLike[str],
     settings: PredictSettings | None = None,
@@ -213,7 +213,7 @@ def predict(
     ``.npy``/``.npz`` with ``task="tensor"``); write one row per file into ``out``.
 
     Args:
-        model: the ``.onnx`` file (on this machine; Ray ships it to the workers), or a bundle folder
+        model: the ``.onnx`` file (on this machine; Ray ships it to the workers) or its ``Model``, or a bundle folder
             (``deploykit optimize -o``): its model file, on its backend, device, precision, threads
             and options.
         source: a file, a folder, or a folder URI (``s3://bucket/frames/``).
@@ -236,6 +236,7 @@ def predict(
     engine, address, actors, batch_size = execution.engine, execution.address, execution.actors, execution.batch_size
     cpus_per_actor = execution.cpus_per_actor
     backend_options = dict(settings.backend_options)
+    model = model.path if isinstance(model, Model) else model  # workers are sent the file (a URI stays text)
     if not is_uri(model) and os.path.isdir(model):  # a bundle: exactly its chosen configuration
         from deploykit.optimize.bundle import bundle_configuration
 

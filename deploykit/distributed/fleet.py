@@ -15,7 +15,6 @@ import platform
 import re
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deploykit.bench import judging
@@ -23,6 +22,7 @@ from deploykit.bench.report import BenchmarkReport
 from deploykit.distributed.cluster import DEVICE_RESOURCE_PREFIX, connect
 from deploykit.distributed.fleet_report import DeviceOutcome, FleetReport
 from deploykit.errors import ModelNotFoundError, ReportError, UsageError
+from deploykit.model import Model, path_of
 
 if TYPE_CHECKING:
     from deploykit.bench.plan import BenchPlan
@@ -82,7 +82,7 @@ def _reason(exc: BaseException) -> str:
 
 
 def fleet_benchmark(
-    model: str | os.PathLike[str],
+    model: Model | str | os.PathLike[str],
     address: str | None = None,
     plan: BenchPlan | None = None,
     *,
@@ -93,7 +93,8 @@ def fleet_benchmark(
     """Benchmark ``model`` on every device node of a Ray cluster and merge the reports.
 
     Args:
-        model: the ``.onnx`` file on this machine (shipped to the nodes through Ray's object store).
+        model: the ``.onnx`` file on this machine, or its ``Model`` (the file is shipped to the nodes
+            through Ray's object store).
         address: the cluster (``ray://HEAD:10001``, ``HEAD:6379``, ``auto``); ``None`` joins the Ray
             this process is already connected to, or starts a local one.
         plan: the ``BenchPlan`` every device runs (default ``BenchPlan()``), shipped as
@@ -107,7 +108,7 @@ def fleet_benchmark(
     Raises:
         UsageError: the cluster has no device node, or a setting cannot be used.
     """
-    model_path = Path(model)
+    model_path = path_of(model)
     if not model_path.is_file():
         raise ModelNotFoundError(f"model '{model}' | no such file.", hint="pass the path of an .onnx file.")
     if device_timeout_s <= 0:

@@ -122,13 +122,13 @@ class Search:
         if accuracy:
             folder = link_folder(self.scratch / "accuracy", [(p, None) for p in accuracy])
             self.cases, _ = image_cases(self.model, folder, len(accuracy))
-            self.task = recognise({s.name: s for s in self.interface.outputs}, self.interface.metadata)
+            self.task = recognise({s.name: s for s in self.interface.outputs}, self.interface.metadata_props)
         else:
             self.cases = [
                 make_inputs(
                     self.interface.inputs,
                     seed=seed,
-                    metadata=self.interface.metadata,
+                    metadata=self.interface.metadata_props,
                     model_name=f"'{self.model.name}'",
                 )
             ]

@@ -20,7 +20,7 @@ import numpy as np
 
 from deploykit.errors import InputError, QuantizationError, UsageError
 from deploykit.io import atomic_path, check_onnx_output, check_outputs
-from deploykit.model import check_model_path, load_onnx
+from deploykit.model import Model, as_model, check_model_path, check_onnx, has_external_data, load_onnx, path_of
 from deploykit.quantize import engines, evaluate, graph
 from deploykit.quantize.calibration import (
     CalibrationData,
@@ -57,18 +57,17 @@ def parse_drop(value: str | float | None) -> float | None:
     return number
 
 
-def pipeline_facts(model_path: Path) -> tuple[str | None, Preprocess | None, list[str]]:
+def pipeline_facts(model: Model | Path) -> tuple[str | None, Preprocess | None, list[str]]:
     """The pipeline the model fits (in the task registry's order: detector first), with its
     pre-processing and labels. A model whose metadata names a task without a pipeline of its own
     (``embed``) keeps that task, with the image pre-processing the classifier pipeline reads."""
-    from deploykit.metadata import read_metadata as read_model_metadata
-    from deploykit.model import read_interface
     from deploykit.tasks.registry import pipeline_tasks, task_class
 
-    stated = read_model_metadata(read_interface(model_path).metadata).task
+    loaded = as_model(model)  # read once: every pipeline tried opens this Model
+    stated = loaded.metadata.task
     for task in pipeline_tasks():
         try:
-            with task_class(task).pipeline_class()(model_path) as opened:
+            with task_class(task).pipeline_class()(loaded) as opened:
                 if stated is not None and stated not in pipeline_tasks():
                     return stated, opened.preprocess, []
                 return task, opened.preprocess, list(opened.labels)
@@ -78,7 +77,7 @@ def pipeline_facts(model_path: Path) -> tuple[str | None, Preprocess | None, lis
 
 
 def _data(
-    model_path: Path,
+    model: Model,
     calibrate: str | os.PathLike[str] | None,
     evaluate_folder: str | os.PathLike[str] | None,
     preprocess: Preprocess | None,
@@ -88,9 +87,7 @@ def _data(
     held_out: float,
     seed: int,
 ) -> CalibrationData:
-    from deploykit.model import read_interface
-
-    interface = read_interface(model_path)
+    interface, model_path = model, model.path
     names = [s.name for s in interface.inputs]
     source = calibrate if calibrate is not None else evaluate_folder
     if source is None:  # float16 without images: seeded random inputs, cosine/SNR only
@@ -164,7 +161,7 @@ def _check_options(
 
 
 def quantize(
-    model: str | os.PathLike[str],
+    model: Model | str | os.PathLike[str],
     output: str | os.PathLike[str],
     settings: QuantizeSettings | None = None,
     *,
@@ -175,7 +172,7 @@ def quantize(
     """Quantize a float ONNX model to INT8 (QDQ, per-channel weights) or convert it to float16.
 
     Args:
-        model: the float ``.onnx`` file.
+        model: the float ``.onnx`` file, or its ``Model`` (read once).
         output: where the reduced model is written (atomically; never onto ``model``).
         settings: what to make and how to judge it (``QuantizeSettings``: ``fp16``, the
             quantizer ``engine``, its calibration ``method``, ``max_drop``, ``exclude``, speed
@@ -197,7 +194,7 @@ def quantize(
     settings = settings or QuantizeSettings()
     fp16, engine, method, max_drop = settings.fp16, settings.engine, settings.method, settings.max_drop
     iterations, rounds, exclude, backends = settings.iterations, settings.rounds, settings.exclude, settings.backends
-    model_path = check_model_path(model)
+    model_path = check_model_path(path_of(model))
     output_path = Path(output)
     if ir is not None and Path(ir).suffix != ".xml":
         raise UsageError(f"--ir '{ir}' | expected a path ending in .xml.", hint="e.g. --ir model.int8.xml.")
@@ -213,10 +210,16 @@ def quantize(
             f"--iterations {iterations} --rounds {rounds} | at least 1 of each is needed.",
             hint="e.g. --iterations 50 --rounds 3.",
         )
-    source = load_onnx(model_path, load_external_data=True)
+    loaded = as_model(model)
+    check_onnx(loaded)
+    # the engines edit the graph (names, opset): a copy of the model read, with its external weights
+    source = load_onnx(model_path, load_external_data=True, check=False) if has_external_data(loaded.proto) else None
+    if source is None:
+        source = type(loaded.proto)()
+        source.CopyFrom(loaded.proto)
     (graph.check_not_float16 if fp16 else graph.check_not_quantized)(source, model_path.name)
-    task, preprocess, labels = pipeline_facts(model_path)
-    data = _data(model_path, calibrate, evaluate_on, preprocess, fp16=fp16, calibration_size=settings.calibration_size,
+    task, preprocess, labels = pipeline_facts(loaded)
+    data = _data(loaded, calibrate, evaluate_on, preprocess, fp16=fp16, calibration_size=settings.calibration_size,
                  held_out=settings.held_out, seed=settings.seed)  # fmt: skip
     if budget is not None and (task is None or (task == "detect" and data.preprocess is None)):
         raise UsageError(
@@ -428,9 +431,7 @@ def _write_ir(onnx_path: Path, xml_path: Path, scratch: Path) -> None:
         temporary_xml.write_bytes(staged.read_bytes())
 
 
-def read_metadata(model: str | os.PathLike[str]) -> dict[str, Any] | None:
+def read_metadata(model: Model | str | os.PathLike[str]) -> dict[str, Any] | None:
     """The ``deploykit.quantize`` record of a quantized model, or None."""
-    from deploykit.model import read_interface
-
-    text = read_interface(model).metadata.get(METADATA_KEY)
+    text = as_model(model).metadata_props.get(METADATA_KEY)
     return json.loads(text) if text else None

@@ -175,7 +175,7 @@ def task_delta(
     from deploykit.verify.metrics import thresholds_for
 
     interface = read_interface(float_path)
-    task = recognise({s.name: s for s in interface.outputs}, interface.metadata)
+    task = recognise({s.name: s for s in interface.outputs}, interface.metadata_props)
     if task is None:
         return None, None
     cases = list(data.iter_feeds(data.held_out))

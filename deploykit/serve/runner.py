@@ -82,7 +82,7 @@ class ModelRunner:
         interface = read_interface(model.path)
         self.inputs: dict[str, TensorSpec] = {s.name: s for s in interface.inputs}
         self.outputs: dict[str, TensorSpec] = {s.name: s for s in interface.outputs}
-        self.metadata: dict[str, str] = dict(interface.metadata)
+        self.metadata: dict[str, str] = dict(interface.metadata_props)
         self.precision: str | None = model.precision
         self.checks = {name: InputCheck(spec) for name, spec in self.inputs.items()}
         self.batchable = policy.max_batch > 1 and _batch_axis_dynamic(self.inputs, self.outputs)

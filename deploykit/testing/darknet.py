@@ -295,7 +295,12 @@ def _check_weights(weights: Path, network: Network) -> None:
 
 
 def darknet_outputs(
-    cfg: str | os.PathLike[str], weights: str | os.PathLike[str], image: np.ndarray, layers: Sequence[int]
+    cfg: str | os.PathLike[str],
+    weights: str | os.PathLike[str],
+    image: np.ndarray,
+    layers: Sequence[int],
+    *,
+    network: Network | None = None,
 ) -> dict[int, np.ndarray]:
     """Darknet's own outputs of ``layers`` for one image; builds the helper first if needed.
 
@@ -310,6 +315,8 @@ def darknet_outputs(
         weights: the Darknet ``.weights``.
         image: one float image, ``(C, H, W)`` or ``(1, C, H, W)``, of the cfg's channels, height and width.
         layers: indices of the layers to read (0-based, as in the cfg order).
+        network: the cfg as deploykit's parser already resolved it (the converter's), so it is not
+            parsed again; default: parsed here.
 
     Returns:
         For each layer index, that layer's output as a flat float32 array (Darknet's C x H x W order).
@@ -333,10 +340,11 @@ def darknet_outputs(
             "(YOLOv2/v3).",
             hint="Darknet would run it without an error and compute something else; " + _ALTERNATIVE,
         )
-    try:
-        network = load_network(cfg_path)
-    except DeployKitError as exc:
-        raise OracleError(exc.message, hint=exc.hint) from exc
+    if network is None:
+        try:
+            network = load_network(cfg_path)
+        except DeployKitError as exc:
+            raise OracleError(exc.message, hint=exc.hint) from exc
     indices = _checked_layers(layers, cfg_path, len(network.layers))
     array = _checked_image(image, cfg_path, (network.channels, network.height, network.width))
     _check_weights(weights_path, network)

@@ -25,6 +25,7 @@ from deploykit.backends.options import OptionValue
 from deploykit.backends.registry import REFERENCE_BACKEND
 from deploykit.errors import UsageError
 from deploykit.inputs import InputSetting
+from deploykit.model import Model, as_model
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, CandidateRun, run_candidate
 from deploykit.verify.metrics import compare_outputs, is_reduced, normalize_precision, thresholds_for
 from deploykit.verify.pool import WorkerPool
@@ -180,7 +181,7 @@ class Inputs:
 
 
 def prepare_inputs(
-    model: str | os.PathLike[str],
+    model: Model | str | os.PathLike[str],
     inputs: str | os.PathLike[str] | Mapping[str, np.ndarray] | None = None,
     *,
     batch: int | None = None,
@@ -192,25 +193,24 @@ def prepare_inputs(
     """Seeded random data (shapes decided by ``plan_inputs``), arrays from an ``.npz`` or a dict,
     or real images (one input set per image: what task metrics need)."""
     from deploykit.inputs import InputSetting, batch_axis_of, fed_batch, load_arrays, make_inputs
-    from deploykit.model import read_interface
     from deploykit.vision.image import IMAGE_SUFFIXES, image_cases
 
-    interface = read_interface(model)
-    specs = {s.name: s for s in interface.inputs}
+    interface = as_model(model)
+    specs = interface.input_specs()
     settings = {k: v if isinstance(v, InputSetting) else InputSetting(tuple(v)) for k, v in (shapes or {}).items()}
     axes = {s.name: batch_axis_of(s, set(), dict(batch_axes or {})) for s in interface.inputs}
     if isinstance(inputs, (str, os.PathLike)):
         path = Path(inputs)
         if path.is_dir() or path.suffix.lower() in IMAGE_SUFFIXES:
             size = next((v.shape for v in settings.values() if v.shape and len(v.shape) == 4), None)
-            cases, files = image_cases(model, path, image_limit, (size[2], size[3]) if size else None)
+            cases, files = image_cases(interface, path, image_limit, (size[2], size[3]) if size else None)
             return Inputs(cases, "images", 1, [str(f) for f in files])
         given = load_arrays(path)
         return Inputs([check_given_inputs(specs, given)], "file", fed_batch(given, axes))
     if inputs is not None:
         arrays = {k: np.asarray(v) for k, v in inputs.items()}
         return Inputs([check_given_inputs(specs, arrays)], "arrays", fed_batch(arrays, axes))
-    feeds = make_inputs(interface.inputs, seed=seed, metadata=interface.metadata, batch=batch, settings=settings,
+    feeds = make_inputs(interface.inputs, seed=seed, metadata=interface.metadata_props, batch=batch, settings=settings,
                         batch_axes=batch_axes, model_name=f"'{interface.path.name}'")  # fmt: skip
     return Inputs([feeds], "seeded random", fed_batch(feeds, axes))
 
@@ -234,7 +234,7 @@ def check_given_inputs(specs: Mapping[str, Any], given: Mapping[str, np.ndarray]
 
 
 def run_on_platform(
-    model: Path,
+    model: Model | Path,
     candidate: Candidate,
     cases: Sequence[Mapping[str, np.ndarray]],
     timeout_s: float,
@@ -385,7 +385,7 @@ def _no_task_reason(verdict: Verdict, task_reference: tuple[str, Any] | None, or
 
 
 def verify_model(
-    model: str | os.PathLike[str],
+    model: Model | str | os.PathLike[str],
     backends: Sequence[str] | None = None,
     settings: VerifySettings | None = None,
     *,
@@ -394,7 +394,7 @@ def verify_model(
     """Run the same inputs on every candidate and judge each against the oracle.
 
     Args:
-        model: the ``.onnx`` file.
+        model: the ``.onnx`` file, or its ``Model`` (``deploykit.model.Model.open``): it is read once.
         backends: ``BACKEND[:DEVICE]`` specs; default every available backend × device.
         settings: how to verify (``VerifySettings``: oracle, precisions, random-input shaping,
             threshold overrides, backend options, timeout, platforms); default ``VerifySettings()``:
@@ -407,13 +407,12 @@ def verify_model(
     Example:
         ``verify_model("m.onnx", ["ort", "openvino"], VerifySettings(precision="f32,bf16"))``
     """
-    from deploykit.model import read_interface
     from deploykit.tasks.registry import recognise
 
     settings = settings or VerifySettings()
     oracle, timeout_s, isolate, platforms = settings.oracle, settings.timeout_s, settings.isolate, settings.platforms
-    model_path = Path(model)
-    interface = read_interface(model_path)
+    interface = as_model(model)
+    model_path = interface.path
     overrides = settings.thresholds.to_dict()
     candidates, notes = on_platforms(backends, parse_precisions(settings.precision), platforms,
                                      model_precision=interface.precision, options=settings.options)  # fmt: skip
@@ -427,12 +426,11 @@ def verify_model(
             hint="'deploykit backends' lists what runs here and 'deploykit platforms list' what a target claims; "
             "f32 runs everywhere.",
         )
-    prepared = prepare_inputs(model_path, inputs, batch=settings.batch, shapes=settings.shapes,
+    prepared = prepare_inputs(interface, inputs, batch=settings.batch, shapes=settings.shapes,
                               batch_axes=settings.batch_axes, seed=settings.seed)  # fmt: skip
-    task = (
-        recognise({s.name: s for s in interface.outputs}, interface.metadata) if prepared.source == "images" else None
-    )
-    if prepared.source != "images":
+    images = prepared.source == "images"
+    task = recognise(interface.output_specs(), interface.metadata_props) if images else None
+    if not images:
         notes.append("no task metric: the inputs are not real images (pass --inputs photos/ for top-1 agreement / mAP)")
 
     # on real images the oracle runs on every image: the task metric of every row (f32, bf16,
@@ -446,7 +444,7 @@ def verify_model(
     with WorkerPool(isolate, len(candidates) + 1) as pool:
         submitted = {i: pool.submit(run_on_platform, model_path, c, prepared.cases, timeout_s, isolate)
                      for i, c in enumerate(candidates) if emulated[i]}  # fmt: skip
-        pending_oracle = pool.submit(run_oracle, model_path, oracle, oracle_cases, timeout_s=timeout_s, isolate=isolate)
+        pending_oracle = pool.submit(run_oracle, interface, oracle, oracle_cases, timeout_s=timeout_s, isolate=isolate)
         submitted.update({i: pool.submit(run_on_platform, model_path, c, prepared.cases, timeout_s, isolate)
                           for i, c in enumerate(candidates) if not emulated[i]})  # fmt: skip
         oracle_info, references = pool.results([pending_oracle])[0]
@@ -483,7 +481,7 @@ def verify_model(
 
 
 def run_oracle(
-    model: str | os.PathLike[str],
+    model: Model | str | os.PathLike[str],
     oracle: str,
     cases: Sequence[Mapping[str, np.ndarray]],
     *,
@@ -509,9 +507,11 @@ def run_oracle(
     device = device or backend.default_device
     spec = Candidate(name, device, None, backend.precision_options("f32"))
     label = backend.oracle_label(device)
-    if backend.independent_oracle and (blind := backend.oracle_blind_spot(Path(model))):
-        return OracleInfo(label, False, f"{label} is not used as the oracle: {blind}"), None
-    run = run_on_platform(Path(model), spec, cases, timeout_s, isolate)
+    if backend.independent_oracle:
+        model = as_model(model)
+        if blind := backend.oracle_blind_spot(model):
+            return OracleInfo(label, False, f"{label} is not used as the oracle: {blind}"), None
+    run = run_on_platform(model if isinstance(model, Model) else Path(model), spec, cases, timeout_s, isolate)
     if not run.ok:
         return OracleInfo(label, backend.independent_oracle, f"{label} did not run: {run.error}"), None
     detail = (

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from deploykit.errors import BackendError
+from deploykit.model import Model, path_of
 from deploykit.workers import DEFAULT_TIMEOUT_S, HOST, Interpreter, read_arrays, rebuild_error, run_worker, write_arrays
 
 
@@ -58,7 +59,7 @@ class CandidateRun:
 
 
 def run_candidate(
-    model: str | os.PathLike[str],
+    model: Model | str | os.PathLike[str],
     backend: str,
     device: str | None,
     cases: Sequence[Mapping[str, np.ndarray]],
@@ -76,12 +77,13 @@ def run_candidate(
     ``extra`` adds to the worker's job: ``allow_fallback``, or ``input_options`` and ``seed`` to
     have the worker make the one input set from the session's inputs (``deploykit run``)."""
     label = label or (f"{backend}:{device}" if device else backend)
-    job: dict[str, Any] = {"model": str(model), "backend": backend, "device": device, "options": dict(options or {})}
+    path = path_of(model)
+    job: dict[str, Any] = {"model": str(path), "backend": backend, "device": device, "options": dict(options or {})}
     job.update(extra or {})
     if not isolate and interpreter == HOST:
         from deploykit.verify.worker import run_job
 
-        result, outputs = run_job(job, list(cases))
+        result, outputs = run_job(job, list(cases), model=model if isinstance(model, Model) else None)
         return CandidateRun(label, result.get("info"), outputs, result.get("error"), result.get("error_data"),
                             result.get("seconds") or {})  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="deploykit-verify-") as scratch:

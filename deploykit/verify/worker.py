@@ -17,13 +17,16 @@ from typing import Any
 import numpy as np
 
 from deploykit.errors import DeployKitError, OutputError
+from deploykit.model import Model
 from deploykit.workers import error_result, read_arrays, read_job, send_result, write_arrays
 
 
 def run_job(
-    job: Mapping[str, Any], cases: Sequence[Mapping[str, np.ndarray]]
+    job: Mapping[str, Any], cases: Sequence[Mapping[str, np.ndarray]], *, model: Model | None = None
 ) -> tuple[dict[str, Any], list[dict[str, np.ndarray]]]:
     """Run the job's model on each input set; a deploykit error becomes the result's reason.
+
+    ``model``: the job's model already read (``run_candidate`` in this process), so it is not read again.
 
     A job with ``input_options`` (``deploykit run``'s ``--input`` values and ``seed``) makes its one
     input set here, from the session's own inputs, instead of reading ``cases``.
@@ -39,7 +42,8 @@ def run_job(
         allow_fallback = bool(job.get("allow_fallback", False))
         options = dict(job.get("options") or {})
         started = time.perf_counter()
-        with backend.open(job["model"], job.get("device"), allow_fallback=allow_fallback, **options) as session:
+        source = model or job["model"]
+        with backend.open(source, job.get("device"), allow_fallback=allow_fallback, **options) as session:
             seconds["load"] = time.perf_counter() - started
             info = session.info.to_dict()
             if "input_options" in job:

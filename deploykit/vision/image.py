@@ -10,13 +10,16 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from deploykit.errors import InputError
 from deploykit.io import regular_file_problem, shown, special_file_problem
 from deploykit.metadata import RESIZES
+
+if TYPE_CHECKING:
+    from deploykit.model import Model
 
 MIN_SIDE = 2
 
@@ -331,7 +334,7 @@ class Preprocess:
 
 
 def _image_source(
-    model: str | os.PathLike[str], source: str | os.PathLike[str], size: tuple[int, int] | None = None
+    model: Model | str | os.PathLike[str], source: str | os.PathLike[str], size: tuple[int, int] | None = None
 ) -> tuple[Any, Preprocess, list[Path]]:
     """The one NCHW image input of ``model``, its pre-processing from metadata, and the image files.
 
@@ -339,24 +342,24 @@ def _image_source(
     """
 
     from deploykit.inputs import image_size_from_metadata
-    from deploykit.model import read_interface
+    from deploykit.model import as_model
 
-    interface = read_interface(model)
+    interface = as_model(model)
     if len(interface.inputs) != 1 or interface.inputs[0].shape is None or len(interface.inputs[0].shape) != 4:
         raise InputError(
-            f"inputs '{source}' | images feed one (N, C, H, W) input; '{Path(model).name}' has "
+            f"inputs '{source}' | images feed one (N, C, H, W) input; '{interface.name}' has "
             f"{', '.join(str(s) for s in interface.inputs)}.",
             hint="pass arrays in an .npz file instead.",
         )
     spec = interface.inputs[0]
-    metadata = interface.metadata
+    metadata = interface.metadata_props
     assert spec.shape is not None
     height, width = spec.shape[2], spec.shape[3]
     if not (isinstance(height, int) and isinstance(width, int)):
         found = size or (image_size_from_metadata(metadata) or (None, ""))[0]
         if found is None:
             raise InputError(
-                f"inputs '{source}' | '{Path(model).name}' has a dynamic image size and no size in its metadata.",
+                f"inputs '{source}' | '{interface.name}' has a dynamic image size and no size in its metadata.",
                 hint=f"give the size to pre-process to: --shape {spec.name}:1x3x640x640 (your model's size).",
             )
         height, width = found
@@ -371,7 +374,9 @@ def _image_source(
     return spec, Preprocess.from_metadata(metadata, (height, width)), files
 
 
-def image_feeds(model: str | os.PathLike[str], source: str | os.PathLike[str], batch: int = 1) -> dict[str, np.ndarray]:
+def image_feeds(
+    model: Model | str | os.PathLike[str], source: str | os.PathLike[str], batch: int = 1
+) -> dict[str, np.ndarray]:
     """Real-image feeds for a one-input NCHW model: an image file (repeated to ``batch``) or a
     folder (its first ``batch`` images), pre-processed as the model's metadata says (letterbox,
     RGB, 1/255 by default) at the model's input size.
@@ -385,7 +390,7 @@ def image_feeds(model: str | os.PathLike[str], source: str | os.PathLike[str], b
 
 
 def image_cases(
-    model: str | os.PathLike[str],
+    model: Model | str | os.PathLike[str],
     source: str | os.PathLike[str],
     limit: int = 16,
     size: tuple[int, int] | None = None,

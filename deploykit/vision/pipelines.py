@@ -22,6 +22,7 @@ from deploykit.backends.options import OptionValue
 from deploykit.errors import UsageError
 from deploykit.labels import read_labels
 from deploykit.metadata import read_metadata
+from deploykit.model import Model
 from deploykit.tensors import TensorSpec
 from deploykit.validation import check_number
 from deploykit.vision.decode import candidates, require_layout, select
@@ -100,7 +101,7 @@ def check_thresholds(*, conf: float | None, iou: float | None, prefix: str = "")
 
 class _Pipeline:
     def __init__(
-        self, model: str | os.PathLike[str] | Session, backend: str | None, device: str | None,
+        self, model: Model | str | os.PathLike[str] | Session, backend: str | None, device: str | None,
         options: dict[str, OptionValue],
     ) -> None:  # fmt: skip
         from deploykit.sessions import load
@@ -111,7 +112,8 @@ class _Pipeline:
         else:
             options = dict(options)
             fallback = bool(options.pop("allow_fallback", False))
-            self.session = load(Path(model), backend, device, allow_fallback=fallback, **options)
+            self.session = load(model if isinstance(model, Model) else Path(model), backend, device,
+                                allow_fallback=fallback, **options)  # fmt: skip
             self.model_path = Path(self.session.model_path)  # a bundle's model file, not its folder
         self.metadata = self.session.metadata
         self.input = _input_spec(self.session)
@@ -141,8 +143,8 @@ class Detector(_Pipeline):
     """YOLO-family detection: image → boxes in original pixels, after confidence filter and NMS.
 
     Args:
-        model: the ``.onnx`` file, a bundle folder (``deploykit optimize -o``: its chosen configuration),
-            or an open ``Session`` (then backend, device and options are its own).
+        model: the ``.onnx`` file (or its ``Model``), a bundle folder (``deploykit optimize -o``: its chosen
+            configuration), or an open ``Session`` (then backend, device and options are its own).
         backend, device: where it runs (``deploykit.load``; default ONNX Runtime on the CPU).
         labels: names file or list; default from the model's metadata.
         conf: minimum class score (objectness × class probability where the model has objectness).
@@ -157,7 +159,7 @@ class Detector(_Pipeline):
 
     def __init__(
         self,
-        model: str | os.PathLike[str] | Session,
+        model: Model | str | os.PathLike[str] | Session,
         backend: str | None = None,
         device: str | None = None,
         *,
@@ -246,7 +248,8 @@ class Classifier(_Pipeline):
     """Image classification: image → top-k labels with probabilities.
 
     Args:
-        model: the ``.onnx`` file, or an open ``Session`` (then backend, device and options are its own).
+        model: the ``.onnx`` file (or its ``Model``), or an open ``Session`` (then backend, device and options
+            are its own).
         backend, device: where it runs.
         labels: names file or list; default from the metadata, else ``class_N``.
         mean, std, scale, channel_order: normalisation; default from the model's metadata (recipes
@@ -260,7 +263,7 @@ class Classifier(_Pipeline):
 
     def __init__(
         self,
-        model: str | os.PathLike[str] | Session,
+        model: Model | str | os.PathLike[str] | Session,
         backend: str | None = None,
         device: str | None = None,
         *,

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.backends.base import Backend, Session
+from deploykit.model import Model
 
 
 class CrashingBackend(Backend):
@@ -20,7 +21,7 @@ class CrashingBackend(Backend):
     def devices(self) -> list[str]:
         return ["cpu"]
 
-    def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         os.abort()
 
 
@@ -37,7 +38,7 @@ class HangingBackend(Backend):
     def devices(self) -> list[str]:
         return ["cpu"]
 
-    def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         marker = os.environ.get("DEPLOYKIT_HANGER_PIDFILE")
         if marker:
             Path(marker).write_text(str(os.getpid()))
@@ -61,7 +62,7 @@ class RaisingBackend(Backend):
     def devices(self) -> list[str]:
         return ["cpu"]
 
-    def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         raise RuntimeError("runtime internals\nop Foo is not implemented")
 
 

@@ -55,7 +55,7 @@ def test_mobilenet_v2_int8_on_real_photos(mobilenet_v2, photos, tmp_path):
     assert stamped["engine"] == "ort" and stamped["precision"] == "int8"
     assert stamped["calibration"]["calibration_size"] == 6 and len(stamped["calibration"]["sha256"]) == 64
     # the source's pre-processing metadata travels with the quantized model
-    assert json.loads(read_interface(out).metadata["deploykit.input"])["mean"] == [0.485, 0.456, 0.406]
+    assert json.loads(read_interface(out).metadata_props["deploykit.input"])["mean"] == [0.485, 0.456, 0.406]
 
 
 def test_top1_accuracy_from_class_folders(mobilenet_v2, photos, tmp_path):

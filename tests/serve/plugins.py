@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from deploykit.backends.base import Backend, Session
 from deploykit.backends.registry import get_backend
+from deploykit.model import Model
 
 ABORT_VALUE = 666.0
 
@@ -46,8 +46,8 @@ class AbortOnRunBackend(Backend):
     def devices(self) -> list[str]:
         return ["cpu"]
 
-    def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
-        return _AbortingSession(get_backend("onnxruntime").open(model_path, device))
+    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+        return _AbortingSession(get_backend("onnxruntime").open(model, device))
 
 
 class _SlowSession(_AbortingSession):
@@ -68,5 +68,5 @@ class SlowBackend(AbortOnRunBackend):
 
     name = "slow"
 
-    def _open(self, model_path: Path, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
-        return _SlowSession(get_backend("onnxruntime").open(model_path, device))
+    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+        return _SlowSession(get_backend("onnxruntime").open(model, device))

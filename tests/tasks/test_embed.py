@@ -80,10 +80,10 @@ def test_pooling_and_cosine_are_what_they_say():
 def test_an_encoder_is_recognised_only_by_its_metadata(encoder):
     interface = deploykit.model.read_interface(encoder)
     outputs = {s.name: s for s in interface.outputs}
-    task = recognise(outputs, interface.metadata)
+    task = recognise(outputs, interface.metadata_props)
     assert isinstance(task, EmbedTask) and task.output == interface.outputs[0].name
     # the same (batch, 1280) output without the metadata looks like a 1280-class classifier
-    unstated = {k: v for k, v in interface.metadata.items() if k != "deploykit.task"}
+    unstated = {k: v for k, v in interface.metadata_props.items() if k != "deploykit.task"}
     assert recognise(outputs, unstated).name == "classify"
 
 
@@ -95,7 +95,7 @@ def test_onnx_runtime_embeddings_match_pytorch(encoder, photos):
     with deploykit.load(encoder, "onnxruntime") as session:
         found = [session.run(c) for c in cases]
     task = recognise({s.name: s for s in deploykit.model.read_interface(encoder).outputs},
-                     deploykit.model.read_interface(encoder).metadata)  # fmt: skip
+                     deploykit.model.read_interface(encoder).metadata_props)  # fmt: skip
     assert task is not None
     reference = [{task.output: expected[i : i + 1]} for i in range(len(cases))]  # type: ignore[attr-defined]
     result = task.judge(cases, reference, found, thresholds=None, precision="f32")

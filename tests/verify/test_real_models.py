@@ -87,7 +87,7 @@ def test_a_wrong_model_fails_the_task_metric(yolov4_tiny, photos, tmp_path):
     right_run = run_candidate(yolov4_tiny, "ort", "cpu", cases, label="f32")
     wrong_run = run_candidate(wrong, "ort", "cpu", cases, label="bf16-pretend")
     interface = deploykit.model.read_interface(yolov4_tiny)
-    task = recognise({s.name: s for s in interface.outputs}, interface.metadata)
+    task = recognise({s.name: s for s in interface.outputs}, interface.metadata_props)
     oracle = OracleInfo("onnx-reference", True)
     verdicts = judge_runs([(right_run, "f32"), (wrong_run, "bf16")], cases, right_run.outputs[:1], oracle, task=task)
     wrong_verdict = verdicts[1]

@@ -172,7 +172,7 @@ def test_an_unfixed_spatial_size_without_metadata_is_an_error_naming_the_axis(tm
 
 def test_ultralytics_imgsz_metadata_fixes_the_size(tmp_path):
     model = _conv(tmp_path / "yolo.onnx", ["batch", 3, "h", "w"], {"imgsz": "[64, 48]", "names": "{0: 'a'}"})
-    plan = plan_inputs(read_interface(model).inputs, read_interface(model).metadata)
+    plan = plan_inputs(read_interface(model).inputs, read_interface(model).metadata_props)
     assert plan.shapes["x"] == (1, 3, 64, 48) and "Ultralytics" in plan.sources["x"]
 
 

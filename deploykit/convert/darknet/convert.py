@@ -19,13 +19,13 @@ from onnx import helper
 
 from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.convert.darknet.graph import INPUT_NAME, build_graph
-from deploykit.convert.darknet.layers import MAX_INPUT_SIDE, Network, load_network, resolve
+from deploykit.convert.darknet.layers import MAX_INPUT_SIDE, Network, load_networks
+from deploykit.convert.darknet.layers import load_network as load_network  # the public name callers import from here
 from deploykit.convert.darknet.oracles import check_oracle_choice, verify
 from deploykit.convert.darknet.settings import DarknetExportSettings
 from deploykit.convert.darknet.weights import DarknetWeights
 from deploykit.convert.darknet.writer import write_streaming
 from deploykit.convert.report import ConversionReport
-from deploykit.darknet_cfg import read_cfg
 from deploykit.errors import ConversionError, ParityError, UsageError
 from deploykit.io import check_onnx_output, check_outputs, commit_outputs, scratch_dir
 from deploykit.labels import read_labels
@@ -204,7 +204,7 @@ def convert_darknet(
     emulation_notes = platform_notes(platforms) if verify_backends else []  # an unprepared target fails here
     size = parse_size(input_size) if isinstance(input_size, str) else input_size
     start = time.perf_counter()
-    net = load_network(cfg_path, size)
+    net, native = load_networks(cfg_path, size)
     names = _labels(labels, net)
     with DarknetWeights(weights_path) as reader:
         reader.check_size(net)
@@ -234,10 +234,9 @@ def convert_darknet(
             )
             if verify_backends:
                 gate_start = time.perf_counter()
-                native = resolve(read_cfg(cfg_path))
                 report.verdicts, report.oracle = verify(
                     candidate, net, heads, cfg_path, weights_path, verify_backends, (native.width, native.height),
-                    export, checks,
+                    export, checks, batch=batch_size or 1,
                 )  # fmt: skip
                 report.notes += [f"oracle: {report.oracle.name} — {report.oracle.detail}", *emulation_notes]
                 report.gate_seconds = round(time.perf_counter() - gate_start, 3)

@@ -4,6 +4,7 @@ the way Darknet's ``parser.c`` computes them, and the order of its parameters in
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 from dataclasses import dataclass, field
@@ -637,10 +638,18 @@ _BUILDERS = {
 
 def load_network(cfg: str | os.PathLike[str], input_size: tuple[int, int] | None = None) -> Network:
     """Parse and resolve a cfg, at its own input size or ``input_size`` (width, height)."""
+    return load_networks(cfg, input_size)[0]
+
+
+def load_networks(cfg: str | os.PathLike[str], input_size: tuple[int, int] | None = None) -> tuple[Network, Network]:
+    """The network at ``input_size`` (width, height; default the cfg's own) and at the cfg's own
+    size, from one read of the cfg (the same object twice when the sizes are the same)."""
     parsed = read_cfg(cfg)
+    # resolving marks the options it read; a second resolve at another size starts from a clean copy
+    clean = copy.deepcopy(parsed) if input_size is not None else parsed
     native = resolve(parsed)
     if input_size is None or input_size == (native.width, native.height):
-        return native
+        return native, native
     stride = native.stride()
     width, height = input_size
     if width % stride or height % stride:
@@ -649,5 +658,4 @@ def load_network(cfg: str | os.PathLike[str], input_size: tuple[int, int] | None
             hint=f"use multiples of {stride}, e.g. "
             f"{width // stride * stride or stride}x{height // stride * stride or stride}.",
         )
-    parsed = read_cfg(cfg)  # sections record which options were read; start clean
-    return resolve(parsed, width=width, height=height)
+    return resolve(clean, width=width, height=height), native

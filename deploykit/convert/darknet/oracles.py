@@ -158,7 +158,7 @@ def _darknet_rows(cfg: Path, weights: Path, image: np.ndarray, heads: list[dict[
     with tempfile.TemporaryDirectory(prefix="deploykit-oracle-") as directory:
         size = (net.width, net.height)
         raw = darknet_outputs(cfg if size == native_size else _cfg_at_size(cfg, Path(directory), size),
-                              weights, image, layers)  # fmt: skip
+                              weights, image, layers, network=net)  # fmt: skip
     if not heads:
         return raw[layers[0]].reshape(1, -1)
     named = [{**h, "output": f"{h['type']}_{h['layer']}"} for h in heads]
@@ -248,17 +248,19 @@ def verify(
     native_size: tuple[int, int],
     export: DarknetExportSettings,
     checks: VerifySettings,
+    *,
+    batch: int = 1,
 ) -> tuple[list[Verdict], OracleInfo]:
     """Run the converted model on each backend (a worker each) and judge it against the oracle
     chosen (``checks.oracle``, ``oracle_outputs``); without one, (``unverified``) against the first
     backend that runs. ``export`` is how the candidate was written (its head, OpenCV's threshold);
     ``checks`` holds the f32 tolerances, the seed of the random image and the platforms
     (``host,linux/arm64``: each backend on each platform; the oracle runs on the host).
+    ``batch``: the candidate's fixed batch (1 for a dynamic one), as the converter built it.
 
     Raises:
         OracleError: ``opencv`` or ``darknet`` was asked for and cannot run (before any backend runs).
     """
-    from deploykit.model import read_interface
     from deploykit.verify.check import gate_candidates, run_on_platform
 
     head, opencv_threshold, oracle = export.head, export.opencv_threshold, check_oracle_choice(checks.oracle)
@@ -266,7 +268,6 @@ def verify(
     image = rng.uniform(0, 1, (1, net.channels, net.height, net.width)).astype(np.float32)
     reference = oracle_outputs(oracle, cfg, weights, image, heads, net, native_size)
     # a model converted with a fixed --batch N takes N images: the same one N times; item 0 is judged
-    batch = next((d for d in (read_interface(candidate).inputs[0].shape or (1,))[:1] if isinstance(d, int)), 1)
     feeds = {INPUT_NAME: np.repeat(image, batch, axis=0)}
     limits = checks.thresholds.of("f32")
     verdicts: list[Verdict] = []
