@@ -20,7 +20,7 @@ from typer.core import TyperGroup
 
 from deploykit._version import __version__
 from deploykit.errors import DeployKitError
-from deploykit.io import FULL_ERRNOS
+from deploykit.io import FULL_ERRNOS, output_scope
 
 from . import (
     backends_cmd,
@@ -87,7 +87,8 @@ class _Group(TyperGroup):
 
     def invoke(self, ctx: Any) -> Any:  # click's Context (typer vendors click privately)
         try:
-            return super().invoke(ctx)
+            with output_scope():  # every output the command checks stays its own until it ends
+                return super().invoke(ctx)
         except DeployKitError as exc:
             if ctx.params.get("debug") or os.environ.get("DEPLOYKIT_DEBUG"):
                 raise

@@ -19,7 +19,7 @@ from deploykit.bench import views
 from deploykit.bench.report_schema import validate_report
 from deploykit.bench.rows import BenchSettings, ModelInfo, Recommendation, Row, accuracy_delta
 from deploykit.errors import OutputError, ReportError
-from deploykit.io import check_outputs, commit_outputs, special_file_problem, written
+from deploykit.io import check_outputs, claim_output, commit_outputs, special_file_problem, written
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -78,6 +78,7 @@ def check_report_dir(directory: str | os.PathLike[str], *, inputs: Sequence[str 
     if folder.exists() and not folder.is_dir():
         raise OutputError(f"--report '{folder}' | is a file, expected a folder to write the report files into.",
                           hint=hint)  # fmt: skip
+    claim_output(folder, f"--report '{folder}'", kind="folder")  # a second run onto it is refused
     if folder.is_dir():
         files = {f"--report {name}": folder / name for name in REPORT_FILES}
         check_outputs(files, inputs=[Path(p) for p in inputs])

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from deploykit.errors import InputError, QuantizationError, UsageError
-from deploykit.io import atomic_path, check_onnx_output, check_outputs
+from deploykit.io import atomic_path, check_onnx_output, check_outputs, output_scope
 from deploykit.model import check_model_path, load_onnx
 from deploykit.quantize import engines, evaluate, graph
 from deploykit.quantize.calibration import (
@@ -153,6 +153,7 @@ def _check_options(engine: str, method: str | None, fp16: bool, calibrate: Any, 
     return engine
 
 
+@output_scope()  # the outputs it checks stay this run's until it returns
 def quantize(
     model: str | os.PathLike[str],
     output: str | os.PathLike[str],
