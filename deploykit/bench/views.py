@@ -8,6 +8,8 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from deploykit.io import one_line
+
 if TYPE_CHECKING:
     from rich.table import Table
 
@@ -126,7 +128,7 @@ def markdown_text(report: BenchmarkReport) -> str:
     rows = report.summary_rows()
     cpu = report.device["cpu"]
     lines = [
-        f"# deploykit bench: {Path(report.model.path).name}",
+        f"# deploykit bench: {one_line(Path(report.model.path).name)}",
         "",
         f"{cpu['model']} ({cpu['logical_cores']} logical cores, flags {', '.join(cpu['flags']) or '-'}), "
         f"{report.device['os']}, Python {report.device['python']}; "
@@ -136,7 +138,7 @@ def markdown_text(report: BenchmarkReport) -> str:
     if rows:
         header = list(rows[0])
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(r[h].replace("|", "/") for h in header) + " |" for r in rows]
+        lines += ["| " + " | ".join(one_line(r[h], None).replace("|", "/") for h in header) + " |" for r in rows]
     recommendation = report.recommendation
     if recommendation:
         lines += ["", f"**Recommendation**: {recommendation.label} — {recommendation.why}.", "",
@@ -149,10 +151,12 @@ def rich_table(report: BenchmarkReport) -> Table:
     from rich.markup import escape
     from rich.table import Table
 
-    table = Table(title=f"{Path(report.model.path).name} — headline {report.headline} (★ = recommended)")
+    table = Table(
+        title=f"{escape(one_line(Path(report.model.path).name))} — headline {report.headline} (★ = recommended)"
+    )
     rows = report.summary_rows()
     for column in rows[0] if rows else ["configuration"]:
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(*(escape(value) for value in row.values()))
+        table.add_row(*(escape(one_line(value, None)) for value in row.values()))
     return table
