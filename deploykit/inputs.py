@@ -206,6 +206,14 @@ def plan_inputs(
                 dims.append(chosen)
                 reasons.add("batch")
             elif isinstance(dim, int):
+                if dim == 0:
+                    raise UsageError(
+                        f"input '{spec.name}' | axis {index} of {spec.shape_text()} is declared with size 0 in "
+                        f"{model_name}: a zero-size input holds no values, so there is nothing to run, time or "
+                        "verify on it.",
+                        hint="re-export the model with a real size (or a dynamic axis) there; to run it empty "
+                        "anyway, feed arrays of that shape from a file (--inputs, or -i NAME=FILE for run).",
+                    )
                 dims.append(dim)
             elif image is not None and len(spec.shape) == 4 and index in (2, 3):
                 dims.append(image[0][index - 2])
@@ -392,9 +400,20 @@ def load_arrays(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
 
 
 def save_arrays(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarray]) -> None:
-    """Write arrays by name to an ``.npz`` file (the inverse of ``load_arrays``)."""
-    named: dict[str, Any] = dict(arrays)
+    """Write arrays by name to an ``.npz`` file (the inverse of ``load_arrays``). Text held in object
+    arrays (ONNX Runtime's STRING outputs) is stored as numpy text, which reads back without pickle."""
+    named: dict[str, Any] = {name: _without_objects(array) for name, array in arrays.items()}
     np.savez(path, **named)
+
+
+def _without_objects(array: Any) -> Any:
+    if isinstance(array, np.ndarray) and array.dtype == object and array.size:
+        items = array.ravel().tolist()
+        if all(isinstance(item, str) for item in items):
+            return np.array(items, dtype=str).reshape(array.shape)
+        if all(isinstance(item, bytes) for item in items):
+            return np.array(items, dtype=bytes).reshape(array.shape)
+    return array
 
 
 def _once(given: dict[str, str], name: str, value: str) -> None:

@@ -25,6 +25,7 @@ from deploykit.errors import (
     DeployKitError,
     DeviceUnavailableError,
     InputError,
+    InvalidModelError,
     PrecisionUnavailableError,
     UnsupportedModelError,
     UsageError,
@@ -264,6 +265,29 @@ class Session(abc.ABC):
         )
 
 
+def _non_utf8_string_tensors(model_path: Path) -> list[str]:
+    """Names of the STRING initializers and Constant values whose bytes are not UTF-8 (subgraphs too)."""
+    import onnx
+
+    from deploykit.model import walk_nodes
+
+    try:
+        model = onnx.load(str(model_path), load_external_data=False)
+    except Exception:  # the caller says what it can without the names
+        return []
+    tensors = [*model.graph.initializer]
+    tensors += [a.t for node in walk_nodes(model.graph) for a in node.attribute if a.HasField("t")]
+    found = []
+    for tensor in tensors:
+        if tensor.data_type == onnx.TensorProto.STRING:
+            try:
+                for value in tensor.string_data:
+                    value.decode("utf-8")
+            except UnicodeDecodeError:
+                found.append(tensor.name or "a Constant's value")
+    return found
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -463,6 +487,13 @@ class Backend(abc.ABC):
                 load_onnx(model_path)
             except DeployKitError as broken:
                 return broken
+        if isinstance(exc, UnicodeDecodeError):  # the model's text, not the runtime's failure
+            named = ", ".join(f"'{n}'" for n in _non_utf8_string_tensors(model_path)) or "a string tensor"
+            return InvalidModelError(
+                f"model '{model_path.name}' | {named} holds bytes that are not UTF-8 text ({exc.reason} at byte "
+                f"{exc.start}); ONNX strings are UTF-8, so {self.subject()} cannot read it.",
+                hint="fix the model's string values (its initializers or Constant nodes).",
+            )
         return UnsupportedModelError(
             f"{self.subject()} | cannot {self.load_verb} '{model_path.name}': {sentence(self.explain(exc))}",
             hint=self.load_hint,
