@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,12 +83,55 @@ def load_onnx(path: str | os.PathLike[str], *, load_external_data: bool = False,
             else:
                 onnx.checker.check_model(model)
         except Exception as exc:
-            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
             raise InvalidModelError(
-                f"model '{model_path}' | fails the ONNX checker: {first_line}",
+                f"model '{model_path}' | fails the ONNX checker: {checker_reason(model, exc)}",
                 hint="the file may be truncated or hand-edited; re-export it.",
             ) from exc
     return model
+
+
+_CHECKER_NODE = re.compile(r"(?:node:\s*)?name:\s*(\S*)\s+OpType:\s*(\S+)", re.I)
+
+
+def checker_reason(model: Any, exc: BaseException) -> str:
+    """The checker's reason on one line, with the node it is about named by its name or, when it has
+    none (the checker then prints "Name:  OpType: Add"), by its op type and index in the graph."""
+    text = str(exc).strip() or repr(exc)
+    reason, _, context = text.partition("==> Context:")
+    match = _CHECKER_NODE.search(context) or _CHECKER_NODE.search(reason)
+    reason = " ".join((_CHECKER_NODE.sub("NODE", reason) if match else reason).split()).rstrip(".")
+    if match is None:
+        return reason + "."
+    name, op_type = match.groups()
+    node = f"node '{name}' ({op_type})" if name else _unnamed_node(model, op_type, reason)
+    return (reason.replace("NODE", node) if "NODE" in reason else f"{reason}; at {node}") + "."
+
+
+def _unnamed_node(model: Any, op_type: str, reason: str) -> str:
+    """``node 3 (an unnamed Add)``: the one unnamed top-level node of that op type the reason fits."""
+    import onnx
+
+    found = [(i, n) for i, n in enumerate(model.graph.node) if n.op_type == op_type and not n.name]
+    if len(found) > 1:  # the checker says which only by what is wrong: ask it again, node by node
+        context = onnx.checker.C.CheckerContext()
+        context.ir_version = model.ir_version
+        context.opset_imports = {entry.domain: entry.version for entry in model.opset_import}
+        lexical = onnx.checker.C.LexicalScopeContext()
+        failing = []
+        for index, node in found:
+            named = re.search(r"input '([^']*)'", reason)
+            if named and named.group(1) in node.input:
+                failing.append((index, node))
+                continue
+            try:
+                onnx.checker.C.check_node(node.SerializeToString(), context, lexical)
+            except Exception:
+                failing.append((index, node))
+        found = failing or found
+    if len(found) == 1:
+        return f"node {found[0][0]} (an unnamed {op_type})"
+    indices = ", ".join(str(i) for i, _ in found[:5])
+    return f"an unnamed {op_type} node (one of nodes {indices})" if found else f"an unnamed {op_type} node"
 
 
 def check_opset(model: Any, path: str | os.PathLike[str]) -> None:

@@ -158,3 +158,26 @@ def test_string_outputs_are_compared_exactly(tmp_path):
     differ = compare_array("s", text, np.array(["ok", "cafe"]), thresholds_for("f32"), reduced=False)
     assert same.passed and not differ.passed
     assert differ.problem == "element [1] is 'café', the reference's 'cafe' (text is compared exactly)"
+
+
+def _checked(path, nodes):
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_the_checker_s_unnamed_node_is_named_by_op_type_and_index(tmp_path):
+    """onnx.checker says "Name:  OpType: Add" of a node without a name: deploykit says which node it is."""
+    wrong_arity = _checked(tmp_path / "a.onnx", [helper.make_node("Add", ["x", "x"], ["h"]),
+                                                 helper.make_node("Add", ["h"], ["y"])])  # fmt: skip
+    result = invoke_checked(["inspect", wrong_arity], reads=[wrong_arity])
+    assert result.exit_code == 1
+    assert "fails the ONNX checker: Node with schema(::Add:14) has input size 1 not in range [min=2, max=2]; " \
+        "at node 1 (an unnamed Add)." in result.stderr  # fmt: skip
+    unsorted = _checked(tmp_path / "b.onnx", [helper.make_node("Relu", ["q"], ["y"]),
+                                              helper.make_node("Relu", ["x"], ["q"])])  # fmt: skip
+    result = invoke_checked(["inspect", unsorted], reads=[unsorted])
+    assert "however input 'q' of node 0 (an unnamed Relu) is not output of any previous nodes." in result.stderr
