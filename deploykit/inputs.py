@@ -403,7 +403,7 @@ def load_arrays(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
         with np.load(file, allow_pickle=False) as archive:
             if not hasattr(archive, "files"):
                 raise ValueError("a single array, not an archive")
-            return {name: archive[name] for name in archive.files}
+        return read_arrays(file)
     except Exception as exc:
         raise UsageError(
             f"inputs file '{file}' | cannot be read as .npz: {exc}.",
@@ -454,8 +454,36 @@ def _check_members(file: Path, name: str) -> None:
 def save_arrays(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarray]) -> None:
     """Write arrays by name to an ``.npz`` file (the inverse of ``load_arrays``). Text held in object
     arrays (ONNX Runtime's STRING outputs) is stored as numpy text, which reads back without pickle."""
-    named: dict[str, Any] = {name: _without_objects(array) for name, array in arrays.items()}
+    named: dict[str, Any] = {}
+    long_names: list[str] = []
+    for name, array in arrays.items():
+        if len(name.encode("utf-8", "surrogateescape")) > _MEMBER_NAME_BYTES:  # a zip member's name has 16 bits
+            named[f"{_LONG_NAME}{len(long_names)}"] = _without_objects(array)
+            long_names.append(name)
+        else:
+            named[name] = _without_objects(array)
+    if long_names:
+        named[_LONG_NAMES] = np.array(long_names, dtype=str)
     np.savez(path, **named)
+
+
+_MEMBER_NAME_BYTES = 60000
+_LONG_NAME, _LONG_NAMES = "__deploykit_long_name_", "__deploykit_long_names__"
+
+
+def read_arrays(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """The arrays ``save_arrays`` wrote, by name (names too long for a zip member were stored by index):
+    how deploykit's own processes hand arrays to each other. Files from users go through ``load_arrays``."""
+    with np.load(path, allow_pickle=False) as archive:
+        arrays = {name: archive[name] for name in archive.files}
+    long_names = arrays.pop(_LONG_NAMES, None)
+    if long_names is None:
+        return arrays
+    restored = {}
+    for name, array in arrays.items():
+        index = name.removeprefix(_LONG_NAME)
+        restored[str(long_names[int(index)]) if index != name and index.isdigit() else name] = array
+    return restored
 
 
 def _without_objects(array: Any) -> Any:

@@ -20,7 +20,15 @@ from deploykit.bench.measure import measure
 from deploykit.bench.report import BenchmarkReport
 from deploykit.bench.rows import BenchSettings, ModelInfo, Row
 from deploykit.errors import DeployKitError, ModelError, UsageError
-from deploykit.inputs import InputSetting, batch_axis_of, fed_batch, load_arrays, make_inputs, save_arrays
+from deploykit.inputs import (
+    InputSetting,
+    batch_axis_of,
+    fed_batch,
+    load_arrays,
+    make_inputs,
+    read_arrays,
+    save_arrays,
+)
 from deploykit.io import file_sha256
 from deploykit.model import read_interface
 from deploykit.verify.check import (
@@ -115,11 +123,7 @@ def measure_isolated(
     if not row.ok or not outputs_path.exists():
         return row, None, []
 
-    def load(path: Path) -> dict[str, np.ndarray]:
-        with np.load(path, allow_pickle=False) as archive:
-            return {name: archive[name] for name in archive.files}
-
-    return row, load(outputs_path), [load(Path(f"{outputs_path}.check-{i}.npz")) for i in range(len(checks))]
+    return row, read_arrays(outputs_path), [read_arrays(f"{outputs_path}.check-{i}.npz") for i in range(len(checks))]
 
 
 def benchmark(

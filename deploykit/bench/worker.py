@@ -17,14 +17,13 @@ from deploykit.bench.config import BenchConfig
 from deploykit.bench.measure import measure
 from deploykit.bench.rows import Row
 from deploykit.errors import DeployKitError
-from deploykit.inputs import save_arrays
+from deploykit.inputs import read_arrays, save_arrays
 from deploykit.verify.isolated import RESULT_PREFIX
 from deploykit.verify.worker import storable
 
 
 def _load(path: str) -> dict[str, np.ndarray]:
-    with np.load(path, allow_pickle=False) as archive:
-        return {name: archive[name] for name in archive.files}
+    return read_arrays(path)
 
 
 def main() -> int:

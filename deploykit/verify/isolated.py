@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from deploykit.errors import DeployKitError
-from deploykit.inputs import save_arrays
+from deploykit.inputs import read_arrays, save_arrays
 
 RESULT_PREFIX = "DEPLOYKIT-RESULT "
 DEFAULT_TIMEOUT_S = 900.0
@@ -296,7 +296,6 @@ def run_candidate(
             )  # fmt: skip
         outputs = []
         for path in sorted(directory.glob("outputs-*.npz"), key=lambda p: int(p.stem.split("-")[1])):
-            with np.load(path, allow_pickle=False) as archive:
-                outputs.append({name: archive[name] for name in archive.files})
+            outputs.append(read_arrays(path))
         return CandidateRun(label, outcome.result.get("info"), outputs, seconds=outcome.result.get("seconds") or {},
                             platform=where)  # fmt: skip

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from deploykit.errors import DeployKitError, OutputError
-from deploykit.inputs import save_arrays
+from deploykit.inputs import read_arrays, save_arrays
 from deploykit.verify.isolated import RESULT_PREFIX, error_result
 
 
@@ -75,8 +75,7 @@ def main() -> int:
     job = json.loads(sys.stdin.read())
     cases = []
     for path in job.get("cases", []):
-        with np.load(path, allow_pickle=False) as archive:
-            cases.append({name: archive[name] for name in archive.files})
+        cases.append(read_arrays(path))
     result, outputs = run_job(job, cases)
     try:
         for index, arrays in enumerate(outputs):
