@@ -19,7 +19,7 @@ import numpy as np
 
 from deploykit.backends.base import Session
 from deploykit.backends.options import OptionValue
-from deploykit.errors import UsageError
+from deploykit.errors import BackendError, UsageError
 from deploykit.labels import read_labels
 from deploykit.metadata import read_metadata
 from deploykit.tensors import TensorSpec
@@ -122,6 +122,21 @@ class _Pipeline:
         """The pre/infer/post split of this thread's last call."""
         timing: Timing | None = getattr(self._local, "timing", None)
         return timing
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The session's outputs, refused when one holds NaN or infinity: no ranking or box can be read from
+        them, and ranking NaNs (or dropping every box as below the threshold) would be a wrong answer."""
+        outputs = self.session.run(feeds)
+        for name, value in outputs.items():
+            if isinstance(value, np.ndarray) and value.dtype.kind == "f" and not np.isfinite(value).all():
+                bad = int(value.size - np.isfinite(value).sum())
+                raise BackendError(
+                    f"model '{self.model_path.name}' output '{name}' | holds NaN or infinity ({bad} of {value.size} "
+                    "elements) for this input; no class or box can be read from it.",
+                    hint="check the model's preprocessing metadata (deploykit.input: scale, mean, std) and "
+                    "run 'deploykit compare' on the model to see whether the runtime or the model is at fault.",
+                )
+        return outputs
 
     def _dynamic_batch(self) -> bool:
         assert self.input.shape is not None
@@ -227,9 +242,9 @@ class Detector(_Pipeline):
         pre = time.perf_counter()
         name = self.input.name
         if self._dynamic_batch() and len(tensors) > 1:
-            outputs_list = [self.session.run({name: np.concatenate(tensors)})]
+            outputs_list = [self._run({name: np.concatenate(tensors)})]
         else:
-            outputs_list = [self.session.run({name: tensor}) for tensor in tensors]
+            outputs_list = [self._run({name: tensor}) for tensor in tensors]
         infer = time.perf_counter()
         candidates = [c for outputs in outputs_list for c in self._candidates(outputs)]
         results = [
@@ -314,9 +329,9 @@ class Classifier(_Pipeline):
         pre = time.perf_counter()
         name = self.input.name
         if self._dynamic_batch():
-            scores = next(iter(self.session.run({name: tensor}).values()))
+            scores = next(iter(self._run({name: tensor}).values()))
         else:
-            scores = np.concatenate([next(iter(self.session.run({name: t[None]}).values())) for t in tensor])
+            scores = np.concatenate([next(iter(self._run({name: t[None]}).values())) for t in tensor])
         infer = time.perf_counter()
         probabilities = self._probabilities(scores)
         results = []

@@ -110,3 +110,13 @@ def test_darknet_heads_in_metadata_are_checked(head, message):
     with pytest.raises(MetadataError, match=r"metadata 'deploykit.darknet.heads' \| head 0 ") as caught:
         read_metadata({"deploykit.darknet.heads": json.dumps([head])}, "yolo.onnx")
     assert message in caught.value.message
+
+
+def test_outputs_that_are_nan_are_no_ranking(tmp_path, tiny):
+    """Sweep 21b: deploykit.input scale 1e308 made every pixel infinite and predict printed a top-5 of NaN
+    probabilities with exit 0; a pipeline refuses outputs with NaN or infinity, naming the output."""
+    model = _dynamic_classifier(tmp_path / "huge.onnx", {"deploykit.input": json.dumps({"size": [32, 32],
+                                                                                        "scale": 1e308})})  # fmt: skip
+    result = invoke_checked(["predict", model, tiny["image"]], reads=[model])
+    assert result.exit_code == 1, result.output
+    assert "error: model 'huge.onnx' output 'scores' | holds NaN or infinity (5 of 5 elements)" in result.stderr
