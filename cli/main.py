@@ -101,10 +101,11 @@ class _Group(TyperGroup):
             # permission, disk full ...) somewhere that did not check it first. Still one message.
             if ctx.params.get("debug") or os.environ.get("DEPLOYKIT_DEBUG"):
                 raise
-            subject = f"'{exc.filename}'" if exc.filename else type(exc).__name__
+            full_stdout = exc.errno in FULL_ERRNOS and _stdout_is_full()
+            subject = f"'{exc.filename}'" if exc.filename else "standard output" if full_stdout else type(exc).__name__
             reason = f"{exc.strerror or exc}"
             if exc.errno in FULL_ERRNOS:
-                where = "standard output" if _stdout_is_full() else "a file deploykit was writing"
+                where = "standard output" if full_stdout else "a file deploykit was writing"
                 reason += (
                     f" while writing {where}: the disk is full or a file-size limit (ulimit -f) is set. "
                     "Hint: free some space, raise the limit or write elsewhere, then run the command again"

@@ -318,7 +318,7 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def _describe(label: str, path: Path) -> str:
-    return f"{label} '{path}'" if label else f"output '{path}'"
+    return f"{label} '{shown(path)}'" if label else f"output '{shown(path)}'"
 
 
 def _check_one(label: str, path: Path) -> None:

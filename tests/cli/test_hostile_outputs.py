@@ -259,3 +259,20 @@ def test_failed_verification_writes_neither_model_nor_report(tiny, tmp_path, mon
     else:
         assert not out.exists() and report.read_text() == "an older report"
         assert "report written" not in result.stdout
+
+
+def test_a_path_of_kilobytes_is_shown_cut_in_an_output_message(tiny, tmp_path):
+    """Sweep 21b: an output path of 4.5 KB was echoed whole into the message (inputs were already cut)."""
+    long_path = tmp_path.joinpath(*["x" * 300] * 15, "o.npz")
+    result = invoke_checked(["run", tiny["dynamic"], "--save", long_path], reads=[tiny["dynamic"]])
+    assert result.exit_code == 1
+    assert "characters)…" in result.stderr and len(result.stderr) < 1000, result.stderr
+
+
+def test_standard_output_on_dev_full_is_named_as_such(tiny):
+    """Sweep 21b: 'error: OSError | No space left on device while writing standard output' named the class."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "deploykit.cli.main", "run", str(tiny["dynamic"])],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: standard output | No space left on device"), done.stderr
