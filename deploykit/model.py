@@ -162,14 +162,32 @@ def _has_external_data(model: Any) -> bool:
     return any(t.data_location == TensorProto.EXTERNAL for t in model.graph.initializer)
 
 
-def metadata_of(model: Any) -> dict[str, str]:
+def metadata_of(model: Any, where: str | None = None) -> dict[str, str]:
     """``metadata_props`` as text: a key or value that is not valid UTF-8 (protobuf then hands over bytes)
-    is decoded with replacement characters, so it can be shown and parsed, never crash a caller."""
+    is decoded with replacement characters, so it can be shown and parsed, never crash a caller.
+
+    Raises:
+        MetadataError: a key is given twice (``where`` names the model in the message).
+    """
 
     def text(value: Any) -> str:
         return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
-    return {text(p.key): text(p.value) for p in model.metadata_props}
+    metadata: dict[str, str] = {}
+    for entry in model.metadata_props:
+        key, value = text(entry.key), text(entry.value)
+        if key in metadata:  # which one is meant cannot be told; the ONNX checker refuses it too
+            from deploykit.errors import MetadataError
+            from deploykit.io import one_line
+
+            subject = f"model '{where}' metadata" if where else "model metadata"
+            raise MetadataError(
+                f"{subject} '{one_line(key)}' | is given twice ({one_line(metadata[key], 60)!r}, then "
+                f"{one_line(value, 60)!r}); expected each key once.",
+                hint="re-save the model with one value for the key (onnx.helper.set_model_props).",
+            )
+        metadata[key] = value
+    return metadata
 
 
 def graph_io(model: Any) -> tuple[list[TensorSpec], list[TensorSpec]]:
@@ -322,7 +340,7 @@ def summarize(path: str | os.PathLike[str]) -> ModelSummary:
         op_histogram=dict(histogram.most_common()),
         parameter_count=parameters,
         precision=model_precision(model),
-        metadata=metadata_of(model),
+        metadata=metadata_of(model, model_path.name),
     )
 
 
@@ -348,7 +366,7 @@ def read_interface(path: str | os.PathLike[str]) -> GraphInterface:
     model = load_onnx(model_path, load_external_data=False, check=False)
     check_opset(model, model_path)
     inputs, outputs = graph_io(model)
-    metadata = metadata_of(model)
+    metadata = metadata_of(model, model_path.name)
     return GraphInterface(model_path, inputs, outputs, model_precision(model), metadata)
 
 

@@ -120,3 +120,15 @@ def test_outputs_that_are_nan_are_no_ranking(tmp_path, tiny):
     result = invoke_checked(["predict", model, tiny["image"]], reads=[model])
     assert result.exit_code == 1, result.output
     assert "error: model 'huge.onnx' output 'scores' | holds NaN or infinity (5 of 5 elements)" in result.stderr
+
+
+def test_a_metadata_key_given_twice_is_refused_in_every_command(tmp_path, tiny):
+    """Sweep 21b: a second deploykit.labels silently won in predict (and a second deploykit.task in run),
+    while inspect refused the file: every command reads metadata through one reader, which refuses it."""
+    model = onnx.load(tiny["classifier"])
+    model.metadata_props.add(key="deploykit.labels", value=json.dumps(list("vwxyz")))
+    onnx.save(model, tmp_path / "twice.onnx")
+    message = 'model \'twice.onnx\' metadata \'deploykit.labels\' | is given twice (\'["a", "b", "c", "d", "e"]\', then'
+    for command in (["predict", tmp_path / "twice.onnx", tiny["image"]], ["run", tmp_path / "twice.onnx"]):
+        result = invoke_checked(command, reads=[tmp_path / "twice.onnx"])
+        assert result.exit_code == 1 and message in result.stderr, result.output
