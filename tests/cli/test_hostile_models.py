@@ -216,3 +216,17 @@ def test_the_reference_returns_an_optional_tensor_as_the_others_do(tmp_path):
     assert invoke_checked(["run", "-b", "ref", tmp_path / "optional.onnx"]).exit_code == 0
     compared = invoke_checked(["compare", tmp_path / "optional.onnx", "-b", "ort"])
     assert compared.exit_code == 0 and "pass" in compared.stdout and "(independent)" in compared.stdout, compared.output
+
+
+def test_no_random_data_is_made_for_any_float8(tmp_path):
+    """Sweep 21b: float8_e5m2 (which ml_dtypes calls kind 'f') got random data and ONNX Runtime's "Numpy_type
+    262 can't be converted"; every float8 input is refused the same way, by name."""
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT8E5M2, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT8E5M2, [1, 4])])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
+    model.ir_version = 9
+    onnx.save(model, tmp_path / "f8.onnx")
+    result = invoke_checked(["run", tmp_path / "f8.onnx"])
+    assert result.exit_code == 1
+    assert "input 'x' | is a float8_e5m2 tensor; deploykit makes random data only for numbers" in result.stderr
