@@ -76,6 +76,19 @@ def _quiet_exit() -> NoReturn:
     raise SystemExit(BROKEN_PIPE_EXIT)
 
 
+def _check_working_directory() -> None:
+    """A shell left in a deleted folder: every relative path would fail later as 'no such file' or 'cannot
+    be parsed', so say what is wrong before the command starts."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise DeployKitError(
+            "current directory | no longer exists (it was deleted while the shell was in it), so no relative "
+            "path can be read or written.",
+            hint="cd into an existing folder (cd $PWD may bring back one made again), then run the command again.",
+        ) from None
+
+
 class _Group(TyperGroup):
     def make_context(self, *args: Any, **kwargs: Any) -> Any:
         try:  # 'deploykit --help' prints while parsing, before invoke
@@ -87,6 +100,7 @@ class _Group(TyperGroup):
 
     def invoke(self, ctx: Any) -> Any:  # click's Context (typer vendors click privately)
         try:
+            _check_working_directory()
             with output_scope():  # every output the command checks stays its own until it ends
                 return super().invoke(ctx)
         except DeployKitError as exc:

@@ -276,3 +276,13 @@ def test_standard_output_on_dev_full_is_named_as_such(tiny):
                               stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 1
     assert done.stderr.startswith("error: standard output | No space left on device"), done.stderr
+
+
+def test_a_deleted_current_directory_is_said_as_such(tiny, tmp_path):
+    """Sweep 21b: in a deleted folder, 'run ../m.onnx' said "cannot be parsed as ONNX ... truncated"."""
+    shutil.copy2(tiny["dynamic"], tmp_path / "m.onnx")
+    deploykit = Path(sys.executable).with_name("deploykit")
+    script = f"mkdir gone && cd gone && rmdir ../gone && exec {deploykit} run ../m.onnx"
+    done = subprocess.run(["sh", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: current directory | no longer exists"), done.stderr
