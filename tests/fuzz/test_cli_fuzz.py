@@ -272,7 +272,7 @@ def _subprocess_work(workdir: Path, tiny: dict[str, Path]) -> tuple[Path, dict[s
     return work, {**{name: str(path) for name, path in copies.items()}, "work": str(work)}
 
 
-@fuzz(6)
+@fuzz(4)
 @given(data=st.data())
 def test_special_files_in_every_role(tiny, workdir, data):
     """A FIFO, a socket, /dev/zero, a folder or a symlink loop as a model, input, report, labels, cfg or
@@ -287,7 +287,7 @@ def test_special_files_in_every_role(tiny, workdir, data):
     assert (done.returncode == 0) == valid, done.stderr
 
 
-@fuzz(3)
+@fuzz(2)
 @given(data=st.data())
 def test_resource_limits(tiny, workdir, data):
     """``ulimit -n 64``, ``-v`` 1.5 GiB, ``-f`` 2 KiB on a command that writes: it succeeds with all of its
