@@ -19,7 +19,7 @@ import numpy as np
 
 from deploykit.backends.base import Session
 from deploykit.backends.options import OptionValue
-from deploykit.errors import BackendError, UsageError
+from deploykit.errors import BackendError, MetadataError, UsageError
 from deploykit.labels import read_labels
 from deploykit.metadata import read_metadata
 from deploykit.tensors import TensorSpec
@@ -74,6 +74,29 @@ def _input_spec(session: Any) -> TensorSpec:
     return spec
 
 
+def _check_against_graph(spec: TensorSpec, stored: Any, model: str) -> None:
+    """``deploykit.input`` must describe the graph's own image input: a name, channel count or fixed size that
+    the graph contradicts says the metadata belongs to another model, and would be silently ignored."""
+    assert spec.shape is not None
+    fixed = tuple(spec.shape[2:]) if all(isinstance(d, int) for d in spec.shape[2:]) else None
+    contradictions = [
+        (key, said, actual)
+        for key, said, actual in (
+            ("name", stored.name, spec.name),
+            ("channels", stored.channels, spec.shape[1] if isinstance(spec.shape[1], int) else None),
+            ("size", list(stored.size) if stored.size else None, list(fixed) if fixed else None),
+        )
+        if said is not None and actual is not None and said != actual
+    ]
+    if contradictions:
+        key, said, actual = contradictions[0]
+        raise MetadataError(
+            f"model '{model}' metadata 'deploykit.input' | says {key} {said!r}, but the graph's image input "
+            f"'{spec.name}' has {key} {actual!r} ({spec.shape_text()}); the metadata describes another model.",
+            hint="re-export the model with its own metadata, or remove deploykit.input's wrong field.",
+        )
+
+
 def _input_size(
     spec: TensorSpec, metadata: Mapping[str, str], given: tuple[int, int] | None, model: str
 ) -> tuple[int, int]:
@@ -86,6 +109,15 @@ def _input_size(
     stored = read_metadata(metadata, model)
     if stored.size is not None:
         return stored.size
+    if "imgsz" in metadata:  # there is a size, but not one that can be used: say which, not that it is absent
+        from deploykit.io import one_line
+        from deploykit.metadata import MAX_SIDE
+
+        raise MetadataError(
+            f"model '{model}' metadata 'imgsz' | is {one_line(metadata['imgsz'], 60)!r}; expected the input size "
+            f"as Ultralytics writes it, [height, width] (or one side), integers from 1 to {MAX_SIDE}.",
+            hint="pass input_size=(height, width) (--input-size HxW), or re-export the model.",
+        )
     raise UsageError(
         f"model '{model}' | has a dynamic input size and no size in its metadata.",
         hint="pass input_size=(height, width) (--input-size HxW).",
@@ -115,6 +147,7 @@ class _Pipeline:
             self.model_path = Path(self.session.model_path)  # a bundle's model file, not its folder
         self.metadata = self.session.metadata
         self.input = _input_spec(self.session)
+        _check_against_graph(self.input, read_metadata(self.metadata, self.model_path.name).input, self.model_path.name)
         self._local = threading.local()
 
     @property

@@ -132,3 +132,30 @@ def test_a_metadata_key_given_twice_is_refused_in_every_command(tmp_path, tiny):
     for command in (["predict", tmp_path / "twice.onnx", tiny["image"]], ["run", tmp_path / "twice.onnx"]):
         result = invoke_checked(command, reads=[tmp_path / "twice.onnx"])
         assert result.exit_code == 1 and message in result.stderr, result.output
+
+
+@pytest.mark.parametrize(
+    "field, message",
+    [
+        ({"channels": 4}, "says channels 4, but the graph's image input 'images' has channels 3"),
+        ({"size": [32, 32]}, "says size [32, 32], but the graph's image input 'images' has size [16, 16]"),
+        ({"name": "nope"}, "says name 'nope', but the graph's image input 'images' has name 'images'"),
+    ],
+)
+def test_input_metadata_that_contradicts_the_graph_is_refused(tmp_path, tiny, field, message):
+    """Sweep 21b: deploykit.input saying 4 channels, another size or another input name was silently ignored."""
+    model = onnx.load(tiny["classifier"])
+    model.metadata_props.add(key="deploykit.input", value=json.dumps(field))
+    onnx.save(model, tmp_path / "other.onnx")
+    result = invoke_checked(["predict", tmp_path / "other.onnx", tiny["image"]], reads=[tmp_path / "other.onnx"])
+    assert result.exit_code == 1
+    assert "model 'other.onnx' metadata 'deploykit.input' | " + message in " ".join(result.stderr.split())
+
+
+@pytest.mark.parametrize("imgsz", ["[99999, 99999]", "[0, -3]", "[3.5, true]"])
+def test_an_unusable_imgsz_is_named_not_called_absent(tmp_path, tiny, imgsz):
+    """Sweep 21b: a dynamic model whose Ultralytics imgsz was out of range was said to have no size at all."""
+    model = _dynamic_classifier(tmp_path / "ul.onnx", {"imgsz": imgsz})
+    result = invoke_checked(["predict", model, tiny["image"]], reads=[model])
+    assert result.exit_code == 1
+    assert f"model 'ul.onnx' metadata 'imgsz' | is {imgsz!r}; expected the input size" in result.stderr
