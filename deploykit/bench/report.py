@@ -194,6 +194,8 @@ class BenchmarkReport:
             raise _invalid(file, "no such file.") from exc
         except (OSError, ValueError) as exc:
             raise _invalid(file, f"is not JSON: {exc}.") from exc
+        except RecursionError as exc:  # '[' * 100000: no report nests so deep
+            raise _invalid(file, "is JSON nested too deeply to read; a report is a few levels deep.") from exc
         return cls.from_dict(data, file)
 
     @property

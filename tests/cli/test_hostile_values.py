@@ -270,6 +270,14 @@ def test_a_report_with_nan_figures_is_not_a_report(tiny, tmp_path):
     assert result.exit_code == 1 and "NaN is not a JSON number" in " ".join(result.stderr.split())
 
 
+def test_a_report_nested_too_deeply_is_not_a_report(tmp_path):
+    """Sweep 21b: '[' * 100000 was a RecursionError traceback from the report reader."""
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    result = invoke_checked(["report", deep])
+    assert result.exit_code == 1 and "is JSON nested too deeply to read" in result.stderr
+
+
 def _npz_member(path, shape, data_bytes, name="x.npy"):
     """An .npz whose member's .npy header says ``shape`` (float32), followed by ``data_bytes`` zeros."""
     import zipfile
