@@ -40,7 +40,8 @@ def similarity(reference: np.ndarray, candidate: np.ndarray) -> dict[str, float]
     """Cosine similarity and SNR (dB) of two arrays, as ``deploykit.verify.metrics.cosine_snr``
     computes them; where the cosine is undefined (an all-zero array) it is 1.0 for equal arrays
     (infinite SNR) and 0.0 otherwise, so a report always holds a number."""
-    cosine, snr_db = cosine_snr(reference, candidate)
+    with np.errstate(all="ignore"):  # a figure that is no number is the caller's to refuse, not a warning
+        cosine, snr_db = cosine_snr(reference, candidate)
     return {"cosine": float(snr_db == math.inf) if cosine is None else cosine, "snr_db": snr_db}
 
 
@@ -50,7 +51,21 @@ def _ort_session(model: Any) -> Any:
     options = ort.SessionOptions()
     options.log_severity_level = 3
     source = model.SerializeToString() if hasattr(model, "SerializeToString") else str(model)
-    return ort.InferenceSession(source, sess_options=options, providers=["CPUExecutionProvider"])
+    try:
+        return ort.InferenceSession(source, sess_options=options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # the runtime's refusal at the boundary: a sequence output fp16 left as float ...
+        from deploykit.backends.onnxruntime import ort_reason
+        from deploykit.backends.values import sentence
+        from deploykit.errors import QuantizationError
+        from deploykit.io import TEMPORARY_PREFIX
+
+        scratch = hasattr(model, "SerializeToString") or Path(str(model)).parent.name.startswith(TEMPORARY_PREFIX)
+        name = "the reduced model" if scratch else f"model '{Path(str(model)).name}'"
+        raise QuantizationError(
+            f"{name} | ONNX Runtime cannot load it to measure its accuracy: {sentence(ort_reason(exc))}",
+            hint="exclude the nodes it names from quantization (--exclude), or keep the model in float32; "
+            "nothing was written.",
+        ) from exc
 
 
 def run_all(model: Any, data: CalibrationData, samples: Sequence[Sample]) -> list[dict[str, np.ndarray]]:
@@ -64,10 +79,19 @@ def output_similarity(
     reference: Sequence[Mapping[str, np.ndarray]], candidate: Sequence[Mapping[str, np.ndarray]]
 ) -> list[OutputSimilarity]:
     """Cosine and SNR per output over all samples together."""
+    from deploykit.errors import QuantizationError
+    from deploykit.verify.metrics import degeneracy
+
     rows = []
     for name in reference[0]:
         ref = np.concatenate([r[name].ravel() for r in reference])
         cand = np.concatenate([c[name].ravel() for c in candidate])
+        if ref.dtype.kind == "f" and (said := degeneracy(ref.astype(np.float64))) and not np.isfinite(ref).all():
+            raise QuantizationError(  # by deploykit's own rules a NaN/infinite reference says nothing
+                f"output '{name}' | the float model's reference is degenerate on the held-out samples ({said}); "
+                "the accuracy of the reduced model cannot be measured against it.",
+                hint="check the model (a division by zero?) and the calibration images; nothing was written.",
+            )
         measured = similarity(ref, cand)
         rows.append(OutputSimilarity(name, measured["cosine"], measured["snr_db"]))
     return rows
