@@ -20,7 +20,7 @@ from typer.core import TyperGroup
 
 from deploykit._version import __version__
 from deploykit.errors import DeployKitError
-from deploykit.io import FULL_ERRNOS, output_scope
+from deploykit.io import FULL_ERRNOS, one_line, output_scope
 
 from . import (
     backends_cmd,
@@ -106,7 +106,8 @@ class _Group(TyperGroup):
         except DeployKitError as exc:
             if ctx.params.get("debug") or os.environ.get("DEPLOYKIT_DEBUG"):
                 raise
-            err_console.print(Text(f"error: {exc}"), soft_wrap=True)
+            # one paragraph: a newline inside a name or a runtime's text (shown as ␊) cannot forge a line
+            err_console.print(Text(f"error: {one_line(str(exc), None)}"), soft_wrap=True)
             raise typer.Exit(1) from None
         except OSError as exc:
             if isinstance(exc, BrokenPipeError) and _stdout_is_broken():
@@ -124,7 +125,7 @@ class _Group(TyperGroup):
                     f" while writing {where}: the disk is full or a file-size limit (ulimit -f) is set. "
                     "Hint: free some space, raise the limit or write elsewhere, then run the command again"
                 )
-            err_console.print(Text(f"error: {subject} | {reason}."), soft_wrap=True)
+            err_console.print(Text(f"error: {one_line(f'{subject} | {reason}.', None)}"), soft_wrap=True)
             raise typer.Exit(1) from None
 
 

@@ -74,3 +74,13 @@ def test_a_newline_or_cr_inside_a_one_line_field_is_shown_not_sent(tiny, tmp_pat
     benched = runner.invoke(app, ["bench", str(path), "-b", "ort", "--iterations", "2", "--report", str(report)])
     assert benched.exit_code == 0, benched.output
     assert "# deploykit bench: evil␊.onnx\n" in (report / "report.md").read_text()
+
+
+def test_an_error_message_is_one_paragraph_whatever_names_it_holds(tiny, tmp_path):
+    """A tensor name with a newline inside, quoted by an error, cannot start a line of its own."""
+    model = onnx.load(tiny["classifier"])
+    model.graph.input[0].name = model.graph.node[0].input[0] = "x\nerror: FORGED"
+    onnx.save(model, tmp_path / "named.onnx")
+    result = runner.invoke(app, ["run", str(tmp_path / "named.onnx"), "-i", "bogus=random"])
+    assert result.exit_code == 1
+    assert "x␊error: FORGED" in result.stderr and "\nerror: FORGED" not in result.stderr, result.stderr
