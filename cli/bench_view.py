@@ -12,6 +12,7 @@ from rich.table import Table
 
 from deploykit.bench.report import BenchmarkReport
 from deploykit.bench.views import summary_rows
+from deploykit.io import one_line
 
 from .console import console, err_console
 
@@ -24,7 +25,7 @@ def _table(title: str, rows: list[dict[str, str]], empty: str) -> Table:
     for column in rows[0] if rows else [empty]:
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(*(escape(value) for value in row.values()))
+        table.add_row(*(escape(one_line(value, None)) for value in row.values()))
     return table
 
 

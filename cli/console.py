@@ -12,12 +12,11 @@ from rich.console import Console
 from rich.text import Text
 
 from deploykit.errors import UsageError
+from deploykit.io import CONTROL_PICTURES
 
-# Text that comes from files (metadata values, node names, labels, paths) may hold control
-# characters; a raw ESC could retitle, clear or recolour the user's terminal. Each one is shown as
-# its visible picture (ESC → ␛, C1 controls → �), one character for one, so styles keep their spans.
-_CONTROL_PICTURES = {code: chr(0x2400 + code) for code in range(0x20) if chr(code) not in "\n\t"}
-_CONTROL_PICTURES.update({0x7F: "\u2421", **{code: "\ufffd" for code in range(0x80, 0xA0)}})
+# The console keeps newline and tab (its own output has lines and columns); one-line fields from
+# files go through deploykit.io.one_line, which pictures those too.
+_CONTROL_PICTURES = {code: picture for code, picture in CONTROL_PICTURES.items() if chr(code) not in "\n\t"}
 
 
 def sanitize(text: str) -> str:

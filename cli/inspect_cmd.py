@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from deploykit.io import one_line
 from deploykit.model import summarize
 
 from .console import console, print_json
@@ -27,11 +28,12 @@ METADATA_PREVIEW_CHARS = 120
 
 
 def shorten(value: str, limit: int = METADATA_PREVIEW_CHARS) -> str:
-    """A metadata value on one line: long or multi-line values cut, with their full size."""
+    """A metadata value on one line: long or multi-line values cut, with their full size; a CR or tab
+    inside it shown as its picture (``io.one_line``), so that it cannot forge or overwrite a line."""
     lines = value.count("\n") + 1
-    first = value.split("\n", 1)[0]
+    first = one_line(value.split("\n", 1)[0], None)
     if lines == 1 and len(value) <= limit:
-        return value
+        return first
     size = f"{len(value):,} characters" + (f", {lines:,} lines" if lines > 1 else "")
     return f"{first[:limit]}… ({size}; --full shows all)"
 
@@ -51,30 +53,30 @@ def inspect(
     if as_json:
         print_json(summary.to_dict())
         return
-    console.print(f"[bold]{summary.path}[/]")
+    console.print(Text(one_line(summary.path, None), style="bold"))
     size = _size(summary.size_bytes)
     if summary.external_data_bytes:
         size += f" + {_size(summary.external_data_bytes)} external data"
     opsets = ", ".join(f"{d} {v}" for d, v in summary.opsets.items())
     console.print(f"  size        {size}")
     console.print(f"  ir / opset  {summary.ir_version} / {opsets}")
-    console.print(f"  producer    {summary.producer or '-'}")
+    console.print(Text(f"  producer    {one_line(summary.producer) if summary.producer else '-'}"))
     console.print(f"  parameters  {summary.parameter_count:,} ({summary.precision})")
     console.print(f"  nodes       {summary.node_count}")
     for key, value in summary.metadata.items():
-        console.print(Text(f"  meta        {key} = {value if full else shorten(value)}"))
+        console.print(Text(f"  meta        {one_line(key)} = {value if full else shorten(value)}"))
     io_table = Table(title="inputs and outputs")
     for column in ("kind", "name", "dtype", "shape"):
         io_table.add_column(column)
     for kind, specs in (("input", summary.inputs), ("output", summary.outputs)):
         for spec in specs:
-            io_table.add_row(kind, spec.name, spec.dtype.name, spec.shape_text())
+            io_table.add_row(kind, Text(one_line(spec.name)), spec.dtype.name, Text(one_line(spec.shape_text())))
     console.print(io_table)
     ops = Table(title="operators")
     ops.add_column("op")
     ops.add_column("count", justify="right")
     for op, count in summary.op_histogram.items():
-        ops.add_row(op, str(count))
+        ops.add_row(Text(one_line(op)), str(count))
     console.print(ops)
 
 

@@ -20,7 +20,7 @@ from typer.core import TyperGroup
 
 from deploykit._version import __version__
 from deploykit.errors import DeployKitError
-from deploykit.io import FULL_ERRNOS
+from deploykit.io import FULL_ERRNOS, one_line, output_scope
 
 from . import (
     backends_cmd,
@@ -77,6 +77,19 @@ def _quiet_exit() -> NoReturn:
     raise SystemExit(BROKEN_PIPE_EXIT)
 
 
+def _check_working_directory() -> None:
+    """A shell left in a deleted folder: every relative path would fail later as 'no such file' or 'cannot
+    be parsed', so say what is wrong before the command starts."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise DeployKitError(
+            "current directory | no longer exists (it was deleted while the shell was in it), so no relative "
+            "path can be read or written.",
+            hint="cd into an existing folder (cd $PWD may bring back one made again), then run the command again.",
+        ) from None
+
+
 class _Group(TyperGroup):
     def make_context(self, info_name: str | None, args: list[str], *rest: Any, **kwargs: Any) -> Any:
         args = modernize(args)  # the old spellings of options, with a deprecation line each
@@ -89,11 +102,14 @@ class _Group(TyperGroup):
 
     def invoke(self, ctx: Any) -> Any:  # click's Context (typer vendors click privately)
         try:
-            return super().invoke(ctx)
+            _check_working_directory()
+            with output_scope():  # every output the command checks stays its own until it ends
+                return super().invoke(ctx)
         except DeployKitError as exc:
             if ctx.params.get("debug") or os.environ.get("DEPLOYKIT_DEBUG"):
                 raise
-            err_console.print(Text(f"error: {exc}"), soft_wrap=True)
+            # one paragraph: a newline inside a name or a runtime's text (shown as ␊) cannot forge a line
+            err_console.print(Text(f"error: {one_line(str(exc), None)}"), soft_wrap=True)
             raise typer.Exit(1) from None
         except OSError as exc:
             if isinstance(exc, BrokenPipeError) and _stdout_is_broken():
@@ -102,15 +118,16 @@ class _Group(TyperGroup):
             # permission, disk full ...) somewhere that did not check it first. Still one message.
             if ctx.params.get("debug") or os.environ.get("DEPLOYKIT_DEBUG"):
                 raise
-            subject = f"'{exc.filename}'" if exc.filename else type(exc).__name__
+            full_stdout = exc.errno in FULL_ERRNOS and _stdout_is_full()
+            subject = f"'{exc.filename}'" if exc.filename else "standard output" if full_stdout else type(exc).__name__
             reason = f"{exc.strerror or exc}"
             if exc.errno in FULL_ERRNOS:
-                where = "standard output" if _stdout_is_full() else "a file deploykit was writing"
+                where = "standard output" if full_stdout else "a file deploykit was writing"
                 reason += (
                     f" while writing {where}: the disk is full or a file-size limit (ulimit -f) is set. "
                     "Hint: free some space, raise the limit or write elsewhere, then run the command again"
                 )
-            err_console.print(Text(f"error: {subject} | {reason}."), soft_wrap=True)
+            err_console.print(Text(f"error: {one_line(f'{subject} | {reason}.', None)}"), soft_wrap=True)
             raise typer.Exit(1) from None
 
 

@@ -8,10 +8,11 @@ from typing import Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.errors import UsageError
-from deploykit.io import atomic_path, check_outputs
+from deploykit.io import atomic_path, check_outputs, one_line
 from deploykit.metadata import read_metadata
 from deploykit.validation import check_number
 
@@ -124,7 +125,7 @@ def predict(
         for column in ("label", "score", "x1", "y1", "x2", "y2"):
             table.add_column(column)
         for d in detections:
-            table.add_row(d.label, f"{d.score:.3f}", *(f"{v:.1f}" for v in d.xyxy))
+            table.add_row(Text(one_line(d.label)), f"{d.score:.3f}", *(f"{v:.1f}" for v in d.xyxy))
         results = [d.to_dict() for d in detections]
         if draw_path is not None:
             import cv2
@@ -147,7 +148,7 @@ def predict(
         for column in ("rank", "label", "class", "probability"):
             table.add_column(column)
         for rank, c in enumerate(classes, start=1):
-            table.add_row(str(rank), c.label, str(c.class_id), f"{c.score:.4f}")
+            table.add_row(str(rank), Text(one_line(c.label)), str(c.class_id), f"{c.score:.4f}")
         results = [c.to_dict() for c in classes]
     console.print(table)
     if timing is not None:

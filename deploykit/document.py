@@ -88,4 +88,6 @@ class JsonDocument:
             raise cls.invalid(file, "no such file.") from exc
         except (OSError, ValueError) as exc:
             raise cls.invalid(file, f"is not JSON: {exc}.") from exc
+        except RecursionError as exc:  # '[' * 100000: no report nests so deep
+            raise cls.invalid(file, "is JSON nested too deeply to read; a report is a few levels deep.") from exc
         return cls.from_dict(data, file)

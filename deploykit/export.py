@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.errors import OutputError, ParityError
+from deploykit.io import output_scope
 from deploykit.verify.verdict import OracleInfo, Verdict
 
 PAIR_SUFFIXES = (".param", ".bin", ".json")
@@ -74,6 +75,7 @@ def ncnn_paths(output: str | os.PathLike[str]) -> tuple[Path, Path, Path]:
     return Path(base + ".param"), Path(base + ".bin"), Path(base + ".json")
 
 
+@output_scope()  # the outputs it checks stay this run's until it returns
 def export_ncnn(
     model: str | os.PathLike[str],
     output: str | os.PathLike[str],

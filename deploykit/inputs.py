@@ -206,6 +206,14 @@ def plan_inputs(
                 dims.append(chosen)
                 reasons.add("batch")
             elif isinstance(dim, int):
+                if dim == 0:
+                    raise UsageError(
+                        f"input '{spec.name}' | axis {index} of {spec.shape_text()} is declared with size 0 in "
+                        f"{model_name}: a zero-size input holds no values, so there is nothing to run, time or "
+                        "verify on it.",
+                        hint="re-export the model with a real size (or a dynamic axis) there; to run it empty "
+                        "anyway, feed arrays of that shape from a file (--inputs, or -i NAME=FILE for run).",
+                    )
                 dims.append(dim)
             elif image is not None and len(spec.shape) == 4 and index in (2, 3):
                 dims.append(image[0][index - 2])
@@ -238,11 +246,22 @@ def _check_given_shape(spec: TensorSpec, shape: tuple[int, ...]) -> tuple[int, .
 
 
 def _memory_limit_bytes() -> int:
+    """The most one array may take: 4 GiB, half the machine's memory, a quarter of an address-space
+    limit (``ulimit -v``: the runtimes' own mappings take much of it)."""
+    limit = MAX_RANDOM_BYTES
     try:
-        physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        limit = min(limit, os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2)
     except (ValueError, OSError, AttributeError):
-        return MAX_RANDOM_BYTES
-    return int(min(MAX_RANDOM_BYTES, physical // 2))
+        pass
+    try:
+        import resource
+
+        address_space = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if address_space != resource.RLIM_INFINITY:
+            limit = min(limit, address_space // 4)
+    except (ImportError, ValueError, OSError):
+        pass
+    return int(limit)
 
 
 def _format_bytes(count: float) -> str:
@@ -272,6 +291,9 @@ def check_allocation(name: str, shape: Sequence[int], dtype: np.dtype[Any]) -> N
         )
 
 
+_NUMPY_FLOATS = (np.float16, np.float32, np.float64)
+
+
 def random_array(
     spec: TensorSpec, shape: tuple[int, ...], rng: np.random.Generator, setting: InputSetting | None = None
 ) -> np.ndarray:
@@ -291,7 +313,7 @@ def random_array(
                 hint=f"{spec.dtype.name} holds {info.min}..{info.max}.",
             )
         return rng.integers(setting.low, setting.high, size=shape, endpoint=True).astype(spec.dtype)
-    if kind == "f":
+    if kind == "f" and spec.dtype.type in _NUMPY_FLOATS:  # ml_dtypes' float8_e5m2 says 'f' too; runtimes differ
         return rng.uniform(-1.0, 1.0, size=shape).astype(spec.dtype)
     if kind in "iu":
         return rng.integers(0, 8, size=shape).astype(spec.dtype)
@@ -379,11 +401,14 @@ def load_arrays(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
             f"inputs file '{shown(path)}' | is not an .npz archive (an .npz is a zip of .npy arrays).",
             hint="save the arrays with numpy.savez('inputs.npz', images=array, ...).",
         )
+    _check_members(file, shown(path))
+    from deploykit.workers import read_arrays
+
     try:
         with np.load(file, allow_pickle=False) as archive:
             if not hasattr(archive, "files"):
                 raise ValueError("a single array, not an archive")
-            return {name: archive[name] for name in archive.files}
+        return read_arrays(file)
     except Exception as exc:
         raise UsageError(
             f"inputs file '{file}' | cannot be read as .npz: {exc}.",
@@ -391,10 +416,44 @@ def load_arrays(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
         ) from exc
 
 
-def save_arrays(path: str | os.PathLike[str], arrays: Mapping[str, np.ndarray]) -> None:
-    """Write arrays by name to an ``.npz`` file (the inverse of ``load_arrays``)."""
-    named: dict[str, Any] = dict(arrays)
-    np.savez(path, **named)
+def _check_members(file: Path, name: str) -> None:
+    """Refuse, before anything is inflated, an .npz member that is no .npy array or would take more
+    than one array may (``_memory_limit_bytes``): its .npy header says its shape and dtype in the first
+    bytes, and the zip entry its inflated size, so a zip bomb (1 GiB deflated to 1 MB) costs nothing."""
+    import zipfile
+
+    limit = _memory_limit_bytes()
+    hint = "save smaller arrays (np.savez('inputs.npz', images=array, ...)), or feed them in batches."
+    try:
+        with zipfile.ZipFile(file) as archive:
+            for entry in archive.infolist():
+                member = f"inputs file '{name}' member '{entry.filename}'"
+                if not entry.filename.endswith(".npy"):
+                    raise InputError(
+                        f"{member} | is not an .npy array; an .npz holds one NAME.npy per array.", hint=hint
+                    )
+                if entry.file_size > limit + 2**16:  # the header is small; the rest is the data
+                    raise InputError(
+                        f"{member} | inflates to {_format_bytes(entry.file_size)}; deploykit reads at most "
+                        f"{_format_bytes(limit)} per array.",
+                        hint=hint,
+                    )
+                with archive.open(entry) as stream:
+                    version = np.lib.format.read_magic(stream)
+                    shape, _, dtype = (
+                        np.lib.format.read_array_header_1_0(stream)
+                        if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0(stream)
+                    )
+                size = int(np.prod(shape, dtype=object)) * dtype.itemsize
+                if size > limit:
+                    raise InputError(
+                        f"{member} | declares shape {tuple(shape)} ({dtype.name}), which would take "
+                        f"{_format_bytes(size)}; deploykit reads at most {_format_bytes(limit)} per array.",
+                        hint=hint,
+                    )
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):  # np.load says what is wrong, with its reason
+        return
 
 
 def _once(given: dict[str, str], name: str, value: str) -> None:

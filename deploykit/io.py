@@ -12,6 +12,11 @@ Every command that writes files goes through this module:
   a plain ``open(path, "w")`` would give them (the umask for new files, the old mode
   for replaced ones).
 - ``scratch_dir`` is a temporary directory beside an output for multi-file work.
+- ``claim_output`` / ``output_lock`` hold an output for one run: a second process writing the
+  same output at the same time is refused by name (two runs onto one file would both exit 0,
+  each believing the file is its own). ``check_outputs`` claims every output it checks; the
+  claim lasts until the enclosing ``output_scope`` ends (the CLI opens one per command, and
+  the library's writers are decorated with one).
 
 Temporary files and directories are removed on an exception, on SIGINT, and also on
 SIGTERM and SIGHUP (whose default action would otherwise kill the process before any
@@ -41,15 +46,29 @@ _CLEANUP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP")
 
 _SHOWN_PATH_CHARACTERS = 160
 
+# Text from files (metadata values, node names, labels, paths) may hold control characters: a raw
+# ESC could retitle, clear or recolour the user's terminal, a CR or newline inside a one-line field
+# could forge a line of output. Each is shown as its visible picture (ESC → ␛, LF → ␊, C1 controls
+# → �), one character for one, so a styled span keeps its length.
+CONTROL_PICTURES = {code: chr(0x2400 + code) for code in range(0x20)}
+CONTROL_PICTURES.update({0x7F: "\u2421", **{code: "\ufffd" for code in range(0x80, 0xA0)}})
+
+
+def one_line(text: object, limit: int | None = _SHOWN_PATH_CHARACTERS) -> str:
+    """A one-line field as the terminal or a Markdown report shows it: every control character
+    (newline, CR and tab too) as its visible picture, and, past ``limit`` characters, its start and
+    end around an ellipsis (a pasted blob never fills the terminal). ``limit=None`` keeps it whole."""
+    value = str(text).translate(CONTROL_PICTURES)
+    if limit is None or len(value) <= limit:
+        return value
+    half = limit // 2
+    return f"{value[:half]}…({len(value)} characters)…{value[-half:]}"
+
 
 def shown(path: PathLike) -> str:
-    """A path as a message shows it: whole when short, else its start and end around an ellipsis
-    (a path over PATH_MAX, or a pasted blob, never fills the terminal)."""
-    text = os.fspath(path)
-    if len(text) <= _SHOWN_PATH_CHARACTERS:
-        return text
-    half = _SHOWN_PATH_CHARACTERS // 2
-    return f"{text[:half]}…({len(text)} characters)…{text[-half:]}"
+    """A path as a message shows it: on one line (control characters as pictures), whole when short,
+    else its start and end around an ellipsis (a path over PATH_MAX, or a pasted blob)."""
+    return one_line(os.fspath(path))
 
 
 def regular_file_problem(path: PathLike) -> str | None:
@@ -87,6 +106,120 @@ def special_file_problem(path: PathLike) -> str | None:
     words; None for a regular file and for a missing one (its reader says "no such file" its own way)."""
     problem = regular_file_problem(path)
     return None if problem == "no such file" else problem
+
+
+class _HeldLock:
+    """One output held by this process: the locked handle and how many claims share it."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self.count = 0
+
+
+_held_locks: dict[str, _HeldLock] = {}
+_held_guard = threading.Lock()
+_scopes = threading.local()
+
+
+def _lock_path(path: PathLike) -> Path:
+    """The lock file of an output: in the temporary directory, keyed by the output's resolved path,
+    so nothing is ever created beside the output (or inside an output folder) to hold it."""
+    import hashlib
+
+    key = hashlib.sha256(os.path.realpath(os.fspath(path)).encode(errors="surrogateescape")).hexdigest()[:24]
+    return Path(tempfile.gettempdir()) / f"deploykit-out-{key}.lock"
+
+
+def _holder(handle: Any) -> str:
+    with contextlib.suppress(OSError, ValueError):
+        handle.seek(0)
+        pid = handle.read(32).strip()
+        if pid.isdigit():
+            return f"another deploykit run (process {pid})"
+    return "another deploykit run"
+
+
+@contextlib.contextmanager
+def output_lock(path: PathLike, subject: str | None = None, *, kind: str = "file") -> Iterator[None]:
+    """Hold ``path`` as this process's output while the block runs; re-entrant within the process.
+
+    The lock is an ``fcntl.flock`` on a file in the temporary directory keyed by the resolved path,
+    so it ends with the process whatever way it ends (no stale lock after SIGKILL). Its file holds
+    the holder's process id, to name it.
+
+    Raises:
+        OutputError: another process holds ``path`` now, naming the path and that process.
+    """
+    import fcntl
+
+    target = os.path.realpath(os.fspath(path))
+    lock_file = _lock_path(path)
+    with _held_guard:
+        held = _held_locks.get(target)
+        if held is None:
+            try:
+                handle = open(lock_file, "a+")  # held past this block, closed on release
+            except OSError as exc:
+                raise OutputError(
+                    f"{subject or _describe('', Path(path))} | cannot take its lock file '{lock_file}' "
+                    f"({exc.strerror or exc}); without it two runs could write it at once.",
+                    hint="make the temporary directory writable (or set TMPDIR to one that is).",
+                ) from exc
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                other = _holder(handle)
+                handle.close()
+                raise OutputError(
+                    f"{subject or _describe('', Path(path))} | {other} is writing this {kind} now; two runs onto "
+                    f"one output at once would each report it as theirs.",
+                    hint=f"wait for the other run to finish, or choose another output {kind}.",
+                ) from exc
+            with contextlib.suppress(OSError):  # the pid only names the holder; a full /tmp loses the name
+                handle.truncate(0)
+                handle.write(f"{os.getpid()}\n")
+                handle.flush()
+            held = _held_locks[target] = _HeldLock(handle)
+        held.count += 1
+    try:
+        yield
+    finally:
+        with _held_guard:
+            held.count -= 1
+            if held.count == 0:
+                del _held_locks[target]
+                with contextlib.suppress(OSError):
+                    held.handle.truncate(0)
+                held.handle.close()  # closing the handle releases the flock
+
+
+@contextlib.contextmanager
+def output_scope() -> Iterator[None]:
+    """While the block runs, outputs claimed by ``check_outputs`` / ``claim_output`` stay locked; they
+    are released when it ends. Usable as a decorator: ``@output_scope()`` on a function that writes."""
+    stack = contextlib.ExitStack()
+    scopes = _scopes.__dict__.setdefault("stack", [])
+    scopes.append(stack)
+    try:
+        with stack:
+            yield
+    finally:
+        scopes.remove(stack)
+
+
+def claim_output(path: PathLike, subject: str | None = None, *, kind: str = "file") -> None:
+    """Claim ``path`` for this run until the enclosing ``output_scope`` ends. Outside any scope the
+    claim is only a check (refused when another process holds it now), since nothing would end it.
+
+    Raises:
+        OutputError: another process is writing ``path`` now.
+    """
+    scopes = getattr(_scopes, "stack", None)
+    if scopes:
+        scopes[-1].enter_context(output_lock(path, subject, kind=kind))
+    else:
+        with output_lock(path, subject, kind=kind):
+            pass
 
 
 def file_sha256(path: PathLike) -> str:
@@ -190,7 +323,7 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def _describe(label: str, path: Path) -> str:
-    return f"{label} '{path}'" if label else f"output '{path}'"
+    return f"{label} '{shown(path)}'" if label else f"output '{shown(path)}'"
 
 
 def _check_one(label: str, path: Path) -> None:
@@ -288,6 +421,7 @@ def check_outputs(
                     hint="give each output its own path.",
                 )
         _check_one(label, path)
+        claim_output(path, subject)
         seen.append((label, path))
 
 
@@ -341,8 +475,15 @@ def atomic_outputs(paths: Iterable[PathLike]) -> Iterator[list[Path]]:
         OutputError: a target's directory is missing or not writable, or the final write failed.
     """
     targets = [Path(p) for p in paths]
-    for target in targets:
-        check_output_dir(target)
+    with output_scope():  # held until the files are in place, for a caller without a scope of its own
+        for target in targets:
+            check_output_dir(target)
+        with _temporaries_for(targets) as temporaries:
+            yield temporaries
+
+
+@contextlib.contextmanager
+def _temporaries_for(targets: list[Path]) -> Iterator[list[Path]]:
     temporaries: list[Path] = []
     try:
         for target in targets:
@@ -410,6 +551,14 @@ def scratch_dir(beside: PathLike) -> Iterator[Path]:
 
     Removed on exit, on an exception and on SIGINT/SIGTERM/SIGHUP.
     """
+    with output_scope():  # the output is this run's while its working files exist
+        claim_output(beside)
+        with _scratch_beside(beside) as directory:
+            yield directory
+
+
+@contextlib.contextmanager
+def _scratch_beside(beside: PathLike) -> Iterator[Path]:
     parent = Path(os.path.realpath(beside)).parent
     try:
         directory = Path(tempfile.mkdtemp(prefix=TEMPORARY_PREFIX, dir=parent))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -103,9 +104,8 @@ def _run_checker(model: Any, model_path: Path) -> None:
         else:
             onnx.checker.check_model(model)
     except Exception as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
         raise InvalidModelError(
-            f"model '{model_path}' | fails the ONNX checker: {first_line}",
+            f"model '{model_path}' | fails the ONNX checker: {checker_reason(model, exc)}",
             hint="the file may be truncated or hand-edited; re-export it.",
         ) from exc
 
@@ -123,6 +123,50 @@ def _check_is_onnx(model: Any, model_path: Path) -> None:
             f"model '{model_path}' | is not an ONNX model (no IR version or no graph outputs).",
             hint="pass an .onnx file; convert other formats with 'deploykit convert'.",
         )
+
+
+_CHECKER_NODE = re.compile(r"(?:node:\s*)?name:\s*(\S*)\s+OpType:\s*(\S+)", re.I)
+
+
+def checker_reason(model: Any, exc: BaseException) -> str:
+    """The checker's reason on one line, with the node it is about named by its name or, when it has
+    none (the checker then prints "Name:  OpType: Add"), by its op type and index in the graph."""
+    text = str(exc).strip() or repr(exc)
+    reason, _, context = text.partition("==> Context:")
+    match = _CHECKER_NODE.search(context) or _CHECKER_NODE.search(reason)
+    reason = " ".join((_CHECKER_NODE.sub("NODE", reason) if match else reason).split()).rstrip(".")
+    if match is None:
+        return reason + "."
+    name, op_type = match.groups()
+    node = f"node '{name}' ({op_type})" if name else _unnamed_node(model, op_type, reason)
+    return (reason.replace("NODE", node) if "NODE" in reason else f"{reason}; at {node}") + "."
+
+
+def _unnamed_node(model: Any, op_type: str, reason: str) -> str:
+    """``node 3 (an unnamed Add)``: the one unnamed top-level node of that op type the reason fits."""
+    import onnx
+
+    found = [(i, n) for i, n in enumerate(model.graph.node) if n.op_type == op_type and not n.name]
+    if len(found) > 1:  # the checker says which only by what is wrong: ask it again, node by node
+        context = onnx.checker.C.CheckerContext()
+        context.ir_version = model.ir_version
+        context.opset_imports = {entry.domain: entry.version for entry in model.opset_import}
+        lexical = onnx.checker.C.LexicalScopeContext()
+        failing = []
+        for index, node in found:
+            named = re.search(r"input '([^']*)'", reason)
+            if named and named.group(1) in node.input:
+                failing.append((index, node))
+                continue
+            try:
+                onnx.checker.C.check_node(node.SerializeToString(), context, lexical)
+            except Exception:
+                failing.append((index, node))
+        found = failing or found
+    if len(found) == 1:
+        return f"node {found[0][0]} (an unnamed {op_type})"
+    indices = ", ".join(str(i) for i, _ in found[:5])
+    return f"an unnamed {op_type} node (one of nodes {indices})" if found else f"an unnamed {op_type} node"
 
 
 def check_opset(model: Any, path: str | os.PathLike[str]) -> None:
@@ -154,14 +198,32 @@ def has_external_data(model: Any) -> bool:
     return any(t.data_location == TensorProto.EXTERNAL for t in model.graph.initializer)
 
 
-def metadata_of(model: Any) -> dict[str, str]:
+def metadata_of(model: Any, where: str | None = None) -> dict[str, str]:
     """``metadata_props`` as text: a key or value that is not valid UTF-8 (protobuf then hands over bytes)
-    is decoded with replacement characters, so it can be shown and parsed, never crash a caller."""
+    is decoded with replacement characters, so it can be shown and parsed, never crash a caller.
+
+    Raises:
+        MetadataError: a key is given twice (``where`` names the model in the message).
+    """
 
     def text(value: Any) -> str:
         return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
-    return {text(p.key): text(p.value) for p in model.metadata_props}
+    metadata: dict[str, str] = {}
+    for entry in model.metadata_props:
+        key, value = text(entry.key), text(entry.value)
+        if key in metadata:  # which one is meant cannot be told; the ONNX checker refuses it too
+            from deploykit.errors import MetadataError
+            from deploykit.io import one_line
+
+            subject = f"model '{where}' metadata" if where else "model metadata"
+            raise MetadataError(
+                f"{subject} '{one_line(key)}' | is given twice ({one_line(metadata[key], 60)!r}, then "
+                f"{one_line(value, 60)!r}); expected each key once.",
+                hint="re-save the model with one value for the key (onnx.helper.set_model_props).",
+            )
+        metadata[key] = value
+    return metadata
 
 
 def graph_io(model: Any) -> tuple[list[TensorSpec], list[TensorSpec]]:
@@ -314,7 +376,7 @@ def summarize(path: str | os.PathLike[str]) -> ModelSummary:
         op_histogram=dict(histogram.most_common()),
         parameter_count=parameters,
         precision=model_precision(model),
-        metadata=metadata_of(model),
+        metadata=metadata_of(model, model_path.name),
     )
 
 
@@ -368,7 +430,7 @@ class Model:
             inputs=tuple(inputs),
             outputs=tuple(outputs),
             precision=model_precision(proto),
-            metadata_props=metadata_of(proto),
+            metadata_props=metadata_of(proto, model_path.name),
             proto=proto,
         )
 

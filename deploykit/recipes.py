@@ -27,7 +27,7 @@ else:  # Python 3.10: the same parser, from PyPI
     import tomli as tomllib
 
 from deploykit.errors import ConversionError, UsageError
-from deploykit.io import atomic_path, check_onnx_output, check_outputs, file_sha256
+from deploykit.io import atomic_path, check_onnx_output, check_outputs, file_sha256, output_scope
 
 if TYPE_CHECKING:
     from deploykit.convert.darknet.oracles import DarknetOracle
@@ -186,6 +186,7 @@ def default_verify_backends() -> list[str]:
     return [backend.name for backend in backends if backend.default_candidate and backend.is_available()]
 
 
+@output_scope()  # the outputs it checks stay this run's until it returns
 def build(
     recipe: Recipe | str,
     output: str | os.PathLike[str],

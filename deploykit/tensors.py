@@ -158,7 +158,7 @@ def spec_from_value_info(value_info: Any) -> TensorSpec:
         return TensorSpec(value_info.name, dtype, None, kind)
     dims: list[Dim] = []
     for dim in tensor_type.shape.dim:
-        if dim.HasField("dim_value") and dim.dim_value > 0:
+        if dim.HasField("dim_value") and dim.dim_value >= 0:  # 0 is a real size (an empty axis), not unknown
             dims.append(int(dim.dim_value))
         elif dim.HasField("dim_param") and dim.dim_param:
             dims.append(dim.dim_param)

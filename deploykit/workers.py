@@ -107,27 +107,64 @@ def read_job() -> dict[str, Any]:
     return job
 
 
-def send_result(result: Mapping[str, Any]) -> None:
-    """Print the worker's one result line (the last one counts)."""
-    print(RESULT_PREFIX + json.dumps(dict(result)), flush=True)
+def send_result(result: Mapping[str, Any], stream: Any = None) -> None:
+    """Print the worker's one result line (the last one counts) to standard output, or to ``stream``
+    (a worker that hands its stdout to user code keeps a copy of the real one for this line)."""
+    print(RESULT_PREFIX + json.dumps(dict(result)), file=stream or sys.stdout, flush=True)
 
 
 def read_arrays(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
-    """The arrays of an ``.npz`` job file by name (written by ``write_arrays``; never pickled)."""
+    """The arrays of an ``.npz`` job file by name, as ``write_arrays`` wrote them (never pickled; names
+    too long for a zip member come back from the index they were stored by). Files from users go
+    through ``deploykit.inputs.load_arrays``, which checks them first."""
     with np.load(path, allow_pickle=False) as archive:
-        return {name: archive[name] for name in archive.files}
+        arrays = {name: archive[name] for name in archive.files}
+    long_names = arrays.pop(_LONG_NAMES, None)
+    if long_names is None:
+        return arrays
+    restored = {}
+    for name, array in arrays.items():
+        index = name.removeprefix(_LONG_NAME)
+        restored[str(long_names[int(index)]) if index != name and index.isdigit() else name] = array
+    return restored
 
 
 def write_arrays(path: str | os.PathLike[str], arrays: Mapping[str, Any]) -> None:
     """Write arrays by name to an ``.npz`` job file, as ``.npz`` holds them without pickling: a
-    sequence's tensors as ``name[0]``, ``name[1]`` ..., an empty optional left out."""
+    sequence's tensors as ``name[0]``, ``name[1]`` ..., an empty optional left out, text in object
+    arrays (ONNX Runtime's STRING outputs) as numpy text, and a name longer than a zip member's
+    16-bit name field stored by index with the names beside."""
     named: dict[str, Any] = {}
     for name, value in arrays.items():
         if isinstance(value, list):
             named.update({f"{name}[{index}]": item for index, item in enumerate(value)})
         elif value is not None:
             named[name] = value
-    np.savez(path, **named)
+    stored: dict[str, Any] = {}
+    long_names: list[str] = []
+    for name, array in named.items():
+        if len(name.encode("utf-8", "surrogateescape")) > _MEMBER_NAME_BYTES:
+            stored[f"{_LONG_NAME}{len(long_names)}"] = _without_objects(array)
+            long_names.append(name)
+        else:
+            stored[name] = _without_objects(array)
+    if long_names:
+        stored[_LONG_NAMES] = np.array(long_names, dtype=str)
+    np.savez(path, **stored)
+
+
+_MEMBER_NAME_BYTES = 60000
+_LONG_NAME, _LONG_NAMES = "__deploykit_long_name_", "__deploykit_long_names__"
+
+
+def _without_objects(array: Any) -> Any:
+    if isinstance(array, np.ndarray) and array.dtype == object and array.size:
+        items = array.ravel().tolist()
+        if all(isinstance(item, str) for item in items):
+            return np.array(items, dtype=str).reshape(array.shape)
+        if all(isinstance(item, bytes) for item in items):
+            return np.array(items, dtype=bytes).reshape(array.shape)
+    return array
 
 
 def error_result(exc: DeployKitError) -> dict[str, Any]:

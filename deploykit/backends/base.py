@@ -25,6 +25,7 @@ from deploykit.errors import (
     DeployKitError,
     DeviceUnavailableError,
     InputError,
+    InvalidModelError,
     PrecisionUnavailableError,
     UnsupportedModelError,
     UsageError,
@@ -266,6 +267,31 @@ class Session(abc.ABC):
         )
 
 
+def _non_utf8_string_tensors(model: Model) -> list[str]:
+    """Names of the STRING initializers and Constant values whose bytes are not UTF-8 (subgraphs too)."""
+    import onnx
+
+    from deploykit.model import walk_nodes
+
+    proto = model.proto
+    if proto is None:
+        try:
+            proto = onnx.load(str(model.path), load_external_data=False)
+        except Exception:  # the caller says what it can without the names
+            return []
+    tensors = [*proto.graph.initializer]
+    tensors += [a.t for node in walk_nodes(proto.graph) for a in node.attribute if a.HasField("t")]
+    found = []
+    for tensor in tensors:
+        if tensor.data_type == onnx.TensorProto.STRING:
+            try:
+                for value in tensor.string_data:
+                    value.decode("utf-8")
+            except UnicodeDecodeError:
+                found.append(tensor.name or "a Constant's value")
+    return found
+
+
 def _registered(name: str) -> Backend | None:
     """The registered backend a session belongs to (None for a backend class no registry lists)."""
     from deploykit.backends.registry import get_backend
@@ -495,6 +521,13 @@ class Backend(abc.ABC):
                 check_onnx(model)
             except DeployKitError as broken:
                 return broken
+        if isinstance(exc, UnicodeDecodeError):  # the model's text, not the runtime's failure
+            named = ", ".join(f"'{n}'" for n in _non_utf8_string_tensors(model)) or "a string tensor"
+            return InvalidModelError(
+                f"model '{model.path.name}' | {named} holds bytes that are not UTF-8 text ({exc.reason} at byte "
+                f"{exc.start}); ONNX strings are UTF-8, so {self.subject()} cannot read it.",
+                hint="fix the model's string values (its initializers or Constant nodes).",
+            )
         return UnsupportedModelError(
             f"{self.subject()} | cannot {self.load_verb} '{model.path.name}': {sentence(self.explain(exc))}",
             hint=self.load_hint,

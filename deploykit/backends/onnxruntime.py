@@ -17,7 +17,7 @@ import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.options import OptionSpec
-from deploykit.errors import DeployKitError, UnsupportedModelError, UsageError
+from deploykit.errors import DeployKitError, InvalidModelError, UnsupportedModelError, UsageError
 from deploykit.model import Model
 from deploykit.tensors import KINDS
 
@@ -39,6 +39,30 @@ _OPTIMIZATION_LEVELS = ("disable", "basic", "extended", "all")
 
 # onnx >= 1.23 saves IR version 14 by default, which older runtimes refuse with this sentence.
 _IR_VERSION = re.compile(r"Unsupported model IR version: (\d+)(?:, max supported IR version: (\d+))?")
+
+# ORT's text: "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : <reason>" with the detail on the next lines
+# and a closing "Please fix either the inputs/outputs or the model." that names no reason.
+_ORT_PREFIX = re.compile(r"^\s*\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*")
+_ORT_BOILERPLATE = ("please fix either", "stacktrace")
+
+
+def ort_reason(exc: BaseException) -> str:
+    """ONNX Runtime's reason in one line: its first line that says something (without the status
+    prefix) and the detail lines under it, not the closing "Please fix ..." that names nothing."""
+    from deploykit.backends.values import last_meaningful_line
+
+    match = _IR_VERSION.search(str(exc))
+    if match:
+        return match.group(0)
+    kept: list[str] = []
+    for line in _ORT_PREFIX.sub("", str(exc).strip()).splitlines():
+        line = line.strip()
+        if line.lower().startswith(_ORT_BOILERPLATE):
+            break
+        if any(c.isalpha() for c in line):
+            kept.append(line)
+    return "; ".join(kept[:4]) if kept else last_meaningful_line(exc)
+
 
 _DISTRIBUTIONS = ("onnxruntime-gpu", "onnxruntime", "onnxruntime-openvino", "onnxruntime-directml")
 
@@ -100,9 +124,8 @@ class OnnxRuntimeBackend(Backend):
         return _distribution()
 
     def explain(self, exc: BaseException) -> str:
-        """The runtime's reason; for a too new IR version only its sentence, without ORT's source location."""
-        match = _IR_VERSION.search(str(exc))
-        return match.group(0) if match else super().explain(exc)
+        """The runtime's reason (``ort_reason``); for a too new IR version only its sentence."""
+        return ort_reason(exc)
 
     def load_error(self, model: Model, exc: BaseException) -> DeployKitError:
         """As the base class's, with a hint that fits a model whose IR version this runtime is too old for."""
@@ -248,9 +271,33 @@ class OnnxRuntimeSession(Session):
         self._session = session
         self._output_names = [o.name for o in session.get_outputs()]
 
+    def explain(self, exc: BaseException) -> str:
+        return ort_reason(exc)
+
     def _run(self, feeds: dict[str, np.ndarray]) -> Mapping[str, np.ndarray]:
-        results = self._session.run(self._output_names, feeds)
+        try:
+            results = self._session.run(self._output_names, feeds)
+        except UnicodeDecodeError as exc:  # ORT decodes STRING outputs as UTF-8 when it hands them over
+            raise self._not_utf8(feeds, exc) from exc
         return dict(zip(self._output_names, results, strict=True))
+
+    def _not_utf8(self, feeds: dict[str, np.ndarray], exc: UnicodeDecodeError) -> InvalidModelError:
+        """The model's fault, not the runtime's: name the STRING output whose bytes are not UTF-8."""
+        culprits = []
+        for name, spec in self.outputs.items():
+            if spec.dtype.kind not in "OSU":
+                continue
+            try:
+                self._session.run([name], feeds)
+            except UnicodeDecodeError:
+                culprits.append(name)
+        named = ", ".join(f"'{n}'" for n in culprits) or "a string output"
+        return InvalidModelError(
+            f"output {named} of '{self.model_path.name}' | holds bytes that are not UTF-8 text "
+            f"({exc.reason} at byte {exc.start}); ONNX strings are UTF-8, and ONNX Runtime returns them as text.",
+            hint="fix the string values the model makes (its initializers or Constant nodes), or run it on "
+            "backend 'openvino', which returns string outputs as raw bytes.",
+        )
 
     def _close(self) -> None:
         self._session = None

@@ -19,7 +19,7 @@ import numpy as np
 from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.options import OptionSpec
 from deploykit.model import Model, has_external_data, load_onnx
-from deploykit.tensors import KINDS
+from deploykit.tensors import KINDS, OPTIONAL
 
 
 class ReferenceBackend(Backend):
@@ -112,12 +112,20 @@ class ReferenceSession(Session):
         if self._widen:
             feeds = {name: _map_tensors(value, _widened) for name, value in feeds.items()}
         results = self._evaluator.run(None, feeds)
-        produced = dict(zip(self.outputs, results, strict=True))
+        produced = {name: _optional_tensor(value) if self.outputs[name].kind == OPTIONAL else value
+                    for name, value in zip(self.outputs, results, strict=True)}  # fmt: skip
         # the evaluator may hand back numpy scalars, or float64 after widening: the graph's types
         return {
             name: _map_tensors(value, lambda array, dtype=self.outputs[name].dtype: _graph_typed(array, dtype))
             for name, value in produced.items()
         }
+
+
+def _optional_tensor(value: Any) -> Any:
+    """An optional tensor as deploykit returns it (the array, or None): the evaluator wraps it in a list."""
+    if isinstance(value, list | tuple) and len(value) <= 1:
+        return value[0] if value else None
+    return value
 
 
 def _map_tensors(value: Any, convert: Any) -> Any:

@@ -16,7 +16,7 @@ from deploykit.bench import views
 from deploykit.bench.html import render_html
 from deploykit.bench.report import BenchmarkReport
 from deploykit.errors import OutputError
-from deploykit.io import check_outputs, commit_outputs
+from deploykit.io import check_outputs, claim_output, commit_outputs
 
 REPORT_FILES = ("report.json", "report.csv", "report.md", "report.html")
 
@@ -34,6 +34,7 @@ def check_report_dir(directory: str | os.PathLike[str], *, inputs: Sequence[str 
     if folder.exists() and not folder.is_dir():
         raise OutputError(f"--report '{folder}' | is a file, expected a folder to write the report files into.",
                           hint=hint)  # fmt: skip
+    claim_output(folder, f"--report '{folder}'", kind="folder")  # a second run onto it is refused
     if folder.is_dir():
         files = {f"--report {name}": folder / name for name in REPORT_FILES}
         check_outputs(files, inputs=[Path(p) for p in inputs])

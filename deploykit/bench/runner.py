@@ -21,7 +21,7 @@ from deploykit.bench.plan import BenchPlan
 from deploykit.bench.report import BenchmarkReport
 from deploykit.bench.rows import BenchSettings, ModelInfo, Row
 from deploykit.errors import DeployKitError, ModelError, UsageError
-from deploykit.inputs import batch_axis_of, fed_batch, load_arrays, make_inputs, save_arrays
+from deploykit.inputs import batch_axis_of, fed_batch, load_arrays, make_inputs
 from deploykit.io import file_sha256
 from deploykit.model import Model, as_model
 from deploykit.verify.check import (
@@ -35,7 +35,7 @@ from deploykit.verify.check import (
 )
 from deploykit.verify.isolated import CandidateRun
 from deploykit.verify.verdict import OracleInfo
-from deploykit.workers import read_arrays, run_worker
+from deploykit.workers import read_arrays, run_worker, write_arrays
 
 Progress = Callable[[int, int, str], None]
 IMAGE_CHECK_LIMIT = 8
@@ -202,10 +202,10 @@ def benchmark(
         inputs_paths, check_paths = {}, []
         for b, feeds in feeds_by_batch.items():
             inputs_paths[b] = scratch / f"inputs-b{b}.npz"
-            save_arrays(inputs_paths[b], feeds)
+            write_arrays(inputs_paths[b], feeds)
         for index, case in enumerate(checks):
             check_paths.append(scratch / f"check-{index}.npz")
-            save_arrays(check_paths[-1], case)
+            write_arrays(check_paths[-1], case)
         for index, config in enumerate(configs):
             if progress:
                 progress(index, len(configs), config.label())

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from deploykit.bench import judging
 from deploykit.bench.rows import short_error
+from deploykit.io import one_line
 
 if TYPE_CHECKING:
     from deploykit.bench.report import BenchmarkReport
@@ -121,7 +122,7 @@ def markdown_text(report: BenchmarkReport) -> str:
     rows = summary_rows(report)
     cpu = report.device["cpu"]
     lines = [
-        f"# deploykit bench: {Path(report.model.path).name}",
+        f"# deploykit bench: {one_line(Path(report.model.path).name)}",
         "",
         f"{cpu['model']} ({cpu['logical_cores']} logical cores, flags {', '.join(cpu['flags']) or '-'}), "
         f"{report.device['os']}, Python {report.device['python']}; "
@@ -131,7 +132,7 @@ def markdown_text(report: BenchmarkReport) -> str:
     if rows:
         header = list(rows[0])
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(r[h].replace("|", "/") for h in header) + " |" for r in rows]
+        lines += ["| " + " | ".join(one_line(r[h], None).replace("|", "/") for h in header) + " |" for r in rows]
     recommendation = report.recommendation
     if recommendation:
         lines += ["", f"**Recommendation**: {recommendation.label} — {recommendation.why}.", "",

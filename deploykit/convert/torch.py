@@ -26,7 +26,7 @@ from deploykit.convert.specs import InputSpec
 from deploykit.convert.torch_export import output_moves
 from deploykit.convert.torch_stage import PyTorchStage, TorchExportSettings, pytorch_stage, spec_dict
 from deploykit.errors import ConversionError, ParityError
-from deploykit.io import check_onnx_output, check_outputs, commit_outputs, scratch_dir
+from deploykit.io import check_onnx_output, check_outputs, commit_outputs, output_scope, scratch_dir
 from deploykit.model import summarize
 from deploykit.validation import check_number, check_seed, check_tolerances
 from deploykit.verify import OracleInfo, gate
@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # torch is imported only when a conversion runs
 EXPORTERS = ("auto", "dynamo", "torchscript")
 
 
+@output_scope()  # the outputs it checks stay this run's until it returns
 def convert_torch(
     model: torch.nn.Module | str | os.PathLike[str],
     example_inputs: Sequence[torch.Tensor | np.ndarray] | None = None,

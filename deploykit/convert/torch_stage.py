@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -320,13 +321,36 @@ def main() -> int:
     """Worker entry: a job ``{model, examples, settings, scratch, output_name, log_path, sys_path}`` on
     stdin; the stage's fields as the result line, its cases and references as ``.npz`` files in scratch.
     Whatever the user's code starts and leaves running is ended with the stage."""
+    global _results
     job = json.loads(sys.stdin.read())
     sys.path.extend(p for p in job.get("sys_path", []) if p not in sys.path)  # the caller's packages, after ours
+    # The result line has standard output to itself: what the user's code prints goes to stderr, so 50 MB
+    # printed without a newline cannot swallow the line (the caller shows stderr's tail on a failure).
+    sys.stdout.flush()
+    _results = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
     _adopt_orphans()
+    code = 1
     try:
-        return _run_job(job)
+        code = _run_job(job)
     finally:
         _end_descendants()
+        _results.flush()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    # The answer is given: a thread the user's code left running (not a daemon) must not hold the worker
+    # until the time limit, as the interpreter's shutdown would wait for it.
+    os._exit(code)
+
+
+_results: Any = sys.stdout
+
+
+def _say(result: dict[str, Any]) -> None:
+    """The result line, on the stdout this worker kept for it (the user's prints go to stderr)."""
+    from deploykit.workers import send_result
+
+    send_result(result, _results)
 
 
 def _adopt_orphans() -> None:
@@ -352,7 +376,7 @@ def _end_descendants() -> None:
 
 def _run_job(job: dict[str, Any]) -> int:
     from deploykit.io import FULL_ERRNOS, full_disk_error
-    from deploykit.workers import error_result, read_arrays, send_result, write_arrays
+    from deploykit.workers import error_result, read_arrays, write_arrays
 
     examples = None
     if job.get("examples"):
@@ -364,27 +388,27 @@ def _run_job(job: dict[str, Any]) -> int:
             Path(job["log_path"]), job.get("description"),
         )  # fmt: skip
     except DeployKitError as exc:
-        send_result(error_result(exc))
+        _say(error_result(exc))
         return 0
     except OSError as exc:
         if exc.errno not in FULL_ERRNOS:
             raise
         full = full_disk_error([scratch.parent / job["output_name"]], exc)
-        send_result(error_result(full))
+        _say(error_result(full))
         return 0
     except SystemExit as exc:  # the user's code called sys.exit(): no model, and say so
         code = exc.code if isinstance(exc.code, int) or exc.code is None else 1
         reason = f"the model's code called sys.exit({exc.code!r})"
-        send_result({"status": "exit", "error": reason, "code": code})
+        _say({"status": "exit", "error": reason, "code": code})
         return 0
     except KeyboardInterrupt:  # this worker has its own session: no terminal's Ctrl-C reaches it, the code raised it
         reason = "the model's code raised KeyboardInterrupt"
-        send_result({"status": "exit", "error": reason, "code": 1})
+        _say({"status": "exit", "error": reason, "code": 1})
         return 0
     for index, (case, reference) in enumerate(zip(stage.cases, stage.references, strict=True)):
         write_arrays(scratch / f"case-{index}.npz", case)
         write_arrays(scratch / f"reference-{index}.npz", reference)
-    send_result({"status": "ok", "stage": stage.to_dict(), "count": len(stage.cases)})
+    _say({"status": "ok", "stage": stage.to_dict(), "count": len(stage.cases)})
     return 0
 
 

@@ -203,30 +203,15 @@ class ResultStore:
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
         """Hold this folder for one run: a second run on the same local folder at the same time is
-        refused (it would write every row twice). The lock lives in the temporary directory, keyed by
-        the folder's resolved path, so nothing is created in the folder before the first row."""
+        refused (it would write every row twice). The lock is ``io.output_lock``'s, the one every output
+        of every command takes: nothing is created in the folder before the first row."""
         if self._fs is not None:  # a remote store has no lock to take: one writer is the user's promise
             yield
             return
-        import fcntl
-        import hashlib
-        import tempfile
+        from deploykit.io import output_lock
 
-        key = hashlib.sha256(str(Path(self._root).resolve()).encode()).hexdigest()[:24]
-        lock_path = Path(tempfile.gettempdir()) / f"deploykit-out-{key}.lock"
-        with open(lock_path, "a+") as handle:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                raise UsageError(
-                    f"--output '{self.location}' | another run is writing into this folder now; two runs at once "
-                    "would write every row twice.",
-                    hint="wait for the other run to finish (then run again to resume), or pick another --output.",
-                ) from exc
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        with output_lock(self._root, f"--output '{self.location}'", kind="folder"):
+            yield
 
     def done_paths(self) -> set[str]:
         """Paths that already have a row (ok or error): a re-run skips them."""

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deploykit.errors import BundleError, OutputError
-from deploykit.io import file_sha256
+from deploykit.io import claim_output, file_sha256
 from deploykit.optimize.verified import remember_verified
 
 if TYPE_CHECKING:
@@ -167,6 +167,7 @@ def check_bundle_output(
             f"-o '{target}' | its parent '{parent}' {problem}.",
             hint="create the parent folder, or choose a folder you can write to.",
         )
+    claim_output(target, f"-o '{target}'", kind="folder")
 
 
 def build_manifest(

@@ -115,9 +115,10 @@ class Search:
 
     # --- inputs and oracle ---------------------------------------------------------------
     def prepare_inputs(self, accuracy: Sequence[Path], seed: int) -> None:
-        from deploykit.inputs import make_inputs, save_arrays
+        from deploykit.inputs import make_inputs
         from deploykit.tasks.registry import recognise
         from deploykit.vision.image import image_cases
+        from deploykit.workers import write_arrays
 
         if accuracy:
             folder = link_folder(self.scratch / "accuracy", [(p, None) for p in accuracy])
@@ -134,16 +135,17 @@ class Search:
             ]
         for index, case in enumerate(self.cases):
             self.check_paths.append(self.scratch / f"check-{index}.npz")
-            save_arrays(self.check_paths[-1], case)
+            write_arrays(self.check_paths[-1], case)
 
     def _input_for(self, batch: int) -> Path:
         if batch not in self.inputs:
             from deploykit.bench.runner import rebatch
-            from deploykit.inputs import batch_axis_of, save_arrays
+            from deploykit.inputs import batch_axis_of
+            from deploykit.workers import write_arrays
 
             axes = {s.name: batch_axis_of(s, set(), {}) for s in self.interface.inputs}
             path = self.scratch / f"inputs-b{batch}.npz"
-            save_arrays(path, rebatch(self.cases[0], axes, batch))
+            write_arrays(path, rebatch(self.cases[0], axes, batch))
             self.inputs[batch] = path
         return self.inputs[batch]
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from deploykit.bench.config import SCENARIOS
 from deploykit.errors import InputError, UsageError
+from deploykit.io import output_scope
 from deploykit.optimize.answer import answer
 from deploykit.optimize.candidates import (
     ENGINES,
@@ -103,6 +104,7 @@ def _check_inputs(model: Path, images: Path | None, quantize: bool, output: Path
         check_bundle_output(output, inputs=[p for p in (model, images) if p is not None], force=force)
 
 
+@output_scope()  # the outputs it checks stay this run's until it returns
 def optimize(
     model: str | os.PathLike[str],
     images: str | os.PathLike[str] | None = None,

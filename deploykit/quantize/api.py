@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from deploykit.errors import InputError, QuantizationError, UsageError
-from deploykit.io import atomic_path, check_onnx_output, check_outputs
+from deploykit.io import atomic_path, check_onnx_output, check_outputs, output_scope, scratch_dir
 from deploykit.model import Model, as_model, check_model_path, check_onnx, has_external_data, load_onnx, path_of
 from deploykit.quantize import engines, evaluate, graph
 from deploykit.quantize.calibration import (
@@ -160,6 +159,7 @@ def _check_options(
     return chosen
 
 
+@output_scope()  # the outputs it checks stay this run's until it returns
 def quantize(
     model: Model | str | os.PathLike[str],
     output: str | os.PathLike[str],
@@ -227,8 +227,9 @@ def quantize(
             hint="drop --max-drop, or give images of the model's task.",
         )
     notes = list(data.notes)
-    with tempfile.TemporaryDirectory(prefix="deploykit-quantize-") as scratch_dir:
-        scratch = Path(scratch_dir)
+    # working files beside the output: a full disk or a file-size limit (ulimit -f) on the way is said
+    # for the output, by name, and nothing is left (scratch_dir)
+    with scratch_dir(output_path) as scratch:
         report = _quantize_in(
             scratch, model_path, output_path, source, data, task=task, labels=labels, engine=chosen,
             method=method or "minmax", per_channel=settings.per_channel, exclude=exclude,

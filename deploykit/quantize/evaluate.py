@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from deploykit.errors import DeployKitError
 from deploykit.quantize.calibration import CalibrationData, Sample
 from deploykit.quantize.results import (
     MAP_MIN_SCORE,
@@ -44,7 +45,8 @@ def similarity(reference: np.ndarray, candidate: np.ndarray) -> dict[str, float]
     """Cosine similarity and SNR (dB) of two arrays, as ``deploykit.verify.metrics.cosine_snr``
     computes them; where the cosine is undefined (an all-zero array) it is 1.0 for equal arrays
     (infinite SNR) and 0.0 otherwise, so a report always holds a number."""
-    cosine, snr_db = cosine_snr(reference, candidate)
+    with np.errstate(all="ignore"):  # a figure that is no number is the caller's to refuse, not a warning
+        cosine, snr_db = cosine_snr(reference, candidate)
     return {"cosine": float(snr_db == math.inf) if cosine is None else cosine, "snr_db": snr_db}
 
 
@@ -70,7 +72,20 @@ def run_all(
             onnx.save(model, str(scratch / "candidate.onnx"))
             model = scratch / "candidate.onnx"
         backend = judge_backend(judge)
-        session = stack.enter_context(backend.open(model, **backend.precision_options("f32")))
+        try:
+            session = stack.enter_context(backend.open(model, **backend.precision_options("f32")))
+        except DeployKitError as exc:  # the judge's refusal: a sequence output fp16 left as float ...
+            from deploykit.errors import QuantizationError
+            from deploykit.io import TEMPORARY_PREFIX
+
+            folder = Path(str(model)).parent.name
+            reduced = folder.startswith((TEMPORARY_PREFIX, "deploykit-judge-", "deploykit-quantize-"))
+            name = "the reduced model" if reduced else f"model '{Path(str(model)).name}'"
+            raise QuantizationError(
+                f"{name} | backend '{backend.name}' cannot load it to measure its accuracy: {exc.problem}",
+                hint="exclude the nodes it names from quantization (--exclude), or keep the model in float32; "
+                "nothing was written.",
+            ) from exc
         return [session.run(feeds) for feeds in data.iter_feeds(samples)]
 
 
@@ -84,10 +99,19 @@ def output_similarity(
     reference: Sequence[Mapping[str, np.ndarray]], candidate: Sequence[Mapping[str, np.ndarray]]
 ) -> list[OutputSimilarity]:
     """Cosine and SNR per output over all samples together."""
+    from deploykit.errors import QuantizationError
+    from deploykit.verify.metrics import degeneracy
+
     rows = []
     for name in reference[0]:
         ref = np.concatenate([r[name].ravel() for r in reference])
         cand = np.concatenate([c[name].ravel() for c in candidate])
+        if ref.dtype.kind == "f" and (said := degeneracy(ref.astype(np.float64))) and not np.isfinite(ref).all():
+            raise QuantizationError(  # by deploykit's own rules a NaN/infinite reference says nothing
+                f"output '{name}' | the float model's reference is degenerate on the held-out samples ({said}); "
+                "the accuracy of the reduced model cannot be measured against it.",
+                hint="check the model (a division by zero?) and the calibration images; nothing was written.",
+            )
         measured = similarity(ref, cand)
         rows.append(OutputSimilarity(name, measured["cosine"], measured["snr_db"]))
     return rows

@@ -209,6 +209,11 @@ def parse_json(body: bytes | memoryview, what: str = "request") -> dict[str, Any
         raise RequestError(
             f"{what} | is not valid JSON ({exc}).", hint="send a JSON object as the v2 protocol describes."
         ) from exc
+    except RecursionError as exc:  # '[' * 50000: no request nests so deep
+        raise RequestError(
+            f"{what} | is JSON nested too deeply to read; a v2 request is a few levels deep.",
+            hint="send the tensor's data as a flat list (row-major) or as binary data.",
+        ) from exc
     if not isinstance(value, dict):
         raise RequestError(f"{what} | is JSON but not an object.", hint="send a JSON object with an 'inputs' list.")
     return value

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from deploykit.errors import UsageError
+from deploykit.io import one_line
 from deploykit.tensors import normalize_precision
 
 ELEMENTWISE_PRECISIONS = ("f64", "f32")
@@ -164,6 +165,26 @@ def _failed(name: str, case: int, rule: str, problem: str) -> OutputMetrics:
     return OutputMetrics(name, case, rule, False, math.inf, math.inf, None, None, problem=problem)
 
 
+def _as_bytes(value: Any) -> bytes:
+    return value.encode("utf-8", "surrogateescape") if isinstance(value, str) else bytes(value)
+
+
+def _compare_text(name: str, actual: np.ndarray, reference: np.ndarray, case: int) -> OutputMetrics:
+    """String outputs compared element by element as bytes (runtimes return str or bytes)."""
+    for index in np.ndindex(reference.shape):
+        got, expected = actual[index], reference[index]
+        got, expected = (v.item() if isinstance(v, np.generic) else v for v in (got, expected))
+        try:
+            same = _as_bytes(got) == _as_bytes(expected)
+        except TypeError:  # a number where text was expected (or the other way): not the same value
+            same = False
+        if not same:
+            where = list(index)
+            return _failed(name, case, "exact", f"element {where} is {one_line(repr(got))}, the reference's "
+                           f"{one_line(repr(expected))} (text is compared exactly)")  # fmt: skip
+    return OutputMetrics(name, case, "exact", True, 0.0, 0.0, None, None)
+
+
 def degeneracy(reference: np.ndarray, candidate: np.ndarray | None = None) -> str | None:
     """Why a reference output says nothing, or None: NaN/inf where the candidate has numbers, or constant."""
     if reference.size == 0:
@@ -210,8 +231,11 @@ def compare_array(
     actual, reference = np.asarray(actual), np.asarray(reference)
     if actual.shape != reference.shape:
         return _failed(name, case, rule, f"shape {actual.shape} differs from the reference's {reference.shape}")
-    if actual.size == 0:
-        return OutputMetrics(name, case, rule, True, 0.0, 0.0, None, None)
+    if actual.dtype.kind in "OSU" or reference.dtype.kind in "OSU":  # text: equal or not, no tolerance
+        return _compare_text(name, actual, reference, case)
+    if actual.size == 0:  # agreeing on no values proves nothing: with only empty outputs the verdict is degenerate
+        empty = f"it is empty (shape {reference.shape})"
+        return OutputMetrics(name, case, rule, True, 0.0, 0.0, None, None, degenerate=empty)
     a = actual.astype(np.float64)
     b = reference.astype(np.float64)
     degenerate = degeneracy(b, a)

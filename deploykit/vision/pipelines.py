@@ -19,7 +19,7 @@ import numpy as np
 
 from deploykit.backends.base import Session
 from deploykit.backends.options import OptionValue
-from deploykit.errors import UsageError
+from deploykit.errors import BackendError, MetadataError, UsageError
 from deploykit.labels import read_labels
 from deploykit.metadata import read_metadata
 from deploykit.model import Model
@@ -75,6 +75,29 @@ def _input_spec(session: Any) -> TensorSpec:
     return spec
 
 
+def _check_against_graph(spec: TensorSpec, stored: Any, model: str) -> None:
+    """``deploykit.input`` must describe the graph's own image input: a name, channel count or fixed size that
+    the graph contradicts says the metadata belongs to another model, and would be silently ignored."""
+    assert spec.shape is not None
+    fixed = tuple(spec.shape[2:]) if all(isinstance(d, int) for d in spec.shape[2:]) else None
+    contradictions = [
+        (key, said, actual)
+        for key, said, actual in (
+            ("name", stored.name, spec.name),
+            ("channels", stored.channels, spec.shape[1] if isinstance(spec.shape[1], int) else None),
+            ("size", list(stored.size) if stored.size else None, list(fixed) if fixed else None),
+        )
+        if said is not None and actual is not None and said != actual
+    ]
+    if contradictions:
+        key, said, actual = contradictions[0]
+        raise MetadataError(
+            f"model '{model}' metadata 'deploykit.input' | says {key} {said!r}, but the graph's image input "
+            f"'{spec.name}' has {key} {actual!r} ({spec.shape_text()}); the metadata describes another model.",
+            hint="re-export the model with its own metadata, or remove deploykit.input's wrong field.",
+        )
+
+
 def _input_size(
     spec: TensorSpec, metadata: Mapping[str, str], given: tuple[int, int] | None, model: str
 ) -> tuple[int, int]:
@@ -87,6 +110,15 @@ def _input_size(
     stored = read_metadata(metadata, model)
     if stored.size is not None:
         return stored.size
+    if "imgsz" in metadata:  # there is a size, but not one that can be used: say which, not that it is absent
+        from deploykit.io import one_line
+        from deploykit.metadata import MAX_SIDE
+
+        raise MetadataError(
+            f"model '{model}' metadata 'imgsz' | is {one_line(metadata['imgsz'], 60)!r}; expected the input size "
+            f"as Ultralytics writes it, [height, width] (or one side), integers from 1 to {MAX_SIDE}.",
+            hint="pass input_size=(height, width) (--input-size HxW), or re-export the model.",
+        )
     raise UsageError(
         f"model '{model}' | has a dynamic input size and no size in its metadata.",
         hint="pass input_size=(height, width) (--input-size HxW).",
@@ -117,6 +149,7 @@ class _Pipeline:
             self.model_path = Path(self.session.model_path)  # a bundle's model file, not its folder
         self.metadata = self.session.metadata
         self.input = _input_spec(self.session)
+        _check_against_graph(self.input, read_metadata(self.metadata, self.model_path.name).input, self.model_path.name)
         self._local = threading.local()
 
     @property
@@ -124,6 +157,21 @@ class _Pipeline:
         """The pre/infer/post split of this thread's last call."""
         timing: Timing | None = getattr(self._local, "timing", None)
         return timing
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The session's outputs, refused when one holds NaN or infinity: no ranking or box can be read from
+        them, and ranking NaNs (or dropping every box as below the threshold) would be a wrong answer."""
+        outputs = self.session.run(feeds)
+        for name, value in outputs.items():
+            if isinstance(value, np.ndarray) and value.dtype.kind == "f" and not np.isfinite(value).all():
+                bad = int(value.size - np.isfinite(value).sum())
+                raise BackendError(
+                    f"model '{self.model_path.name}' output '{name}' | holds NaN or infinity ({bad} of {value.size} "
+                    "elements) for this input; no class or box can be read from it.",
+                    hint="check the model's preprocessing metadata (deploykit.input: scale, mean, std) and "
+                    "run 'deploykit compare' on the model to see whether the runtime or the model is at fault.",
+                )
+        return outputs
 
     def _dynamic_batch(self) -> bool:
         assert self.input.shape is not None
@@ -229,9 +277,9 @@ class Detector(_Pipeline):
         pre = time.perf_counter()
         name = self.input.name
         if self._dynamic_batch() and len(tensors) > 1:
-            outputs_list = [self.session.run({name: np.concatenate(tensors)})]
+            outputs_list = [self._run({name: np.concatenate(tensors)})]
         else:
-            outputs_list = [self.session.run({name: tensor}) for tensor in tensors]
+            outputs_list = [self._run({name: tensor}) for tensor in tensors]
         infer = time.perf_counter()
         candidates = [c for outputs in outputs_list for c in self._candidates(outputs)]
         results = [
@@ -317,9 +365,9 @@ class Classifier(_Pipeline):
         pre = time.perf_counter()
         name = self.input.name
         if self._dynamic_batch():
-            scores = next(iter(self.session.run({name: tensor}).values()))
+            scores = next(iter(self._run({name: tensor}).values()))
         else:
-            scores = np.concatenate([next(iter(self.session.run({name: t[None]}).values())) for t in tensor])
+            scores = np.concatenate([next(iter(self._run({name: t[None]}).values())) for t in tensor])
         infer = time.perf_counter()
         probabilities = self._probabilities(scores)
         results = []

@@ -110,3 +110,52 @@ def test_darknet_heads_in_metadata_are_checked(head, message):
     with pytest.raises(MetadataError, match=r"metadata 'deploykit.darknet.heads' \| head 0 ") as caught:
         read_metadata({"deploykit.darknet.heads": json.dumps([head])}, "yolo.onnx")
     assert message in caught.value.message
+
+
+def test_outputs_that_are_nan_are_no_ranking(tmp_path, tiny):
+    """Sweep 21b: deploykit.input scale 1e308 made every pixel infinite and predict printed a top-5 of NaN
+    probabilities with exit 0; a pipeline refuses outputs with NaN or infinity, naming the output."""
+    model = _dynamic_classifier(tmp_path / "huge.onnx", {"deploykit.input": json.dumps({"size": [32, 32],
+                                                                                        "scale": 1e308})})  # fmt: skip
+    result = invoke_checked(["predict", model, tiny["image"]], reads=[model])
+    assert result.exit_code == 1, result.output
+    assert "error: model 'huge.onnx' output 'scores' | holds NaN or infinity (5 of 5 elements)" in result.stderr
+
+
+def test_a_metadata_key_given_twice_is_refused_in_every_command(tmp_path, tiny):
+    """Sweep 21b: a second deploykit.labels silently won in predict (and a second deploykit.task in run),
+    while inspect refused the file: every command reads metadata through one reader, which refuses it."""
+    model = onnx.load(tiny["classifier"])
+    model.metadata_props.add(key="deploykit.labels", value=json.dumps(list("vwxyz")))
+    onnx.save(model, tmp_path / "twice.onnx")
+    message = 'model \'twice.onnx\' metadata \'deploykit.labels\' | is given twice (\'["a", "b", "c", "d", "e"]\', then'
+    for command in (["predict", tmp_path / "twice.onnx", tiny["image"]], ["run", tmp_path / "twice.onnx"]):
+        result = invoke_checked(command, reads=[tmp_path / "twice.onnx"])
+        assert result.exit_code == 1 and message in result.stderr, result.output
+
+
+@pytest.mark.parametrize(
+    "field, message",
+    [
+        ({"channels": 4}, "says channels 4, but the graph's image input 'images' has channels 3"),
+        ({"size": [32, 32]}, "says size [32, 32], but the graph's image input 'images' has size [16, 16]"),
+        ({"name": "nope"}, "says name 'nope', but the graph's image input 'images' has name 'images'"),
+    ],
+)
+def test_input_metadata_that_contradicts_the_graph_is_refused(tmp_path, tiny, field, message):
+    """Sweep 21b: deploykit.input saying 4 channels, another size or another input name was silently ignored."""
+    model = onnx.load(tiny["classifier"])
+    model.metadata_props.add(key="deploykit.input", value=json.dumps(field))
+    onnx.save(model, tmp_path / "other.onnx")
+    result = invoke_checked(["predict", tmp_path / "other.onnx", tiny["image"]], reads=[tmp_path / "other.onnx"])
+    assert result.exit_code == 1
+    assert "model 'other.onnx' metadata 'deploykit.input' | " + message in " ".join(result.stderr.split())
+
+
+@pytest.mark.parametrize("imgsz", ["[99999, 99999]", "[0, -3]", "[3.5, true]"])
+def test_an_unusable_imgsz_is_named_not_called_absent(tmp_path, tiny, imgsz):
+    """Sweep 21b: a dynamic model whose Ultralytics imgsz was out of range was said to have no size at all."""
+    model = _dynamic_classifier(tmp_path / "ul.onnx", {"imgsz": imgsz})
+    result = invoke_checked(["predict", model, tiny["image"]], reads=[model])
+    assert result.exit_code == 1
+    assert f"model 'ul.onnx' metadata 'imgsz' | is {imgsz!r}; expected the input size" in result.stderr

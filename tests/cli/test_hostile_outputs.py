@@ -259,3 +259,30 @@ def test_failed_verification_writes_neither_model_nor_report(tiny, tmp_path, mon
     else:
         assert not out.exists() and report.read_text() == "an older report"
         assert "report written" not in result.stdout
+
+
+def test_a_path_of_kilobytes_is_shown_cut_in_an_output_message(tiny, tmp_path):
+    """Sweep 21b: an output path of 4.5 KB was echoed whole into the message (inputs were already cut)."""
+    long_path = tmp_path.joinpath(*["x" * 300] * 15, "o.npz")
+    result = invoke_checked(["run", tiny["dynamic"], "--save", long_path], reads=[tiny["dynamic"]])
+    assert result.exit_code == 1
+    assert "characters)…" in result.stderr and len(result.stderr) < 1000, result.stderr
+
+
+def test_standard_output_on_dev_full_is_named_as_such(tiny):
+    """Sweep 21b: 'error: OSError | No space left on device while writing standard output' named the class."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "deploykit.cli.main", "run", str(tiny["dynamic"])],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: standard output | No space left on device"), done.stderr
+
+
+def test_a_deleted_current_directory_is_said_as_such(tiny, tmp_path):
+    """Sweep 21b: in a deleted folder, 'run ../m.onnx' said "cannot be parsed as ONNX ... truncated"."""
+    shutil.copy2(tiny["dynamic"], tmp_path / "m.onnx")
+    deploykit = Path(sys.executable).with_name("deploykit")
+    script = f"mkdir gone && cd gone && rmdir ../gone && exec {deploykit} run ../m.onnx"
+    done = subprocess.run(["sh", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: current directory | no longer exists"), done.stderr

@@ -282,6 +282,10 @@ def test_torch_example_specs_checked_before_allocating(tiny, tmp_path, spec, mes
         (("anchors=4,6, 8,9, 12,14", "anchors=nan,6, 8,9, 12,14"), "anchors= holds nan; expected anchor widths and"),
         (("anchors=4,6, 8,9, 12,14", "anchors=inf,6, 8,9, 12,14"), "anchors= holds inf; expected"),
         (("anchors=4,6, 8,9, 12,14", "anchors=-4,6, 8,9, 12,14"), "anchors= holds -4; expected"),
+        (
+            ("anchors=4,6, 8,9, 12,14", "anchors=1e30,6, 8,9, 12,14"),
+            "anchors= holds 1e+30; expected anchor sizes in pixels",
+        ),
         (("anchors=4,6, 8,9, 12,14", "anchors=4,6, 8,9, 12"), "anchors= holds 5 numbers; expected width,height pairs"),
         (("num=3", "num=1000000"), "num=1000000 anchors, but anchors= gives 3 pairs"),
     ],

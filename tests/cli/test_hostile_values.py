@@ -268,3 +268,61 @@ def test_a_report_with_nan_figures_is_not_a_report(tiny, tmp_path):
     broken.write_text(re.sub(r'"p50_ms": [0-9.e-]+', '"p50_ms": NaN', text, count=1))
     result = invoke_checked(["report", broken])
     assert result.exit_code == 1 and "NaN is not a JSON number" in " ".join(result.stderr.split())
+
+
+def test_a_report_nested_too_deeply_is_not_a_report(tmp_path):
+    """Sweep 21b: '[' * 100000 was a RecursionError traceback from the report reader."""
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    result = invoke_checked(["report", deep])
+    assert result.exit_code == 1 and "is JSON nested too deeply to read" in result.stderr
+
+
+def _npz_member(path, shape, data_bytes, name="x.npy"):
+    """An .npz whose member's .npy header says ``shape`` (float32), followed by ``data_bytes`` zeros."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        with archive.open(name, "w", force_zip64=True) as member:
+            np.lib.format.write_array_header_1_0(member, {"descr": "<f4", "fortran_order": False, "shape": shape})
+            block = bytes(1 << 20)
+            for _ in range(data_bytes >> 20):
+                member.write(block)
+            member.write(bytes(data_bytes % (1 << 20)))
+    return path
+
+
+def test_a_zip_bomb_npz_is_refused_before_it_is_inflated(tiny, tmp_path):
+    """Each member's .npy header (shape, dtype) and its zip entry's inflated size are checked against
+    the bound before numpy inflates a byte: the message names the file, the member and the bound."""
+    huge = _npz_member(tmp_path / "huge.npz", (2**40,), 16)  # 4 TiB declared, 16 bytes there
+    result = invoke_checked(["compare", tiny["dynamic"], "--inputs", huge, "-b", "ort"], reads=[huge])
+    assert result.exit_code == 1
+    assert (
+        f"inputs file '{huge}' member 'x.npy' | declares shape (1099511627776,) (float32), which would take 4 TiB; "
+        "deploykit reads at most" in result.stderr
+    )
+    not_npy = _npz_member(tmp_path / "blob.npz", (4,), 16, name="blob.bin")
+    result = invoke_checked(["compare", tiny["dynamic"], "--inputs", not_npy, "-b", "ort"], reads=[not_npy])
+    assert "member 'blob.bin' | is not an .npy array" in result.stderr
+
+
+def test_a_zip_bomb_under_a_memory_limit_names_the_bound(tiny, tmp_path):
+    """200 MiB of zeros deflated to 200 KiB, read under ``ulimit -v`` 640 MiB: the bound is a quarter
+    of the address space (160 MiB), and the member is refused by its inflated size, not by MemoryError."""
+    import resource
+    import subprocess
+    import sys
+
+    bomb = _npz_member(tmp_path / "bomb.npz", (50 * 2**20,), 200 * 2**20)
+    assert bomb.stat().st_size < 2**20
+    limit = 640 * 2**20
+    code = f"from deploykit.inputs import load_arrays; load_arrays({str(bomb)!r})"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (limit, limit)),
+    )  # fmt: skip
+    assert "InputError: inputs file" in done.stderr and "member 'x.npy' | inflates to 200 MiB" in done.stderr, (
+        done.stderr
+    )
+    assert "deploykit reads at most 160 MiB per array" in done.stderr

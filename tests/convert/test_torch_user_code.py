@@ -69,6 +69,14 @@ def daemonizes():
 def changes_directory():
     os.chdir("/")
     return Small()
+
+
+def prints_a_lot_and_leaves_a_thread():
+    import threading
+
+    sys.stdout.write("x" * 20_000_000)  # no newline: the result line must not be glued to it
+    threading.Thread(target=time.sleep, args=(300,)).start()  # not a daemon
+    return Small()
 """
 
 
@@ -130,3 +138,16 @@ def test_a_factory_whose_children_outlive_it_converts_and_leaves_none(factories,
     assert output.is_file()
     children = [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [])[-1:] == [marker]]
     assert not children, "the factory's child outlived the conversion"
+
+
+def test_a_factory_that_prints_a_lot_and_leaves_a_thread_converts_at_once(factories, tmp_path):
+    """Sweep 21b: 50 MB printed without a newline swallowed the worker's result line ("exited with code 0
+    without printing a result"), and a non-daemon thread held a finished conversion until --timeout."""
+    import time
+
+    started = time.monotonic()
+    output = tmp_path / "d.onnx"
+    factory = f"{factories}:prints_a_lot_and_leaves_a_thread"
+    result = invoke_checked(["convert", "torch", factory, "-i", "x:1x4", "-o", output, "--timeout", "120"])
+    assert result.exit_code == 0, result.output[-2000:]
+    assert output.is_file() and time.monotonic() - started < 100

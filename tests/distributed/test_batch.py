@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -267,7 +268,15 @@ def test_rows_without_a_record_of_their_run_are_not_resumed(detector, photo_fold
 def test_two_runs_at_once_on_one_folder_are_refused(detector, photo_folder, tmp_path):
     """The second run would write every row again (12 rows for 6 images): it is refused, by name."""
     out = tmp_path / "rows"
-    with ResultStore(out).exclusive():  # what a first run holds while it writes
-        with pytest.raises(UsageError, match=r"another run is writing into this folder now"):
+    holder = (  # what a first run holds while it writes, in its own process
+        "import sys; from deploykit.distributed.store import ResultStore\n"
+        "with ResultStore(sys.argv[1]).exclusive():\n    print('held', flush=True); sys.stdin.read()"
+    )
+    first = subprocess.Popen([sys.executable, "-c", holder, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert first.stdout is not None and first.stdout.readline().strip() == b"held"
+        with pytest.raises(UsageError, match=rf"another deploykit run \(process {first.pid}\) is writing this folder"):
             predict(detector, photo_folder, out, PredictSettings(pipeline_options=OPTIONS), Execution(engine="local"))
+    finally:
+        first.communicate(timeout=30)
     assert not out.exists()

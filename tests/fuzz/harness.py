@@ -4,6 +4,9 @@
 - every file the command reads is byte-for-byte unchanged (SHA-256);
 - a failed command leaves nothing at an output path that did not exist, and an existing one unchanged;
 - no temporary file or directory (``.deploykit-*``) is left behind.
+
+``run_cli`` and ``assert_said`` keep the same promises for the real command line in a subprocess (under
+``prlimit`` resource limits or in a namespace with a full tmpfs), with a timeout: a hang fails the test.
 """
 
 from __future__ import annotations
@@ -11,6 +14,9 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
+import subprocess
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -107,3 +113,43 @@ def copy_assets(tiny: dict[str, Path], directory: Path, *names: str) -> dict[str
         copies[name] = directory / tiny[name].name
         shutil.copy2(tiny[name], copies[name])
     return copies
+
+
+DEPLOYKIT = Path(sys.executable).with_name("deploykit")
+
+
+def run_cli(
+    args: Sequence[Any], *, cwd: Path, prefix: Sequence[str] = (), timeout_s: float = 90
+) -> subprocess.CompletedProcess[str]:
+    """The real ``deploykit ARGS`` in a subprocess (after ``prefix``: ``prlimit ...``, ``unshare ...``),
+    in its own process group; a hang past ``timeout_s`` fails the test and kills the whole group."""
+    command = [*prefix, str(DEPLOYKIT), *map(str, args)]
+    process = subprocess.Popen(
+        command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        pytest.fail(f"hang: {' '.join(command)} ran past {timeout_s} s")
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def assert_said(done: subprocess.CompletedProcess[str], names: Iterable[str], *, outputs: Iterable[Path] = ()) -> None:
+    """A subprocess run kept the promises: exit 0 (then every output is there), or 1/2 with a message that
+    names one of ``names`` (the file or the limit) and no output left; never a traceback, never a signal."""
+    described = f"{' '.join(done.args)}\n--- exit {done.returncode} ---\n{done.stdout}\n--- stderr ---\n{done.stderr}"
+    assert done.returncode in (0, 1, 2), described
+    assert "Traceback" not in done.stderr + done.stdout, described
+    outputs = list(outputs)
+    if done.returncode == 0:
+        missing = [p for p in outputs if not exists(p)]
+        assert not missing, f"exit 0 without its outputs {missing}\n{described}"
+    else:
+        names = list(names)
+        assert any(name in done.stderr for name in names), f"no message naming any of {names}\n{described}"
+        left = [p for p in outputs if exists(p)]
+        assert not left, f"a failed command left {left}\n{described}"
+    leftovers = temporary_leftovers({p.parent for p in outputs})
+    assert not leftovers, f"temporary files left: {leftovers}\n{described}"

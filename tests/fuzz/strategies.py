@@ -124,3 +124,62 @@ METADATA_VALUES = {
     "names": st.sampled_from(["{0: 'a', 1: 'b'}", "{0: 'a',", "['a', 'b', 'c', 'd', 'e']", "{'x': 1}", "42"]),
 }
 METADATA = st.fixed_dictionaries({}, optional=METADATA_VALUES)
+
+
+# Special files given where a regular file (or a folder) is expected: refused by kind, never read.
+SPECIAL_KINDS = st.sampled_from(["fifo", "socket", "dev-zero", "directory", "symlink-loop"])
+SPECIAL_ROLES = st.sampled_from(["model", "input", "npz", "report", "labels", "cfg", "weights"])
+_SUFFIX = {"model": ".onnx", "input": ".npy", "npz": ".npz", "report": "", "labels": ".names", "cfg": ".cfg",
+           "weights": ".weights"}  # fmt: skip
+
+
+def make_special(kind: str, role: str, directory: Path) -> Path:
+    """A special file of ``kind`` named as the ``role`` expects (``x.onnx``, ``x.npy`` ...)."""
+    import os
+    import socket
+
+    path = directory / f"special-{kind}{_SUFFIX[role]}"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        with socket.socket(socket.AF_UNIX) as server:  # the inode stays a socket after close
+            server.bind(str(path))
+    elif kind == "dev-zero":
+        path.symlink_to("/dev/zero")
+    elif kind == "directory":
+        path.mkdir()
+    else:
+        path.symlink_to(path.name)  # a link to itself: ELOOP
+    return path
+
+
+def special_command(role: str, special: Path, assets: dict[str, Path], work: Path) -> list[str]:
+    """The command that reads ``special`` in ``role``."""
+    return {
+        "model": ["run", special],
+        "input": ["run", assets["dynamic"], "-i", f"x={special}"],
+        "npz": ["compare", assets["dynamic"], "-b", "ort", "--inputs", special],
+        "report": ["bench", assets["dynamic"], "-b", "ort", "--iterations", "2", "--report", special],
+        "labels": ["predict", assets["classifier"], assets["image"], "--labels", special],
+        "cfg": ["convert", "darknet", special, assets["weights"], "-o", work / "out.onnx"],
+        "weights": ["convert", "darknet", assets["cfg"], special, "-o", work / "out.onnx"],
+    }[role]
+
+
+# Resource limits a careless user's shell has set (ulimit -n/-v/-f), applied with prlimit to one command;
+# each with the words its message may use to name it.
+RESOURCE_LIMITS = st.sampled_from(
+    [
+        ("--nofile=64", ("open files", "ulimit -n", "RLIMIT_NOFILE")),
+        (f"--as={1536 * 2**20}", ("memory", "address space", "ulimit -v", "RLIMIT_AS", "MiB")),
+        ("--fsize=2048", ("size limit", "ulimit -f", "File too large")),
+    ]
+)
+LIMITED_COMMANDS = st.sampled_from(
+    [
+        ("bench", "{dynamic}", "-b", "ort", "--iterations", "2", "--report", "{work}/report"),
+        ("compare", "{dynamic}", "-b", "ort", "--json"),
+        ("run", "{dynamic}", "--save", "{work}/out.npz"),
+        ("quantize", "{classifier}", "--fp16", "-o", "{work}/q.onnx"),
+    ]
+)

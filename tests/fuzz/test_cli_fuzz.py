@@ -18,20 +18,26 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.assets.paths import require_module
-from tests.fuzz.harness import invoke_checked, sha256
+from tests.fuzz.harness import assert_said, invoke_checked, run_cli, sha256
 from tests.fuzz.strategies import (
     BACKENDS,
     DEVICES,
     INT_TEXTS,
+    LIMITED_COMMANDS,
     METADATA,
     NUMBER_TEXTS,
     OPTIONS,
+    RESOURCE_LIMITS,
     SHAPES,
     SMALL_NUMBER_TEXTS,
+    SPECIAL_KINDS,
+    SPECIAL_ROLES,
     flag,
+    make_special,
     mostly,
     optional,
     path_choice,
+    special_command,
 )
 
 SCALE = float(os.environ.get("DEPLOYKIT_FUZZ_SCALE", "1"))
@@ -255,3 +261,80 @@ def test_backends_and_help(tiny, workdir, data):
         )
     )  # fmt: skip
     check(work, args, [], [])
+
+
+# The real command line in a subprocess (``harness.run_cli``): special files, resource limits, a full disk.
+# Each example starts a Python with the runtimes (seconds), so these draw few examples.
+
+
+def _subprocess_work(workdir: Path, tiny: dict[str, Path]) -> tuple[Path, dict[str, str]]:
+    work, copies = fresh(workdir, tiny)
+    return work, {**{name: str(path) for name, path in copies.items()}, "work": str(work)}
+
+
+@fuzz(4)
+@given(data=st.data())
+def test_special_files_in_every_role(tiny, workdir, data):
+    """A FIFO, a socket, /dev/zero, a folder or a symlink loop as a model, input, report, labels, cfg or
+    weights: refused by what it is, naming the path; never read until it hangs or runs out of memory."""
+    work, copies = fresh(workdir, tiny)
+    role, kind = data.draw(SPECIAL_ROLES), data.draw(SPECIAL_KINDS)
+    special = make_special(kind, role, work)
+    valid = role == "report" and kind == "directory"  # a folder is what --report asks for
+    outputs = [special / "report.json"] if valid else [work / "out.onnx"]
+    done = run_cli(special_command(role, special, copies, work), cwd=work)
+    assert_said(done, [special.name], outputs=outputs)
+    assert (done.returncode == 0) == valid, done.stderr
+
+
+@fuzz(2)
+@given(data=st.data())
+def test_resource_limits(tiny, workdir, data):
+    """``ulimit -n 64``, ``-v`` 1.5 GiB, ``-f`` 2 KiB on a command that writes: it succeeds with all of its
+    outputs, or fails with a message naming the limit or the output, and leaves nothing half-written."""
+    work, names = _subprocess_work(workdir, tiny)
+    limit, words = data.draw(RESOURCE_LIMITS)
+    template = data.draw(LIMITED_COMMANDS)
+    command = [part.format(**names) for part in template]
+    outputs = [Path(part.format(**names)) for part in template if part.startswith("{work}")]
+    if command[0] == "bench":
+        outputs = [outputs[0] / "report.json"]
+    done = run_cli(command, cwd=work, prefix=["prlimit", limit])
+    assert_said(done, [*words, *(p.name for p in outputs)], outputs=outputs)
+
+
+def _full_tmpfs_problem() -> str | None:
+    """None where this user can mount a tmpfs in a namespace of its own (``unshare -rm``), else why not."""
+    if shutil.which("unshare") is None:
+        return "no unshare(1) on this machine"
+    import subprocess
+
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=16k none /mnt"],
+                           capture_output=True, text=True, timeout=30)  # fmt: skip
+    return None if probe.returncode == 0 else f"unshare -rm cannot mount a tmpfs here: {probe.stderr.strip()}"
+
+
+@fuzz(2)
+@given(data=st.data())
+def test_a_full_tmpfs(tiny, workdir, data):
+    """A 64 KiB tmpfs filled to the last block (in a mount namespace of the test's own): every command that
+    writes there fails naming its output and the full disk, and leaves nothing there."""
+    problem = _full_tmpfs_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    work, names = _subprocess_work(workdir, tiny)
+    disk = work / "disk"
+    disk.mkdir()
+    names["work"] = str(disk)
+    template = data.draw(LIMITED_COMMANDS)
+    if template[0] == "compare":  # compare writes nothing: a bench report instead
+        template = ("bench", "{dynamic}", "-b", "ort", "--iterations", "2", "--report", "{work}/report")
+    command = [part.format(**names) for part in template]
+    outputs = [Path(part.format(**names)) for part in template if part.startswith("{work}")]
+    if command[0] == "bench":
+        outputs = [outputs[0] / "report.json"]
+    fill = f'mount -t tmpfs -o size=64k none {disk} && (cat /dev/zero > {disk}/fill 2>/dev/null; true) && exec "$@"'
+    done = run_cli(command, cwd=work, prefix=["unshare", "-rm", "sh", "-c", fill, "sh"])
+    assert done.returncode == 1, done.stderr
+    assert_said(done, ["the disk is full", "No space left"], outputs=[])
+    assert any(p.name in done.stderr or str(p.parent) in done.stderr for p in outputs), done.stderr

@@ -220,3 +220,28 @@ def test_an_output_not_named_onnx_is_refused_before_any_work(classifier_path, cl
     with pytest.raises(OutputError, match=r"--output '.*q\.npz' \| is not an \.onnx file name, expected NAME\.onnx"):
         quantize(classifier_path, tmp_path / "q.npz", QuantizeSettings(measure_speed=False), calibrate=classifier_npz)
     assert not (tmp_path / "q.npz").exists()
+
+
+def _one_node(path, node, output):
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])], [output],
+                              [helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_a_reduced_model_onnx_runtime_refuses_and_an_infinite_reference_are_errors(tmp_path):
+    """Sweep 21b: fp16 of a sequence output was ORT's raw traceback; y = x / 0 exited 0 with cosine NaN."""
+    sequence = helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [2, 3])
+    seq = _one_node(tmp_path / "seq.onnx", helper.make_node("SequenceConstruct", ["x", "x"], ["s"]), sequence)
+    fp16 = QuantizeSettings(fp16=True, measure_speed=False)
+    with pytest.raises(
+        QuantizationError, match=r"the reduced model \| backend 'onnxruntime' cannot load it to measure"
+    ):
+        quantize(seq, tmp_path / "q1.onnx", fp16)
+    infinite = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    div = _one_node(tmp_path / "div.onnx", helper.make_node("Div", ["x", "zero"], ["y"]), infinite)
+    with pytest.raises(QuantizationError, match=r"output 'y' \| the float model's reference is degenerate"):
+        quantize(div, tmp_path / "q2.onnx", fp16)
+    assert not (tmp_path / "q1.onnx").exists() and not (tmp_path / "q2.onnx").exists()

@@ -27,7 +27,7 @@ from deploykit.convert.darknet.weights import DarknetWeights
 from deploykit.convert.darknet.writer import write_streaming
 from deploykit.convert.report import ConversionReport
 from deploykit.errors import ConversionError, ParityError, UsageError
-from deploykit.io import check_onnx_output, check_outputs, commit_outputs, scratch_dir
+from deploykit.io import check_onnx_output, check_outputs, commit_outputs, output_scope, scratch_dir
 from deploykit.labels import read_labels
 from deploykit.validation import check_number, check_tolerances
 from deploykit.verify.check import platform_notes
@@ -109,6 +109,7 @@ def _labels(path: str | os.PathLike[str] | None, net: Network) -> list[str] | No
     return names
 
 
+@output_scope()  # the outputs it checks stay this run's until it returns
 def convert_darknet(
     cfg: str | os.PathLike[str],
     weights: str | os.PathLike[str],

@@ -517,6 +517,10 @@ def _scale_channels(section: Section, shape: Shape, layers: list[Layer]) -> Laye
     )
 
 
+MAX_ANCHOR_PIXELS = 16384
+"""The largest anchor side accepted: Darknet's inputs are at most a few thousand pixels a side."""
+
+
 def _anchors(section: Section, num: int) -> list[tuple[float, float]]:
     """The ``anchors=`` pairs, checked: an even count of finite, positive sizes, at least ``num`` pairs
     (Darknet would read zeros past the end; deploykit refuses instead). Pairs beyond ``num`` are
@@ -526,6 +530,13 @@ def _anchors(section: Section, num: int) -> list[tuple[float, float]]:
     if bad is not None:
         raise ConversionError(
             f"{section.where()} | anchors= holds {bad:g}; expected anchor widths and heights, finite numbers above 0.",
+            hint="copy the anchors of the cfg the weights were trained with.",
+        )
+    huge = next((v for v in values if v > MAX_ANCHOR_PIXELS), None)
+    if huge is not None:  # anchors are pixels of the network input: 1e30 decodes every box to infinity
+        raise ConversionError(
+            f"{section.where()} | anchors= holds {huge:g}; expected anchor sizes in pixels of the network input "
+            f"(at most {MAX_ANCHOR_PIXELS}).",
             hint="copy the anchors of the cfg the weights were trained with.",
         )
     if len(values) % 2:
