@@ -101,7 +101,7 @@ class DeployKitError(Exception):
         return kind(message, hint=None if hint is None else str(hint))
 
 
-def one_line(exc: BaseException, *, last: bool = False) -> str:
+def exception_line(exc: BaseException, *, last: bool = False) -> str:
     """A third-party exception's text as one line for a message: its first line (its last with
     ``last``, where a runtime ends a long trace with the reason), or its class name when it has none."""
     lines = str(exc).strip().splitlines()

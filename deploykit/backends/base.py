@@ -29,7 +29,7 @@ from deploykit.errors import (
     PrecisionUnavailableError,
     UnsupportedModelError,
     UsageError,
-    one_line,
+    exception_line,
 )
 from deploykit.model import Model, as_model
 from deploykit.tensors import TENSOR, TensorSpec, normalize_precision
@@ -360,7 +360,7 @@ class Backend(abc.ABC):
             return importlib.import_module(self.module)
         except Exception as exc:
             raise BackendUnavailableError(
-                f"backend '{self.name}' | cannot import '{self.module}' ({type(exc).__name__}: {one_line(exc)}).",
+                f"backend '{self.name}' | cannot import '{self.module}' ({type(exc).__name__}: {exception_line(exc)}).",
                 hint=f"pip install 'deploykit[{self.pip_extra}]'.",
             ) from exc
 

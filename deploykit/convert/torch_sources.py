@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploykit.errors import ConversionError, one_line
+from deploykit.errors import ConversionError, exception_line
 from deploykit.io import hash_file
 
 _SHOWN_KEYS = 8
@@ -306,7 +306,7 @@ def load_state_dict(
         raw = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as exc:
         raise ConversionError(
-            f"weights '{path}' | cannot be read as a state_dict: {type(exc).__name__}: {one_line(exc)}",
+            f"weights '{path}' | cannot be read as a state_dict: {type(exc).__name__}: {exception_line(exc)}",
             hint="save weights with torch.save(model.state_dict(), path).",
         ) from exc
     content, key = _unwrap_checkpoint(torch, path, raw, weights_key)

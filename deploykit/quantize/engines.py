@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from deploykit.errors import BackendUnavailableError, QuantizationError, one_line
+from deploykit.errors import BackendUnavailableError, QuantizationError, exception_line
 from deploykit.quantize.calibration import CalibrationData, ort_reader
 
 NOT_AVAILABLE = {
@@ -36,7 +36,7 @@ def _import(module: str, what: str) -> Any:
     except ImportError as exc:
         raise BackendUnavailableError(
             f"quantize | {what} needs the '{module.split('.')[0]}' package, which is not installed "
-            f"({one_line(exc, last=True)}).",
+            f"({exception_line(exc, last=True)}).",
             hint="pip install 'deploykit[quantize]'.",
         ) from exc
 
@@ -80,7 +80,7 @@ def ort_pre_process(source: Path, output: Path) -> str | None:
         with _quiet(), tempfile.TemporaryDirectory(prefix="deploykit-pre-") as scratch, _working_directory(scratch):
             quant_pre_process(str(source.resolve()), str(output.resolve()), skip_symbolic_shape=False)
     except Exception as exc:
-        return f"ONNX Runtime's quant_pre_process skipped ({type(exc).__name__}: {one_line(exc, last=True)})"
+        return f"ONNX Runtime's quant_pre_process skipped ({type(exc).__name__}: {exception_line(exc, last=True)})"
     return None
 
 
@@ -113,7 +113,7 @@ def quantize_ort(
             )
     except Exception as exc:
         raise QuantizationError(
-            f"engine 'ort' | quantize_static failed on '{source.name}': {one_line(exc, last=True)}",
+            f"engine 'ort' | quantize_static failed on '{source.name}': {exception_line(exc, last=True)}",
             hint="exclude the failing node with --exclude, or try --quantizer nncf.",
         ) from exc
 
@@ -156,7 +156,7 @@ def quantize_nncf(
         raise
     except Exception as exc:
         raise QuantizationError(
-            f"engine 'nncf' | quantization failed on '{source.name}': {one_line(exc, last=True)}",
+            f"engine 'nncf' | quantization failed on '{source.name}': {exception_line(exc, last=True)}",
             hint="exclude the failing node with --exclude, or try --quantizer ort.",
         ) from exc
     onnx.save(quantized, str(output))
@@ -170,7 +170,7 @@ def save_ir(onnx_path: Path, xml_path: Path) -> None:
         ov.save_model(ov.convert_model(str(onnx_path)), str(xml_path), compress_to_fp16=False)
     except Exception as exc:
         raise QuantizationError(
-            f"--ir '{xml_path}' | OpenVINO could not convert the quantized model: {one_line(exc, last=True)}",
+            f"--ir '{xml_path}' | OpenVINO could not convert the quantized model: {exception_line(exc, last=True)}",
             hint="use the ONNX output; OpenVINO reads it directly.",
         ) from exc
 
@@ -199,7 +199,7 @@ def convert_fp16(source: Path, output: Path, *, exclude: Sequence[str]) -> dict[
         onnx.save(converted, str(output))
     except Exception as exc:
         raise QuantizationError(
-            f"--fp16 | converting '{source.name}' failed: {one_line(exc, last=True)}",
+            f"--fp16 | converting '{source.name}' failed: {exception_line(exc, last=True)}",
             hint="keep the failing node in f32 with --exclude.",
         ) from exc
     return dict(sorted(kept.items()))
