@@ -74,18 +74,8 @@ def blind_spot(model: Any) -> str | None:
 
     - A ``Loop`` without its ``cond`` input: the spec runs it ``M`` times (or until the body's condition
       output is false); onnx's ``Loop._run`` tests ``while cond and ...`` and so runs it zero times.
-    - A ``TopK`` with ``sorted=0``: the spec leaves the order of the k results to the implementation, so
-      the reference's order is one right answer of many and an element-wise comparison with it would
-      fail a correct runtime.
     """
     for node in walk_nodes(model.graph):
-        if node.op_type == "TopK" and node.domain in ("", "ai.onnx"):
-            unsorted = any(a.name == "sorted" and a.i == 0 for a in node.attribute)
-            if unsorted:
-                return (
-                    f"TopK with sorted=0 (node '{node.name or node.output[0]}') returns its k results in an order "
-                    "the ONNX spec leaves to each runtime, so no element-wise comparison can judge them"
-                )
         if node.op_type == "Loop" and node.domain in ("", "ai.onnx") and (len(node.input) < 2 or not node.input[1]):
             return (
                 f"onnx's reference evaluator runs a Loop without a condition input zero times (node "

@@ -27,7 +27,7 @@ from deploykit.errors import UsageError
 from deploykit.inputs import InputSetting
 from deploykit.model import Model, as_model
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, CandidateRun, run_candidate
-from deploykit.verify.metrics import compare_outputs, is_reduced, normalize_precision, thresholds_for
+from deploykit.verify.metrics import compare_outputs, is_reduced, normalize_precision, thresholds_for, uncomparable
 from deploykit.verify.pool import WorkerPool
 from deploykit.verify.settings import VerifySettings
 from deploykit.verify.verdict import OracleInfo, Verdict, VerificationReport, error_verdict, judge
@@ -449,6 +449,17 @@ def verify_model(
                           for i, c in enumerate(candidates) if not emulated[i]})  # fmt: skip
         oracle_info, references = pool.results([pending_oracle])[0]
         runs = pool.results([submitted[i] for i in range(len(candidates))])
+    why = uncomparable(interface.proto) if interface.proto is not None else None
+    if why is not None:  # no oracle, reference or backend, can judge it: nothing is compared
+        notes.append(f"oracle: none can judge this model: {why}")
+        oracle_info = OracleInfo("none", False, f"none can judge this model: {why}")
+        verdicts = unjudged(runs, oracle_info, why)
+        return VerificationReport(
+            model=str(model_path), oracle=oracle_info, verdicts=verdicts,
+            inputs={k: list(v.shape) for k, v in prepared.cases[0].items()},
+            input_source=prepared.source + (f" ({len(prepared.images)} images)" if prepared.images else ""),
+            notes=notes,
+        )  # fmt: skip
     if references is None and oracle.strip().lower() in ("auto", "none", "agree"):
         # no independent oracle ran (or none was asked for): the first candidate that ran is the reference
         reference_run = next((r for r in runs if r.ok), None)
@@ -520,6 +531,17 @@ def run_oracle(
     return OracleInfo(label, backend.independent_oracle, detail), run.outputs
 
 
+def unjudged(runs: Sequence[CandidateRun], oracle: OracleInfo, why: str) -> list[Verdict]:
+    """The verdicts of runs that nothing can judge (``metrics.uncomparable``): ``unverified`` with the
+    reason for each run that ran, ``error`` for each that did not."""
+    return [
+        Verdict(r.label, "unverified", oracle, precision=(r.info or {}).get("precision"),
+                device=(r.info or {}).get("device"), reason=f"not compared: {why}")
+        if r.ok else error_verdict(r.label, oracle, r.error or "did not run")
+        for r in runs
+    ]  # fmt: skip
+
+
 def gate(
     model: str | os.PathLike[str],
     cases: Sequence[Mapping[str, np.ndarray]],
@@ -541,6 +563,9 @@ def gate(
     with WorkerPool(isolate, len(jobs)) as pool:
         runs = pool.results([pool.submit(run_on_platform, Path(model), c, cases, timeout_s, isolate, label)
                              for c, label in jobs])  # fmt: skip
+    proto = as_model(model).proto
+    if proto is not None and (why := uncomparable(proto)) is not None:
+        return unjudged(runs, OracleInfo("none", False, f"none can judge this model: {why}"), why)
     if references is None:
         first = next((r for r in runs if r.ok), None)
         oracle = OracleInfo(first.label if first else "none", False, oracle.detail)

@@ -294,3 +294,21 @@ def compare_outputs(
         else _failed(name, case, rule, "missing from the candidate's outputs")
         for name, ref in reference.items()
     ]
+
+
+def uncomparable(model: Any) -> str | None:
+    """Why no element-wise comparison can judge ``model`` (an ``onnx.ModelProto``) against any
+    oracle, reference or backend: an op whose results the ONNX spec leaves in an order each runtime
+    chooses (``TopK`` with ``sorted=0``): one right answer of many, which another right answer
+    would "fail". None when there is no such op. The verdicts are then ``unverified`` with this reason.
+    """
+    from deploykit.model import walk_nodes
+
+    for node in walk_nodes(model.graph):
+        if node.op_type == "TopK" and node.domain in ("", "ai.onnx"):
+            if any(a.name == "sorted" and a.i == 0 for a in node.attribute):
+                return (
+                    f"TopK with sorted=0 (node '{node.name or node.output[0]}') returns its k results in an order "
+                    "the ONNX spec leaves to each runtime, so no element-wise comparison can judge them"
+                )
+    return None
