@@ -145,7 +145,8 @@ def output_lock(path: PathLike, subject: str | None = None, *, kind: str = "file
 
     The lock is an ``fcntl.flock`` on a file in the temporary directory keyed by the resolved path,
     so it ends with the process whatever way it ends (no stale lock after SIGKILL). Its file holds
-    the holder's process id, to name it.
+    the holder's process id, to name it, and is removed on release (a waiter that opened it before
+    then finds it gone once it has the lock, and takes the new one).
 
     Raises:
         OutputError: another process holds ``path`` now, naming the path and that process.
@@ -157,24 +158,28 @@ def output_lock(path: PathLike, subject: str | None = None, *, kind: str = "file
     with _held_guard:
         held = _held_locks.get(target)
         if held is None:
-            try:
-                handle = open(lock_file, "a+")  # held past this block, closed on release
-            except OSError as exc:
-                raise OutputError(
-                    f"{subject or _describe('', Path(path))} | cannot take its lock file '{lock_file}' "
-                    f"({exc.strerror or exc}); without it two runs could write it at once.",
-                    hint="make the temporary directory writable (or set TMPDIR to one that is).",
-                ) from exc
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                other = _holder(handle)
-                handle.close()
-                raise OutputError(
-                    f"{subject or _describe('', Path(path))} | {other} is writing this {kind} now; two runs onto "
-                    f"one output at once would each report it as theirs.",
-                    hint=f"wait for the other run to finish, or choose another output {kind}.",
-                ) from exc
+            while True:
+                try:
+                    handle = open(lock_file, "a+")  # held past this block, closed on release
+                except OSError as exc:
+                    raise OutputError(
+                        f"{subject or _describe('', Path(path))} | cannot take its lock file '{lock_file}' "
+                        f"({exc.strerror or exc}); without it two runs could write it at once.",
+                        hint="make the temporary directory writable (or set TMPDIR to one that is).",
+                    ) from exc
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError as exc:
+                    other = _holder(handle)
+                    handle.close()
+                    raise OutputError(
+                        f"{subject or _describe('', Path(path))} | {other} is writing this {kind} now; two runs "
+                        f"onto one output at once would each report it as theirs.",
+                        hint=f"wait for the other run to finish, or choose another output {kind}.",
+                    ) from exc
+                if _still_the_lock_file(handle, lock_file):
+                    break
+                handle.close()  # its last holder removed it between our open and our lock: take the new one
             with contextlib.suppress(OSError):  # the pid only names the holder; a full /tmp loses the name
                 handle.truncate(0)
                 handle.write(f"{os.getpid()}\n")
@@ -188,9 +193,17 @@ def output_lock(path: PathLike, subject: str | None = None, *, kind: str = "file
             held.count -= 1
             if held.count == 0:
                 del _held_locks[target]
-                with contextlib.suppress(OSError):
-                    held.handle.truncate(0)
+                with contextlib.suppress(OSError):  # removed while still locked: no lock file outlives its run
+                    os.unlink(lock_file)
                 held.handle.close()  # closing the handle releases the flock
+
+
+def _still_the_lock_file(handle: Any, path: Path) -> bool:
+    """Whether the locked ``handle`` is still the file at ``path`` (a releasing holder unlinks it)."""
+    try:
+        return os.path.samestat(os.fstat(handle.fileno()), os.stat(path))
+    except FileNotFoundError:
+        return False
 
 
 @contextlib.contextmanager

@@ -18,6 +18,7 @@ import grpc
 import numpy as np
 
 from deploykit.errors import DeployKitError, RequestError
+from deploykit.io import one_line
 from deploykit.serve.protocol import (
     InputCheck,
     array_from_bytes,
@@ -61,6 +62,11 @@ def _decode(runner: ModelRunner, request: Any) -> dict[str, np.ndarray]:
         shape = check_shape(tensor.name, list(tensor.shape))
         check.check(tensor.datatype, shape)
         if raw:
+            if tensor.HasField("contents") and any(tensor.contents.ListFields()):
+                raise RequestError(  # which of the two is meant cannot be told
+                    f"input '{tensor.name}' | has both contents and raw_input_contents.",
+                    hint="send the tensor once: its bytes in raw_input_contents (as tritonclient does) or contents.",
+                )
             feeds[tensor.name] = array_from_bytes(check, shape, raw[index])
             continue
         field = _CONTENTS.get(tensor.datatype)
@@ -94,7 +100,8 @@ def create_server(
         def _fail(self, context: Any, exc: BaseException) -> Any:
             if not isinstance(exc, DeployKitError):
                 log.exception("unexpected error while answering a gRPC request", exc_info=exc)
-            context.abort(grpc_code(exc), error_text(exc))
+            # the text may quote the request (a model name, a version): one line, controls shown, as in a terminal
+            context.abort(grpc_code(exc), one_line(error_text(exc), None))
 
         def ServerLive(self, request: Any, context: Any) -> Any:
             self._check(context)

@@ -4,6 +4,7 @@ is refused by name, naming the process that holds it, before it does any work.""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -83,3 +84,21 @@ def test_the_lock_ends_with_its_run_and_is_reentrant_in_one(tmp_path, held):
     with pytest.raises(OutputError, match=rf"another deploykit run \(process {pid}\) is writing this file now"):
         with output_lock(target):
             pass
+
+
+def test_no_lock_file_outlives_its_run_and_a_waiter_takes_the_new_one(tmp_path):
+    """Sweep 21c: every output ever written left a deploykit-out-*.lock in TMPDIR."""
+    from deploykit.io import _lock_path
+
+    target = tmp_path / "out.onnx"
+    with output_lock(target):
+        assert _lock_path(target).is_file()
+        stale = open(_lock_path(target), "a+")  # a waiter that opened the file while it was held
+    assert not _lock_path(target).exists()
+    try:
+        with output_lock(target):  # the file the waiter holds is gone: the lock is a new file, taken once
+            assert _lock_path(target).is_file()
+            assert not os.path.samestat(os.fstat(stale.fileno()), _lock_path(target).stat())
+    finally:
+        stale.close()
+    assert not _lock_path(target).exists()

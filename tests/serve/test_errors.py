@@ -202,6 +202,26 @@ def test_bad_grpc_requests_get_invalid_argument_or_not_found(grpc):
     assert result.as_numpy("y").shape == (2, 4)
 
 
+def test_a_tensor_sent_twice_and_request_text_with_controls_over_grpc(server, grpc):
+    """Sweep 21c: typed contents beside raw_input_contents were dropped silently; a version with an
+    escape sequence came back raw in the error details, which clients print to their terminal."""
+    import grpc as grpclib
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(grpclib.insecure_channel(f"127.0.0.1:{server.grpc_port}"))
+    request = service_pb2.ModelInferRequest(model_name="mlp")
+    tensor = request.inputs.add(name="x", datatype="FP32", shape=[1, 8])
+    tensor.contents.fp32_contents.extend([0.0] * 8)
+    request.raw_input_contents.append(np.full((1, 8), 0.5, np.float32).tobytes())
+    with pytest.raises(grpclib.RpcError) as twice:
+        stub.ModelInfer(request)
+    assert twice.value.code() == grpclib.StatusCode.INVALID_ARGUMENT
+    assert "input 'x' | has both contents and raw_input_contents" in twice.value.details()
+    x = np.ones((1, 8), np.float32)
+    error = _grpc_error(lambda: grpc.infer("mlp", [_tensor("x", [1, 8], "FP32", x)], model_version="\x1b[31m1"))
+    assert error.status() == "StatusCode.NOT_FOUND" and "\x1b" not in error.message() and "␛[31m1" in error.message()
+
+
 def test_a_token_guards_every_route_on_both_protocols(catalog_paths):
     settings = ServerSettings(http_port=0, grpc_port=0, metrics_port=None, token="s3cret")
     with Server([ServedModel.from_path(catalog_paths["mlp_dynamic_batch"], name="mlp")], settings=settings) as server:
