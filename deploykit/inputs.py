@@ -534,7 +534,7 @@ def _load_npy(name: str, source: str) -> Any:
     from deploykit.io import shown, special_file_problem
 
     path = Path(source)
-    problem = special_file_problem(path) if path.suffix == ".npy" else None
+    problem = special_file_problem(path) if path.suffix == ".npy" or os.path.lexists(path) else None
     if problem is not None:
         raise UsageError(
             f"--input '{name}={shown(source)}' | {problem}; expected a .npy file.",

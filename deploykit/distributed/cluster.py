@@ -100,8 +100,14 @@ def start(ray: Any, address: str | None = None, num_cpus: int | None = None) -> 
         if reaper is not None:
             reaper.kill()
             reaper.wait()
+        if address is None:
+            raise BackendError(
+                f"ray (local) | could not start a local Ray: {exc}",
+                hint="check the free space of TMPDIR (or RAY_TMPDIR) and the limits (ulimit -n, -v, -f); "
+                "or run with --engine local.",
+            ) from exc
         raise BackendError(
-            f"ray cluster '{address or 'local'}' | cannot be reached or started: {exc}",
+            f"ray cluster '{address}' | cannot be reached or started: {exc}",
             hint="check the address (ray://HEAD:10001 or HEAD:6379) and that `ray start --head` runs there.",
         ) from exc
 
@@ -159,7 +165,9 @@ def check_local_limits() -> None:
         limit = resource.getrlimit(getattr(resource, key))[0]
         if limit != resource.RLIM_INFINITY and limit < minimum:
             _limit_error(f"{name} is {limit // 2**20} MiB", f"at least {minimum // 2**20} MiB, or unlimited", flag)
-    temp = Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir())
+    # TMPDIR as Ray reads it: tempfile.gettempdir() skips a folder it cannot write a probe into (a full
+    # one) and would check /tmp instead, while Ray still puts its session there
+    temp = Path(os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or tempfile.gettempdir())
     try:
         free = shutil.disk_usage(temp).free
     except OSError:

@@ -157,9 +157,16 @@ class ResultStore:
     def _write_text(self, name: str, text: str) -> None:
         if self._fs is None:
             root = Path(self._root)
+            made = not root.exists()
             root.mkdir(parents=True, exist_ok=True)
-            with atomic_path(root / name) as temporary:  # all or nothing, a full disk named for the file
-                temporary.write_text(text, encoding="utf-8")
+            try:
+                with atomic_path(root / name) as temporary:  # all or nothing, a full disk named for the file
+                    temporary.write_text(text, encoding="utf-8")
+            except BaseException:
+                if made:  # the folder this write made holds nothing: it goes too ("nothing was left there")
+                    with contextlib.suppress(OSError):
+                        root.rmdir()
+                raise
             return
         self._fs.create_dir(self._root, recursive=True)
         with self._fs.open_output_stream(f"{self._root}/{name}") as stream:

@@ -179,11 +179,18 @@ def create_server(
         for method in ("ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata", "ModelInfer")
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
-    bound = server.add_insecure_port(f"{_bracket(host)}:{port}")
+    try:  # grpcio returns 0 for a port it cannot bind, or (newer releases) raises RuntimeError
+        bound = server.add_insecure_port(f"{_bracket(host)}:{port}")
+    except RuntimeError:
+        bound = 0
     if bound == 0:
         from deploykit.errors import UsageError
 
-        raise UsageError(f"--grpc-port {port} | cannot bind {host}:{port} (in use?).", hint="pass another port, or 0.")
+        raise UsageError(
+            f"--grpc-port {port} | cannot bind {host}:{port}: the port is in use (by another process, or "
+            "given to --http-port or --metrics-port too).",
+            hint="pass another port, or 0 for a free one.",
+        )
     return server, bound
 
 

@@ -6,6 +6,7 @@ asset (a failure under ``make test``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -115,3 +116,17 @@ def test_predict_rows_on_a_full_disk_keep_whole_rows_and_resume(tiny, full_disk,
     again = runner.invoke(app, ["predict", str(tiny["classifier"]), str(photos), "--out", str(rows)])
     assert again.exit_code == 0, again.output
     assert f"{len(kept)} of 80 inputs done before" in again.output
+
+
+def test_predict_onto_a_disk_already_full_leaves_no_empty_folder(tiny, full_disk, tmp_path):
+    """Sweep 21c: the first write (run.json) failed, the message said 'nothing was left there', and the
+    empty output folder stayed."""
+    (full_disk / "fill").write_bytes(b"\0" * 12288)
+    with contextlib.suppress(OSError):  # top the tmpfs up to the last byte
+        with open(full_disk / "fill2", "wb") as handle:
+            handle.write(b"\0" * 16384)
+    rows = full_disk / "rows"
+    result = runner.invoke(app, ["predict", str(tiny["classifier"]), str(tiny["image"]), "-o", str(rows)])
+    assert result.exit_code == 1, result.output
+    assert "could not be written: the disk is full" in " ".join(result.stderr.split())
+    assert not rows.exists()

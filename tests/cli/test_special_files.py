@@ -98,6 +98,7 @@ def test_a_path_too_long_is_named_short(tmp_path):
         (["report", "{fifo}"], "report '{fifo}' | is a named pipe"),
         (["report", "merge", "{fifo}", "{fifo}.cfg", "-o", "{tmp}/m.html"], "report '{fifo}' | is a named pipe"),
         (["run", "{dynamic}", "-i", "x={fifo}.npy"], "--input 'x={fifo}.npy' | is a named pipe"),
+        (["run", "{dynamic}", "-i", "x=/dev/zero"], "--input 'x=/dev/zero' | is a character device"),  # any suffix
         (["quantize", "{classifier}", "-o", "{tmp}/q.onnx", "-c", "{folder}"], "photos/zero.png' | is a character device"),
     ],
 )  # fmt: skip

@@ -188,8 +188,13 @@ def test_a_taken_port_is_one_message(catalog_paths):
         taken.listen(1)
         port = taken.getsockname()[1]
         done = _deploykit("serve", str(catalog_paths["mlp_dynamic_batch"]), "--http-port", str(port))
+        # sweep 21c: a gRPC port in use (or the HTTP port given twice) was grpcio's RuntimeError traceback
+        grpc_taken = _deploykit("serve", str(catalog_paths["mlp_dynamic_batch"]), "--http-port", "0",
+                                "--grpc-port", str(port), "--metrics-port", "none")  # fmt: skip
     assert done.returncode == 1 and f"error: --http-port {port} | cannot bind 127.0.0.1:{port}" in done.stderr
     assert "Traceback" not in done.stderr
+    assert grpc_taken.returncode == 1 and "Traceback" not in grpc_taken.stderr, grpc_taken.stderr
+    assert f"error: --grpc-port {port} | cannot bind 127.0.0.1:{port}: the port is in use" in grpc_taken.stderr
 
 
 def test_serve_answers_the_same_from_the_command(command, catalog_paths):
