@@ -7,6 +7,7 @@ import shutil
 
 import numpy as np
 import onnx
+import onnx.reference
 import onnxruntime as ort
 import pytest
 
