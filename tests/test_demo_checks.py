@@ -72,8 +72,12 @@ def test_verdict_can_fail(tmp_path):
     with deploykit.load(model) as session:
         heads = json.loads(session.metadata["deploykit.darknet.heads"])
     net = load_network(cfg)
-    verdicts, oracle = verify(model, net, heads, "raw", cfg, right, ["onnxruntime"], 1e-4, 1e-3, 0, None,
-                              (net.width, net.height), "darknet")  # fmt: skip
+    from deploykit.convert.darknet.settings import DarknetExportSettings
+    from deploykit.verify.settings import ThresholdOverrides, VerifySettings
+
+    checks = VerifySettings(oracle="darknet", seed=0, thresholds=ThresholdOverrides(atol=1e-4, rtol=1e-3))
+    verdicts, oracle = verify(model, net, heads, cfg, right, ["onnxruntime"], (net.width, net.height),
+                              DarknetExportSettings(head="raw"), checks)  # fmt: skip
     report = ConversionReport("x", str(model), "darknet", "-", 13, 0.0, verdicts=verdicts, oracle=oracle)
     verdict, sentence = darknet_verdict(report)
     assert verdict == "fail" and sentence.startswith("checked against Darknet's own forward pass (libdarknet)")
