@@ -341,10 +341,6 @@ class Backend(abc.ABC):
     """False keeps the backend out of the default backend × device sweeps (bench, compare)."""
     options: ClassVar[Mapping[str, OptionSpec | str]] = {}
     """Option name → ``OptionSpec`` (type, range, default, doc), validated by ``open`` before loading."""
-    serving_options: ClassVar[Mapping[str, Any]] = {}
-    """Option defaults for a long-running server (``deploykit serve``), whose front end (HTTP/gRPC
-    parsing, batching) shares the CPU with the runtime; the user's own ``-O`` values win. Shown in the
-    model's metadata like any option."""
     formats: ClassVar[tuple[str, ...]] = (".onnx",)
     """File suffixes the backend opens: ``.onnx`` and any native format of its runtime (OpenCV's
     Darknet ``.cfg``, ncnn's ``.param``), whose load errors are the runtime's, not a broken ONNX file."""

@@ -112,9 +112,6 @@ class OnnxRuntimeBackend(Backend):
         ),
     }
 
-    # Idle intra-op threads that spin after each run take the core the server's front end and its
-    # clients need next: measured +44 % served throughput with spinning off (benchmarks/serve.py).
-    serving_options: ClassVar[Mapping[str, Any]] = {"spinning": False}
     distributions = _DISTRIBUTIONS
     value_kinds = frozenset(KINDS)  # lists for sequences, None for empty optionals, both ways
     cpu_distribution = "onnxruntime"

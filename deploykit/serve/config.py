@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.backends.registry import DEFAULT_BACKEND
-from deploykit.errors import DeployKitError, UsageError
+from deploykit.errors import UsageError
 from deploykit.model import check_model_path
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -102,7 +102,7 @@ class ServedModel:
             path=model_path,
             backend=backend,
             device=device,
-            options=serving_options(backend, options or {}),
+            options=dict(options or {}),
             instances=instances,
             isolate=isolate,
         )
@@ -128,7 +128,7 @@ class ServedModel:
             path=bundle.model_path,
             backend=manifest.backend,
             device=manifest.device,
-            options=serving_options(manifest.backend, chosen_options(bundle, backend, device, options)),
+            options=chosen_options(bundle, backend, device, options),
             instances=instances,
             isolate=isolate,
             precision=manifest.precision,
@@ -296,19 +296,6 @@ class RaySettings:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> RaySettings:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
-
-
-def serving_options(backend: str, options: Mapping[str, Any]) -> dict[str, Any]:
-    """``options`` over the backend's defaults for serving (``Backend.serving_options``: e.g. ONNX
-    Runtime's intra-op threads do not spin, so the front end keeps its core); the user's values win.
-    An unknown backend name is left for the session to refuse with its own message."""
-    from deploykit.backends.registry import get_backend
-
-    try:
-        defaults = get_backend(backend).serving_options
-    except DeployKitError:
-        defaults = {}
-    return {**defaults, **options}
 
 
 def parse_duration_ms(text: str) -> float:

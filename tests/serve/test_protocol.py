@@ -166,16 +166,3 @@ def test_grpc_typed_contents_are_read_as_well_as_raw_ones(server):
         with pytest.raises(grpc_library.RpcError) as caught:
             stub.RepositoryIndex(unimplemented)
         assert caught.value.code() == grpc_library.StatusCode.UNIMPLEMENTED
-
-
-def test_serving_defaults_are_in_force_shown_and_yield_to_the_users_options(http, mobilenet_v2):
-    """ONNX Runtime serves with spinning off (Backend.serving_options); the metadata says so; -O wins."""
-    from deploykit.backends.registry import get_backend
-
-    defaults = dict(get_backend("onnxruntime").serving_options)
-    assert defaults == {"spinning": False}
-    assert http.get_model_metadata("mobilenet_v2")["parameters"]["options"]["spinning"] is False
-    assert ServedModel.from_path(mobilenet_v2, options={"spinning": True}).options["spinning"] is True
-    assert ServedModel.from_path(mobilenet_v2, backend="openvino").options == dict(
-        get_backend("openvino").serving_options
-    )
