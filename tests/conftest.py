@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import onnx
@@ -69,3 +73,19 @@ def yolov4_tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     output = tmp_path_factory.mktemp("yolo") / "yolov4-tiny.onnx"
     convert_darknet(cfg, weights, output, labels=names, verify_backends=[])
     return output
+
+
+@pytest.fixture()
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 16 KiB tmpfs (needs root, as CI runs; elsewhere a missing asset): a disk that fills at once."""
+    mount = tmp_path / "tiny"
+    mount.mkdir()
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        missing_asset("a 16 KiB tmpfs", "run the tests as root (CI does) so they can mount one")
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mount)], capture_output=True)
+    if result.returncode:
+        missing_asset("a 16 KiB tmpfs", f"mount refused: {result.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)

@@ -8,31 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
 
 import pytest
 from typer.testing import CliRunner
 
 from deploykit.cli.main import app
-from tests.assets.paths import missing_asset
 
 runner = CliRunner()
-
-
-@pytest.fixture()
-def full_disk(tmp_path):
-    mount = tmp_path / "tiny"
-    mount.mkdir()
-    if os.geteuid() != 0 or not shutil.which("mount"):
-        missing_asset("a 16 KiB tmpfs", "run the tests as root (CI does) so they can mount one")
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mount)], capture_output=True)
-    if result.returncode:
-        missing_asset("a 16 KiB tmpfs", f"mount refused: {result.stderr.decode().strip()}")
-    try:
-        yield mount
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
 
 
 def test_a_bench_report_on_a_full_disk_leaves_nothing(catalog_paths, full_disk):

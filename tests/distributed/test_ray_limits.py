@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,8 +15,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-from tests.assets.paths import missing_asset
 
 CLI = [sys.executable, "-c", "from deploykit.cli.main import main; main()"]
 
@@ -106,23 +103,13 @@ def test_a_signalled_ray_run_leaves_no_ray_process(ray_module, detector, photo_f
     assert not left, f"Ray processes outlived the driver: {left}"
 
 
-def test_a_local_ray_on_a_full_tmpdir_is_refused_at_once(ray_module, detector, photo_folder, tmp_path):
+def test_a_local_ray_on_a_full_tmpdir_is_refused_at_once(ray_module, detector, photo_folder, tmp_path, full_disk):
     """Sweep 21c: tempfile.gettempdir() skips a full TMPDIR (its probe file cannot be written) and the
     check looked at /tmp, while Ray put its session in TMPDIR and timed out after 32 s."""
-    full = tmp_path / "full"
-    full.mkdir()
-    if os.geteuid() != 0 or not shutil.which("mount"):
-        missing_asset("a 16 KiB tmpfs", "run the tests as root (CI does) so they can mount one")
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(full)], capture_output=True)
-    if mounted.returncode:
-        missing_asset("a 16 KiB tmpfs", f"mount refused: {mounted.stderr.decode().strip()}")
-    try:
-        with contextlib.suppress(OSError), open(full / "fill", "wb") as handle:
-            handle.write(b"\0" * 32768)
-        process = _predict(detector, photo_folder, tmp_path / "rows", f"export TMPDIR='{full}'; ")
-        stdout, stderr = process.communicate(timeout=120)
-    finally:
-        subprocess.run(["umount", str(full)], check=False)
+    with contextlib.suppress(OSError), open(full_disk / "fill", "wb") as handle:
+        handle.write(b"\0" * 32768)
+    process = _predict(detector, photo_folder, tmp_path / "rows", f"export TMPDIR='{full_disk}'; ")
+    stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 1, stderr
-    assert f"error: ray (local) | the temporary folder {full} has 0 MiB free" in " ".join(stderr.split())
+    assert f"error: ray (local) | the temporary folder {full_disk} has 0 MiB free" in " ".join(stderr.split())
     assert "Traceback" not in stderr + stdout and not (tmp_path / "rows").exists()
