@@ -441,26 +441,21 @@ def verify_model(
     # many times a host one, and it is on the critical path (started after the oracle, it would
     # wait for it to finish; the oracle is needed only when the verdicts are judged).
     emulated = [c.platform != "host" for c in candidates]
+    why = uncomparable(interface.proto) if interface.proto is not None else None
     with WorkerPool(isolate, len(candidates) + 1) as pool:
         submitted = {i: pool.submit(run_on_platform, model_path, c, prepared.cases, timeout_s, isolate)
                      for i, c in enumerate(candidates) if emulated[i]}  # fmt: skip
-        pending_oracle = pool.submit(run_oracle, interface, oracle, oracle_cases, timeout_s=timeout_s, isolate=isolate)
+        # a model no element-wise comparison can judge (metrics.uncomparable) needs no oracle run
+        pending_oracle = None if why else pool.submit(run_oracle, interface, oracle, oracle_cases,
+                                                      timeout_s=timeout_s, isolate=isolate)  # fmt: skip
         submitted.update({i: pool.submit(run_on_platform, model_path, c, prepared.cases, timeout_s, isolate)
                           for i, c in enumerate(candidates) if not emulated[i]})  # fmt: skip
-        oracle_info, references = pool.results([pending_oracle])[0]
+        if pending_oracle is None:
+            oracle_info, references = OracleInfo("none", False, f"none can judge this model: {why}"), None
+        else:
+            oracle_info, references = pool.results([pending_oracle])[0]
         runs = pool.results([submitted[i] for i in range(len(candidates))])
-    why = uncomparable(interface.proto) if interface.proto is not None else None
-    if why is not None:  # no oracle, reference or backend, can judge it: nothing is compared
-        notes.append(f"oracle: none can judge this model: {why}")
-        oracle_info = OracleInfo("none", False, f"none can judge this model: {why}")
-        verdicts = unjudged(runs, oracle_info, why)
-        return VerificationReport(
-            model=str(model_path), oracle=oracle_info, verdicts=verdicts,
-            inputs={k: list(v.shape) for k, v in prepared.cases[0].items()},
-            input_source=prepared.source + (f" ({len(prepared.images)} images)" if prepared.images else ""),
-            notes=notes,
-        )  # fmt: skip
-    if references is None and oracle.strip().lower() in ("auto", "none", "agree"):
+    if why is None and references is None and oracle.strip().lower() in ("auto", "none", "agree"):
         # no independent oracle ran (or none was asked for): the first candidate that ran is the reference
         reference_run = next((r for r in runs if r.ok), None)
         detail = f"{oracle_info.detail}; " if oracle_info.detail else ""
@@ -475,7 +470,10 @@ def verify_model(
     candidate_runs = [(run, c.precision) for run, c in zip(runs, candidates, strict=True)]
     if references is not None:
         references = references[: len(oracle_cases)]
-    verdicts = judge_runs(candidate_runs, prepared.cases, references, oracle_info, overrides=overrides, task=task)
+    if why is not None:  # no oracle, reference or backend, can judge it: nothing is compared
+        verdicts = unjudged(runs, oracle_info, why)
+    else:
+        verdicts = judge_runs(candidate_runs, prepared.cases, references, oracle_info, overrides=overrides, task=task)
     first = prepared.cases[0]
     emulated_seconds = {
         r.label: {"platform": r.platform, "emulated": True, **r.seconds} for r in runs if r.platform != "host"
