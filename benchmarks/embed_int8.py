@@ -19,7 +19,6 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -28,6 +27,7 @@ from deploykit.recipes import build
 from deploykit.tasks.embed import cosines, pooled
 from deploykit.vision.image import image_cases
 from tests.assets.paths import darknet_image
+from tests.assets.samples import mobilenet_v2_encoder
 
 PHOTOS = ("dog.jpg", "eagle.jpg", "giraffe.jpg", "horses.jpg", "kite.jpg", "person.jpg", "scream.jpg")
 
@@ -35,17 +35,7 @@ PHOTOS = ("dog.jpg", "eagle.jpg", "giraffe.jpg", "horses.jpg", "kite.jpg", "pers
 def encoder(folder: Path) -> Path:
     classifier = folder / "mobilenet_v2.onnx"
     build("mobilenet_v2", classifier, verify_backends=[])
-    model = onnx.load(str(classifier))
-    head = next(n for n in model.graph.node if n.op_type == "Gemm")
-    path = folder / "encoder.onnx"
-    onnx.utils.extract_model(str(classifier), str(path), [model.graph.input[0].name], [head.input[0]])
-    cut = onnx.load(str(path))
-    for prop in model.metadata_props:
-        if prop.key not in ("deploykit.labels", "deploykit.task"):
-            cut.metadata_props.add(key=prop.key, value=prop.value)
-    cut.metadata_props.add(key="deploykit.task", value="embed")
-    onnx.save(cut, str(path))
-    return path
+    return mobilenet_v2_encoder(classifier, folder / "encoder.onnx")
 
 
 def main() -> None:

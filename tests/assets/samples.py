@@ -5,6 +5,7 @@ Nothing here downloads anything; every model is made from ``onnx.helper``.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -67,3 +68,21 @@ def tiny_classifier(seed: int = 0, size: int = 32, classes: int = 10) -> Any:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="deploykit.samples")
     model.ir_version = IR_VERSION
     return model
+
+
+def mobilenet_v2_encoder(classifier: Path, output: Path) -> Path:
+    """The MobileNetV2 recipe's ``classifier`` without its Gemm head: (batch, 1280) pooled features,
+    its metadata kept but for the labels, and task ``embed`` (a real encoder for the embed task)."""
+    import onnx
+    import onnx.utils
+
+    model = onnx.load(str(classifier))
+    head = next(n for n in model.graph.node if n.op_type == "Gemm")
+    onnx.utils.extract_model(str(classifier), str(output), [model.graph.input[0].name], [head.input[0]])
+    encoder = onnx.load(str(output))
+    for prop in model.metadata_props:
+        if prop.key not in ("deploykit.labels", "deploykit.task"):
+            encoder.metadata_props.add(key=prop.key, value=prop.value)
+    encoder.metadata_props.add(key="deploykit.task", value="embed")
+    onnx.save(encoder, str(output))
+    return output

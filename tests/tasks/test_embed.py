@@ -12,7 +12,6 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 from typer.testing import CliRunner
 
@@ -23,6 +22,7 @@ from deploykit.tasks.embed import EmbedTask, cosines, pooled
 from deploykit.tasks.registry import recognise
 from deploykit.vision.image import image_cases
 from tests.assets.paths import darknet_image
+from tests.assets.samples import mobilenet_v2_encoder
 
 PHOTOS = ("dog.jpg", "eagle.jpg", "giraffe.jpg", "horses.jpg")
 
@@ -38,17 +38,7 @@ def photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def encoder(mobilenet: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The recipe's MobileNetV2 without its classifier: (batch, 1280) pooled features, task ``embed``."""
-    model = onnx.load(str(mobilenet))
-    classifier = next(n for n in model.graph.node if n.op_type == "Gemm")
-    output = tmp_path_factory.mktemp("encoder") / "mobilenet_v2_encoder.onnx"
-    onnx.utils.extract_model(str(mobilenet), str(output), [model.graph.input[0].name], [classifier.input[0]])
-    encoder = onnx.load(str(output))
-    for prop in model.metadata_props:
-        if prop.key not in ("deploykit.labels", "deploykit.task"):
-            encoder.metadata_props.add(key=prop.key, value=prop.value)
-    encoder.metadata_props.add(key="deploykit.task", value="embed")
-    onnx.save(encoder, str(output))
-    return output
+    return mobilenet_v2_encoder(mobilenet, tmp_path_factory.mktemp("encoder") / "mobilenet_v2_encoder.onnx")
 
 
 def _torch_embeddings(batch: np.ndarray) -> np.ndarray:
