@@ -74,6 +74,11 @@ def serve(
     max_request_size: str = typer.Option("64MB", "--max-request-size", help="Largest request body accepted."),
     token_file: Path = typer.Option(None, "--token-file", help="Require 'Authorization: Bearer TOKEN' (HTTP, gRPC)."),
     shutdown_timeout: float = typer.Option(10.0, "--shutdown-timeout", help="Seconds to finish requests on SIGTERM."),
+    reuse_large_buffers: bool = typer.Option(
+        True,
+        "--reuse-large-buffers/--no-reuse-large-buffers",
+        help="Keep freed buffers up to 32 MiB for the next request (glibc mallopt): no fresh pages per body.",
+    ),
     engine: str = typer.Option("local", "--engine", help="local (this process) | ray (a Ray Serve deployment)."),
     address: str = typer.Option(None, "--address", help="--engine ray: cluster to join (default: a local Ray)."),
     replicas: int = typer.Option(None, "--replicas", help="--engine ray: replicas, each with its own sessions (1)."),
@@ -118,7 +123,7 @@ def serve(
         host=host, http_port=_port(http_port, "--http-port"), grpc_port=_port(grpc_port, "--grpc-port"),
         metrics_port=_port(metrics_port, "--metrics-port"), allow_remote=allow_remote,
         max_request_bytes=parse_size_bytes(max_request_size), token=_token(token_file),
-        shutdown_timeout_s=shutdown_timeout,
+        shutdown_timeout_s=shutdown_timeout, reuse_large_buffers=reuse_large_buffers,
     )  # fmt: skip
     served = [
         ServedModel.from_path(

@@ -200,6 +200,10 @@ class ServerSettings:
         token: a bearer token every HTTP and gRPC request must carry; None for none.
         shutdown_timeout_s: how long a shutdown waits for requests in flight.
         load_timeout_s: how long an isolated worker may take to load its model.
+        reuse_large_buffers: keep freed buffers of up to 32 MiB for the next request (glibc's
+            ``mallopt``; process-wide, see ``deploykit.serve.memory``): each request's body then lands
+            in warm pages instead of freshly faulted ones. The CLI turns it on; off by default for an
+            app that embeds the server, whose process it would change.
     """
 
     host: str = "127.0.0.1"
@@ -211,6 +215,7 @@ class ServerSettings:
     token: str | None = field(default=None, repr=False)
     shutdown_timeout_s: float = 10.0
     load_timeout_s: float = 300.0
+    reuse_large_buffers: bool = False
 
     def __post_init__(self) -> None:
         if self.host not in LOOPBACK and not self.allow_remote:

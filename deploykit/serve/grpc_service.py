@@ -2,8 +2,9 @@
 
 The messages come from ``v2_messages`` (declared in code, wire-compatible with the protocol's
 ``grpc_service.proto``). Implemented: ServerLive, ServerReady, ModelReady, ServerMetadata,
-ModelMetadata, ModelInfer (raw contents and typed contents). The other RPCs (repository control,
-shared memory, streaming, statistics, trace) answer UNIMPLEMENTED, as gRPC does for unknown methods.
+ModelMetadata, ModelInfer (raw contents, typed contents and system shared memory) and the system
+shared-memory RPCs (register, unregister, status). The other RPCs (repository control, CUDA shared
+memory, streaming, statistics, trace) answer UNIMPLEMENTED, as gRPC does for unknown methods.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import hmac
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -21,16 +23,20 @@ from deploykit.errors import DeployKitError, RequestError
 from deploykit.io import one_line
 from deploykit.serve.protocol import (
     InputCheck,
+    OutputRequest,
     array_from_bytes,
     array_from_list,
     check_names,
     check_shape,
     error_text,
+    shared_input,
     statuses,
+    write_shared_outputs,
 )
 from deploykit.serve.protocol import v2_datatype as datatype_of
 from deploykit.serve.repository import Repository
 from deploykit.serve.runner import ModelRunner
+from deploykit.serve.shared_memory import BYTE_SIZE, OFFSET, REGION, SharedMemoryRegions
 
 log = logging.getLogger("deploykit.serve")
 
@@ -46,28 +52,83 @@ def grpc_code(error: BaseException) -> grpc.StatusCode:
     return code
 
 
-def _decode(runner: ModelRunner, request: Any) -> dict[str, np.ndarray]:
+@dataclass(frozen=True)
+class _InferRequest:
+    """A ModelInfer request as received: the message without its raw contents, and those as views of
+    the received bytes (``v2_messages.split_field``); ``error`` when the bytes were not a message."""
+
+    message: Any
+    raw: list[memoryview]
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class _InferReply:
+    """A ModelInfer response: the message without its raw contents, and each output's bytes."""
+
+    message: Any
+    raw: list[memoryview]
+
+    def serialize(self) -> bytes:
+        from deploykit.serve.v2_messages import RAW_OUTPUT_FIELD, join_field
+
+        return join_field(self.message.SerializeToString(), RAW_OUTPUT_FIELD, self.raw)
+
+
+def _raw_view(array: np.ndarray) -> memoryview:
+    """An output's bytes in row-major order, without a copy where it already is contiguous."""
+    if array.dtype.kind == "O":
+        return memoryview(array.tobytes())
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
+
+
+def _parameters(entries: Any) -> dict[str, Any]:
+    """A v2 ``map<string, InferParameter>`` as plain values."""
+    values: dict[str, Any] = {}
+    for key, parameter in entries.items():
+        kind = parameter.WhichOneof("parameter_choice")
+        values[key] = getattr(parameter, kind) if kind else None
+    return values
+
+
+def _decode(
+    runner: ModelRunner, request: Any, raw: list[memoryview], regions: SharedMemoryRegions
+) -> dict[str, np.ndarray]:
+    """Feeds from raw contents (one entry per input not in shared memory, in input order), typed
+    contents or shared-memory regions."""
     checks: dict[str, InputCheck] = runner.checks
     names = [tensor.name for tensor in request.inputs]
     check_names(runner.model.name, checks, names)
-    raw = request.raw_input_contents
-    if raw and len(raw) != len(request.inputs):
+    parameters = [_parameters(tensor.parameters) for tensor in request.inputs]
+    in_memory = [REGION in p for p in parameters]
+    sent = len(request.inputs) - sum(in_memory)
+    if raw and len(raw) != sent:
         raise RequestError(
-            f"request | has {len(raw)} raw_input_contents for {len(request.inputs)} inputs.",
-            hint="send one raw_input_contents entry per input, in input order (or none and typed contents).",
+            f"request | has {len(raw)} raw_input_contents for {sent} inputs "
+            f"({len(request.inputs) - sent} more in shared memory).",
+            hint="send one raw_input_contents entry per input not in shared memory, in input order (or none "
+            "and typed contents).",
         )
     feeds: dict[str, np.ndarray] = {}
-    for index, tensor in enumerate(request.inputs):
+    next_raw = iter(raw)
+    for tensor, tensor_parameters, shared in zip(request.inputs, parameters, in_memory, strict=True):
         check = checks[tensor.name]
         shape = check_shape(tensor.name, list(tensor.shape))
         check.check(tensor.datatype, shape)
+        has_contents = tensor.HasField("contents") and any(tensor.contents.ListFields())
+        if shared:
+            if has_contents:
+                raise RequestError(f"input '{tensor.name}' | names a shared-memory region and also sends contents.",
+                                   hint="send the tensor once.")  # fmt: skip
+            feeds[tensor.name] = shared_input(regions, check, shape, tensor_parameters)
+            continue
         if raw:
-            if tensor.HasField("contents") and any(tensor.contents.ListFields()):
+            if has_contents:
                 raise RequestError(  # which of the two is meant cannot be told
                     f"input '{tensor.name}' | has both contents and raw_input_contents.",
                     hint="send the tensor once: its bytes in raw_input_contents (as tritonclient does) or contents.",
                 )
-            feeds[tensor.name] = array_from_bytes(check, shape, raw[index])
+            feeds[tensor.name] = array_from_bytes(check, shape, next(next_raw))
             continue
         field = _CONTENTS.get(tensor.datatype)
         if field is None or not tensor.HasField("contents"):
@@ -79,13 +140,42 @@ def _decode(runner: ModelRunner, request: Any) -> dict[str, np.ndarray]:
     return feeds
 
 
+def _wanted(runner: ModelRunner, request: Any) -> OutputRequest:
+    """The outputs a request asks for (all when it names none), and which go to shared memory."""
+    names, shared = [], []
+    for output in request.outputs:
+        if output.name not in runner.outputs:
+            raise RequestError(
+                f"output '{output.name}' | is not an output of model '{runner.model.name}'; its outputs are "
+                f"{', '.join(repr(n) for n in runner.outputs)}.",
+            )
+        parameters = _parameters(output.parameters)
+        names.append(output.name)
+        shared.append((parameters[REGION], parameters.get(OFFSET), parameters.get(BYTE_SIZE))
+                      if REGION in parameters else None)  # fmt: skip
+    if not names:
+        names = list(runner.outputs)
+        shared = [None] * len(names)
+    return OutputRequest(tuple(names), (True,) * len(names), request.id or None, tuple(shared))
+
+
 def create_server(
     repository: Repository, host: str, port: int, *, token: str | None, max_request_bytes: int, threads: int = 32
 ) -> tuple[grpc.Server, int]:
     """A started-later gRPC server for ``repository`` and the port it bound."""
-    from deploykit.serve.v2_messages import SERVICE, messages
+    from google.protobuf.message import DecodeError
+
+    from deploykit.serve.v2_messages import RAW_INPUT_FIELD, SERVICE, WireError, messages, split_field
 
     pb = messages()
+
+    def read_infer(data: bytes) -> _InferRequest:
+        try:
+            rest, raw = split_field(data, RAW_INPUT_FIELD)
+            return _InferRequest(pb["ModelInferRequest"].FromString(rest), raw)
+        except (WireError, DecodeError) as exc:
+            return _InferRequest(None, [], f"request | is not a ModelInferRequest message ({exc}).")
+
     expected = f"Bearer {token}".encode() if token else None
 
     class Servicer:
@@ -135,34 +225,68 @@ def create_server(
                 inputs=[tensor(**t) for t in data["inputs"]], outputs=[tensor(**t) for t in data["outputs"]],
             )  # fmt: skip
 
-        def ModelInfer(self, request: Any, context: Any) -> Any:
+        def ModelInfer(self, received: _InferRequest, context: Any) -> Any:
             self._check(context)
             arrived = time.perf_counter()
             runner: ModelRunner | None = None
+            request = received.message
             try:
+                if received.error is not None:
+                    raise RequestError(received.error, hint="send a ModelInferRequest of the v2 grpc_service.proto.")
                 runner = repository.runner(request.model_name, request.model_version)
-                feeds = _decode(runner, request)
-                wanted = [o.name for o in request.outputs] or list(runner.outputs)
-                for name in wanted:
-                    if name not in runner.outputs:
-                        raise RequestError(
-                            f"output '{name}' | is not an output of model '{runner.model.name}'; its outputs are "
-                            f"{', '.join(repr(n) for n in runner.outputs)}.",
-                        )
+                regions = repository.shared_memory
+                feeds = _decode(runner, request, received.raw, regions)
+                wanted = _wanted(runner, request)
                 outputs = runner.run_now(feeds)
                 if outputs is None:
                     outputs = repository.submit(runner, feeds).result()
+                shared = write_shared_outputs(regions, outputs, wanted)
             except Exception as exc:
                 repository.count_failure(runner, exc)
                 return self._fail(context, exc)
             response = pb["ModelInferResponse"](model_name=runner.model.name, model_version=runner.model.version,
                                              id=request.id)  # fmt: skip
-            for name in wanted:
+            raw: list[memoryview] = []
+            for name in wanted.names:
                 array = outputs[name]
-                response.outputs.add(name=name, datatype=datatype_of(array.dtype), shape=list(array.shape))
-                response.raw_output_contents.append(np.ascontiguousarray(array).tobytes())
+                tensor = response.outputs.add(name=name, datatype=datatype_of(array.dtype), shape=list(array.shape))
+                if name in shared:  # written to the client's region: only its description travels, and an
+                    # empty raw entry, because clients (tritonclient) find an output's bytes by its index
+                    tensor.parameters[REGION].string_param = shared[name][REGION]
+                    tensor.parameters[BYTE_SIZE].int64_param = shared[name][BYTE_SIZE]
+                    raw.append(memoryview(b""))
+                else:
+                    raw.append(_raw_view(array))
             repository.count_success(runner, arrived)
+            return _InferReply(response, raw)
+
+        def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+            self._check(context)
+            try:
+                regions = repository.shared_memory.status(request.name or None)
+            except DeployKitError as exc:
+                return self._fail(context, exc)
+            status = pb["SystemSharedMemoryStatusResponse.RegionStatus"]
+            response = pb["SystemSharedMemoryStatusResponse"]()
+            for region in regions:
+                response.regions[region["name"]].CopyFrom(status(**region))
             return response
+
+        def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+            self._check(context)
+            try:
+                repository.shared_memory.register(request.name, request.key, request.offset, request.byte_size)
+            except DeployKitError as exc:
+                return self._fail(context, exc)
+            return pb["SystemSharedMemoryRegisterResponse"]()
+
+        def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+            self._check(context)
+            try:
+                repository.shared_memory.unregister(request.name or None)
+            except DeployKitError as exc:
+                return self._fail(context, exc)
+            return pb["SystemSharedMemoryUnregisterResponse"]()
 
     server = grpc.server(
         ThreadPoolExecutor(max_workers=threads, thread_name_prefix="serve-grpc"),
@@ -176,8 +300,13 @@ def create_server(
             request_deserializer=pb[f"{method}Request"].FromString,
             response_serializer=pb[f"{method}Response"].SerializeToString,
         )
-        for method in ("ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata", "ModelInfer")
-    }
+        for method in ("ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata",
+                       "SystemSharedMemoryStatus", "SystemSharedMemoryRegister", "SystemSharedMemoryUnregister")
+    }  # fmt: skip
+    # ModelInfer's tensors cross as views of the received bytes and are joined once into the reply
+    handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
+        servicer.ModelInfer, request_deserializer=read_infer, response_serializer=_InferReply.serialize
+    )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     try:  # grpcio returns 0 for a port it cannot bind, or (newer releases) raises RuntimeError
         bound = server.add_insecure_port(f"{_bracket(host)}:{port}")

@@ -1,7 +1,8 @@
 """The KServe v2 REST front end: a Starlette (ASGI) app over a ``Repository``.
 
 Routes: ``/v2/health/live``, ``/v2/health/ready``, ``/v2``, ``/v2/models/{name}[/versions/{v}]``
-with ``/ready`` and ``/infer`` (JSON tensors and the binary tensor data extension), and the
+with ``/ready`` and ``/infer`` (JSON tensors, the binary tensor data extension and tensors in
+system shared memory), ``/v2/systemsharedmemory/...`` (register, unregister, status), and the
 pipeline route ``/v2/models/{name}[/versions/{v}]/image`` (see ``pipelines``). Every failure is a
 ``{"error": "..."}`` body with the protocol's status; no traceback ever leaves the server.
 """
@@ -24,7 +25,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from deploykit.errors import DeployKitError, RequestError, RequestTooLargeError
-from deploykit.serve.protocol import HEADER_LENGTH, decode_http, encode_http, error_text, http_status
+from deploykit.serve.protocol import HEADER_LENGTH, decode_http, encode_http, error_text, http_status, parse_json
 from deploykit.serve.repository import Repository
 from deploykit.serve.runner import ModelRunner
 
@@ -114,13 +115,14 @@ def create_app(
             runner = repository.runner(params["name"], params.get("version"))
             body = await _read_body(request, max_request_bytes)
             header_length = request.headers.get(HEADER_LENGTH)
-            decode = (runner.model.name, runner.checks, list(runner.outputs), body, header_length)
+            regions = repository.shared_memory
+            decode = (runner.model.name, runner.checks, list(runner.outputs), body, header_length, regions)
             if header_length is None and len(body) > _JSON_INLINE_BYTES:
                 feeds, wanted = await run_in_threadpool(decode_http, *decode)
             else:
                 feeds, wanted = decode_http(*decode)
             outputs = await run(runner, feeds)
-            content, json_length = encode_http(runner.model.name, runner.model.version, outputs, wanted)
+            content, json_length = encode_http(runner.model.name, runner.model.version, outputs, wanted, regions)
         except Exception as exc:
             repository.count_failure(runner, exc)
             raise
@@ -128,6 +130,20 @@ def create_app(
         if json_length is None:
             return Response(content, media_type="application/json")
         return Response(content, media_type="application/octet-stream", headers={HEADER_LENGTH: str(json_length)})
+
+    async def shm_status(request: Request) -> Response:
+        return _json(repository.shared_memory.status(request.path_params.get("region")))
+
+    async def shm_register(request: Request) -> Response:
+        body = parse_json(await _read_body(request, 64 * 1024), "register request")
+        repository.shared_memory.register(
+            request.path_params["region"], body.get("key"), body.get("offset", 0), body.get("byte_size")
+        )
+        return _json({})
+
+    async def shm_unregister(request: Request) -> Response:
+        repository.shared_memory.unregister(request.path_params.get("region"))
+        return _json({})
 
     model_routes: list[tuple[str, Handler, str]] = [
         ("", model_metadata, "GET"),
@@ -141,6 +157,11 @@ def create_app(
         Route("/v2/health/live", guarded(live), methods=["GET"]),
         Route("/v2/health/ready", guarded(ready), methods=["GET"]),
         Route("/v2", guarded(server_metadata), methods=["GET"]),
+        Route("/v2/systemsharedmemory/status", guarded(shm_status), methods=["GET"]),
+        Route("/v2/systemsharedmemory/region/{region}/status", guarded(shm_status), methods=["GET"]),
+        Route("/v2/systemsharedmemory/region/{region}/register", guarded(shm_register), methods=["POST"]),
+        Route("/v2/systemsharedmemory/unregister", guarded(shm_unregister), methods=["POST"]),
+        Route("/v2/systemsharedmemory/region/{region}/unregister", guarded(shm_unregister), methods=["POST"]),
     ]
     for suffix, handler, method in model_routes:
         wrapped = guarded(handler)

@@ -23,6 +23,7 @@ from deploykit.errors import (
     RequestError,
     RequestTooLargeError,
 )
+from deploykit.serve.shared_memory import BYTE_SIZE, OFFSET, REGION, SharedMemoryRegions
 from deploykit.tensors import TensorSpec
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -226,12 +227,54 @@ class OutputRequest:
     names: tuple[str, ...]
     binary: tuple[bool, ...]
     request_id: str | None = None
+    #: per output, where to write it when the request names a shared-memory region: (region, offset, byte size)
+    shared: tuple[tuple[Any, Any, Any] | None, ...] = ()
+
+    def region_of(self, index: int) -> tuple[Any, Any, Any] | None:
+        return self.shared[index] if index < len(self.shared) else None
+
+
+def shared_input(
+    regions: SharedMemoryRegions | None, check: InputCheck, shape: tuple[int, ...], parameters: Mapping[str, Any]
+) -> np.ndarray:
+    """An input that names a shared-memory region, as an array viewing that memory."""
+    name = check.spec.name
+    if regions is None:
+        raise RequestError(f"input '{name}' | names a shared-memory region; this server offers none.",
+                           hint="send the tensor in the request.")  # fmt: skip
+    raw = regions.read(f"input '{name}'", parameters[REGION], parameters.get(OFFSET), parameters.get(BYTE_SIZE))
+    return array_from_bytes(check, shape, raw)
+
+
+def write_shared_outputs(
+    regions: SharedMemoryRegions | None, results: Mapping[str, np.ndarray], wanted: OutputRequest
+) -> dict[str, dict[str, Any]]:
+    """Write every output the request asked for in shared memory; their response parameters, by name."""
+    written: dict[str, dict[str, Any]] = {}
+    for index, name in enumerate(wanted.names):
+        target = wanted.region_of(index)
+        if target is None:
+            continue
+        if regions is None:
+            raise RequestError(f"output '{name}' | names a shared-memory region; this server offers none.",
+                               hint="ask for the output in the response.")  # fmt: skip
+        region, offset, byte_size = target
+        array = results[name]
+        regions.write(f"output '{name}'", region, offset, byte_size, array)
+        written[name] = {REGION: region, BYTE_SIZE: array.nbytes}
+    return written
 
 
 def decode_http(
-    model: str, checks: Mapping[str, InputCheck], outputs: Sequence[str], body: bytes, header_length: str | None
+    model: str,
+    checks: Mapping[str, InputCheck],
+    outputs: Sequence[str],
+    body: bytes,
+    header_length: str | None,
+    regions: SharedMemoryRegions | None = None,
 ) -> tuple[dict[str, np.ndarray], OutputRequest]:
-    """An HTTP infer body (JSON, or JSON + binary tensors) → feeds and the outputs asked for."""
+    """An HTTP infer body (JSON, or JSON + binary tensors, or tensors in shared-memory ``regions``)
+    → feeds and the outputs asked for."""
     if header_length is None:
         header, binary = body, memoryview(b"")
     else:
@@ -265,7 +308,14 @@ def decode_http(
         check.check(tensor.get("datatype"), shape)
         parameters = tensor.get("parameters") or {}
         size = parameters.get("binary_data_size") if isinstance(parameters, dict) else None
-        if size is not None:
+        if isinstance(parameters, dict) and REGION in parameters:
+            if size is not None or "data" in tensor:
+                raise RequestError(
+                    f"input '{name}' | names a shared-memory region and also sends data.",
+                    hint="send the tensor once: in the region, as binary data, or as 'data'.",
+                )
+            feeds[name] = shared_input(regions, check, shape, parameters)
+        elif size is not None:
             if not isinstance(size, int) or isinstance(size, bool) or size < 0 or offset + size > len(binary):
                 raise RequestError(
                     f"input '{name}' | binary_data_size {size!r:.40} runs past the {len(binary)} binary bytes "
@@ -298,7 +348,7 @@ def _outputs_wanted(model: str, request: dict[str, Any], outputs: Sequence[str])
         return OutputRequest(tuple(outputs), (default_binary,) * len(outputs), identifier)
     if not isinstance(wanted, list) or not all(isinstance(o, dict) and isinstance(o.get("name"), str) for o in wanted):
         raise RequestError("request | 'outputs' is not a list of {\"name\": ...} objects.", hint="name each output.")
-    names, binary = [], []
+    names, binary, shared = [], [], []
     for entry in wanted:
         name = entry["name"]
         if name not in outputs:
@@ -311,19 +361,30 @@ def _outputs_wanted(model: str, request: dict[str, Any], outputs: Sequence[str])
         names.append(name)
         binary.append(bool(entry_parameters.get("binary_data", default_binary)) if isinstance(
             entry_parameters, dict) else default_binary)  # fmt: skip
-    return OutputRequest(tuple(names), tuple(binary), identifier)
+        in_region = isinstance(entry_parameters, dict) and REGION in entry_parameters
+        shared.append((entry_parameters[REGION], entry_parameters.get(OFFSET), entry_parameters.get(BYTE_SIZE))
+                      if in_region else None)  # fmt: skip
+    return OutputRequest(tuple(names), tuple(binary), identifier, tuple(shared))
 
 
 def encode_http(
-    model: str, version: str, results: Mapping[str, np.ndarray], wanted: OutputRequest
+    model: str,
+    version: str,
+    results: Mapping[str, np.ndarray],
+    wanted: OutputRequest,
+    regions: SharedMemoryRegions | None = None,
 ) -> tuple[bytes, int | None]:
-    """The infer response body and, when any output is binary, the JSON header's length."""
+    """The infer response body and, when any output is binary, the JSON header's length. Outputs
+    asked for in shared memory are written there first (``write_shared_outputs``)."""
+    shared = write_shared_outputs(regions, results, wanted)
     tensors: list[dict[str, Any]] = []
     arrays: list[np.ndarray] = []
     for name, binary in zip(wanted.names, wanted.binary, strict=True):
         array = results[name]
         entry: dict[str, Any] = {"name": name, "datatype": v2_datatype(array.dtype), "shape": list(array.shape)}
-        if binary:
+        if name in shared:
+            entry["parameters"] = shared[name]
+        elif binary:
             entry["parameters"] = {"binary_data_size": array.nbytes}
             arrays.append(array)
         else:

@@ -27,9 +27,10 @@ from deploykit.serve.config import BatchPolicy, ServedModel
 from deploykit.serve.metrics import ServerMetrics
 from deploykit.serve.protocol import tensor_metadata
 from deploykit.serve.runner import ModelRunner, open_in_process
+from deploykit.serve.shared_memory import SharedMemoryRegions
 
 SERVER_NAME = "deploykit"
-EXTENSIONS = ("binary_tensor_data", "deploykit_pipelines")
+EXTENSIONS = ("binary_tensor_data", "system_shared_memory", "deploykit_pipelines")
 
 
 class Repository:
@@ -48,6 +49,9 @@ class Repository:
         self.stopping = False
         #: what the engine adds to every model's metadata parameters (the Ray engine: its replica)
         self.engine_parameters: dict[str, Any] = {"engine": "local"}
+        #: the regions clients registered (the system shared-memory extension); the server decides
+        #: whether it offers them (loopback only)
+        self.shared_memory = SharedMemoryRegions(False, "it was not started with shared memory")
 
     def start(self) -> None:
         for runner in self.runners.values():
@@ -75,7 +79,8 @@ class Repository:
         return runner
 
     def server_metadata(self) -> dict[str, Any]:
-        return {"name": SERVER_NAME, "version": __version__, "extensions": list(EXTENSIONS)}
+        extensions = [e for e in EXTENSIONS if e != "system_shared_memory" or self.shared_memory.enabled]
+        return {"name": SERVER_NAME, "version": __version__, "extensions": extensions}
 
     def model_metadata(self, name: str, version: str | None = None) -> dict[str, Any]:
         runner = self.runner(name, version)

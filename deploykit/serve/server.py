@@ -68,6 +68,11 @@ class Server:
         self.policy = policy or BatchPolicy()
         self.metrics = ServerMetrics()
         self.repository = Repository(models, self.policy, self.metrics, load_timeout_s=self.settings.load_timeout_s)
+        from deploykit.serve.shared_memory import SharedMemoryRegions
+
+        self.repository.shared_memory = SharedMemoryRegions(
+            not self.settings.is_remote, f"it is bound to {self.settings.host}, which other machines reach"
+        )
         self.http_port: int | None = None
         self.grpc_port: int | None = None
         self.metrics_port: int | None = None
@@ -82,6 +87,10 @@ class Server:
         """Bind every front end and start loading the models; returns at once."""
         settings = self.settings
         self._started_at = time.perf_counter()
+        if settings.reuse_large_buffers:
+            from deploykit.serve.memory import reuse_large_buffers
+
+            log.info("%s", reuse_large_buffers())
         try:
             if settings.http_port is not None:
                 self._start_http(_listen(settings.host, settings.http_port, "--http-port"))

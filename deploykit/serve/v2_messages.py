@@ -82,6 +82,22 @@ _MESSAGES: dict[str, tuple[list[str], dict[str, list[str]]]] = {
         [*_HEAD, "outputs 5 repeated InferOutputTensor", "raw_output_contents 6 repeated bytes"],
         {**_ENTRY, "InferOutputTensor": _WITH_CONTENTS},
     ),
+    # the system shared-memory extension
+    "SystemSharedMemoryStatusRequest": (["name 1 string"], {}),
+    "SystemSharedMemoryStatusResponse": (
+        ["regions 1 repeated RegionsEntry"],
+        {
+            "RegionStatus": ["name 1 string", "key 2 string", "offset 3 uint64", "byte_size 4 uint64"],
+            "RegionsEntry": ["key 1 string", "value 2 RegionStatus"],
+        },
+    ),
+    "SystemSharedMemoryRegisterRequest": (
+        ["name 1 string", "key 2 string", "offset 3 uint64", "byte_size 4 uint64"],
+        {},
+    ),
+    "SystemSharedMemoryRegisterResponse": ([], {}),
+    "SystemSharedMemoryUnregisterRequest": (["name 1 string"], {}),
+    "SystemSharedMemoryUnregisterResponse": ([], {}),
 }
 _ONE_OF = {"InferParameter": "parameter_choice"}
 """Messages whose fields are all one ``oneof``."""
@@ -120,7 +136,7 @@ def messages() -> dict[str, Any]:
         for inner_name, inner_fields in nested.items():
             inner = message.nested_type.add(name=inner_name)
             _add_fields(inner, inner_fields, scope, nested, descriptor_pb2)
-            inner.options.map_entry = inner_name == "ParametersEntry"
+            inner.options.map_entry = inner_name.endswith("Entry")  # map<string, ...>
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
     classes: dict[str, Any] = {}
@@ -130,3 +146,83 @@ def messages() -> dict[str, Any]:
             full = f"{_PACKAGE}.{name}.{inner_name}"
             classes[f"{name}.{inner_name}"] = message_factory.GetMessageClass(pool.FindMessageTypeByName(full))
     return classes
+
+
+# The raw tensor bytes on the wire, without protobuf's copies. ``ModelInferRequest.raw_input_contents``
+# (field 7) and ``ModelInferResponse.raw_output_contents`` (field 6) carry megabytes; parsed by
+# protobuf, each request's bytes are copied into the message and again into a ``bytes`` on access,
+# and a response's into the message and again into its serialization. The top level of the wire
+# format is simple enough to walk here: the request's raw contents become views of the received
+# bytes, and a response is its small header message followed by each output's bytes, joined once.
+RAW_INPUT_FIELD = 7
+RAW_OUTPUT_FIELD = 6
+
+
+class WireError(ValueError):
+    """The bytes are not a protobuf message (a truncated or corrupt request)."""
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise WireError(f"a varint runs past the message's end or past 64 bits (at byte {pos})")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def split_field(data: bytes, number: int) -> tuple[bytes, list[memoryview]]:
+    """``data`` (a serialized message) without its top-level length-delimited field ``number``, and
+    that field's values in order, as views of ``data`` (no copy)."""
+    view = memoryview(data)
+    rest: list[memoryview] = []
+    values: list[memoryview] = []
+    pos, end = 0, len(data)
+    while pos < end:
+        start = pos
+        key, pos = _varint(data, pos)
+        kind = key & 7
+        if kind == 0:
+            _, pos = _varint(data, pos)
+        elif kind == 1:
+            pos += 8
+        elif kind == 5:
+            pos += 4
+        elif kind == 2:
+            length, pos = _varint(data, pos)
+            if pos + length > end:
+                raise WireError(f"field {key >> 3} declares {length} bytes, {end - pos} are left")
+            if key >> 3 == number:
+                values.append(view[pos : pos + length])
+                pos += length
+                continue
+            pos += length
+        else:
+            raise WireError(f"field {key >> 3} has wire type {kind}, which proto3 messages do not use")
+        if pos > end:
+            raise WireError(f"field {key >> 3} runs past the message's end")
+        rest.append(view[start:pos])
+    return b"".join(rest), values
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def join_field(head: bytes, number: int, values: list[memoryview]) -> bytes:
+    """``head`` (a serialized message) with ``values`` appended as its repeated bytes field ``number``:
+    what protobuf would write, with each value copied once."""
+    tag = _encode_varint(number << 3 | 2)
+    parts: list[bytes | memoryview] = [head]
+    for value in values:
+        parts += [tag, _encode_varint(value.nbytes), value]
+    return b"".join(parts)

@@ -24,7 +24,7 @@ def _fields(descriptor) -> list[tuple]:
 
 def test_every_message_has_the_protocol_fields():
     ours = messages()
-    assert len(ours) == 20
+    assert len(ours) == 28  # 14 messages of the service (shared memory's 6 included) and 14 nested ones
     for name, cls in ours.items():
         assert cls.DESCRIPTOR.full_name == _generated(name).DESCRIPTOR.full_name
         assert _fields(cls.DESCRIPTOR) == _fields(_generated(name).DESCRIPTOR), name
@@ -45,3 +45,46 @@ def test_infer_messages_round_trip_between_the_two():
     response = messages()["ModelInferResponse"](model_name="m", id="r", raw_output_contents=[b"abc"])
     response.outputs.add(name="y", datatype="INT64", shape=[-1, 4])
     assert service_pb2.ModelInferResponse.FromString(response.SerializeToString()).outputs[0].shape == [-1, 4]
+
+
+def test_raw_contents_are_split_and_joined_as_protobuf_writes_them():
+    """The server's own walk of the wire format (no copies) against protobuf's parser and writer."""
+    import numpy as np
+    import pytest
+
+    from deploykit.serve.v2_messages import RAW_INPUT_FIELD, RAW_OUTPUT_FIELD, WireError, join_field, split_field
+
+    big = np.random.default_rng(0).random(300_000, dtype=np.float32).tobytes()  # a multi-byte length varint
+    request = service_pb2.ModelInferRequest(model_name="m", id="r")
+    request.inputs.add(name="x", datatype="FP32", shape=[300_000])
+    request.inputs.add(name="e", datatype="FP32", shape=[0])
+    request.raw_input_contents.extend([big, b""])
+    request.parameters["priority"].int64_param = 2
+    data = request.SerializeToString()
+    rest, raw = split_field(data, RAW_INPUT_FIELD)
+    assert [bytes(r) for r in raw] == [big, b""]
+    assert all(r.obj is data for r in raw)  # views of the received bytes, not copies
+    parsed = service_pb2.ModelInferRequest.FromString(rest)
+    assert (
+        not parsed.raw_input_contents
+        and parsed.inputs[0].name == "x"
+        and parsed.parameters["priority"].int64_param == 2
+    )
+    for broken in (
+        data[:-1],
+        data[:3],
+        b"\x0f\x00",
+        b"\xff" * 11,
+    ):  # truncated, cut in a header, a group, a long varint
+        with pytest.raises(WireError):
+            split_field(broken, RAW_INPUT_FIELD)
+
+    head = service_pb2.ModelInferResponse(model_name="m", model_version="1")
+    head.outputs.add(name="y", datatype="FP32", shape=[300_000])
+    head.outputs.add(name="z", datatype="FP32", shape=[0])
+    joined = join_field(head.SerializeToString(), RAW_OUTPUT_FIELD, [memoryview(big), memoryview(b"")])
+    expected = service_pb2.ModelInferResponse()
+    expected.CopyFrom(head)
+    expected.raw_output_contents.extend([big, b""])
+    assert service_pb2.ModelInferResponse.FromString(joined) == expected
+    assert joined == expected.SerializeToString()
