@@ -136,6 +136,68 @@ def yolo_shaped(path: Path) -> Path:
     return path
 
 
+def floor_server(response: bytes) -> subprocess.Popen[str]:
+    """A server in its own process that reads one HTTP request at a time and answers ``response`` (a whole
+    HTTP response) without looking at it: what tritonclient and loopback cost with no inference server.
+    Its port is ``.port``."""
+    with tempfile.NamedTemporaryFile(delete=False, suffix=".http") as handle:
+        handle.write(response)
+    process = subprocess.Popen([sys.executable, __file__, "--floor-server", handle.name], stdout=subprocess.PIPE,
+                               text=True)  # fmt: skip
+    assert process.stdout is not None
+    process.port = int(process.stdout.readline())  # type: ignore[attr-defined]
+    os.unlink(handle.name)
+    return process
+
+
+def run_floor_server(path: str) -> None:
+    import asyncio
+
+    try:
+        import uvloop
+
+        loop = uvloop.new_event_loop()
+    except ImportError:
+        loop = asyncio.new_event_loop()
+    response = Path(path).read_bytes()
+
+    class Canned(asyncio.Protocol):
+        """Keeps the header bytes only; counts the body off without storing it."""
+
+        def connection_made(self, transport):
+            self.transport, self.head, self.left = transport, b"", None
+
+        def data_received(self, data):
+            while data:
+                if self.left is None:
+                    self.head += data
+                    end = self.head.find(b"\r\n\r\n")
+                    if end < 0:
+                        return
+                    length = int(re.search(rb"\r\ncontent-length:\s*(\d+)", self.head[:end].lower()).group(1))
+                    data, self.head, self.left = self.head[end + 4 :], b"", length
+                taken = min(self.left, len(data))
+                self.left -= taken
+                data = data[taken:]
+                if self.left == 0:
+                    self.left = None
+                    self.transport.write(response)
+
+    server = loop.run_until_complete(loop.create_server(Canned, "127.0.0.1", 0))
+    print(server.sockets[0].getsockname()[1], flush=True)
+    loop.run_forever()
+
+
+def canned_response(output: np.ndarray, name: str) -> bytes:
+    header = json.dumps({"model_name": "yolo", "model_version": "1", "outputs": [
+        {"name": name, "datatype": "FP32", "shape": list(output.shape),
+         "parameters": {"binary_data_size": output.nbytes}}]}).encode()  # fmt: skip
+    body = header + output.tobytes()
+    return (b"HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\n"
+            + f"inference-header-content-length: {len(header)}\r\ncontent-length: {len(body)}\r\n\r\n".encode()
+            + body)  # fmt: skip
+
+
 def overhead(model: Path, label: str, rounds: int, calls: int) -> None:
     import tritonclient.grpc as grpcclient
     import tritonclient.http as httpclient
@@ -148,6 +210,10 @@ def overhead(model: Path, label: str, rounds: int, calls: int) -> None:
         http_baseline = httpclient.InferenceServerClient(f"127.0.0.1:{baseline_ports['http']}")
         grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{ports['grpc']}")
         session = deploykit.load(model)
+        ((out_name, out_value),) = session.run({"images": x}).items()
+        floor = floor_server(canned_response(out_value, out_name))
+        http_floor = httpclient.InferenceServerClient(f"127.0.0.1:{floor.port}")
+        shm_calls, shm_cleanup = shared_memory_calls(x, out_name, out_value, http, grpc, httpclient, grpcclient)
 
         def http_call(binary: bool, client=http):
             def call() -> None:
@@ -194,8 +260,10 @@ def overhead(model: Path, label: str, rounds: int, calls: int) -> None:
 
         modes = {"in-process": lambda: session.run({"images": x}), "http-binary": http_call(True),
                  "grpc": grpc_call, "http-json": http_call(False),
-                 "http-binary-h11-asyncio": http_call(True, http_baseline), "http-binary-stdlib": raw_call}  # fmt: skip
-        servers = {mode: baseline if mode.endswith("h11-asyncio") else process for mode in modes}
+                 "http-binary-h11-asyncio": http_call(True, http_baseline), "http-binary-stdlib": raw_call,
+                 "http-binary-floor": http_call(True, http_floor), **shm_calls}  # fmt: skip
+        servers = {mode: baseline if mode.endswith("h11-asyncio") else floor if mode.endswith("floor") else process
+                   for mode in modes}  # fmt: skip
         samples: dict[str, list[int]] = {mode: [] for mode in modes}
         for call in modes.values():  # warm-up
             for _ in range(3):
@@ -226,11 +294,47 @@ def overhead(model: Path, label: str, rounds: int, calls: int) -> None:
                   "paired_median_over_in_process_ms": round(float(paired), 3),
                   "server_cpu_ms_per_call": round(cpu[mode][0], 2), "client_cpu_ms_per_call": round(cpu[mode][1], 2),
                   "uvicorn": "/".join(BASELINE_UVICORN) if mode.endswith("h11-asyncio") else uvicorn_choice,
-                  "target_ms": 1.5 if mode in ("http-binary", "grpc") else None})  # fmt: skip
+                  "target_ms": 1.5 if mode in ("http-binary", "grpc") else None,
+                  "client_malloc": os.environ.get("MALLOC_MMAP_THRESHOLD_", "glibc default")})  # fmt: skip
         session.close()
+        shm_cleanup()
+        floor.kill()
     finally:
         stop_server(process)
         stop_server(baseline)
+
+
+def shared_memory_calls(x, out_name, out_value, http, grpc, httpclient, grpcclient):
+    """``http-shm`` and ``grpc-shm``: the input written into a registered region on every call (a new
+    frame each time) and the output read from another, as a client on the same machine would."""
+    import tritonclient.utils.shared_memory as shm
+
+    key = f"dk-bench-{os.getpid()}"
+    handles = {"in": shm.create_shared_memory_region("in", f"/{key}-in", x.nbytes),
+               "out": shm.create_shared_memory_region("out", f"/{key}-out", out_value.nbytes)}  # fmt: skip
+    for client in (http, grpc):  # one registration is seen by both front ends (one server)
+        client.unregister_system_shared_memory()
+    http.register_system_shared_memory("in", f"/{key}-in", x.nbytes)
+    http.register_system_shared_memory("out", f"/{key}-out", out_value.nbytes)
+
+    def call(client, module):
+        def run() -> None:
+            shm.set_shared_memory_region(handles["in"], [x])
+            tensor = module.InferInput("images", list(x.shape), "FP32")
+            tensor.set_shared_memory("in", x.nbytes)
+            output = module.InferRequestedOutput(out_name)
+            output.set_shared_memory("out", out_value.nbytes)
+            client.infer("yolo", [tensor], outputs=[output])
+            shm.get_contents_as_numpy(handles["out"], np.float32, list(out_value.shape))
+
+        return run
+
+    def cleanup() -> None:
+        http.unregister_system_shared_memory()
+        for handle in handles.values():
+            shm.destroy_shared_memory_region(handle)
+
+    return {"http-shm": call(http, httpclient), "grpc-shm": call(grpc, grpcclient)}, cleanup
 
 
 def uvicorn_implementations() -> str:
@@ -256,7 +360,7 @@ def offline_throughput(model: Path, seconds: float) -> tuple[float, int]:
     return best
 
 
-def throughput(mobilenet: Path, seconds: float, clients: int) -> None:
+def throughput(mobilenet: Path, seconds: float, clients: int, transport: str = "grpc") -> None:
     import httpx
     import tritonclient.grpc as grpcclient
     from prometheus_client.parser import text_string_to_metric_families
@@ -271,23 +375,47 @@ def throughput(mobilenet: Path, seconds: float, clients: int) -> None:
         rss_before = rss_mib(process.pid)
         stop_at = time.perf_counter() + seconds
 
-        def client() -> None:
+        def client(index: int) -> None:
             grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{ports['grpc']}")
+            if transport == "grpc-shm":  # each client its own input and output regions
+                import tritonclient.utils.shared_memory as shm
+
+                key = f"dk-bench-{os.getpid()}-{index}"
+                handles = [shm.create_shared_memory_region(f"in{index}", f"/{key}-in", x.nbytes),
+                           shm.create_shared_memory_region(f"out{index}", f"/{key}-out", 4000)]  # fmt: skip
+                grpc.register_system_shared_memory(f"in{index}", f"/{key}-in", x.nbytes)
+                grpc.register_system_shared_memory(f"out{index}", f"/{key}-out", 4000)
             while time.perf_counter() < stop_at:
                 tensor = grpcclient.InferInput("images", [1, 3, 224, 224], "FP32")
-                tensor.set_data_from_numpy(x)
+                outputs = None
+                if transport == "grpc-shm":
+                    shm.set_shared_memory_region(handles[0], [x])
+                    tensor.set_shared_memory(f"in{index}", x.nbytes)
+                    outputs = [grpcclient.InferRequestedOutput(output_name)]
+                    outputs[0].set_shared_memory(f"out{index}", 4000)
+                else:
+                    tensor.set_data_from_numpy(x)
                 start = time.perf_counter_ns()
                 try:
-                    grpc.infer("mobilenet", [tensor], client_timeout=30)
+                    grpc.infer("mobilenet", [tensor], outputs=outputs, client_timeout=30)
+                    if transport == "grpc-shm":
+                        shm.get_contents_as_numpy(handles[1], np.float32, [1, 1000])
                 except Exception as exc:
                     with lock:
                         failures.append(f"{type(exc).__name__}: {exc}")
                     continue
                 with lock:
                     latencies.append(time.perf_counter_ns() - start)
+            if transport == "grpc-shm":
+                for name in (f"in{index}", f"out{index}"):
+                    grpc.unregister_system_shared_memory(name)
+                for handle in handles:
+                    shm.destroy_shared_memory_region(handle)
 
+        with deploykit.load(mobilenet) as session:
+            output_name = next(iter(session.outputs))
         start = time.perf_counter()
-        threads = [threading.Thread(target=client) for _ in range(clients)]
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
         for thread in threads:
             thread.start()
         rss_samples = []  # the server's memory every tenth of the run: growth shows as a rising series
@@ -311,7 +439,8 @@ def throughput(mobilenet: Path, seconds: float, clients: int) -> None:
                     batches["passes"] = sample.value
         stats = latency_stats(latencies)
         served_sps = len(latencies) / elapsed
-        emit({"benchmark": "throughput", "model": "mobilenet_v2", "clients": clients, "seconds": round(elapsed, 1),
+        emit({"benchmark": "throughput", "model": "mobilenet_v2", "transport": transport, "clients": clients,
+              "seconds": round(elapsed, 1),
               "requests": len(latencies), "failed": len(failures), "served_sps": round(served_sps, 2),
               "offline_sps": round(offline_sps, 2), "offline_batch": offline_batch,
               "ratio": round(served_sps / offline_sps, 3), "target_ratio": 0.9,
@@ -404,6 +533,9 @@ def startup(mobilenet: Path, yolo: Path) -> None:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--floor-server"]:
+        run_floor_server(sys.argv[2])
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=20)
@@ -426,7 +558,8 @@ def main() -> None:
             overhead(yolo_shaped(Path(folder) / "yolo_shaped.onnx"), "yolo-shaped", args.rounds, args.calls)
             overhead(yolo, "yolov4-tiny", args.rounds, args.calls)
         if "throughput" in parts:
-            throughput(mobilenet, args.load_seconds, args.clients)
+            for transport in ("grpc", "grpc-shm"):
+                throughput(mobilenet, args.load_seconds, args.clients, transport)
         if "ray-throughput" in parts:
             ray_throughput(mobilenet, args.load_seconds, args.clients, args.replicas)
 
