@@ -94,6 +94,7 @@ def predict(
     """Detect objects or classify an image; print the results (and draw/save them)."""
     import deploykit
     from deploykit.vision.pipelines import check_thresholds
+    from deploykit.vision.preprocess import IMAGENET_MEAN, IMAGENET_STD
 
     check_thresholds(conf=conf, iou=iou, prefix="--")
     check_number("--top-k", top_k, low=1, integer=True, hint="ask for 1 or more classes, e.g. --top-k 5.")
@@ -139,8 +140,8 @@ def predict(
             with atomic_path(draw_path) as temporary:
                 temporary.write_bytes(encoded.tobytes())
     else:
-        mean, std = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)) if imagenet else (None, None)
-        with deploykit.Classifier(model, backend, device, labels=labels, mean=mean, std=std) as classifier:
+        preprocess = deploykit.PreprocessOverrides(mean=IMAGENET_MEAN, std=IMAGENET_STD) if imagenet else None
+        with deploykit.Classifier(model, backend, device, labels=labels, preprocess=preprocess) as classifier:
             classes = classifier(image, top_k=top_k)
             timing = classifier.last_timing
             ran = classifier.session.info.backend

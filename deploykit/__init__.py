@@ -76,6 +76,7 @@ if TYPE_CHECKING:  # the real objects, typed; imported on first use so workers a
     from deploykit.optimize import OptimizePlan, OptimizeReport
     from deploykit.quantize import QuantizeReport, QuantizeSettings
     from deploykit.vision.pipelines import Classifier, Detector
+    from deploykit.vision.preprocess import PreprocessOverrides
     from deploykit.vision.results import Classification, Detection, draw
 
 _LAZY = {
@@ -96,6 +97,7 @@ _LAZY = {
     "OptimizeReport": "deploykit.optimize",
     "Detector": "deploykit.vision.pipelines",
     "Classifier": "deploykit.vision.pipelines",
+    "PreprocessOverrides": "deploykit.vision.preprocess",
     "Detection": "deploykit.vision.results",
     "Classification": "deploykit.vision.results",
     "draw": "deploykit.vision.results",
@@ -119,6 +121,7 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "Classifier",
     "Detection",
     "Detector",
+    "PreprocessOverrides",
     "draw",
     "Backend",
     "BackendError",

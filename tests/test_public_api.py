@@ -15,7 +15,7 @@ PUBLIC = {
     "all_backends", "backend_names", "benchmark", "convert_darknet", "convert_torch", "draw", "get_backend", "load",
     "make_inputs", "quantize", "serve", "summarize", "verify_model", "OptimizeReport", "optimize", "BundleError",
     "MetadataError", "Model", "compare", "predict", "export_ncnn", "BenchPlan", "VerifySettings", "ThresholdOverrides",
-    "QuantizeSettings", "OptimizePlan", "TorchExportSettings", "DarknetExportSettings",
+    "QuantizeSettings", "OptimizePlan", "TorchExportSettings", "DarknetExportSettings", "PreprocessOverrides",
 }  # fmt: skip
 
 # Each command of the CLI and the public name that does its work; None: the command is the CLI's own
