@@ -167,7 +167,7 @@ def predict(
 
 def _check(model: Path, image: Path, backend: str | None, device: str | None) -> Any:
     """The backend's outputs on this image against the independent oracle; the verdict, printed."""
-    from deploykit.verify import VerifySettings, verify_model
+    from deploykit.verify import VerifySettings, compare
 
     if model.is_dir():  # a bundle: its model file on its backend and device
         from deploykit.optimize.bundle import read_bundle
@@ -176,7 +176,7 @@ def _check(model: Path, image: Path, backend: str | None, device: str | None) ->
         model, backend, device = bundle.model_path, bundle.manifest.backend, bundle.manifest.device
     backend = backend or DEFAULT_BACKEND
     spec = f"{backend}:{device}" if device else backend
-    report = verify_model(model, [spec], VerifySettings(precision=None), inputs=image)
+    report = compare(model, [spec], VerifySettings(precision=None), inputs=image)
     verdict = report.verdicts[0]
     console.print(f"check: {verdict.describe()}", soft_wrap=True)
     return verdict

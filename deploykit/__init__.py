@@ -7,7 +7,7 @@ The public API::
         outputs = session.run({"images": x})
 
 It mirrors the commands, one function each: ``convert torch`` → ``convert_torch``, ``convert darknet``
-→ ``convert_darknet``, ``compare`` → ``compare`` (``verify_model``), ``bench`` → ``benchmark``,
+→ ``convert_darknet``, ``compare`` → ``compare``, ``bench`` → ``benchmark``,
 ``quantize``, ``optimize``, ``predict``, ``serve``, ``export`` → ``export_ncnn``, ``inspect`` →
 ``summarize``, ``run`` → ``load``, ``backends`` → ``all_backends``; ``report`` reads
 ``BenchmarkReport.from_json``. (``tests/test_public_api.py`` holds the table.)
@@ -54,11 +54,8 @@ from deploykit.verify import (
     Verdict,
     VerificationReport,
     VerifySettings,
-    verify_model,
+    compare,
 )
-
-compare = verify_model
-"""``deploykit compare``: the command's name for ``verify_model`` (one function, the same object)."""
 
 if TYPE_CHECKING:  # the real objects, typed; imported on first use so workers and --help start fast
     from deploykit import optimize, quantize, serve
@@ -164,7 +161,6 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "BenchPlan",
     "benchmark",
     "compare",
-    "verify_model",
     "DarknetExportSettings",
     "TorchExportSettings",
     "convert_darknet",

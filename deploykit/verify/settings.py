@@ -1,4 +1,4 @@
-"""Verification settings as values: what ``compare`` (``verify_model``) and the converters' gate
+"""Verification settings as values: what ``compare`` and the converters' gate
 are asked to do, built once at the edge (the CLI) and passed whole.
 
 ``ThresholdOverrides`` says which verdict thresholds the user changed (None: the precision's own
@@ -103,7 +103,7 @@ def precision_text(precision: str | Sequence[str] | None) -> str | None:
 
 @dataclass(frozen=True)
 class VerifySettings:
-    """How ``verify_model`` runs: the oracle, precisions, random-input shaping, thresholds, workers.
+    """How ``compare`` runs: the oracle, precisions, random-input shaping, thresholds, workers.
 
     Attributes:
         oracle: ``auto`` (onnx's reference evaluator), ``reference``, ``none``, or a backend spec.

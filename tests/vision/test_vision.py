@@ -340,7 +340,7 @@ def test_real_images_as_bench_and_compare_inputs(tmp_path):
     tensor = feeds["images"]
     assert tensor.shape == (1, 3, 416, 416) and tensor.dtype == np.float32
     np.testing.assert_allclose(tensor[0, :, 0, 0], 128 / 255, atol=1e-6)  # Darknet's gray letterbox border
-    report = deploykit.verify_model(model, ["ort", "openvino", "opencv"], inputs=darknet_image("dog.jpg"))
+    report = deploykit.compare(model, ["ort", "openvino", "opencv"], inputs=darknet_image("dog.jpg"))
     # onnx's reference evaluator runs it (with deploykit's spec-padded MaxPool): an independent check
     assert report.exit_code() == 0 and report.inputs == {"images": [1, 3, 416, 416]}
     assert report.oracle.name == "onnx-reference" and report.oracle.independent
