@@ -59,7 +59,7 @@ def judge_backend(judge: str | None = None) -> Backend:
 
 
 def run_all(
-    model: Model | Path | Any, data: CalibrationData, samples: Sequence[Sample], judge: str | None, *, subject: str
+    model: Any, data: CalibrationData, samples: Sequence[Sample], judge: str | None, *, subject: str
 ) -> list[dict[str, np.ndarray]]:
     """Every output of ``model`` (a ``Model``, a path or a ModelProto) for each sample, through a
     ``Session`` of the judge backend on its default device (``judge_backend``), asked for f32

@@ -64,4 +64,4 @@ class PreprocessOverrides:
         """The value itself, one read from its ``to_dict`` form (what travels to Ray workers), or none."""
         if value is None:
             return cls()
-        return value if isinstance(value, cls) else cls.from_dict(value)
+        return value if isinstance(value, PreprocessOverrides) else cls.from_dict(value)
