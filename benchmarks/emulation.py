@@ -65,10 +65,10 @@ def _default_cache() -> Path:
 
 
 def verify(model: Path, inputs: Path, backends: list[str], name: str) -> None:
-    from deploykit.verify import VerifySettings, verify_model
+    from deploykit.verify import VerifySettings, compare
 
     started, cpu = time.perf_counter(), children_cpu_s()
-    report = verify_model(model, backends, VerifySettings(precision=None, platforms="linux/arm64"), inputs=inputs)
+    report = compare(model, backends, VerifySettings(precision=None, platforms="linux/arm64"), inputs=inputs)
     seconds = time.perf_counter() - started
     rows = []
     for verdict in report.verdicts:

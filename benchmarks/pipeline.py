@@ -40,7 +40,11 @@ def models(directory: Path) -> list[tuple[str, Path, dict]]:
     spec = importlib.util.find_spec("nudenet")
     if spec and spec.origin:
         found.append(
-            ("yolov8n 640 (ultralytics layout)", Path(spec.origin).parent / "320n.onnx", {"input_size": (640, 640)})
+            (
+                "yolov8n 640 (ultralytics layout)",
+                Path(spec.origin).parent / "320n.onnx",
+                {"preprocess": deploykit.PreprocessOverrides(input_size=(640, 640))},
+            )
         )
     return found
 

@@ -19,7 +19,7 @@ import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from deploykit.verify import VerifySettings, verify_model
+from deploykit.verify import VerifySettings, compare
 from tests.assets.catalog import CATALOG
 
 BACKENDS = ["ort", "openvino", "opencv"]
@@ -27,7 +27,7 @@ BACKENDS = ["ort", "openvino", "opencv"]
 
 def _timed(model: Path, isolate: bool, **kwargs: object) -> float:
     start = time.perf_counter()
-    report = verify_model(model, BACKENDS, VerifySettings(isolate=isolate, **kwargs))  # type: ignore[arg-type]
+    report = compare(model, BACKENDS, VerifySettings(isolate=isolate, **kwargs))  # type: ignore[arg-type]
     assert all(v.status == "pass" for v in report.verdicts), [v.describe() for v in report.verdicts]
     return time.perf_counter() - start
 

@@ -156,7 +156,7 @@ def bench(
     emulated = None
     if platform is not None:
         from deploykit.platforms import parse_platforms
-        from deploykit.verify import verify_model
+        from deploykit.verify import compare
 
         chosen = parse_platforms(platform)
         targets = [p.name for p in chosen if p.emulated]
@@ -166,7 +166,7 @@ def bench(
                 seed=plan.seed, thresholds=plan.thresholds, options=plan.options, timeout_s=plan.timeout_s,
                 platforms=",".join(targets),
             )  # fmt: skip
-            emulated = verify_model(model, list(plan.backends or []) or None, verify_settings, inputs=inputs)
+            emulated = compare(model, list(plan.backends or []) or None, verify_settings, inputs=inputs)
         if all(p.emulated for p in chosen):
             assert emulated is not None
             if as_json:

@@ -42,8 +42,9 @@ def compare(
 ) -> None:
     """Check every backend against an independent oracle on the same inputs; exit 1 on a failure,
     a crash, a disagreement or a degenerate reference."""
+    from deploykit import verify
     from deploykit.inputs import check_seed
-    from deploykit.verify import VerifySettings, verify_model
+    from deploykit.verify import VerifySettings
 
     shape_settings, axes = input_settings(shapes, batch_axes)
     settings = VerifySettings(
@@ -58,7 +59,7 @@ def compare(
         timeout_s=timeout,
         platforms=platform,
     )
-    report = verify_model(model, backends or None, settings, inputs=inputs)
+    report = verify.compare(model, backends or None, settings, inputs=inputs)
     if as_json:
         print_json(report.to_dict())
     else:

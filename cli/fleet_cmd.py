@@ -68,8 +68,10 @@ def predict_dataset(
         options = {key: cli_options[key] for key in ("labels", "conf", "iou", "agnostic")}
     elif task == "classify":
         imagenet = cli_options["imagenet"]
-        mean, std = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)) if imagenet else (None, None)
-        options = {"labels": cli_options["labels"], "mean": mean, "std": std}
+        from deploykit.vision.preprocess import IMAGENET_MEAN, IMAGENET_STD, PreprocessOverrides
+
+        preprocess = PreprocessOverrides(mean=IMAGENET_MEAN, std=IMAGENET_STD) if imagenet else PreprocessOverrides()
+        options = {"labels": cli_options["labels"], "preprocess": preprocess.to_dict()}
     with _progress_bar() as progress:
         bar = progress.add_task(f"predict ({engine})", total=None, rate="")
 

@@ -94,6 +94,7 @@ def predict(
     """Detect objects or classify an image; print the results (and draw/save them)."""
     import deploykit
     from deploykit.vision.pipelines import check_thresholds
+    from deploykit.vision.preprocess import IMAGENET_MEAN, IMAGENET_STD
 
     check_thresholds(conf=conf, iou=iou, prefix="--")
     check_number("--top-k", top_k, low=1, integer=True, hint="ask for 1 or more classes, e.g. --top-k 5.")
@@ -139,8 +140,8 @@ def predict(
             with atomic_path(draw_path) as temporary:
                 temporary.write_bytes(encoded.tobytes())
     else:
-        mean, std = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)) if imagenet else (None, None)
-        with deploykit.Classifier(model, backend, device, labels=labels, mean=mean, std=std) as classifier:
+        preprocess = deploykit.PreprocessOverrides(mean=IMAGENET_MEAN, std=IMAGENET_STD) if imagenet else None
+        with deploykit.Classifier(model, backend, device, labels=labels, preprocess=preprocess) as classifier:
             classes = classifier(image, top_k=top_k)
             timing = classifier.last_timing
             ran = classifier.session.info.backend
@@ -166,7 +167,7 @@ def predict(
 
 def _check(model: Path, image: Path, backend: str | None, device: str | None) -> Any:
     """The backend's outputs on this image against the independent oracle; the verdict, printed."""
-    from deploykit.verify import VerifySettings, verify_model
+    from deploykit.verify import VerifySettings, compare
 
     if model.is_dir():  # a bundle: its model file on its backend and device
         from deploykit.optimize.bundle import read_bundle
@@ -175,7 +176,7 @@ def _check(model: Path, image: Path, backend: str | None, device: str | None) ->
         model, backend, device = bundle.model_path, bundle.manifest.backend, bundle.manifest.device
     backend = backend or DEFAULT_BACKEND
     spec = f"{backend}:{device}" if device else backend
-    report = verify_model(model, [spec], VerifySettings(precision=None), inputs=image)
+    report = compare(model, [spec], VerifySettings(precision=None), inputs=image)
     verdict = report.verdicts[0]
     console.print(f"check: {verdict.describe()}", soft_wrap=True)
     return verdict

@@ -7,7 +7,7 @@ The public API::
         outputs = session.run({"images": x})
 
 It mirrors the commands, one function each: ``convert torch`` → ``convert_torch``, ``convert darknet``
-→ ``convert_darknet``, ``compare`` → ``compare`` (``verify_model``), ``bench`` → ``benchmark``,
+→ ``convert_darknet``, ``compare`` → ``compare``, ``bench`` → ``benchmark``,
 ``quantize``, ``optimize``, ``predict``, ``serve``, ``export`` → ``export_ncnn``, ``inspect`` →
 ``summarize``, ``run`` → ``load``, ``backends`` → ``all_backends``; ``report`` reads
 ``BenchmarkReport.from_json``. (``tests/test_public_api.py`` holds the table.)
@@ -54,11 +54,8 @@ from deploykit.verify import (
     Verdict,
     VerificationReport,
     VerifySettings,
-    verify_model,
+    compare,
 )
-
-compare = verify_model
-"""``deploykit compare``: the command's name for ``verify_model`` (one function, the same object)."""
 
 if TYPE_CHECKING:  # the real objects, typed; imported on first use so workers and --help start fast
     from deploykit import optimize, quantize, serve
@@ -76,6 +73,7 @@ if TYPE_CHECKING:  # the real objects, typed; imported on first use so workers a
     from deploykit.optimize import OptimizePlan, OptimizeReport
     from deploykit.quantize import QuantizeReport, QuantizeSettings
     from deploykit.vision.pipelines import Classifier, Detector
+    from deploykit.vision.preprocess import PreprocessOverrides
     from deploykit.vision.results import Classification, Detection, draw
 
 _LAZY = {
@@ -96,6 +94,7 @@ _LAZY = {
     "OptimizeReport": "deploykit.optimize",
     "Detector": "deploykit.vision.pipelines",
     "Classifier": "deploykit.vision.pipelines",
+    "PreprocessOverrides": "deploykit.vision.preprocess",
     "Detection": "deploykit.vision.results",
     "Classification": "deploykit.vision.results",
     "draw": "deploykit.vision.results",
@@ -119,6 +118,7 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "Classifier",
     "Detection",
     "Detector",
+    "PreprocessOverrides",
     "draw",
     "Backend",
     "BackendError",
@@ -161,7 +161,6 @@ __all__ = [  # noqa: RUF022  (grouped: classes, then functions)
     "BenchPlan",
     "benchmark",
     "compare",
-    "verify_model",
     "DarknetExportSettings",
     "TorchExportSettings",
     "convert_darknet",

@@ -435,6 +435,26 @@ class Model:
         )
 
     @classmethod
+    def written(cls, proto: Any, path: str | os.PathLike[str]) -> Model:
+        """Save ``proto`` to ``path`` and return its ``Model``, without parsing the file back: what a
+        tool that edits a model it read (``quantize``'s float copy) passes down instead of the path.
+        ``proto`` becomes the Model's: do not change it afterwards."""
+        model_path = Path(path)
+        data = proto.SerializeToString()
+        model_path.write_bytes(data)
+        inputs, outputs = graph_io(proto)
+        return cls(
+            path=model_path,
+            format=".onnx",
+            sha256=hashlib.sha256(data).hexdigest(),
+            inputs=tuple(inputs),
+            outputs=tuple(outputs),
+            precision=model_precision(proto),
+            metadata_props=metadata_of(proto, model_path.name),
+            proto=proto,
+        )
+
+    @classmethod
     def native(
         cls,
         path: Path,

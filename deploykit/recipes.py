@@ -309,7 +309,7 @@ def _build_onnx(recipe: Recipe, output: Path, verify_backends: Any, tolerance: d
     from deploykit.convert.report import ConversionReport
     from deploykit.errors import ParityError
     from deploykit.model import summarize
-    from deploykit.verify import ThresholdOverrides, VerifySettings, verify_model
+    from deploykit.verify import ThresholdOverrides, VerifySettings, compare
 
     source = recipe.weights_file()
     assert source is not None
@@ -317,7 +317,7 @@ def _build_onnx(recipe: Recipe, output: Path, verify_backends: Any, tolerance: d
         shutil.copyfile(source, temporary)
     image = np.random.default_rng(0).uniform(0, 1, recipe.input["shape"]).astype(np.float32)
     tolerances = ThresholdOverrides(atol=tolerance.get("atol"), rtol=tolerance.get("rtol"))
-    checked = verify_model(output, list(verify_backends), VerifySettings(precision="f32", thresholds=tolerances),
+    checked = compare(output, list(verify_backends), VerifySettings(precision="f32", thresholds=tolerances),
                            inputs={recipe.input["name"]: image})  # fmt: skip
     summary = summarize(output)
     report = ConversionReport(

@@ -7,6 +7,8 @@ One helper so that every command and API refuses ``--iou 2``, ``--atol nan`` or
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import fields
 from typing import Any
 
 from deploykit.errors import UsageError
@@ -88,3 +90,14 @@ def check_tolerances(*, atol: float | None, rtol: float | None) -> None:
 def check_seed(seed: int | None) -> None:
     """Seeds are what NumPy accepts: integers from 0 to 2³²−1."""
     check_number("--seed", seed, low=0, high=MAX_SEED, integer=True, hint="pass --seed 0 or another positive integer.")
+
+
+def known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` restricted to ``cls``'s fields; an unknown key is a usage error, not silently dropped."""
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise UsageError(
+            f"{cls.__name__} | has no setting '{unknown[0]}'.", hint=f"the settings are: {', '.join(sorted(names))}."
+        )
+    return dict(data)

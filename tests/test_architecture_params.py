@@ -2,7 +2,8 @@
 
 Counted from the source (``ast``), so nothing is imported: every parameter counts (positional,
 keyword-only, ``*args`` and ``**kwargs``), ``self``/``cls`` do not. A function or method is public
-when neither it, nor its class, nor any module on its path starts with an underscore. A function
+when neither it, nor its class, nor any module on its path starts with an underscore; a public
+class's ``__init__`` counts too (its constructor is a public function by another name). A function
 that needs more groups them into a frozen settings dataclass (``BenchPlan``, ``VerifySettings``,
 ``QuantizeSettings``, ``TorchExportSettings`` ...) instead.
 """
@@ -33,14 +34,22 @@ def parameter_counts() -> dict[str, int]:
         if any(part.startswith("_") and part != "__init__.py" for part in relative.parts):
             continue
         module = ".".join(relative.with_suffix("").parts).removesuffix(".__init__")
-        _visit(ast.parse(path.read_text(encoding="utf-8")), f"{module}:", False, counts)
+        counts.update(source_counts(path.read_text(encoding="utf-8"), module))
+    return counts
+
+
+def source_counts(source: str, module: str) -> dict[str, int]:
+    """The counts of one module's source text."""
+    counts: dict[str, int] = {}
+    _visit(ast.parse(source), f"{module}:", False, counts)
     return counts
 
 
 def _visit(node: ast.AST, prefix: str, in_class: bool, counts: dict[str, int]) -> None:
     for child in ast.iter_child_nodes(node):
-        if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) and not child.name.startswith("_"):
-            counts[f"{prefix}{child.name}"] = _count(child, in_class)
+        if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+            if not child.name.startswith("_") or (in_class and child.name == "__init__"):
+                counts[f"{prefix}{child.name}"] = _count(child, in_class)
         elif isinstance(child, ast.ClassDef) and not child.name.startswith("_"):
             _visit(child, f"{prefix}{child.name}.", True, counts)
 
@@ -48,8 +57,26 @@ def _visit(node: ast.AST, prefix: str, in_class: bool, counts: dict[str, int]) -
 def test_no_public_function_takes_more_than_ten_parameters():
     counts = parameter_counts()
     assert "deploykit.bench.runner:benchmark" in counts  # the walk sees the package
+    assert "deploykit.vision.pipelines:Detector.__init__" in counts  # and the public constructors
     over = {name: n for name, n in sorted(counts.items(), key=lambda item: -item[1]) if n > LIMIT}
     assert not over, f"public functions with more than {LIMIT} parameters (group them into a settings value): {over}"
+
+
+def test_the_counter_counts_constructors_and_every_kind_of_parameter():
+    source = """
+def public(a, /, b, *args, c, **kwargs): ...
+def _private(a, b, c, d, e, f, g, h, i, j, k): ...
+class Wide:
+    def __init__(self, a, b, c, d, e, f, g, h, i, j, k): ...
+    @classmethod
+    def make(cls, a): ...
+    def _helper(self, a, b, c, d, e, f, g, h, i, j, k): ...
+class _Hidden:
+    def __init__(self, a, b, c, d, e, f, g, h, i, j, k): ...
+"""
+    counts = source_counts(source, "m")
+    assert counts == {"m:public": 5, "m:Wide.__init__": 11, "m:Wide.make": 1}
+    assert [name for name, n in counts.items() if n > LIMIT] == ["m:Wide.__init__"]
 
 
 def test_the_settings_values_travel_as_plain_data():
@@ -72,7 +99,14 @@ def test_every_settings_value_reads_back_its_own_to_dict_and_refuses_unknown_key
 
     import pytest
 
-    from deploykit import DarknetExportSettings, OptimizePlan, QuantizeSettings, TorchExportSettings, UsageError
+    from deploykit import (
+        DarknetExportSettings,
+        OptimizePlan,
+        PreprocessOverrides,
+        QuantizeSettings,
+        TorchExportSettings,
+        UsageError,
+    )
     from deploykit.distributed import Execution, PredictSettings
 
     values = [
@@ -81,6 +115,7 @@ def test_every_settings_value_reads_back_its_own_to_dict_and_refuses_unknown_key
         DarknetExportSettings(input_size=(416, 416), head="decoded", opencv_threshold=0.2),
         PredictSettings(task="classify", top_k=3, backend_options={"threads": 2}),
         Execution(engine="local", batch_size=4),
+        PreprocessOverrides(input_size=(320, 320), channel_order="BGR", mean=[0.5, 0.5, 0.5]),
     ]
     for value in values:
         again = type(value).from_dict(json.loads(json.dumps(value.to_dict())))

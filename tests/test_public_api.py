@@ -13,9 +13,9 @@ PUBLIC = {
     "QuantizationError", "QuantizeReport", "ReportError", "ServeError", "Session", "SessionInfo", "TensorSpec", "Thresholds", "UnknownBackendError",
     "UnsupportedLayerError", "UnsupportedModelError", "UsageError", "Verdict", "VerificationReport", "__version__",
     "all_backends", "backend_names", "benchmark", "convert_darknet", "convert_torch", "draw", "get_backend", "load",
-    "make_inputs", "quantize", "serve", "summarize", "verify_model", "OptimizeReport", "optimize", "BundleError",
+    "make_inputs", "quantize", "serve", "summarize", "OptimizeReport", "optimize", "BundleError",
     "MetadataError", "Model", "compare", "predict", "export_ncnn", "BenchPlan", "VerifySettings", "ThresholdOverrides",
-    "QuantizeSettings", "OptimizePlan", "TorchExportSettings", "DarknetExportSettings",
+    "QuantizeSettings", "OptimizePlan", "TorchExportSettings", "DarknetExportSettings", "PreprocessOverrides",
 }  # fmt: skip
 
 # Each command of the CLI and the public name that does its work; None: the command is the CLI's own
@@ -47,7 +47,10 @@ def test_the_public_api_mirrors_the_commands():
     assert commands == set(COMMANDS), "a new command: add its public function (or None) to COMMANDS"
     for command, name in COMMANDS.items():
         assert name is None or name in deploykit.__all__, command
-    assert deploykit.compare is deploykit.verify_model  # one function, the command's name for it
+    from deploykit.verify import check
+
+    assert deploykit.compare is check.compare and check.compare.__name__ == "compare"  # defined by the command's name
+    assert not hasattr(deploykit, "verify_model") and not hasattr(check, "verify_model")  # its 0.1 name, removed
     from deploykit.distributed.batch import predict
     from deploykit.export import export_ncnn
 
@@ -61,12 +64,12 @@ def test_the_entry_points_are_the_real_functions_with_their_signatures():
     from deploykit.convert.darknet.convert import convert_darknet
     from deploykit.convert.torch import convert_torch
     from deploykit.distributed import fleet_benchmark, predict
-    from deploykit.verify import verify_model
+    from deploykit.verify import compare
 
-    assert deploykit.benchmark is benchmark and deploykit.verify_model is verify_model
+    assert deploykit.benchmark is benchmark and deploykit.compare is compare
     assert deploykit.convert_darknet is convert_darknet and deploykit.convert_torch is convert_torch
     assert deploykit.ray.predict is predict and deploykit.ray.fleet_benchmark is fleet_benchmark
-    entry_points = (benchmark, convert_darknet, convert_torch, verify_model, deploykit.quantize.quantize, deploykit.load,
+    entry_points = (benchmark, convert_darknet, convert_torch, compare, deploykit.quantize.quantize, deploykit.load,
                     deploykit.Detector, deploykit.Classifier, predict, fleet_benchmark,
                     deploykit.serve.serve, deploykit.optimize.optimize)  # fmt: skip
     for function in entry_points:
@@ -80,7 +83,7 @@ def test_the_entry_points_are_the_real_functions_with_their_signatures():
 def test_reports_show_in_notebooks(tmp_path):
     from tests.verify.test_verify import _conv
 
-    report = deploykit.verify_model(_conv(tmp_path / "c.onnx", [1, 3, 8, 8]), ["ort"])
+    report = deploykit.compare(_conv(tmp_path / "c.onnx", [1, 3, 8, 8]), ["ort"])
     html = report._repr_html_()
     assert "<table" in html and "onnxruntime:cpu" in html and "pass" in html
     assert "onnx-reference" in report.verdicts[0]._repr_html_()

@@ -33,6 +33,7 @@ from deploykit.vision.image import Preprocess
 
 METADATA_KEY = "deploykit.quantize"
 RANDOM_SAMPLES = 4
+REDUCED = "the reduced model"  # how a refusal of the quantized (or float16) candidate names it
 
 
 def parse_drop(value: str | float | None) -> float | None:
@@ -278,18 +279,18 @@ def _quantize_in(
         notes += [note] if note else []
     if graph.name_nodes(prepared):
         notes.append("unnamed nodes were given names (op type and index) so they can be excluded and reported")
-    float_path = scratch / "float.onnx"
-    onnx.save(prepared, str(float_path))
-    base_path = engine.prepare(float_path, scratch, notes)
-    base = onnx.load(str(base_path))
+    # the float model as the engines see it, written once and passed down as a Model, not read back
+    float_model = Model.written(prepared, scratch / "float.onnx")
+    base_path = engine.prepare(float_model, scratch, notes)
+    base = prepared if base_path == float_model.path else onnx.load(str(base_path))
     user = graph.check_node_names(base, exclude)
     head = graph.head_nodes(base) if task == "detect" and not quantize_head else []
     excluded = list(dict.fromkeys([*head, *user]))
-    reference = evaluate.run_all(float_path, data, data.held_out, judge)
+    reference = evaluate.run_all(float_model, data, data.held_out, judge, subject=f"model '{model_path.name}'")
     quantized_path = scratch / "quantized.onnx"
     started = time.perf_counter()
     steered = engine.accuracy_control and budget is not None
-    validate = _validator(scratch, float_path, data, task, labels, reference, judge) if steered else None
+    validate = _validator(scratch, float_model, data, task, labels, reference, judge) if steered else None
     job = engines.EngineJob(base_path, quantized_path, data, method=method, per_channel=per_channel, exclude=excluded,
                             max_drop=budget if steered else None, validate=validate)  # fmt: skip
     kept_ops = engine.reduce(job)
@@ -314,7 +315,7 @@ def _quantize_in(
                 hint="INT8 speeds up convolutions and matrix products; keep this model in f32 or try --fp16.",
             )
     _copy_metadata(source, quantized_path)
-    accuracy = _accuracy(float_path, quantized_path, data, task, labels, reference, notes, judge)
+    accuracy = _accuracy(float_model, quantized_path, data, task, labels, reference, notes, judge)
     accuracy.max_drop = budget
     if budget is not None and accuracy.drop is not None and accuracy.drop > budget + 1e-12:
         raise QuantizationError(
@@ -329,18 +330,18 @@ def _quantize_in(
         quantized_nodes=count, seconds=round(seconds, 3), accuracy=accuracy, notes=notes,
     )  # fmt: skip
     if debug_layers:
-        report.layers = evaluate.layer_divergence(base_path, quantized_path, data, data.held_out or data.calibration)
+        report.layers = evaluate.layer_divergence(base, quantized_path, data, data.held_out or data.calibration)
     if measure_speed:
         samples = data.held_out or data.calibration
         report.speed = evaluate.speedup(
-            float_path, quantized_path, data.feeds(samples[0]), backends,
+            float_model.path, quantized_path, data.feeds(samples[0]), backends,
             iterations=iterations, warmup=max(3, iterations // 10), rounds=rounds,
         )  # fmt: skip
     return report
 
 
 def _accuracy(
-    float_path: Path,
+    float_model: Model,
     quantized_path: Path,
     data: CalibrationData,
     task: str | None,
@@ -349,7 +350,7 @@ def _accuracy(
     notes: list[str],
     judge: str | None,
 ) -> AccuracyDelta:
-    candidate = evaluate.run_all(quantized_path, data, data.held_out, judge)
+    candidate = evaluate.run_all(quantized_path, data, data.held_out, judge, subject=REDUCED)
     accuracy = AccuracyDelta(
         samples=len(data.held_out),
         backend=evaluate.judge_label(judge),
@@ -361,15 +362,15 @@ def _accuracy(
         accuracy.task, accuracy.drop, more = evaluate.classification_delta(reference, candidate, data.held_out, labels)
         notes += more
     elif task == "detect" and data.preprocess is not None:
-        accuracy.task, accuracy.drop = evaluate.detection_delta(float_path, quantized_path, data.held_out, judge)
+        accuracy.task, accuracy.drop = evaluate.detection_delta(float_model, quantized_path, data.held_out, judge)
     elif task is not None:
-        accuracy.task, accuracy.drop = evaluate.task_delta(float_path, data, reference, candidate)
+        accuracy.task, accuracy.drop = evaluate.task_delta(float_model, data, reference, candidate)
     return accuracy
 
 
 def _validator(
     scratch: Path,
-    float_path: Path,
+    float_model: Model,
     data: CalibrationData,
     task: str | None,
     labels: list[str],
@@ -381,18 +382,17 @@ def _validator(
 
     def validate(candidate: Any) -> float:
         if task == "classify":
-            outputs = evaluate.run_all(candidate, data, data.held_out, judge)
+            outputs = evaluate.run_all(candidate, data, data.held_out, judge, subject=REDUCED)
             _, drop, _ = evaluate.classification_delta(reference, outputs, data.held_out, labels)
             return 1.0 - drop
         if task != "detect":  # another registered task: its Task plug-in measures the outputs
-            metric, _ = evaluate.task_delta(
-                float_path, data, reference, evaluate.run_all(candidate, data, data.held_out, judge)
-            )
+            outputs = evaluate.run_all(candidate, data, data.held_out, judge, subject=REDUCED)
+            metric, _ = evaluate.task_delta(float_model, data, reference, outputs)
             return metric.value if metric is not None else 0.0
         path = scratch / "candidate.onnx"  # the Detector reads a file, with the float model's metadata
         onnx.save(candidate, str(path))
-        _copy_metadata(onnx.load(str(float_path)), path)
-        _, drop = evaluate.detection_delta(float_path, path, data.held_out, judge)
+        _copy_metadata(float_model.proto, path)
+        _, drop = evaluate.detection_delta(float_model, path, data.held_out, judge)
         return 1.0 - drop
 
     return validate

@@ -15,10 +15,13 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from deploykit.errors import BackendUnavailableError, QuantizationError, exception_line
 from deploykit.quantize.calibration import CalibrationData, ort_reader
+
+if TYPE_CHECKING:
+    from deploykit.model import Model
 
 NOT_AVAILABLE = {
     "ncnn": "ncnn quantizes with its ncnn2table and ncnn2int8 tools, which the ncnn and pnnx wheels do not ship "
@@ -65,8 +68,9 @@ def _working_directory(path: str) -> Iterator[None]:
         os.chdir(previous)
 
 
-def ort_pre_process(source: Path, output: Path) -> str | None:
-    """ONNX Runtime's recommended pre-processing (shape inference, basic graph optimisation).
+def ort_pre_process(source: Model, output: Path) -> str | None:
+    """ONNX Runtime's recommended pre-processing (shape inference, basic graph optimisation), of the
+    model read (a copy of its proto: ORT adds its metadata to what it is given), not its file again.
 
     Returns None on success, or why it was skipped (the model is then quantized as it is).
     """
@@ -74,11 +78,14 @@ def ort_pre_process(source: Path, output: Path) -> str | None:
 
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
+    given = type(source.proto)()
+    given.CopyFrom(source.proto)
+
     try:
         # ORT's symbolic shape inference, when it cannot finish, dumps sym_shape_infer_temp.onnx and its
         # external data into the current directory: run it from a scratch directory, never the user's
         with _quiet(), tempfile.TemporaryDirectory(prefix="deploykit-pre-") as scratch, _working_directory(scratch):
-            quant_pre_process(str(source.resolve()), str(output.resolve()), skip_symbolic_shape=False)
+            quant_pre_process(given, str(output.resolve()), skip_symbolic_shape=False)
     except Exception as exc:
         return f"ONNX Runtime's quant_pre_process skipped ({type(exc).__name__}: {exception_line(exc, last=True)})"
     return None
@@ -251,9 +258,9 @@ class QuantizeEngine:
             return None
         return f"{cls.title} is not installed (pip install 'deploykit[quantize]')"
 
-    def prepare(self, float_path: Path, scratch: Path, notes: list[str]) -> Path:
-        """The model the engine quantizes (default: the float model as it is)."""
-        return float_path
+    def prepare(self, float_model: Model, scratch: Path, notes: list[str]) -> Path:
+        """The model the engine quantizes (default: the float model's file as it is)."""
+        return float_model.path
 
     def reduce(self, job: EngineJob) -> dict[str, int]:
         """Write the reduced model to ``job.output``; return op type → nodes kept in float."""
@@ -267,11 +274,11 @@ class OrtEngine(QuantizeEngine):
     title = "ONNX Runtime"
     methods = METHODS
 
-    def prepare(self, float_path: Path, scratch: Path, notes: list[str]) -> Path:
+    def prepare(self, float_model: Model, scratch: Path, notes: list[str]) -> Path:
         pre_path = scratch / "pre.onnx"
-        skipped = ort_pre_process(float_path, pre_path)
+        skipped = ort_pre_process(float_model, pre_path)
         notes += [skipped] if skipped else []
-        return float_path if skipped else pre_path
+        return float_model.path if skipped else pre_path
 
     def reduce(self, job: EngineJob) -> dict[str, int]:
         quantize_ort(job.source, job.output, job.data, method=job.method, per_channel=job.per_channel,

@@ -35,6 +35,7 @@ from deploykit.verify.metrics import cosine_snr
 if TYPE_CHECKING:
     from deploykit.backends.base import Backend
     from deploykit.bench.rows import Row
+    from deploykit.model import Model
     from deploykit.tasks.classify import ClassificationAgreement
 
 DEBUG_LAYER_SAMPLES = 8
@@ -58,12 +59,13 @@ def judge_backend(judge: str | None = None) -> Backend:
 
 
 def run_all(
-    model: Any, data: CalibrationData, samples: Sequence[Sample], judge: str | None = None
+    model: Any, data: CalibrationData, samples: Sequence[Sample], judge: str | None, *, subject: str
 ) -> list[dict[str, np.ndarray]]:
-    """Every output of ``model`` (a path or ModelProto) for each sample, through a ``Session`` of
-    the judge backend on its default device (``judge_backend``), asked for f32 inference precision
-    where the backend takes one: a device's bf16 default would blur the float reference (the
-    int8 layers of a QDQ model still run in int8)."""
+    """Every output of ``model`` (a ``Model``, a path or a ModelProto) for each sample, through a
+    ``Session`` of the judge backend on its default device (``judge_backend``), asked for f32
+    inference precision where the backend takes one: a device's bf16 default would blur the float
+    reference (the int8 layers of a QDQ model still run in int8). ``subject`` is how a refusal names
+    the model (``model 'm.onnx'``, ``the reduced model``): the caller knows which one it passes."""
     with contextlib.ExitStack() as stack:
         if hasattr(model, "SerializeToString"):  # NNCF's candidates are in memory
             import onnx
@@ -76,13 +78,9 @@ def run_all(
             session = stack.enter_context(backend.open(model, **backend.precision_options("f32")))
         except DeployKitError as exc:  # the judge's refusal: a sequence output fp16 left as float ...
             from deploykit.errors import QuantizationError
-            from deploykit.io import TEMPORARY_PREFIX
 
-            folder = Path(str(model)).parent.name
-            reduced = folder.startswith((TEMPORARY_PREFIX, "deploykit-judge-", "deploykit-quantize-"))
-            name = "the reduced model" if reduced else f"model '{Path(str(model)).name}'"
             raise QuantizationError(
-                f"{name} | backend '{backend.name}' cannot load it to measure its accuracy: {exc.problem}",
+                f"{subject} | backend '{backend.name}' cannot load it to measure its accuracy: {exc.problem}",
                 hint="exclude the nodes it names from quantization (--exclude), or keep the model in float32; "
                 "nothing was written.",
             ) from exc
@@ -158,7 +156,7 @@ def classification_delta(
 
 
 def detection_delta(
-    reference_model: Path, candidate_model: Path, samples: Sequence[Sample], judge: str | None = None
+    reference_model: Model, candidate_model: Path, samples: Sequence[Sample], judge: str | None = None
 ) -> tuple[DetectionDelta, float]:
     """The candidate's detections against the reference's on the held-out images; drop = 1 − mAP@0.5.
 
@@ -187,19 +185,18 @@ def detection_delta(
 
 
 def task_delta(
-    float_path: Path,
+    float_model: Model,
     data: CalibrationData,
     reference: Sequence[Mapping[str, np.ndarray]],
     candidate: Sequence[Mapping[str, np.ndarray]],
 ) -> tuple[TaskMetric | None, float | None]:
     """Any other registered task's metric (``embed``: embedding cosine), measured by its ``Task``
-    plug-in on the held-out outputs; drop = 1 − value. None when the task does not recognise the model."""
-    from deploykit.model import read_interface
+    plug-in on the held-out outputs; drop = 1 − value. None when the task does not recognise the model
+    (the float model as read: its outputs and metadata)."""
     from deploykit.tasks.registry import recognise
     from deploykit.verify.metrics import thresholds_for
 
-    interface = read_interface(float_path)
-    task = recognise({s.name: s for s in interface.outputs}, interface.metadata_props)
+    task = recognise(float_model.output_specs(), float_model.metadata_props)
     if task is None:
         return None, None
     cases = list(data.iter_feeds(data.held_out))
@@ -243,7 +240,7 @@ def _capped(snr_db: float) -> float:
 
 
 def layer_divergence(
-    reference_path: Path, candidate_path: Path, data: CalibrationData, samples: Sequence[Sample]
+    base: Any, candidate_path: Path, data: CalibrationData, samples: Sequence[Sample]
 ) -> list[LayerDivergence]:
     """The nodes whose outputs diverge most between the float and the reduced model.
 
@@ -251,10 +248,12 @@ def layer_divergence(
     float16 conversion keep tensor names), becomes an extra output of both; SNR per tensor over
     the samples. Ranked by the SNR a node loses relative to its worst input (the error it adds),
     then by its own SNR: the top ``TOP_LAYERS`` are the best candidates for ``--exclude``.
+    ``base`` is the float model the engine quantized, as a ModelProto (copied here, not changed).
     """
     import onnx
 
-    reference = onnx.load(str(reference_path))
+    reference = type(base)()
+    reference.CopyFrom(base)
     candidate = onnx.load(str(candidate_path))
     reference_floats = _float_tensors(reference)
     candidate_floats = _float_tensors(candidate)
@@ -286,8 +285,8 @@ def layer_divergence(
             path = Path(scratch) / f"{label}.onnx"
             onnx.save(model, str(path))
             paths.append(path)
-        reference_runs = run_all(paths[0], data, used)
-        candidate_runs = run_all(paths[1], data, used)
+        reference_runs = run_all(paths[0], data, used, None, subject="the float model with its layers as outputs")
+        candidate_runs = run_all(paths[1], data, used, None, subject="the reduced model with its layers as outputs")
     snr = {}
     for name in quantized_inputs:
         given = np.concatenate([data.feeds(sample)[name].ravel() for sample in used])

@@ -1,7 +1,7 @@
 """The one place that says pass or fail: oracles, isolated runs, metrics per precision, verdicts.
 
-- ``verify_model``: an ONNX file on backends × precisions against onnx's reference evaluator
-  (``compare``, recipes, ``predict --check``);
+- ``compare``: an ONNX file on backends × precisions against onnx's reference evaluator
+  (``deploykit compare``, recipes, ``predict --check``);
 - ``gate``: a converter's output against the source framework's outputs (``convert``);
 - ``Verdict`` / ``VerificationReport``: what every command prints and stores;
 - ``VerifySettings`` / ``ThresholdOverrides``: what a verification is asked to do, as values;
@@ -12,7 +12,7 @@ This package imports no ``bench`` or CLI module.
 """
 
 from deploykit.tasks.base import TaskResult
-from deploykit.verify.check import gate, run_oracle, verify_model
+from deploykit.verify.check import compare, gate, run_oracle
 from deploykit.verify.metrics import DEFAULT_THRESHOLDS, OutputMetrics, Thresholds, thresholds_for
 from deploykit.verify.settings import ThresholdOverrides, VerifySettings
 from deploykit.verify.verdict import OracleInfo, Verdict, VerificationReport
@@ -27,8 +27,8 @@ __all__ = [
     "Verdict",
     "VerificationReport",
     "VerifySettings",
+    "compare",
     "gate",
     "run_oracle",
     "thresholds_for",
-    "verify_model",
 ]

@@ -2,7 +2,7 @@
 
 Two entry points serve every command that says "pass":
 
-- ``verify_model``: an ONNX file on several backends against onnx's reference evaluator (or
+- ``compare``: an ONNX file on several backends against onnx's reference evaluator (or
   the oracle named); ``deploykit compare``, recipe builds and ``predict --check`` use it.
 - ``gate``: a converter's output on several backends against the source framework's outputs,
   which the converter computed (PyTorch, Darknet); ``convert torch|darknet`` use it.
@@ -384,7 +384,7 @@ def _no_task_reason(verdict: Verdict, task_reference: tuple[str, Any] | None, or
     return "no task metric: this row's outputs do not cover every image"
 
 
-def verify_model(
+def compare(
     model: Model | str | os.PathLike[str],
     backends: Sequence[str] | None = None,
     settings: VerifySettings | None = None,
@@ -405,7 +405,7 @@ def verify_model(
             the task metric for classifiers and detectors); default seeded random data.
 
     Example:
-        ``verify_model("m.onnx", ["ort", "openvino"], VerifySettings(precision="f32,bf16"))``
+        ``compare("m.onnx", ["ort", "openvino"], VerifySettings(precision="f32,bf16"))``
     """
     from deploykit.tasks.registry import recognise
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from deploykit.backends.registry import REFERENCE_BACKEND
-from deploykit.verify.check import default_backend_specs, parse_backend_spec, verify_model
+from deploykit.verify.check import compare, default_backend_specs, parse_backend_spec
 from deploykit.verify.settings import VerifySettings
 
 CHECKED_PRECISIONS = ("f32", "bf16", "f16")
@@ -112,7 +112,7 @@ def check_claims(backends: Sequence[str] | None = None, *, timeout_s: float = 12
     with tempfile.TemporaryDirectory(prefix="deploykit-check-") as scratch:
         model = probe_model(Path(scratch) / "probe.onnx")
         settings = VerifySettings(precision=",".join(CHECKED_PRECISIONS), oracle=REFERENCE_BACKEND, timeout_s=timeout_s)
-        report = verify_model(model, [f"{b}:{d}" for b, d, _ in claims.values()], settings)
+        report = compare(model, [f"{b}:{d}" for b, d, _ in claims.values()], settings)
     rows = []
     for verdict in report.verdicts:
         key, _, asked = verdict.candidate.rpartition(" ")

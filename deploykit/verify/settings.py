@@ -1,4 +1,4 @@
-"""Verification settings as values: what ``compare`` (``verify_model``) and the converters' gate
+"""Verification settings as values: what ``compare`` and the converters' gate
 are asked to do, built once at the edge (the CLI) and passed whole.
 
 ``ThresholdOverrides`` says which verdict thresholds the user changed (None: the precision's own
@@ -17,7 +17,7 @@ from typing import Any
 from deploykit.backends.options import OptionValue
 from deploykit.errors import UsageError
 from deploykit.inputs import InputSetting
-from deploykit.validation import check_number, check_tolerances
+from deploykit.validation import check_number, check_tolerances, known_fields
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S
 from deploykit.verify.metrics import Thresholds, thresholds_for
 
@@ -103,7 +103,7 @@ def precision_text(precision: str | Sequence[str] | None) -> str | None:
 
 @dataclass(frozen=True)
 class VerifySettings:
-    """How ``verify_model`` runs: the oracle, precisions, random-input shaping, thresholds, workers.
+    """How ``compare`` runs: the oracle, precisions, random-input shaping, thresholds, workers.
 
     Attributes:
         oracle: ``auto`` (onnx's reference evaluator), ``reference``, ``none``, or a backend spec.
@@ -176,14 +176,3 @@ def settings_to_dict(settings: Any) -> dict[str, Any]:
             value = dict(value)
         data[f.name] = value
     return data
-
-
-def known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
-    """``data`` restricted to ``cls``'s fields; an unknown key is a usage error, not silently dropped."""
-    names = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise UsageError(
-            f"{cls.__name__} | has no setting '{unknown[0]}'.", hint=f"the settings are: {', '.join(sorted(names))}."
-        )
-    return dict(data)

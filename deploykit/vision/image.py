@@ -17,6 +17,7 @@ import numpy as np
 from deploykit.errors import InputError
 from deploykit.io import regular_file_problem, shown, special_file_problem
 from deploykit.metadata import RESIZES
+from deploykit.vision.preprocess import PreprocessOverrides
 
 if TYPE_CHECKING:
     from deploykit.model import Model
@@ -298,13 +299,14 @@ class Preprocess:
     @classmethod
     def from_metadata(
         cls, metadata: Mapping[str, str], size: tuple[int, int], default_resize: str = "letterbox",
-        model: str = "the model", **overrides: Any,
+        model: str = "the model", overrides: PreprocessOverrides | None = None,
     ) -> Preprocess:  # fmt: skip
-        """Settings from a model's ``deploykit.input`` metadata; ``overrides`` that are not None win."""
+        """Settings from a model's ``deploykit.input`` metadata; the ``overrides`` that are set win (their
+        ``input_size`` is the caller's: ``size`` is already the one chosen)."""
         from deploykit.metadata import read_metadata
 
         stored = read_metadata(metadata, model).input
-        given = {k: v for k, v in overrides.items() if v is not None}
+        given = overrides.given() if overrides is not None else {}
         chosen = given.get("resize") or stored.resize or default_resize
         if chosen not in RESIZES:
             raise InputError(

@@ -11,6 +11,7 @@ import math
 import os
 import threading
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from deploykit.tensors import TensorSpec
 from deploykit.validation import check_number
 from deploykit.vision.decode import candidates, require_layout, select
 from deploykit.vision.image import Placement, Preprocess, check_image, load_image
+from deploykit.vision.preprocess import FIELDS, PreprocessOverrides
 from deploykit.vision.results import Classification, Detection, Timing
 
 
@@ -117,12 +119,36 @@ def _input_size(
         raise MetadataError(
             f"model '{model}' metadata 'imgsz' | is {one_line(metadata['imgsz'], 60)!r}; expected the input size "
             f"as Ultralytics writes it, [height, width] (or one side), integers from 1 to {MAX_SIDE}.",
-            hint="pass input_size=(height, width) (--input-size HxW), or re-export the model.",
+            hint="pass preprocess=PreprocessOverrides(input_size=(height, width)) (--input-size HxW), or "
+            "re-export the model.",
         )
     raise UsageError(
         f"model '{model}' | has a dynamic input size and no size in its metadata.",
-        hint="pass input_size=(height, width) (--input-size HxW).",
+        hint="pass preprocess=PreprocessOverrides(input_size=(height, width)) (--input-size HxW).",
     )
+
+
+def _overrides(
+    preprocess: PreprocessOverrides | Mapping[str, object] | None, options: dict[str, OptionValue], pipeline: str
+) -> PreprocessOverrides:
+    """``preprocess`` as a value; the pre-processing keywords of 0.1 (``input_size=``, ``mean=`` ...), which
+    arrive among the backend options, still work for this release, with a DeprecationWarning."""
+    old = {name: options.pop(name) for name in FIELDS if name in options}
+    overrides = PreprocessOverrides.of(preprocess)
+    if not old:
+        return overrides
+    if overrides.given():
+        raise UsageError(
+            f"{pipeline} | got both preprocess= and {', '.join(f'{name}=' for name in old)}.",
+            hint="put every pre-processing override in preprocess=PreprocessOverrides(...).",
+        )
+    warnings.warn(
+        f"{pipeline}({', '.join(f'{name}=' for name in old)}) is deprecated and goes in the next release; pass "
+        f"preprocess=deploykit.PreprocessOverrides({', '.join(f'{name}=...' for name in old)}).",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return PreprocessOverrides.from_dict({name: value for name, value in old.items() if value is not None})
 
 
 def check_thresholds(*, conf: float | None, iou: float | None, prefix: str = "") -> None:
@@ -199,9 +225,10 @@ class Detector(_Pipeline):
         iou: NMS IoU threshold.
         agnostic: suppress across classes instead of within each class.
         max_detections: at most this many boxes per image.
-        input_size: (height, width) for models with a dynamic input and no size in their metadata.
-        resize: ``letterbox`` (keep aspect, pad) or ``stretch``; default from the metadata.
-        channel_order, scale, mean, std: normalisation; default from the metadata (RGB, 1/255).
+        preprocess: overrides of the model's pre-processing (``PreprocessOverrides``, or its ``to_dict``
+            form): ``input_size`` for a dynamic input with no size in the metadata, ``resize``
+            (``letterbox`` or ``stretch``), ``channel_order``, ``scale``, ``mean``, ``std``; by default all
+            from the metadata (letterbox, RGB, 1/255).
         **options: backend options.
     """
 
@@ -216,26 +243,21 @@ class Detector(_Pipeline):
         iou: float = 0.45,
         agnostic: bool = False,
         max_detections: int = 300,
-        input_size: tuple[int, int] | None = None,
-        resize: str | None = None,
-        channel_order: str | None = None,
-        scale: float | None = None,
-        mean: Sequence[float] | None = None,
-        std: Sequence[float] | None = None,
+        preprocess: PreprocessOverrides | Mapping[str, object] | None = None,
         **options: OptionValue,
     ) -> None:
         check_thresholds(conf=conf, iou=iou)
         check_number("max_detections", max_detections, low=1, integer=True)
+        overrides = _overrides(preprocess, options, "Detector")
         super().__init__(model, backend, device, options)
         self.conf, self.iou, self.agnostic, self.max_detections = conf, iou, agnostic, max_detections
-        self.size = _input_size(self.input, self.metadata, input_size, self.model_path.name)
+        self.size = _input_size(self.input, self.metadata, overrides.input_size, self.model_path.name)
         self.layout, classes = self._layout()
         stored_labels = _read_labels(labels, self.metadata, self.model_path.name)
         self.labels = _check_label_count(stored_labels, classes, labels or "in the metadata")
         self.preprocess = Preprocess.from_metadata(
-            self.metadata, self.size, "letterbox", self.model_path.name, resize=resize, channel_order=channel_order,
-            scale=scale, mean=mean, std=std,
-        )  # fmt: skip
+            self.metadata, self.size, "letterbox", self.model_path.name, overrides
+        )
         if self.preprocess.resize not in ("letterbox", "stretch"):
             raise UsageError(f"resize '{self.preprocess.resize}' | is not letterbox or stretch.",
                              hint="letterbox keeps the aspect ratio; stretch does not.")  # fmt: skip
@@ -300,13 +322,14 @@ class Classifier(_Pipeline):
             are its own).
         backend, device: where it runs.
         labels: names file or list; default from the metadata, else ``class_N``.
-        mean, std, scale, channel_order: normalisation; default from the model's metadata (recipes
-            store it), else none beyond scale 1/255, RGB. ImageNet models: mean (0.485, 0.456, 0.406),
-            std (0.229, 0.224, 0.225).
-        resize: ``center-crop`` (shorter side to size/0.875, then the centre), ``stretch`` or
-            ``letterbox``; default from the metadata, else center-crop.
         softmax: ``auto`` (apply it unless outputs already are probabilities), ``always`` or ``never``.
-        input_size: (height, width) for models with a dynamic input size.
+        preprocess: overrides of the model's pre-processing (``PreprocessOverrides``, or its ``to_dict``
+            form): ``mean``, ``std``, ``scale``, ``channel_order`` (default from the model's metadata,
+            which recipes store, else none beyond scale 1/255, RGB; ImageNet models: mean
+            (0.485, 0.456, 0.406), std (0.229, 0.224, 0.225)); ``resize``: ``center-crop`` (shorter
+            side to size/0.875, then the centre), ``stretch`` or ``letterbox`` (default from the
+            metadata, else center-crop); ``input_size`` (height, width) for a dynamic input size.
+        **options: backend options.
     """
 
     def __init__(
@@ -316,17 +339,13 @@ class Classifier(_Pipeline):
         device: str | None = None,
         *,
         labels: str | os.PathLike[str] | Sequence[str] | None = None,
-        mean: Sequence[float] | None = None,
-        std: Sequence[float] | None = None,
-        scale: float | None = None,
-        channel_order: str | None = None,
-        resize: str | None = None,
         softmax: str = "auto",
-        input_size: tuple[int, int] | None = None,
+        preprocess: PreprocessOverrides | Mapping[str, object] | None = None,
         **options: OptionValue,
     ) -> None:
+        overrides = _overrides(preprocess, options, "Classifier")
         super().__init__(model, backend, device, options)
-        self.size = _input_size(self.input, self.metadata, input_size, self.model_path.name)
+        self.size = _input_size(self.input, self.metadata, overrides.input_size, self.model_path.name)
         output = next(iter(self.session.outputs.values()))
         dims = [d for d in (output.shape or ())[1:] if isinstance(d, int)]
         if not dims or len(dims) != len(output.shape or ()) - 1 or math.prod(dims) < 2:
@@ -338,9 +357,8 @@ class Classifier(_Pipeline):
         stored_labels = _read_labels(labels, self.metadata, self.model_path.name)
         self.labels = _check_label_count(stored_labels, classes, labels or "in the metadata")
         self.preprocess = Preprocess.from_metadata(
-            self.metadata, self.size, "center-crop", self.model_path.name, resize=resize, channel_order=channel_order,
-            scale=scale, mean=mean, std=std,
-        )  # fmt: skip
+            self.metadata, self.size, "center-crop", self.model_path.name, overrides
+        )
         if softmax not in ("auto", "always", "never"):
             raise UsageError(f"softmax '{softmax}' | is not auto, always or never.",
                              hint="auto applies it unless the outputs already are probabilities.")  # fmt: skip

@@ -46,7 +46,7 @@ def _check(report: deploykit.VerificationReport, precision: str, metric: str) ->
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["bf16", "f16"])
 def test_mobilenet_v2_f32_element_wise_and_reduced_by_top1(mobilenet, photos, precision):
-    report = deploykit.verify_model(
+    report = deploykit.compare(
         mobilenet, ["ncnn:cpu"], deploykit.VerifySettings(precision=f"f32,{precision}"), inputs=photos
     )
     assert report.input_source == "images (6 images)"
@@ -56,7 +56,7 @@ def test_mobilenet_v2_f32_element_wise_and_reduced_by_top1(mobilenet, photos, pr
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["bf16", "f16"])
 def test_yolov4_tiny_f32_element_wise_and_reduced_by_map(yolov4_tiny, photos, precision):
-    report = deploykit.verify_model(
+    report = deploykit.compare(
         yolov4_tiny, ["ncnn:cpu"], deploykit.VerifySettings(precision=f"f32,{precision}"), inputs=photos
     )
     _check(report, precision, "mAP@0.5")

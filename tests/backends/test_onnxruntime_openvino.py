@@ -14,7 +14,7 @@ import pytest
 
 import deploykit
 from deploykit.errors import DeviceUnavailableError
-from deploykit.verify import verify_model
+from deploykit.verify import compare
 
 WITH_EP = os.environ.get("DEPLOYKIT_EXPECT_ONNXRUNTIME") == "openvino"
 backend = deploykit.get_backend("onnxruntime")
@@ -43,5 +43,5 @@ def test_the_openvino_device_runs_and_is_verified_or_refused(catalog_paths, devi
         return
     with deploykit.load(model, "onnxruntime", device) as session:
         assert session.info.device == device.lower() and session.info.providers[0] == "OpenVINOExecutionProvider"
-    report = verify_model(model, [f"onnxruntime:{device}"])
+    report = compare(model, [f"onnxruntime:{device}"])
     assert report.verdicts[0].status == "pass", report.verdicts[0].describe()

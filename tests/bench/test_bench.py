@@ -310,7 +310,7 @@ def test_compare_detects_a_mismatch(catalog_paths):
     from tests.assets.samples import tiny_classifier
 
     onnx.save(tiny_classifier(size=64), catalog_paths["conv_bn_act"].parent / "classifier64.onnx")
-    report = deploykit.verify_model(
+    report = deploykit.compare(
         catalog_paths["conv_bn_act"].parent / "classifier64.onnx",
         ["ort", "openvino"],
         deploykit.VerifySettings(thresholds={"atol": 0.0, "rtol": 0.0}),

@@ -114,7 +114,9 @@ def test_yolov4_tiny_detections_match_opencv4_darknet(yolov4_tiny, photo):
     image = cv2.imread(str(_photo(photo)))
     theirs = _opencv4_detections(cv2_4, cfg, weights, names, image)
     assert PHOTOS[photo] <= {label for label, _ in theirs}, theirs
-    with deploykit.Detector(yolov4_tiny, resize="stretch", conf=CONF, iou=NMS_IOU) as detector:
+    with deploykit.Detector(
+        yolov4_tiny, conf=CONF, iou=NMS_IOU, preprocess=deploykit.PreprocessOverrides(resize="stretch")
+    ) as detector:
         ours = detector(image)
     _assert_same_objects(ours, theirs, 0.9, f"OpenCV {cv2_4.__version__} on {photo}")
 

@@ -172,6 +172,6 @@ def test_yolov3_tiny_is_verified_against_onnx_reference(tmp_path):
     write_random_weights(load_network(cfg), weights, seed=4)
     model_path = tmp_path / "yolov3-tiny.onnx"
     convert_darknet(cfg, weights, model_path, verify_backends=[], export=DarknetExportSettings(input_size="160x160"))
-    report = deploykit.verify_model(model_path, ["onnxruntime"])
+    report = deploykit.compare(model_path, ["onnxruntime"])
     assert report.oracle.name == "onnx-reference" and report.oracle.independent, report.oracle
     assert [v.status for v in report.verdicts] == ["pass"], [v.describe() for v in report.verdicts]

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from deploykit.backends.registry import backend_names, get_backend
 from deploykit.cli.main import app
 from deploykit.errors import UsageError
-from deploykit.verify import VerifySettings, verify_model
+from deploykit.verify import VerifySettings, compare
 from deploykit.verify.isolated import run_candidate
 from tests.assets.paths import REPO
 
@@ -48,7 +48,7 @@ def test_a_worker_under_emulation_runs_the_targets_build(arm64, catalog_models):
 def test_the_contract_catalog_on_onnxruntime_aarch64_against_the_reference_oracle(arm64, catalog_models):
     def check(name: str) -> tuple[str, object]:
         path, feeds = catalog_models[name]
-        return name, verify_model(path, ["onnxruntime"], VerifySettings(platforms="linux/arm64"), inputs=feeds)
+        return name, compare(path, ["onnxruntime"], VerifySettings(platforms="linux/arm64"), inputs=feeds)
 
     with ThreadPoolExecutor(max_workers=2) as pool:  # one emulated worker per CPU
         reports = list(pool.map(check, catalog_models))
@@ -67,9 +67,7 @@ def test_mobilenet_v2_aarch64_at_each_runtimes_default_precision_on_real_photos(
     backends = ["onnxruntime", "openvino"]
     if "ncnn" in backend_names() and get_backend("ncnn").is_available():
         backends.append("ncnn")
-    report = verify_model(
-        mobilenet_v2, backends, VerifySettings(precision=None, platforms="linux/arm64"), inputs=photos
-    )
+    report = compare(mobilenet_v2, backends, VerifySettings(precision=None, platforms="linux/arm64"), inputs=photos)
     rows = {v.candidate: v for v in report.verdicts}
     print()
     for verdict in report.verdicts:
@@ -181,13 +179,9 @@ def test_openvino_on_the_target_is_offered_what_its_aarch64_build_claims_and_rep
     if not reduced:  # f32 alone: both reduced precisions are refused, naming what the target runs
         with pytest.raises(UsageError, match=r"openvino:CPU bf16: not supported on linux/arm64 \(openvino on CPU runs "
                                              r"f32 there\)"):  # fmt: skip
-            verify_model(
-                path, ["openvino"], VerifySettings(precision="bf16,f16", platforms="linux/arm64"), inputs=feeds
-            )
+            compare(path, ["openvino"], VerifySettings(precision="bf16,f16", platforms="linux/arm64"), inputs=feeds)
         return
-    report = verify_model(
-        path, ["openvino"], VerifySettings(precision="bf16,f16", platforms="linux/arm64"), inputs=feeds
-    )
+    report = compare(path, ["openvino"], VerifySettings(precision="bf16,f16", platforms="linux/arm64"), inputs=feeds)
     rows = {v.candidate: v for v in report.verdicts}
     assert list(rows) == [f"openvino:CPU {p} on linux/arm64" for p in reduced]
     for label, verdict in rows.items():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -179,6 +180,48 @@ def test_exclude_keeps_a_node_float_and_debug_layers_names_real_nodes(classifier
     assert all(row.node in names for row in report.layers)
     lost = [row.snr_lost_db for row in report.layers]
     assert lost == sorted(lost, reverse=True)
+
+
+@pytest.mark.parametrize("task", ["classify", "embed"])
+def test_a_quantize_run_parses_the_float_model_once(classifier_path, classifier_npz, tmp_path, monkeypatch, task):
+    """onnx's loaders are counted in this process, by what they read: the user's file and quantize's float
+    copy (scratch/float.onnx, written from the model read, then passed down as a Model) are one model.
+    ``embed`` takes the task plug-in's path (task_delta), which used to read the float copy back."""
+    import collections
+    import hashlib
+
+    from deploykit.model import Model
+
+    model = classifier_path
+    if task == "embed":  # the same graph, stated to be an encoder: judged by its embedding cosine
+        proto = onnx.load(str(classifier_path))
+        proto.metadata_props.add(key="deploykit.task", value="embed")
+        model = tmp_path / "encoder.onnx"
+        onnx.save(proto, str(model))
+    float_model = {hashlib.sha256(model.read_bytes()).hexdigest(), model.name, "float.onnx"}
+    written = Model.written
+
+    def recorded(proto, path):
+        made = written(proto, path)
+        float_model.add(made.sha256)
+        return made
+
+    monkeypatch.setattr(Model, "written", staticmethod(recorded))
+    reads: collections.Counter[str] = collections.Counter()
+    for name in ("load", "load_model", "load_from_string", "load_model_from_string"):
+        original = getattr(onnx, name)
+
+        def counted(source, *args, _original=original, **kwargs):
+            is_bytes = isinstance(source, bytes)
+            reads[hashlib.sha256(source).hexdigest() if is_bytes else Path(str(source)).name] += 1
+            return _original(source, *args, **kwargs)
+
+        monkeypatch.setattr(onnx, name, counted)
+    report = quantize(model, tmp_path / "int8.onnx", QuantizeSettings(measure_speed=False), calibrate=classifier_npz)
+    assert report.task == task and report.accuracy.task is not None and report.quantized_nodes > 0
+    measured = report.accuracy.task
+    assert isinstance(measured, ClassificationAgreement) if task == "classify" else measured.kind == "embed"
+    assert sum(count for read, count in reads.items() if read in float_model) == 1, dict(reads)
 
 
 @pytest.mark.parametrize("method", ["entropy", "percentile"])

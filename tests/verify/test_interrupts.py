@@ -32,7 +32,7 @@ def test_a_hanging_backend_is_an_error_row_after_the_timeout(tmp_path, monkeypat
     monkeypatch.setenv("DEPLOYKIT_BACKENDS", PLUGINS)
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     model = _conv(tmp_path / "conv.onnx", [1, 3, 8, 8])
-    report = deploykit.verify_model(model, ["hanger", "ort"], deploykit.VerifySettings(timeout_s=8))
+    report = deploykit.compare(model, ["hanger", "ort"], deploykit.VerifySettings(timeout_s=8))
     hung, ran = report.verdicts
     assert hung.status == "error" and "did not finish within 8 s and was killed (--timeout to change)" in hung.reason
     assert ran.status == "pass"

@@ -43,7 +43,7 @@ def test_a_loop_without_condition_is_unverified_not_failed(tmp_path):
     model = _counting_loop(tmp_path / "loop.onnx", with_condition=False)
     # the blind spot is real: onnx runs the loop zero times, the spec's answer is x + M
     assert ReferenceEvaluator(str(model)).run(None, FEEDS)[0].tolist() == [0.5]
-    report = deploykit.verify_model(model, ["onnxruntime"], inputs=FEEDS)
+    report = deploykit.compare(model, ["onnxruntime"], inputs=FEEDS)
     (verdict,) = report.verdicts
     assert verdict.status == "unverified", verdict
     assert not report.oracle.independent
@@ -55,7 +55,7 @@ def test_a_loop_without_condition_is_unverified_not_failed(tmp_path):
 def test_the_same_loop_with_its_condition_is_judged_by_the_reference(tmp_path):
     model = _counting_loop(tmp_path / "loop.onnx", with_condition=True)
     assert ReferenceEvaluator(str(model)).run(None, FEEDS)[0].tolist() == [3.5]  # x + M, as the spec says
-    report = deploykit.verify_model(model, ["onnxruntime"], inputs=FEEDS)
+    report = deploykit.compare(model, ["onnxruntime"], inputs=FEEDS)
     assert [v.status for v in report.verdicts] == ["pass"] and report.oracle.independent
 
 
@@ -70,7 +70,7 @@ def test_an_unsorted_topk_is_unverified_not_failed(tmp_path):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(tmp_path / "topk.onnx"))
-    report = deploykit.verify_model(tmp_path / "topk.onnx", ["onnxruntime", "openvino"])
+    report = deploykit.compare(tmp_path / "topk.onnx", ["onnxruntime", "openvino"])
     # no backend is compared with another either (sweep 21c: openvino "disagreed" with onnxruntime)
     assert [v.status for v in report.verdicts] == ["unverified", "unverified"] and not report.oracle.independent
     assert all(v.agreement is None and not v.blocking and "not compared: TopK" in v.reason for v in report.verdicts)

@@ -53,7 +53,7 @@ def _check_reduced(report: deploykit.VerificationReport, precision: str, metric:
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["bf16", "f16"])
 def test_real_classifier_reduced_precision_by_top1_agreement(mobilenet, photos, precision):
-    report = deploykit.verify_model(
+    report = deploykit.compare(
         mobilenet, ["openvino"], deploykit.VerifySettings(precision=f"f32,{precision}"), inputs=photos
     )
     assert report.input_source == "images (9 images)"
@@ -63,7 +63,7 @@ def test_real_classifier_reduced_precision_by_top1_agreement(mobilenet, photos, 
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["bf16", "f16"])
 def test_real_detector_reduced_precision_by_map(yolov4_tiny, photos, precision):
-    report = deploykit.verify_model(
+    report = deploykit.compare(
         yolov4_tiny, ["openvino"], deploykit.VerifySettings(precision=f"f32,{precision}"), inputs=photos
     )
     _check_reduced(report, precision, "mAP@0.5")
@@ -196,9 +196,7 @@ def test_darknet_with_a_fixed_batch_is_verified(tmp_path):
 
 @pytest.mark.slow
 def test_every_f32_row_on_photos_has_its_task_metric_against_the_oracle(mobilenet, photos):
-    report = deploykit.verify_model(
-        mobilenet, ["ort", "openvino"], deploykit.VerifySettings(precision="f32"), inputs=photos
-    )
+    report = deploykit.compare(mobilenet, ["ort", "openvino"], deploykit.VerifySettings(precision="f32"), inputs=photos)
     assert len(report.verdicts) == 2
     for verdict in report.verdicts:
         assert verdict.status == "pass", verdict.describe()
@@ -214,7 +212,7 @@ def test_a_reduced_precision_alone_still_gets_its_task_metric(mobilenet, photos)
     if not reduced:
         pytest.skip("OpenVINO's CPU plug-in here computes no reduced precision (precisions('CPU') is f32 only)")
     for precision in reduced:
-        report = deploykit.verify_model(
+        report = deploykit.compare(
             mobilenet, ["openvino"], deploykit.VerifySettings(precision=precision), inputs=photos
         )
         (verdict,) = report.verdicts
@@ -226,7 +224,7 @@ def test_a_reduced_precision_alone_still_gets_its_task_metric(mobilenet, photos)
 @pytest.mark.slow
 def test_a_row_without_a_task_metric_says_why(mobilenet, photos):
     """No independent oracle: the first f32 candidate is the reference and says so on its row."""
-    report = deploykit.verify_model(
+    report = deploykit.compare(
         mobilenet, ["ort", "openvino"], deploykit.VerifySettings(precision="f32", oracle="none"), inputs=photos
     )
     reference_row, other = report.verdicts

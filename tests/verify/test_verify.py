@@ -16,7 +16,7 @@ from deploykit.cli.main import app
 from deploykit.errors import UsageError
 from deploykit.inputs import make_inputs, plan_inputs
 from deploykit.model import read_interface
-from deploykit.verify import VerifySettings, verify_model
+from deploykit.verify import VerifySettings, compare
 from deploykit.verify.metrics import Thresholds, compare_array, thresholds_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,7 +83,7 @@ def test_bad_tolerances_are_refused_before_anything_runs(value):
 
 def test_every_backend_passes_against_the_reference_evaluator(tmp_path):
     model = _conv(tmp_path / "conv.onnx", [1, 3, 8, 8])
-    report = verify_model(model, ["ort", "openvino", "opencv"])
+    report = compare(model, ["ort", "openvino", "opencv"])
     assert report.oracle.name == "onnx-reference" and report.oracle.independent
     assert [v.status for v in report.verdicts] == ["pass", "pass", "pass"]
     assert all(v.rule == "element-wise" and v.precision == "f32" for v in report.verdicts)
@@ -92,7 +92,7 @@ def test_every_backend_passes_against_the_reference_evaluator(tmp_path):
 
 def test_without_an_oracle_backends_only_agree(tmp_path):
     model = _conv(tmp_path / "conv.onnx", [1, 3, 8, 8])
-    report = verify_model(model, ["ort", "openvino"], VerifySettings(oracle="none"))
+    report = compare(model, ["ort", "openvino"], VerifySettings(oracle="none"))
     assert [v.status for v in report.verdicts] == ["unverified", "unverified"]
     assert all(v.agreement is True and v.label == "unverified" for v in report.verdicts)
     assert all(v.reason.startswith("no independent oracle: agrees with ") for v in report.verdicts)
@@ -108,7 +108,7 @@ def test_a_constant_reference_is_degenerate_not_pass(tmp_path):
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
         [helper.make_tensor("z", TensorProto.FLOAT, [1, 4], zeros.ravel())],
     )
-    report = verify_model(model, ["ort"])
+    report = compare(model, ["ort"])
     assert report.verdicts[0].status == "degenerate"
     assert "all zero" in report.verdicts[0].reason
     assert report.exit_code() == 1
@@ -130,13 +130,13 @@ def test_a_module_named_onnx_in_the_working_directory_does_not_break_workers(tmp
     (tmp_path / "onnx.py").write_text("raise SystemExit('shadowed')\n")
     model = _conv(tmp_path / "conv.onnx", [1, 3, 8, 8])
     monkeypatch.chdir(tmp_path)
-    report = verify_model(model, ["ort"])
+    report = compare(model, ["ort"])
     assert report.verdicts[0].status == "pass", report.verdicts[0].reason
 
 
 def test_bf16_with_a_loose_enough_rule_passes_and_names_its_rule(tmp_path):
     model = _conv(tmp_path / "conv.onnx", [1, 3, 16, 16])
-    report = verify_model(model, ["openvino"], VerifySettings(precision="f32,bf16,f16"))
+    report = compare(model, ["openvino"], VerifySettings(precision="f32,bf16,f16"))
     ran = {v.precision for v in report.verdicts}
     assert "f32" in ran
     for verdict in report.verdicts:
@@ -157,7 +157,7 @@ def test_minus_one_dims_are_dynamic(tmp_path):
     assert spec.shape == (None, 3, 8, 8)
     feeds = make_inputs([spec], batch=2)
     assert feeds["x"].shape == (2, 3, 8, 8)
-    assert verify_model(model, ["ort"], VerifySettings(batch=2)).verdicts[0].status == "pass"
+    assert compare(model, ["ort"], VerifySettings(batch=2)).verdicts[0].status == "pass"
 
 
 def test_an_unfixed_spatial_size_without_metadata_is_an_error_naming_the_axis(tmp_path):
@@ -238,7 +238,7 @@ def test_a_qdq_model_is_int8_and_judged_as_int8(tmp_path):
         ],
     )
     assert read_interface(model).precision == "int8"
-    report = verify_model(model, ["ort", "openvino"], VerifySettings(precision="int8"))
+    report = compare(model, ["ort", "openvino"], VerifySettings(precision="int8"))
     assert [v.precision for v in report.verdicts] == ["int8", "int8"]
     assert all(v.rule == "cosine/SNR" for v in report.verdicts)
     assert all(not v.failed for v in report.verdicts), [v.describe() for v in report.verdicts]
@@ -260,8 +260,8 @@ def test_a_precision_option_is_the_sweep_never_overridden(tmp_path):
     model = _conv(tmp_path / "conv.onnx", [1, 3, 8, 8])
     if missing:  # a CPU without it: the compare is refused up front, not run at f32
         with pytest.raises((UsageError, PrecisionUnavailableError), match=rf"{missing[0]}"):
-            verify_model(model, ["openvino"], VerifySettings(options={"precision": missing[0]}))
-    report = verify_model(model, ["openvino"], VerifySettings(options={"precision": native[-1]}))
+            compare(model, ["openvino"], VerifySettings(options={"precision": missing[0]}))
+    report = compare(model, ["openvino"], VerifySettings(options={"precision": native[-1]}))
     assert [v.precision for v in report.verdicts] == [native[-1]]
 
 

@@ -16,6 +16,7 @@ from deploykit.cli.main import app
 from deploykit.errors import InputError, UsageError
 from deploykit.vision.image import check_image, letterbox, load_image, stretch, to_tensor
 from deploykit.vision.nms import iou_one_to_many, nms
+from deploykit.vision.preprocess import PreprocessOverrides
 from deploykit.vision.results import Detection
 from tests.assets.paths import (
     REPO,
@@ -130,7 +131,7 @@ def _nudenet_canvas(path) -> np.ndarray:
 
 
 # nudenet feeds the model BGR (it swaps channels twice), keeps scores >= 0.25 and suppresses across classes at 0.45
-NUDENET_SETTINGS = {"conf": 0.25, "iou": 0.45, "agnostic": True, "channel_order": "BGR"}
+NUDENET_SETTINGS = {"conf": 0.25, "iou": 0.45, "agnostic": True, "preprocess": PreprocessOverrides(channel_order="BGR")}
 
 
 def _nudenets_own_detections(canvas: np.ndarray) -> list[dict]:
@@ -229,13 +230,39 @@ def test_real_classifier_on_a_real_photo(tmp_path):
         export=TorchExportSettings(dynamic={"images": {0: "batch"}}),
     )
     labels = REPO / "models" / "labels" / "imagenet.txt"
-    with deploykit.Classifier(out, "openvino", labels=labels, mean=(0.485, 0.456, 0.406),
-                              std=(0.229, 0.224, 0.225), precision="f32") as classifier:  # fmt: skip
+    imagenet = PreprocessOverrides(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225))
+    with deploykit.Classifier(out, "openvino", labels=labels, preprocess=imagenet, precision="f32") as classifier:
         top = classifier(darknet_image("eagle.jpg"), top_k=3)
         assert top[0].label == "bald eagle" and top[0].score > 0.5
         assert sum(c.score for c in classifier(darknet_image("eagle.jpg"), top_k=1000)) == pytest.approx(1.0, abs=1e-4)
         dog = classifier(darknet_image("dog.jpg"))[0]
         assert 151 <= dog.class_id <= 268, f"dog.jpg gave {dog.label}"  # ImageNet's dog breeds
+
+
+def test_preprocess_overrides_are_one_value_and_the_old_keywords_still_work_with_a_warning(detector_path, tmp_path):
+    import onnx
+
+    from tests.assets.tiny import classifier_model
+
+    image = _nudenet_canvas(darknet_image("person.jpg"))
+    bgr = PreprocessOverrides(channel_order="BGR")
+    with deploykit.Detector(detector_path, preprocess=bgr) as new:
+        assert new.preprocess.channel_order == "BGR" and new.preprocess.resize == "letterbox"
+        expected = new(image)
+    with pytest.warns(DeprecationWarning, match=r"Detector\(channel_order=\) is deprecated.*preprocess="):
+        old = deploykit.Detector(detector_path, channel_order="BGR")
+    with old:
+        assert old.preprocess == new.preprocess and old(image) == expected
+    with pytest.raises(UsageError, match=r"Detector \| got both preprocess= and resize="):
+        deploykit.Detector(detector_path, preprocess=bgr, resize="stretch")
+    onnx.save(classifier_model(), tmp_path / "classifier.onnx")
+    imagenet = PreprocessOverrides(resize="stretch", mean=[0.485, 0.456, 0.406], std=(0.229, 0.224, 0.225))
+    # the to_dict form is what travels to Ray workers (PredictSettings.pipeline_options)
+    with deploykit.Classifier(tmp_path / "classifier.onnx", preprocess=imagenet.to_dict()) as classifier:
+        assert (classifier.preprocess.resize, classifier.preprocess.channel_order) == ("stretch", "RGB")
+        assert classifier.preprocess.mean == (0.485, 0.456, 0.406) and classifier.preprocess.std[0] == 0.229
+    with pytest.raises(UsageError, match=r"PreprocessOverrides \| has no setting 'size'"):
+        deploykit.Classifier(tmp_path / "classifier.onnx", preprocess={"size": (8, 8)})
 
 
 def test_unknown_layout_and_bad_labels(catalog_paths, detector_path, tmp_path):
@@ -313,7 +340,7 @@ def test_real_images_as_bench_and_compare_inputs(tmp_path):
     tensor = feeds["images"]
     assert tensor.shape == (1, 3, 416, 416) and tensor.dtype == np.float32
     np.testing.assert_allclose(tensor[0, :, 0, 0], 128 / 255, atol=1e-6)  # Darknet's gray letterbox border
-    report = deploykit.verify_model(model, ["ort", "openvino", "opencv"], inputs=darknet_image("dog.jpg"))
+    report = deploykit.compare(model, ["ort", "openvino", "opencv"], inputs=darknet_image("dog.jpg"))
     # onnx's reference evaluator runs it (with deploykit's spec-padded MaxPool): an independent check
     assert report.exit_code() == 0 and report.inputs == {"images": [1, 3, 416, 416]}
     assert report.oracle.name == "onnx-reference" and report.oracle.independent
