@@ -1,15 +1,22 @@
 """The conversion report every converter returns and ``--report`` writes as JSON (the shared
-report protocol of ``deploykit.document``: ``to_dict``, ``from_dict``, ``write``)."""
+report protocol of ``deploykit.document``: ``to_dict``, ``from_dict``, ``write``), and the
+``--report`` folder that holds it."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 from deploykit.document import JsonDocument
+from deploykit.errors import OutputError, ReportError
+from deploykit.io import check_report_folder
 from deploykit.verify.verdict import OracleInfo, Verdict, worst_status
+
+REPORT_FILE = "report.json"
+"""What ``convert --report DIR`` and ``models build --report DIR`` write into the folder."""
 
 
 @dataclass
@@ -127,3 +134,35 @@ def _without_hint(text: str) -> tuple[str, str | None]:
     """``text`` without a deploykit error's "Hint: ..." and final period, and that hint."""
     message, found, hint = text.partition(" Hint: ")
     return message.rstrip().rstrip("."), (hint.strip() or None) if found else None
+
+
+def check_conversion_report_folder(
+    directory: str | os.PathLike[str],
+    *,
+    inputs: Iterable[str | os.PathLike[str]] = (),
+    output: str | os.PathLike[str] | None = None,
+) -> None:
+    """Refuse a ``--report`` folder before the conversion runs: one that cannot be written
+    (``deploykit.io.check_report_folder``), the model's own path, or an existing folder that holds
+    other files and no earlier conversion report (its files would be mixed with another kind's,
+    e.g. a bench report's report.json replaced).
+
+    Raises:
+        OutputError: naming the folder and why it cannot take the report.
+    """
+    folder = Path(directory)
+    if output is not None and os.path.realpath(folder) == os.path.realpath(output):
+        raise OutputError(f"--report '{folder}' | is also the path of output '{output}'.",
+                          hint="give the report its own folder, e.g. --report report/.")  # fmt: skip
+    check_report_folder(folder, (REPORT_FILE,), inputs=inputs)
+    if not folder.is_dir() or not any(folder.iterdir()):
+        return
+    try:
+        ConversionReport.from_json(folder / REPORT_FILE)
+    except ReportError as exc:
+        raise OutputError(
+            f"--report '{folder}' | is a folder that holds other files and no conversion report "
+            f"({exc.problem.rstrip('.')}), expected a new or empty folder or one "
+            "an earlier conversion wrote its report into.",
+            hint="pass a new folder, e.g. --report conversion/.",
+        ) from exc
