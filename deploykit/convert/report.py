@@ -69,12 +69,11 @@ class ConversionReport(JsonDocument):
     def first_failure(self) -> str:
         """One clause about the first verdict that stops the conversion, to end a sentence with.
 
-        An error row's reason is a whole deploykit error ("... Hint: ..."): its hint is left out
-        here (``failure_hint`` places it) and so is the final period, so that the caller's
-        sentence neither shows two hints nor ends in "..".
+        An error row's hint (``Verdict.hint``) is left out here (``failure_hint`` places it) and so
+        is the final period, so that the caller's sentence neither shows two hints nor ends in "..".
         """
         bad = self.failing_verdict()
-        return _without_hint(bad.describe())[0] if bad else "no failure"
+        return bad.describe().rstrip().rstrip(".") if bad else "no failure"
 
     def failure_hint(self, *, kept: bool, mismatch: str) -> str:
         """The hint of the error a failed verification raises.
@@ -97,7 +96,7 @@ class ConversionReport(JsonDocument):
             )
         if bad is None or bad.status != "error":
             return written + mismatch
-        inner = _without_hint(bad.reason)[1]
+        inner = bad.hint
         backend = bad.candidate.split(":")[0]
         return (
             written
@@ -128,12 +127,6 @@ class ConversionReport(JsonDocument):
         fields["verdicts"] = [Verdict.from_dict(v) for v in data["verdicts"]]
         fields["oracle"] = None if data.get("oracle") is None else OracleInfo.from_dict(data["oracle"])
         return cls(**fields)
-
-
-def _without_hint(text: str) -> tuple[str, str | None]:
-    """``text`` without a deploykit error's "Hint: ..." and final period, and that hint."""
-    message, found, hint = text.partition(" Hint: ")
-    return message.rstrip().rstrip("."), (hint.strip() or None) if found else None
 
 
 def check_conversion_report_folder(

@@ -276,7 +276,7 @@ def verify(
         info = run.info or {}
         if not run.ok:
             verdicts.append(error_verdict(run.label, reference.info, run.error or "did not run",
-                                          device=info.get("device")))  # fmt: skip
+                                          device=info.get("device"), hint=run.hint))  # fmt: skip
             continue
         first = {key: value[:1] for key, value in run.outputs[0].items()}
         ours = _decoded(first, heads, head) if heads else next(iter(first.values()))
