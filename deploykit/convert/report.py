@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from deploykit.document import JsonDocument
 from deploykit.errors import OutputError, ReportError
-from deploykit.io import check_report_folder
+from deploykit.io import check_outputs, check_report_folder
 from deploykit.verify.verdict import OracleInfo, Verdict, worst_status
 
 REPORT_FILE = "report.json"
@@ -136,7 +136,8 @@ def check_conversion_report_folder(
     output: str | os.PathLike[str] | None = None,
 ) -> None:
     """Refuse a ``--report`` folder before the conversion runs: one that cannot be written
-    (``deploykit.io.check_report_folder``), the model's own path, or an existing folder that holds
+    (``deploykit.io.check_report_folder``), the model's own path (whose own checks come first, so
+    that making the folder cannot make the model's missing directory), or an existing folder that holds
     other files and no earlier conversion report (its files would be mixed with another kind's,
     e.g. a bench report's report.json replaced).
 
@@ -144,9 +145,11 @@ def check_conversion_report_folder(
         OutputError: naming the folder and why it cannot take the report.
     """
     folder = Path(directory)
-    if output is not None and os.path.realpath(folder) == os.path.realpath(output):
-        raise OutputError(f"--report '{folder}' | is also the path of output '{output}'.",
-                          hint="give the report its own folder, e.g. --report report/.")  # fmt: skip
+    if output is not None:
+        if os.path.realpath(folder) == os.path.realpath(output):
+            raise OutputError(f"--report '{folder}' | is also the path of output '{output}'.",
+                              hint="give the report its own folder, e.g. --report report/.")  # fmt: skip
+        check_outputs({"output": output})  # first: making the report folder must not make the model's folder
     check_report_folder(folder, (REPORT_FILE,), inputs=inputs)
     if not folder.is_dir() or not any(folder.iterdir()):
         return

@@ -45,6 +45,13 @@ def test_a_failed_conversion_leaves_no_folder(tiny, tmp_path):
     assert not (tmp_path / "new").exists() and not out.exists()
 
 
+def test_the_report_folder_does_not_make_the_models_missing_folder(tiny, tmp_path):
+    missing = tmp_path / "missing"
+    result = invoke_checked(_darknet(tiny, missing / "x.onnx", missing / "report"), watch=[tmp_path])
+    assert result.exit_code == 1 and f"directory '{missing}' does not exist" in result.stderr
+    assert not missing.exists()
+
+
 def test_a_failed_verification_leaves_no_folder_and_an_existing_one_as_it_was(tiny, tmp_path, monkeypatch):
     monkeypatch.setenv("DEPLOYKIT_BACKENDS", "crasher=tests.assets.crashing_backend:CrashingBackend")
     monkeypatch.setenv("PYTHONPATH", str(REPO))  # the verification worker must import the plug-in to crash in it
