@@ -53,9 +53,9 @@ def print_bench_report(result: BenchmarkReport) -> None:
             split = f"pre {stages['pre_p50_ms']:.1f} ms, inference {stages['infer_p50_ms']:.1f} ms"
             console.print(f"{row.label}: {split}, post {stages['post_p50_ms']:.1f} ms (p50)")
         if not row.ok:
-            err_console.print(f"{row.label}: error — {row.error}", soft_wrap=True)
+            err_console.print(f"{row.label}: error — {row.explanation}", soft_wrap=True)
         if row.verdict is not None and row.verdict.status != "pass":
-            err_console.print(f"{row.label}: {row.verdict.label} — {row.verdict.reason}", soft_wrap=True)
+            err_console.print(f"{row.label}: {row.verdict.label} — {row.verdict.explanation}", soft_wrap=True)
         if row.verdict is not None and row.verdict.task_note:
             err_console.print(f"{row.label}: {row.verdict.task_note}", soft_wrap=True)
     for note in result.notes:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import typer
@@ -13,9 +15,10 @@ from deploykit.errors import ParityError
 
 from . import options as opt
 from .console import console
-from .paths import file_out, path_in
+from .paths import file_out, folder_out, path_in
 from .platforms_cmd import PLATFORM_OPTION
 from .verify_view import print_details, verdict_table
+from .vocabulary import report_file_form
 
 convert_app = typer.Typer(help="Convert a model to ONNX, verified against its source.", no_args_is_help=True)
 
@@ -46,6 +49,27 @@ def print_report(report: ConversionReport) -> None:
     )
     console.print(verdict_table(title, report.verdicts))
     print_details(report.verdicts)
+
+
+REPORT_HELP = "Also write the conversion report into this folder, as report.json (with the model, or neither)."
+
+
+@contextlib.contextmanager
+def report_destination(
+    command: str, report: Path | None, *, inputs: Sequence[Path | None], output: Path
+) -> Iterator[Path | None]:
+    """The file the converter writes the report to: ``report/report.json``, the folder checked
+    first and made for the block (removed again if the block leaves it empty), or 0.1's
+    ``--report FILE`` itself (deprecated: one line on stderr)."""
+    from deploykit.convert.report import REPORT_FILE, check_conversion_report_folder
+    from deploykit.io import report_folder
+
+    if report is None or report_file_form(command, report):
+        yield report
+        return
+    check_conversion_report_folder(report, inputs=[p for p in inputs if p is not None], output=output)
+    with report_folder(report) as folder:
+        yield folder / REPORT_FILE
 
 
 def finish(report: ConversionReport | None, report_path: Path | None) -> None:
@@ -103,13 +127,7 @@ def torch_command(
         False, "--keep-on-mismatch", help="Write the .onnx even if the verification fails (still exits 1)."
     ),
     trust_pickle: bool = typer.Option(False, "--trust-pickle", help=TRUST_PICKLE_HELP),
-    report_path: Path = typer.Option(
-        None,
-        "--report",
-        readable=False,
-        parser=file_out,
-        help="Also write the conversion report as JSON (with the model, or neither).",
-    ),
+    report_dir: Path = typer.Option(None, "--report", readable=False, parser=folder_out, help=REPORT_HELP),
     seed: int = typer.Option(0, help="Seed for the random example inputs."),
     timeout: float = typer.Option(
         900, "--timeout", help="Seconds the PyTorch side (your factory, PyTorch, the export) and each backend may take."
@@ -125,7 +143,10 @@ def torch_command(
     from deploykit.verify import VerifySettings
 
     specs = [parse_input_spec(text) for text in inputs]
-    try:
+    with (
+        report_destination("convert torch", report_dir, inputs=[weights], output=output) as report_path,
+        _shown_on_failure(report_path),
+    ):
         report = convert_torch(
             source,
             output=output,
@@ -149,9 +170,6 @@ def torch_command(
             keep_on_mismatch=keep_on_mismatch,
             report_path=report_path,
         )
-    except ParityError as exc:
-        finish(exc.report if isinstance(exc.report, ConversionReport) else None, report_path)
-        raise
     finish(report, report_path)
 
 
@@ -183,13 +201,7 @@ def darknet_command(
     keep_on_mismatch: bool = typer.Option(
         False, "--keep-on-mismatch", help="Write the .onnx even if verification fails."
     ),
-    report_path: Path = typer.Option(
-        None,
-        "--report",
-        readable=False,
-        parser=file_out,
-        help="Also write the conversion report as JSON (with the model, or neither).",
-    ),
+    report_dir: Path = typer.Option(None, "--report", readable=False, parser=folder_out, help=REPORT_HELP),
     platform: str = PLATFORM_OPTION,
 ) -> None:
     """Convert Darknet .cfg + .weights to ONNX natively (no PyTorch) and verify it."""
@@ -198,7 +210,10 @@ def darknet_command(
     from deploykit.convert.darknet.settings import DarknetExportSettings
     from deploykit.verify import VerifySettings
 
-    try:
+    with (
+        report_destination("convert darknet", report_dir, inputs=[cfg, weights, labels], output=output) as report_path,
+        _shown_on_failure(report_path),
+    ):
         export = DarknetExportSettings(
             input_size=input_size, batch=batch, head=head, opset=opset, opencv_threshold=opencv_threshold
         )
@@ -213,7 +228,14 @@ def darknet_command(
             keep_on_mismatch=keep_on_mismatch,
             report_path=report_path,
         )
+    finish(report, report_path)
+
+
+@contextlib.contextmanager
+def _shown_on_failure(report_path: Path | None) -> Iterator[None]:
+    """A failed verification's report is printed too (the error carries it) before the error."""
+    try:
+        yield
     except ParityError as exc:
         finish(exc.report if isinstance(exc.report, ConversionReport) else None, report_path)
         raise
-    finish(report, report_path)

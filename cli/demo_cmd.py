@@ -277,7 +277,9 @@ def demo(
         for note in (n for n in notes if ": not supported here" not in n):
             console.print(f"  note: {escape(note)}", soft_wrap=True)
         bad = [r for r in result.rows if not r.ok or r.verdict is None or r.verdict.status != "pass"]
-        problems += [f"{model.name}: {r.label}: {(r.verdict.reason if r.verdict else None) or r.error}" for r in bad]
+        problems += [
+            f"{model.name}: {r.label}: {(r.verdict.explanation if r.verdict else None) or r.explanation}" for r in bad
+        ]
 
     _step(6, "Report")
     if not results:

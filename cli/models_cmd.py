@@ -9,8 +9,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from .console import console, print_json
-from .convert_cmd import DARKNET_ORACLE_HELP
-from .paths import file_out, path_in
+from .convert_cmd import DARKNET_ORACLE_HELP, REPORT_HELP
+from .paths import file_out, folder_out, path_in
 
 models_app = typer.Typer(
     help="Model recipes (models/recipes/*.toml): list them, build one.", invoke_without_command=True
@@ -73,18 +73,18 @@ def build_model(
         None, "--verify-backends", help="Backends to verify on, comma-separated (default: all available; '' skips)."
     ),
     oracle: str = typer.Option("auto", "--oracle", help=f"Darknet recipes only. {DARKNET_ORACLE_HELP}"),
-    report_path: Path = typer.Option(
-        None, "--report", parser=file_out, help="Also write the conversion report as JSON."
-    ),
+    report_dir: Path = typer.Option(None, "--report", parser=folder_out, help=REPORT_HELP),
 ) -> None:
     """Build a recipe into a verified ONNX file."""
     from deploykit.convert.darknet.oracles import check_oracle_choice
     from deploykit.recipes import build
 
-    from .convert_cmd import finish
+    from .convert_cmd import finish, report_destination
 
-    report = build(name, output or Path(f"{name}.onnx"), weights=weights, random_weights=random_weights,
-                   verify_backends=None if verify_backends is None else [
-                       b.strip() for b in verify_backends.split(",") if b.strip()],
-                   darknet_oracle=check_oracle_choice(oracle), report_path=report_path)  # fmt: skip
+    output = output or Path(f"{name}.onnx")
+    with report_destination("models build", report_dir, inputs=[weights], output=output) as report_path:
+        report = build(name, output, weights=weights, random_weights=random_weights,
+                       verify_backends=None if verify_backends is None else [
+                           b.strip() for b in verify_backends.split(",") if b.strip()],
+                       darknet_oracle=check_oracle_choice(oracle), report_path=report_path)  # fmt: skip
     finish(report, report_path)

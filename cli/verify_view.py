@@ -75,7 +75,7 @@ def print_details(verdicts: Sequence[Verdict], notes: Sequence[str] = ()) -> Non
     """The reason of every verdict that is not a plain pass, and the report's notes, on stderr."""
     for verdict in verdicts:
         if verdict.status != "pass":
-            err_console.print(f"{verdict.candidate}: {verdict.label} — {verdict.reason}", soft_wrap=True)
+            err_console.print(f"{verdict.candidate}: {verdict.label} — {verdict.explanation}", soft_wrap=True)
     for verdict in verdicts:
         if verdict.task_note:
             err_console.print(f"¹ {verdict.candidate}: {verdict.task_note}", soft_wrap=True)

@@ -7,13 +7,15 @@ file, or a folder where it writes several), ``-O/--option KEY=VALUE`` a backend 
 
 The spellings of deploykit 0.1 are rewritten here, before click parses the command line, with one
 deprecation line on stderr each; ``DEPRECATED`` is the only table of them. No command module
-knows an old spelling.
+knows an old spelling. One old form keeps its flag and differs by its value: 0.1's ``--report FILE``
+of ``convert`` and ``models build`` (``report_file_form`` says when a value is one).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from .console import err_console
 
@@ -45,6 +47,24 @@ DEPRECATED: tuple[Deprecated, ...] = (
     Deprecated(("optimize",), "--engine", "--quantizer", why="--engine is where the work runs: local | ray"),
     Deprecated(("bench", "compare"), "--reference", "--oracle"),
 )
+
+
+REPORT_FILE_COMMANDS = ("convert torch", "convert darknet", "models build")
+"""Where ``--report`` named a file in deploykit 0.1 (a JSON conversion report)."""
+
+
+def report_file_form(command: str, value: Path, warn: Callable[[str], None] | None = None) -> bool:
+    """Whether ``command``'s ``--report value`` is 0.1's report file (a name ending in .json or .md,
+    or an existing regular file), said once through ``warn`` as deprecated; else it is a folder."""
+    if command not in REPORT_FILE_COMMANDS:
+        return False
+    if value.suffix.lower() not in (".json", ".md") and not value.is_file():
+        return False
+    (warn or _warn)(
+        f"warning: 'deploykit {command} --report FILE' is deprecated; use --report FOLDER (--report is a folder "
+        f"in every command; the report is written to FOLDER/report.json). The file form goes in the next release."
+    )
+    return True
 
 
 def command_of(args: Sequence[str]) -> tuple[str, int]:

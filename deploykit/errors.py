@@ -101,6 +101,15 @@ class DeployKitError(Exception):
         return kind(message, hint=None if hint is None else str(hint))
 
 
+def legacy_message_and_hint(text: str) -> tuple[str, str | None]:
+    """The message and the hint of an error text written by deploykit 0.1, whose reports kept the
+    two in one string (``message Hint: hint``): the one place where message text is split, and
+    only to read those old files. Reports written now record ``hint`` apart (``Verdict.hint``,
+    ``Row.hint``), and errors cross processes as data (``to_dict``/``from_dict``)."""
+    message, found, hint = text.partition(" Hint: ")  # the old schema; nothing new is written this way
+    return (message.rstrip(), hint.strip() or None) if found else (text, None)
+
+
 def exception_line(exc: BaseException, *, last: bool = False) -> str:
     """A third-party exception's text as one line for a message: its first line (its last with
     ``last``, where a runtime ends a long trace with the reason), or its class name when it has none."""

@@ -465,6 +465,74 @@ def check_output_dir(path: PathLike) -> None:
     check_outputs({"output": path})
 
 
+def check_report_folder(
+    directory: PathLike, files: Iterable[str], *, inputs: Iterable[PathLike] = (), subject: str = "--report"
+) -> None:
+    """Refuse a report folder that cannot be written, before the work: a file, a path under a file,
+    a folder where no file can be created, or report ``files`` that cannot be replaced or are
+    ``inputs`` (``check_outputs``, file by file, once the folder exists). The folder is claimed.
+
+    Raises:
+        OutputError: the folder cannot take the report; the message says why.
+    """
+    folder = Path(directory)
+    hint = f"pass a folder you can write to (it is created if missing), e.g. {subject} out/."
+    if folder.exists() and not folder.is_dir():
+        raise OutputError(f"{subject} '{folder}' | is a file, expected a folder to write the report files into.",
+                          hint=hint)  # fmt: skip
+    claim_output(folder, f"{subject} '{folder}'", kind="folder")  # a second run onto it is refused
+    if folder.is_dir():
+        check_outputs({f"{subject} {name}": folder / name for name in files}, inputs=[Path(p) for p in inputs])
+        return
+    existing = folder.absolute()  # made when the report is written: its nearest existing parent must take it
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise OutputError(
+            f"{subject} '{folder}' | '{existing}' is a file, so no folder can be made under it.", hint=hint
+        )
+    try:  # os.access is not enough: read-only mounts, immutable folders, root
+        handle, probe = tempfile.mkstemp(prefix=".deploykit-probe-", dir=existing)
+    except OSError as exc:
+        raise OutputError(f"{subject} '{folder}' | no file can be created in '{existing}' ({exc.strerror or exc}).",
+                          hint=hint) from exc  # fmt: skip
+    os.close(handle)
+    os.unlink(probe)
+
+
+@contextlib.contextmanager
+def report_folder(directory: PathLike, subject: str = "--report") -> Iterator[Path]:
+    """The report folder, made (with its parents) if missing, for the block to write its files into.
+
+    All or nothing for the folder too: a folder this call made is removed again when the block
+    leaves it empty (an exception, a failed check that wrote nothing, SIGINT/SIGTERM/SIGHUP before
+    the files are in place); a folder that existed is left as it was.
+
+    Raises:
+        OutputError: the folder cannot be made.
+    """
+    folder = Path(directory)
+    if folder.is_dir():
+        yield folder
+        return
+    made = [folder, *(p for p in folder.absolute().parents if not p.exists())]  # the folder, then its new parents
+    try:
+        folder.mkdir(parents=True)
+    except OSError as exc:
+        raise OutputError(f"{subject} '{folder}' | cannot be created ({exc.strerror or exc}).",
+                          hint=f"pass a folder you can write to, e.g. {subject} out/.") from exc  # fmt: skip
+    _register(made[-1])
+    try:
+        yield folder
+    finally:
+        _unregister(made[-1])
+        for path in made:  # only while empty: the block wrote nothing
+            try:
+                path.rmdir()
+            except OSError:
+                break
+
+
 def _temporary_beside(target: Path) -> Path:
     try:
         handle, name = tempfile.mkstemp(prefix=f"{TEMPORARY_PREFIX}{target.name}.", suffix=".tmp", dir=target.parent)

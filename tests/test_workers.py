@@ -44,7 +44,8 @@ def test_a_workers_error_is_raised_again_in_the_parent_as_the_same_error(tmp_pat
     assert run.error_data is not None and run.error_data["type"] == "ModelNotFoundError"
     with pytest.raises(ModelNotFoundError) as raised:
         run.raise_error(missing)
-    assert str(raised.value) == run.error
+    assert (raised.value.message, raised.value.hint) == (run.error, run.hint)  # message and hint apart, as data
+    assert run.hint and str(raised.value) == f"{run.error} Hint: {run.hint}"
     assert raised.value.subject and str(missing.name) in str(raised.value)
 
 

@@ -79,7 +79,7 @@ def benchmark_pipeline(
             pipeline = pipeline_class(model, name, device, **(options or {}))
             load_ms = (time.perf_counter_ns() - start) / 1e6
         except DeployKitError as exc:
-            rows.append(Row.from_failure(config, str(exc)))
+            rows.append(Row.from_failure(config, exc))
             outputs.append(None)
             continue
         with pipeline:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from deploykit.backends.base import SessionInfo
 from deploykit.bench.config import BenchConfig
 from deploykit.bench.stats import LatencyStats
-from deploykit.errors import UsageError
+from deploykit.errors import DeployKitError, UsageError, legacy_message_and_hint
 from deploykit.tensors import TensorSpec
 from deploykit.verify.verdict import Verdict
 
@@ -34,9 +34,9 @@ def accuracy_delta(verdict: Verdict | None) -> float | None:
 
 
 def short_error(error: str | None, limit: int = 60) -> str:
-    """An error as a table cell: without its hint, cut to ``limit`` characters (the full text is in the JSON)."""
-    text = (error or "").split(" Hint: ")[0]
-    text = text.split(" | ", 1)[-1]
+    """An error message (its hint is kept apart) as a table cell, cut to ``limit`` characters
+    (the full text is in the JSON)."""
+    text = (error or "").split(" | ", 1)[-1]
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -79,6 +79,7 @@ class Row:
     Attributes:
         config: what was asked for (backend, device, batch, threads, precision, scenario).
         status: ``ok``, or ``failed`` with ``error`` saying why (the bench goes on).
+        error: why it failed: the error's message, or the crash; ``hint`` how to fix it, apart.
         session: what actually ran, as the runtime reports it (device, precision, providers).
         load_ms, first_inference_ms: model load and the first (cold) inference.
         latency: warm latency statistics (ms); ``latency_histogram`` their distribution.
@@ -115,15 +116,24 @@ class Row:
     warnings: list[str] = field(default_factory=list)
     stages: dict[str, float] | None = None
     blocks: list[Block] = field(default_factory=list)
+    hint: str | None = None
 
     @classmethod
-    def from_failure(cls, config: BenchConfig, error: str) -> Row:
-        """The row of a configuration that could not be measured."""
+    def from_failure(cls, config: BenchConfig, error: str | DeployKitError) -> Row:
+        """The row of a configuration that could not be measured: a deploykit error (its message
+        and hint kept apart) or the text of what happened (a crash, a timeout)."""
+        if isinstance(error, DeployKitError):
+            return cls(config, "failed", error.message, hint=error.hint)
         return cls(config, "failed", error)
+
+    @property
+    def explanation(self) -> str | None:
+        """The error as printed: its message, then its hint, when there is one."""
+        return f"{self.error} Hint: {self.hint}" if self.hint else self.error
 
     def __repr__(self) -> str:
         if not self.ok:
-            return f"Row({self.label!r}, failed: {(self.error or '').split(' Hint: ')[0][:80]!r})"
+            return f"Row({self.label!r}, failed: {(self.error or '')[:80]!r})"
         p50 = f", p50 {self.latency.p50_ms:.3f} ms" if self.latency else ""
         verdict = f", {self.verdict.label}" if self.verdict else ""
         return f"Row({self.label!r}, ok, {self.precision}{p50}{verdict})"
@@ -178,6 +188,7 @@ class Row:
             "config": self.config.to_dict(),
             "status": self.status,
             "error": self.error,
+            "hint": self.hint,
             "session": None if self.session is None else self.session.to_dict(),
             "load_ms": self.load_ms,
             "first_inference_ms": self.first_inference_ms,
@@ -208,10 +219,14 @@ class Row:
             value = data.get(key)
             return None if value is None else kind.from_dict(value)
 
+        error, hint = data.get("error"), data.get("hint")
+        if "hint" not in data and error is not None:  # deploykit 0.1 kept the hint inside the error
+            error, hint = legacy_message_and_hint(error)
         return cls(
             config=BenchConfig.from_dict(data["config"]),
             status=data["status"],
-            error=data.get("error"),
+            error=error,
+            hint=hint,
             session=part("session", SessionInfo),
             load_ms=data.get("load_ms"),
             first_inference_ms=data.get("first_inference_ms"),

@@ -218,7 +218,7 @@ def benchmark(
                     row, outputs, checked = measure(interface, config, feeds_by_batch[config.batch],
                                                     cost_per_hour=cost_per_hour, check_cases=checks)  # fmt: skip
                 except DeployKitError as exc:
-                    row, outputs, checked = Row.from_failure(config, str(exc)), None, []
+                    row, outputs, checked = Row.from_failure(config, exc), None, []
             rows.append(row)
             outputs_by_row.append(outputs)
             checked_by_row.append(checked)
@@ -242,7 +242,8 @@ def benchmark(
             produced = checked_by_row[i] if image_source else ([first_outputs] if first_outputs is not None else [])
             error = None if rows[i].ok and produced else (rows[i].error or "no outputs")
             ran = rows[i].session
-            run = CandidateRun(configs[i].label(), None if ran is None else ran.to_dict(), produced, error)
+            run = CandidateRun(configs[i].label(), None if ran is None else ran.to_dict(), produced, error,
+                               hint=rows[i].hint)  # fmt: skip
             runs.append((run, configs[i].precision))
         if references is None:
             first = next((run for run, _ in runs if run.ok), None)

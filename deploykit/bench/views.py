@@ -39,6 +39,7 @@ CSV_COLUMNS = [
     "accuracy_delta",
     "max_abs_error",
     "error",
+    "hint",
 ]
 
 
@@ -65,6 +66,7 @@ def _flat(row: Row) -> dict[str, Any]:
         "accuracy_delta": row.accuracy_delta,
         "max_abs_error": row.max_abs_error,
         "error": row.error,
+        "hint": row.hint,
     }
 
 

@@ -31,7 +31,7 @@ def main() -> int:
         for index, arrays in enumerate(checked):
             write_arrays(f"{job['outputs']}.check-{index}.npz", arrays)
     except DeployKitError as exc:
-        row = Row.from_failure(config, str(exc))
+        row = Row.from_failure(config, exc)
     send_result(row.to_dict())
     return 0
 

@@ -1,15 +1,22 @@
 """The conversion report every converter returns and ``--report`` writes as JSON (the shared
-report protocol of ``deploykit.document``: ``to_dict``, ``from_dict``, ``write``)."""
+report protocol of ``deploykit.document``: ``to_dict``, ``from_dict``, ``write``), and the
+``--report`` folder that holds it."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 from deploykit.document import JsonDocument
+from deploykit.errors import OutputError, ReportError
+from deploykit.io import check_outputs, check_report_folder
 from deploykit.verify.verdict import OracleInfo, Verdict, worst_status
+
+REPORT_FILE = "report.json"
+"""What ``convert --report DIR`` and ``models build --report DIR`` write into the folder."""
 
 
 @dataclass
@@ -62,12 +69,11 @@ class ConversionReport(JsonDocument):
     def first_failure(self) -> str:
         """One clause about the first verdict that stops the conversion, to end a sentence with.
 
-        An error row's reason is a whole deploykit error ("... Hint: ..."): its hint is left out
-        here (``failure_hint`` places it) and so is the final period, so that the caller's
-        sentence neither shows two hints nor ends in "..".
+        An error row's hint (``Verdict.hint``) is left out here (``failure_hint`` places it) and so
+        is the final period, so that the caller's sentence neither shows two hints nor ends in "..".
         """
         bad = self.failing_verdict()
-        return _without_hint(bad.describe())[0] if bad else "no failure"
+        return bad.describe().rstrip().rstrip(".") if bad else "no failure"
 
     def failure_hint(self, *, kept: bool, mismatch: str) -> str:
         """The hint of the error a failed verification raises.
@@ -90,7 +96,7 @@ class ConversionReport(JsonDocument):
             )
         if bad is None or bad.status != "error":
             return written + mismatch
-        inner = _without_hint(bad.reason)[1]
+        inner = bad.hint
         backend = bad.candidate.split(":")[0]
         return (
             written
@@ -123,7 +129,36 @@ class ConversionReport(JsonDocument):
         return cls(**fields)
 
 
-def _without_hint(text: str) -> tuple[str, str | None]:
-    """``text`` without a deploykit error's "Hint: ..." and final period, and that hint."""
-    message, found, hint = text.partition(" Hint: ")
-    return message.rstrip().rstrip("."), (hint.strip() or None) if found else None
+def check_conversion_report_folder(
+    directory: str | os.PathLike[str],
+    *,
+    inputs: Iterable[str | os.PathLike[str]] = (),
+    output: str | os.PathLike[str] | None = None,
+) -> None:
+    """Refuse a ``--report`` folder before the conversion runs: one that cannot be written
+    (``deploykit.io.check_report_folder``), the model's own path (whose own checks come first, so
+    that making the folder cannot make the model's missing directory), or an existing folder that holds
+    other files and no earlier conversion report (its files would be mixed with another kind's,
+    e.g. a bench report's report.json replaced).
+
+    Raises:
+        OutputError: naming the folder and why it cannot take the report.
+    """
+    folder = Path(directory)
+    if output is not None:
+        if os.path.realpath(folder) == os.path.realpath(output):
+            raise OutputError(f"--report '{folder}' | is also the path of output '{output}'.",
+                              hint="give the report its own folder, e.g. --report report/.")  # fmt: skip
+        check_outputs({"output": output})  # first: making the report folder must not make the model's folder
+    check_report_folder(folder, (REPORT_FILE,), inputs=inputs)
+    if not folder.is_dir() or not any(folder.iterdir()):
+        return
+    try:
+        ConversionReport.from_json(folder / REPORT_FILE)
+    except ReportError as exc:
+        raise OutputError(
+            f"--report '{folder}' | is a folder that holds other files and no conversion report "
+            f"({exc.problem.rstrip('.')}), expected a new or empty folder or one "
+            "an earlier conversion wrote its report into.",
+            hint="pass a new folder, e.g. --report conversion/.",
+        ) from exc

@@ -69,7 +69,7 @@ def _headline_blocks(row: Row, scenario: str) -> tuple[float, ...]:
 
 
 def _short(text: str | None, limit: int = 160) -> str:
-    first = (text or "").split(" Hint: ")[0].strip().splitlines()
+    first = (text or "").strip().splitlines()  # a message: its hint is kept apart
     line = first[0] if first else "no reason given"
     return line if len(line) <= limit else line[: limit - 1] + "…"
 

@@ -316,7 +316,7 @@ def judge_run(
     """
     info = run.info or {}
     if not run.ok:
-        return error_verdict(run.label, oracle, run.error or "did not run", device=info.get("device"))
+        return error_verdict(run.label, oracle, run.error or "did not run", device=info.get("device"), hint=run.hint)
     # a quantized model computes in int8 whatever the runtime says of its other layers (OpenVINO: bf16)
     ran = "int8" if precision == "int8" else normalize_precision(info.get("precision") or precision)
     limits = thresholds_for(ran, **dict(overrides or {}))
@@ -344,7 +344,7 @@ def judge_runs(
     for reduced precision on real images the task metric against the first element-wise
     configuration that passed (or, without an independent oracle, that agreed): the f32 model."""
     if references is None:
-        return [error_verdict(r.label, oracle, r.error or "no reference outputs ran") for r, _ in runs]
+        return [error_verdict(r.label, oracle, r.error or "no reference outputs ran", hint=r.hint) for r, _ in runs]
     verdicts: list[Verdict | None] = [None] * len(runs)
     task_reference: tuple[str, Sequence[Mapping[str, np.ndarray]]] | None = None
     if task is not None and oracle.independent and len(references) == len(cases):
@@ -535,7 +535,7 @@ def unjudged(runs: Sequence[CandidateRun], oracle: OracleInfo, why: str) -> list
     return [
         Verdict(r.label, "unverified", oracle, precision=(r.info or {}).get("precision"),
                 device=(r.info or {}).get("device"), reason=f"not compared: {why}")
-        if r.ok else error_verdict(r.label, oracle, r.error or "did not run")
+        if r.ok else error_verdict(r.label, oracle, r.error or "did not run", hint=r.hint)
         for r in runs
     ]  # fmt: skip
 

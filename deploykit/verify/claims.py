@@ -117,7 +117,9 @@ def check_claims(backends: Sequence[str] | None = None, *, timeout_s: float = 12
     for verdict in report.verdicts:
         key, _, asked = verdict.candidate.rpartition(" ")
         backend_name, device, claimed = claims[key]
-        rows.append(ClaimCheck(backend_name, device, claimed, asked, verdict.precision, verdict.status, verdict.reason))
+        rows.append(
+            ClaimCheck(backend_name, device, claimed, asked, verdict.precision, verdict.status, verdict.explanation)
+        )
     notes = [n for n in report.notes if not n.startswith("no task metric")]  # the probe has no task by design
     if backends is None:
         notes.append("not checked: AUTO (it picks among the devices above) and the reference backend (the oracle)")

@@ -29,11 +29,23 @@ class CandidateRun:
     info: dict[str, Any] | None = None
     outputs: list[dict[str, np.ndarray]] = field(default_factory=list)
     error: str | None = None
+    """Why it did not run: the error's message (its hint is ``hint``), the crash's signal or the timeout."""
     error_data: dict[str, Any] | None = None
     """The worker's ``DeployKitError`` as data (``DeployKitError.to_dict``); None for a crash or a timeout."""
     seconds: dict[str, Any] = field(default_factory=dict)
     """The worker's one pass: ``load`` and ``run`` (one per input set) seconds; no statistics."""
     platform: str = "host"
+    hint: str | None = None
+    """How to fix what stopped it: the hint of the worker's error, apart from ``error``."""
+
+    @classmethod
+    def failed(cls, label: str, result: Mapping[str, Any], platform: str = "host") -> CandidateRun:
+        """The run a worker's error result describes: the error's message and hint apart, from its data."""
+        data = result.get("error_data")
+        if data is None:
+            return cls(label, result.get("info"), error=result.get("error") or "did not run", platform=platform)
+        error = rebuild_error(data)
+        return cls(label, result.get("info"), error=error.message, error_data=data, platform=platform, hint=error.hint)
 
     @property
     def latency_ms(self) -> list[float]:
@@ -84,8 +96,9 @@ def run_candidate(
         from deploykit.verify.worker import run_job
 
         result, outputs = run_job(job, list(cases), model=model if isinstance(model, Model) else None)
-        return CandidateRun(label, result.get("info"), outputs, result.get("error"), result.get("error_data"),
-                            result.get("seconds") or {})  # fmt: skip
+        if result.get("status") != "ok":
+            return CandidateRun.failed(label, result)
+        return CandidateRun(label, result.get("info"), outputs, seconds=result.get("seconds") or {})
     with tempfile.TemporaryDirectory(prefix="deploykit-verify-") as scratch:
         directory = Path(scratch)
         job["cases"] = []
@@ -99,10 +112,7 @@ def run_candidate(
         if outcome.result is None:
             return CandidateRun(label, error=outcome.error, platform=where)
         if outcome.result.get("status") != "ok":
-            return CandidateRun(
-                label, outcome.result.get("info"), error=outcome.result.get("error"),
-                error_data=outcome.result.get("error_data"), platform=where,
-            )  # fmt: skip
+            return CandidateRun.failed(label, outcome.result, where)
         paths = sorted(directory.glob("outputs-*.npz"), key=lambda p: int(p.stem.split("-")[1]))
         outputs = [read_arrays(path) for path in paths]
         return CandidateRun(label, outcome.result.get("info"), outputs, seconds=outcome.result.get("seconds") or {},

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from deploykit.errors import legacy_message_and_hint
 from deploykit.tasks.base import TaskResult
 from deploykit.verify.metrics import OutputMetrics, Thresholds, is_reduced, normalize_precision
 
@@ -59,9 +60,11 @@ class Verdict:
         outputs: per output and input set: errors, cosine, SNR.
         task: the task metric on real images, when the model is a classifier or detector.
         agreement: with an oracle that is not independent: whether the numbers agree.
-        reason: one sentence: why this status.
+        reason: one sentence: why this status (for ``error``, the error's message).
         task_note: on real images, why this row has no task metric (None when it has one, or
             when the inputs were not images).
+        hint: for ``error``, the hint of the error that stopped the candidate (how to fix it),
+            kept apart from ``reason``; None when it gave none.
     """
 
     candidate: str
@@ -76,6 +79,7 @@ class Verdict:
     agreement: bool | None = None
     reason: str = ""
     task_note: str | None = None
+    hint: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -111,6 +115,11 @@ class Verdict:
             text += f" — {self.reason}"
         return text
 
+    @property
+    def explanation(self) -> str:
+        """The reason as printed: with the error's hint after it, when there is one."""
+        return f"{self.reason} Hint: {self.hint}" if self.hint else self.reason
+
     def _repr_html_(self) -> str:
         return verdicts_html([self], f"against {self.oracle.name}")
 
@@ -129,13 +138,18 @@ class Verdict:
             "task": None if self.task is None else self.task.to_dict(),
             "agreement": self.agreement,
             "reason": self.reason,
+            "hint": self.hint,
             "task_note": self.task_note,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Verdict:
-        """The verdict ``to_dict`` wrote (``label`` and ``passed`` are derived, so not read)."""
+        """The verdict ``to_dict`` wrote (``label`` and ``passed`` are derived, so not read); an
+        ``error`` verdict of deploykit 0.1, without ``hint``, has its hint inside ``reason``."""
         task = data.get("task")
+        reason, hint = data.get("reason", ""), data.get("hint")
+        if "hint" not in data and data.get("status") == "error":
+            reason, hint = legacy_message_and_hint(reason)
         return cls(
             candidate=data["candidate"],
             status=data["status"],
@@ -147,8 +161,9 @@ class Verdict:
             outputs=[OutputMetrics.from_dict(o) for o in data.get("outputs") or []],
             task=None if task is None else TaskResult.from_dict(task),
             agreement=data.get("agreement"),
-            reason=data.get("reason", ""),
+            reason=reason,
             task_note=data.get("task_note"),
+            hint=hint,
         )
 
 
@@ -158,9 +173,12 @@ def worst_status(verdicts: Sequence[Verdict]) -> str:
     return next((s for s in ("error", "fail", "degenerate", "unverified", "pass") if s in present), "unverified")
 
 
-def error_verdict(candidate: str, oracle: OracleInfo, reason: str, *, device: str | None = None) -> Verdict:
-    """The verdict of a candidate that did not run: the runtime's reason, or the signal."""
-    return Verdict(candidate, "error", oracle, device=device, reason=reason)
+def error_verdict(
+    candidate: str, oracle: OracleInfo, reason: str, *, device: str | None = None, hint: str | None = None
+) -> Verdict:
+    """The verdict of a candidate that did not run: the runtime's reason (the error's message, its
+    ``hint`` apart), or the signal."""
+    return Verdict(candidate, "error", oracle, device=device, reason=reason, hint=hint)
 
 
 def judge(
@@ -286,7 +304,7 @@ def verdicts_html(verdicts: Sequence[Verdict], title: str) -> str:
     colours = {"pass": "#2a7", "fail": "#c33", "error": "#c33", "degenerate": "#c90", "unverified": "#c90"}
     rows = "".join(
         f"<tr><td>{escape(v.candidate)}</td><td>{escape(v.precision or '-')}</td><td>{escape(v.rule)}</td>"
-        f"<td style='color:{colours.get(v.status, '#000')}'>{escape(v.label)}</td><td>{escape(v.reason)}</td></tr>"
+        f"<td style='color:{colours.get(v.status, '#000')}'>{escape(v.label)}</td><td>{escape(v.explanation)}</td></tr>"
         for v in verdicts
     )
     header = "<tr><th>candidate</th><th>precision</th><th>rule</th><th>verdict</th><th>why</th></tr>"

@@ -21,7 +21,7 @@ from deploykit.bench.html import render_html
 from deploykit.bench.report import BenchmarkReport
 from deploykit.bench.report_files import write_report
 from deploykit.cli.main import app
-from deploykit.errors import InputError, ReportError, UnknownBackendError, UsageError
+from deploykit.errors import BackendError, InputError, ReportError, UnknownBackendError, UsageError
 from tests.assets.paths import REPO, missing_asset
 
 SCHEMA = json.loads((REPO / "docs" / "report-schema.json").read_text())
@@ -461,7 +461,9 @@ def test_regressions_are_what_got_worse(isolated_result, tmp_path):
     other.model.sha256 = "0" * 64
     assert judging.differences(isolated_result, other)[0].startswith("the baseline benchmarked another model file")
     broken = copy.deepcopy(isolated_result)
-    broken.rows[0] = deploykit.Row.from_failure(broken.rows[0].config, "OpenVINO | could not compile. Hint: x")
+    broken.rows[0] = deploykit.Row.from_failure(
+        broken.rows[0].config, BackendError("OpenVINO | could not compile.", hint="x")
+    )
     assert judging.regressions(broken, isolated_result) == [
         f"{broken.rows[0].label}: status ok → failed (could not compile)"
     ]

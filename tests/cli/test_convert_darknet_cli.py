@@ -50,7 +50,8 @@ def test_convert_darknet_decoded_with_labels(tmp_path, weights):
         ],
     )
     assert result.exit_code == 0, result.output
-    data = json.loads(report.read_text())
+    assert "'deploykit convert darknet --report FILE' is deprecated; use --report FOLDER" in result.stderr
+    data = json.loads(report.read_text())  # the 0.1 form: the file named, as before
     assert data["passed"] and data["converter"] == "darknet" and data["parameter_count"] == 8_858_734
     model = onnx.load(str(out))
     meta = {p.key: p.value for p in model.metadata_props}
@@ -84,11 +85,11 @@ def test_inspect_cfg_layer_table():
 
 def test_without_an_independent_oracle_the_verdict_word_is_unverified(tmp_path, weights):
     """One word per verdict: the converter prints ``unverified`` (with why), as the JSON and the demo do."""
-    out, report = tmp_path / "y.onnx", tmp_path / "conv.json"
+    out, report = tmp_path / "y.onnx", tmp_path / "conv"
     result = runner.invoke(app, ["convert", "darknet", str(CFG), str(weights), "-o", str(out), "--oracle", "none",
                                  "--verify-backends", "onnxruntime,openvino", "--report", str(report)])  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "unverified" in result.stdout and "agree (no independent oracle)" not in result.output
-    data = json.loads(report.read_text())
+    data = json.loads((report / "report.json").read_text())
     verdicts = data["verification"]["verdicts"] if "verification" in data else data["verdicts"]
     assert {v["status"] for v in verdicts} == {"unverified"} and {v["label"] for v in verdicts} == {"unverified"}

@@ -146,6 +146,7 @@ def test_failed_command_leaves_no_output(tiny, tmp_path, kind):
     args = ["convert", kind, *source, "-o", out, "--report", tmp_path / "nodir" / "r.json"]
     result = invoke_checked(args, writes=[out], watch=[tmp_path])
     assert result.exit_code == 1 and "nodir' does not exist" in result.stderr
+    assert f"'deploykit convert {kind} --report FILE' is deprecated; use --report FOLDER" in result.stderr
     assert not out.exists()
     out.write_bytes(b"an existing model")
     result = invoke_checked(args, writes=[out], watch=[tmp_path])
@@ -153,14 +154,15 @@ def test_failed_command_leaves_no_output(tiny, tmp_path, kind):
 
 
 def test_convert_writes_model_and_report_together(tiny, tmp_path):
-    out, report = tmp_path / "x.onnx", tmp_path / "r.json"
+    out, report = tmp_path / "x.onnx", tmp_path / "report"
     result = invoke_checked(
         ["convert", "darknet", tiny["cfg"], tiny["weights"], "-o", out, "--report", report],
         reads=[tiny["cfg"], tiny["weights"]],
-        watch=[tmp_path],
+        watch=[tmp_path, report],
     )
     assert result.exit_code == 0, result.output
-    assert out.is_file() and '"written": true' in report.read_text()
+    assert out.is_file() and '"written": true' in (report / "report.json").read_text()
+    assert "deprecated" not in result.stderr
 
 
 def test_umask_is_honoured(tiny, tmp_path):
@@ -253,6 +255,7 @@ def test_failed_verification_writes_neither_model_nor_report(tiny, tmp_path, mon
     result = invoke_checked(args, reads=[tiny["cfg"], tiny["weights"]], writes=writes, watch=[tmp_path])
     assert result.exit_code == 1
     assert "killed by signal SIGABRT" in result.output, result.output  # the crash, not a plug-in that failed to load
+    assert "'deploykit convert darknet --report FILE' is deprecated" in result.stderr  # the 0.1 form, still written
     if keep:
         assert out.is_file() and '"written": true' in report.read_text()
         assert f"report written to {report}" in result.stdout

@@ -98,9 +98,9 @@ torch = require_module("torch", "pip install 'deploykit[torch]'", "PyTorch")
 
 
 def _convert_torch(tiny, tmp_path, *extra):
-    out, report = tmp_path / "x.onnx", tmp_path / "r.json"
+    out, report = tmp_path / "x.onnx", tmp_path / "report"
     args = ["convert", "torch", f"{tiny['factory']}:tiny_cnn", "-i", "x:1x3x8x8", "-o", out, "--report", report, *extra]
-    return invoke_checked(args, writes=[out, report], watch=[tmp_path]), report
+    return invoke_checked(args, writes=[out, report], watch=[tmp_path]), report / "report.json"
 
 
 def test_checkpoint_wrapper_keys_are_found(tiny, tmp_path):

@@ -50,11 +50,12 @@ def test_the_help_names_the_oracles():
 def test_report_is_written_after_the_build_and_never_onto_the_model(tmp_path):
     import json
 
-    out, report = tmp_path / "y.onnx", tmp_path / "build.json"
+    out, report = tmp_path / "y.onnx", tmp_path / "build"
     result = runner.invoke(app, ["models", "build", "yolov2-tiny", "-o", str(out), "--random-weights",
                                  "--verify-backends", "onnxruntime", "--oracle", "none", "--report", str(report)])  # fmt: skip
     assert result.exit_code == 0, result.output
-    data = json.loads(report.read_text())
+    assert sorted(p.name for p in report.iterdir()) == ["report.json"]
+    data = json.loads((report / "report.json").read_text())
     assert data["output"] == str(out) and data["oracle"]["independent"] is False  # --oracle none
     assert any(note.startswith("weights: random") for note in data["notes"])
     again = runner.invoke(app, ["models", "build", "yolov2-tiny", "-o", str(out), "--random-weights",
@@ -64,3 +65,9 @@ def test_report_is_written_after_the_build_and_never_onto_the_model(tmp_path):
         and f"is also the path of output '{out}'" in again.stderr
         and "Traceback" not in again.output
     )
+    assert "'deploykit models build --report FILE' is deprecated" in again.stderr  # an existing file: the 0.1 form
+    new = tmp_path / "new.onnx"  # the folder form onto the model's path: refused before the build
+    folder = runner.invoke(app, ["models", "build", "yolov2-tiny", "-o", str(new), "--random-weights",
+                                 "--verify-backends", "", "--report", str(new)])  # fmt: skip
+    assert folder.exit_code == 1 and f"--report '{new}' | is also the path of output" in folder.stderr
+    assert not new.exists() and "Traceback" not in folder.output

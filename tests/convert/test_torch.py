@@ -122,7 +122,7 @@ def test_torchscript_archive_from_cli(tmp_path):
 
     archive = tmp_path / "traced.pt"
     torch.jit.save(torch.jit.trace(torch_models.small_cnn().eval(), torch.randn(1, 3, 16, 16)), str(archive))
-    out, report_path = tmp_path / "traced.onnx", tmp_path / "conv.json"
+    out, report_dir = tmp_path / "traced.onnx", tmp_path / "conv"
     result = CliRunner().invoke(
         app,
         [
@@ -134,13 +134,14 @@ def test_torchscript_archive_from_cli(tmp_path):
             "-o",
             str(out),
             "--report",
-            str(report_path),
+            str(report_dir),
             "--verify-backends",
             "ort,openvino,opencv",
         ],
     )
     assert result.exit_code == 0, result.output
-    data = json.loads(report_path.read_text())
+    assert sorted(p.name for p in report_dir.iterdir()) == ["report.json"]
+    data = json.loads((report_dir / "report.json").read_text())
     assert data["passed"] and data["exporter"] == "torchscript" and data["parameter_count"] > 0
     assert "TorchScript archives go through the TorchScript exporter" in data["notes"][0]
     assert "Conv" in data["op_histogram"]

@@ -143,12 +143,12 @@ def test_bench_shows_emulated_rows_apart_as_one_pass_never_ranked(arm64, catalog
 def test_convert_torch_verifies_its_output_on_the_host_and_on_onnxruntime_aarch64(arm64, tmp_path):
     """convert --platform host,linux/arm64: PyTorch on the host is the oracle of both rows, each
     row says its platform, the emulated target is named in the report's notes."""
-    out, report_path = tmp_path / "small.onnx", tmp_path / "small.json"
+    out, report_dir = tmp_path / "small.onnx", tmp_path / "small"
     args = ["convert", "torch", f"{REPO / 'tests/assets/torch_models.py'}:SmallCnn", "-i", "images:1x3x16x16",
-            "-o", str(out), "--report", str(report_path), "--platform", "host,linux/arm64"]  # fmt: skip
+            "-o", str(out), "--report", str(report_dir), "--platform", "host,linux/arm64"]  # fmt: skip
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    data = json.loads(report_path.read_text())
+    data = json.loads((report_dir / "report.json").read_text())
     rows = {v["candidate"]: v for v in data["verdicts"]}
     assert list(rows) == ["onnxruntime", "onnxruntime on linux/arm64"]
     assert all(v["status"] == "pass" and v["precision"] == "f32" for v in rows.values()), rows

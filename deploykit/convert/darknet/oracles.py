@@ -175,7 +175,7 @@ def _opencv(cfg: Path, weights: Path, image: np.ndarray, heads: list[dict[str, A
     try:
         found = opencv_darknet_outputs(cfg, weights, image)
     except OracleError as exc:  # an OpenCV that cannot read this cfg is no oracle
-        return None, f"OpenCV's Darknet importer could not run this cfg ({exc.message.split(' | ', 1)[-1][:200]})"
+        return None, f"OpenCV's Darknet importer could not run this cfg ({exc.problem[:200]})"
     if found is None:
         return None, f"OpenCV here has no Darknet importer (OpenCV 5 dropped it; {_NO_OPENCV4})"
     outputs, version = found
@@ -276,7 +276,7 @@ def verify(
         info = run.info or {}
         if not run.ok:
             verdicts.append(error_verdict(run.label, reference.info, run.error or "did not run",
-                                          device=info.get("device")))  # fmt: skip
+                                          device=info.get("device"), hint=run.hint))  # fmt: skip
             continue
         first = {key: value[:1] for key, value in run.outputs[0].items()}
         ours = _decoded(first, heads, head) if heads else next(iter(first.values()))
