@@ -216,7 +216,9 @@ def parse_json(body: bytes | memoryview, what: str = "request") -> dict[str, Any
             hint="send the tensor's data as a flat list (row-major) or as binary data.",
         ) from exc
     if not isinstance(value, dict):
-        raise RequestError(f"{what} | is JSON but not an object.", hint="send a JSON object with an 'inputs' list.")
+        raise RequestError(
+            f"{what} | is JSON but not an object.", hint="send a JSON object as the v2 protocol describes."
+        )
     return value
 
 

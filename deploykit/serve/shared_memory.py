@@ -48,6 +48,22 @@ class Region:
     offset: int
     byte_size: int
     memory: mmap.mmap
+    fd: int  # kept open to check the object's size before every use
+
+    def check_size(self) -> None:
+        """Refuse an object that shrank below the region since it was registered: reading a mapping
+        past the end of its file would end the server (SIGBUS). A client that shrinks it *while* the
+        server reads it can still do that; the server trusts the users of this machine that far."""
+        try:
+            size = os.fstat(self.fd).st_size
+        except OSError:
+            size = -1
+        if size < self.offset + self.byte_size:
+            raise RequestError(
+                f"region '{self.name}' | its object '{self.key}' now holds {size} bytes, fewer than the "
+                f"{self.offset + self.byte_size} registered.",
+                hint="do not truncate a registered object; unregister the region and register it again.",
+            )
 
     def status(self) -> dict[str, Any]:
         return {"name": self.name, "key": self.key, "offset": self.offset, "byte_size": self.byte_size}
@@ -112,7 +128,7 @@ class SharedMemoryRegions:
                     f"region '{name}' | is already registered (key {self._regions[name].key}).",
                     hint="unregister it first, or pick another name.",
                 )
-            self._regions[name] = Region(name, key, offset, byte_size, _map(name, key, offset, byte_size))
+            self._regions[name] = Region(name, key, offset, byte_size, *_map(name, key, offset, byte_size))
 
     def unregister(self, name: str | None = None) -> None:
         """Forget one region (``name``) or all. A request still reading a region keeps its mapping alive."""
@@ -121,9 +137,12 @@ class SharedMemoryRegions:
             if name:
                 if name not in self._regions:
                     raise self._unknown(name)
-                del self._regions[name]  # the mapping closes once no array views it any more
+                gone = [self._regions.pop(name)]  # the mapping closes once no array views it any more
             else:
+                gone = list(self._regions.values())
                 self._regions.clear()
+        for region in gone:
+            os.close(region.fd)
 
     def status(self, name: str | None = None) -> list[dict[str, Any]]:
         self._check_enabled()
@@ -153,6 +172,7 @@ class SharedMemoryRegions:
         region = self.region(name)
         offset, byte_size = _check_ints(what, offset, byte_size)
         start, end = region.span(what, offset, byte_size)
+        region.check_size()
         return memoryview(region.memory)[start:end]
 
     def write(self, what: str, name: Any, offset: Any, byte_size: Any, array: np.ndarray) -> None:
@@ -169,6 +189,7 @@ class SharedMemoryRegions:
                 hint="register and name a region of at least that many bytes.",
             )
         start, _ = region.span(what, offset, array.nbytes)
+        region.check_size()
         target = np.frombuffer(region.memory, dtype=np.uint8, count=array.nbytes, offset=start)
         target[:] = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
@@ -184,7 +205,7 @@ def _check_ints(what: str, offset: Any, byte_size: Any) -> tuple[int, int]:
     return offset, byte_size
 
 
-def _map(name: str, key: str, offset: int, byte_size: int) -> mmap.mmap:
+def _map(name: str, key: str, offset: int, byte_size: int) -> tuple[mmap.mmap, int]:
     path = SHM_ROOT / key.lstrip("/")
     try:
         fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -204,6 +225,7 @@ def _map(name: str, key: str, offset: int, byte_size: int) -> mmap.mmap:
                 f"({info.st_size} bytes).",
                 hint="register a region inside the object, or make the object larger.",
             )
-        return mmap.mmap(fd, info.st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-    finally:
+        return mmap.mmap(fd, info.st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE), fd
+    except BaseException:
         os.close(fd)
+        raise

@@ -196,3 +196,24 @@ def test_a_server_other_machines_reach_offers_no_shared_memory(catalog_paths):
         assert "system_shared_memory" not in client.get_server_metadata()["extensions"]
         message = _refused(lambda: client.register_system_shared_memory("r", "/anything", 8))
         assert "is not offered by this server" in message and "0.0.0.0" in message
+
+
+def test_an_object_truncated_after_registering_is_refused_before_it_is_read(clients):
+    """Reading a mapping past the end of its shrunk file would end the server with SIGBUS."""
+    client = clients["http"]
+    key = f"dk-shrink-{uuid.uuid4().hex[:8]}"
+    with open(f"/dev/shm/{key}", "wb") as handle:
+        handle.write(b"\0" * 3 * 4096)
+    try:
+        client.register_system_shared_memory(key, f"/{key}", 3 * 4096)
+        os.truncate(f"/dev/shm/{key}", 0)
+        a = httpclient.InferInput("a", [2, 3], "FP32")
+        a.set_shared_memory(key, 24, offset=2 * 4096)
+        b = httpclient.InferInput("b", [2, 3], "FP32")
+        b.set_data_from_numpy(np.ones((2, 3), np.float32))
+        message = _refused(lambda: client.infer("multi_io", [a, b]), "400")
+        assert f"its object '/{key}' now holds 0 bytes, fewer than the {3 * 4096} registered" in message
+        assert client.is_server_live() and client.is_model_ready("multi_io")
+    finally:
+        client.unregister_system_shared_memory()
+        os.unlink(f"/dev/shm/{key}")
