@@ -217,3 +217,26 @@ def test_an_object_truncated_after_registering_is_refused_before_it_is_read(clie
     finally:
         client.unregister_system_shared_memory()
         os.unlink(f"/dev/shm/{key}")
+
+
+def test_the_command_keeps_large_buffers_on_glibc_and_says_so(command, catalog_paths):
+    """``deploykit serve`` asks glibc to keep freed buffers (benchmarks/serve.py measures why); elsewhere it
+    says it changed nothing; ``--no-reuse-large-buffers`` leaves malloc alone."""
+    import platform
+
+    on = command(str(catalog_paths["multi_io"]), "--grpc-port", "none", "--metrics-port", "none", endpoints=("http",))
+    line = on.read_until(r"^serve: large buffers:", 10)
+    glibc = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+    assert ("large buffers: reused (glibc mmap threshold 32 MiB" in line) == glibc, line
+    off = command(
+        str(catalog_paths["multi_io"]),
+        "--no-reuse-large-buffers",
+        "--grpc-port",
+        "none",
+        "--metrics-port",
+        "none",
+        endpoints=("http",),
+    )
+    off.process.terminate()
+    code, text = off.finish(30)
+    assert code == 0 and "ready:" in text and "large buffers" not in text, text
