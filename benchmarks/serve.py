@@ -16,7 +16,14 @@ here. Prints JSON lines:
   httptools and uvloop): the before/after of that choice, interleaved in one run. ``http-binary-stdlib``
   sends the same binary request from ``http.client``: the server's and the transport's share without
   tritonclient's client-side work, whose CPU per call (``client_cpu_ms_per_call``) is on every call's path;
-- ``throughput``: MobileNetV2, 8 concurrent gRPC clients with dynamic batching against the best
+  ``http-binary-floor`` and ``grpc-floor`` send tritonclient's requests to a process that answers a canned
+  response without reading the request (raw asyncio for HTTP, grpcio's own server for gRPC): the floor
+  that no server on these transports can go below; ``http-shm`` and ``grpc-shm`` use the system
+  shared-memory extension (the input written into a registered region on every call, the output read
+  from another). ``client_malloc`` records ``MALLOC_MMAP_THRESHOLD_`` of this (client) process: glibc's
+  default, or what a run under ``MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=268435456`` set;
+- ``throughput``: MobileNetV2, 8 concurrent gRPC clients (plain, then with shared memory) with dynamic
+  batching against the best
   in-process offline throughput (batch 1 or 8, measured before and after the load, the better kept)
   of the same backend in the same run (target 0.9×); failed requests, p99, the mean batch formed,
   and the server's memory before, during and after;
@@ -136,22 +143,49 @@ def yolo_shaped(path: Path) -> Path:
     return path
 
 
-def floor_server(response: bytes) -> subprocess.Popen[str]:
-    """A server in its own process that reads one HTTP request at a time and answers ``response`` (a whole
-    HTTP response) without looking at it: what tritonclient and loopback cost with no inference server.
-    Its port is ``.port``."""
-    with tempfile.NamedTemporaryFile(delete=False, suffix=".http") as handle:
-        handle.write(response)
-    process = subprocess.Popen([sys.executable, __file__, "--floor-server", handle.name], stdout=subprocess.PIPE,
+def floor_server(response: bytes, grpc_response: bytes) -> subprocess.Popen[str]:
+    """A server in its own process that answers every HTTP request with ``response`` (a whole HTTP
+    response) and every gRPC ModelInfer with ``grpc_response`` (a serialized ModelInferResponse), reading
+    neither request: what tritonclient, loopback and grpcio's own server cost with no inference server
+    at all. Its ports are ``.port`` (HTTP) and ``.grpc_port``."""
+    paths = []
+    for data in (response, grpc_response):
+        with tempfile.NamedTemporaryFile(delete=False, suffix=".bin") as handle:
+            handle.write(data)
+        paths.append(handle.name)
+    process = subprocess.Popen([sys.executable, __file__, "--floor-server", *paths], stdout=subprocess.PIPE,
                                text=True)  # fmt: skip
     assert process.stdout is not None
-    process.port = int(process.stdout.readline())  # type: ignore[attr-defined]
-    os.unlink(handle.name)
+    ports = process.stdout.readline().split()
+    process.port, process.grpc_port = int(ports[0]), int(ports[1])  # type: ignore[attr-defined]
+    for path in paths:
+        os.unlink(path)
     return process
 
 
-def run_floor_server(path: str) -> None:
+def canned_grpc_response(output: np.ndarray, name: str) -> bytes:
+    from tritonclient.grpc import service_pb2
+
+    reply = service_pb2.ModelInferResponse(model_name="yolo", model_version="1")
+    reply.outputs.add(name=name, datatype="FP32", shape=list(output.shape))
+    reply.raw_output_contents.append(output.tobytes())
+    return reply.SerializeToString()
+
+
+def run_floor_server(path: str, grpc_path: str) -> None:
     import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    import grpc
+
+    grpc_response = Path(grpc_path).read_bytes()
+    grpc_server = grpc.server(ThreadPoolExecutor(max_workers=4), options=[("grpc.max_receive_message_length", -1)])
+    handler = grpc.unary_unary_rpc_method_handler(lambda request, context: grpc_response)  # bytes in, bytes out
+    grpc_server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("inference.GRPCInferenceService", {"ModelInfer": handler}),)
+    )
+    grpc_port = grpc_server.add_insecure_port("127.0.0.1:0")
+    grpc_server.start()
 
     try:
         import uvloop
@@ -184,7 +218,7 @@ def run_floor_server(path: str) -> None:
                     self.transport.write(response)
 
     server = loop.run_until_complete(loop.create_server(Canned, "127.0.0.1", 0))
-    print(server.sockets[0].getsockname()[1], flush=True)
+    print(server.sockets[0].getsockname()[1], grpc_port, flush=True)
     loop.run_forever()
 
 
@@ -211,8 +245,9 @@ def overhead(model: Path, label: str, rounds: int, calls: int) -> None:
         grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{ports['grpc']}")
         session = deploykit.load(model)
         ((out_name, out_value),) = session.run({"images": x}).items()
-        floor = floor_server(canned_response(out_value, out_name))
+        floor = floor_server(canned_response(out_value, out_name), canned_grpc_response(out_value, out_name))
         http_floor = httpclient.InferenceServerClient(f"127.0.0.1:{floor.port}")
+        grpc_floor = grpcclient.InferenceServerClient(f"127.0.0.1:{floor.grpc_port}")
         shm_calls, shm_cleanup = shared_memory_calls(x, out_name, out_value, http, grpc, httpclient, grpcclient)
 
         def http_call(binary: bool, client=http):
@@ -223,10 +258,10 @@ def overhead(model: Path, label: str, rounds: int, calls: int) -> None:
 
             return call
 
-        def grpc_call() -> None:
+        def grpc_call(client=grpc) -> None:
             tensor = grpcclient.InferInput("images", [1, 3, 416, 416], "FP32")
             tensor.set_data_from_numpy(x)
-            grpc.infer("yolo", [tensor])
+            client.infer("yolo", [tensor])
 
         # the same binary-data request from the standard library's http.client: what the server and the
         # transport cost once tritonclient's own client-side work (its CPU is on every call's path) is gone
@@ -261,7 +296,8 @@ def overhead(model: Path, label: str, rounds: int, calls: int) -> None:
         modes = {"in-process": lambda: session.run({"images": x}), "http-binary": http_call(True),
                  "grpc": grpc_call, "http-json": http_call(False),
                  "http-binary-h11-asyncio": http_call(True, http_baseline), "http-binary-stdlib": raw_call,
-                 "http-binary-floor": http_call(True, http_floor), **shm_calls}  # fmt: skip
+                 "http-binary-floor": http_call(True, http_floor),
+                 "grpc-floor": lambda: grpc_call(grpc_floor), **shm_calls}  # fmt: skip
         servers = {mode: baseline if mode.endswith("h11-asyncio") else floor if mode.endswith("floor") else process
                    for mode in modes}  # fmt: skip
         samples: dict[str, list[int]] = {mode: [] for mode in modes}
@@ -534,7 +570,7 @@ def startup(mobilenet: Path, yolo: Path) -> None:
 
 def main() -> None:
     if sys.argv[1:2] == ["--floor-server"]:
-        run_floor_server(sys.argv[2])
+        run_floor_server(sys.argv[2], sys.argv[3])
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
