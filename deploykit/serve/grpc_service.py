@@ -104,8 +104,8 @@ def _decode(
     sent = len(request.inputs) - sum(in_memory)
     if raw and len(raw) != sent:
         raise RequestError(
-            f"request | has {len(raw)} raw_input_contents for {sent} inputs "
-            f"({len(request.inputs) - sent} more in shared memory).",
+            f"request | has {len(raw)} raw_input_contents for {sent} inputs"
+            + (f" ({len(request.inputs) - sent} more in shared memory)." if sent < len(request.inputs) else "."),
             hint="send one raw_input_contents entry per input not in shared memory, in input order (or none "
             "and typed contents).",
         )

@@ -240,3 +240,31 @@ def test_the_command_keeps_large_buffers_on_glibc_and_says_so(command, catalog_p
     off.process.terminate()
     code, text = off.finish(30)
     assert code == 0 and "ready:" in text and "large buffers" not in text, text
+
+
+def test_grpc_bytes_that_are_no_message_and_a_raw_count_that_does_not_match(server):
+    """ModelInfer's own reading of the wire (raw contents as views): what protobuf would refuse is refused."""
+    import grpc
+    from tritonclient.grpc import service_pb2
+
+    with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")  # bytes in, bytes out
+        for broken in (b"\xff" * 20, b"\x0a\x05m", b"\x0f"):
+            with pytest.raises(grpc.RpcError) as caught:
+                call(broken, timeout=10)
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "request | is not a ModelInferRequest message" in caught.value.details()
+        request = service_pb2.ModelInferRequest(model_name="multi_io")
+        for name in ("a", "b"):
+            request.inputs.add(name=name, datatype="FP32", shape=[2, 3])
+        request.raw_input_contents.append(np.ones(6, np.float32).tobytes())
+        with pytest.raises(grpc.RpcError) as caught:
+            call(request.SerializeToString(), timeout=10)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "has 1 raw_input_contents for 2 inputs." in caught.value.details()
+        a, b = np.full(6, 3, np.float32), np.full(6, 2, np.float32)
+        request.raw_input_contents[:] = [a.tobytes(), b.tobytes()]
+        reply = service_pb2.ModelInferResponse.FromString(call(request.SerializeToString(), timeout=10))
+        got = dict(zip([o.name for o in reply.outputs], reply.raw_output_contents, strict=True))
+        np.testing.assert_array_equal(np.frombuffer(got["m_diff"], np.float32), a - b)
+        np.testing.assert_array_equal(np.frombuffer(got["z_sum"], np.float32), a + b)
