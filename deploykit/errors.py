@@ -52,6 +52,14 @@ SUBJECT_SEPARATOR = " | "
 """Between a message's subject and its problem: ``input 'images' | got shape ...``."""
 
 
+def problem_of(message: str) -> str:
+    """A message's problem: the part after its subject (``subject | problem``), or all of it. The
+    grammar every deploykit message is built with, read back where only the message was recorded
+    (a report row's ``error``)."""
+    subject, separator, problem = message.partition(SUBJECT_SEPARATOR)
+    return problem if separator else subject
+
+
 class DeployKitError(Exception):
     """Base of every error deploykit raises on purpose.
 
@@ -79,8 +87,7 @@ class DeployKitError(Exception):
     @property
     def problem(self) -> str:
         """What was wrong and what was expected: the message after its subject."""
-        subject, separator, problem = self.message.partition(SUBJECT_SEPARATOR)
-        return problem if separator else subject
+        return problem_of(self.message)
 
     def to_dict(self) -> dict[str, Any]:
         """The error as data, to cross a process boundary (JSON, a pipe) and be raised again there

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from deploykit.backends.base import SessionInfo
 from deploykit.bench.config import BenchConfig
 from deploykit.bench.stats import LatencyStats
-from deploykit.errors import DeployKitError, UsageError, legacy_message_and_hint
+from deploykit.errors import DeployKitError, UsageError, legacy_message_and_hint, problem_of
 from deploykit.tensors import TensorSpec
 from deploykit.verify.verdict import Verdict
 
@@ -36,7 +36,7 @@ def accuracy_delta(verdict: Verdict | None) -> float | None:
 def short_error(error: str | None, limit: int = 60) -> str:
     """An error message (its hint is kept apart) as a table cell, cut to ``limit`` characters
     (the full text is in the JSON)."""
-    text = (error or "").split(" | ", 1)[-1]
+    text = problem_of(error or "")
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
