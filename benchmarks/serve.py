@@ -348,8 +348,7 @@ def shared_memory_calls(x, out_name, out_value, http, grpc, httpclient, grpcclie
     key = f"dk-bench-{os.getpid()}"
     handles = {"in": shm.create_shared_memory_region("in", f"/{key}-in", x.nbytes),
                "out": shm.create_shared_memory_region("out", f"/{key}-out", out_value.nbytes)}  # fmt: skip
-    for client in (http, grpc):  # one registration is seen by both front ends (one server)
-        client.unregister_system_shared_memory()
+    # registered once over HTTP: the gRPC front end of the same server sees the same regions
     http.register_system_shared_memory("in", f"/{key}-in", x.nbytes)
     http.register_system_shared_memory("out", f"/{key}-out", out_value.nbytes)
 

@@ -29,6 +29,7 @@ from deploykit.serve.protocol import (
     check_names,
     check_shape,
     error_text,
+    region_target,
     shared_input,
     statuses,
     write_shared_outputs,
@@ -36,7 +37,7 @@ from deploykit.serve.protocol import (
 from deploykit.serve.protocol import v2_datatype as datatype_of
 from deploykit.serve.repository import Repository
 from deploykit.serve.runner import ModelRunner
-from deploykit.serve.shared_memory import BYTE_SIZE, OFFSET, REGION, SharedMemoryRegions
+from deploykit.serve.shared_memory import BYTE_SIZE, REGION, SharedMemoryRegions
 
 log = logging.getLogger("deploykit.serve")
 
@@ -149,10 +150,8 @@ def _wanted(runner: ModelRunner, request: Any) -> OutputRequest:
                 f"output '{output.name}' | is not an output of model '{runner.model.name}'; its outputs are "
                 f"{', '.join(repr(n) for n in runner.outputs)}.",
             )
-        parameters = _parameters(output.parameters)
         names.append(output.name)
-        shared.append((parameters[REGION], parameters.get(OFFSET), parameters.get(BYTE_SIZE))
-                      if REGION in parameters else None)  # fmt: skip
+        shared.append(region_target(_parameters(output.parameters)))
     if not names:
         names = list(runner.outputs)
         shared = [None] * len(names)

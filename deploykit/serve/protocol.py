@@ -236,6 +236,14 @@ class OutputRequest:
         return self.shared[index] if index < len(self.shared) else None
 
 
+def region_target(parameters: Any) -> tuple[Any, Any, Any] | None:
+    """Where a requested output's parameters ask for it to be written: (region, offset, byte size),
+    checked when it is written; None when they name no shared-memory region."""
+    if not isinstance(parameters, Mapping) or REGION not in parameters:
+        return None
+    return parameters[REGION], parameters.get(OFFSET), parameters.get(BYTE_SIZE)
+
+
 def shared_input(
     regions: SharedMemoryRegions | None, check: InputCheck, shape: tuple[int, ...], parameters: Mapping[str, Any]
 ) -> np.ndarray:
@@ -363,9 +371,7 @@ def _outputs_wanted(model: str, request: dict[str, Any], outputs: Sequence[str])
         names.append(name)
         binary.append(bool(entry_parameters.get("binary_data", default_binary)) if isinstance(
             entry_parameters, dict) else default_binary)  # fmt: skip
-        in_region = isinstance(entry_parameters, dict) and REGION in entry_parameters
-        shared.append((entry_parameters[REGION], entry_parameters.get(OFFSET), entry_parameters.get(BYTE_SIZE))
-                      if in_region else None)  # fmt: skip
+        shared.append(region_target(entry_parameters))
     return OutputRequest(tuple(names), tuple(binary), identifier, tuple(shared))
 
 

@@ -70,12 +70,13 @@ class V2Replica:
         served = [ServedModel.from_dict(m) for m in models]
         # @serve.batch forms the batches; the runner runs each at once (no second wait)
         inner = BatchPolicy(max_batch=self.policy.max_batch, max_queue_delay_ms=0.0, max_queue=self.policy.max_queue)
-        self.repository = Repository(served, inner, ServerMetrics(), load_timeout_s=self.settings.load_timeout_s)
-        self.repository.engine_parameters = {"engine": "ray", "replica": _replica_id()}
         from deploykit.serve.shared_memory import SharedMemoryRegions
 
         # a region registered through the proxy would reach one replica, maybe on another machine
-        self.repository.shared_memory = SharedMemoryRegions(False, "--engine ray spreads requests over replicas")
+        regions = SharedMemoryRegions(False, "--engine ray spreads requests over replicas")
+        self.repository = Repository(served, inner, ServerMetrics(), load_timeout_s=self.settings.load_timeout_s,
+                                     shared_memory=regions)  # fmt: skip
+        self.repository.engine_parameters = {"engine": "ray", "replica": _replica_id()}
         if self.settings.reuse_large_buffers:
             from deploykit.serve.memory import reuse_large_buffers
 

@@ -37,7 +37,13 @@ class Repository:
     """Every served model's runner, by name."""
 
     def __init__(
-        self, models: Sequence[ServedModel], policy: BatchPolicy, metrics: ServerMetrics, *, load_timeout_s: float
+        self,
+        models: Sequence[ServedModel],
+        policy: BatchPolicy,
+        metrics: ServerMetrics,
+        *,
+        load_timeout_s: float,
+        shared_memory: SharedMemoryRegions | None = None,
     ) -> None:
         check_names(models)
         self.metrics = metrics
@@ -49,9 +55,9 @@ class Repository:
         self.stopping = False
         #: what the engine adds to every model's metadata parameters (the Ray engine: its replica)
         self.engine_parameters: dict[str, Any] = {"engine": "local"}
-        #: the regions clients registered (the system shared-memory extension); the server decides
-        #: whether it offers them (loopback only)
-        self.shared_memory = SharedMemoryRegions(False, "it was not started with shared memory")
+        #: the regions clients registered (the system shared-memory extension); the engine decides
+        #: whether it offers them (the local one on loopback only)
+        self.shared_memory = shared_memory or SharedMemoryRegions(False, "it was not started with shared memory")
 
     def start(self) -> None:
         for runner in self.runners.values():

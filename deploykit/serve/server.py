@@ -21,6 +21,7 @@ from deploykit.errors import BackendUnavailableError, UsageError
 from deploykit.serve.config import BatchPolicy, RaySettings, ServedModel, ServerSettings
 from deploykit.serve.metrics import ServerMetrics
 from deploykit.serve.repository import Repository
+from deploykit.serve.shared_memory import SharedMemoryRegions
 
 if TYPE_CHECKING:
     from deploykit.serve.ray_engine import RayServer
@@ -67,12 +68,11 @@ class Server:
         self.settings = settings or ServerSettings()
         self.policy = policy or BatchPolicy()
         self.metrics = ServerMetrics()
-        self.repository = Repository(models, self.policy, self.metrics, load_timeout_s=self.settings.load_timeout_s)
-        from deploykit.serve.shared_memory import SharedMemoryRegions
-
-        self.repository.shared_memory = SharedMemoryRegions(
+        regions = SharedMemoryRegions(
             not self.settings.is_remote, f"it is bound to {self.settings.host}, which other machines reach"
         )
+        self.repository = Repository(models, self.policy, self.metrics, load_timeout_s=self.settings.load_timeout_s,
+                                     shared_memory=regions)  # fmt: skip
         self.http_port: int | None = None
         self.grpc_port: int | None = None
         self.metrics_port: int | None = None

@@ -114,12 +114,8 @@ class SharedMemoryRegions:
                 f"region '{name}' | key {key!r:.80} is not a shared-memory key.",
                 hint="pass the key given to shm_open, e.g. /input0 (one name, no other '/').",
             )
-        for field, value in (("offset", offset), ("byte_size", byte_size)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise RequestError(
-                    f"region '{name}' | {field} {value!r:.40} is not a non-negative integer.",
-                    hint="pass the region's offset and byte_size in bytes.",
-                )
+        _check_sizes(f"region '{name}'", {"offset": offset, "byte_size": byte_size},
+                     "pass the region's offset and byte_size in bytes.")  # fmt: skip
         if byte_size == 0:
             raise RequestError(f"region '{name}' | byte_size is 0.", hint="register at least one byte.")
         with self._lock:
@@ -195,14 +191,18 @@ class SharedMemoryRegions:
 
 
 def _check_ints(what: str, offset: Any, byte_size: Any) -> tuple[int, int]:
+    """A tensor's ``shared_memory_offset`` (default 0) and ``shared_memory_byte_size``, checked."""
     offset = 0 if offset is None else offset
-    for field, value in ((OFFSET, offset), (BYTE_SIZE, byte_size)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise RequestError(
-                f"{what} | {field} {value!r:.40} is not a non-negative integer.",
-                hint=f"pass {BYTE_SIZE} (and {OFFSET}, default 0) in bytes with {REGION}.",
-            )
+    _check_sizes(what, {OFFSET: offset, BYTE_SIZE: byte_size},
+                 f"pass {BYTE_SIZE} (and {OFFSET}, default 0) in bytes with {REGION}.")  # fmt: skip
     return offset, byte_size
+
+
+def _check_sizes(what: str, fields: dict[str, Any], hint: str) -> None:
+    """Every field's value a non-negative integer (not a bool), or a ``RequestError`` naming it."""
+    for field, value in fields.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise RequestError(f"{what} | {field} {value!r:.40} is not a non-negative integer.", hint=hint)
 
 
 def _map(name: str, key: str, offset: int, byte_size: int) -> tuple[mmap.mmap, int]:
