@@ -38,6 +38,15 @@ from deploykit.serve.protocol import v2_datatype as datatype_of
 from deploykit.serve.repository import Repository
 from deploykit.serve.runner import ModelRunner
 from deploykit.serve.shared_memory import BYTE_SIZE, REGION, SharedMemoryRegions
+from deploykit.serve.v2_messages import (
+    RAW_INPUT_FIELD,
+    RAW_OUTPUT_FIELD,
+    SERVICE,
+    WireError,
+    join_field,
+    messages,
+    split_field,
+)
 
 log = logging.getLogger("deploykit.serve")
 
@@ -71,8 +80,6 @@ class _InferReply:
     raw: list[memoryview]
 
     def serialize(self) -> bytes:
-        from deploykit.serve.v2_messages import RAW_OUTPUT_FIELD, join_field
-
         return join_field(self.message.SerializeToString(), RAW_OUTPUT_FIELD, self.raw)
 
 
@@ -163,8 +170,6 @@ def create_server(
 ) -> tuple[grpc.Server, int]:
     """A started-later gRPC server for ``repository`` and the port it bound."""
     from google.protobuf.message import DecodeError
-
-    from deploykit.serve.v2_messages import RAW_INPUT_FIELD, SERVICE, WireError, messages, split_field
 
     pb = messages()
 
