@@ -2,7 +2,8 @@
 
 A ``DeployKitError`` prints as one paragraph on stderr and exits 1 (``--debug``
 shows the traceback instead); usage errors exit 2 as click decides. A reader that
-closes stdout early (``| head``) ends the command quietly with 141 (128 + SIGPIPE).
+closes stdout early (``| head``) ends the command quietly with 141 (128 + SIGPIPE); Ctrl-C ends it
+with one line and 130, SIGTERM with 143 (``launch`` holds the policy while this module loads).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from . import (
     compare_cmd,
     demo_cmd,
     inspect_cmd,
+    launch,
     optimize_cmd,
     predict_cmd,
     quantize_cmd,
@@ -49,6 +51,7 @@ from .vocabulary import modernize
 # `set -o pipefail` should see what it sees from cat or grep; not 1 with an "error:" line: the
 # command did nothing wrong (click's own EPIPE handling exits 1, which reads as a failure).
 BROKEN_PIPE_EXIT = 128 + signal.SIGPIPE if hasattr(signal, "SIGPIPE") else 1
+INTERRUPTED_EXIT = 128 + signal.SIGINT  # what a shell reports for Ctrl-C
 
 
 def _stdout_is_broken(fd: int | None = None) -> bool:
@@ -95,6 +98,8 @@ class _Group(TyperGroup):
         args = modernize(args)  # the old spellings of options, with a deprecation line each
         try:  # 'deploykit --help' prints while parsing, before invoke
             return super().make_context(info_name, args, *rest, **kwargs)
+        except KeyboardInterrupt:  # click would print "Aborted!" and exit 1
+            _say_interrupted()
         except BrokenPipeError:
             if _stdout_is_broken():
                 _quiet_exit()
@@ -105,6 +110,10 @@ class _Group(TyperGroup):
             _check_working_directory()
             with output_scope():  # every output the command checks stays its own until it ends
                 return super().invoke(ctx)
+        except KeyboardInterrupt:  # click would print "Aborted!" and exit 1; a shell expects 130
+            if ctx.params.get("debug") or os.environ.get("DEPLOYKIT_DEBUG"):
+                raise
+            _say_interrupted()
         except DeployKitError as exc:
             if ctx.params.get("debug") or os.environ.get("DEPLOYKIT_DEBUG"):
                 raise
@@ -182,16 +191,37 @@ def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    # The first Ctrl-C unwinds (finally blocks remove temporary files and stop workers); a second one,
+    # while that runs, leaves at once as during start-up.
+    signal.signal(signal.SIGINT, launch.stop_at_once)
+    raise KeyboardInterrupt
+
+
+def _install_signal_policy() -> None:
+    """Ctrl-C raises KeyboardInterrupt (one line and 130 at the top, see ``_Group``); SIGTERM/SIGHUP become
+    an exit that unwinds. A signal the caller ignores (nohup, trap '' INT) stays ignored."""
+    for signum, handler in ((signal.SIGINT, _interrupt), (signal.SIGTERM, _exit_on_signal),
+                            (signal.SIGHUP, _exit_on_signal)):  # fmt: skip
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, handler)
+
+
+def _say_interrupted() -> NoReturn:
+    err_console.print(Text(launch.interrupted_line(signal.SIGINT)), soft_wrap=True)
+    raise SystemExit(INTERRUPTED_EXIT)
+
+
 def main() -> None:
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(signum) is signal.SIG_DFL:  # an ignored SIGHUP (nohup) stays ignored
-            signal.signal(signum, _exit_on_signal)
     try:  # a duplicate of stdout, to ask at exit whether its reader went away (dup2 may replace fd 1)
         original = os.dup(sys.stdout.fileno())
     except (AttributeError, OSError, ValueError):
         original = None
     try:
+        _install_signal_policy()
         app()
+    except KeyboardInterrupt:  # between the policy and click's own handling, or after it
+        _say_interrupted()
     except SystemExit as done:
         # rich meets a broken pipe with the same recipe but exits 1 (Console.on_broken_pipe, which
         # typer's help uses): its sign is stdout turned into devnull while the real pipe is broken.

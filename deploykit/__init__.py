@@ -18,47 +18,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from deploykit._version import __version__
-from deploykit.backends.base import Backend, Session, SessionInfo
-from deploykit.backends.registry import all_backends, backend_names, get_backend
-from deploykit.errors import (
-    BackendError,
-    BackendUnavailableError,
-    BundleError,
-    ConversionError,
-    DeployKitError,
-    DeviceUnavailableError,
-    InputError,
-    InvalidModelError,
-    MetadataError,
-    ModelError,
-    ModelNotFoundError,
-    OracleError,
-    OutputError,
-    ParityError,
-    QuantizationError,
-    ReportError,
-    ServeError,
-    UnknownBackendError,
-    UnsupportedLayerError,
-    UnsupportedModelError,
-    UsageError,
-)
-from deploykit.inputs import make_inputs
-from deploykit.model import Model, summarize
-from deploykit.sessions import load
-from deploykit.tensors import TensorSpec
-from deploykit.verify import (
-    OracleInfo,
-    ThresholdOverrides,
-    Thresholds,
-    Verdict,
-    VerificationReport,
-    VerifySettings,
-    compare,
-)
 
-if TYPE_CHECKING:  # the real objects, typed; imported on first use so workers and --help start fast
+# Everything is imported on first use: `deploykit` (the command) installs its signal
+# policy before anything heavy loads, and workers and --help start fast.
+if TYPE_CHECKING:  # the real objects, typed
     from deploykit import optimize, quantize, serve
+    from deploykit.backends.base import Backend, Session, SessionInfo
+    from deploykit.backends.registry import all_backends, backend_names, get_backend
     from deploykit.bench.plan import BenchPlan
     from deploykit.bench.report import BenchmarkReport
     from deploykit.bench.rows import Row
@@ -69,14 +35,89 @@ if TYPE_CHECKING:  # the real objects, typed; imported on first use so workers a
     from deploykit.convert.torch import convert_torch
     from deploykit.convert.torch_stage import TorchExportSettings
     from deploykit.distributed.batch import predict
+    from deploykit.errors import (
+        BackendError,
+        BackendUnavailableError,
+        BundleError,
+        ConversionError,
+        DeployKitError,
+        DeviceUnavailableError,
+        InputError,
+        InvalidModelError,
+        MetadataError,
+        ModelError,
+        ModelNotFoundError,
+        OracleError,
+        OutputError,
+        ParityError,
+        QuantizationError,
+        ReportError,
+        ServeError,
+        UnknownBackendError,
+        UnsupportedLayerError,
+        UnsupportedModelError,
+        UsageError,
+    )
     from deploykit.export import export_ncnn
+    from deploykit.inputs import make_inputs
+    from deploykit.model import Model, summarize
     from deploykit.optimize import OptimizePlan, OptimizeReport
     from deploykit.quantize import QuantizeReport, QuantizeSettings
+    from deploykit.sessions import load
+    from deploykit.tensors import TensorSpec
+    from deploykit.verify import (
+        OracleInfo,
+        ThresholdOverrides,
+        Thresholds,
+        Verdict,
+        VerificationReport,
+        VerifySettings,
+        compare,
+    )
     from deploykit.vision.pipelines import Classifier, Detector
     from deploykit.vision.preprocess import PreprocessOverrides
     from deploykit.vision.results import Classification, Detection, draw
 
 _LAZY = {
+    "BackendError": "deploykit.errors",
+    "BackendUnavailableError": "deploykit.errors",
+    "BundleError": "deploykit.errors",
+    "ConversionError": "deploykit.errors",
+    "DeployKitError": "deploykit.errors",
+    "DeviceUnavailableError": "deploykit.errors",
+    "InputError": "deploykit.errors",
+    "InvalidModelError": "deploykit.errors",
+    "MetadataError": "deploykit.errors",
+    "ModelError": "deploykit.errors",
+    "ModelNotFoundError": "deploykit.errors",
+    "OracleError": "deploykit.errors",
+    "OutputError": "deploykit.errors",
+    "ParityError": "deploykit.errors",
+    "QuantizationError": "deploykit.errors",
+    "ReportError": "deploykit.errors",
+    "ServeError": "deploykit.errors",
+    "UnknownBackendError": "deploykit.errors",
+    "UnsupportedLayerError": "deploykit.errors",
+    "UnsupportedModelError": "deploykit.errors",
+    "UsageError": "deploykit.errors",
+    "Backend": "deploykit.backends.base",
+    "Session": "deploykit.backends.base",
+    "SessionInfo": "deploykit.backends.base",
+    "all_backends": "deploykit.backends.registry",
+    "backend_names": "deploykit.backends.registry",
+    "get_backend": "deploykit.backends.registry",
+    "make_inputs": "deploykit.inputs",
+    "Model": "deploykit.model",
+    "summarize": "deploykit.model",
+    "load": "deploykit.sessions",
+    "TensorSpec": "deploykit.tensors",
+    "OracleInfo": "deploykit.verify",
+    "ThresholdOverrides": "deploykit.verify",
+    "Thresholds": "deploykit.verify",
+    "Verdict": "deploykit.verify",
+    "VerificationReport": "deploykit.verify",
+    "VerifySettings": "deploykit.verify",
+    "compare": "deploykit.verify",
     "BenchPlan": "deploykit.bench.plan",
     "QuantizeSettings": "deploykit.quantize.settings",
     "OptimizePlan": "deploykit.optimize.plan",
@@ -104,12 +145,16 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     import importlib
 
-    if name in ("quantize", "optimize", "ray", "serve"):  # subpackages; quantize, optimize and serve are callable
-        return importlib.import_module(f"deploykit.{name}")
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
         return value
+    if not name.startswith("_"):  # a submodule (quantize, optimize and serve are callable ones), on first use
+        try:
+            return importlib.import_module(f"deploykit.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"deploykit.{name}":
+                raise
     raise AttributeError(f"module 'deploykit' has no attribute {name!r}")
 
 

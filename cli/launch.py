@@ -1,0 +1,54 @@
+"""The first code the ``deploykit`` command runs: its signal policy, installed before anything heavy loads.
+
+Importing the app takes up to a few seconds on a busy machine (typer, rich, numpy, onnx). Python's own
+SIGINT handler would meet a Ctrl-C there with a ``KeyboardInterrupt`` traceback from deep inside an
+import, and a SIGTERM would kill the process before any ``finally`` ran. Nothing has been written yet
+while the app loads, so a signal then ends the command at once: one line on stderr and the shell's
+code for the signal (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP). Once the app is loaded,
+``cli.main.main`` takes over: Ctrl-C unwinds (temporary files removed, workers stopped) and ends the
+same way. This module imports only the standard library, and ``deploykit/__init__`` loads nothing
+heavy, so the window before the policy holds is the interpreter's own start.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from types import FrameType
+
+_NAMES: dict[int, str] = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM"}
+if hasattr(signal, "SIGHUP"):
+    _NAMES[signal.SIGHUP] = "SIGHUP"
+
+
+def interrupted_line(signum: int) -> str:
+    """The one line a command stopped by ``signum`` prints."""
+    return f"deploykit: stopped by {_NAMES.get(signum, f'signal {signum}')}."
+
+
+def stop_at_once(signum: int, frame: FrameType | None) -> None:
+    # Nothing to clean up yet: no output, no worker. os.write and os._exit are safe at any bytecode.
+    try:
+        os.write(2, (interrupted_line(signum) + "\n").encode())
+    except OSError:
+        pass
+    os._exit(128 + signum)
+
+
+def install_start_policy() -> None:
+    """Until the app takes over, SIGINT, SIGTERM and SIGHUP end the process with 128 + the signal and one line.
+    A signal the caller ignores (``nohup``, a shell's ``trap '' INT``) stays ignored."""
+    for signum in _NAMES:
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, stop_at_once)
+
+
+def main() -> None:
+    install_start_policy()
+    from deploykit.cli.main import main as run  # the heavy part: typer, rich, the commands
+
+    run()
+
+
+if __name__ == "__main__":
+    main()
