@@ -8,7 +8,7 @@ from typing import Any
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from deploykit.bench.config import parse_duration, parse_int_list
+from deploykit.bench.config import parse_int_list
 from deploykit.bench.plan import BenchPlan
 from deploykit.bench.report import BenchmarkReport
 from deploykit.bench.report_files import check_report_dir, write_report
@@ -33,10 +33,14 @@ def bench(
     threads: opt.Threads = None,
     precision: opt.Precision = None,
     scenario: str = typer.Option("singlestream", help="singlestream | offline | multistream."),
-    streams: int = typer.Option(4, help="Concurrent streams for --scenario multistream."),
+    streams: int = typer.Option(
+        4, parser=opt.Number(low=1, high=1024, integer=True), help="Concurrent streams for --scenario multistream."
+    ),
     warmup: opt.Warmup = 10,
     iterations: opt.Iterations = 100,
-    duration: str = typer.Option(None, help="Time each configuration for this long instead (10s, 500ms)."),
+    duration: float = typer.Option(
+        None, parser=opt.Duration(), help="Time each configuration for this long instead (10s, 500ms, 2m)."
+    ),
     inputs: Path = typer.Option(
         None,
         "--inputs",
@@ -62,7 +66,7 @@ def bench(
     ),
     in_process: bool = typer.Option(False, "--in-process", help="Measure in this process, not a subprocess each."),
     cost_per_hour: float = typer.Option(
-        None, "--cost-per-hour", help="Device price per hour → cost per 1M inferences."
+        None, "--cost-per-hour", parser=opt.Number(low=0), help="Device price per hour → cost per 1M inferences."
     ),
     options: opt.BackendOptions = [],  # noqa: B006
     report_dir: Path = typer.Option(
@@ -75,7 +79,9 @@ def bench(
     images: Path = typer.Option(None, "--images", parser=path_in, help="With --pipeline: a folder of images."),
     fleet: str = typer.Option(None, "--fleet", help="Ray cluster address: bench on every device node, merged."),
     devices: str = typer.Option(None, "--devices", help="With --fleet: device names a,b (default: all)."),
-    device_timeout: str = typer.Option("30m", "--device-timeout", help="With --fleet: time limit per device."),
+    device_timeout: float = typer.Option(
+        "30m", "--device-timeout", parser=opt.Duration(), help="With --fleet: time limit per device."
+    ),
     recheck: bool = typer.Option(
         False, "--recheck", help="With a bundle: measure its choice here and compare with what it recorded."
     ),
@@ -121,7 +127,7 @@ def bench(
         streams=streams,
         warmup=warmup,
         iterations=iterations,
-        duration_s=parse_duration(duration) if duration else None,
+        duration_s=duration,
         shapes=shape_settings,
         batch_axes=axes,
         seed=check_seed(seed),
@@ -140,7 +146,7 @@ def bench(
             raise UsageError(
                 "--inputs | is not sent to fleet nodes.", hint="fleet benchmarks use seeded random inputs."
             )
-        bench_fleet(model, fleet, devices, parse_duration(device_timeout), plan, report_dir, as_json)
+        bench_fleet(model, fleet, devices, device_timeout, plan, report_dir, as_json)
         return
 
     if pipeline is not None:

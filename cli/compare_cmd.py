@@ -26,7 +26,9 @@ def compare(
     ),
     shapes: opt.Shapes = [],  # noqa: B006
     batch_axes: opt.BatchAxes = [],  # noqa: B006
-    batch: int = typer.Option(None, help="Batch size of random inputs (default: the model's own, or 1)."),
+    batch: int = typer.Option(
+        None, parser=opt.COUNT, help="Batch size of random inputs (default: the model's own, or 1)."
+    ),
     seed: opt.Seed = 0,
     atol: opt.Atol = None,
     rtol: opt.Rtol = None,

@@ -112,7 +112,7 @@ def torch_command(
     ),
     dynamic: list[str] = typer.Option([], "--dynamic", help="NAME:AXIS=LABEL, e.g. images:0=batch."),
     output_names: str = typer.Option(None, "--output-names", help="Comma-separated output names."),
-    opset: int = typer.Option(17, help="ONNX opset to target."),
+    opset: int = typer.Option(17, parser=opt.Number(low=1, high=1000, integer=True), help="ONNX opset to target."),
     exporter: str = typer.Option(
         "auto",
         help="auto (TorchScript below opset 18, else dynamo; the other on failure) | dynamo | torchscript.",
@@ -121,16 +121,23 @@ def torch_command(
     verify_backends: str = typer.Option(
         DEFAULT_BACKEND, "--verify-backends", help="Comma-separated backends that must match PyTorch."
     ),
-    atol: float = typer.Option(None, help="Absolute tolerance (default by precision: f32 1e-4)."),
-    rtol: float = typer.Option(None, help="Relative tolerance (default by precision: f32 1e-3)."),
+    atol: float = typer.Option(
+        None, parser=opt.Number(low=0), help="Absolute tolerance (default by precision: f32 1e-4)."
+    ),
+    rtol: float = typer.Option(
+        None, parser=opt.Number(low=0), help="Relative tolerance (default by precision: f32 1e-3)."
+    ),
     keep_on_mismatch: bool = typer.Option(
         False, "--keep-on-mismatch", help="Write the .onnx even if the verification fails (still exits 1)."
     ),
     trust_pickle: bool = typer.Option(False, "--trust-pickle", help=TRUST_PICKLE_HELP),
     report_dir: Path = typer.Option(None, "--report", readable=False, parser=folder_out, help=REPORT_HELP),
-    seed: int = typer.Option(0, help="Seed for the random example inputs."),
+    seed: int = typer.Option(0, parser=opt.SEED, help="Seed for the random example inputs."),
     timeout: float = typer.Option(
-        900, "--timeout", help="Seconds the PyTorch side (your factory, PyTorch, the export) and each backend may take."
+        900,
+        "--timeout",
+        parser=opt.Duration(),
+        help="How long the PyTorch side (your factory, PyTorch, the export) and each backend may take.",
     ),
     platform: str = PLATFORM_OPTION,
 ) -> None:
@@ -185,10 +192,11 @@ def darknet_command(
     ),
     batch: str = typer.Option("1", help="Batch size, or 'dynamic'."),
     head: str = typer.Option("raw", help="raw (each [yolo]/[region] output) | decoded (one detections tensor)."),
-    opset: int = typer.Option(13, help="ONNX opset (13 to 21)."),
+    opset: int = typer.Option(13, parser=opt.Number(low=1, high=1000, integer=True), help="ONNX opset (13 to 21)."),
     opencv_threshold: float = typer.Option(
         None,
         "--opencv-threshold",
+        parser=opt.FRACTION,
         help="With --head decoded: zero class scores ≤ this, as OpenCV 4.x does (0.2).",
     ),
     labels: Path = typer.Option(

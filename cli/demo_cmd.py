@@ -23,6 +23,7 @@ from rich.markup import escape
 
 from deploykit.errors import DeployKitError
 
+from . import options as opt
 from .bench_view import bench_table
 from .console import console
 from .paths import folder_out
@@ -176,9 +177,12 @@ def demo(
         parser=folder_out,
         help="Where to write models, the drawn detections and the report (default: a new temp dir).",
     ),
-    iterations: int = typer.Option(30, min=1, help="Timed runs per backend in the benchmark."),
-    optimize_budget: str = typer.Option(
-        OPTIMIZE_BUDGET, "--optimize-budget", help="Time budget of step 7's optimize, per model (e.g. 2m, 45s)."
+    iterations: int = typer.Option(30, parser=opt.COUNT, help="Timed runs per backend in the benchmark."),
+    optimize_budget: float = typer.Option(
+        OPTIMIZE_BUDGET,
+        "--optimize-budget",
+        parser=opt.Duration(),
+        help="Time budget of step 7's optimize, per model (e.g. 2m, 45s).",
     ),
 ) -> None:
     """Convert → verify → classify → detect → benchmark → report, on real models from packages (no downloads)."""
@@ -338,7 +342,7 @@ def _optimize_photos(workdir: Path) -> Path | None:
     return folder
 
 
-def _optimize_all(models: list[Path], workdir: Path, budget: str) -> list[str]:
+def _optimize_all(models: list[Path], workdir: Path, budget: float) -> list[str]:
     """Each model optimized into ``<model>-bundle/``; prints the choice and why."""
     from deploykit.optimize import OptimizePlan, optimize
 

@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from deploykit.bench.report_files import check_report_dir
 from deploykit.errors import BackendUnavailableError, UsageError
 
+from . import options as opt
 from .bench_view import fleet_table
 from .console import console, err_console, print_json
 
@@ -131,7 +132,9 @@ def bench_fleet(
 def join(
     address: str = typer.Option(..., "--address", help="The head node, HOST:6379 (as `ray start --address`)."),
     name: str = typer.Option(None, "--name", help="Device name (default: from this device's fingerprint)."),
-    num_cpus: int = typer.Option(None, "--num-cpus", help="CPUs this node offers to Ray (default: all)."),
+    num_cpus: int = typer.Option(
+        None, "--num-cpus", parser=opt.COUNT, help="CPUs this node offers to Ray (default: all)."
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the `ray start` command instead of running it."),
 ) -> None:
     """Join this device to a Ray cluster with the resource deploykit-device:<name>."""

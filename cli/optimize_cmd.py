@@ -89,13 +89,15 @@ def optimize(
     max_drop: str = typer.Option("1%", "--max-drop", help="Accuracy budget: mAP@0.5 / top-1 agreement drop vs f32."),
     backends: opt.Backends = [],  # noqa: B006  (typer reads the default; never mutated)
     scenario: str = typer.Option("singlestream", help="singlestream (rank by p50) | offline (rank by throughput)."),
-    time_budget: str = typer.Option("5m", "--time-budget", help="The whole search's time budget, e.g. 90s or 10m."),
+    time_budget: float = typer.Option(
+        "5m", "--time-budget", parser=opt.Duration(), help="The whole search's time budget, e.g. 90s, 10m or 1h."
+    ),
     no_quantize: bool = typer.Option(False, "--no-quantize", help="Search the float model's precisions only."),
     threads: str = typer.Option(None, help="Thread counts to search, e.g. 1,2 (default: 1, 2, 4 ... CPUs)."),
     batch: str = typer.Option(None, help="--scenario offline: batch sizes to search (default 1,8)."),
     engine: str = typer.Option("ort,nncf", "--quantizer", help="INT8 quantizers: ort, nncf (NNCF where installed)."),
     force: bool = typer.Option(False, "--force", help="Replace the bundle in a non-empty --output folder."),
-    seed: int = typer.Option(0, help="Seed of the image split."),
+    seed: int = typer.Option(0, parser=opt.SEED, help="Seed of the image split."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON report instead of the summary."),
 ) -> None:
     """Find the fastest configuration that still gives the right answer; write it as a bundle."""

@@ -8,15 +8,95 @@ every other command that times something; ``bench``, ``compare``, ``optimize``, 
 
 from __future__ import annotations
 
-from typing import Annotated
+import math
+from dataclasses import dataclass
+from typing import Annotated, Any
 
 import typer
 
 from deploykit.backends.options import OptionValue
+from deploykit.errors import UsageError
+from deploykit.validation import MAX_SEED, number_problem, parse_duration
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S
 from deploykit.verify.settings import ThresholdOverrides
 
 from .console import coerce, parse_pairs
+
+
+@dataclass(frozen=True)
+class Number:
+    """The parser of every numeric option (``parser=Number(low=0)``): an integer or a finite number in a range.
+    NaN, infinity, a value out of range or not a number is a usage error (exit 2) that names the flag and
+    the range: click prefixes the flag to what this raises."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    integer: bool = False
+
+    @property
+    def __name__(self) -> str:  # click's FuncParamType names the type after the function
+        return "integer" if self.integer else "number"
+
+    def __call__(self, value: Any) -> Any:
+        number: Any = value  # a default arrives as the command declared it
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            text = str(value).strip()
+            try:
+                number = int(text, 10) if self.integer else float(text)
+            except ValueError:
+                number = text
+        if number is None:
+            return None
+        problem = number_problem(number, low=self.low, high=self.high, low_open=self.low_open,
+                                 high_open=self.high_open, integer=self.integer)  # fmt: skip
+        if problem:
+            raise typer.BadParameter(f"'{value}': {problem}.")
+        return int(number) if self.integer else number
+
+    def bad_values(self) -> list[str]:
+        """Values this parser refuses (for the fuzzer): not numbers, NaN, infinities, just past each bound."""
+        values = ["abc", "nan", "inf", "1e999"]
+        step = 1 if self.integer else 1e-9
+        if self.low is not None:
+            values.append(repr(self.low if self.low_open else self.low - max(step, abs(self.low) * 1e-9)))
+        if self.high is not None:
+            values.append(repr(self.high if self.high_open else self.high + max(step, abs(self.high) * 1e-9)))
+        if self.integer:
+            values.append("1.5")
+        return [v.removesuffix(".0") if self.integer else v for v in values]
+
+
+@dataclass(frozen=True)
+class Duration:
+    """The parser of every option that takes a duration (``parser=Duration()``): the one grammar,
+    ``validation.parse_duration`` (``500us``, ``2ms``, ``1.5s``, ``90s``, ``2m``, ``1h``; a bare number is
+    seconds) → seconds. Anything else is a usage error (exit 2) that names the flag."""
+
+    allow_zero: bool = False
+
+    @property
+    def __name__(self) -> str:
+        return "duration"
+
+    def __call__(self, value: Any) -> Any:
+        if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
+            if value is not None and not (math.isfinite(value) and (value > 0 or (self.allow_zero and value == 0))):
+                raise typer.BadParameter(f"'{value}' is not a duration.")
+            return value
+        try:
+            return parse_duration(str(value), allow_zero=self.allow_zero)
+        except UsageError as exc:
+            raise typer.BadParameter(f"'{value}': {exc.problem} Hint: {exc.hint}") from None
+
+    def bad_values(self) -> list[str]:
+        return ["abc", "nan", "inf", "-1s", "5 parsecs", "2d", "200h", *([] if self.allow_zero else ["0"])]
+
+
+SEED = Number(low=0, high=MAX_SEED, integer=True)
+COUNT = Number(low=1, high=10**9, integer=True)  # runs, samples, rows, replicas: at least one
+FRACTION = Number(low=0, high=1)
 
 BACKEND_HELP = "BACKEND or BACKEND:DEVICE (repeat); default: every available backend × device."
 ORACLE_HELP = (
@@ -32,8 +112,10 @@ BackendOptions = Annotated[
     list[str],
     typer.Option("--option", "-O", help="Backend option KEY=VALUE, repeatable (see 'deploykit backends --options')."),
 ]
-Iterations = Annotated[int, typer.Option("--iterations", "-n", help="Timed runs per configuration.")]
-Warmup = Annotated[int, typer.Option("--warmup", help="Untimed runs before timing.")]
+Iterations = Annotated[int, typer.Option("--iterations", "-n", parser=COUNT, help="Timed runs per configuration.")]
+Warmup = Annotated[
+    int, typer.Option("--warmup", parser=Number(low=0, high=10**9, integer=True), help="Untimed runs before timing.")
+]
 Threads = Annotated[
     str | None, typer.Option("--threads", help="Thread count(s) to sweep, e.g. 1,2 (default: the runtime's own).")
 ]
@@ -41,17 +123,33 @@ Precision = Annotated[
     str | None,
     typer.Option("--precision", help="Precision(s), e.g. f32,bf16,f16,int8 (each backend runs those it has here)."),
 ]
-Seed = Annotated[int, typer.Option("--seed", help="Seed for random inputs.")]
-Timeout = Annotated[float, typer.Option("--timeout", help="Seconds one worker process may take.")]
+Seed = Annotated[int, typer.Option("--seed", parser=SEED, help="Seed for random inputs.")]
+Timeout = Annotated[
+    float, typer.Option("--timeout", parser=Duration(), help="How long one worker process may take (90s, 15m, 1h).")
+]
 Oracle = Annotated[str, typer.Option("--oracle", help=ORACLE_HELP)]
 Shapes = Annotated[list[str], typer.Option("--shape", help=SHAPE_HELP)]
 BatchAxes = Annotated[list[str], typer.Option("--batch-axis", help=BATCH_AXIS_HELP)]
-Atol = Annotated[float | None, typer.Option("--atol", help="f32 absolute tolerance (default 1e-4).")]
-Rtol = Annotated[float | None, typer.Option("--rtol", help="f32 relative tolerance (default 1e-3).")]
-MinCosine = Annotated[float | None, typer.Option("--min-cosine", help="Reduced precision: per-output cosine.")]
-MinSnr = Annotated[float | None, typer.Option("--min-snr", help="Reduced precision: per-output SNR in dB.")]
-MinTop1 = Annotated[float | None, typer.Option("--min-top1-agreement", help="Classifiers on images: top-1 agreement.")]
-MinMap = Annotated[float | None, typer.Option("--min-map", help="Detectors on images: mAP@0.5 against the f32 model.")]
+Atol = Annotated[
+    float | None, typer.Option("--atol", parser=Number(low=0), help="f32 absolute tolerance (default 1e-4).")
+]
+Rtol = Annotated[
+    float | None, typer.Option("--rtol", parser=Number(low=0), help="f32 relative tolerance (default 1e-3).")
+]
+MinCosine = Annotated[
+    float | None,
+    typer.Option("--min-cosine", parser=Number(low=-1, high=1), help="Reduced precision: per-output cosine."),
+]
+MinSnr = Annotated[
+    float | None, typer.Option("--min-snr", parser=Number(), help="Reduced precision: per-output SNR in dB.")
+]
+MinTop1 = Annotated[
+    float | None,
+    typer.Option("--min-top1-agreement", parser=FRACTION, help="Classifiers on images: top-1 agreement."),
+]
+MinMap = Annotated[
+    float | None, typer.Option("--min-map", parser=FRACTION, help="Detectors on images: mAP@0.5 against the f32 model.")
+]
 
 DEFAULT_TIMEOUT = DEFAULT_TIMEOUT_S
 

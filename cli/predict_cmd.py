@@ -67,10 +67,10 @@ def predict(
     device: opt.Device = None,
     task: str = typer.Option("auto", help="auto | detect | classify (auto reads the model's metadata)."),
     labels: Path = typer.Option(None, parser=path_in, help="Class names file (default: from the model's metadata)."),
-    conf: float = typer.Option(0.25, help="Detection: minimum score."),
-    iou: float = typer.Option(0.45, help="Detection: NMS IoU threshold."),
+    conf: float = typer.Option(0.25, parser=opt.FRACTION, help="Detection: minimum score."),
+    iou: float = typer.Option(0.45, parser=opt.FRACTION, help="Detection: NMS IoU threshold."),
     agnostic: bool = typer.Option(False, "--agnostic", help="Detection: NMS across classes."),
-    top_k: int = typer.Option(5, "--top-k", help="Classification: how many classes to show."),
+    top_k: int = typer.Option(5, "--top-k", parser=opt.COUNT, help="Classification: how many classes to show."),
     imagenet: bool = typer.Option(
         False, "--imagenet", help="Classification: ImageNet mean/std (default: the model's metadata, else none)."
     ),
@@ -82,9 +82,14 @@ def predict(
     ),
     engine: str = typer.Option("local", "--engine", help="local | ray: with --output, where a folder of images runs."),
     address: str = typer.Option(None, "--address", help="--engine ray: cluster to join (default: a local Ray)."),
-    actors: int = typer.Option(None, "--actors", help="--engine ray: actors (default: cluster CPUs / per actor)."),
+    actors: int = typer.Option(
+        None, "--actors", parser=opt.COUNT, help="--engine ray: actors (default: cluster CPUs / per actor)."
+    ),
     cpus_per_actor: float = typer.Option(
-        None, "--cpus-per-actor", help="--engine ray: CPUs (= threads) per actor (default 1, or the bundle's threads)."
+        None,
+        "--cpus-per-actor",
+        parser=opt.Number(low=0, low_open=True, high=4096),
+        help="--engine ray: CPUs (= threads) per actor (default 1, or the bundle's threads).",
     ),
     out: str = typer.Option(None, "--output", "-o", help="A folder (or URI) for one JSON row per image (resumable)."),
     check: bool = typer.Option(

@@ -93,8 +93,15 @@ def quantize(
     fp16: bool = typer.Option(False, "--fp16", help="Convert to float16 (inputs/outputs stay float32) instead."),
     engine: str = typer.Option("ort", "--quantizer", help="ort (ONNX Runtime static QDQ) | nncf (OpenVINO NNCF)."),
     method: str = typer.Option(None, "--method", help="ort calibration: minmax (default) | entropy | percentile."),
-    calibration_size: int = typer.Option(100, "--calibration-size", help="At most this many calibration samples."),
-    held_out: float = typer.Option(0.2, "--held-out", help="Fraction kept for the accuracy delta, never calibrated."),
+    calibration_size: int = typer.Option(
+        100, "--calibration-size", parser=opt.COUNT, help="At most this many calibration samples."
+    ),
+    held_out: float = typer.Option(
+        0.2,
+        "--held-out",
+        parser=opt.Number(low=0, high=1, high_open=True),
+        help="Fraction kept for the accuracy delta, never calibrated.",
+    ),
     evaluate_on: Path = typer.Option(
         None, "--eval", parser=path_in, help="Folder of evaluation images instead of the held-out split."
     ),
@@ -106,7 +113,9 @@ def quantize(
     speed: bool = typer.Option(True, "--speed/--no-speed", help="Time f32 and the result on each backend."),
     backends: str = typer.Option(None, "--backends", "-b", help="Backend specs to time (default: all available)."),
     iterations: opt.Iterations = 50,
-    rounds: int = typer.Option(3, "--rounds", help="f32 and the result alternate this many times (median p50)."),
+    rounds: int = typer.Option(
+        3, "--rounds", parser=opt.COUNT, help="f32 and the result alternate this many times (median p50)."
+    ),
     ir: Path = typer.Option(None, "--ir", parser=file_out, help="Also write OpenVINO IR (.xml + .bin) here."),
     json_path: Path = typer.Option(None, "--json", parser=file_out, help="Write the report as JSON here."),
     seed: opt.Seed = 0,

@@ -13,6 +13,7 @@ from deploykit.errors import UsageError
 from deploykit.io import atomic_path, check_outputs
 from deploykit.validation import check_number
 
+from . import options as opt
 from .bench_view import print_bench_report
 from .console import console, err_console
 from .paths import file_out, path_in
@@ -25,7 +26,9 @@ def report(
     baseline: Path = typer.Option(
         None, "--baseline", parser=path_in, help="An earlier report.json to check for regressions."
     ),
-    threshold: float = typer.Option(0.10, help="Allowed slowdown before it is a regression (0.10 = 10%)."),
+    threshold: float = typer.Option(
+        0.10, parser=opt.Number(low=0), help="Allowed slowdown before it is a regression (0.10 = 10%)."
+    ),
     output: Path = typer.Option(
         None, "--output", "-o", readable=False, parser=file_out, help="With merge: the HTML file to write."
     ),

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from deploykit.errors import UsageError
+from deploykit.validation import is_bare_number
 
 if TYPE_CHECKING:
     from deploykit.serve.ray_engine import RayServer
@@ -46,6 +47,21 @@ def _token(path: Path | None) -> str | None:
     return token
 
 
+def _queue_delay_ms(value: str | float) -> float:
+    """The one duration grammar (``2ms``, ``500us``, ``0``); a bare number other than 0 keeps its documented
+    meaning here, milliseconds, with a deprecation line: everywhere else a bare number is seconds."""
+    seconds = opt.Duration(allow_zero=True)(value)  # refuses what is no duration, naming the flag
+    if isinstance(value, str) and is_bare_number(value) and seconds != 0:
+        err_console.print(
+            f"warning: --max-queue-delay {value} has no unit and is read as {value} ms, as before; write "
+            f"{value}ms (a bare number will mean seconds, as it does in every other option).",
+            soft_wrap=True,
+            highlight=False,
+        )
+        return float(seconds)
+    return float(seconds) * 1e3 if isinstance(value, str) else float(value)
+
+
 def serve(
     models: list[str] = typer.Argument(
         ..., help="The .onnx files or optimize bundle folders to serve; NAME=path names one."
@@ -64,16 +80,25 @@ def serve(
     ),
     device: opt.Device = None,
     options: opt.BackendOptions = [],  # noqa: B006  (typer reads the default; never mutated)
-    max_batch: int = typer.Option(8, "--max-batch", help="Rows per forward pass for dynamic-batch models (1: off)."),
-    max_queue_delay: str = typer.Option("2ms", "--max-queue-delay", help="How long a batch waits to fill (2ms)."),
-    max_queue: int = typer.Option(256, "--max-queue", help="Requests waiting per model before 503."),
-    instances: int = typer.Option(1, "--instances", help="Sessions per model, run side by side."),
+    max_batch: int = typer.Option(
+        8, "--max-batch", parser=opt.COUNT, help="Rows per forward pass for dynamic-batch models (1: off)."
+    ),
+    max_queue_delay_ms: float = typer.Option(
+        "2ms", "--max-queue-delay", parser=_queue_delay_ms, help="How long a batch waits to fill (2ms, 500us, 0)."
+    ),
+    max_queue: int = typer.Option(256, "--max-queue", parser=opt.COUNT, help="Requests waiting per model before 503."),
+    instances: int = typer.Option(1, "--instances", parser=opt.COUNT, help="Sessions per model, run side by side."),
     isolate: bool = typer.Option(
         False, "--isolate", help="Run sessions in worker processes: a crashing backend costs its model only."
     ),
     max_request_size: str = typer.Option("64MB", "--max-request-size", help="Largest request body accepted."),
     token_file: Path = typer.Option(None, "--token-file", help="Require 'Authorization: Bearer TOKEN' (HTTP, gRPC)."),
-    shutdown_timeout: float = typer.Option(10.0, "--shutdown-timeout", help="Seconds to finish requests on SIGTERM."),
+    shutdown_timeout: float = typer.Option(
+        10.0,
+        "--shutdown-timeout",
+        parser=opt.Duration(allow_zero=True),
+        help="Time to finish requests on SIGTERM (10s).",
+    ),
     reuse_large_buffers: bool = typer.Option(
         True,
         "--reuse-large-buffers/--no-reuse-large-buffers",
@@ -81,9 +106,18 @@ def serve(
     ),
     engine: str = typer.Option("local", "--engine", help="local (this process) | ray (a Ray Serve deployment)."),
     address: str = typer.Option(None, "--address", help="--engine ray: cluster to join (default: a local Ray)."),
-    replicas: int = typer.Option(None, "--replicas", help="--engine ray: replicas, each with its own sessions (1)."),
-    min_replicas: int = typer.Option(None, "--min-replicas", help="--engine ray: autoscaling lower bound."),
-    max_replicas: int = typer.Option(None, "--max-replicas", help="--engine ray: autoscaling upper bound."),
+    replicas: int = typer.Option(
+        None, "--replicas", parser=opt.COUNT, help="--engine ray: replicas, each with its own sessions (1)."
+    ),
+    min_replicas: int = typer.Option(
+        None,
+        "--min-replicas",
+        parser=opt.Number(low=0, high=10**6, integer=True),
+        help="--engine ray: autoscaling lower bound.",
+    ),
+    max_replicas: int = typer.Option(
+        None, "--max-replicas", parser=opt.COUNT, help="--engine ray: autoscaling upper bound."
+    ),
 ) -> None:
     """Serve models over the KServe v2 protocol (HTTP and gRPC) with dynamic batching and metrics."""
     from deploykit.serve.config import (
@@ -91,7 +125,6 @@ def serve(
         RaySettings,
         ServedModel,
         ServerSettings,
-        parse_duration_ms,
         parse_size_bytes,
     )
 
@@ -117,7 +150,7 @@ def serve(
                           max_replicas=max_replicas)  # fmt: skip
 
     backend_options = {k: coerce(v) for k, v in parse_pairs(options, "--option").items()}
-    policy = BatchPolicy(max_batch=max_batch, max_queue_delay_ms=parse_duration_ms(max_queue_delay),
+    policy = BatchPolicy(max_batch=max_batch, max_queue_delay_ms=max_queue_delay_ms,
                          max_queue=max_queue)  # fmt: skip
     settings = ServerSettings(
         host=host, http_port=_port(http_port, "--http-port"), grpc_port=_port(grpc_port, "--grpc-port"),

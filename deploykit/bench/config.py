@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from deploykit.errors import UsageError
+from deploykit.validation import parse_duration as _parse_duration
 
 SCENARIOS = ("singlestream", "offline", "multistream")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min)?\s*$")
 
 
 @dataclass(frozen=True)
@@ -69,13 +68,6 @@ def parse_int_list(text: str, what: str) -> list[int]:
     return values
 
 
-def parse_duration(text: str) -> float:
-    """``10s``, ``500ms``, ``2m``, ``1.5`` (seconds) → seconds."""
-    match = _DURATION.match(text)
-    if not match or float(match.group(1)) <= 0:
-        raise UsageError(
-            f"duration '{text}' | expected a positive number with an optional unit ms, s or m.",
-            hint="e.g. --duration 10s or --duration 500ms.",
-        )
-    value, unit = float(match.group(1)), match.group(2) or "s"
-    return value * {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0}[unit]
+def parse_duration(text: str, name: str = "duration") -> float:
+    """``10s``, ``500ms``, ``2m``, ``1h``, ``1.5`` (seconds) → seconds (``validation.parse_duration``)."""
+    return _parse_duration(text, name=name)

@@ -18,6 +18,7 @@ from typing import Any
 from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.errors import UsageError
 from deploykit.model import check_model_path
+from deploykit.validation import is_bare_number, parse_duration
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -304,12 +305,12 @@ class RaySettings:
 
 
 def parse_duration_ms(text: str) -> float:
-    """``2ms``, ``500us``, ``0.01s`` or a bare number of milliseconds → milliseconds."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(us|µs|ms|s)?\s*", text)
-    if not match:
-        raise UsageError(f"--max-queue-delay '{text}' | is not a duration.", hint="write e.g. 2ms, 500us or 0.01s.")
-    value = float(match.group(1))
-    return value * {"us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3, None: 1.0}[match.group(2)]
+    """``2ms``, ``500us``, ``0.01s`` (the one duration grammar, ``validation.parse_duration``) → milliseconds.
+    A bare number keeps its old meaning here, milliseconds (``--max-queue-delay`` documented it so); the
+    command says it is deprecated."""
+    if is_bare_number(text):
+        return float(text)
+    return parse_duration(text, name="--max-queue-delay", allow_zero=True) * 1e3
 
 
 def parse_size_bytes(text: str) -> int:

@@ -40,14 +40,17 @@ def test_cost_per_million():
     assert cost_per_million(0.36, 1000.0) == pytest.approx(0.1)
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("10s", 10.0), ("500ms", 0.5), ("2m", 120.0), ("1.5", 1.5)])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("10s", 10.0), ("500ms", 0.5), ("2m", 120.0), ("1.5", 1.5), ("1h", 3600.0), ("500us", 5e-4), (".5s", 0.5)],
+)
 def test_durations(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("text", ["", "ten", "-1s", "0s", "5h"])
+@pytest.mark.parametrize("text", ["", "ten", "-1s", "0s", "nan", "inf", "1e3s", "8d", "200h", "5 parsecs"])
 def test_bad_durations(text):
-    with pytest.raises(UsageError, match=r"duration '.*' \| expected a positive number with an optional unit"):
+    with pytest.raises(UsageError, match=r"duration '.*' \| expected a duration more than 0 and at most a week"):
         parse_duration(text)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -97,6 +98,11 @@ def invoke_checked(
         with open(log, "a") as handle:
             handle.write(f"{result.exit_code}\t{' '.join(map(str, args))[:300]}\n")
     return result
+
+
+def usage_said(output: str) -> str:
+    """click's usage-error panel as one line of text (the panel draws a box and wraps long messages)."""
+    return re.sub(r"\s+", " ", re.sub(r"[│╭╮╰╯─]", " ", output)).strip()
 
 
 @pytest.fixture(scope="session")
