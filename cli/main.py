@@ -13,6 +13,7 @@ import select
 import signal
 import stat
 import sys
+import warnings
 from typing import Any, NoReturn
 
 import typer
@@ -93,6 +94,12 @@ def _check_working_directory() -> None:
         ) from None
 
 
+def _show_warning(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+    """A library warning (a bundle chosen on another machine, a leftover removed) as one line, never as
+    Python's "file:line: Category" with a source line under it."""
+    err_console.print(Text(f"warning: {one_line(str(message), None)}"), soft_wrap=True)
+
+
 class _Group(TyperGroup):
     def make_context(self, info_name: str | None, args: list[str], *rest: Any, **kwargs: Any) -> Any:
         args = modernize(args)  # the old spellings of options, with a deprecation line each
@@ -108,7 +115,8 @@ class _Group(TyperGroup):
     def invoke(self, ctx: Any) -> Any:  # click's Context (typer vendors click privately)
         try:
             _check_working_directory()
-            with output_scope():  # every output the command checks stays its own until it ends
+            with output_scope(), warnings.catch_warnings():  # outputs stay this command's until it ends
+                warnings.showwarning = _show_warning
                 return super().invoke(ctx)
         except KeyboardInterrupt:  # click would print "Aborted!" and exit 1; a shell expects 130
             if ctx.params.get("debug") or os.environ.get("DEPLOYKIT_DEBUG"):

@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import os
 import shutil
 import signal
 import stat
 import tempfile
 import threading
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -638,11 +640,38 @@ def scratch_dir(beside: PathLike) -> Iterator[Path]:
             yield directory
 
 
+class LeftoverWarning(UserWarning):
+    """A working folder that an interrupted run (SIGKILL, a power cut) left beside an output was removed."""
+
+
+def _scratch_prefix(beside: PathLike) -> str:
+    # Named after its output, so that the next run onto the same output, holding its lock, knows that
+    # any folder of this name is a leftover and no live run's.
+    return f"{TEMPORARY_PREFIX}{Path(beside).name[:100]}.work-"
+
+
+def _remove_leftovers(parent: Path, prefix: str, beside: PathLike) -> None:
+    """Remove the working folders an earlier, killed run onto the same output left, and say so. Called with
+    the output's lock held (``claim_output``): no live run onto this output can own them."""
+    with contextlib.suppress(OSError):
+        for leftover in parent.glob(f"{glob.escape(prefix)}*"):
+            if leftover.is_dir() and not leftover.is_symlink():
+                shutil.rmtree(leftover, ignore_errors=True)
+                warnings.warn(
+                    f"removed '{shown(leftover)}', the partial working folder of an earlier run onto "
+                    f"'{shown(beside)}' that was killed before it could clean up.",
+                    LeftoverWarning,
+                    stacklevel=4,
+                )
+
+
 @contextlib.contextmanager
 def _scratch_beside(beside: PathLike) -> Iterator[Path]:
     parent = Path(os.path.realpath(beside)).parent
+    prefix = _scratch_prefix(beside)
+    _remove_leftovers(parent, prefix, beside)
     try:
-        directory = Path(tempfile.mkdtemp(prefix=TEMPORARY_PREFIX, dir=parent))
+        directory = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
     except OSError as exc:
         raise OutputError(
             f"output '{beside}' | cannot create a working directory in '{parent}' ({exc.strerror or exc}).",

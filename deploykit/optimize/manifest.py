@@ -160,6 +160,7 @@ def check_bundle_output(
                 f"-o '{target}' | is not empty and holds no bundle ({MANIFEST}); --force replaces only a bundle.",
                 hint="choose an empty or new folder.",
             )
+        _check_only_bundle_files(target)
     parent = resolved.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         problem = "does not exist" if not parent.exists() else "is not a writable folder"
@@ -168,6 +169,39 @@ def check_bundle_output(
             hint="create the parent folder, or choose a folder you can write to.",
         )
     claim_output(target, f"-o '{target}'", kind="folder")
+
+
+def _check_only_bundle_files(target: Path) -> None:
+    """``--force`` replaces a bundle, not a folder: every entry must be a file the old bundle's own manifest
+    lists (or the manifest itself). Anything else was put there by someone else and would be lost."""
+    try:
+        listed = json.loads((target / MANIFEST).read_text()).get("files")
+        ours = {MANIFEST, *listed} if isinstance(listed, dict) else None
+    except (OSError, ValueError, AttributeError, TypeError, RecursionError):
+        ours = None
+    if ours is None:
+        raise OutputError(
+            f"-o '{target}' | its {MANIFEST} cannot be read, so which files are the bundle's cannot be told; "
+            "--force deletes only what a bundle lists.",
+            hint="move what you want to keep out of the folder and delete it, or choose another folder.",
+        )
+    foreign = sorted(entry.name for entry in target.iterdir() if entry.name not in ours)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise OutputError(
+            f"-o '{target}' | holds {len(foreign)} file(s) the bundle there did not write ({shown}); --force "
+            "replaces a bundle and deletes nothing else. Nothing was changed.",
+            hint="move those files out of the folder, or choose another folder.",
+        )
+
+
+def bundle_file_name(model: Path) -> str:
+    """The name the model file gets inside the bundle: its own, unless the bundle uses that name for its own
+    files (a model called report.json would be overwritten by the report) or it would be hidden."""
+    reserved = {name.casefold() for name in (MANIFEST, REPORT, REPORT_HTML)}
+    if model.name.casefold() in reserved or model.name.startswith("."):
+        return "model.onnx"
+    return model.name
 
 
 def build_manifest(
@@ -266,13 +300,14 @@ def write_bundle(
         folder = staging / "bundle"
         folder.mkdir()
         source = Path(model)
-        shutil.copyfile(source, folder / source.name)
+        model_file = bundle_file_name(source)
+        shutil.copyfile(source, folder / model_file)
         text = report.to_json()
         (folder / REPORT).write_text(text)
         page = render_html(report)
         (folder / REPORT_HTML).write_text(page)
         manifest = build_manifest(
-            report, source.name, file_sha256(folder / source.name), pipeline, hashlib.sha256(text.encode()).hexdigest()
+            report, model_file, file_sha256(folder / model_file), pipeline, hashlib.sha256(text.encode()).hexdigest()
         )
         manifest = dataclasses.replace(
             manifest, files={**manifest.files, REPORT_HTML: hashlib.sha256(page.encode()).hexdigest()}
@@ -283,7 +318,7 @@ def write_bundle(
             if target.is_dir():
                 os.replace(target, replaced)
             os.replace(folder, target)
-            remember_verified(target / source.name, manifest.model_sha256)
+            remember_verified(target / model_file, manifest.model_sha256)
         except OSError as exc:
             if replaced.exists() and not target.exists():
                 os.replace(replaced, target)
