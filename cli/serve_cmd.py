@@ -152,6 +152,12 @@ def serve(
     backend_options = {k: coerce(v) for k, v in parse_pairs(options, "--option").items()}
     policy = BatchPolicy(max_batch=max_batch, max_queue_delay_ms=max_queue_delay_ms,
                          max_queue=max_queue)  # fmt: skip
+    if _port(http_port, "--http-port") is None and _port(grpc_port, "--grpc-port") is None:
+        raise typer.BadParameter(
+            "both are none: the server would have no inference endpoint. Keep one of them (8000 and 8001 by "
+            "default; 0 picks a free port).",
+            param_hint="'--http-port' / '--grpc-port'",
+        )
     settings = ServerSettings(
         host=host, http_port=_port(http_port, "--http-port"), grpc_port=_port(grpc_port, "--grpc-port"),
         metrics_port=_port(metrics_port, "--metrics-port"), allow_remote=allow_remote,
@@ -206,7 +212,9 @@ def _announce(server: Server | RayServer) -> None:
         if ok:
             err_console.print(f"ready: {len(server.models)} model(s) in {server.startup_s:.2f} s", soft_wrap=True)
             return
-        for problem in server.problems():
-            err_console.print(f"not ready: {problem}", soft_wrap=True)
+        problems = server.problems()
+        if len(problems) < len(server.models):  # when none can load, serve stops and says why, once
+            for problem in problems:
+                err_console.print(f"not ready: {problem}", soft_wrap=True)
 
     threading.Thread(target=report, name="serve-announce", daemon=True).start()

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from deploykit.errors import BackendUnavailableError, UsageError
+from deploykit.errors import BackendUnavailableError, ServeError, UsageError
 from deploykit.serve.config import BatchPolicy, RaySettings, ServedModel, ServerSettings
 from deploykit.serve.metrics import ServerMetrics
 from deploykit.serve.repository import Repository
@@ -280,8 +280,23 @@ def serve(
         if on_ready is not None:
             on_ready(server)
         while not stop.wait(0.5):
-            pass
+            _refuse_if_nothing_can_serve(server)
     finally:
         server.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _refuse_if_nothing_can_serve(server: Server | RayServer) -> None:
+    """A server none of whose models could load would answer "not ready" forever: it stops, with the reasons.
+
+    Raises:
+        ServeError: every model failed to load (a tampered bundle, a backend not installed, an unknown op ...).
+    """
+    runners = list(getattr(getattr(server, "repository", None), "runners", {}).values())
+    if runners and all(runner.state == "unavailable" for runner in runners):
+        raise ServeError(
+            f"serve | no model can be served, so the server stops instead of answering 'not ready' forever: "
+            f"{'; '.join(server.problems())}",
+            hint="fix or replace the model (deploykit run MODEL shows the same error), then serve again.",
+        )
