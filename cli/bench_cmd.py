@@ -77,7 +77,9 @@ def bench(
         None, "--pipeline", help="detect | classify: time the whole pipeline (pre + inference + post) on --images."
     ),
     images: Path = typer.Option(None, "--images", parser=path_in, help="With --pipeline: a folder of images."),
-    fleet: str = typer.Option(None, "--fleet", help="Ray cluster address: bench on every device node, merged."),
+    fleet: str = typer.Option(
+        None, "--fleet", parser=opt.ray_address, help="Ray cluster address: bench on every device node, merged."
+    ),
     devices: str = typer.Option(None, "--devices", help="With --fleet: device names a,b (default: all)."),
     device_timeout: float = typer.Option(
         "30m", "--device-timeout", parser=opt.Duration(), help="With --fleet: time limit per device."

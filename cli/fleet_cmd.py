@@ -130,7 +130,9 @@ def bench_fleet(
 
 @fleet_app.command("join")
 def join(
-    address: str = typer.Option(..., "--address", help="The head node, HOST:6379 (as `ray start --address`)."),
+    address: str = typer.Option(
+        ..., "--address", parser=opt.ray_address, help="The head node, HOST:6379 (as `ray start --address`)."
+    ),
     name: str = typer.Option(None, "--name", help="Device name (default: from this device's fingerprint)."),
     num_cpus: int = typer.Option(
         None, "--num-cpus", parser=opt.COUNT, help="CPUs this node offers to Ray (default: all)."
@@ -148,6 +150,10 @@ def join(
     ray_cli = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
     resources = json.dumps({f"{DEVICE_RESOURCE_PREFIX}{name}": 1})
     command = [ray_cli or "ray", "start", "--address", address, "--resources", resources]
+    if not dry_run:
+        from deploykit.distributed.cluster import check_reachable
+
+        check_reachable(address)  # `ray start` retries a dead address for minutes
     command += ["--num-cpus", str(num_cpus)] if num_cpus is not None else []
     if dry_run:
         typer.echo(shlex.join(command))
@@ -162,7 +168,9 @@ def join(
 
 @fleet_app.command("devices")
 def devices(
-    address: str = typer.Option("auto", "--address", help="The cluster (HEAD:6379, ray://HEAD:10001, auto)."),
+    address: str = typer.Option(
+        "auto", "--address", parser=opt.ray_address, help="The cluster (HEAD:6379, ray://HEAD:10001, auto)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """List the device nodes of a Ray cluster: the names `bench --fleet --devices` takes."""

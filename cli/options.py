@@ -94,6 +94,17 @@ class Duration:
         return ["abc", "nan", "inf", "-1s", "5 parsecs", "2d", "200h", *([] if self.allow_zero else ["0"])]
 
 
+def ray_address(value: str | None) -> str | None:
+    """The parser of every ``--address`` of a Ray cluster: ``auto``, ``HOST:PORT`` or ``ray://HOST:PORT``
+    (``distributed.cluster.parse_address``); an empty or portless address is a usage error (exit 2)."""
+    from deploykit.distributed.cluster import parse_address
+
+    try:
+        return parse_address(value)
+    except UsageError as exc:
+        raise typer.BadParameter(f"'{value}': {exc.problem} Hint: {exc.hint}") from None
+
+
 SEED = Number(low=0, high=MAX_SEED, integer=True)
 COUNT = Number(low=1, high=10**9, integer=True)  # runs, samples, rows, replicas: at least one
 FRACTION = Number(low=0, high=1)

@@ -81,7 +81,9 @@ def predict(
         None, "--json", readable=False, parser=file_out, help="Write the results as JSON here."
     ),
     engine: str = typer.Option("local", "--engine", help="local | ray: with --output, where a folder of images runs."),
-    address: str = typer.Option(None, "--address", help="--engine ray: cluster to join (default: a local Ray)."),
+    address: str = typer.Option(
+        None, "--address", parser=opt.ray_address, help="--engine ray: cluster to join (default: a local Ray)."
+    ),
     actors: int = typer.Option(
         None, "--actors", parser=opt.COUNT, help="--engine ray: actors (default: cluster CPUs / per actor)."
     ),

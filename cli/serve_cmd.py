@@ -105,7 +105,9 @@ def serve(
         help="Keep freed buffers up to 32 MiB for the next request (glibc mallopt): no fresh pages per body.",
     ),
     engine: str = typer.Option("local", "--engine", help="local (this process) | ray (a Ray Serve deployment)."),
-    address: str = typer.Option(None, "--address", help="--engine ray: cluster to join (default: a local Ray)."),
+    address: str = typer.Option(
+        None, "--address", parser=opt.ray_address, help="--engine ray: cluster to join (default: a local Ray)."
+    ),
     replicas: int = typer.Option(
         None, "--replicas", parser=opt.COUNT, help="--engine ray: replicas, each with its own sessions (1)."
     ),

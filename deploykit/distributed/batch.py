@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.backends.registry import DEFAULT_BACKEND
-from deploykit.distributed.cluster import connect, require_ray
+from deploykit.distributed.cluster import check_resources, connect, require_ray
 from deploykit.distributed.rows import ARRAY_SUFFIXES, TASKS, Predictor
 from deploykit.distributed.settings import Execution, PredictSettings
 from deploykit.distributed.store import ResultStore, is_uri, list_sources, read_bytes
@@ -296,9 +296,16 @@ def predict(
         first_rows = [probe.error_row(path, reason) for path, reason in unreadable.items()]
         probe.close()
         readable = [path for path in pending if path not in unreadable]
+        if address is None and cpus_per_actor > (os.cpu_count() or 1):  # a local Ray has this machine's CPUs
+            raise UsageError(
+                f"--cpus-per-actor {cpus_per_actor:g} | this machine has {os.cpu_count() or 1} CPU(s), so no actor of "
+                "a local Ray could ever be placed (Ray would wait forever).",
+                hint=f"pass --cpus-per-actor {os.cpu_count() or 1} or less, or --address a larger cluster.",
+            )
         started = time.perf_counter()
         with connect(address) as ray:
             summary.startup_s = time.perf_counter() - started
+            check_resources(ray, cpus_per_actor=cpus_per_actor)
             cpus = float(ray.cluster_resources().get("CPU", 1))
             summary.actors = actors or max(1, math.floor(cpus / cpus_per_actor))
             row_settings["threads"] = threads or max(1, math.ceil(cpus_per_actor))

@@ -16,6 +16,7 @@ import contextlib
 import os
 import shutil
 import signal
+import socket
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.distributed.reaper import start_reaper
-from deploykit.errors import BackendError, BackendUnavailableError
+from deploykit.errors import BackendError, BackendUnavailableError, UsageError
 
 #: Custom Ray resource a device node carries: ``deploykit-device:<name>`` with capacity 1.
 DEVICE_RESOURCE_PREFIX = "deploykit-device:"
@@ -70,6 +71,79 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> Iterator
         stop()
 
 
+#: How long the first TCP connection to a cluster's address may take before it counts as unreachable.
+CONNECT_TIMEOUT_S = 10.0
+
+
+def parse_address(text: str | None, name: str = "--address") -> str | None:
+    """A Ray address as typed: ``None`` (a local Ray), ``auto``, ``local``, ``HOST:PORT`` or ``ray://HOST:PORT``.
+
+    Raises:
+        UsageError: empty, or a ``HOST:PORT`` whose port is no port.
+    """
+    if text is None:
+        return None
+    address = text.strip()
+    if address in ("auto", "local"):
+        return address
+    host, port = _host_port(address)
+    if not address or not host or port is None:
+        raise UsageError(
+            f"{name} '{text}' | is not a Ray address; expected HOST:PORT (the head's GCS, 6379 by default), "
+            "ray://HOST:10001 or auto.",
+            hint="e.g. --address 192.168.1.10:6379, or leave it out for a Ray on this machine.",
+        )
+    return address
+
+
+def _host_port(address: str) -> tuple[str, int | None]:
+    rest = address.removeprefix("ray://")
+    host, _, port = rest.rpartition(":")
+    host = host.strip("[]")  # an IPv6 literal
+    return host, int(port) if port.isdigit() and 0 < int(port) < 65536 else None
+
+
+def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """The one bounded connect every Ray address goes through first: a TCP connection to HOST:PORT within
+    ``timeout_s``. Ray's own client retries an address where nothing listens for minutes, deaf to SIGTERM
+    while it does; this says so in seconds, with the address. ``auto`` and ``local`` are Ray's to resolve.
+
+    Raises:
+        BackendError: nothing answers at the address within the timeout.
+    """
+    if address in ("auto", "local"):
+        return
+    host, port = _host_port(address)
+    if port is None:
+        parse_address(address)  # raises with the expected forms
+        return
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+        raise BackendError(
+            f"ray cluster '{address}' | cannot be reached within {timeout_s:g} s ({reason}).",
+            hint="check the address (HEAD:6379 for the head's GCS, ray://HEAD:10001 for Ray Client) and that "
+            "`ray start --head` runs there and its port is open to this machine.",
+        ) from exc
+
+
+def check_resources(ray: Any, *, cpus_per_actor: float) -> None:
+    """Refuse, up front, an actor no node of the cluster can hold (Ray would wait for one forever).
+
+    Raises:
+        UsageError: ``cpus_per_actor`` is more than the CPUs of the largest live node.
+    """
+    largest = max((float(node.get("Resources", {}).get("CPU", 0)) for node in ray.nodes() if node.get("Alive")),
+                  default=0.0)  # fmt: skip
+    if cpus_per_actor > largest:
+        raise UsageError(
+            f"--cpus-per-actor {cpus_per_actor:g} | the largest node of the cluster has {largest:g} CPU(s), so no "
+            "actor could ever be placed (Ray would wait forever).",
+            hint=f"pass --cpus-per-actor {max(1, int(largest))} or less, or add a larger node.",
+        )
+
+
 def start(ray: Any, address: str | None = None, num_cpus: int | None = None) -> Callable[[], None] | None:
     """Connect ``ray`` to a cluster unless it is connected (``address`` and ``num_cpus`` as in
     ``connect``); the function that shuts down what this call started, or None when Ray was already
@@ -84,6 +158,8 @@ def start(ray: Any, address: str | None = None, num_cpus: int | None = None) -> 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if address is None:
         check_local_limits()
+    else:
+        check_reachable(parse_address(address) or "auto")
     handlers = _signal_handlers()
     # A local Ray's processes must die with this driver even when it is killed with SIGKILL, also
     # while ray.init is still starting them: the watchdog starts first.
