@@ -109,7 +109,7 @@ class Bundle:
                     hint="restore the bundle's report.json, or run deploykit optimize again.",
                 )
             return OptimizeReport.from_dict(json.loads(data))
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise BundleError(
                 f"bundle '{self.path}' | {REPORT} cannot be read ({exc}).",
                 hint="run deploykit optimize again to rewrite the bundle.",
@@ -215,6 +215,10 @@ def read_bundle(path: str | os.PathLike[str], *, verify: bool = True) -> Bundle:
         )
     try:
         data = json.loads(manifest_path.read_text())
+    except RecursionError:  # a file nested deeper than any manifest is (the parser's stack ends first)
+        raise BundleError(
+            f"bundle '{folder}' | {MANIFEST} is nested too deeply to be a bundle's manifest.", hint=hint
+        ) from None
     except (OSError, ValueError) as exc:
         raise BundleError(f"bundle '{folder}' | {MANIFEST} cannot be read as JSON ({exc}).", hint=hint) from exc
     if not isinstance(data, dict):

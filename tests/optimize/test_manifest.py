@@ -86,3 +86,15 @@ def test_the_working_folder_of_a_killed_run_is_removed_and_said(classifier_path,
         len(lines) == 1 and lines[0].startswith("warning: removed '") and "killed before it could clean up" in lines[0]
     )
     assert "LeftoverWarning" not in result.stderr and read_bundle(target)
+
+
+def test_a_manifest_nested_too_deeply_is_one_bundle_error(bundle, tmp_path):
+    from deploykit.errors import BundleError
+
+    copy = tmp_path / "deep"
+    shutil.copytree(bundle, copy)
+    (copy / MANIFEST).write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(BundleError, match="is nested too deeply to be a bundle's manifest"):
+        read_bundle(copy)
+    result = CliRunner().invoke(app, ["inspect", str(copy)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
