@@ -88,6 +88,8 @@ def split_images(
     try:
         found = labelled_images(folder)
     except InputError as exc:  # quantize's hint names .npz arrays, which optimize cannot measure accuracy on
+        if "holds no images" not in exc.problem:  # a FIFO or device named a.jpg: its own message names it
+            raise
         raise InputError(
             f"--images '{folder}' | holds no images (looked for .jpg, .png, .bmp, .webp, .tif, directly and one "
             "folder down).",
@@ -179,6 +181,17 @@ def link_folder(folder: Path, files: Sequence[tuple[Path, str | None]]) -> Path:
     return folder
 
 
+def users_paths(text: str, linked: Path | None) -> str:
+    """``text`` with every path of a folder ``link_folder`` made replaced by the user's file it links to: a
+    message names the photo the user has, never its working copy's name in a temporary folder."""
+    if linked is None or not linked.is_dir():
+        return text
+    for link in sorted(linked.rglob("*"), key=lambda p: -len(str(p))):
+        if link.is_symlink() and str(link) in text:
+            text = text.replace(str(link), os.readlink(link))
+    return text
+
+
 def make_variants(
     model: Path,
     scratch: Path,
@@ -217,7 +230,7 @@ def make_variants(
                 made = QuantizeSettings(held_out=0, measure_speed=False, seed=seed, **settings)
                 run_quantize(model, path, made, calibrate=calibrate)
         except DeployKitError as exc:
-            notes.append(f"variant {name}: not made ({exc.message})")
+            notes.append(f"variant {name}: not made ({users_paths(exc.message, calibration)})")
             continue
         seconds = round(time.perf_counter() - started, 2)
         engine = "fp16" if settings.get("fp16") else str(settings["engine"])

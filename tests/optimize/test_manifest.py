@@ -98,3 +98,15 @@ def test_a_manifest_nested_too_deeply_is_one_bundle_error(bundle, tmp_path):
         read_bundle(copy)
     result = CliRunner().invoke(app, ["inspect", str(copy)])
     assert result.exit_code == 1 and "Traceback" not in result.output
+
+
+def test_a_fifo_among_the_images_is_named_not_called_an_empty_folder(classifier_path, photos, tmp_path):
+    import os
+
+    folder = tmp_path / "images"
+    shutil.copytree(photos, folder)
+    os.mkfifo(folder / "a.jpg")
+    result = CliRunner().invoke(app, ["optimize", str(classifier_path), "--images", str(folder), "-o",
+                                      str(tmp_path / "deploy"), "-b", "onnxruntime", "--threads", "1"])  # fmt: skip
+    assert result.exit_code == 1 and "a.jpg' | is a named pipe (FIFO)" in " ".join(result.stderr.split())
+    assert "holds no images" not in result.stderr
