@@ -32,6 +32,14 @@ def _port(text: str, flag: str) -> int | None:
         ) from None
 
 
+def _port_text(value: str | None) -> str | None:
+    """The parser of the port options: a port from 0 to 65535, or none/off; anything else exit 2, naming the flag."""
+    if value is None or value.strip().lower() in ("none", "off"):
+        return value
+    opt.Number(low=0, high=65535, integer=True)(value)
+    return value
+
+
 def _token(path: Path | None) -> str | None:
     if path is None:
         return None
@@ -68,12 +76,20 @@ def serve(
     ),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (loopback unless --allow-remote)."),
     allow_remote: bool = typer.Option(False, "--allow-remote", help="Allow a --host other machines can reach."),
-    http_port: str = typer.Option("8000", "--http-port", help="HTTP port (0: a free one; none: no HTTP)."),
+    http_port: str = typer.Option(
+        "8000", "--http-port", parser=_port_text, help="HTTP port (0: a free one; none: no HTTP)."
+    ),
     grpc_port: str = typer.Option(
-        None, "--grpc-port", help="gRPC port (default 8001; 0: a free one; none: no gRPC). Local engine only."
+        None,
+        "--grpc-port",
+        parser=_port_text,
+        help="gRPC port (default 8001; 0: a free one; none: no gRPC). Local engine only.",
     ),
     metrics_port: str = typer.Option(
-        None, "--metrics-port", help="Prometheus port (default 8002; 0: a free one; none: off). Local engine only."
+        None,
+        "--metrics-port",
+        parser=_port_text,
+        help="Prometheus port (default 8002; 0: a free one; none: off). Local engine only.",
     ),
     backend: str = typer.Option(
         None, "--backend", "-b", help="Backend name or alias (default: onnxruntime; a bundle's own)."
