@@ -91,6 +91,39 @@ def ort_pre_process(source: Model, output: Path) -> str | None:
     return None
 
 
+# Less room than this where a quantizer writes its working models means a failure there was the disk's.
+_LOW_SPACE_BYTES = 1 << 20
+
+
+def raise_if_out_of_room(exc: BaseException, output: Path) -> None:
+    """A quantizer that ran out of disk reports what it failed to read back next ("Failed to find proper
+    ai.onnx domain" from a model saved half): when an ``ENOSPC``/``EDQUOT``/``EFBIG`` is in the chain, or the
+    folder of ``output`` (or the temporary folder the quantizers also write to) is all but full, raise the
+    ``OSError`` the disk gave, which ``io.scratch_dir`` names for the user's output.
+
+    Raises:
+        OSError: the disk (or a quota, or ``ulimit -f``) is out of room.
+    """
+    import errno
+    import shutil
+    import tempfile
+
+    from deploykit.io import FULL_ERRNOS
+
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.errno in FULL_ERRNOS:
+            raise cause
+        cause = cause.__cause__ or cause.__context__
+    for folder in (output.parent, Path(tempfile.gettempdir())):
+        try:
+            free = shutil.disk_usage(folder).free
+        except OSError:
+            continue
+        if free < _LOW_SPACE_BYTES:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(folder)) from exc
+
+
 def quantize_ort(
     source: Path, output: Path, data: CalibrationData, *, method: str, per_channel: bool, exclude: Sequence[str]
 ) -> None:
@@ -119,6 +152,7 @@ def quantize_ort(
                 extra_options={"ActivationSymmetric": False, "WeightSymmetric": True},
             )
     except Exception as exc:
+        raise_if_out_of_room(exc, output)
         raise QuantizationError(
             f"engine 'ort' | quantize_static failed on '{source.name}': {exception_line(exc, last=True)}",
             hint="exclude the failing node with --exclude, or try --quantizer nncf.",
@@ -162,6 +196,7 @@ def quantize_nncf(
     except BackendUnavailableError:
         raise
     except Exception as exc:
+        raise_if_out_of_room(exc, output)
         raise QuantizationError(
             f"engine 'nncf' | quantization failed on '{source.name}': {exception_line(exc, last=True)}",
             hint="exclude the failing node with --exclude, or try --quantizer ort.",
@@ -205,6 +240,7 @@ def convert_fp16(source: Path, output: Path, *, exclude: Sequence[str]) -> dict[
             )
         onnx.save(converted, str(output))
     except Exception as exc:
+        raise_if_out_of_room(exc, output)
         raise QuantizationError(
             f"--fp16 | converting '{source.name}' failed: {exception_line(exc, last=True)}",
             hint="keep the failing node in f32 with --exclude.",

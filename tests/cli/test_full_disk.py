@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 
 import pytest
 from typer.testing import CliRunner
 
 from deploykit.cli.main import app
+from tests.fuzz.harness import invoke_checked
 
 runner = CliRunner()
 
@@ -113,3 +115,19 @@ def test_predict_onto_a_disk_already_full_leaves_no_empty_folder(tiny, full_disk
     assert result.exit_code == 1, result.output
     assert "could not be written: the disk is full" in " ".join(result.stderr.split())
     assert not rows.exists()
+
+
+def test_quantize_onto_an_almost_full_disk_says_no_space(tiny, full_disk, tmp_path):
+    """ONNX Runtime's quantizer, out of room half-way, reported the model it read back half-written ("Failed to
+    find proper ai.onnx domain"): the disk is named instead (``quantize.engines.raise_if_out_of_room``)."""
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for index in range(12):
+        shutil.copy(tiny["image"], photos / f"p{index}.jpg")
+    (full_disk / "filler").write_bytes(b"\0" * 11 * 1024)  # about 4 KiB left: the quantized model does not fit
+    output = full_disk / "q.onnx"
+    result = invoke_checked(["quantize", tiny["classifier"], "--calibrate", photos, "-o", output], writes=[output])
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.stderr.split())
+    assert f"output {output} | could not be written: the disk is full" in said, said
+    assert "ai.onnx domain" not in said
