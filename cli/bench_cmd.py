@@ -39,7 +39,10 @@ def bench(
     warmup: opt.Warmup = 10,
     iterations: opt.Iterations = 100,
     duration: float = typer.Option(
-        None, parser=opt.Duration(), help="Time each configuration for this long instead (10s, 500ms, 2m)."
+        None,
+        metavar="DURATION",
+        parser=opt.Duration(),
+        help="Time each configuration for this long instead (10s, 500ms, 2m).",
     ),
     inputs: Path = typer.Option(
         None,
@@ -82,7 +85,11 @@ def bench(
     ),
     devices: str = typer.Option(None, "--devices", help="With --fleet: device names a,b (default: all)."),
     device_timeout: float = typer.Option(
-        "30m", "--device-timeout", parser=opt.Duration(), help="With --fleet: time limit per device."
+        "30m",
+        "--device-timeout",
+        metavar="DURATION",
+        parser=opt.Duration(),
+        help="With --fleet: time limit per device.",
     ),
     recheck: bool = typer.Option(
         False, "--recheck", help="With a bundle: measure its choice here and compare with what it recorded."

@@ -136,6 +136,7 @@ def torch_command(
     timeout: float = typer.Option(
         900,
         "--timeout",
+        metavar="DURATION",
         parser=opt.Duration(),
         help="How long the PyTorch side (your factory, PyTorch, the export) and each backend may take.",
     ),

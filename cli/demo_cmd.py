@@ -181,6 +181,7 @@ def demo(
     optimize_budget: float = typer.Option(
         OPTIMIZE_BUDGET,
         "--optimize-budget",
+        metavar="DURATION",
         parser=opt.Duration(),
         help="Time budget of step 7's optimize, per model (e.g. 2m, 45s).",
     ),

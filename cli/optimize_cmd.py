@@ -90,7 +90,11 @@ def optimize(
     backends: opt.Backends = [],  # noqa: B006  (typer reads the default; never mutated)
     scenario: str = typer.Option("singlestream", help="singlestream (rank by p50) | offline (rank by throughput)."),
     time_budget: float = typer.Option(
-        "5m", "--time-budget", parser=opt.Duration(), help="The whole search's time budget, e.g. 90s, 10m or 1h."
+        "5m",
+        "--time-budget",
+        metavar="DURATION",
+        parser=opt.Duration(),
+        help="The whole search's time budget, e.g. 90s, 10m or 1h.",
     ),
     no_quantize: bool = typer.Option(False, "--no-quantize", help="Search the float model's precisions only."),
     threads: str = typer.Option(None, help="Thread counts to search, e.g. 1,2 (default: 1, 2, 4 ... CPUs)."),

@@ -70,7 +70,7 @@ class Number:
 
 @dataclass(frozen=True)
 class Duration:
-    """The parser of every option that takes a duration (``parser=Duration()``): the one grammar,
+    """The parser of every option that takes a duration (``metavar="DURATION", parser=Duration()``): the one grammar,
     ``validation.parse_duration`` (``500us``, ``2ms``, ``1.5s``, ``90s``, ``2m``, ``1h``; a bare number is
     seconds) → seconds. Anything else is a usage error (exit 2) that names the flag."""
 
@@ -136,7 +136,10 @@ Precision = Annotated[
 ]
 Seed = Annotated[int, typer.Option("--seed", parser=SEED, help="Seed for random inputs.")]
 Timeout = Annotated[
-    float, typer.Option("--timeout", parser=Duration(), help="How long one worker process may take (90s, 15m, 1h).")
+    float,
+    typer.Option(
+        "--timeout", metavar="DURATION", parser=Duration(), help="How long one worker process may take (90s, 15m, 1h)."
+    ),
 ]
 Oracle = Annotated[str, typer.Option("--oracle", help=ORACLE_HELP)]
 Shapes = Annotated[list[str], typer.Option("--shape", help=SHAPE_HELP)]

@@ -100,7 +100,11 @@ def serve(
         8, "--max-batch", parser=opt.COUNT, help="Rows per forward pass for dynamic-batch models (1: off)."
     ),
     max_queue_delay_ms: float = typer.Option(
-        "2ms", "--max-queue-delay", parser=_queue_delay_ms, help="How long a batch waits to fill (2ms, 500us, 0)."
+        "2ms",
+        "--max-queue-delay",
+        metavar="DURATION",
+        parser=_queue_delay_ms,
+        help="How long a batch waits to fill (2ms, 500us, 0).",
     ),
     max_queue: int = typer.Option(256, "--max-queue", parser=opt.COUNT, help="Requests waiting per model before 503."),
     instances: int = typer.Option(1, "--instances", parser=opt.COUNT, help="Sessions per model, run side by side."),
@@ -112,6 +116,7 @@ def serve(
     shutdown_timeout: float = typer.Option(
         10.0,
         "--shutdown-timeout",
+        metavar="DURATION",
         parser=opt.Duration(allow_zero=True),
         help="Time to finish requests on SIGTERM (10s).",
     ),
