@@ -7,6 +7,7 @@ Nothing here runs the target's Python: pip on the host downloads and unpacks the
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -101,7 +102,11 @@ def _pip(tags: Sequence[str], python: str, arguments: Sequence[str]) -> subproce
                "--only-binary=:all:", "--python-version", python, "--implementation", "cp", "--abi", abi]  # fmt: skip
     for tag in tags:
         command += ["--platform", tag]
-    return subprocess.run([*command, *arguments], capture_output=True, text=True, timeout=3600)
+    # pip's own temporary folders (builds, unpacked wheels) go into one folder of ours, removed however
+    # this ends: a SIGTERM kills pip before it cleans up, and it left dozens of them in TMPDIR.
+    with tempfile.TemporaryDirectory(prefix="deploykit-pip-tmp-") as own:
+        environment = {**os.environ, "TMPDIR": own, "TEMP": own, "TMP": own}
+        return subprocess.run([*command, *arguments], capture_output=True, text=True, timeout=3600, env=environment)
 
 
 def _available_version(tags: Sequence[str], python: str, requirement: str) -> str | None:
