@@ -288,6 +288,10 @@ class RayServer:
         if self._stopped:
             return
         self._stopped = True
+        import ray
+
+        if not ray.is_initialized():  # the start failed before connecting: Serve's calls would connect ("auto")
+            return
         try:
             if self._stop_ray is not None:
                 serve.shutdown()

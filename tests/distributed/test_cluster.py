@@ -87,3 +87,19 @@ def test_an_actor_larger_than_this_machine_is_refused_before_ray_starts(tmp_path
     assert result.exit_code == 1, result.output
     assert f"--cpus-per-actor {cpus} | this machine has {os.cpu_count()} CPU(s)" in " ".join(result.stderr.split())
     assert not Path(tmp_path / "rows").exists()
+
+
+def test_serve_on_ray_at_a_dead_address_ends_with_the_address_not_a_hang(tmp_path):
+    """The failed start's clean-up must not connect anywhere (Ray Serve's calls connect to "auto" by themselves)."""
+    from tests.assets.tiny import build_all
+
+    (tmp_path / "tiny").mkdir()
+    model = build_all(tmp_path / "tiny")["classifier"]
+    address = f"127.0.0.1:{_closed_port()}"
+    done = subprocess.run(
+        [sys.executable, "-m", "deploykit.cli.main", "serve", str(model), "--engine", "ray", "--address", address],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert f"error: ray cluster '{address}' | cannot be reached within" in done.stderr
+    assert "Traceback" not in done.stderr
