@@ -146,7 +146,8 @@ def create_app(
         body = await _read_body(request, 64 * 1024)
         ready = parse_json(body, "index request").get("ready", False) if body.strip() else False
         if not isinstance(ready, bool):
-            raise RequestError(f"index request | 'ready' is {ready!r:.40}, expected true or false.")
+            raise RequestError(f"index request | 'ready' is {ready!r:.40}, expected true or false.",
+                               hint='send {"ready": true} for the ready models only, or no body.')  # fmt: skip
         return _json(repository.index(ready))
 
     async def repository_load(request: Request) -> Response:

@@ -348,6 +348,8 @@ class ModelRunner:
             "instances": self.model.instances,
             "dynamic_batching": self.batchable,
             "max_batch": self.policy.max_batch if self.batchable else 1,
+            "queued": len(self._queue),
+            "running": self._running,
         }
 
 
