@@ -304,6 +304,10 @@ class Repository:
         first = self.models[0]
         template = next((m for m in self.models if m.bundle is None), None)
         try:
+            if path.is_dir():
+                from deploykit.optimize.bundle import read_bundle
+
+                read_bundle(path, verify=True)  # the model file's SHA-256 before anything reads it
             if path.is_dir() or template is None:
                 model = ServedModel.from_path(path, name=name, instances=first.instances, isolate=first.isolate)
             else:
