@@ -376,11 +376,17 @@ def _entries(folder: Path) -> list[Path]:
     """A served folder's ``*.onnx`` files and bundle folders (those with a manifest), sorted by name."""
     from deploykit.optimize.bundle import MANIFEST
 
+    def loadable(entry: Path) -> bool:
+        try:
+            return (entry.name.endswith(".onnx") and entry.is_file()) or (entry / MANIFEST).is_file()
+        except OSError:  # a folder this user may not enter: not a model it can load
+            return False
+
     try:
         entries = sorted(folder.iterdir())
     except OSError:
         return []
-    return [e for e in entries if (e.name.endswith(".onnx") and e.is_file()) or (e / MANIFEST).is_file()]
+    return [entry for entry in entries if loadable(entry)]
 
 
 def failure_reason(exc: BaseException) -> str:

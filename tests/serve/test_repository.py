@@ -205,3 +205,24 @@ def test_loads_and_unloads_of_one_model_at_once_run_one_at_a_time(server):
     indices = grpcclient.InferInput("indices", [1, 5], "INT64")
     indices.set_data_from_numpy(np.array([[3, 1, 4, 1, 5]], np.int64))
     assert grpc.infer("embed", [indices]).as_numpy("embedded").shape == (1, 5, 4)
+
+
+def test_where_load_and_unload_are_off_they_answer_unimplemented(catalog_paths):
+    """An engine that cannot load a model everywhere (Ray's replicas) turns load/unload off; the index,
+    configuration and statistics still answer, and the server metadata leaves the extension out."""
+    from deploykit.serve import ServedModel, Server, ServerSettings
+
+    settings = ServerSettings(http_port=0, grpc_port=0, metrics_port=None)
+    with Server([ServedModel.from_path(catalog_paths["multi_io"])], settings=settings) as server:
+        assert server.wait_ready(60)
+        server.repository.control_refusal = "--engine ray routes each request to one of its replicas"
+        http = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+        grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+        message = ("load of model 'int64_embedding' | is not offered here: --engine ray routes each request to one "
+                   "of its replicas. Hint: serve with --engine local")  # fmt: skip
+        _refused(lambda: http.load_model("int64_embedding"), "400", message)
+        _refused(lambda: grpc.load_model("int64_embedding"), "StatusCode.UNIMPLEMENTED", message)
+        _refused(lambda: grpc.unload_model("multi_io"), "StatusCode.UNIMPLEMENTED", "unload of model 'multi_io' |")
+        assert http.is_model_ready("multi_io") and _index(grpc)["multi_io"] == ("READY", "")
+        assert not any(e.startswith("model_repository") for e in http.get_server_metadata()["extensions"])
+        assert "statistics" in http.get_server_metadata()["extensions"]
