@@ -4,17 +4,14 @@ HTTP and gRPC differ only in how tensors travel; what a model is called, what it
 configuration and statistics say, which errors a request can get, what the metrics count and which
 models the repository extension may load or unload is decided here, once.
 
-The *served folders* are the folders that hold the models the server started with (a bundle's
-parent folder for a bundle). A model is loaded later only from them, by name: ``NAME.onnx`` or a
-bundle folder ``NAME/``, whose real path must lie inside the folder (a link that leads out is
-refused). It runs where the command's ``.onnx`` models run (backend, device, options, instances,
-isolation), a bundle in its own configuration, after the checks a model gets at start-up.
+A model loaded later comes from the served folders (``folders``), by name. It runs where the
+command's ``.onnx`` models run (backend, device, options, instances, isolation), a bundle in its own
+configuration, after the checks a model gets at start-up.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -39,6 +36,7 @@ from deploykit.errors import (
 )
 from deploykit.model import check_model_path, read_interface
 from deploykit.serve.config import BatchPolicy, ServedModel, is_model_name
+from deploykit.serve.folders import check_inside, folder_list, loadable_models, served_folders
 from deploykit.serve.metrics import ServerMetrics
 from deploykit.serve.model_config import model_config
 from deploykit.serve.protocol import tensor_metadata
@@ -77,7 +75,7 @@ class Repository:
         self.models = list(models)
         #: replaced whole, never changed in place: readers iterate it from other threads
         self.runners: dict[str, ModelRunner] = {model.name: self._runner_for(model) for model in models}
-        self.folders = _served_folders(models)
+        self.folders = served_folders(models)
         #: names unloaded through the repository extension (their runners stay: a request gets UNAVAILABLE)
         self.unloaded: set[str] = set()
         #: why the last load of a name failed (the repository index says it)
@@ -193,16 +191,8 @@ class Repository:
         return [e for e in entries if e["state"] == "READY"] if ready_only else entries
 
     def loadable(self) -> dict[str, Path]:
-        """The models the served folders hold, by name: ``NAME.onnx`` files and bundle folders
-        (first folder first), other than the files already served under another name."""
-        served = {os.path.realpath(m.source) for m in self.models}
-        found: dict[str, Path] = {}
-        for folder in self.folders:
-            for entry in _entries(folder):
-                name = entry.name[: -len(".onnx")] if entry.name.endswith(".onnx") else entry.name
-                if is_model_name(name) and name not in found and os.path.realpath(entry) not in served:
-                    found[name] = entry
-        return found
+        """The models the served folders hold, by name, other than the files already served."""
+        return loadable_models(self.folders, [m.source for m in self.models])
 
     def load(self, name: str, parameters: Mapping[str, Any] | None = None) -> None:
         """Load a model from the served folders by name and wait until it is ready; a model already
@@ -274,7 +264,7 @@ class Repository:
         if not is_model_name(name):
             raise RequestError(
                 f"{action} of model '{name:.128}' | is not a model name; models are loaded by name from the served "
-                f"folders ({_folder_list(self.folders)}), and a path (outside them or not) is refused.",
+                f"folders ({folder_list(self.folders)}), and a path (outside them or not) is refused.",
                 hint="pass the name of NAME.onnx or of a bundle folder NAME/ in a served folder.",
             )
         if name in self.runners:
@@ -283,18 +273,11 @@ class Repository:
         if name not in loadable:
             names = ", ".join(repr(n) for n in sorted({*self.runners, *loadable})[:20])
             raise ModelNotServedError(
-                f"model '{name}' | is neither served nor in the served folders ({_folder_list(self.folders)}); "
+                f"model '{name}' | is neither served nor in the served folders ({folder_list(self.folders)}); "
                 f"known models are {names}.",
                 hint="POST /v2/repository/index lists them.",
             )
-        path = loadable[name]
-        real = os.path.realpath(path)
-        if not any(real.startswith(os.path.realpath(folder) + os.sep) for folder in self.folders):
-            raise RequestError(
-                f"model '{name}' | {path} leads to {real}, outside the served folders "
-                f"({_folder_list(self.folders)}); a model is loaded only from them.",
-                hint="copy the model into a served folder instead of linking to it.",
-            )
+        check_inside(name, loadable[name], self.folders)
 
     def _model_to_load(self, name: str, current: ModelRunner | None) -> ServedModel:
         """What a load serves: the same model again after an unload, else the file or bundle found."""
@@ -358,35 +341,6 @@ def _platform(runner: ModelRunner) -> str:
     """What a model's metadata and configuration call its platform: deploykit's backend that runs it."""
     backend = runner.info.backend if runner.info is not None else runner.model.backend
     return f"deploykit-{backend}"
-
-
-def _served_folders(models: Sequence[ServedModel]) -> tuple[Path, ...]:
-    """The folders that hold the served models (a bundle's parent folder), in order, once each."""
-    folders: dict[Path, None] = {}
-    for model in models:
-        folders.setdefault(Path(os.path.abspath(model.source)).parent, None)
-    return tuple(folders)
-
-
-def _folder_list(folders: Sequence[Path]) -> str:
-    return ", ".join(str(f) for f in folders[:5]) + (f" and {len(folders) - 5} more" if len(folders) > 5 else "")
-
-
-def _entries(folder: Path) -> list[Path]:
-    """A served folder's ``*.onnx`` files and bundle folders (those with a manifest), sorted by name."""
-    from deploykit.optimize.bundle import MANIFEST
-
-    def loadable(entry: Path) -> bool:
-        try:
-            return (entry.name.endswith(".onnx") and entry.is_file()) or (entry / MANIFEST).is_file()
-        except OSError:  # a folder this user may not enter: not a model it can load
-            return False
-
-    try:
-        entries = sorted(folder.iterdir())
-    except OSError:
-        return []
-    return [entry for entry in entries if loadable(entry)]
 
 
 def failure_reason(exc: BaseException) -> str:

@@ -137,6 +137,11 @@ def test_the_command_serves_on_ray_and_stops_on_sigterm(command, catalog_paths):
     assert (
         httpx.get(f"http://127.0.0.1:{server.http}/v2/models/mlp", timeout=30).json()["parameters"]["engine"] == "ray"
     )
+    base = f"http://127.0.0.1:{server.http}/v2"
+    assert httpx.get(f"{base}/models/mlp/config", timeout=30).json()["max_batch_size"] == 8
+    assert httpx.get(f"{base}/models/mlp/stats", timeout=30).json()["model_stats"][0]["inference_count"] >= 1
+    refused = httpx.post(f"{base}/repository/models/mlp/unload", timeout=30)  # the replicas would disagree
+    assert refused.status_code == 400 and "is not offered here: --engine ray routes each request" in refused.text
     server.process.send_signal(signal.SIGTERM)
     code, log = server.finish(60)
     assert code == 0 and "received SIGTERM: shutting down" in log and "ray serve application stopped" in log, log
