@@ -45,6 +45,7 @@ from deploykit.errors import (
 )
 from deploykit.inputs import make_inputs
 from deploykit.model import Model, summarize
+from deploykit.quiet import silence_telemetry
 from deploykit.sessions import load
 from deploykit.tensors import TensorSpec
 from deploykit.verify import (
@@ -56,6 +57,10 @@ from deploykit.verify import (
     VerifySettings,
     compare,
 )
+
+# Every process that imports deploykit (the CLI, its workers, an app) does so before any runtime, which
+# deploykit imports lazily: the telemetry those runtimes would load is off before they can load it.
+silence_telemetry()
 
 if TYPE_CHECKING:  # the real objects, typed; imported on first use so workers and --help start fast
     from deploykit import optimize, quantize, serve

@@ -31,11 +31,14 @@ def cluster(ray_module):
     """Head node 'alpha' and worker node 'beta', one CPU each; this process is connected to it."""
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 1, "resources": {"deploykit-device:alpha": 1}, "include_dashboard": False},
-    )
-    beta = cluster.add_node(num_cpus=1, resources={"deploykit-device:beta": 1})
+    from deploykit.distributed.cluster import loopback_only
+
+    with loopback_only():
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={"num_cpus": 1, "resources": {"deploykit-device:alpha": 1}, "include_dashboard": False},
+        )
+        beta = cluster.add_node(num_cpus=1, resources={"deploykit-device:beta": 1})
     try:
         ray_module.init(address=cluster.address, log_to_driver=False)
         cluster.wait_for_nodes()

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 import deploykit
 from cli.main import app
 from deploykit.backends.registry import get_backend
+from deploykit.distributed.cluster import loopback_only
 from deploykit.errors import BundleError, UsageError
 from deploykit.optimize import BundleWarning, OptimizePlan, OptimizeReport, optimize, read_bundle
 from deploykit.optimize.ranking import DECISION_RULE
@@ -210,7 +211,8 @@ def test_predict_on_ray_opens_the_bundles_threads_and_precision(searched, photos
     for photo in sorted(photos.iterdir())[:3]:
         shutil.copy(photo, folder)
     monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", "0")
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    with loopback_only():
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         result = CliRunner().invoke(app, ["predict", str(copy), str(folder), "--engine", "ray", "--out",
                                           str(tmp_path / "rows"), "--top-k", "1"])  # fmt: skip

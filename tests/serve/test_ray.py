@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import deploykit
+from deploykit.distributed.cluster import loopback_only
 from deploykit.errors import BackendUnavailableError
 from deploykit.serve import BatchPolicy, RaySettings, ServedModel, ServerSettings
 from tests.assets.paths import require_module
@@ -38,7 +39,8 @@ def ray_server(mobilenet_v2) -> Iterator[object]:
     from deploykit.serve.server import create_server
 
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    with loopback_only():
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         server = create_server(
             [ServedModel.from_path(mobilenet_v2, name="mobilenet")],
