@@ -113,3 +113,15 @@ def test_a_version_is_accepted_and_unknown_models_and_versions_are_not_found(cli
 )  # fmt: skip
 def test_the_instance_kind_follows_the_device(device, kind, gpus):
     assert instance_kind(device) == (kind, gpus)
+
+
+def test_without_batching_the_whole_shape_is_given_and_max_batch_size_is_0(catalog_paths):
+    """``--max-batch 1`` turns batching off: the dynamic axis 0 is then a dim like any other."""
+    model = ServedModel.from_path(catalog_paths["mlp_dynamic_batch"], name="mlp")
+    settings = ServerSettings(http_port=0, grpc_port=None, metrics_port=None)
+    with Server([model], BatchPolicy(max_batch=1), settings) as server:
+        assert server.wait_ready(60), server.problems()
+        config = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}").get_model_config("mlp")
+    assert config["max_batch_size"] == 0 and "dynamic_batching" not in config
+    assert config["input"] == [{"name": "x", "data_type": "TYPE_FP32", "dims": [-1, 8]}]
+    assert config["output"] == [{"name": "y", "data_type": "TYPE_FP32", "dims": [-1, 4]}]
