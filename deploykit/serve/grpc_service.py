@@ -274,7 +274,7 @@ def create_server(
             self._check(context)
             try:
                 return json_format.ParseDict(produce(), pb[message]())
-            except DeployKitError as exc:
+            except Exception as exc:  # anything unexpected is INTERNAL with the house text, logged
                 return self._fail(context, exc)
 
         def ModelConfig(self, request: Any, context: Any) -> Any:

@@ -204,6 +204,7 @@ class Repository:
             RequestError: the name is a path, or leads out of the served folders.
             ModelNotServedError: no model by that name in the served folders.
             ModelLoadError: the model fails its checks or does not open.
+            ModelUnavailableError: the server began to shut down while it loaded.
         """
         self._check_control(f"load of model '{name:.128}'")
         overrides = sorted(k for k in parameters or {} if k.startswith(_LOAD_OVERRIDES))
@@ -224,6 +225,9 @@ class Repository:
             runner = self._runner_for(self._model_to_load(name, current))
             runner.start()
             self._wait_loaded(runner)
+            if self.stopping:  # the server began to shut down meanwhile: it would not close this one
+                runner.close(0)
+                raise ModelUnavailableError(f"model '{name}' | was not loaded: the server is shutting down.")
             if not runner.ready:
                 problem = runner.problem or f"it did not finish loading within {self.load_timeout_s:g} s"
                 runner.close(0)
