@@ -40,7 +40,8 @@ def cluster(ray_module):
         )
         beta = cluster.add_node(num_cpus=1, resources={"deploykit-device:beta": 1})
     try:
-        ray_module.init(address=cluster.address, log_to_driver=False)
+        with loopback_only():  # Ray would turn the loopback address into the machine's network address
+            ray_module.init(address=cluster.address, log_to_driver=False)
         cluster.wait_for_nodes()
         yield cluster, beta
     finally:
