@@ -101,14 +101,14 @@ def _summary(stats: Any, where: Any) -> None:
 
 def run_stream(stream: Any, outputs: StreamOutputs, drawn: str | None) -> None:
     """Consume the stream, writing every output as frames arrive; finalise them however the run ends."""
-    from deploykit.vision.outputs import VideoWriter, write_image
+    from deploykit.vision.outputs import VideoWriter, make_folder, write_image
     from deploykit.vision.results import draw
 
     human = err_console if outputs.json_lines == "-" else console
     fps = stream.sources[0].fps / stream.every if stream.sources[0].fps else None  # the drawn video plays in real time
     writer = VideoWriter(outputs.draw, fps) if drawn == "video" and outputs.draw else None
     if drawn == "images" and outputs.draw is not None:
-        outputs.draw.mkdir(parents=True, exist_ok=True)
+        make_folder(outputs.draw)
     try:
         with _json_lines(outputs.json_lines) as lines, stream:
             for result in stream:

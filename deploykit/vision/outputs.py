@@ -91,7 +91,11 @@ class VideoWriter:
             return
         self._writer.release()
         self._writer = None
-        os.replace(self._temporary, self.path)
+        try:
+            os.replace(self._temporary, self.path)
+        except OSError as exc:
+            raise OutputError(f"--draw '{shown(self.path)}' | cannot be written ({exc.strerror or exc}); the video "
+                              f"so far is in '{self._temporary}'.", hint="choose another path.") from exc  # fmt: skip
         self._temporary = None
 
     def __enter__(self) -> VideoWriter:
@@ -111,3 +115,12 @@ def write_image(path: Path, image: np.ndarray) -> None:
         raise UsageError(f"--draw '{shown(path)}' | OpenCV cannot encode that format.", hint="use .jpg or .png.")
     with atomic_path(path) as temporary:
         temporary.write_bytes(encoded.tobytes())
+
+
+def make_folder(path: Path) -> None:
+    """The folder drawn images go into, created with its parents."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"--draw '{shown(path)}' | cannot create the folder ({exc.strerror or exc}).",
+                          hint="choose a folder you can write to.") from exc  # fmt: skip
