@@ -33,8 +33,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-import deploykit  # noqa: E402
 from pipeline import models  # noqa: E402
+
+import deploykit  # noqa: E402
 from tests.assets.videos import pan_zoom_frames, read_video, write_video  # noqa: E402
 
 BACKENDS = (("onnxruntime", {}), ("openvino", {"precision": "f32"}))
