@@ -99,19 +99,38 @@ def _summary(stats: Any, where: Any) -> None:
     where.print(table)
 
 
+@contextlib.contextmanager
+def _live_line() -> Iterator[Any]:
+    """A status line on a terminal's stderr, updated per frame; nothing when stderr is not a terminal."""
+    if not err_console.is_terminal:
+        yield lambda text: None
+        return
+    with err_console.status("opening the source") as status:
+        yield lambda text: status.update(text)
+
+
+def _progress(stats: Any) -> str:
+    recent = {stage: values[-30:] for stage, values in stats.samples_ms.items()}
+    stages = " ".join(f"{stage} {sum(v) / len(v):.1f}" for stage, v in recent.items() if v and stage != "wait")
+    return f"{stats.frames} frames, {stats.fps:.1f} FPS, {stats.dropped} dropped; ms: {stages}"
+
+
 def run_stream(stream: Any, outputs: StreamOutputs, drawn: str | None) -> None:
     """Consume the stream, writing every output as frames arrive; finalise them however the run ends."""
     from deploykit.vision.outputs import VideoWriter, make_folder, write_image
     from deploykit.vision.results import draw
 
-    human = err_console if outputs.json_lines == "-" else console
+    # on a terminal the frame lines go through the console that draws the live line, so they print above it
+    shared_terminal = console.is_terminal and err_console.is_terminal
+    human = err_console if outputs.json_lines == "-" or shared_terminal else console
     fps = stream.sources[0].fps / stream.every if stream.sources[0].fps else None  # the drawn video plays in real time
     writer = VideoWriter(outputs.draw, fps) if drawn == "video" and outputs.draw else None
     if drawn == "images" and outputs.draw is not None:
         make_folder(outputs.draw)
     try:
-        with _json_lines(outputs.json_lines) as lines, stream:
+        with _json_lines(outputs.json_lines) as lines, stream, _live_line() as live:
             for result in stream:
+                live(_progress(stream.stats))
                 if lines is not None:
                     lines.write(json.dumps(result.to_dict()) + "\n")  # one write per line: never half a line
                     lines.flush()
