@@ -187,7 +187,9 @@ class _Pipeline:
     def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The session's outputs, refused when one holds NaN or infinity: no ranking or box can be read from
         them, and ranking NaNs (or dropping every box as below the threshold) would be a wrong answer."""
-        outputs = self.session.run(feeds)
+        return self._checked(self.session.run(feeds))
+
+    def _checked(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         for name, value in outputs.items():
             if isinstance(value, np.ndarray) and value.dtype.kind == "f" and not np.isfinite(value).all():
                 bad = int(value.size - np.isfinite(value).sum())
@@ -203,10 +205,14 @@ class _Pipeline:
         """The inference stage: one pre-processed tensor through the session."""
         return self._run({self.input.name: tensor})
 
-    def _stream(self, source: Any, finish: Any, max_frames: int | None, every: int, timeout_s: float) -> Any:
+    def _stream(
+        self, source: Any, finish: Any, max_frames: int | None, every: int, timeout_s: float, stages: Any = None
+    ) -> Any:
         from deploykit.vision.stream import Stream, as_sources
 
-        return Stream(self, as_sources(source, timeout_s), finish, max_frames=max_frames, every=every)
+        cleanup = getattr(stages, "close", None)
+        return Stream(stages or self, as_sources(source, timeout_s), finish, max_frames=max_frames, every=every,
+                      cleanup=cleanup)  # fmt: skip
 
     def _dynamic_batch(self) -> bool:
         assert self.input.shape is not None
@@ -311,6 +317,7 @@ class Detector(_Pipeline):
         max_frames: int | None = None,
         every: int = 1,
         timeout_s: float = 10.0,
+        fused: bool = False,
     ) -> Any:
         """Detections frame by frame on a video, camera, stream URL, images, glob or folder, in overlapping stages.
 
@@ -321,6 +328,9 @@ class Detector(_Pipeline):
             max_frames: stop after this many frames.
             every: take every N-th frame of each source.
             timeout_s: how long a URL or camera may take to open or to send its next frame.
+            fused: run the pre-processing inside the runtime (an ONNX graph prepended to the model, one per
+                frame size, on this detector's backend and device); ``deploykit.vision.fused.check_fused``
+                measures it against the Python path.
 
         Returns:
             A ``Stream``: iterate it for ``FrameResult`` values (the same detections ``__call__`` gives for each
@@ -334,7 +344,11 @@ class Detector(_Pipeline):
             ((boxes, scores),) = self._candidates(outputs)
             return self._postprocess(boxes, scores, placement, chosen_conf, chosen_iou)
 
-        return self._stream(source, finish, max_frames, every, timeout_s)
+        if not fused:
+            return self._stream(source, finish, max_frames, every, timeout_s)
+        from deploykit.vision.fused import FusedStages
+
+        return self._stream(source, finish, max_frames, every, timeout_s, FusedStages(self))
 
     def batch(
         self, images: Sequence[Any], *, conf: float | None = None, iou: float | None = None
