@@ -9,11 +9,12 @@ threads), in one process, interleaved per round:
 - ``inference_only_fps``: ``session.run`` on one pre-processed tensor, back to back;
 - ``sequential_fps``: decode and ``detector(frame)`` one frame after the other;
 - ``stream_fps``: ``detector.stream(video)``, the four overlapping stages;
+- ``fused_stream_fps``: ``detector.stream(video, fused=True)``, pre-processing inside the runtime;
 - per-stage mean ms of the stream (decode, pre, infer, post, wait in queues).
 
 Target: ``stream_fps / inference_only_fps`` ≥ 0.9 where the cores allow (a runtime using every core
 for inference leaves none for decode/pre/post: say how many cores there were). Prints JSON lines.
-Run: ``.venv/bin/python benchmarks/stream.py [--rounds 3] [--frames 120]``.
+Run: ``.venv/bin/python benchmarks/stream.py [--rounds 3] [--frames 120] [--model yolov4]``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import cv2
@@ -64,31 +66,34 @@ def _sequential_fps(detector: deploykit.Detector, video: Path) -> float:
     return frames / (time.perf_counter() - start)
 
 
-def _stream(detector: deploykit.Detector, video: Path) -> dict:
-    stream = detector.stream(video)
+def _stream(detector: deploykit.Detector, video: Path, fused: bool = False) -> dict:
+    stream = detector.stream(video, fused=fused)
     for _ in stream:
         pass
     return stream.stats.summary()
 
 
-def run(rounds: int, frames: int) -> list[dict]:
-    lines = []
+def run(rounds: int, frames: int, only: str) -> Iterator[dict]:
     with tempfile.TemporaryDirectory() as directory:
         folder = Path(directory)
         photo = cv2.imread("/usr/share/darknet/data/dog.jpg")
         video = write_video(folder / "dog-720p.mp4", pan_zoom_frames(photo, frames))
         first = read_video(video)[0]
         for name, path, extra in models(folder):
+            if only not in name:
+                continue
             for backend, options in BACKENDS:
                 with deploykit.Detector(path, backend, conf=0.25, **extra, **options) as detector:
                     _stream(detector, video)  # warm-up: caches, thread pools
-                    measured: dict[str, list] = {"inference_only_fps": [], "sequential_fps": [], "stream": []}
+                    _stream(detector, video, fused=True)
+                    measured: dict[str, list] = {"inference_only_fps": [], "sequential_fps": [], "stream": [],
+                                                 "fused": []}  # fmt: skip
                     for _ in range(rounds):
                         measured["inference_only_fps"].append(_inference_only_fps(detector, first, frames))
                         measured["sequential_fps"].append(_sequential_fps(detector, video))
                         measured["stream"].append(_stream(detector, video))
-                    lines.append(_line(name, backend, detector, measured, rounds, frames))
-    return lines
+                        measured["fused"].append(_stream(detector, video, fused=True))
+                    yield _line(name, backend, detector, measured, rounds, frames)
 
 
 def _line(name: str, backend: str, detector: deploykit.Detector, measured: dict, rounds: int, frames: int) -> dict:
@@ -103,7 +108,10 @@ def _line(name: str, backend: str, detector: deploykit.Detector, measured: dict,
         "video": f"{frames} frames 1280x720 mp4v", "rounds": rounds, "cpus": os.cpu_count(),
         "load": os.getloadavg()[0], "inference_only_fps": round(inference, 1),
         "sequential_fps": round(statistics.median(measured["sequential_fps"]), 1), "stream_fps": round(stream_fps, 1),
+        "fused_stream_fps": round(statistics.median(s["fps"] for s in measured["fused"]), 1),
         "stream_over_inference": round(stream_fps / inference, 3), "target": 0.9, "stage_mean_ms": stages,
+        "fused_stage_mean_ms": {stage: round(statistics.median(s["stages"][stage]["mean_ms"] for s in measured["fused"]),
+                                             2) for stage in ("pre", "infer")},
     }  # fmt: skip
 
 
@@ -111,8 +119,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--frames", type=int, default=120)
+    parser.add_argument("--model", default="", help="only models whose name holds this, e.g. yolov4")
     arguments = parser.parse_args()
-    for line in run(arguments.rounds, arguments.frames):
+    for line in run(arguments.rounds, arguments.frames, arguments.model):
         print(json.dumps(line), flush=True)
     return 0
 
