@@ -96,13 +96,14 @@ def run(rounds: int, frames: int, only: str) -> Iterator[dict]:
                     yield _line(name, backend, detector, measured, rounds, frames)
 
 
+def _stage_means(summaries: list[dict], stages: tuple[str, ...]) -> dict[str, float]:
+    return {stage: round(statistics.median(s["stages"][stage]["mean_ms"] for s in summaries), 2) for stage in stages}
+
+
 def _line(name: str, backend: str, detector: deploykit.Detector, measured: dict, rounds: int, frames: int) -> dict:
     inference = statistics.median(measured["inference_only_fps"])
     stream_fps = statistics.median(s["fps"] for s in measured["stream"])
-    stages = {
-        stage: round(statistics.median(s["stages"][stage]["mean_ms"] for s in measured["stream"]), 2)
-        for stage in ("decode", "pre", "infer", "post", "wait")
-    }
+    stages = _stage_means(measured["stream"], ("decode", "pre", "infer", "post", "wait"))
     return {
         "benchmark": "stream", "model": name, "backend": backend, "ran": detector.session.info.backend,
         "video": f"{frames} frames 1280x720 mp4v", "rounds": rounds, "cpus": os.cpu_count(),
@@ -110,8 +111,7 @@ def _line(name: str, backend: str, detector: deploykit.Detector, measured: dict,
         "sequential_fps": round(statistics.median(measured["sequential_fps"]), 1), "stream_fps": round(stream_fps, 1),
         "fused_stream_fps": round(statistics.median(s["fps"] for s in measured["fused"]), 1),
         "stream_over_inference": round(stream_fps / inference, 3), "target": 0.9, "stage_mean_ms": stages,
-        "fused_stage_mean_ms": {stage: round(statistics.median(s["stages"][stage]["mean_ms"] for s in measured["fused"]),
-                                             2) for stage in ("pre", "infer")},
+        "fused_stage_mean_ms": _stage_means(measured["fused"], ("pre", "infer")),
     }  # fmt: skip
 
 
