@@ -210,15 +210,16 @@ class _Pipeline:
     ) -> Any:
         from deploykit.vision.stream import Stream, as_sources
 
-        cleanup = getattr(stages, "close", None)
-        return Stream(stages or self, as_sources(source, timeout_s), finish, max_frames=max_frames, every=every,
-                      cleanup=cleanup)  # fmt: skip
+        return Stream(stages or self, as_sources(source, timeout_s), finish, max_frames=max_frames, every=every)
 
     def _dynamic_batch(self) -> bool:
         assert self.input.shape is not None
         return not isinstance(self.input.shape[0], int)
 
     def close(self) -> None:
+        fused = getattr(self, "_fused", None)
+        if fused is not None:
+            fused.close()
         self.session.close()
 
     def __enter__(self) -> Any:
@@ -266,6 +267,8 @@ class Detector(_Pipeline):
         overrides = _overrides(preprocess, options, "Detector")
         super().__init__(model, backend, device, options)
         self.conf, self.iou, self.agnostic, self.max_detections = conf, iou, agnostic, max_detections
+        self._fused: Any = None
+        self._fused_lock = threading.Lock()
         self.size = _input_size(self.input, self.metadata, overrides.input_size, self.model_path.name)
         self.layout, classes = self._layout()
         stored_labels = _read_labels(labels, self.metadata, self.model_path.name)
@@ -348,7 +351,10 @@ class Detector(_Pipeline):
             return self._stream(source, finish, max_frames, every, timeout_s)
         from deploykit.vision.fused import FusedStages
 
-        return self._stream(source, finish, max_frames, every, timeout_s, FusedStages(self))
+        with self._fused_lock:  # the fused sessions (one per frame size) serve every stream of this detector
+            if self._fused is None:
+                self._fused = FusedStages(self)
+        return self._stream(source, finish, max_frames, every, timeout_s, self._fused)
 
     def batch(
         self, images: Sequence[Any], *, conf: float | None = None, iou: float | None = None

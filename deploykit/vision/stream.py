@@ -165,12 +165,11 @@ class Stream:
         *,
         max_frames: int | None = None,
         every: int = 1,
-        cleanup: Callable[[], None] | None = None,
     ) -> None:
         check_number("max_frames", max_frames, low=1, integer=True, hint="a positive number of frames, e.g. 100.")
         check_number("every", every, low=1, integer=True, hint="1 takes every frame, 2 every second one ...")
         self.pipeline, self.sources, self._finish = pipeline, list(sources), finish
-        self.max_frames, self.every, self._cleanup = max_frames, every, cleanup
+        self.max_frames, self.every = max_frames, every
         self.stats = StreamStats()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -283,9 +282,6 @@ class Stream:
                 thread.join(DEFAULT_TIMEOUT_S)
         for source in self.sources:
             source.close()
-        if self._cleanup is not None and not any(t.is_alive() for t in self._threads):
-            cleanup, self._cleanup = self._cleanup, None
-            cleanup()
 
     def __enter__(self) -> Stream:
         return self
