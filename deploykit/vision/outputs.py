@@ -75,8 +75,8 @@ class VideoWriter:
         except OSError as exc:
             raise OutputError(f"--draw '{shown(self.path)}' | cannot create a file in '{directory}' ({exc.strerror}).",
                               hint="choose a folder you can write to.") from exc  # fmt: skip
+        self._temporary = Path(name)  # first: an interrupt from here on is cleaned up by close()
         os.close(handle)
-        self._temporary = Path(name)
         fourcc = cv2.VideoWriter_fourcc(*VIDEO_CODECS[self.path.suffix.lower()])
         writer = cv2.VideoWriter(name, cv2.CAP_FFMPEG, fourcc, self.fps, size)
         if not writer.isOpened():
@@ -87,16 +87,20 @@ class VideoWriter:
 
     def close(self) -> None:
         """Finalise the container and move it into place; nothing is left when no frame was written."""
-        if self._writer is None or self._temporary is None:
+        writer, self._writer = self._writer, None
+        temporary, self._temporary = self._temporary, None
+        if writer is not None:
+            writer.release()
+        if temporary is None:
             return
-        self._writer.release()
-        self._writer = None
+        if writer is None or self.frames == 0:  # interrupted while opening, or before the first frame
+            temporary.unlink(missing_ok=True)
+            return
         try:
-            os.replace(self._temporary, self.path)
+            os.replace(temporary, self.path)
         except OSError as exc:
             raise OutputError(f"--draw '{shown(self.path)}' | cannot be written ({exc.strerror or exc}); the video "
-                              f"so far is in '{self._temporary}'.", hint="choose another path.") from exc  # fmt: skip
-        self._temporary = None
+                              f"so far is in '{temporary}'.", hint="choose another path.") from exc  # fmt: skip
 
     def __enter__(self) -> VideoWriter:
         return self
