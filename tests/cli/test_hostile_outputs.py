@@ -3,6 +3,7 @@ modes, and no temporary file survives SIGINT, SIGTERM or SIGHUP (issue 12)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -239,9 +240,10 @@ def test_ignored_sighup_keeps_working_files(tmp_path):
 
 
 def test_dash_is_not_a_file_name(tiny, tmp_path, monkeypatch):
+    """``--json -`` is stdout (one JSON line per frame), never a file named '-'."""
     monkeypatch.chdir(tmp_path)
     result = invoke_checked(["predict", tiny["classifier"], tiny["image"], "--json", "-"], watch=[tmp_path])
-    assert result.exit_code == 1 and "--json '-' | is not a file name" in result.stderr
+    assert result.exit_code == 0 and json.loads(result.stdout.splitlines()[0])["name"] == tiny["image"].name
     assert not list(tmp_path.iterdir())
 
 
