@@ -213,9 +213,13 @@ def _recheck(result: BenchmarkReport, bundle: Any) -> None:
         return
     interval = Interval.from_dict(recorded)
     now = row.latency.p50_ms
+    if interval.low is None or interval.high is None:
+        console.print(f"recheck: p50 {now:.4g} ms here; the bundle recorded {interval.describe('ms')}, no interval "
+                      "to compare with; run deploykit optimize again for one")  # fmt: skip
+        return
     where = "inside" if interval.low <= now <= interval.high else ("below" if now < interval.low else "above")
-    console.print(f"recheck: p50 {now:.4g} ms here; the bundle recorded {interval.describe('ms')} over "
-                  f"{interval.rounds} rounds: {where} its interval"
+    console.print(f"recheck: p50 {now:.4g} ms here ({row.latency.count} calls, 1 round); the bundle recorded "
+                  f"{interval.describe('ms')} over {interval.evidence()}: {where} its interval"
                   + ("" if where == "inside" else "; run deploykit optimize again here to re-rank"))  # fmt: skip
 
 

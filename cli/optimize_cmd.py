@@ -46,7 +46,7 @@ def print_optimize_report(report: OptimizeReport, output: Path | None, limit: in
         console.print(f"speedup: {report.baseline.speedup:.2f}× {report.baseline.label} "
                       f"({report.baseline.headline.describe(unit)})")  # fmt: skip
     table = Table(title=f"{report.headline} with bootstrap 95% intervals ({len(report.candidates)} candidates)")
-    columns = ["candidate", report.headline, "interval", "rounds", "accuracy Δ", "status"]
+    columns = ["candidate", report.headline, "interval", "rounds/blocks/calls", "accuracy Δ", "status"]
     if truth is not None:
         columns.insert(5, "top-1 acc.")
     for column in columns:
@@ -57,8 +57,8 @@ def print_optimize_report(report: OptimizeReport, output: Path | None, limit: in
         reason = candidate.reason.split(": ")[0] if candidate.reason.startswith("slower") else candidate.reason
         status = candidate.status if candidate.status != "stopped" else f"stopped: {reason[:48]}"
         cells = [candidate.label, "-" if interval is None else f"{interval.estimate:.4g}",
-                 "-" if interval is None else f"[{interval.low:.4g}, {interval.high:.4g}]",
-                 str(len(candidate.rounds)), delta, status]  # fmt: skip
+                 "-" if interval is None else interval.bounds(),
+                 candidate.evidence(), delta, status]  # fmt: skip
         if truth is not None:
             cells.insert(5, "-" if candidate.top1_accuracy is None else f"{candidate.top1_accuracy:.2%}")
         table.add_row(*cells)

@@ -39,7 +39,7 @@ class BenchPlan:
         threads: one count or a sweep; None: the runtime's own.
         precision: one or several of f32, bf16, f16, int8 (``"f32,bf16"`` or a sequence); each
             backend runs those it can natively here. None: each device's default.
-        scenario: ``singlestream`` (p90 is the headline), ``offline`` (throughput), or
+        scenario: ``singlestream`` (p50 is the headline), ``offline`` (throughput), or
             ``multistream`` (``streams`` concurrent queries on one session).
         warmup, iterations, duration_s: untimed runs, then a count or a duration of timed runs.
         shapes, batch_axes, seed: how seeded random inputs are shaped.

@@ -311,7 +311,7 @@ class Recommendation:
 
     Attributes:
         label: the configuration's label.
-        headline: ``p90_ms`` (single/multistream) or ``throughput_sps`` (offline).
+        headline: ``p50_ms`` (single/multistream) or ``throughput_sps`` (offline).
         value: its headline figure.
         why: one sentence: why this one.
         command: the ``deploykit bench`` command that measures it alone.

@@ -46,10 +46,10 @@ def answer(
         if state.alive and state not in finalists:
             state.stopped = "not screened: the search was interrupted" if partial else "not measured"
     unit = "samples/s" if search.scenario == "offline" else "ms"
-    # every accurate candidate is ranked, the ones stopped early with their fewer rounds: the reason
-    # then names the runner-up, and a tie with a stopped one still goes to the simpler setup
-    eligible = [s for s in search.states if s.rounds and s.accurate]
-    ranking: Ranking = rank([s.entry() for s in eligible], higher_is_better=search.scenario == "offline", unit=unit)
+    # the finalists are ranked: a candidate the search stopped on one short screening round has no
+    # interval, and would make every decision inconclusive; one stopped by a separated interval is
+    # slower by the rule already
+    ranking: Ranking = rank([s.entry() for s in finalists], higher_is_better=search.scenario == "offline", unit=unit)
     if not any(s.accurate and (s.variant.quantized or s.config.precision != "f32") for s in search.states):
         notes.append(
             "only f32 configurations stay within the accuracy budget: the answer is f32 (the "
@@ -63,11 +63,12 @@ def answer(
             status, reason, stage = "chosen", ranking.reason, "final"
         elif state in finalists:
             status, stage = "finalist", "final"
-            reason = (
-                f"tied with {ranking.chosen}, which is simpler"
-                if state.label in ranking.tied
-                else f"slower than {ranking.chosen} (intervals separate)"
-            )
+            if ranking.decision == "inconclusive":
+                reason = f"inconclusive against {ranking.chosen}, which is simpler: {ranking.reason}"
+            elif state.label in ranking.tied:
+                reason = f"tied with {ranking.chosen}, which is simpler"
+            else:
+                reason = f"slower than {ranking.chosen} (intervals separate)"
         else:
             status, reason, stage = "stopped", state.stopped or "", state.stage
         results.append(

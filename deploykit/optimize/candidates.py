@@ -51,6 +51,7 @@ class CandidateState:
     cost_s: float = 0.0
     accurate: bool = False  # verified and within the accuracy budget
     top1_accuracy: float | None = None  # against the class folders, when they give the true classes
+    representative: bool = False  # its precision class's first look: screened whatever the time budget
 
     @property
     def alive(self) -> bool:
@@ -64,7 +65,18 @@ class CandidateState:
             self.variant.quantized,
             self.config.threads,
             self.config.batch,
+            sum(r.samples for r in self.rounds),
         )
+
+    @property
+    def exact(self) -> bool:
+        """Whether it runs the float model in f32 (the answer every other precision is judged against)."""
+        return self.variant.name == "float" and self.config.precision == "f32"
+
+    @property
+    def precision_class(self) -> tuple[str, str, str | None, str | None]:
+        """Model variant × backend × device × precision: what a thread count or batch size only tunes."""
+        return (self.variant.name, self.config.backend, self.config.device, self.config.precision)
 
 
 def thread_counts(cpus: int | None = None) -> list[int]:
@@ -261,8 +273,40 @@ def expand(
                                      iterations=None, duration_s=SCREEN_DURATION_S)  # fmt: skip
             for config in configs:
                 states.append(CandidateState(f"{config.label()} {variant.name}", variant, path, config, len(states)))
-    states.sort(key=lambda s: (not (s.variant.name == "float" and s.config.precision == "f32"), s.order))
-    return states, list(dict.fromkeys(notes))
+    return screening_order(states), list(dict.fromkeys(notes))
+
+
+def screening_order(states: Sequence[CandidateState]) -> list[CandidateState]:
+    """The order candidates are screened in: the biggest expected gain on this device first.
+
+    One representative of every precision class (model variant × backend × device × precision; the
+    most threads, the first batch) comes before any thread or batch variant. Among representatives,
+    the reference first (the default backend's float f32: every verdict and the speedup are judged
+    against it), then by the precision's expected gain — int8, then bf16/f16, then f32, which is
+    what ``Backend.precisions`` offers only where the device has the units for it — then the
+    order of ``--backend``. The thread and batch variants follow in the same class order.
+    """
+    from deploykit.backends.registry import DEFAULT_BACKEND
+    from deploykit.optimize.ranking import precision_rank
+
+    def threads(state: CandidateState) -> float:
+        return -float(state.config.threads) if state.config.threads else -float("inf")
+
+    representatives: dict[tuple[str, str, str | None, str | None], CandidateState] = {}
+    for state in sorted(states, key=lambda s: (s.config.batch, threads(s), s.order)):
+        representatives.setdefault(state.precision_class, state)
+
+    def gain(state: CandidateState) -> tuple[int, int, int]:
+        reference = state.exact and state.config.backend == DEFAULT_BACKEND
+        return (0 if reference else 1, -precision_rank(state.config.precision), state.order)
+
+    first = sorted(representatives.values(), key=gain)
+    for state in first:
+        state.representative = True
+    class_rank = {state.precision_class: index for index, state in enumerate(first)}
+    chosen = {id(s) for s in first}
+    rest = sorted((s for s in states if id(s) not in chosen), key=lambda s: (class_rank[s.precision_class], s.order))
+    return [*first, *rest]
 
 
 def batches_of(interface: Any, scenario: str, batches: Sequence[int] | None) -> list[int]:

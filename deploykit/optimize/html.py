@@ -46,8 +46,8 @@ def _row(candidate: CandidateResult, truth: bool) -> str:
     cells = [
         candidate.label,
         "-" if interval is None else f"{interval.estimate:.4g}",
-        "-" if interval is None else f"[{interval.low:.4g}, {interval.high:.4g}]",
-        str(len(candidate.rounds)),
+        "-" if interval is None else interval.bounds(),
+        candidate.evidence(),
         _percent(candidate.accuracy_delta),
         *([_percent(candidate.top1_accuracy)] if truth else []),
         "-" if candidate.verdict is None else candidate.verdict.label,
@@ -65,7 +65,7 @@ def render_html(report: OptimizeReport) -> str:
     best, truth = report.best, report.ground_truth
     config = best.config
     title = f"deploykit optimize: {Path(report.model.path).name}" + (" (partial)" if report.partial else "")
-    headers = ["candidate", report.headline, "95% interval", "rounds", "accuracy Δ",
+    headers = ["candidate", report.headline, "95% interval", "rounds / blocks / calls", "accuracy Δ",
                *(["top-1 accuracy"] if truth else []), "verdict", "status", "reason"]  # fmt: skip
     facts = [
         f"<p><b>Chosen</b>: {_e(best.label)} — {_e(config.backend)} on {_e(config.device)}, {_e(config.precision)}, "

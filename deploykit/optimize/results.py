@@ -127,6 +127,11 @@ class CandidateResult:
     session: SessionInfo | None = None
     top1_accuracy: float | None = None
 
+    def evidence(self) -> str:
+        """``5 / 40 / 612``: the rounds, blocks and timed calls its figures rest on."""
+        blocks = sum(len(r.blocks) for r in self.rounds)
+        return f"{len(self.rounds)} / {blocks} / {sum(r.samples for r in self.rounds)}"
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "label": self.label,
