@@ -65,6 +65,7 @@ def bench(
         None, "--cost-per-hour", help="Device price per hour → cost per 1M inferences."
     ),
     options: opt.BackendOptions = [],  # noqa: B006
+    background_load: opt.BackgroundLoad = 0,
     report_dir: Path = typer.Option(
         None, "--report", parser=folder_out, help="Write report.json/.csv/.md/.html into this directory."
     ),
@@ -103,7 +104,8 @@ def bench(
         manifest = bundle.manifest
         model, backends = bundle.model_path, [manifest.spec]
         threads = str(manifest.threads) if manifest.threads else ""  # "": the runtime's own
-        batch, precision = str(manifest.batch), manifest.precision or ""
+        # an INT8 bundle pins its float layers' precision in its options: measure what it opens
+        batch, precision = str(manifest.batch), str(manifest.options.get("precision") or manifest.precision or "")
         options = [*options, *(f"{k}={v}" for k, v in manifest.options.items() if k not in ("threads", "precision"))]
     elif recheck:
         raise UsageError("--recheck | compares a bundle's recorded choice with this machine; the model is a file.",
@@ -132,6 +134,7 @@ def bench(
         cost_per_hour=cost_per_hour,
         options=opt.backend_options(options),
         timeout_s=timeout,
+        background_load=background_load,
     )
     if fleet is not None:  # one bench per device node of a Ray cluster: deploykit.distributed
         from .fleet_cmd import bench_fleet

@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from deploykit.bench.config import parse_int_list
+from deploykit.bench.load import BackgroundLoad
 
 from . import options as opt
 from .console import console, err_console, print_json
@@ -31,6 +32,9 @@ def print_optimize_report(report: OptimizeReport, output: Path | None, limit: in
                   f"{config.precision}, {config.threads or 'default'} threads, batch {config.batch}, "
                   f"{best.variant} model")  # fmt: skip
     console.print(f"why: {report.decision.reason}", soft_wrap=True)
+    load = BackgroundLoad.from_dict(report.settings.background_load)
+    console.print(f"decision: {report.decision.decision}; evidence {best.evidence()} (rounds / blocks / calls); "
+                  f"measured {load.describe()}", soft_wrap=True)  # fmt: skip
     if best.accuracy_delta is not None:
         metric = report.metric if best.verdict is not None and best.verdict.task is not None else "element-wise"
         console.print(f"accuracy: {metric} delta {best.accuracy_delta:.2%} on {report.settings.accuracy_images} "
@@ -96,6 +100,7 @@ def optimize(
     engine: str = typer.Option("ort,nncf", "--quantizer", help="INT8 quantizers: ort, nncf (NNCF where installed)."),
     force: bool = typer.Option(False, "--force", help="Replace the bundle in a non-empty --output folder."),
     seed: int = typer.Option(0, help="Seed of the image split."),
+    background_load: opt.BackgroundLoad = 0,
     as_json: bool = typer.Option(False, "--json", help="Print the JSON report instead of the summary."),
 ) -> None:
     """Find the fastest configuration that still gives the right answer; write it as a bundle."""
@@ -125,6 +130,7 @@ def optimize(
             batches=tuple(parse_int_list(batch, "batch")) if batch else None,
             engines=tuple(e.strip() for e in engine.split(",") if e.strip()),
             seed=seed,
+            background_load=background_load,
         )
         report = run_optimize(model, images, plan, output=output, force=force, progress=show)
     if as_json:

@@ -14,6 +14,7 @@ from typing import Any
 
 from deploykit.backends.options import OptionValue
 from deploykit.bench.config import SCENARIOS
+from deploykit.bench.load import check_background_load
 from deploykit.errors import UsageError
 from deploykit.inputs import InputSetting
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S
@@ -50,6 +51,8 @@ class BenchPlan:
         cost_per_hour: the device's price per hour, for cost per million inferences.
         options: extra backend options for every configuration.
         timeout_s: the most one configuration's worker may take.
+        background_load: busy threads kept running while configurations are measured
+            (``deploykit.bench.load``; 0: idle).
 
     Raises:
         UsageError: a setting that cannot be used (checked when the plan is made).
@@ -74,9 +77,11 @@ class BenchPlan:
     cost_per_hour: float | None = None
     options: Mapping[str, OptionValue] = field(default_factory=dict)
     timeout_s: float = DEFAULT_TIMEOUT_S
+    background_load: int = 0
 
     def __post_init__(self) -> None:
         normalize(self)
+        check_background_load(self.background_load)
         if isinstance(self.backends, str):
             object.__setattr__(self, "backends", (self.backends,))
         elif self.backends is not None:

@@ -279,6 +279,7 @@ class BenchSettings:
         inputs: ``seeded random``, ``file`` or ``images``.
         max_drop: the accuracy budget of the recommendation (``--max-drop``).
         pipeline, images: for pipeline benchmarks: the task and the image files.
+        background_load: the busy threads the rows were measured under (``{"threads": 0}``: idle).
     """
 
     scenario: str = "singlestream"
@@ -292,6 +293,7 @@ class BenchSettings:
     max_drop: float | None = None
     pipeline: str | None = None
     images: list[str] | None = None
+    background_load: dict[str, Any] = field(default_factory=lambda: {"threads": 0})
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

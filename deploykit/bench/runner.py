@@ -16,6 +16,7 @@ import numpy as np
 from deploykit.bench import judging
 from deploykit.bench.config import SCENARIOS, BenchConfig
 from deploykit.bench.fingerprint import fingerprint
+from deploykit.bench.load import BackgroundLoad, background_load
 from deploykit.bench.measure import measure
 from deploykit.bench.plan import BenchPlan
 from deploykit.bench.report import BenchmarkReport
@@ -206,22 +207,23 @@ def benchmark(
         for index, case in enumerate(checks):
             check_paths.append(scratch / f"check-{index}.npz")
             write_arrays(check_paths[-1], case)
-        for index, config in enumerate(configs):
-            if progress:
-                progress(index, len(configs), config.label())
-            if isolate:
-                row, outputs, checked = measure_isolated(model_path, config, inputs_paths[config.batch],
-                                                          scratch / f"outputs-{index}.npz", check_paths,
-                                                          cost_per_hour, timeout_s)  # fmt: skip
-            else:
-                try:
-                    row, outputs, checked = measure(interface, config, feeds_by_batch[config.batch],
-                                                    cost_per_hour=cost_per_hour, check_cases=checks)  # fmt: skip
-                except DeployKitError as exc:
-                    row, outputs, checked = Row.from_failure(config, exc), None, []
-            rows.append(row)
-            outputs_by_row.append(outputs)
-            checked_by_row.append(checked)
+        with background_load(BackgroundLoad(plan.background_load)):  # every timed run under the same load
+            for index, config in enumerate(configs):
+                if progress:
+                    progress(index, len(configs), config.label())
+                if isolate:
+                    row, outputs, checked = measure_isolated(model_path, config, inputs_paths[config.batch],
+                                                              scratch / f"outputs-{index}.npz", check_paths,
+                                                              cost_per_hour, timeout_s)  # fmt: skip
+                else:
+                    try:
+                        row, outputs, checked = measure(interface, config, feeds_by_batch[config.batch],
+                                                        cost_per_hour=cost_per_hour, check_cases=checks)  # fmt: skip
+                    except DeployKitError as exc:
+                        row, outputs, checked = Row.from_failure(config, exc), None, []
+                rows.append(row)
+                outputs_by_row.append(outputs)
+                checked_by_row.append(checked)
         if progress:
             progress(len(configs), len(configs), "verifying")
 
@@ -279,6 +281,7 @@ def benchmark(
             cost_per_hour=cost_per_hour,
             inputs="images" if image_source else ("file" if given is not None else "seeded random"),
             max_drop=plan.max_drop,
+            background_load=BackgroundLoad(plan.background_load).to_dict(),
         ),
         device=fingerprint(),
         rows=rows,

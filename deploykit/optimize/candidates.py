@@ -74,9 +74,11 @@ class CandidateState:
         return self.variant.name == "float" and self.config.precision == "f32"
 
     @property
-    def precision_class(self) -> tuple[str, str, str | None, str | None]:
-        """Model variant × backend × device × precision: what a thread count or batch size only tunes."""
-        return (self.variant.name, self.config.backend, self.config.device, self.config.precision)
+    def precision_class(self) -> tuple[str, str, str | None, str | None, str | None]:
+        """Model variant × backend × device × precision (an INT8 model's with its float layers'): what a
+        thread count or batch size only tunes."""
+        return (self.variant.name, self.config.backend, self.config.device, self.config.precision,
+                float_layers(self.config))  # fmt: skip
 
 
 def thread_counts(cpus: int | None = None) -> list[int]:
@@ -267,12 +269,15 @@ def expand(
             else:
                 precisions = ["int8"]
             found, more = expand_candidates([f"{backend.name}:{device}"], precisions, model_precision=variant.precision)
+            if variant.precision == "int8" and "precision" in backend.options:
+                found = float_layer_candidates(backend.name, device, native)
             notes += more
             counts: list[int | None] = list(threads) if "threads" in backend.options else [None]
             configs = expand_configs(found, batches=batches, threads=counts, scenario=scenario, warmup=WARMUP,
                                      iterations=None, duration_s=SCREEN_DURATION_S)  # fmt: skip
             for config in configs:
-                states.append(CandidateState(f"{config.label()} {variant.name}", variant, path, config, len(states)))
+                label = f"{config.label()} {variant.name}{float_layers_suffix(config)}"
+                states.append(CandidateState(label, variant, path, config, len(states)))
     return screening_order(states), list(dict.fromkeys(notes))
 
 
@@ -292,7 +297,7 @@ def screening_order(states: Sequence[CandidateState]) -> list[CandidateState]:
     def threads(state: CandidateState) -> float:
         return -float(state.config.threads) if state.config.threads else -float("inf")
 
-    representatives: dict[tuple[str, str, str | None, str | None], CandidateState] = {}
+    representatives: dict[tuple[str, str, str | None, str | None, str | None], CandidateState] = {}
     for state in sorted(states, key=lambda s: (s.config.batch, threads(s), s.order)):
         representatives.setdefault(state.precision_class, state)
 
@@ -307,6 +312,33 @@ def screening_order(states: Sequence[CandidateState]) -> list[CandidateState]:
     chosen = {id(s) for s in first}
     rest = sorted((s for s in states if id(s) not in chosen), key=lambda s: (class_rank[s.precision_class], s.order))
     return [*first, *rest]
+
+
+def float_layer_candidates(backend_name: str, device: str, native: Sequence[str]) -> list[Any]:
+    """An INT8 model's candidates on a backend that sets its compute precision: one per float
+    precision the device runs natively, pinned, because the layers left in float (and the
+    quantize/dequantize pairs) otherwise run at the device's default — bf16 on one CPU, f32 on
+    another: other numbers at another speed from the same bundle."""
+    from deploykit.backends.registry import get_backend
+    from deploykit.verify.check import Candidate
+
+    backend = get_backend(backend_name)
+    return [
+        Candidate(backend_name, device, "int8", backend.precision_options(precision))
+        for precision in native
+        if precision != "int8"
+    ]
+
+
+def float_layers(config: BenchConfig) -> str | None:
+    """The float layers' pinned precision of an INT8 candidate (None: not pinned, or not INT8)."""
+    pinned = config.options.get("precision") if config.precision == "int8" else None
+    return None if pinned is None else str(pinned)
+
+
+def float_layers_suffix(config: BenchConfig) -> str:
+    pinned = float_layers(config)
+    return "" if pinned is None else f" (float layers {pinned})"
 
 
 def batches_of(interface: Any, scenario: str, batches: Sequence[int] | None) -> list[int]:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from deploykit.bench import plots
 from deploykit.bench.html import PAGE_STYLE
+from deploykit.bench.load import BackgroundLoad
 
 if TYPE_CHECKING:
     from deploykit.optimize.results import CandidateResult, OptimizeReport
@@ -71,6 +72,8 @@ def render_html(report: OptimizeReport) -> str:
         f"<p><b>Chosen</b>: {_e(best.label)} — {_e(config.backend)} on {_e(config.device)}, {_e(config.precision)}, "
         f"{_e(config.threads or 'default')} threads, batch {_e(config.batch)}, {_e(best.variant)} model</p>",
         f"<p><b>Why</b>: {_e(report.decision.reason)}</p>",
+        f"<p><b>Decision</b>: {_e(report.decision.decision)}; evidence {_e(best.evidence())} (rounds / blocks / "
+        f"calls); measured {_e(BackgroundLoad.from_dict(report.settings.background_load).describe())}</p>",
         f'<p class="note">rule: {_e(report.decision.rule)}</p>',
     ]
     if report.baseline is not None:

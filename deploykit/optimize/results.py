@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Literal
 
 from deploykit.backends.base import SessionInfo
 from deploykit.bench.config import BenchConfig
+from deploykit.bench.load import BackgroundLoad
 from deploykit.bench.rows import ModelInfo
 from deploykit.document import JsonDocument
 from deploykit.optimize.ranking import Interval, Ranking
@@ -185,6 +186,8 @@ class OptimizeSettings:
         threads, batches: the thread counts and batch sizes searched.
         seed: the split's shuffle and random inputs.
         accuracy_files: the held-out images (relative to ``images``) every accuracy figure comes from.
+        background_load: the busy threads every measurement ran under (``BackgroundLoad.to_dict``;
+            ``{"threads": 0, ...}``: idle).
     """
 
     scenario: str
@@ -199,9 +202,11 @@ class OptimizeSettings:
     batches: tuple[int, ...]
     seed: int = 0
     accuracy_files: tuple[str, ...] = ()
+    background_load: Mapping[str, Any] = field(default_factory=lambda: BackgroundLoad().to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        data["background_load"] = dict(self.background_load)
         for key in ("backends", "threads", "batches", "accuracy_files"):
             data[key] = list(data[key])
         return data

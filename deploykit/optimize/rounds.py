@@ -12,7 +12,6 @@ was measured is ranked in ``answer``; ``search.optimize`` drives it all and hand
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -297,8 +296,12 @@ class Search:
             )
         for index, state in enumerate(self.states):
             if time.perf_counter() > self.deadline and not state.representative:
-                first = next(s.label for s in self.states if s.representative and s.precision_class == state.precision_class)
-                state.stopped = f"over the time budget before its screening round (its precision class was screened as {first})"
+                first = next(
+                    s.label for s in self.states if s.representative and s.precision_class == state.precision_class
+                )
+                state.stopped = (
+                    f"over the time budget before its screening round (its precision class was screened as {first})"
+                )
                 self._check_reference(exact)
                 continue
             self.report("screening", index, total, state.label)

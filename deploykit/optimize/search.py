@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from deploykit.bench.config import SCENARIOS
+from deploykit.bench.load import BackgroundLoad, background_load
 from deploykit.errors import InputError, UsageError
 from deploykit.io import output_scope
 from deploykit.optimize.answer import answer
@@ -123,7 +124,8 @@ def optimize(
             variants, the other half (never calibrated on) measures every accuracy figure.
         plan: what to search (``OptimizePlan``: ``max_drop`` "1%" by default, ``backends``,
             ``scenario``, ``time_budget`` "5m", ``quantize``, ``threads``, ``batches``, the INT8
-            ``engines``, ``seed``, ``timeout_s`` per measurement); default ``OptimizePlan()``.
+            ``engines``, ``seed``, ``timeout_s`` per measurement, ``background_load`` busy threads);
+            default ``OptimizePlan()``.
         output: the bundle folder to write (None: only the report is returned).
         force: replace a non-empty ``output`` folder that is a bundle.
         progress: called with a ``SearchProgress`` after every measurement.
@@ -207,9 +209,11 @@ def optimize(
         search.states = states
         search.run_oracle()
         partial = False
+        load = BackgroundLoad(plan.background_load)
         try:
-            search.screen()
-            search.halve()
+            with background_load(load):  # every timed round runs under it; the oracle and quantizing do not
+                search.screen()
+                search.halve()
         except KeyboardInterrupt:
             if not search.admissible():
                 raise
@@ -230,6 +234,7 @@ def optimize(
                 tuple(batch_list),
                 seed,
                 tuple(str(path.relative_to(images_path)) for path, _ in accuracy) if images_path else (),
+                load.to_dict(),
             ),
             classes=tuple(label or "" for _, label in accuracy) if search.truth is not None else (),
             variants=[v for v, _ in variants],
