@@ -66,6 +66,9 @@ def bench(
     ),
     options: opt.BackendOptions = [],  # noqa: B006
     background_load: opt.BackgroundLoad = 0,
+    rounds: int = typer.Option(
+        1, "--rounds", help="Isolated measurements per configuration, interleaved; 5 or more let one be called faster."
+    ),
     report_dir: Path = typer.Option(
         None, "--report", parser=folder_out, help="Write report.json/.csv/.md/.html into this directory."
     ),
@@ -83,7 +86,7 @@ def bench(
     platform: str = PLATFORM_OPTION,
 ) -> None:
     """Benchmark a model on backends × devices × precisions × batch × threads; verify every configuration."""
-    from deploykit.bench.runner import benchmark, default_backend_specs
+    from deploykit.bench.runner import benchmark
     from deploykit.inputs import check_seed
     from deploykit.quantize import parse_drop
 
@@ -135,6 +138,7 @@ def bench(
         options=opt.backend_options(options),
         timeout_s=timeout,
         background_load=background_load,
+        rounds=rounds,
     )
     if fleet is not None:  # one bench per device node of a Ray cluster: deploykit.distributed
         from .fleet_cmd import bench_fleet
@@ -151,8 +155,7 @@ def bench(
 
         if images is None:
             raise UsageError("--pipeline | needs --images DIR.", hint="e.g. --pipeline detect --images photos/.")
-        result = benchmark_pipeline(model, pipeline, images, list(plan.backends or default_backend_specs()),
-                                    iterations=iterations, warmup=warmup, options=plan.options)  # fmt: skip
+        result = benchmark_pipeline(model, pipeline, images, plan=plan)
         _show(result, as_json, report_dir)
         return
 

@@ -53,6 +53,8 @@ class BenchPlan:
         timeout_s: the most one configuration's worker may take.
         background_load: busy threads kept running while configurations are measured
             (``deploykit.bench.load``; 0: idle).
+        rounds: isolated measurements of every configuration, interleaved (a rotated order each
+            round); the ranking rule calls a configuration faster only from ``MIN_ROUNDS`` (5).
 
     Raises:
         UsageError: a setting that cannot be used (checked when the plan is made).
@@ -78,10 +80,16 @@ class BenchPlan:
     options: Mapping[str, OptionValue] = field(default_factory=dict)
     timeout_s: float = DEFAULT_TIMEOUT_S
     background_load: int = 0
+    rounds: int = 1
 
     def __post_init__(self) -> None:
         normalize(self)
         check_background_load(self.background_load)
+        if self.rounds < 1:
+            raise UsageError(
+                f"--rounds {self.rounds} | expected 1 or more.",
+                hint="--rounds 5 gives the ranking rule the evidence to call one configuration faster.",
+            )
         if isinstance(self.backends, str):
             object.__setattr__(self, "backends", (self.backends,))
         elif self.backends is not None:

@@ -85,6 +85,7 @@ def answer(
                 state.delta,
                 state.session,
                 state.top1_accuracy,
+                state.delta_interval,
             )
         )
     rank_of = {"chosen": 0, "finalist": 1, "stopped": 2}

@@ -20,6 +20,7 @@ import numpy as np
 from deploykit.bench.config import BenchConfig
 from deploykit.errors import DeployKitError, InputError, UsageError
 from deploykit.io import file_sha256
+from deploykit.optimize.accuracy import DeltaInterval
 from deploykit.optimize.ranking import RankEntry
 from deploykit.optimize.results import RoundResult, Variant
 from deploykit.quantize.engines import ENGINES, QUANTIZE_ENGINES
@@ -51,6 +52,7 @@ class CandidateState:
     cost_s: float = 0.0
     accurate: bool = False  # verified and within the accuracy budget
     top1_accuracy: float | None = None  # against the class folders, when they give the true classes
+    delta_interval: DeltaInterval | None = None  # the accuracy delta's interval over the held-out images
     representative: bool = False  # its precision class's first look: screened whatever the time budget
 
     @property

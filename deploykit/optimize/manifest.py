@@ -245,6 +245,7 @@ def build_manifest(
             "delta": best.accuracy_delta,
             "images": report.settings.accuracy_images,
             "max_drop": report.settings.max_drop,
+            "interval": None if best.accuracy_interval is None else best.accuracy_interval.to_dict(),
             **(
                 {}
                 if report.ground_truth is None

@@ -17,6 +17,7 @@ from deploykit.bench.config import BenchConfig
 from deploykit.bench.load import BackgroundLoad
 from deploykit.bench.rows import ModelInfo
 from deploykit.document import JsonDocument
+from deploykit.optimize.accuracy import DeltaInterval
 from deploykit.optimize.ranking import Interval, Ranking
 from deploykit.verify.verdict import OracleInfo, Verdict
 
@@ -113,6 +114,8 @@ class CandidateResult:
         session: what actually ran (the runtime's report).
         top1_accuracy: its top-1 accuracy against the class folders of ``--images`` (classifiers
             with class folders; None otherwise).
+        accuracy_interval: the accuracy delta's 95 % interval over the held-out images, with their
+            count (None for an element-wise pass or no task metric).
     """
 
     label: str
@@ -127,6 +130,7 @@ class CandidateResult:
     accuracy_delta: float | None = None
     session: SessionInfo | None = None
     top1_accuracy: float | None = None
+    accuracy_interval: DeltaInterval | None = None
 
     def evidence(self) -> str:
         """``5 / 40 / 612``: the rounds, blocks and timed calls its figures rest on."""
@@ -147,6 +151,7 @@ class CandidateResult:
             "accuracy_delta": self.accuracy_delta,
             "session": None if self.session is None else self.session.to_dict(),
             "top1_accuracy": self.top1_accuracy,
+            "accuracy_interval": None if self.accuracy_interval is None else self.accuracy_interval.to_dict(),
         }
 
     @classmethod
@@ -168,6 +173,7 @@ class CandidateResult:
             accuracy_delta=data.get("accuracy_delta"),
             session=part("session", SessionInfo),
             top1_accuracy=data.get("top1_accuracy"),
+            accuracy_interval=part("accuracy_interval", DeltaInterval),
         )
 
 

@@ -22,6 +22,8 @@ import numpy as np
 
 from deploykit.bench.rows import Row, accuracy_delta
 from deploykit.errors import ParityError, UsageError
+from deploykit.optimize.accuracy import DeltaInterval, min_images, share_interval
+from deploykit.optimize.accuracy import bootstrap_interval as bootstrap_delta
 from deploykit.optimize.candidates import SCREEN_DURATION_S, WARMUP, CandidateState, link_folder
 from deploykit.optimize.ranking import MIN_BLOCKS, MIN_ROUNDS, Interval, bootstrap_interval
 from deploykit.optimize.results import RoundResult
@@ -249,9 +251,12 @@ class Search:
             task_reference=self.task_reference,
         )
         state.verdict, state.delta = verdict, accuracy_delta(verdict)
+        state.delta_interval = self._delta_interval(verdict, checked)
         if self.truth is not None and len(checked) == len(self.truth):
             self._top1_accuracy(state, checked)
         good = verdict.passed or (verdict.status == "unverified" and verdict.agreement is True)
+        metric = verdict.task.metric if verdict.task else "task metric"
+        interval = state.delta_interval
         if not good:
             state.stopped = f"verification: {verdict.label} — {_short(verdict.reason)}"
         elif state.delta is None:
@@ -260,12 +265,37 @@ class Search:
                 "(pass --images photos/ of a classifier or detector)"
             )
         elif state.delta > self.max_drop + 1e-12:
-            metric = verdict.task.metric if verdict.task else "task metric"
             state.stopped = f"over the accuracy budget: {metric} delta {state.delta:.2%} > {self.max_drop:.2%}"
+        elif interval is not None and self.proves_budget and interval.high > self.max_drop + 1e-12:
+            state.stopped = (
+                f"over the accuracy budget at the interval's pessimistic end: {metric} delta {interval.describe()} "
+                f"> {self.max_drop:.2%}"
+            )
         else:
             state.accurate = True
             if exact and self.task_reference is None and self.task is not None:
                 self.task_reference = (state.label, checked)
+
+    @property
+    def proves_budget(self) -> bool:
+        """Whether the held-out images are enough for ``--max-drop`` to be judged at the pessimistic
+        end of each delta's interval (``accuracy.min_images``)."""
+        needed = min_images(self.max_drop)
+        return needed is not None and len(self.cases) >= needed
+
+    def _delta_interval(self, verdict: Any, checked: list[dict[str, np.ndarray]]) -> DeltaInterval | None:
+        """The task metric's delta with its interval over the held-out images (None: element-wise)."""
+        if verdict.task is None or self.task is None or self.task_reference is None:
+            return None
+        reference = self.task_reference[1]
+        if len(reference) != len(checked) or len(checked) != len(self.cases):
+            return None
+        if verdict.task.metric == "top-1 agreement":
+            return share_interval(float(verdict.task.value), len(self.cases))
+        task = self.task
+        expected = [task.decode(r, feeds, reference=True) for feeds, r in zip(self.cases, reference, strict=True)]
+        found = [task.decode(c, feeds, reference=False) for feeds, c in zip(self.cases, checked, strict=True)]
+        return bootstrap_delta(lambda e, f: float(task.agreement(e, f)[0]), expected, found)
 
     def _top1_accuracy(self, state: CandidateState, checked: list[dict[str, np.ndarray]]) -> None:
         """The candidate's top-1 accuracy against the class folders, and the reference's (the oracle's

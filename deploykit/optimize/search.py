@@ -13,12 +13,14 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 from deploykit.bench.config import SCENARIOS
 from deploykit.bench.load import BackgroundLoad, background_load
 from deploykit.errors import InputError, UsageError
 from deploykit.io import output_scope
+from deploykit.optimize.accuracy import AccuracyEvidenceWarning, budget_note
 from deploykit.optimize.answer import answer
 from deploykit.optimize.candidates import (
     ENGINES,
@@ -190,6 +192,10 @@ def optimize(
             labels = search.pipeline["labels"] or []
             search.truth, note = ground_truth(accuracy, calibration, labels, search.task_name, images_path)
             notes += [note] if note else []
+        evidence = budget_note(len(accuracy), budget) if images_path is not None and quantize else None
+        if evidence:  # said before the search, not discovered in the report
+            notes.append(evidence)
+            warnings.warn(AccuracyEvidenceWarning(f"optimize | {evidence}"), stacklevel=2)
         search.prepare_inputs([path for path, _ in accuracy], seed)
         search.report("variants", 0, 1)
         calibration_dir = link_folder(scratch / "calibration", calibration) if calibration else None
