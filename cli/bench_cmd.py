@@ -219,7 +219,7 @@ def _recheck(result: BenchmarkReport, bundle: Any) -> None:
         return
     interval = Interval.from_dict(recorded)
     now = row.latency.p50_ms
-    if interval.low is None or interval.high is None:
+    if not interval.sufficient or interval.low is None or interval.high is None:
         console.print(f"recheck: p50 {now:.4g} ms here; the bundle recorded {interval.describe('ms')}, no interval "
                       "to compare with; run deploykit optimize again for one")  # fmt: skip
         return

@@ -79,13 +79,15 @@ class Interval:
 
     @property
     def sufficient(self) -> bool:
-        """Whether the interval rests on the rule's minimum of evidence (then it has bounds)."""
-        return self.low is not None and self.high is not None
+        """Whether the interval rests on the rule's minimum of evidence (then it has bounds; an
+        interval read from an older report without its evidence counts never is)."""
+        return self.low is not None and self.high is not None and enough_evidence(self.rounds, self.fewest_blocks)
 
     def separated_from(self, other: Interval) -> bool:
-        """Whether both intervals exist and do not overlap; without enough evidence, never."""
-        if self.low is None or self.high is None or other.low is None or other.high is None:
+        """Whether both intervals rest on the rule's evidence and do not overlap; otherwise never."""
+        if not (self.sufficient and other.sufficient):
             return False
+        assert self.low is not None and self.high is not None and other.low is not None and other.high is not None
         return self.high < other.low or other.high < self.low
 
     def evidence(self) -> str:
@@ -95,7 +97,7 @@ class Interval:
 
     def bounds(self) -> str:
         """``[9.1, 9.4]``, or ``insufficient evidence`` when there is no interval."""
-        if self.low is None or self.high is None:
+        if not self.sufficient or self.low is None or self.high is None:
             return INSUFFICIENT
         return f"[{self.low:.4g}, {self.high:.4g}]"
 

@@ -374,3 +374,23 @@ def test_the_bundle_opens_exactly_the_configuration_its_manifest_records(searche
             assert manifest.options.get("precision") == info.precision
         if manifest.variant.startswith("int8") and info.precision != "int8":
             assert manifest.compute == f"int8 (float layers {info.precision})"
+
+
+def test_a_pinned_precision_this_device_cannot_run_is_the_precision_contracts_error(searched, tmp_path):
+    """A bundle pinned to a precision the device does not compute natively (another machine's bf16,
+    here written into the manifest) refuses to open, never opening at the device's default."""
+    from deploykit.errors import PrecisionUnavailableError
+
+    _, output = searched
+    copy = _copy(output, tmp_path)
+    data = json.loads((copy / "deploykit.json").read_text())
+    backend = get_backend(data["backend"])
+    if "precision" not in backend.options:
+        pytest.skip(f"{data['backend']} has no precision setting to pin")
+    missing = [p for p in ("bf16", "f16", "f32") if p not in backend.precisions(data["device"])]
+    if not missing:
+        pytest.skip(f"{data['backend']}:{data['device']} computes every precision natively here")
+    data["options"]["precision"] = missing[0]
+    (copy / "deploykit.json").write_text(json.dumps(data))
+    with pytest.raises(PrecisionUnavailableError, match=f"does not compute {missing[0]} natively"):
+        deploykit.load(copy)
