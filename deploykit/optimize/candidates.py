@@ -21,6 +21,7 @@ from deploykit.bench.config import BenchConfig
 from deploykit.errors import DeployKitError, InputError, UsageError
 from deploykit.io import file_sha256
 from deploykit.optimize.accuracy import DeltaInterval
+from deploykit.optimize.manifest import WAIT_OPTION
 from deploykit.optimize.ranking import RankEntry
 from deploykit.optimize.results import RoundResult, Variant
 from deploykit.quantize.engines import ENGINES, QUANTIZE_ENGINES
@@ -248,8 +249,10 @@ def expand(
     scenario: str,
     threads: Sequence[int],
     batches: Sequence[int],
+    busy: bool = False,
 ) -> tuple[list[CandidateState], list[str]]:
-    """Every variant × backend × device × native precision × threads × batch, float f32 first."""
+    """Every variant × backend × device × native precision × threads × batch (× wait policy on a
+    busy device, ``busy``), in ``screening_order``."""
     from deploykit.backends.registry import canonical_name, get_backend
     from deploykit.bench.runner import expand_configs
     from deploykit.verify.check import expand_candidates, parse_backend_spec
@@ -277,8 +280,10 @@ def expand(
             counts: list[int | None] = list(threads) if "threads" in backend.options else [None]
             configs = expand_configs(found, batches=batches, threads=counts, scenario=scenario, warmup=WARMUP,
                                      iterations=None, duration_s=SCREEN_DURATION_S)  # fmt: skip
-            for config in configs:
+            for config in [*configs, *(_without_spinning(configs, backend.options) if busy else [])]:
                 label = f"{config.label()} {variant.name}{float_layers_suffix(config)}"
+                if config.options.get(WAIT_OPTION) is False:
+                    label += " no-spin"
                 states.append(CandidateState(label, variant, path, config, len(states)))
     return screening_order(states), list(dict.fromkeys(notes))
 
@@ -314,6 +319,17 @@ def screening_order(states: Sequence[CandidateState]) -> list[CandidateState]:
     chosen = {id(s) for s in first}
     rest = sorted((s for s in states if id(s) not in chosen), key=lambda s: (class_rank[s.precision_class], s.order))
     return [*first, *rest]
+
+
+def _without_spinning(configs: Sequence[BenchConfig], schema: Any) -> list[BenchConfig]:
+    """The configurations again with idle threads that sleep instead of spinning: on a busy device a
+    runtime whose threads spin for cores the app needs can collapse, so the wait policy is an axis
+    there (a thread variant: screened after every precision class)."""
+    import dataclasses
+
+    if WAIT_OPTION not in schema:
+        return []
+    return [dataclasses.replace(c, options={**c.options, WAIT_OPTION: False}) for c in configs]
 
 
 def float_layer_candidates(backend_name: str, device: str, native: Sequence[str]) -> list[Any]:

@@ -178,8 +178,9 @@ def check_bundle_output(
     claim_output(target, f"-o '{target}'", kind="folder")
 
 
+WAIT_OPTION = "spinning"  # a backend option that lets idle threads spin (ONNX Runtime's): the wait policy
 # Options whose runtime default decides speed when the device is busy: pinned as they ran.
-_PINNED_DEFAULTS = ("spinning",)
+_PINNED_DEFAULTS = (WAIT_OPTION,)
 
 
 def pinned_options(backend: str, options: Mapping[str, Any], session: Any) -> dict[str, Any]:

@@ -205,7 +205,8 @@ def optimize(
             model_path, scratch / "variants", calibration_dir, quantize=quantize, engines=engines, fp16=fp16, seed=seed
         )
         notes += more
-        states, more = expand(variants, specs, scenario=scenario, threads=thread_list, batches=batch_list)
+        states, more = expand(variants, specs, scenario=scenario, threads=thread_list, batches=batch_list,
+                              busy=plan.background_load > 0)  # fmt: skip
         notes += more
         if not states:
             raise UsageError(
