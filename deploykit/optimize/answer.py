@@ -13,6 +13,7 @@ from typing import Any
 from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.bench.rows import ModelInfo
 from deploykit.io import file_sha256
+from deploykit.optimize.manifest import WAIT_OPTION
 from deploykit.optimize.ranking import Ranking, rank
 from deploykit.optimize.results import (
     Baseline,
@@ -122,6 +123,7 @@ def _baseline(results: Sequence[CandidateResult], chosen: CandidateResult, searc
         if c.config.backend == BASELINE_BACKEND
         and c.variant == "float"
         and c.config.precision == "f32"
+        and c.config.options.get(WAIT_OPTION) is not False  # the runtime as it comes, not tuned for load
         and c.headline is not None
         and c.config.batch == chosen.config.batch
     ]

@@ -25,6 +25,7 @@ from deploykit.errors import ParityError, UsageError
 from deploykit.optimize.accuracy import DeltaInterval, min_images, share_interval
 from deploykit.optimize.accuracy import bootstrap_interval as bootstrap_delta
 from deploykit.optimize.candidates import SCREEN_DURATION_S, WARMUP, CandidateState, link_folder
+from deploykit.optimize.manifest import WAIT_OPTION
 from deploykit.optimize.ranking import MIN_BLOCKS, MIN_ROUNDS, Interval, bootstrap_interval
 from deploykit.optimize.results import RoundResult
 from deploykit.verify.verdict import OracleInfo
@@ -362,7 +363,12 @@ class Search:
         """The default backend's best float f32 candidate: the speedup's baseline."""
         from deploykit.backends.registry import DEFAULT_BACKEND
 
-        pool = [s for s in self.states if s.exact and s.rounds and s.config.backend == DEFAULT_BACKEND and s.accurate]
+        pool = [
+            s
+            for s in self.states
+            if s.exact and s.rounds and s.config.backend == DEFAULT_BACKEND and s.accurate
+            and s.config.options.get(WAIT_OPTION) is not False
+        ]  # fmt: skip
         return min(pool, key=lambda s: self.score(self.intervals([s])[s.label]), default=None)
 
     def _shortlist(self) -> None:
