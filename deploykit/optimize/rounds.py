@@ -31,6 +31,10 @@ from deploykit.optimize.results import RoundResult
 from deploykit.verify.verdict import OracleInfo
 
 MAX_ROUNDS = 12
+# How far past the time budget the precision classes' first looks may run (a share of the budget):
+# quantizing cannot starve them, and a device too busy to screen them all still ends.
+SCREEN_GRACE = 0.25
+SCREEN_GRACE_MIN_S = 30.0  # ... and at least this long, for budgets too short to screen one class each
 FINALISTS = 4  # the closest screening estimates that get rounds (and the reference, for the speedup)
 CLOSE = 1.10  # a screening estimate within this factor of the leader's is close enough to be simpler
 ROUND_DURATION_S = 0.6
@@ -100,6 +104,7 @@ class Search:
         self.model, self.interface, self.scratch = model, interface, scratch
         self.scenario, self.max_drop, self.deadline, self.timeout_s = scenario, max_drop, deadline, timeout_s
         self.on_progress = progress
+        self.grace_deadline = deadline  # ``optimize`` extends it by SCREEN_GRACE of the time budget
         self.states: list[CandidateState] = []
         self.cases: list[dict[str, np.ndarray]] = []
         self.inputs: dict[int, Path] = {}
@@ -315,8 +320,9 @@ class Search:
 
     def screen(self) -> None:
         """Every candidate once, with the held-out images, in ``screening_order``: one candidate of
-        every precision class first (screened even past the time budget, so quantizing cannot
-        starve them), then the thread and batch variants while the budget lasts."""
+        every precision class first (screened even past the time budget, by up to ``SCREEN_GRACE``
+        of it, so quantizing cannot starve them), then the thread and batch variants while the
+        budget lasts."""
         total = len(self.states)
         exact = [s for s in self.states if s.exact]
         if not exact:
@@ -326,7 +332,15 @@ class Search:
                 hint="add a backend that runs f32 (-b onnxruntime); 'deploykit backends' lists what runs here.",
             )
         for index, state in enumerate(self.states):
-            if time.perf_counter() > self.deadline and not state.representative:
+            now = time.perf_counter()
+            if state.representative and now > self.grace_deadline and index > 0:  # the reference always runs
+                state.stopped = (
+                    "over the time budget before its screening round, past the grace the precision classes "
+                    f"have beyond it ({SCREEN_GRACE:.0%} of it, at least {SCREEN_GRACE_MIN_S:.0f} s)"
+                )
+                self._check_reference(exact)
+                continue
+            if now > self.deadline and not state.representative:
                 first = next(
                     s.label for s in self.states if s.representative and s.precision_class == state.precision_class
                 )
