@@ -34,6 +34,7 @@ MAX_ROUNDS = 12
 # How far past the time budget the precision classes' first looks may run (a share of the budget):
 # quantizing cannot starve them, and a device too busy to screen them all still ends.
 SCREEN_GRACE = 0.25
+ROUNDS_SHARE = 0.4  # of the time budget: the thread and batch variants' screening stops before it
 SCREEN_GRACE_MIN_S = 30.0  # ... and at least this long, for budgets too short to screen one class each
 FINALISTS = 4  # the closest screening estimates that get rounds (and the reference, for the speedup)
 CLOSE = 1.10  # a screening estimate within this factor of the leader's is close enough to be simpler
@@ -105,6 +106,7 @@ class Search:
         self.scenario, self.max_drop, self.deadline, self.timeout_s = scenario, max_drop, deadline, timeout_s
         self.on_progress = progress
         self.grace_deadline = deadline  # ``optimize`` extends it by SCREEN_GRACE of the time budget
+        self.variants_deadline = deadline  # ``optimize`` keeps ROUNDS_SHARE of the budget for the rounds
         self.states: list[CandidateState] = []
         self.cases: list[dict[str, np.ndarray]] = []
         self.inputs: dict[int, Path] = {}
@@ -198,10 +200,8 @@ class Search:
         from deploykit.bench.runner import measure_isolated
 
         duration = SCREEN_DURATION_S if screening else ROUND_DURATION_S
-        config = dataclasses.replace(state.config, duration_s=duration, iterations=None, warmup=WARMUP)
-        if state.rounds and state.rounds[-1].p50_ms * MIN_CALLS > duration * 1e3:
-            # too slow for the duration to give MIN_BLOCKS blocks: a count of calls instead
-            config = dataclasses.replace(config, duration_s=None, iterations=MIN_CALLS)
+        # at least MIN_CALLS calls, so that even a slow model's round has the rule's MIN_BLOCKS blocks
+        config = dataclasses.replace(state.config, duration_s=duration, iterations=MIN_CALLS, warmup=WARMUP)
         self.measurements += 1
         outputs = self.scratch / f"outputs-{self.measurements}.npz"
         began = time.perf_counter()
@@ -340,12 +340,13 @@ class Search:
                 )
                 self._check_reference(exact)
                 continue
-            if now > self.deadline and not state.representative:
+            if now > self.variants_deadline and not state.representative:
                 first = next(
                     s.label for s in self.states if s.representative and s.precision_class == state.precision_class
                 )
                 state.stopped = (
-                    f"over the time budget before its screening round (its precision class was screened as {first})"
+                    f"over the screening share of the time budget (the last {ROUNDS_SHARE:.0%} is the finalists') "
+                    f"before its screening round; its precision class was screened as {first}"
                 )
                 self._check_reference(exact)
                 continue

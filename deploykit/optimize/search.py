@@ -35,7 +35,14 @@ from deploykit.optimize.candidates import (
 )
 from deploykit.optimize.plan import OptimizePlan
 from deploykit.optimize.results import OptimizeReport, OptimizeSettings
-from deploykit.optimize.rounds import SCREEN_GRACE, SCREEN_GRACE_MIN_S, Progress, Search, SearchProgress
+from deploykit.optimize.rounds import (
+    ROUNDS_SHARE,
+    SCREEN_GRACE,
+    SCREEN_GRACE_MIN_S,
+    Progress,
+    Search,
+    SearchProgress,
+)
 
 DEFAULT_TIME_BUDGET_S = 300.0
 DEFAULT_MAX_DROP = 0.01
@@ -215,6 +222,7 @@ def optimize(
             )
         search.states = states
         search.grace_deadline = started + budget_s + max(budget_s * SCREEN_GRACE, SCREEN_GRACE_MIN_S)
+        search.variants_deadline = started + budget_s * (1 - ROUNDS_SHARE)
         search.run_oracle()
         partial = False
         load = BackgroundLoad(plan.background_load)
