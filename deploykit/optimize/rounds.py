@@ -105,7 +105,8 @@ class Search:
         self.model, self.interface, self.scratch = model, interface, scratch
         self.scenario, self.max_drop, self.deadline, self.timeout_s = scenario, max_drop, deadline, timeout_s
         self.on_progress = progress
-        self.grace_deadline = deadline  # ``optimize`` extends it by SCREEN_GRACE of the time budget
+        self.grace_s = SCREEN_GRACE_MIN_S  # ``optimize`` sets SCREEN_GRACE of the time budget (at least this)
+        self.grace_deadline = deadline
         self.variants_deadline = deadline  # ``optimize`` keeps ROUNDS_SHARE of the budget for the rounds
         self.states: list[CandidateState] = []
         self.cases: list[dict[str, np.ndarray]] = []
@@ -331,12 +332,15 @@ class Search:
                 "precision is judged against.",
                 hint="add a backend that runs f32 (-b onnxruntime); 'deploykit backends' lists what runs here.",
             )
+        # the precision classes' own allowance starts when screening does: quantizing and the oracle
+        # are counted in the time budget but cannot eat it
+        self.grace_deadline = max(self.deadline, time.perf_counter()) + self.grace_s
         for index, state in enumerate(self.states):
             now = time.perf_counter()
             if state.representative and now > self.grace_deadline and index > 0:  # the reference always runs
                 state.stopped = (
-                    "over the time budget before its screening round, past the grace the precision classes "
-                    f"have beyond it ({SCREEN_GRACE:.0%} of it, at least {SCREEN_GRACE_MIN_S:.0f} s)"
+                    "over the time budget before its screening round, past the allowance the precision classes "
+                    f"have after it ({SCREEN_GRACE:.0%} of it, at least {SCREEN_GRACE_MIN_S:.0f} s)"
                 )
                 self._check_reference(exact)
                 continue

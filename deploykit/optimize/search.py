@@ -221,7 +221,7 @@ def optimize(
                 hint="'deploykit backends' lists what runs here.",
             )
         search.states = states
-        search.grace_deadline = started + budget_s + max(budget_s * SCREEN_GRACE, SCREEN_GRACE_MIN_S)
+        search.grace_s = max(budget_s * SCREEN_GRACE, SCREEN_GRACE_MIN_S)
         search.variants_deadline = started + budget_s * (1 - ROUNDS_SHARE)
         search.run_oracle()
         partial = False
