@@ -21,7 +21,9 @@ from typing import Any
 from deploykit.errors import UsageError
 
 KIND = "spin loop, one process per busy thread"
-_SPIN = "while True:\n    pass\n"
+# The busy loop checks now and then that deploykit is still its parent: killed without a chance to
+# stop its load (SIGKILL, or SIGTERM without a handler), deploykit leaves no spinning orphan behind.
+_SPIN = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    for _ in range(200000):\n        pass\n"
 _START_CHECK_S = 0.2  # a process that cannot run (ulimit, cgroup pids.max, seccomp) dies within this
 
 

@@ -69,3 +69,34 @@ def test_bench_records_the_load_it_measured_under(catalog_paths):
     )
     assert report.settings.background_load == {"threads": 1, "kind": KIND}
     assert report.rows[0].ok
+
+
+def test_a_killed_parent_leaves_no_spinning_orphan(tmp_path):
+    """SIGKILL gives deploykit no chance to stop its load: the busy processes notice and end."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    if usable_cores() < 2:
+        pytest.skip("a 1-core machine can only be measured idle")
+    pids = tmp_path / "pids"
+    script = (
+        "import sys\n"
+        "from deploykit.bench.load import BackgroundLoad, background_load\n"
+        "with background_load(BackgroundLoad(1)) as pids:\n"
+        f"    open({str(pids)!r}, 'w').write(' '.join(map(str, pids)))\n"
+        "    import time; time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script])
+    deadline = time.monotonic() + 120
+    while not (pids.exists() and pids.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    busy = [int(p) for p in pids.read_text().split()]
+    assert busy and all(_alive(pid) for pid in busy)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 60  # the loop checks its parent every few milliseconds of CPU
+    while any(_alive(pid) for pid in busy) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in busy)
