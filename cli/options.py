@@ -43,6 +43,14 @@ Precision = Annotated[
 ]
 Seed = Annotated[int, typer.Option("--seed", help="Seed for random inputs.")]
 Timeout = Annotated[float, typer.Option("--timeout", help="Seconds one worker process may take.")]
+BackgroundLoad = Annotated[
+    int,
+    typer.Option(
+        "--background-load",
+        help="Measure on a busy device: N busy threads (a spin loop per process) run while timing; "
+        "fewer than the cores.",
+    ),
+]
 Oracle = Annotated[str, typer.Option("--oracle", help=ORACLE_HELP)]
 Shapes = Annotated[list[str], typer.Option("--shape", help=SHAPE_HELP)]
 BatchAxes = Annotated[list[str], typer.Option("--batch-axis", help=BATCH_AXIS_HELP)]

@@ -73,7 +73,7 @@ def test_bench_fleet_merges_both_devices(cluster, small_model, tmp_path):
         assert report.rows[0].status == "ok" and report.device["cpu"]["logical_cores"]
     page = (tmp_path / "fleet" / "fleet.html").read_text()
     assert "configuration × device" in page and page.count('<section class="device">') == 2
-    assert 'aria-label="headline per configuration and device"' in page and "p90_ms (ms)" in page  # axis, unit
+    assert 'aria-label="headline per configuration and device"' in page and "p50_ms (ms)" in page  # axis, unit
     table = (tmp_path / "fleet" / "fleet.md").read_text()
     assert "| configuration | alpha | beta |" in table and "**alpha**" in table and "**beta**" in table
 
