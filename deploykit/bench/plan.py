@@ -50,6 +50,8 @@ class BenchPlan:
         cost_per_hour: the device's price per hour, for cost per million inferences.
         options: extra backend options for every configuration.
         timeout_s: the most one configuration's worker may take.
+        oracle_memory_bytes: the address-space limit of the oracle's worker; None: three quarters
+            of the memory available when it starts (``deploykit.verify.limits``).
 
     Raises:
         UsageError: a setting that cannot be used (checked when the plan is made).
@@ -74,6 +76,7 @@ class BenchPlan:
     cost_per_hour: float | None = None
     options: Mapping[str, OptionValue] = field(default_factory=dict)
     timeout_s: float = DEFAULT_TIMEOUT_S
+    oracle_memory_bytes: int | None = None
 
     def __post_init__(self) -> None:
         normalize(self)
