@@ -340,14 +340,6 @@ def judge_run(
     ran = "int8" if precision == "int8" else normalize_precision(info.get("precision") or precision)
     limits = thresholds_for(ran, **dict(overrides or {}))
     reduced = is_reduced(ran)
-    if (unstable := nondeterminism(run, limits, reduced)) is not None:
-        reason = (
-            f"nondeterministic: runs differ by {unstable.max_abs_error:.3g} — {unstable.describe()} "
-            f"(a later of {len(run.repeated) + 1} runs in one session; the first run is the reference)"
-        )
-        rule = "cosine/SNR" if reduced else "element-wise"
-        return Verdict(run.label, "fail", oracle, precision=ran, device=info.get("device"), rule=rule,
-                       thresholds=limits, outputs=[unstable], reason=reason)  # fmt: skip
     outputs = []
     for index, (actual, expected) in enumerate(zip(run.outputs, references, strict=False)):
         outputs += compare_outputs(actual, expected, limits, reduced=reduced, case=index)
@@ -355,7 +347,16 @@ def judge_run(
     if task is not None and task_reference is not None and len(task_reference[1]) == len(run.outputs):
         result = task.judge(cases, task_reference[1], run.outputs, limits, ran)
         result.details["reference"] = task_reference[0]
-    return judge(run.label, outputs, oracle, limits, precision=ran, device=info.get("device"), task=result)
+    verdict = judge(run.label, outputs, oracle, limits, precision=ran, device=info.get("device"), task=result)
+    if (unstable := nondeterminism(run, limits, reduced)) is not None:
+        said = (
+            f"nondeterministic: runs differ by {unstable.max_abs_error:.3g} — {unstable.describe()} "
+            f"(a later of {len(run.repeated) + 1} runs in one session; the first run is the reference)"
+        )
+        # whatever its first run matched, a runtime that disagrees with itself fails; any other reason stays first
+        verdict.reason = said if verdict.status == "pass" else f"{verdict.reason}; and {said}"
+        verdict.status = "fail"
+    return verdict
 
 
 def nondeterminism(run: CandidateRun, limits: Thresholds, reduced: bool) -> OutputMetrics | None:
