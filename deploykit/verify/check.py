@@ -548,8 +548,8 @@ def run_oracle(
 
     ``auto`` and ``reference`` are onnx's reference evaluator; any other value is a backend spec,
     independent only when the backend says so. The oracle's worker runs within ``timeout_s`` and an
-    address-space limit of ``memory_bytes`` (default ``limits.default_memory_bytes``: three quarters
-    of the available memory); running out is said as "oracle NAME | ran out of its N GiB memory limit
+    address-space limit of ``memory_bytes`` (default, for an independent oracle such as onnx's
+    evaluator, ``limits.default_memory_bytes``: three quarters of the available memory); running out is said as "oracle NAME | ran out of its N GiB memory limit
     on node ..." in ``OracleInfo.detail``, never an OOM kill.
     """
     from deploykit.backends.registry import canonical_name, get_backend
@@ -570,7 +570,9 @@ def run_oracle(
         model = as_model(model)
         if blind := backend.oracle_blind_spot(model):
             return OracleInfo(label, False, f"{label} is not used as the oracle: {blind}"), None
-    limit = memory_bytes or default_memory_bytes()
+    # the default bounds the numpy oracles (onnx's evaluator), which grow without a bound of their own; a
+    # runtime used as the oracle (--oracle openvino) reserves address space freely and is bounded only when asked
+    limit = memory_bytes or (default_memory_bytes() if backend.independent_oracle else None)
     bound: dict[str, Any] = {"repeat_runs": 1}  # the oracle's numpy is judged by the candidates, not by itself
     if limit:
         bound.update(memory_limit_bytes=limit, limit_subject=f"oracle {label}")
