@@ -138,8 +138,13 @@ def import_torchvision() -> Any:
     import torchvision
     import torchvision.extension
 
-    torchvision.extension._has_ops = lambda: True  # the schemas are here; only nms has a kernel
+    torchvision.extension._has_ops = _has_ops  # the schemas are here; only nms has a kernel
     return torchvision
+
+
+def _has_ops() -> bool:
+    """torchvision's check, answered yes (a def, not a lambda: TorchScript compiles it when tracing NMS)."""
+    return True
 
 
 def realistic(model: Any, side: int) -> Any:

@@ -248,9 +248,9 @@ MAX_NAMED_NODES = 3
 """Nodes named per operator in a message; the rest are counted."""
 
 _UNKNOWN_LAYERS_HINT = (
-    "run it on another backend (-b onnxruntime or -b openvino), or export the model without those operators: "
-    "they are often post-processing (comparisons, strided slices, casts, index arithmetic of a detector's "
-    "decoding and NMS) that can run after the model, in Python."
+    "run it on another backend (-b onnxruntime or -b openvino); or, when those nodes are post-processing (a "
+    "detector's box decoding and NMS: comparisons, strided slices, casts), export the model without them and do "
+    "that part in Python."
 )
 
 

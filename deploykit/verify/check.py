@@ -549,8 +549,9 @@ def run_oracle(
     ``auto`` and ``reference`` are onnx's reference evaluator; any other value is a backend spec,
     independent only when the backend says so. The oracle's worker runs within ``timeout_s`` and an
     address-space limit of ``memory_bytes`` (default, for an independent oracle such as onnx's
-    evaluator, ``limits.default_memory_bytes``: three quarters of the available memory); running out is said as "oracle NAME | ran out of its N GiB memory limit
-    on node ..." in ``OracleInfo.detail``, never an OOM kill.
+    evaluator, ``limits.default_memory_bytes``: three quarters of the available memory); running out
+    is said as "oracle NAME ran out of its N GiB memory limit on node ..." in ``OracleInfo.detail``,
+    never an OOM kill.
     """
     from deploykit.backends.registry import canonical_name, get_backend
     from deploykit.verify.limits import default_memory_bytes

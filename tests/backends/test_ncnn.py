@@ -258,9 +258,9 @@ def test_an_operator_without_an_ncnn_layer_is_named(ncnn_backend, models):
         deploykit.load(models["int64_embedding"], "ncnn")
     assert str(caught.value) == (
         "backend 'ncnn' | cannot run 'int64_embedding.onnx': ncnn has no layer for operator Gather "
-        "(node 'Gather_0'). Hint: run it on another backend (-b onnxruntime or -b openvino), or export the model "
-        "without those operators: they are often post-processing (comparisons, strided slices, casts, index "
-        "arithmetic of a detector's decoding and NMS) that can run after the model, in Python."
+        "(node 'Gather_0'). Hint: run it on another backend (-b onnxruntime or -b openvino); or, when those nodes "
+        "are post-processing (a detector's box decoding and NMS: comparisons, strided slices, casts), export the "
+        "model without them and do that part in Python."
     )
 
 
