@@ -81,3 +81,10 @@ def test_the_default_limit_is_sized_from_available_memory():
     assert limit is None or limit >= 2 << 30
     assert format_size(4 << 30) == "4 GiB" and format_size(512 << 20) == "512 MiB"
     assert VerifySettings(oracle_memory_bytes=1 << 30).to_dict()["oracle_memory_bytes"] == 1 << 30
+
+
+def test_bench_plans_carry_the_oracle_limit_to_fleet_nodes():
+    from deploykit.bench.plan import BenchPlan
+
+    plan = BenchPlan(oracle_memory_bytes=1 << 30)
+    assert BenchPlan.from_dict(plan.to_dict()).oracle_memory_bytes == 1 << 30
