@@ -29,7 +29,7 @@ define apt_install
 	fi
 endef
 
-.PHONY: setup darknet-deps system-deps platforms docker demo test docs lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu pytest-onnxruntime-openvino pytest-other-cpu pytest-cpu-without-bf16 fuzz clean
+.PHONY: setup darknet-deps system-deps platforms docker demo test docs lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu pytest-onnxruntime-openvino pytest-other-cpu pytest-cpu-without-bf16 fuzz zoo clean
 
 setup: $(VENV)/.installed
 
@@ -151,6 +151,17 @@ test: lint typecheck docs pytest pytest-opencv4 pytest-onnxruntime-cpu pytest-on
 FUZZ_SCALE ?= 20
 fuzz: setup
 	DEPLOYKIT_FUZZ_SCALE=$(FUZZ_SCALE) DEPLOYKIT_FUZZ_RANDOM=1 $(PY) -m pytest tests/fuzz -p no:cacheprovider -q
+
+# The model zoo (benchmarks/zoo.py; not part of `make test`): torchvision and timm outside the pinned stack, without
+# their dependencies, in build/zoo. The index's torchvision is a CUDA build whose C++ ops do not load next to the CPU
+# torch; zoo.py defines their schemas and a Python NMS (see its docstring).
+ZOO_PACKAGES := torchvision==0.28.0 timm==1.0.31
+build/zoo/.installed: $(VENV)/.installed
+	$(PIP) install -q --no-deps --target build/zoo $(ZOO_PACKAGES)
+	touch $@
+
+zoo: setup build/zoo/.installed
+	PYTHONPATH=build/zoo $(PY) benchmarks/zoo.py
 
 clean:
 	rm -rf $(VENV) site .cv4 .ort-cpu .ort-openvino .pytest_cache .mypy_cache .ruff_cache *.egg-info

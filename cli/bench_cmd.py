@@ -47,6 +47,7 @@ def bench(
     batch_axes: opt.BatchAxes = [],  # noqa: B006
     seed: opt.Seed = 0,
     oracle: opt.Oracle = "auto",
+    oracle_memory: opt.OracleMemory = None,
     atol: opt.Atol = None,
     rtol: opt.Rtol = None,
     min_cosine: opt.MinCosine = None,
@@ -131,6 +132,7 @@ def bench(
         batch_axes=axes,
         seed=check_seed(seed),
         oracle=oracle,
+        oracle_memory_bytes=opt.oracle_memory(oracle_memory),
         thresholds=opt.thresholds(atol, rtol, min_cosine, min_snr_db, min_top1, min_map),
         max_drop=parse_drop(max_drop),
         isolate=not in_process,
@@ -170,7 +172,7 @@ def bench(
             verify_settings = VerifySettings(
                 oracle=plan.oracle, precision=plan.precision, shapes=plan.shapes, batch_axes=plan.batch_axes,
                 seed=plan.seed, thresholds=plan.thresholds, options=plan.options, timeout_s=plan.timeout_s,
-                platforms=",".join(targets),
+                platforms=",".join(targets), oracle_memory_bytes=plan.oracle_memory_bytes,
             )  # fmt: skip
             emulated = compare(model, list(plan.backends or []) or None, verify_settings, inputs=inputs)
         if all(p.emulated for p in chosen):

@@ -52,6 +52,14 @@ BackgroundLoad = Annotated[
     ),
 ]
 Oracle = Annotated[str, typer.Option("--oracle", help=ORACLE_HELP)]
+OracleMemory = Annotated[
+    str | None,
+    typer.Option(
+        "--oracle-memory",
+        help="Memory the oracle's worker may take, e.g. 16GiB (default: 3/4 of the memory available); "
+        "past it the rows are unverified, saying so.",
+    ),
+]
 Shapes = Annotated[list[str], typer.Option("--shape", help=SHAPE_HELP)]
 BatchAxes = Annotated[list[str], typer.Option("--batch-axis", help=BATCH_AXIS_HELP)]
 Atol = Annotated[float | None, typer.Option("--atol", help="f32 absolute tolerance (default 1e-4).")]
@@ -62,6 +70,13 @@ MinTop1 = Annotated[float | None, typer.Option("--min-top1-agreement", help="Cla
 MinMap = Annotated[float | None, typer.Option("--min-map", help="Detectors on images: mAP@0.5 against the f32 model.")]
 
 DEFAULT_TIMEOUT = DEFAULT_TIMEOUT_S
+
+
+def oracle_memory(text: str | None) -> int | None:
+    """``--oracle-memory 16GiB`` in bytes; None: the default (``deploykit.verify.limits``)."""
+    from deploykit.verify.limits import parse_size
+
+    return None if text is None else parse_size(text)
 
 
 def backend_options(values: list[str]) -> dict[str, OptionValue]:

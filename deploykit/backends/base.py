@@ -186,7 +186,7 @@ class Session(abc.ABC):
             prepared = validate_feeds(self.inputs, feeds, cast=cast)
         try:
             produced = self._run(prepared)
-        except DeployKitError:
+        except (DeployKitError, MemoryError):  # out of memory is the process's to say, with its limit (workers)
             raise
         except Exception as exc:
             raise BackendError(
@@ -469,7 +469,7 @@ class Backend(abc.ABC):
         read = self.read_model(model)
         try:
             session = self._open(read, device, allow_fallback, checked)
-        except DeployKitError:
+        except (DeployKitError, MemoryError):
             raise
         except Exception as exc:  # the runtime's own exception, translated in one place for every backend
             raise self.load_error(read, exc) from exc

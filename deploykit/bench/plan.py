@@ -55,6 +55,8 @@ class BenchPlan:
             (``deploykit.bench.load``; 0: idle).
         rounds: isolated measurements of every configuration, interleaved (a rotated order each
             round); the ranking rule calls a configuration faster only from ``MIN_ROUNDS`` (5).
+        oracle_memory_bytes: the address-space limit of the oracle's worker; None: three quarters
+            of the memory available when it starts (``deploykit.verify.limits``).
 
     Raises:
         UsageError: a setting that cannot be used (checked when the plan is made).
@@ -81,6 +83,7 @@ class BenchPlan:
     timeout_s: float = DEFAULT_TIMEOUT_S
     background_load: int = 0
     rounds: int = 1
+    oracle_memory_bytes: int | None = None
 
     def __post_init__(self) -> None:
         normalize(self)

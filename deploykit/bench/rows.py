@@ -28,7 +28,7 @@ def accuracy_delta(verdict: Verdict | None) -> float | None:
     metric (top-1 agreement, mAP@0.5) for reduced precision on real images, else unknown (None)."""
     if verdict is None or verdict.status in ("error", "degenerate"):
         return None
-    if verdict.rule == "element-wise":
+    if verdict.rule.startswith("element-wise"):
         return 0.0 if verdict.status == "pass" or verdict.agreement else None
     return None if verdict.task is None else round(1.0 - float(verdict.task.value), 6)
 

@@ -271,7 +271,8 @@ def benchmark(
         groups = {b: ([i for i, c in enumerate(configs) if c.batch == b], [feeds_by_batch[b]]) for b in batches}
     for members, cases in groups.values():
         oracle_cases = cases  # every image: the task metric of every row is measured against the oracle
-        info, references = run_oracle(interface, plan.oracle, oracle_cases, timeout_s=timeout_s, isolate=isolate)
+        info, references = run_oracle(interface, plan.oracle, oracle_cases, timeout_s=timeout_s, isolate=isolate,
+                                      memory_bytes=plan.oracle_memory_bytes)  # fmt: skip
         runs = []
         for i in members:
             first_outputs = outputs_by_row[i]

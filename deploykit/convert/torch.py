@@ -33,6 +33,7 @@ from deploykit.validation import check_number, check_seed, check_tolerances
 from deploykit.verify import OracleInfo, gate
 from deploykit.verify.check import platform_notes
 from deploykit.verify.settings import VerifySettings
+from deploykit.verify.verdict import weak_evidence
 from deploykit.workers import read_arrays, rebuild_error, run_worker, write_arrays
 
 if TYPE_CHECKING:  # torch is imported only when a conversion runs
@@ -151,7 +152,7 @@ def convert_torch(
             parameter_count=summary.parameter_count,
             external_data=stage.external,
             simplified=simplify,
-            notes=[*stage.notes, *emulation_notes],
+            notes=[*stage.notes, *emulation_notes, *_evidence_notes(verdicts, weights)],
             op_histogram=summary.op_histogram,
             verdicts=verdicts,
             oracle=oracle,
@@ -304,3 +305,12 @@ def _with_legacy_keywords(
         stacklevel=3,
     )
     return export, checks
+
+
+def _evidence_notes(verdicts: list[Any], weights: str | os.PathLike[str] | None) -> list[str]:
+    """A note when the gate's pass proved little (outputs too small for atol), saying how to prove more."""
+    weak = weak_evidence(verdicts)
+    if weak is None:
+        return []
+    how = "convert with --weights (trained weights)" if weights is None else "check the weights load"
+    return [f"{weak}. To prove more: {how}, and compare on real data ('deploykit compare model.onnx --inputs photos/')"]

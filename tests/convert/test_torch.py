@@ -53,6 +53,19 @@ def test_cnn_with_dynamic_batch_on_every_backend(tmp_path):
         np.testing.assert_allclose(session(x)["output"], expected, atol=1e-4, rtol=1e-3)
 
 
+def test_a_pass_on_tiny_outputs_says_it_proved_little_and_how_to_prove_more(tmp_path):
+    report = convert_torch(
+        torch_models.tiny_logits(), (torch.randn(1, 3, 16, 16),), tmp_path / "tiny.onnx",
+        verify_backends=("onnxruntime",), export=TorchExportSettings(exporter="torchscript"),
+    )  # fmt: skip
+    assert report.passed
+    verdict = report.verdicts[0]
+    assert verdict.rule == "element-wise, atol scaled to the reference"
+    assert all(o.atol_scaled is not None and o.atol_scaled < 1e-8 for o in verdict.outputs)
+    note = next(n for n in report.notes if "the check proved little" in n)
+    assert "random weights" in note and "--weights" in note and "--inputs" in note
+
+
 @pytest.mark.slow
 def test_dynamo_exporter_names_dynamic_axes(tmp_path):
     out = tmp_path / "cnn_dynamo.onnx"
