@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from deploykit.errors import UsageError
-from deploykit.vision.image import Placement, Preprocess, letterbox_geometry
+from deploykit.vision.image import Placement, Preprocess, as_image, letterbox_geometry
 
 FRAME_INPUT = "frame"
 MAX_PIXEL_ERROR = 2.0
@@ -128,9 +128,7 @@ class FusedStages:
             return self._sessions[(height, width)]
 
     def _prepare(self, image: Any) -> tuple[Any, Placement]:
-        from deploykit.vision.pipelines import _image
-
-        frame = np.ascontiguousarray(_image(image))
+        frame = np.ascontiguousarray(as_image(image))
         session, placement = self.session_for(frame.shape[0], frame.shape[1])
         return (session, frame[None]), placement
 

@@ -415,3 +415,11 @@ def image_cases(
         for f in files
     ]
     return cases, files
+
+
+def as_image(image: Any) -> np.ndarray:
+    """An image as the pipelines take it: a path is read (``load_image``), an array is checked
+    (``check_image``)."""
+    if isinstance(image, str | os.PathLike):
+        return load_image(image)
+    return check_image(image)

@@ -27,15 +27,9 @@ from deploykit.model import Model
 from deploykit.tensors import TensorSpec
 from deploykit.validation import check_number
 from deploykit.vision.decode import candidates, require_layout, select
-from deploykit.vision.image import Placement, Preprocess, check_image, load_image
+from deploykit.vision.image import Placement, Preprocess, as_image
 from deploykit.vision.preprocess import FIELDS, PreprocessOverrides
 from deploykit.vision.results import Classification, Detection, Timing
-
-
-def _image(image: Any) -> np.ndarray:
-    if isinstance(image, (str, os.PathLike)):
-        return load_image(image)
-    return check_image(image)
 
 
 def _read_labels(
@@ -304,7 +298,7 @@ class Detector(_Pipeline):
 
     def _prepare(self, image: Any) -> tuple[np.ndarray, Placement | None]:
         """The pre-processing stage: one image → its input tensor and where the image sits in it."""
-        canvas, placement = self.preprocess.place(_image(image))
+        canvas, placement = self.preprocess.place(as_image(image))
         return self.preprocess.tensor([canvas]), placement
 
     def __call__(self, image: Any, *, conf: float | None = None, iou: float | None = None) -> list[Detection]:
@@ -441,7 +435,7 @@ class Classifier(_Pipeline):
 
     def _prepare(self, image: Any) -> tuple[np.ndarray, None]:
         """The pre-processing stage: one image → its input tensor."""
-        return self.preprocess.tensor([self.preprocess.place(_image(image))[0]]), None
+        return self.preprocess.tensor([self.preprocess.place(as_image(image))[0]]), None
 
     def _top(self, scores: np.ndarray, top_k: int) -> list[list[Classification]]:
         results = []
