@@ -18,7 +18,18 @@ TEST_CLIENTS := tritonclient
 ORT_CPU := onnxruntime==1.31.1
 ORT_OPENVINO := onnxruntime-openvino==1.24.1
 
-.PHONY: setup darknet-deps system-deps platforms demo test docs lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu pytest-onnxruntime-openvino pytest-other-cpu pytest-cpu-without-bf16 fuzz clean
+# Debian packages the tests and the demo use, installed where this runs as root with apt (CI does);
+# elsewhere the step says it skipped. apt waits up to 5 minutes for another process's dpkg lock.
+APT := DEBIAN_FRONTEND=noninteractive apt-get -qq -o DPkg::Lock::Timeout=300
+define apt_install
+	@if ! $(2); then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			$(APT) update && $(APT) install -y $(1) >/dev/null; \
+		else echo "warning: $(1) is missing and cannot be installed here (needs root + apt)" >&2; fi; \
+	fi
+endef
+
+.PHONY: setup darknet-deps system-deps platforms docker demo test docs lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu pytest-onnxruntime-openvino pytest-other-cpu pytest-cpu-without-bf16 fuzz zoo clean
 
 setup: $(VENV)/.installed
 
@@ -33,25 +44,13 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 # Debian's darknet: the Darknet reference library, its cfgs and sample photos (demo and tests use them).
 # Installed where this runs as root with apt (CI does); elsewhere the dependent steps say they skipped.
 darknet-deps:
-	@if [ ! -f /usr/lib/darknet/libdarknet.so ]; then \
-		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq darknet >/dev/null; \
-		else echo "warning: Debian's darknet is missing and cannot be installed here (needs root + apt)" >&2; fi; \
-	fi
+	$(call apt_install,darknet,[ -f /usr/lib/darknet/libdarknet.so ])
 
 # Chromium renders the HTML report in one test; Debian's qemu-user emulates an x86-64 CPU without
 # AVX-512, bf16 or f16 (qemu-x86_64 -cpu Haswell-v4) for the precision tests.
 system-deps: darknet-deps
-	@if [ ! -x /usr/bin/chromium ]; then \
-		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
-		else echo "warning: chromium is missing and cannot be installed here (needs root + apt)" >&2; fi; \
-	fi
-	@if ! command -v qemu-x86_64 >/dev/null; then \
-		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-user >/dev/null; \
-		else echo "warning: qemu-user is missing and cannot be installed here (needs root + apt)" >&2; fi; \
-	fi
+	$(call apt_install,chromium,[ -x /usr/bin/chromium ])
+	$(call apt_install,qemu-user,command -v qemu-x86_64 >/dev/null)
 
 # The emulated linux/arm64 target of tests/platforms, prepared once and kept in deploykit's cache
 # ($$DEPLOYKIT_CACHE_DIR, else $$XDG_CACHE_HOME/deploykit, else ~/.cache/deploykit): mmdebstrap from apt;
@@ -59,14 +58,10 @@ system-deps: darknet-deps
 # Debian's arm64 python3 and the host's runtimes as aarch64 wheels (`deploykit platforms add`, which
 # keeps the steps already done). Bookworm's qemu-user 7.2 beside it: the test that QEMU < 8 is refused.
 platforms: setup
-	@if ! command -v mmdebstrap >/dev/null; then \
-		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mmdebstrap >/dev/null; \
-		else echo "warning: mmdebstrap is missing and cannot be installed here (needs root + apt)" >&2; fi; \
-	fi
+	$(call apt_install,mmdebstrap,command -v mmdebstrap >/dev/null)
 	@old="$$($(PY) -c 'from deploykit.platforms.emulated import cache_dir; print(cache_dir())')/platforms/qemu-bookworm"; \
 	if [ ! -x "$$old/usr/bin/qemu-aarch64" ] && command -v mmdebstrap >/dev/null; then \
-		rm -rf "$$old.partial" && mmdebstrap --quiet --variant=extract --include=qemu-user bookworm "$$old.partial" \
+		mkdir -p "$$(dirname "$$old")" && rm -rf "$$old.partial" && mmdebstrap --quiet --variant=extract --include=qemu-user bookworm "$$old.partial" \
 			&& find "$$old.partial/usr/bin" -name 'qemu-*' ! -name qemu-aarch64 -delete \
 			&& rm -rf "$$old" && mv "$$old.partial" "$$old"; \
 	fi
@@ -95,7 +90,7 @@ typecheck: setup
 
 # pytest exits 5 when it collects no test: that is a failure here, never a pass.
 pytest: setup system-deps platforms
-	DEPLOYKIT_REQUIRE_ASSETS=1 $(PY) -m pytest -m "not opencv4" --durations=25 \
+	DEPLOYKIT_REQUIRE_ASSETS=1 $(PY) -m pytest -m "not opencv4 and not docker" --durations=25 \
 		|| { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
 
 # The OpenCV backend contract and the OpenCV-4 Darknet oracle, with OpenCV 4.14 first on the path.
@@ -141,13 +136,32 @@ pytest-cpu-without-bf16: setup system-deps
 		-p no:cacheprovider tests/backends/test_precision_contract.py tests/backends/test_openvino.py \
 		|| { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
 
+# The CPU image built (docker/build.sh: podman with runc, or docker; its base made from Debian's packages
+# where no registry can be reached) and smoke-tested as a user would run it (tests/test_docker.py).
+docker: setup darknet-deps
+	$(call apt_install,podman buildah runc,command -v podman >/dev/null || command -v docker >/dev/null)
+	$(call apt_install,mmdebstrap,command -v mmdebstrap >/dev/null)
+	DEPLOYKIT_REQUIRE_ASSETS=1 $(PY) -m pytest -m docker tests/test_docker.py -rs \
+		|| { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
+
 test: lint typecheck docs pytest pytest-opencv4 pytest-onnxruntime-cpu pytest-onnxruntime-openvino pytest-other-cpu \
-	pytest-cpu-without-bf16
+	pytest-cpu-without-bf16 docker
 
 # The CLI fuzzer at length: fresh random examples, 20 × the 282 that `make test` runs (about 5,600; ~10 min).
 FUZZ_SCALE ?= 20
 fuzz: setup
 	DEPLOYKIT_FUZZ_SCALE=$(FUZZ_SCALE) DEPLOYKIT_FUZZ_RANDOM=1 $(PY) -m pytest tests/fuzz -p no:cacheprovider -q
+
+# The model zoo (benchmarks/zoo.py; not part of `make test`): torchvision and timm outside the pinned stack, without
+# their dependencies, in build/zoo. The index's torchvision is a CUDA build whose C++ ops do not load next to the CPU
+# torch; zoo.py defines their schemas and a Python NMS (see its docstring).
+ZOO_PACKAGES := torchvision==0.28.0 timm==1.0.31
+build/zoo/.installed: $(VENV)/.installed
+	$(PIP) install -q --no-deps --target build/zoo $(ZOO_PACKAGES)
+	touch $@
+
+zoo: setup build/zoo/.installed
+	PYTHONPATH=build/zoo $(PY) benchmarks/zoo.py
 
 clean:
 	rm -rf $(VENV) site .cv4 .ort-cpu .ort-openvino .pytest_cache .mypy_cache .ruff_cache *.egg-info

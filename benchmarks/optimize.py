@@ -6,7 +6,10 @@ Photos: every real photo that ships offline (``benchmarks/quantize.py``'s ``offl
 file each (no views: optimize splits by file, so a view of a calibration photo must not be judged).
 ``--max-drop 1%``: mAP@0.5 against the f32 detections (YOLOv4-tiny), top-1 agreement (MobileNetV2),
 on the held-out half. Prints one JSON line per model × run, then one per model for the bundle open.
-Run: ``.venv/bin/python benchmarks/optimize.py [--models yolov4-tiny,mobilenet_v2] [--runs 2]
+Each run measures under one background load (``--loads 0,1``: idle, then 1 busy thread, a spin
+loop in its own process): the two choices are compared (same, or overlapping intervals), and each
+line carries the decision's evidence (rounds / blocks / calls of the chosen and the baseline).
+Run: ``.venv/bin/python benchmarks/optimize.py [--models yolov4-tiny,mobilenet_v2] [--loads 0,1]
 [--time-budget 5m]``.
 """
 
@@ -21,7 +24,7 @@ import time
 from pathlib import Path
 
 import deploykit
-from deploykit.optimize import OptimizePlan, optimize
+from deploykit.optimize import OptimizePlan, optimize, read_bundle
 from deploykit.recipes import build
 
 
@@ -59,7 +62,7 @@ def open_overhead(bundle: Path, repeats: int = 15) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", default="yolov4-tiny,mobilenet_v2")
-    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--loads", default="0,1", help="busy threads per run, e.g. 0,1 (idle, then loaded)")
     parser.add_argument("--time-budget", default="5m")
     parser.add_argument("--max-drop", default="1%")
     args = parser.parse_args()
@@ -70,25 +73,30 @@ def main() -> None:
             model = scratch / f"{name}.onnx"
             build(name, model, verify_backends=("onnxruntime",))
             chosen = []
-            for run in range(1, args.runs + 1):
+            for run, load in enumerate((int(n) for n in args.loads.split(",")), start=1):
                 output = scratch / f"{name}-run{run}"
                 started = time.perf_counter()
-                report = optimize(
-                    model, photos, OptimizePlan(max_drop=args.max_drop, time_budget=args.time_budget), output=output
-                )
+                plan = OptimizePlan(max_drop=args.max_drop, time_budget=args.time_budget, background_load=load)
+                report = optimize(model, photos, plan, output=output)
                 wall = time.perf_counter() - started
                 best = report.best
                 chosen.append(best)
+                baseline = report.candidate(report.baseline.label) if report.baseline else None
                 print(json.dumps({
-                    "model": name, "run": run, "chosen": best.label, "why": report.decision.reason,
-                    "p50_ms": best.headline.to_dict() if best.headline else None,
+                    "model": name, "run": run, "background_load": load, "chosen": best.label,
+                    "compute": read_bundle(output).manifest.compute, "decision": report.decision.decision,
+                    "why": report.decision.reason, "p50_ms": best.headline.to_dict() if best.headline else None,
+                    "evidence": best.evidence(), "baseline_evidence": baseline.evidence() if baseline else None,
                     "accuracy_delta": best.accuracy_delta, "metric": report.metric,
+                    "accuracy_interval": best.accuracy_interval.to_dict() if best.accuracy_interval else None,
                     "accuracy_images": report.settings.accuracy_images,
                     "baseline": report.baseline.label if report.baseline else None,
                     "baseline_p50_ms": report.baseline.headline.estimate if report.baseline else None,
                     "speedup_vs_ort_f32": report.baseline.speedup if report.baseline else None,
                     "candidates": len(report.candidates),
+                    "screened": sum(1 for c in report.candidates if c.rounds),
                     "finalists": sum(c.status != "stopped" for c in report.candidates),
+                    "unmeasured": {c.label: c.reason for c in report.candidates if not c.rounds},
                     "optimize_wall_s": round(wall, 1), "partial": report.partial,
                 }), flush=True)  # fmt: skip
             if len(chosen) >= 2:

@@ -31,8 +31,12 @@ here. Prints JSON lines:
   ``--engine ray --replicas 2`` on a local Ray, in alternating periods of one run: served samples/s of
   each, the ratio to the local server, failures and p50/p99.
 
+- ``peers`` (``--peers``, or ``--parts peers``): deploykit beside Seldon MLServer and KServe's Python
+  server under the same tritonclient load, each peer in a virtual environment the script creates
+  (``serve_peers``): throughput, p50/p99, server CPU per request and start-up, by transport.
+
 Run: ``.venv/bin/python benchmarks/serve.py [--load-seconds 60] [--rounds 5] [--calls 20]
-[--parts startup,overhead,throughput,ray-throughput] [--replicas 2]``.
+[--parts startup,overhead,throughput,ray-throughput,peers] [--replicas 2] [--peers]``.
 """
 
 from __future__ import annotations
@@ -598,12 +602,14 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, default=2, help="ray-throughput: replicas of the Ray Serve deployment")
     parser.add_argument("--parts", default="startup,overhead,throughput,ray-throughput",
                         help="which measurements, comma-separated")  # fmt: skip
+    parser.add_argument("--peers", action="store_true", help="only the peers: MLServer and KServe beside deploykit")
     args = parser.parse_args()
-    parts = set(args.parts.split(","))
+    parts = {"peers"} if args.peers else set(args.parts.split(","))
     with tempfile.TemporaryDirectory() as folder:
         mobilenet, yolo = Path(folder) / "mobilenet_v2.onnx", Path(folder) / "yolov4-tiny.onnx"
         build("mobilenet_v2", mobilenet, verify_backends=())
-        build("yolov4-tiny", yolo, verify_backends=())
+        if parts - {"peers", "throughput", "ray-throughput"}:
+            build("yolov4-tiny", yolo, verify_backends=())
         backend = deploykit.get_backend("onnxruntime").version()
         emit({"benchmark": "machine", "cpus": os.cpu_count(), "load_1min": os.getloadavg()[0], "backend": backend})
         if "startup" in parts:
@@ -620,6 +626,10 @@ def main() -> None:
                        ("--instances", "2", "-O", "threads=1", "--max-batch", "1"))  # fmt: skip
         if "ray-throughput" in parts:
             ray_throughput(mobilenet, args.load_seconds, args.clients, args.replicas)
+        if "peers" in parts:
+            from serve_peers import peers
+
+            peers(mobilenet, args.load_seconds, args.clients, args.rounds, emit, cpu_s)
 
 
 if __name__ == "__main__":

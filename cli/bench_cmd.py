@@ -54,6 +54,7 @@ def bench(
     batch_axes: opt.BatchAxes = [],  # noqa: B006
     seed: opt.Seed = 0,
     oracle: opt.Oracle = "auto",
+    oracle_memory: opt.OracleMemory = None,
     atol: opt.Atol = None,
     rtol: opt.Rtol = None,
     min_cosine: opt.MinCosine = None,
@@ -72,6 +73,13 @@ def bench(
         None, "--cost-per-hour", parser=opt.Number(low=0), help="Device price per hour → cost per 1M inferences."
     ),
     options: opt.BackendOptions = [],  # noqa: B006
+    background_load: opt.BackgroundLoad = 0,
+    rounds: int = typer.Option(
+        1,
+        "--rounds",
+        parser=opt.COUNT,
+        help="Isolated measurements per configuration, interleaved; 5 or more let one be called faster.",
+    ),
     report_dir: Path = typer.Option(
         None, "--report", parser=folder_out, help="Write report.json/.csv/.md/.html into this directory."
     ),
@@ -97,7 +105,7 @@ def bench(
     platform: str = PLATFORM_OPTION,
 ) -> None:
     """Benchmark a model on backends × devices × precisions × batch × threads; verify every configuration."""
-    from deploykit.bench.runner import benchmark, default_backend_specs
+    from deploykit.bench.runner import benchmark
     from deploykit.inputs import check_seed
     from deploykit.quantize import parse_drop
 
@@ -118,7 +126,8 @@ def bench(
         manifest = bundle.manifest
         model, backends = bundle.model_path, [manifest.spec]
         threads = str(manifest.threads) if manifest.threads else ""  # "": the runtime's own
-        batch, precision = str(manifest.batch), manifest.precision or ""
+        # an INT8 bundle pins its float layers' precision in its options: measure what it opens
+        batch, precision = str(manifest.batch), str(manifest.options.get("precision") or manifest.precision or "")
         options = [*options, *(f"{k}={v}" for k, v in manifest.options.items() if k not in ("threads", "precision"))]
     elif recheck:
         raise UsageError("--recheck | compares a bundle's recorded choice with this machine; the model is a file.",
@@ -141,12 +150,15 @@ def bench(
         batch_axes=axes,
         seed=check_seed(seed),
         oracle=oracle,
+        oracle_memory_bytes=opt.oracle_memory(oracle_memory),
         thresholds=opt.thresholds(atol, rtol, min_cosine, min_snr_db, min_top1, min_map),
         max_drop=parse_drop(max_drop),
         isolate=not in_process,
         cost_per_hour=cost_per_hour,
         options=opt.backend_options(options),
         timeout_s=timeout,
+        background_load=background_load,
+        rounds=rounds,
     )
     if fleet is not None:  # one bench per device node of a Ray cluster: deploykit.distributed
         from .fleet_cmd import bench_fleet
@@ -163,8 +175,7 @@ def bench(
 
         if images is None:
             raise UsageError("--pipeline | needs --images DIR.", hint="e.g. --pipeline detect --images photos/.")
-        result = benchmark_pipeline(model, pipeline, images, list(plan.backends or default_backend_specs()),
-                                    iterations=iterations, warmup=warmup, options=plan.options)  # fmt: skip
+        result = benchmark_pipeline(model, pipeline, images, plan=plan)
         _show(result, as_json, report_dir)
         return
 
@@ -179,7 +190,7 @@ def bench(
             verify_settings = VerifySettings(
                 oracle=plan.oracle, precision=plan.precision, shapes=plan.shapes, batch_axes=plan.batch_axes,
                 seed=plan.seed, thresholds=plan.thresholds, options=plan.options, timeout_s=plan.timeout_s,
-                platforms=",".join(targets),
+                platforms=",".join(targets), oracle_memory_bytes=plan.oracle_memory_bytes,
             )  # fmt: skip
             emulated = compare(model, list(plan.backends or []) or None, verify_settings, inputs=inputs)
         if all(p.emulated for p in chosen):
@@ -228,9 +239,13 @@ def _recheck(result: BenchmarkReport, bundle: Any) -> None:
         return
     interval = Interval.from_dict(recorded)
     now = row.latency.p50_ms
+    if not interval.sufficient or interval.low is None or interval.high is None:
+        console.print(f"recheck: p50 {now:.4g} ms here; the bundle recorded {interval.describe('ms')}, no interval "
+                      "to compare with; run deploykit optimize again for one")  # fmt: skip
+        return
     where = "inside" if interval.low <= now <= interval.high else ("below" if now < interval.low else "above")
-    console.print(f"recheck: p50 {now:.4g} ms here; the bundle recorded {interval.describe('ms')} over "
-                  f"{interval.rounds} rounds: {where} its interval"
+    console.print(f"recheck: p50 {now:.4g} ms here ({row.latency.count} calls, 1 round); the bundle recorded "
+                  f"{interval.describe('ms')} over {interval.evidence()}: {where} its interval"
                   + ("" if where == "inside" else "; run deploykit optimize again here to re-rank"))  # fmt: skip
 
 

@@ -17,6 +17,7 @@ def compare(
     model: Path = typer.Argument(..., parser=path_in, help="The .onnx file."),
     backends: opt.Backends = [],  # noqa: B006  (typer reads the default; never mutated)
     oracle: opt.Oracle = "auto",
+    oracle_memory: opt.OracleMemory = None,
     precision: opt.Precision = "f32",
     inputs: Path = typer.Option(
         None,
@@ -60,6 +61,7 @@ def compare(
         options=opt.backend_options(options),
         timeout_s=timeout,
         platforms=platform,
+        oracle_memory_bytes=opt.oracle_memory(oracle_memory),
     )
     report = verify.compare(model, backends or None, settings, inputs=inputs)
     if as_json:

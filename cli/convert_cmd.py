@@ -166,6 +166,7 @@ def torch_command(
                 simplify=simplify,
                 trust_pickle=trust_pickle,
                 seed=seed,
+                weights=str(weights) if weights is not None else None,
                 weights_key=weights_key,
                 ignore_keys=ignore_keys,
             ),
@@ -173,7 +174,6 @@ def torch_command(
                 thresholds=opt.thresholds(atol, rtol, None, None, None, None), timeout_s=timeout, platforms=platform
             ),
             inputs=specs,
-            weights=weights,
             verify_backends=[b.strip() for b in verify_backends.split(",") if b.strip()],
             keep_on_mismatch=keep_on_mismatch,
             report_path=report_path,

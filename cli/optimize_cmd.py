@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from deploykit.bench.config import parse_int_list
+from deploykit.bench.load import BackgroundLoad
 
 from . import options as opt
 from .console import console, err_console, print_json
@@ -31,6 +32,9 @@ def print_optimize_report(report: OptimizeReport, output: Path | None, limit: in
                   f"{config.precision}, {config.threads or 'default'} threads, batch {config.batch}, "
                   f"{best.variant} model")  # fmt: skip
     console.print(f"why: {report.decision.reason}", soft_wrap=True)
+    load = BackgroundLoad.from_dict(report.settings.background_load)
+    console.print(f"decision: {report.decision.decision}; evidence {best.evidence()} (rounds / blocks / calls); "
+                  f"measured {load.describe()}", soft_wrap=True)  # fmt: skip
     if best.accuracy_delta is not None:
         metric = report.metric if best.verdict is not None and best.verdict.task is not None else "element-wise"
         console.print(f"accuracy: {metric} delta {best.accuracy_delta:.2%} on {report.settings.accuracy_images} "
@@ -46,7 +50,7 @@ def print_optimize_report(report: OptimizeReport, output: Path | None, limit: in
         console.print(f"speedup: {report.baseline.speedup:.2f}× {report.baseline.label} "
                       f"({report.baseline.headline.describe(unit)})")  # fmt: skip
     table = Table(title=f"{report.headline} with bootstrap 95% intervals ({len(report.candidates)} candidates)")
-    columns = ["candidate", report.headline, "interval", "rounds", "accuracy Δ", "status"]
+    columns = ["candidate", report.headline, "interval", "rounds/blocks/calls", "accuracy Δ", "status"]
     if truth is not None:
         columns.insert(5, "top-1 acc.")
     for column in columns:
@@ -57,8 +61,8 @@ def print_optimize_report(report: OptimizeReport, output: Path | None, limit: in
         reason = candidate.reason.split(": ")[0] if candidate.reason.startswith("slower") else candidate.reason
         status = candidate.status if candidate.status != "stopped" else f"stopped: {reason[:48]}"
         cells = [candidate.label, "-" if interval is None else f"{interval.estimate:.4g}",
-                 "-" if interval is None else f"[{interval.low:.4g}, {interval.high:.4g}]",
-                 str(len(candidate.rounds)), delta, status]  # fmt: skip
+                 "-" if interval is None else interval.bounds(),
+                 candidate.evidence(), delta, status]  # fmt: skip
         if truth is not None:
             cells.insert(5, "-" if candidate.top1_accuracy is None else f"{candidate.top1_accuracy:.2%}")
         table.add_row(*cells)
@@ -102,6 +106,7 @@ def optimize(
     engine: str = typer.Option("ort,nncf", "--quantizer", help="INT8 quantizers: ort, nncf (NNCF where installed)."),
     force: bool = typer.Option(False, "--force", help="Replace the bundle in a non-empty --output folder."),
     seed: int = typer.Option(0, parser=opt.SEED, help="Seed of the image split."),
+    background_load: opt.BackgroundLoad = 0,
     as_json: bool = typer.Option(False, "--json", help="Print the JSON report instead of the summary."),
 ) -> None:
     """Find the fastest configuration that still gives the right answer; write it as a bundle."""
@@ -131,6 +136,7 @@ def optimize(
             batches=tuple(parse_int_list(batch, "batch")) if batch else None,
             engines=tuple(e.strip() for e in engine.split(",") if e.strip()),
             seed=seed,
+            background_load=background_load,
         )
         report = run_optimize(model, images, plan, output=output, force=force, progress=show)
     if as_json:

@@ -141,7 +141,24 @@ Timeout = Annotated[
         "--timeout", metavar="DURATION", parser=Duration(), help="How long one worker process may take (90s, 15m, 1h)."
     ),
 ]
+BackgroundLoad = Annotated[
+    int,
+    typer.Option(
+        "--background-load",
+        parser=Number(low=0, high=4096, integer=True),
+        help="Measure on a busy device: N busy threads (a spin loop per process) run while timing; "
+        "fewer than the cores.",
+    ),
+]
 Oracle = Annotated[str, typer.Option("--oracle", help=ORACLE_HELP)]
+OracleMemory = Annotated[
+    str | None,
+    typer.Option(
+        "--oracle-memory",
+        help="Memory the oracle's worker may take, e.g. 16GiB (default: 3/4 of the memory available); "
+        "past it the rows are unverified, saying so.",
+    ),
+]
 Shapes = Annotated[list[str], typer.Option("--shape", help=SHAPE_HELP)]
 BatchAxes = Annotated[list[str], typer.Option("--batch-axis", help=BATCH_AXIS_HELP)]
 Atol = Annotated[
@@ -166,6 +183,13 @@ MinMap = Annotated[
 ]
 
 DEFAULT_TIMEOUT = DEFAULT_TIMEOUT_S
+
+
+def oracle_memory(text: str | None) -> int | None:
+    """``--oracle-memory 16GiB`` in bytes; None: the default (``deploykit.verify.limits``)."""
+    from deploykit.verify.limits import parse_size
+
+    return None if text is None else parse_size(text)
 
 
 def backend_options(values: list[str]) -> dict[str, OptionValue]:

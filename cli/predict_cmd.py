@@ -19,6 +19,7 @@ from deploykit.validation import check_number
 from . import options as opt
 from .console import console
 from .paths import file_out, path_in
+from .predict_stream import StreamOutputs, check_draw, run_stream
 
 
 def _task(model: Path, task: str) -> str:
@@ -60,7 +61,12 @@ def predict(
     model: Path = typer.Argument(
         ..., parser=path_in, help="The .onnx file, or a bundle folder (deploykit optimize -o)."
     ),
-    image: Path = typer.Argument(..., parser=path_in, help="The image file."),
+    sources: list[str] = typer.Argument(
+        ...,
+        help="Image or video files, folders, quoted globs ('photos/*.jpg'), camera indices (0, /dev/video0), "
+        "rtsp:// or http(s):// URLs (streams or images).",
+        show_default=False,
+    ),
     backend: str = typer.Option(
         None, "--backend", "-b", help="Backend name or alias (default: onnxruntime, or the bundle's choice)."
     ),
@@ -75,11 +81,24 @@ def predict(
         False, "--imagenet", help="Classification: ImageNet mean/std (default: the model's metadata, else none)."
     ),
     draw_path: Path = typer.Option(
-        None, "--draw", readable=False, parser=file_out, help="Detection: write the image with boxes here."
+        None,
+        "--draw",
+        readable=False,
+        parser=path_in,
+        help="Detection: draw boxes into this image file; a video's frames into a video (.mp4, .avi, .mkv); "
+        "many images into this folder.",
     ),
-    json_path: Path = typer.Option(
-        None, "--json", readable=False, parser=file_out, help="Write the results as JSON here."
+    json_path: str = typer.Option(
+        None,
+        "--json",
+        help="One image: write the results as JSON to this file. Videos, streams and many "
+        "images: '-' prints one JSON line per frame on stdout.",
     ),
+    max_frames: int = typer.Option(
+        None, "--max-frames", parser=opt.COUNT, help="Stop after this many frames (all sources together)."
+    ),
+    every: int = typer.Option(1, "--every", parser=opt.COUNT, help="Take every N-th frame of each source."),
+    show_fps: bool = typer.Option(False, "--show-fps", help="Show the running FPS on each frame's line."),
     engine: str = typer.Option("local", "--engine", help="local | ray: with --output, where a folder of images runs."),
     address: str = typer.Option(
         None, "--address", parser=opt.ray_address, help="--engine ray: cluster to join (default: a local Ray)."
@@ -93,39 +112,120 @@ def predict(
         parser=opt.Number(low=0, low_open=True, high=4096),
         help="--engine ray: CPUs (= threads) per actor (default 1, or the bundle's threads).",
     ),
-    out: str = typer.Option(None, "--output", "-o", help="A folder (or URI) for one JSON row per image (resumable)."),
+    out: str = typer.Option(
+        None,
+        "--output",
+        "-o",
+        help="FILE.jsonl: one JSON line per frame; a folder (or URI): one JSON row per image (resumable).",
+    ),
     check: bool = typer.Option(
         False, "--check", help="Also verify this backend/device on the image against onnx's reference evaluator."
     ),
 ) -> None:
-    """Detect objects or classify an image; print the results (and draw/save them)."""
-    import deploykit
+    """Detect objects or classify images, videos, cameras and streams; print the results (and draw/save them)."""
     from deploykit.vision.pipelines import check_thresholds
-    from deploykit.vision.preprocess import IMAGENET_MEAN, IMAGENET_STD
 
     check_thresholds(conf=conf, iou=iou, prefix="--")
     check_number("--top-k", top_k, low=1, integer=True, hint="ask for 1 or more classes, e.g. --top-k 5.")
-    if draw_path is not None:
-        _check_draw_format(draw_path)
-    check_outputs(
-        {"--draw": draw_path, "--json": json_path}, inputs={"model": model, "image": image, "--labels": labels}
-    )
+    check_number("--max-frames", max_frames, low=1, integer=True, hint="a positive number of frames, e.g. 100.")
+    check_number("--every", every, low=1, integer=True, hint="1 takes every frame, 2 every second one ...")
     kind = _task(model, task)
-    if engine != "local" or out is not None:  # many images, one row each: deploykit.distributed
+    if engine != "local" or (out is not None and not out.endswith(".jsonl")):  # rows per image: distributed
         from .fleet_cmd import predict_dataset
 
         # a bundle travels whole: deploykit.distributed opens its backend, device, precision and threads
         cli_options = {"labels": labels, "conf": conf, "iou": iou, "agnostic": agnostic, "imagenet": imagenet}
-        predict_dataset(model, image, out, task=kind, engine=engine, address=address, actors=actors,
-                        cpus_per_actor=cpus_per_actor, backend=backend, device=device, top_k=top_k,
-                        cli_options=cli_options)  # fmt: skip
+        predict_dataset(model, _one_path(sources, "--output FOLDER"), out, task=kind, engine=engine,
+                        address=address, actors=actors, cpus_per_actor=cpus_per_actor, backend=backend,
+                        device=device, top_k=top_k, cli_options=cli_options)  # fmt: skip
         return
     if kind not in ("detect", "classify"):
         raise UsageError(f"task '{task}' | is not auto, detect or classify.", hint="e.g. --task detect.")
+    settings = {"labels": labels, "conf": conf, "iou": iou, "agnostic": agnostic, "imagenet": imagenet,
+                "top_k": top_k}  # fmt: skip
+    if _one_image(sources) and out is None and json_path != "-" and max_frames is None:
+        image = path_in(sources[0])
+        _predict_image(model, image, kind, backend, device, settings, draw_path, json_path, check)
+        return
+    if json_path not in (None, "-"):
+        raise UsageError(
+            f"--json '{json_path}' | writes one JSON document for one image; videos, streams and many images give "
+            "one JSON line per frame.",
+            hint="pass --json - for stdout, or -o FILE.jsonl for a file.",
+        )
+    _predict_stream(model, sources, kind, backend, device, settings,
+                    StreamOutputs(draw_path, "-" if json_path == "-" else out, show_fps),
+                    max_frames=max_frames, every=every)  # fmt: skip
+
+
+def _one_path(sources: list[str], what: str) -> Path:
+    if len(sources) != 1:
+        raise UsageError(f"{what} | takes one folder (or URI) of images, got {len(sources)} sources.",
+                         hint="pass one folder.")  # fmt: skip
+    return path_in(sources[0])
+
+
+def _one_image(sources: list[str]) -> bool:
+    """One source naming one existing file that is not a video: the one-image report (table, JSON document)."""
+    from deploykit.vision.sources import VIDEO_SUFFIXES
+
+    if len(sources) != 1 or "://" in sources[0]:
+        return False
+    path = Path(sources[0])
+    return path.exists() and not path.is_dir() and path.suffix.lower() not in VIDEO_SUFFIXES
+
+
+def _pipeline(model: Path, kind: str, backend: str | None, device: str | None, settings: dict[str, Any]) -> Any:
+    import deploykit
+    from deploykit.vision.preprocess import IMAGENET_MEAN, IMAGENET_STD
+
     if kind == "detect":
-        with deploykit.Detector(
-            model, backend, device, labels=labels, conf=conf, iou=iou, agnostic=agnostic
-        ) as detector:
+        return deploykit.Detector(model, backend, device, labels=settings["labels"], conf=settings["conf"],
+                                  iou=settings["iou"], agnostic=settings["agnostic"])  # fmt: skip
+    imagenet = settings["imagenet"]
+    preprocess = deploykit.PreprocessOverrides(mean=IMAGENET_MEAN, std=IMAGENET_STD) if imagenet else None
+    return deploykit.Classifier(model, backend, device, labels=settings["labels"], preprocess=preprocess)
+
+
+def _predict_stream(
+    model: Path, sources: list[str], kind: str, backend: str | None, device: str | None, settings: dict[str, Any],
+    outputs: StreamOutputs, *, max_frames: int | None, every: int,
+) -> None:  # fmt: skip
+    from deploykit.vision.sources import open_sources
+
+    if outputs.json_lines not in (None, "-"):
+        check_outputs({"--output": Path(outputs.json_lines)}, inputs={"model": model})
+    opened = open_sources(sources)
+    try:
+        drawn = check_draw(outputs.draw, opened, kind) if outputs.draw is not None else None
+        pipeline = _pipeline(model, kind, backend, device, settings)
+    except BaseException:
+        for source in opened:
+            source.close()
+        raise
+    with pipeline:
+        if kind == "detect":
+            stream = pipeline.stream(opened, max_frames=max_frames, every=every)
+        else:
+            stream = pipeline.stream(opened, top_k=settings["top_k"], max_frames=max_frames, every=every)
+        run_stream(stream, outputs, drawn)
+
+
+def _predict_image(
+    model: Path, image: Path, kind: str, backend: str | None, device: str | None, settings: dict[str, Any],
+    draw_path: Path | None, json_text: str | None, check: bool,
+) -> None:  # fmt: skip
+    """One image: a table of its results, and the image drawn and the JSON document where asked."""
+    import deploykit
+
+    json_path = file_out(json_text) if json_text is not None else None
+    if draw_path is not None:
+        _check_draw_format(draw_path)
+    check_outputs({"--draw": draw_path, "--json": json_path},
+                  inputs={"model": model, "image": image, "--labels": settings["labels"]})  # fmt: skip
+    top_k = settings["top_k"]
+    if kind == "detect":
+        with _pipeline(model, kind, backend, device, settings) as detector:
             detections = detector(image)
             timing = detector.last_timing
             ran = detector.session.info.backend
@@ -147,8 +247,7 @@ def predict(
             with atomic_path(draw_path) as temporary:
                 temporary.write_bytes(encoded.tobytes())
     else:
-        preprocess = deploykit.PreprocessOverrides(mean=IMAGENET_MEAN, std=IMAGENET_STD) if imagenet else None
-        with deploykit.Classifier(model, backend, device, labels=labels, preprocess=preprocess) as classifier:
+        with _pipeline(model, kind, backend, device, settings) as classifier:
             classes = classifier(image, top_k=top_k)
             timing = classifier.last_timing
             ran = classifier.session.info.backend

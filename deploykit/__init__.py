@@ -18,6 +18,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from deploykit._version import __version__
+from deploykit.quiet import silence_telemetry
+
+# Every process that imports deploykit (the CLI, its workers, an app) does so before any runtime, which
+# deploykit imports lazily: the telemetry those runtimes would load is off before they can load it.
+silence_telemetry()
 
 # Everything is imported on first use: `deploykit` (the command) installs its signal
 # policy before anything heavy loads, and workers and --help start fast.

@@ -37,7 +37,11 @@ The tree::
     ├── ReportError                a benchmark report cannot be read or compared
     └── ServeError                 a served model cannot answer a request (``deploykit serve``)
         ├── RequestError           the request does not fit the protocol or the model (HTTP 400, INVALID_ARGUMENT)
-        │   └── RequestTooLargeError  the body exceeds the server's bound (HTTP 413, RESOURCE_EXHAUSTED)
+        │   ├── RequestTooLargeError  the body exceeds the server's bound (HTTP 413, RESOURCE_EXHAUSTED)
+        │   └── UnsupportedRequestError  a part of a protocol extension the server does not offer (HTTP 400,
+        │                              UNIMPLEMENTED)
+        ├── ModelLoadError         a model asked to load (repository extension) fails its checks or does not
+        │                          open (HTTP 400, INVALID_ARGUMENT)
         ├── ModelNotServedError    no model or version by that name is served (HTTP 404, NOT_FOUND)
         └── ModelUnavailableError  the model is not ready: loading, crashed, shutting down, or its queue
                                    is full (HTTP 503, UNAVAILABLE)
@@ -238,6 +242,15 @@ class RequestError(ServeError):
 
 class RequestTooLargeError(RequestError):
     """A request body exceeds the server's size bound."""
+
+
+class UnsupportedRequestError(RequestError):
+    """A request asks for a part of a protocol extension the server does not offer."""
+
+
+class ModelLoadError(ServeError):
+    """A model asked to load through the repository extension fails its checks or its backend cannot
+    open it; the models already served are untouched."""
 
 
 class ModelNotServedError(ServeError):

@@ -252,11 +252,13 @@ def build(
 
         shape = "x".join(str(d) for d in recipe.input["shape"])
         dynamic = {recipe.input["name"]: {int(k): v for k, v in recipe.input.get("dynamic", {}).items()}}
-        export = TorchExportSettings(dynamic=dynamic if dynamic[recipe.input["name"]] else {}, seed=seed)
+        weights_file = Path(weights) if weights else recipe.weights_file()
+        export = TorchExportSettings(dynamic=dynamic if dynamic[recipe.input["name"]] else {}, seed=seed,
+                                     weights=str(weights_file) if weights_file is not None else None)  # fmt: skip
         checks = VerifySettings(thresholds=ThresholdOverrides(atol=tolerance.get("atol"), rtol=tolerance.get("rtol")))
         report = convert_torch(
             f"{recipe.file(recipe.source['factory'])}", output=output_path, export=export, checks=checks,
-            weights=Path(weights) if weights else recipe.weights_file(), inputs=[f"{recipe.input['name']}:{shape}"],
+            inputs=[f"{recipe.input['name']}:{shape}"],
             verify_backends=verify_backends,
         )  # fmt: skip
     elif recipe.kind == "onnx":

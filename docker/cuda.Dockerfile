@@ -22,10 +22,11 @@ COPY constraints/ci.txt constraints/ci.txt
 COPY deploykit deploykit
 COPY cli cli
 COPY models models
-RUN python3 -m pip install -c constraints/ci.txt "onnxruntime-gpu==1.31.1" "openvino==2026.4.1" \
-        "opencv-python-headless==5.0.0.93" "numpy==2.4.6" "onnx==1.23.2" "typer==0.29.2" "rich==15.0.0" \
-        "psutil==7.2.2" \
-    && python3 -m pip install --no-deps .
+ARG EXTRAS=onnxruntime-gpu,openvino,opencv
+# pip's CA bundle for this build only, where a proxy re-signs TLS (docker/build.sh mounts the host's)
+ARG PIP_CERT
+RUN python3 -m pip install -c constraints/ci.txt ".[${EXTRAS}]" \
+    && python3 -m pip check
 
 RUN useradd --create-home --uid 1001 --user-group deploykit
 USER 1001:1001

@@ -45,6 +45,8 @@ class SessionInfo:
         device_requested: the device the caller asked for.
         device: the device that runs the model, as the runtime reports it.
         precision: compute precision in use: ``f32``, ``f16``, ``bf16`` ...
+        model_precision: the precision of the model's weights (``int8`` for a quantized model, whose
+            float layers compute in ``precision``).
         precision_requested: the precision the caller asked for (the ``precision`` option), or
             None when none was asked and the runtime's default ran.
         providers: runtime-specific detail: ORT providers, OpenVINO execution
@@ -68,12 +70,17 @@ class SessionInfo:
     options: dict[str, Any] = field(default_factory=dict)
     recompiles: int = 0
     precision_requested: str | None = None
+    model_precision: str | None = None
 
     @property
     def precision_label(self) -> str:
-        """``bf16``, or ``f16 → bf16`` when an allowed fallback ran another precision than asked."""
+        """``bf16``, or ``f16 → bf16`` when an allowed fallback ran another precision than asked, or
+        ``int8 (float layers bf16)`` for an INT8 model whose float layers compute in bf16."""
         asked = self.precision_requested
-        return f"{asked} → {self.precision}" if asked and asked != self.precision else self.precision
+        ran = f"{asked} → {self.precision}" if asked and asked != self.precision else self.precision
+        if self.model_precision == "int8" and self.precision != "int8":
+            return f"int8 (float layers {ran})"
+        return ran
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -179,7 +186,7 @@ class Session(abc.ABC):
             prepared = validate_feeds(self.inputs, feeds, cast=cast)
         try:
             produced = self._run(prepared)
-        except DeployKitError:
+        except (DeployKitError, MemoryError):  # out of memory is the process's to say, with its limit (workers)
             raise
         except Exception as exc:
             raise BackendError(
@@ -462,11 +469,12 @@ class Backend(abc.ABC):
         read = self.read_model(model)
         try:
             session = self._open(read, device, allow_fallback, checked)
-        except DeployKitError:
+        except (DeployKitError, MemoryError):
             raise
         except Exception as exc:  # the runtime's own exception, translated in one place for every backend
             raise self.load_error(read, exc) from exc
         session.info.precision_requested = requested
+        session.info.model_precision = getattr(read, "precision", None) or None
         session._allow_fallback = allow_fallback
         try:
             session._settle_precision(session.info.precision)

@@ -9,7 +9,7 @@ interface, layer types ncnn has, attributes pnnx dropped, a ``.bin`` that belong
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,16 +125,19 @@ def onnx_layout(model: Model | Path, options: Mapping[str, Any], *, fp16_weights
         for s in interface.inputs
         if (axis := plan.batch_axes.get(s.name)) is not None and s.shape and not isinstance(s.shape[axis], int)
     }
-    for spec in interface.outputs:
-        if spec.dtype != np.float32:
-            raise UnsupportedModelError(
-                f"output '{spec.name}' | has element type {spec.dtype.name}; ncnn returns float32 tensors only, "
-                "so deploykit cannot give it back as the ONNX graph types it.",
-                hint="cast the output to float32 in the model, or use another backend.",
-            )
+    typed = [spec for spec in interface.outputs if spec.dtype != np.float32]
     shapes = [plan.shapes[s.name] for s in interface.inputs]
     types = [pnnx_type(s.name, s.dtype) for s in interface.inputs]
-    conversion = convert(model_path, shapes, types, fp16=fp16_weights)
+    try:
+        conversion = convert(model_path, shapes, types, fp16=fp16_weights)
+    except UnsupportedModelError:
+        if typed:  # the output types are the reason deploykit knows of; pnnx's own failure may follow from them
+            raise _typed_outputs_error(subject, typed, []) from None
+        raise
+    # every reason at once: a hint that fixes one problem of several would not make the model run
+    unknown = unknown_layers(conversion.param)
+    if typed or unknown:
+        raise _typed_outputs_error(subject, typed, unknown) if typed else _unknown_layers_error(subject, unknown)
     _check_conversion(conversion, list(interface.inputs), list(interface.outputs), shapes, subject)
     symbols = {s.shape[axis] for s in interface.inputs if (axis := batch_axes.get(s.name)) is not None and s.shape}
     inputs = [
@@ -228,21 +231,78 @@ def _check_rank(name: str, port: Port, subject: str) -> None:
         )
 
 
-def check_layers(param: Path, subject: str) -> None:
-    """Every layer type in a .param must be one ncnn has: pnnx leaves ops it cannot map under their
-    own name (``Gather``, ``pnnx.Expression`` ...), which ncnn would refuse without saying which."""
+def unknown_layers(param: Path) -> list[tuple[str, str]]:
+    """Every (layer type, layer name) of a .param that ncnn has no layer for: pnnx leaves ops it cannot
+    map under their own name (``Gather``, ``torch.gt``, ``Tensor.slice``, ``pnnx.Expression`` ...)."""
     import ncnn
 
     unknown = []
     for line in param.read_text(errors="replace").splitlines()[2:]:
         fields = line.split()
         if len(fields) >= 2 and ncnn.layer_to_index(fields[0]) < 0:
-            unknown.append(f"{fields[0]} (node '{fields[1]}')")
-    if unknown:
-        raise UnsupportedModelError(
-            f"backend 'ncnn' | cannot run {subject}: ncnn has no layer for operator {', '.join(unknown)}.",
-            hint="try another backend, or rewrite those nodes with ops ncnn has.",
+            unknown.append((fields[0], fields[1]))
+    return unknown
+
+
+MAX_NAMED_NODES = 3
+"""Nodes named per operator in a message; the rest are counted."""
+
+_UNKNOWN_LAYERS_HINT = (
+    "run it on another backend (-b onnxruntime or -b openvino); or, when those nodes are post-processing (a "
+    "detector's box decoding and NMS: comparisons, strided slices, casts), export the model without them and do "
+    "that part in Python."
+)
+
+
+def describe_layers(unknown: Sequence[tuple[str, str]]) -> str:
+    """``torch.gt (node 'gt_1'), Tensor.to ×2 (nodes 'to_2', 'to_3')``: every operator, each once, in order."""
+    by_type: dict[str, list[str]] = {}
+    for kind, name in unknown:
+        by_type.setdefault(kind, []).append(name)
+    parts = []
+    for kind, names in by_type.items():
+        shown = ", ".join(f"'{n}'" for n in names[:MAX_NAMED_NODES])
+        more = f" and {len(names) - MAX_NAMED_NODES} more" if len(names) > MAX_NAMED_NODES else ""
+        count = f" ×{len(names)}" if len(names) > 1 else ""
+        parts.append(f"{kind}{count} (node{'s' if len(names) > 1 else ''} {shown}{more})")
+    return ", ".join(parts)
+
+
+def _unknown_layers_error(subject: str, unknown: Sequence[tuple[str, str]]) -> UnsupportedModelError:
+    plural = "operators" if len({kind for kind, _ in unknown}) > 1 else "operator"
+    return UnsupportedModelError(
+        f"backend 'ncnn' | cannot run {subject}: ncnn has no layer for {plural} {describe_layers(unknown)}.",
+        hint=_UNKNOWN_LAYERS_HINT,
+    )
+
+
+def _typed_outputs_error(
+    subject: str, typed: Sequence[TensorSpec], unknown: Sequence[tuple[str, str]]
+) -> UnsupportedModelError:
+    """Outputs that are not float32 (ncnn returns float32 only), with the layers ncnn lacks when there are any."""
+    names = ", ".join(f"'{s.name}'" for s in typed)
+    kinds = ", ".join(dict.fromkeys(s.dtype.name for s in typed))
+    verb = "have" if len(typed) > 1 else "has"
+    if not unknown:
+        return UnsupportedModelError(
+            f"output {names} | {verb} element type {kinds}; ncnn returns float32 tensors only, so deploykit "
+            "cannot give it back as the ONNX graph types it.",
+            hint="cast the output to float32 in the model, or use another backend.",
         )
+    return UnsupportedModelError(
+        f"backend 'ncnn' | cannot run {subject}: ncnn has no layer for {describe_layers(unknown)}; and output "
+        f"{names} {verb} element type {kinds} (ncnn returns float32 tensors only), so a cast alone would not make "
+        "it run.",
+        hint=_UNKNOWN_LAYERS_HINT,
+    )
+
+
+def check_layers(param: Path, subject: str) -> None:
+    """Every layer type in a .param must be one ncnn has, else an error listing every one it lacks
+    (ncnn itself would refuse the first without saying which)."""
+    unknown = unknown_layers(param)
+    if unknown:
+        raise _unknown_layers_error(subject, unknown)
 
 
 def native_layout(param: Path) -> NcnnLayout:

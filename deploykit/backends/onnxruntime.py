@@ -44,6 +44,9 @@ _IR_VERSION = re.compile(r"Unsupported model IR version: (\d+)(?:, max supported
 # and a closing "Please fix either the inputs/outputs or the model." that names no reason.
 _ORT_PREFIX = re.compile(r"^\s*\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*")
 _ORT_BOILERPLATE = ("please fix either", "stacktrace")
+# "Load model from /the/file's/path.onnx failed:<reason>": the message names the model itself, and a
+# reason must not change with where the file lives.
+_ORT_LOAD_FROM = re.compile(r"^Load model from .*? failed:\s*", re.S)
 
 
 def ort_reason(exc: BaseException) -> str:
@@ -55,7 +58,8 @@ def ort_reason(exc: BaseException) -> str:
     if match:
         return match.group(0)
     kept: list[str] = []
-    for line in _ORT_PREFIX.sub("", str(exc).strip()).splitlines():
+    text = _ORT_LOAD_FROM.sub("", _ORT_PREFIX.sub("", str(exc).strip()), count=1)
+    for line in text.splitlines():
         line = line.strip()
         if line.lower().startswith(_ORT_BOILERPLATE):
             break

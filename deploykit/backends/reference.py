@@ -111,7 +111,10 @@ class ReferenceSession(Session):
     def _run(self, feeds: dict[str, Any]) -> Mapping[str, Any]:
         if self._widen:
             feeds = {name: _map_tensors(value, _widened) for name, value in feeds.items()}
-        results = self._evaluator.run(None, feeds)
+        try:
+            results = self._evaluator.run(None, feeds)
+        except MemoryError as exc:  # name the node that asked for too much (a worker's memory limit says the rest)
+            raise NodeMemoryError(_failing_node(exc.__traceback__)) from exc
         produced = {name: _optional_tensor(value) if self.outputs[name].kind == OPTIONAL else value
                     for name, value in zip(self.outputs, results, strict=True)}  # fmt: skip
         # the evaluator may hand back numpy scalars, or float64 after widening: the graph's types
@@ -119,6 +122,26 @@ class ReferenceSession(Session):
             name: _map_tensors(value, lambda array, dtype=self.outputs[name].dtype: _graph_typed(array, dtype))
             for name, value in produced.items()
         }
+
+
+class NodeMemoryError(MemoryError):
+    """An allocation failed while running ``node`` (``'Conv_3' (Conv)``, or None when unknown)."""
+
+    def __init__(self, node: str | None) -> None:
+        super().__init__(f"out of memory on node {node}" if node else "out of memory")
+        self.node = node
+
+
+def _failing_node(trace: Any) -> str | None:
+    """The innermost onnx reference op in a traceback, as ``'name' (OpType)``: the node that was running."""
+    found = None
+    while trace is not None:
+        op = trace.tb_frame.f_locals.get("self")
+        node = getattr(op, "onnx_node", None)
+        if node is not None and hasattr(node, "op_type"):
+            found = f"'{node.name or node.output[0]}' ({node.op_type})"
+        trace = trace.tb_next
+    return found
 
 
 def _optional_tensor(value: Any) -> Any:

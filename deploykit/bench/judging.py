@@ -58,9 +58,10 @@ def ranking(report: BenchmarkReport, rows: Sequence[Row] | None = None) -> Ranki
     key = report.headline
     entries = []
     for row in rows:
-        blocks = [float(getattr(b, key)) for b in row.blocks]
-        entries.append(RankEntry(row.label, [blocks or [report.headline_value(row)]], row.precision,
-                                 row.precision == "int8", row.config.threads, row.config.batch))  # fmt: skip
+        rounds = [[float(getattr(b, key)) for b in part] for part in row.round_blocks()]
+        entries.append(RankEntry(row.label, rounds or [[report.headline_value(row)]], row.precision,
+                                 row.precision == "int8", row.config.threads, row.config.batch,
+                                 row.calls()))  # fmt: skip
     unit = "samples/s" if key == "throughput_sps" else "ms"
     return rank(entries, higher_is_better=key == "throughput_sps", unit=unit)
 

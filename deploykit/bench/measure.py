@@ -48,18 +48,21 @@ def _peak_rss_bytes() -> int:
 
 
 def _loop(session: Any, feeds: Mapping[str, np.ndarray], config: BenchConfig) -> list[int]:
-    """Timed calls until the iteration count or the duration is reached; one ns sample per call."""
+    """Timed calls until the iteration count or the duration is reached; one ns sample per call.
+    With both set, the duration with at least ``iterations`` calls (a slow model still gets enough
+    calls for the ranking's blocks)."""
     run, clock = session.run, time.perf_counter_ns
     samples: list[int] = []
     append = samples.append
     if config.duration_s:
         deadline = clock() + int(config.duration_s * 1e9)
+        least = config.iterations or 1
         while True:
             start = clock()
             run(feeds)
             end = clock()
             append(end - start)
-            if end >= deadline:
+            if end >= deadline and len(samples) >= least:
                 break
     else:
         for _ in range(config.iterations or 1):

@@ -14,6 +14,7 @@ from typing import Any
 
 from deploykit.backends.options import OptionValue
 from deploykit.bench.config import SCENARIOS
+from deploykit.bench.load import check_background_load
 from deploykit.errors import UsageError
 from deploykit.inputs import InputSetting
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S
@@ -39,7 +40,7 @@ class BenchPlan:
         threads: one count or a sweep; None: the runtime's own.
         precision: one or several of f32, bf16, f16, int8 (``"f32,bf16"`` or a sequence); each
             backend runs those it can natively here. None: each device's default.
-        scenario: ``singlestream`` (p90 is the headline), ``offline`` (throughput), or
+        scenario: ``singlestream`` (p50 is the headline), ``offline`` (throughput), or
             ``multistream`` (``streams`` concurrent queries on one session).
         warmup, iterations, duration_s: untimed runs, then a count or a duration of timed runs.
         shapes, batch_axes, seed: how seeded random inputs are shaped.
@@ -50,6 +51,12 @@ class BenchPlan:
         cost_per_hour: the device's price per hour, for cost per million inferences.
         options: extra backend options for every configuration.
         timeout_s: the most one configuration's worker may take.
+        background_load: busy threads kept running while configurations are measured
+            (``deploykit.bench.load``; 0: idle).
+        rounds: isolated measurements of every configuration, interleaved (a rotated order each
+            round); the ranking rule calls a configuration faster only from ``MIN_ROUNDS`` (5).
+        oracle_memory_bytes: the address-space limit of the oracle's worker; None: three quarters
+            of the memory available when it starts (``deploykit.verify.limits``).
 
     Raises:
         UsageError: a setting that cannot be used (checked when the plan is made).
@@ -74,9 +81,18 @@ class BenchPlan:
     cost_per_hour: float | None = None
     options: Mapping[str, OptionValue] = field(default_factory=dict)
     timeout_s: float = DEFAULT_TIMEOUT_S
+    background_load: int = 0
+    rounds: int = 1
+    oracle_memory_bytes: int | None = None
 
     def __post_init__(self) -> None:
         normalize(self)
+        check_background_load(self.background_load)
+        if self.rounds < 1:
+            raise UsageError(
+                f"--rounds {self.rounds} | expected 1 or more.",
+                hint="--rounds 5 gives the ranking rule the evidence to call one configuration faster.",
+            )
         if isinstance(self.backends, str):
             object.__setattr__(self, "backends", (self.backends,))
         elif self.backends is not None:

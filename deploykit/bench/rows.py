@@ -28,7 +28,7 @@ def accuracy_delta(verdict: Verdict | None) -> float | None:
     metric (top-1 agreement, mAP@0.5) for reduced precision on real images, else unknown (None)."""
     if verdict is None or verdict.status in ("error", "degenerate"):
         return None
-    if verdict.rule == "element-wise":
+    if verdict.rule.startswith("element-wise"):
         return 0.0 if verdict.status == "pass" or verdict.agreement else None
     return None if verdict.task is None else round(1.0 - float(verdict.task.value), 6)
 
@@ -93,7 +93,10 @@ class Row:
             real images, None when unknown.
         warnings: e.g. noisy latency.
         stages: for pipeline benchmarks: p50 of pre-processing, inference and post-processing.
-        blocks: the timed runs in up to 10 consecutive slices, each with its p50, p90 and throughput.
+        blocks: the timed runs in up to 10 consecutive slices, each with its p50, p90 and throughput;
+            with ``--rounds N``, every round's blocks one after the other.
+        rounds: with ``--rounds N``, (blocks, timed calls) of each round (``blocks`` holds them in
+            order); empty: one round, all of ``blocks``.
     """
 
     config: BenchConfig
@@ -117,6 +120,30 @@ class Row:
     stages: dict[str, float] | None = None
     blocks: list[Block] = field(default_factory=list)
     hint: str | None = None
+    rounds: list[tuple[int, int]] = field(default_factory=list)
+
+    def round_blocks(self) -> list[list[Block]]:
+        """``blocks`` split by round (one round when ``rounds`` is empty)."""
+        if not self.rounds:
+            return [list(self.blocks)] if self.blocks else []
+        split, start = [], 0
+        for count, _ in self.rounds:
+            split.append(self.blocks[start : start + count])
+            start += count
+        return [part for part in split if part]
+
+    def calls(self) -> int:
+        """The timed calls behind ``blocks``."""
+        if self.rounds:
+            return sum(calls for _, calls in self.rounds)
+        return self.latency.count if self.latency is not None else 0
+
+    def add_round(self, other: Row) -> None:
+        """Append ``other``'s blocks (another round of this configuration) to this row's."""
+        if not self.rounds:
+            self.rounds.append((len(self.blocks), self.calls()))
+        self.blocks.extend(other.blocks)
+        self.rounds.append((len(other.blocks), other.latency.count if other.latency is not None else 0))
 
     @classmethod
     def from_failure(cls, config: BenchConfig, error: str | DeployKitError) -> Row:
@@ -209,6 +236,8 @@ class Row:
             data["stages"] = dict(self.stages)
         if self.blocks:
             data["blocks"] = [b.to_dict() for b in self.blocks]
+        if self.rounds:
+            data["rounds"] = [list(r) for r in self.rounds]
         return data
 
     @classmethod
@@ -244,6 +273,7 @@ class Row:
             warnings=list(data.get("warnings") or []),
             stages=None if data.get("stages") is None else dict(data["stages"]),
             blocks=[Block.from_dict(b) for b in data.get("blocks") or []],
+            rounds=[(int(b), int(c)) for b, c in data.get("rounds") or []],
         )
 
 
@@ -279,6 +309,8 @@ class BenchSettings:
         inputs: ``seeded random``, ``file`` or ``images``.
         max_drop: the accuracy budget of the recommendation (``--max-drop``).
         pipeline, images: for pipeline benchmarks: the task and the image files.
+        background_load: the busy threads the rows were measured under (``{"threads": 0}``: idle).
+        rounds: interleaved rounds per configuration (``--rounds``).
     """
 
     scenario: str = "singlestream"
@@ -292,6 +324,8 @@ class BenchSettings:
     max_drop: float | None = None
     pipeline: str | None = None
     images: list[str] | None = None
+    background_load: dict[str, Any] = field(default_factory=lambda: {"threads": 0})
+    rounds: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -311,7 +345,7 @@ class Recommendation:
 
     Attributes:
         label: the configuration's label.
-        headline: ``p90_ms`` (single/multistream) or ``throughput_sps`` (offline).
+        headline: ``p50_ms`` (single/multistream) or ``throughput_sps`` (offline).
         value: its headline figure.
         why: one sentence: why this one.
         command: the ``deploykit bench`` command that measures it alone.

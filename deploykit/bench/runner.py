@@ -16,6 +16,7 @@ import numpy as np
 from deploykit.bench import judging
 from deploykit.bench.config import SCENARIOS, BenchConfig
 from deploykit.bench.fingerprint import fingerprint
+from deploykit.bench.load import BackgroundLoad, background_load
 from deploykit.bench.measure import measure
 from deploykit.bench.plan import BenchPlan
 from deploykit.bench.report import BenchmarkReport
@@ -119,6 +120,38 @@ def measure_isolated(
     return row, read_arrays(outputs_path), checked
 
 
+def _another_round(
+    rows: list[Row],
+    number: int,
+    plan: BenchPlan,
+    model_path: Path,
+    interface: Model,
+    inputs_paths: Mapping[int, Path],
+    feeds_by_batch: Mapping[int, dict[str, np.ndarray]],
+    scratch: Path,
+) -> None:
+    """One more isolated measurement of every configuration that ran, in a rotated order (interleaved
+    with the others, so a slow minute of the machine falls on all of them); its blocks join the row's.
+    A configuration that fails in a later round loses its row to the failure."""
+    ok = [index for index, row in enumerate(rows) if row.ok]
+    shift = number % len(ok) if ok else 0
+    for index in ok[shift:] + ok[:shift]:
+        config = rows[index].config
+        if plan.isolate:
+            again, _, _ = measure_isolated(model_path, config, inputs_paths[config.batch],
+                                           scratch / f"outputs-{index}-round{number}.npz", [], plan.cost_per_hour,
+                                           plan.timeout_s)  # fmt: skip
+        else:
+            try:
+                again, _, _ = measure(interface, config, feeds_by_batch[config.batch], cost_per_hour=plan.cost_per_hour)
+            except DeployKitError as exc:
+                again = Row.from_failure(config, exc)
+        if again.ok:
+            rows[index].add_round(again)
+        else:
+            rows[index] = again
+
+
 def benchmark(
     model: Model | str | os.PathLike[str],
     plan: BenchPlan | None = None,
@@ -206,22 +239,25 @@ def benchmark(
         for index, case in enumerate(checks):
             check_paths.append(scratch / f"check-{index}.npz")
             write_arrays(check_paths[-1], case)
-        for index, config in enumerate(configs):
-            if progress:
-                progress(index, len(configs), config.label())
-            if isolate:
-                row, outputs, checked = measure_isolated(model_path, config, inputs_paths[config.batch],
-                                                          scratch / f"outputs-{index}.npz", check_paths,
-                                                          cost_per_hour, timeout_s)  # fmt: skip
-            else:
-                try:
-                    row, outputs, checked = measure(interface, config, feeds_by_batch[config.batch],
-                                                    cost_per_hour=cost_per_hour, check_cases=checks)  # fmt: skip
-                except DeployKitError as exc:
-                    row, outputs, checked = Row.from_failure(config, exc), None, []
-            rows.append(row)
-            outputs_by_row.append(outputs)
-            checked_by_row.append(checked)
+        with background_load(BackgroundLoad(plan.background_load)):  # every timed run under the same load
+            for index, config in enumerate(configs):
+                if progress:
+                    progress(index, len(configs), config.label())
+                if isolate:
+                    row, outputs, checked = measure_isolated(model_path, config, inputs_paths[config.batch],
+                                                              scratch / f"outputs-{index}.npz", check_paths,
+                                                              cost_per_hour, timeout_s)  # fmt: skip
+                else:
+                    try:
+                        row, outputs, checked = measure(interface, config, feeds_by_batch[config.batch],
+                                                        cost_per_hour=cost_per_hour, check_cases=checks)  # fmt: skip
+                    except DeployKitError as exc:
+                        row, outputs, checked = Row.from_failure(config, exc), None, []
+                rows.append(row)
+                outputs_by_row.append(outputs)
+                checked_by_row.append(checked)
+            for number in range(2, plan.rounds + 1):
+                _another_round(rows, number, plan, model_path, interface, inputs_paths, feeds_by_batch, scratch)
         if progress:
             progress(len(configs), len(configs), "verifying")
 
@@ -235,7 +271,8 @@ def benchmark(
         groups = {b: ([i for i, c in enumerate(configs) if c.batch == b], [feeds_by_batch[b]]) for b in batches}
     for members, cases in groups.values():
         oracle_cases = cases  # every image: the task metric of every row is measured against the oracle
-        info, references = run_oracle(interface, plan.oracle, oracle_cases, timeout_s=timeout_s, isolate=isolate)
+        info, references = run_oracle(interface, plan.oracle, oracle_cases, timeout_s=timeout_s, isolate=isolate,
+                                      memory_bytes=plan.oracle_memory_bytes)  # fmt: skip
         runs = []
         for i in members:
             first_outputs = outputs_by_row[i]
@@ -279,6 +316,8 @@ def benchmark(
             cost_per_hour=cost_per_hour,
             inputs="images" if image_source else ("file" if given is not None else "seeded random"),
             max_drop=plan.max_drop,
+            background_load=BackgroundLoad(plan.background_load).to_dict(),
+            rounds=plan.rounds,
         ),
         device=fingerprint(),
         rows=rows,

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -32,6 +33,7 @@ from deploykit.validation import check_number, check_seed, check_tolerances
 from deploykit.verify import OracleInfo, gate
 from deploykit.verify.check import platform_notes
 from deploykit.verify.settings import VerifySettings
+from deploykit.verify.verdict import weak_evidence
 from deploykit.workers import read_arrays, rebuild_error, run_worker, write_arrays
 
 if TYPE_CHECKING:  # torch is imported only when a conversion runs
@@ -49,10 +51,10 @@ def convert_torch(
     checks: VerifySettings | None = None,
     *,
     inputs: Sequence[InputSpec | str] | None = None,
-    weights: str | Path | None = None,
     verify_backends: Sequence[str] = (DEFAULT_BACKEND,),
     keep_on_mismatch: bool = False,
     report_path: str | os.PathLike[str] | None = None,
+    **legacy: object,
 ) -> ConversionReport:
     """Export a PyTorch model to ONNX and prove it computes what PyTorch computes.
 
@@ -66,7 +68,8 @@ def convert_torch(
             (17), ``exporter`` (``dynamo``, ``torchscript`` or ``auto``: TorchScript first below
             opset 18, dynamo first from 18; the other on failure), ``simplify`` (onnxslim; the gate
             then checks the simplified model), ``trust_pickle`` (allow a pickled whole-module file),
-            ``seed`` (random example inputs), ``weights_key`` (the checkpoint key holding the
+            ``seed`` (random example inputs), ``weights`` (a state_dict to load into the factory's model),
+            ``weights_key`` (the checkpoint key holding the
             state_dict; default found among ``state_dict``, ``model_state``, ``model``, ``ema`` ...)
             and ``ignore_keys`` (a regular expression of state_dict keys to drop, listed in the notes).
         checks: how the result is verified (``VerifySettings``): ``thresholds`` (atol/rtol; default
@@ -75,11 +78,14 @@ def convert_torch(
             ``linux/arm64`` under emulation, or several; PyTorch, the oracle, runs on the host).
             The precision is the one the source computes in.
         inputs: specs (``InputSpec`` or ``"name:1x3x224x224[:dtype]"``) instead of examples.
-        weights: a state_dict to load into the factory's model.
         verify_backends: backends that must reproduce PyTorch's outputs.
         keep_on_mismatch: write the file even when the verification fails (the error is still raised).
         report_path: also write the report as JSON here, with the model: both or neither (a failed
             check writes neither unless ``keep_on_mismatch``; the error carries the report).
+        **legacy: the keywords of 0.1 (``weights``, ``input_names``, ``output_names``, ``dynamic``, ``opset``,
+            ``exporter``, ``simplify``, ``trust_pickle``, ``seed``, ``weights_key``, ``ignore_keys``,
+            ``atol``, ``rtol``): still taken in this release, with a ``DeprecationWarning`` naming
+            ``export=TorchExportSettings(...)`` or ``checks=VerifySettings(...)``.
 
     Example:
         ``convert_torch(net, (x,), "net.onnx", TorchExportSettings(dynamic={"x": {0: "batch"}}))``
@@ -91,8 +97,7 @@ def convert_torch(
         ConversionError: the source, the export or the checks failed; nothing is written.
         ParityError: an output differs from PyTorch's beyond tolerance.
     """
-    export = export or TorchExportSettings()
-    checks = checks or VerifySettings()
+    export, checks = _with_legacy_keywords(export or TorchExportSettings(), checks or VerifySettings(), legacy)
     exporter, opset, seed, simplify = export.exporter, export.opset, export.seed, export.simplify
     atol, rtol, timeout_s, platforms = (
         checks.thresholds.atol,
@@ -100,7 +105,7 @@ def convert_torch(
         checks.timeout_s,
         checks.platforms,
     )
-    weights = weights if weights is not None else export.weights
+    weights = export.weights
     if exporter not in EXPORTERS:
         raise ConversionError(
             f"exporter '{exporter}' | is not one of {', '.join(EXPORTERS)}.",
@@ -147,7 +152,7 @@ def convert_torch(
             parameter_count=summary.parameter_count,
             external_data=stage.external,
             simplified=simplify,
-            notes=[*stage.notes, *emulation_notes],
+            notes=[*stage.notes, *emulation_notes, *_evidence_notes(verdicts, weights)],
             op_histogram=summary.op_histogram,
             verdicts=verdicts,
             oracle=oracle,
@@ -258,3 +263,54 @@ def _source_file(model: Any) -> Path | None:
 
 def _log_path(output: Path) -> Path:
     return output.with_name(f"{output.name}.export.log")
+
+
+# The 0.1 keywords of convert_torch and the settings value each moved into.
+_LEGACY_EXPORT = (
+    "weights", "input_names", "output_names", "dynamic", "opset", "exporter", "simplify", "trust_pickle", "seed",
+    "weights_key", "ignore_keys",
+)  # fmt: skip
+_LEGACY_CHECKS = ("atol", "rtol")
+
+
+def _with_legacy_keywords(
+    export: TorchExportSettings, checks: VerifySettings, legacy: dict[str, object]
+) -> tuple[TorchExportSettings, VerifySettings]:
+    """``export`` and ``checks`` with 0.1's keywords folded in (warned as deprecated)."""
+    unknown = sorted(set(legacy) - set(_LEGACY_EXPORT) - set(_LEGACY_CHECKS))
+    if unknown:
+        raise TypeError(f"convert_torch() got an unexpected keyword argument '{unknown[0]}'")
+    if not legacy:
+        return export, checks
+    moved: dict[str, Any] = {name: value for name, value in legacy.items() if name in _LEGACY_EXPORT}
+    limits: dict[str, Any] = {name: value for name, value in legacy.items() if name in _LEGACY_CHECKS}
+    replacements = []
+    if moved:
+        replacements.append(f"export=TorchExportSettings({', '.join(f'{name}=...' for name in moved)})")
+        for name in ("input_names", "output_names"):
+            if moved.get(name) is not None:
+                moved[name] = tuple(moved[name])
+        if moved.get("weights") is not None:
+            moved["weights"] = str(moved["weights"])
+        export = replace(export, **moved)
+    if limits:
+        replacements.append(
+            f"checks=VerifySettings(thresholds=ThresholdOverrides({', '.join(f'{n}=...' for n in limits)}))"
+        )
+        checks = replace(checks, thresholds=replace(checks.thresholds, **limits))
+    warnings.warn(
+        f"convert_torch({', '.join(f'{name}=' for name in legacy)}) is deprecated and goes in the next release; "
+        f"pass {' and '.join(replacements)}.",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return export, checks
+
+
+def _evidence_notes(verdicts: list[Any], weights: str | os.PathLike[str] | None) -> list[str]:
+    """A note when the gate's pass proved little (outputs too small for atol), saying how to prove more."""
+    weak = weak_evidence(verdicts)
+    if weak is None:
+        return []
+    how = "convert with --weights (trained weights)" if weights is None else "check the weights load"
+    return [f"{weak}. To prove more: {how}, and compare on real data ('deploykit compare model.onnx --inputs photos/')"]

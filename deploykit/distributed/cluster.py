@@ -8,11 +8,18 @@ handler prints a stack dump); the caller's handlers are put back once Ray is up,
 still ends with 143 and a library user's handler still runs. A local Ray that cannot start under
 this process's limits (open files, address space, file size, a full temporary folder) is refused
 up front with the limit named, instead of Ray's tracebacks half a minute later.
+
+A local Ray listens on loopback only. Ray replaces a node address of 127.0.0.1 by the machine's
+network address and its servers bind that (or every interface) unless its cluster mode is off
+(``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, what Ray does by default on macOS and Windows); deploykit
+turns it off while it starts a Ray of its own, and checks the node address Ray took afterwards.
+Joining a cluster (``address``) is left as Ray does it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import shutil
 import signal
@@ -166,8 +173,9 @@ def start(ray: Any, address: str | None = None, num_cpus: int | None = None) -> 
     reaper = start_reaper(os.path.dirname(ray.__file__)) if address is None else None
     try:
         if address is None:
-            # "local": a Ray of our own, even where another local cluster runs (ray.init would join it)
-            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+            with loopback_only():
+                # "local": a Ray of our own, even where another local cluster runs (ray.init would join it)
+                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
         else:
             ray.init(address=address, log_to_driver=False)
         _restore(handlers)
@@ -193,7 +201,59 @@ def start(ray: Any, address: str | None = None, num_cpus: int | None = None) -> 
             reaper.kill()
             reaper.wait()
 
+    if address is None:
+        try:
+            check_loopback(ray)
+        except BackendError:
+            stop()
+            raise
     return stop
+
+
+#: The only address a local Ray started by deploykit listens on.
+LOOPBACK = "127.0.0.1"
+_CLUSTER_MODE_VARIABLE = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+@contextlib.contextmanager
+def loopback_only() -> Iterator[None]:
+    """While the block runs, a Ray started in this process (``ray.init(address="local")``, or
+    ``ray.cluster_utils.Cluster``) takes 127.0.0.1 as its node address, so each of its processes
+    listens there.
+
+    Ray's cluster mode, which makes it look up the machine's network address, is switched off for the
+    block: in Ray's constants (already imported) and in the environment its processes inherit.
+    """
+    constants: Any = importlib.import_module("ray._private.ray_constants")
+    saved_mode, saved_variable = constants.ENABLE_RAY_CLUSTER, os.environ.get(_CLUSTER_MODE_VARIABLE)
+    constants.ENABLE_RAY_CLUSTER = False
+    os.environ[_CLUSTER_MODE_VARIABLE] = "0"
+    try:
+        yield
+    finally:
+        constants.ENABLE_RAY_CLUSTER = saved_mode
+        if saved_variable is None:
+            os.environ.pop(_CLUSTER_MODE_VARIABLE, None)
+        else:
+            os.environ[_CLUSTER_MODE_VARIABLE] = saved_variable
+
+
+def check_loopback(ray: Any) -> None:
+    """Refuse a local Ray whose node address is not loopback (a Ray version that ignores the
+    setting): its processes would listen on the machine's network.
+
+    Raises:
+        BackendError: Ray took another node address.
+    """
+    node_address = ray.util.get_node_ip_address()
+    if node_address != LOOPBACK:
+        raise BackendError(
+            f"ray (local) | Ray {getattr(ray, '__version__', '?')} took {node_address} as its node address instead "
+            f"of {LOOPBACK}; its servers would listen on the machine's network, and a local Ray deploykit starts "
+            "listens on loopback only.",
+            hint="install a Ray version that honours RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (2.9 or newer), or start a "
+            "cluster yourself (ray start --head --node-ip-address ...) and pass --address.",
+        )
 
 
 _SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))

@@ -17,6 +17,7 @@ import sys
 import types
 from typing import Any
 
+from deploykit.optimize.accuracy import AccuracyEvidenceWarning, DeltaInterval
 from deploykit.optimize.bundle import Bundle, BundleManifest, BundleWarning, open_bundle, read_bundle
 from deploykit.optimize.plan import OptimizePlan
 from deploykit.optimize.ranking import DECISION_RULE, Interval, RankEntry, Ranking, bootstrap_interval, rank
@@ -42,11 +43,13 @@ sys.modules[__name__].__class__ = _CallablePackage
 
 __all__ = [
     "DECISION_RULE",
+    "AccuracyEvidenceWarning",
     "Baseline",
     "Bundle",
     "BundleManifest",
     "BundleWarning",
     "CandidateResult",
+    "DeltaInterval",
     "GroundTruth",
     "Interval",
     "OptimizePlan",

@@ -13,6 +13,7 @@ from typing import Any
 from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.bench.rows import ModelInfo
 from deploykit.io import file_sha256
+from deploykit.optimize.manifest import WAIT_OPTION
 from deploykit.optimize.ranking import Ranking, rank
 from deploykit.optimize.results import (
     Baseline,
@@ -46,10 +47,10 @@ def answer(
         if state.alive and state not in finalists:
             state.stopped = "not screened: the search was interrupted" if partial else "not measured"
     unit = "samples/s" if search.scenario == "offline" else "ms"
-    # every accurate candidate is ranked, the ones stopped early with their fewer rounds: the reason
-    # then names the runner-up, and a tie with a stopped one still goes to the simpler setup
-    eligible = [s for s in search.states if s.rounds and s.accurate]
-    ranking: Ranking = rank([s.entry() for s in eligible], higher_is_better=search.scenario == "offline", unit=unit)
+    # the finalists are ranked: a candidate the search stopped on one short screening round has no
+    # interval, and would make every decision inconclusive; one stopped by a separated interval is
+    # slower by the rule already
+    ranking: Ranking = rank([s.entry() for s in finalists], higher_is_better=search.scenario == "offline", unit=unit)
     if not any(s.accurate and (s.variant.quantized or s.config.precision != "f32") for s in search.states):
         notes.append(
             "only f32 configurations stay within the accuracy budget: the answer is f32 (the "
@@ -63,11 +64,12 @@ def answer(
             status, reason, stage = "chosen", ranking.reason, "final"
         elif state in finalists:
             status, stage = "finalist", "final"
-            reason = (
-                f"tied with {ranking.chosen}, which is simpler"
-                if state.label in ranking.tied
-                else f"slower than {ranking.chosen} (intervals separate)"
-            )
+            if ranking.decision == "inconclusive":
+                reason = f"inconclusive against {ranking.chosen}, which is simpler: {ranking.reason}"
+            elif state.label in ranking.tied:
+                reason = f"tied with {ranking.chosen}, which is simpler"
+            else:
+                reason = f"slower than {ranking.chosen} (intervals separate)"
         else:
             status, reason, stage = "stopped", state.stopped or "", state.stage
         results.append(
@@ -84,6 +86,7 @@ def answer(
                 state.delta,
                 state.session,
                 state.top1_accuracy,
+                state.delta_interval,
             )
         )
     rank_of = {"chosen": 0, "finalist": 1, "stopped": 2}
@@ -120,6 +123,7 @@ def _baseline(results: Sequence[CandidateResult], chosen: CandidateResult, searc
         if c.config.backend == BASELINE_BACKEND
         and c.variant == "float"
         and c.config.precision == "f32"
+        and c.config.options.get(WAIT_OPTION) is not False  # the runtime as it comes, not tuned for load
         and c.headline is not None
         and c.config.batch == chosen.config.batch
     ]

@@ -20,6 +20,8 @@ import numpy as np
 from deploykit.bench.config import BenchConfig
 from deploykit.errors import DeployKitError, InputError, UsageError
 from deploykit.io import file_sha256
+from deploykit.optimize.accuracy import DeltaInterval
+from deploykit.optimize.manifest import WAIT_OPTION
 from deploykit.optimize.ranking import RankEntry
 from deploykit.optimize.results import RoundResult, Variant
 from deploykit.quantize.engines import ENGINES, QUANTIZE_ENGINES
@@ -51,6 +53,8 @@ class CandidateState:
     cost_s: float = 0.0
     accurate: bool = False  # verified and within the accuracy budget
     top1_accuracy: float | None = None  # against the class folders, when they give the true classes
+    delta_interval: DeltaInterval | None = None  # the accuracy delta's interval over the held-out images
+    representative: bool = False  # its precision class's first look: screened whatever the time budget
 
     @property
     def alive(self) -> bool:
@@ -64,7 +68,20 @@ class CandidateState:
             self.variant.quantized,
             self.config.threads,
             self.config.batch,
+            sum(r.samples for r in self.rounds),
         )
+
+    @property
+    def exact(self) -> bool:
+        """Whether it runs the float model in f32 (the answer every other precision is judged against)."""
+        return self.variant.name == "float" and self.config.precision == "f32"
+
+    @property
+    def precision_class(self) -> tuple[str, str, str | None, str | None, str | None]:
+        """Model variant × backend × device × precision (an INT8 model's with its float layers'): what a
+        thread count or batch size only tunes."""
+        return (self.variant.name, self.config.backend, self.config.device, self.config.precision,
+                float_layers(self.config))  # fmt: skip
 
 
 def thread_counts(cpus: int | None = None) -> list[int]:
@@ -245,8 +262,10 @@ def expand(
     scenario: str,
     threads: Sequence[int],
     batches: Sequence[int],
+    busy: bool = False,
 ) -> tuple[list[CandidateState], list[str]]:
-    """Every variant × backend × device × native precision × threads × batch, float f32 first."""
+    """Every variant × backend × device × native precision × threads × batch (× wait policy on a
+    busy device, ``busy``), in ``screening_order``."""
     from deploykit.backends.registry import canonical_name, get_backend
     from deploykit.bench.runner import expand_configs
     from deploykit.verify.check import expand_candidates, parse_backend_spec
@@ -268,14 +287,89 @@ def expand(
             else:
                 precisions = ["int8"]
             found, more = expand_candidates([f"{backend.name}:{device}"], precisions, model_precision=variant.precision)
+            if variant.precision == "int8" and "precision" in backend.options:
+                found = float_layer_candidates(backend.name, device, native)
             notes += more
             counts: list[int | None] = list(threads) if "threads" in backend.options else [None]
             configs = expand_configs(found, batches=batches, threads=counts, scenario=scenario, warmup=WARMUP,
                                      iterations=None, duration_s=SCREEN_DURATION_S)  # fmt: skip
-            for config in configs:
-                states.append(CandidateState(f"{config.label()} {variant.name}", variant, path, config, len(states)))
-    states.sort(key=lambda s: (not (s.variant.name == "float" and s.config.precision == "f32"), s.order))
-    return states, list(dict.fromkeys(notes))
+            for config in [*configs, *(_without_spinning(configs, backend.options) if busy else [])]:
+                label = f"{config.label()} {variant.name}{float_layers_suffix(config)}"
+                if config.options.get(WAIT_OPTION) is False:
+                    label += " no-spin"
+                states.append(CandidateState(label, variant, path, config, len(states)))
+    return screening_order(states), list(dict.fromkeys(notes))
+
+
+def screening_order(states: Sequence[CandidateState]) -> list[CandidateState]:
+    """The order candidates are screened in: the biggest expected gain on this device first.
+
+    One representative of every precision class (model variant × backend × device × precision; the
+    most threads, the first batch) comes before any thread or batch variant. Among representatives,
+    the reference first (the default backend's float f32: every verdict and the speedup are judged
+    against it), then by the precision's expected gain — int8, then bf16/f16, then f32, which is
+    what ``Backend.precisions`` offers only where the device has the units for it — then the
+    order of ``--backend``. The thread and batch variants follow in the same class order.
+    """
+    from deploykit.backends.registry import DEFAULT_BACKEND
+    from deploykit.optimize.ranking import precision_rank
+
+    def threads(state: CandidateState) -> float:
+        return -float(state.config.threads) if state.config.threads else -float("inf")
+
+    representatives: dict[tuple[str, str, str | None, str | None, str | None], CandidateState] = {}
+    for state in sorted(states, key=lambda s: (s.config.batch, threads(s), s.order)):
+        representatives.setdefault(state.precision_class, state)
+
+    def gain(state: CandidateState) -> tuple[int, int, int]:
+        reference = state.exact and state.config.backend == DEFAULT_BACKEND
+        return (0 if reference else 1, -precision_rank(state.config.precision), state.order)
+
+    first = sorted(representatives.values(), key=gain)
+    for state in first:
+        state.representative = True
+    class_rank = {state.precision_class: index for index, state in enumerate(first)}
+    chosen = {id(s) for s in first}
+    rest = sorted((s for s in states if id(s) not in chosen), key=lambda s: (class_rank[s.precision_class], s.order))
+    return [*first, *rest]
+
+
+def _without_spinning(configs: Sequence[BenchConfig], schema: Any) -> list[BenchConfig]:
+    """The configurations again with idle threads that sleep instead of spinning: on a busy device a
+    runtime whose threads spin for cores the app needs can collapse, so the wait policy is an axis
+    there (a thread variant: screened after every precision class)."""
+    import dataclasses
+
+    if WAIT_OPTION not in schema:
+        return []
+    return [dataclasses.replace(c, options={**c.options, WAIT_OPTION: False}) for c in configs]
+
+
+def float_layer_candidates(backend_name: str, device: str, native: Sequence[str]) -> list[Any]:
+    """An INT8 model's candidates on a backend that sets its compute precision: one per float
+    precision the device runs natively, pinned, because the layers left in float (and the
+    quantize/dequantize pairs) otherwise run at the device's default — bf16 on one CPU, f32 on
+    another: other numbers at another speed from the same bundle."""
+    from deploykit.backends.registry import get_backend
+    from deploykit.verify.check import Candidate
+
+    backend = get_backend(backend_name)
+    return [
+        Candidate(backend_name, device, "int8", backend.precision_options(precision))
+        for precision in native
+        if precision != "int8"
+    ]
+
+
+def float_layers(config: BenchConfig) -> str | None:
+    """The float layers' pinned precision of an INT8 candidate (None: not pinned, or not INT8)."""
+    pinned = config.options.get("precision") if config.precision == "int8" else None
+    return None if pinned is None else str(pinned)
+
+
+def float_layers_suffix(config: BenchConfig) -> str:
+    pinned = float_layers(config)
+    return "" if pinned is None else f" (float layers {pinned})"
 
 
 def batches_of(interface: Any, scenario: str, batches: Sequence[int] | None) -> list[int]:

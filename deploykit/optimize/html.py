@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from deploykit.bench import plots
 from deploykit.bench.html import PAGE_STYLE
+from deploykit.bench.load import BackgroundLoad
 
 if TYPE_CHECKING:
     from deploykit.optimize.results import CandidateResult, OptimizeReport
@@ -46,8 +47,8 @@ def _row(candidate: CandidateResult, truth: bool) -> str:
     cells = [
         candidate.label,
         "-" if interval is None else f"{interval.estimate:.4g}",
-        "-" if interval is None else f"[{interval.low:.4g}, {interval.high:.4g}]",
-        str(len(candidate.rounds)),
+        "-" if interval is None else interval.bounds(),
+        candidate.evidence(),
         _percent(candidate.accuracy_delta),
         *([_percent(candidate.top1_accuracy)] if truth else []),
         "-" if candidate.verdict is None else candidate.verdict.label,
@@ -65,12 +66,14 @@ def render_html(report: OptimizeReport) -> str:
     best, truth = report.best, report.ground_truth
     config = best.config
     title = f"deploykit optimize: {Path(report.model.path).name}" + (" (partial)" if report.partial else "")
-    headers = ["candidate", report.headline, "95% interval", "rounds", "accuracy Δ",
+    headers = ["candidate", report.headline, "95% interval", "rounds / blocks / calls", "accuracy Δ",
                *(["top-1 accuracy"] if truth else []), "verdict", "status", "reason"]  # fmt: skip
     facts = [
         f"<p><b>Chosen</b>: {_e(best.label)} — {_e(config.backend)} on {_e(config.device)}, {_e(config.precision)}, "
         f"{_e(config.threads or 'default')} threads, batch {_e(config.batch)}, {_e(best.variant)} model</p>",
         f"<p><b>Why</b>: {_e(report.decision.reason)}</p>",
+        f"<p><b>Decision</b>: {_e(report.decision.decision)}; evidence {_e(best.evidence())} (rounds / blocks / "
+        f"calls); measured {_e(BackgroundLoad.from_dict(report.settings.background_load).describe())}</p>",
         f'<p class="note">rule: {_e(report.decision.rule)}</p>',
     ]
     if report.baseline is not None:

@@ -42,7 +42,13 @@ class BundleManifest:
         variant: ``float``, ``int8-ort``, ``int8-nncf`` or ``fp16``.
         source_model: the float model searched (path, SHA-256).
         backend, device, precision, threads, batch, options: the configuration to open
-            (``options`` are the session options, threads and precision included).
+            (``options`` are the session options, pinned: threads, the compute precision — an INT8
+            model's float layers' too — and the wait policy where the backend has them, so another
+            machine's defaults cannot change the numbers or the speed).
+        compute: what computes, as ``load(bundle).info.precision_label`` reports it: ``bf16``, or
+            ``int8 (float layers bf16)``.
+        background_load: the busy threads the search measured under (``{"threads": N, "kind":
+            ...}``; 0 threads: idle).
         scenario: ``singlestream`` or ``offline``.
         inputs, outputs: the model's interface (``TensorSpec.to_dict``).
         task, preprocess, labels: the pipeline (``detect``/``classify``), its pre-processing and names.
@@ -88,6 +94,8 @@ class BundleManifest:
     files: Mapping[str, str]
     partial: bool = False
     created: str = ""
+    compute: str = ""
+    background_load: Mapping[str, Any] | None = None
     schema: str = SCHEMA
     schema_version: int = SCHEMA_VERSION
 
@@ -204,6 +212,34 @@ def bundle_file_name(model: Path) -> str:
     return model.name
 
 
+WAIT_OPTION = "spinning"  # a backend option that lets idle threads spin (ONNX Runtime's): the wait policy
+# Options whose runtime default decides speed when the device is busy: pinned as they ran.
+_PINNED_DEFAULTS = (WAIT_OPTION,)
+
+
+def pinned_options(backend: str, options: Mapping[str, Any], session: Any) -> dict[str, Any]:
+    """The session options with what the search ran pinned: the compute precision the session
+    reported (the device's default otherwise: bf16 on one CPU, f32 on another) and the wait policy's
+    default, where the backend has those options."""
+    from deploykit.backends.options import as_spec
+    from deploykit.backends.registry import get_backend
+    from deploykit.errors import DeployKitError
+    from deploykit.tensors import normalize_precision
+
+    pinned = dict(options)
+    try:
+        schema = get_backend(backend).options
+    except DeployKitError:
+        return pinned
+    ran = None if session is None else session.precision
+    if "precision" in schema and "precision" not in pinned and ran and ran not in ("int8", "device default"):
+        pinned["precision"] = normalize_precision(ran)
+    for name in _PINNED_DEFAULTS:
+        if name in schema and name not in pinned and as_spec(schema[name]).default is not None:
+            pinned[name] = as_spec(schema[name]).default
+    return pinned
+
+
 def build_manifest(
     report: OptimizeReport, model_file: str, model_sha256: str, pipeline: Mapping[str, Any], report_sha256: str
 ) -> BundleManifest:
@@ -231,7 +267,7 @@ def build_manifest(
         precision=config.precision,
         threads=config.threads,
         batch=config.batch,
-        options=config.session_options(),
+        options=pinned_options(config.backend, config.session_options(), best.session),
         scenario=config.scenario,
         inputs=[s.to_dict() for s in report.model.inputs],
         outputs=[s.to_dict() for s in report.model.outputs],
@@ -244,6 +280,7 @@ def build_manifest(
             "delta": best.accuracy_delta,
             "images": report.settings.accuracy_images,
             "max_drop": report.settings.max_drop,
+            "interval": None if best.accuracy_interval is None else best.accuracy_interval.to_dict(),
             **(
                 {}
                 if report.ground_truth is None
@@ -273,6 +310,8 @@ def build_manifest(
         versions={"deploykit": __version__, "runtime": runtime.get("distributions") or []},
         files={model_file: model_sha256, REPORT: report_sha256},
         partial=report.partial,
+        compute="" if best.session is None else best.session.precision_label,
+        background_load=dict(report.settings.background_load),
         created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     )
 

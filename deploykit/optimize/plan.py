@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from deploykit.bench.load import check_background_load
 from deploykit.optimize.candidates import ENGINES
 from deploykit.optimize.rounds import WORKER_TIMEOUT_S
 from deploykit.verify.settings import check_timeout, known_fields
@@ -32,6 +33,8 @@ class OptimizePlan:
         engines: the INT8 quantizers: ``ort`` and ``nncf`` (default both; NNCF where installed).
         seed: the image split and random inputs.
         timeout_s: the most one measurement's worker may take.
+        background_load: busy threads kept running while candidates are measured
+            (``deploykit.bench.load``; 0: idle), so the choice holds on a busy device.
     """
 
     max_drop: str | float | None = None
@@ -44,11 +47,13 @@ class OptimizePlan:
     engines: tuple[str, ...] = ENGINES
     seed: int = 0
     timeout_s: float = WORKER_TIMEOUT_S
+    background_load: int = 0
 
     def __post_init__(self) -> None:
         for key in ("backends", "threads", "batches", "engines"):
             object.__setattr__(self, key, _tuple(getattr(self, key)))
         check_timeout(self.timeout_s)
+        check_background_load(self.background_load)
 
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in fields(self)}

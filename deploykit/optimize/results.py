@@ -14,8 +14,10 @@ from typing import Any, ClassVar, Literal
 
 from deploykit.backends.base import SessionInfo
 from deploykit.bench.config import BenchConfig
+from deploykit.bench.load import BackgroundLoad
 from deploykit.bench.rows import ModelInfo
 from deploykit.document import JsonDocument
+from deploykit.optimize.accuracy import DeltaInterval
 from deploykit.optimize.ranking import Interval, Ranking
 from deploykit.verify.verdict import OracleInfo, Verdict
 
@@ -112,6 +114,8 @@ class CandidateResult:
         session: what actually ran (the runtime's report).
         top1_accuracy: its top-1 accuracy against the class folders of ``--images`` (classifiers
             with class folders; None otherwise).
+        accuracy_interval: the accuracy delta's 95 % interval over the held-out images, with their
+            count (None for an element-wise pass or no task metric).
     """
 
     label: str
@@ -126,6 +130,12 @@ class CandidateResult:
     accuracy_delta: float | None = None
     session: SessionInfo | None = None
     top1_accuracy: float | None = None
+    accuracy_interval: DeltaInterval | None = None
+
+    def evidence(self) -> str:
+        """``5 / 40 / 612``: the rounds, blocks and timed calls its figures rest on."""
+        blocks = sum(len(r.blocks) for r in self.rounds)
+        return f"{len(self.rounds)} / {blocks} / {sum(r.samples for r in self.rounds)}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -141,6 +151,7 @@ class CandidateResult:
             "accuracy_delta": self.accuracy_delta,
             "session": None if self.session is None else self.session.to_dict(),
             "top1_accuracy": self.top1_accuracy,
+            "accuracy_interval": None if self.accuracy_interval is None else self.accuracy_interval.to_dict(),
         }
 
     @classmethod
@@ -162,6 +173,7 @@ class CandidateResult:
             accuracy_delta=data.get("accuracy_delta"),
             session=part("session", SessionInfo),
             top1_accuracy=data.get("top1_accuracy"),
+            accuracy_interval=part("accuracy_interval", DeltaInterval),
         )
 
 
@@ -180,6 +192,8 @@ class OptimizeSettings:
         threads, batches: the thread counts and batch sizes searched.
         seed: the split's shuffle and random inputs.
         accuracy_files: the held-out images (relative to ``images``) every accuracy figure comes from.
+        background_load: the busy threads every measurement ran under (``BackgroundLoad.to_dict``;
+            ``{"threads": 0, ...}``: idle).
     """
 
     scenario: str
@@ -194,9 +208,11 @@ class OptimizeSettings:
     batches: tuple[int, ...]
     seed: int = 0
     accuracy_files: tuple[str, ...] = ()
+    background_load: Mapping[str, Any] = field(default_factory=lambda: BackgroundLoad().to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        data["background_load"] = dict(self.background_load)
         for key in ("backends", "threads", "batches", "accuracy_files"):
             data[key] = list(data[key])
         return data

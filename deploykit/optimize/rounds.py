@@ -1,7 +1,9 @@
-"""The rounds of ``optimize``'s search: the held-out inputs and the oracle, one screening round for
-every candidate (each in its own bench worker, judged by the verification subsystem), then
-successive halving: rounds interleaved across the survivors, dominated and over-budget ones
-stopped with their reason. The progress events a bar shows come from here too.
+"""The rounds of ``optimize``'s search: the held-out inputs and the oracle, one short screening
+round per candidate (each in its own bench worker, judged by the verification subsystem; one
+candidate of every precision class first, ``candidates.screening_order``), then the finalists'
+rounds: interleaved until every finalist has the rule's evidence (``ranking.MIN_ROUNDS``) and the
+leader's interval separates from the others', or the time budget ends. Candidates stopped on the
+way say why. The progress events a bar shows come from here too.
 
 Timing is bench's (``bench.runner.measure_isolated``); verdicts are verify's (``judge_run``). What
 was measured is ranked in ``answer``; ``search.optimize`` drives it all and handles Ctrl-C.
@@ -10,7 +12,6 @@ was measured is ranked in ``answer``; ``search.optimize`` drives it all and hand
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,14 +22,24 @@ import numpy as np
 
 from deploykit.bench.rows import Row, accuracy_delta
 from deploykit.errors import ParityError, UsageError
+from deploykit.optimize.accuracy import DeltaInterval, min_images, share_interval
+from deploykit.optimize.accuracy import bootstrap_interval as bootstrap_delta
 from deploykit.optimize.candidates import SCREEN_DURATION_S, WARMUP, CandidateState, link_folder
-from deploykit.optimize.ranking import Interval, bootstrap_interval
+from deploykit.optimize.manifest import WAIT_OPTION
+from deploykit.optimize.ranking import MIN_BLOCKS, MIN_ROUNDS, Interval, bootstrap_interval
 from deploykit.optimize.results import RoundResult
 from deploykit.verify.verdict import OracleInfo
 
-MAX_ROUNDS = 6
-MIN_ROUNDS = 3  # the leader and its runner-up get at least this many rounds (time budget permitting)
+MAX_ROUNDS = 12
+# How far past the time budget the precision classes' first looks may run (a share of the budget):
+# quantizing cannot starve them, and a device too busy to screen them all still ends.
+SCREEN_GRACE = 0.25
+ROUNDS_SHARE = 0.4  # of the time budget: the thread and batch variants' screening stops before it
+SCREEN_GRACE_MIN_S = 30.0  # ... and at least this long, for budgets too short to screen one class each
+FINALISTS = 4  # the closest screening estimates that get rounds (and the reference, for the speedup)
+CLOSE = 1.10  # a screening estimate within this factor of the leader's is close enough to be simpler
 ROUND_DURATION_S = 0.6
+MIN_CALLS = MIN_BLOCKS * 3  # a round's blocks have at least 3 calls each (``bench.measure.blocks_of``)
 WORKER_TIMEOUT_S = 600.0
 
 
@@ -94,6 +105,9 @@ class Search:
         self.model, self.interface, self.scratch = model, interface, scratch
         self.scenario, self.max_drop, self.deadline, self.timeout_s = scenario, max_drop, deadline, timeout_s
         self.on_progress = progress
+        self.grace_s = SCREEN_GRACE_MIN_S  # ``optimize`` sets SCREEN_GRACE of the time budget (at least this)
+        self.grace_deadline = deadline
+        self.variants_deadline = deadline  # ``optimize`` keeps ROUNDS_SHARE of the budget for the rounds
         self.states: list[CandidateState] = []
         self.cases: list[dict[str, np.ndarray]] = []
         self.inputs: dict[int, Path] = {}
@@ -187,7 +201,8 @@ class Search:
         from deploykit.bench.runner import measure_isolated
 
         duration = SCREEN_DURATION_S if screening else ROUND_DURATION_S
-        config = dataclasses.replace(state.config, duration_s=duration, iterations=None, warmup=WARMUP)
+        # at least MIN_CALLS calls, so that even a slow model's round has the rule's MIN_BLOCKS blocks
+        config = dataclasses.replace(state.config, duration_s=duration, iterations=MIN_CALLS, warmup=WARMUP)
         self.measurements += 1
         outputs = self.scratch / f"outputs-{self.measurements}.npz"
         began = time.perf_counter()
@@ -243,9 +258,12 @@ class Search:
             task_reference=self.task_reference,
         )
         state.verdict, state.delta = verdict, accuracy_delta(verdict)
+        state.delta_interval = self._delta_interval(verdict, checked)
         if self.truth is not None and len(checked) == len(self.truth):
             self._top1_accuracy(state, checked)
         good = verdict.passed or (verdict.status == "unverified" and verdict.agreement is True)
+        metric = verdict.task.metric if verdict.task else "task metric"
+        interval = state.delta_interval
         if not good:
             state.stopped = f"verification: {verdict.label} — {_short(verdict.reason)}"
         elif state.delta is None:
@@ -254,12 +272,37 @@ class Search:
                 "(pass --images photos/ of a classifier or detector)"
             )
         elif state.delta > self.max_drop + 1e-12:
-            metric = verdict.task.metric if verdict.task else "task metric"
             state.stopped = f"over the accuracy budget: {metric} delta {state.delta:.2%} > {self.max_drop:.2%}"
+        elif interval is not None and self.proves_budget and interval.high > self.max_drop + 1e-12:
+            state.stopped = (
+                f"over the accuracy budget at the interval's pessimistic end: {metric} delta {interval.describe()} "
+                f"> {self.max_drop:.2%}"
+            )
         else:
             state.accurate = True
             if exact and self.task_reference is None and self.task is not None:
                 self.task_reference = (state.label, checked)
+
+    @property
+    def proves_budget(self) -> bool:
+        """Whether the held-out images are enough for ``--max-drop`` to be judged at the pessimistic
+        end of each delta's interval (``accuracy.min_images``)."""
+        needed = min_images(self.max_drop)
+        return needed is not None and len(self.cases) >= needed
+
+    def _delta_interval(self, verdict: Any, checked: list[dict[str, np.ndarray]]) -> DeltaInterval | None:
+        """The task metric's delta with its interval over the held-out images (None: element-wise)."""
+        if verdict.task is None or self.task is None or self.task_reference is None:
+            return None
+        reference = self.task_reference[1]
+        if len(reference) != len(checked) or len(checked) != len(self.cases):
+            return None
+        if verdict.task.metric == "top-1 agreement":
+            return share_interval(float(verdict.task.value), len(self.cases))
+        task = self.task
+        expected = [task.decode(r, feeds, reference=True) for feeds, r in zip(self.cases, reference, strict=True)]
+        found = [task.decode(c, feeds, reference=False) for feeds, c in zip(self.cases, checked, strict=True)]
+        return bootstrap_delta(lambda e, f: float(task.agreement(e, f)[0]), expected, found)
 
     def _top1_accuracy(self, state: CandidateState, checked: list[dict[str, np.ndarray]]) -> None:
         """The candidate's top-1 accuracy against the class folders, and the reference's (the oracle's
@@ -277,41 +320,105 @@ class Search:
             self.reference_top1 = agreement.reference_top1_accuracy
 
     def screen(self) -> None:
-        """Every candidate once, with the held-out images; the float f32 ones first (the reference)."""
+        """Every candidate once, with the held-out images, in ``screening_order``: one candidate of
+        every precision class first (screened even past the time budget, by up to ``SCREEN_GRACE``
+        of it, so quantizing cannot starve them), then the thread and batch variants while the
+        budget lasts."""
         total = len(self.states)
-        exact = [s for s in self.states if s.variant.name == "float" and s.config.precision == "f32"]
+        exact = [s for s in self.states if s.exact]
         if not exact:
             raise UsageError(
                 f"optimize '{self.model.name}' | no candidate runs the float model in f32, the answer every other "
                 "precision is judged against.",
                 hint="add a backend that runs f32 (-b onnxruntime); 'deploykit backends' lists what runs here.",
             )
+        # the precision classes' own allowance starts when screening does: quantizing and the oracle
+        # are counted in the time budget but cannot eat it
+        self.grace_deadline = max(self.deadline, time.perf_counter()) + self.grace_s
         for index, state in enumerate(self.states):
-            over = time.perf_counter() > self.deadline
-            if over and state not in exact:
-                state.stopped = "over the time budget before its screening round"
+            now = time.perf_counter()
+            if state.representative and now > self.grace_deadline and index > 0:  # the reference always runs
+                state.stopped = (
+                    "over the time budget before its screening round, past the allowance the precision classes "
+                    f"have after it ({SCREEN_GRACE:.0%} of it, at least {SCREEN_GRACE_MIN_S:.0f} s)"
+                )
+                self._check_reference(exact)
+                continue
+            if now > self.variants_deadline and not state.representative:
+                first = next(
+                    s.label for s in self.states if s.representative and s.precision_class == state.precision_class
+                )
+                state.stopped = (
+                    f"over the screening share of the time budget (the last {ROUNDS_SHARE:.0%} is the finalists') "
+                    f"before its screening round; its precision class was screened as {first}"
+                )
+                self._check_reference(exact)
                 continue
             self.report("screening", index, total, state.label)
             self._measure(state, screening=True)
-            if state is exact[-1] and not any(s.alive for s in exact):
-                reasons = "; ".join(f"{s.label}: {s.stopped}" for s in exact)
-                raise ParityError(
-                    f"model '{self.model.name}' | no f32 configuration gives the right answer ({reasons}).",
-                    hint="'deploykit compare MODEL --inputs photos/' shows each backend's verdict; no bundle was "
-                    "written.",
-                )
+            self._check_reference(exact)
         self.report("screening", total, total)
 
+    def _check_reference(self, exact: Sequence[CandidateState]) -> None:
+        """No f32 configuration of the float model gives the right answer: nothing else can be judged."""
+        if any(s.alive for s in exact) or any(not s.rounds and s.stopped is None for s in exact):
+            return
+        reasons = "; ".join(f"{s.label}: {s.stopped}" for s in exact)
+        raise ParityError(
+            f"model '{self.model.name}' | no f32 configuration gives the right answer ({reasons}).",
+            hint="'deploykit compare MODEL --inputs photos/' shows each backend's verdict; no bundle was written.",
+        )
+
     def intervals(self, states: Sequence[CandidateState]) -> dict[str, Interval]:
-        return {s.label: bootstrap_interval([list(r.blocks) for r in s.rounds]) for s in states}
+        return {
+            s.label: bootstrap_interval([list(r.blocks) for r in s.rounds], calls=sum(r.samples for r in s.rounds))
+            for s in states
+        }
 
     def score(self, interval: Interval) -> float:
         return -interval.estimate if self.scenario == "offline" else interval.estimate
 
-    def _cull(self, stage: str, rounds: int) -> None:
-        """Stop the dominated (interval separated from the leader's, on the slow side) and the slower
-        half of the rest, except the leader and the simplest candidate tied with it. Until
-        ``MIN_ROUNDS`` are done the runner-up stays too: one worker's run is not yet run-to-run noise."""
+    def reference(self) -> CandidateState | None:
+        """The default backend's best float f32 candidate: the speedup's baseline."""
+        from deploykit.backends.registry import DEFAULT_BACKEND
+
+        pool = [
+            s
+            for s in self.states
+            if s.exact and s.rounds and s.config.backend == DEFAULT_BACKEND and s.accurate
+            and s.config.options.get(WAIT_OPTION) is not False
+        ]  # fmt: skip
+        return min(pool, key=lambda s: self.score(self.intervals([s])[s.label]), default=None)
+
+    def _shortlist(self) -> None:
+        """After screening: the ``FINALISTS`` best estimates, the simplest candidate within ``CLOSE``
+        of the leader and the reference get rounds; the rest stop (a search choice on one short
+        block, not a claim that they are slower)."""
+        alive = self.admissible()
+        if not alive:
+            return
+        intervals = self.intervals(alive)
+        alive.sort(key=lambda s: self.score(intervals[s.label]))
+        leader = alive[0]
+        lead = intervals[leader.label].estimate
+        unit = "samples/s" if self.scenario == "offline" else "ms"
+
+        def close(state: CandidateState) -> bool:
+            mine = intervals[state.label].estimate
+            return mine >= lead / CLOSE if self.scenario == "offline" else mine <= lead * CLOSE
+
+        simplest = min((s for s in alive if close(s)), key=lambda s: s.entry().simplicity)
+        keep = {id(s) for s in alive[:FINALISTS]} | {id(simplest)} | {id(s) for s in [self.reference()] if s}
+        for state in alive:
+            if id(state) not in keep:
+                state.stopped = (
+                    f"not a finalist: screening estimate {intervals[state.label].estimate:.4g} {unit} against "
+                    f"{leader.label}'s {lead:.4g} {unit} (one short round: a search choice, not a claim of speed)"
+                )
+
+    def _cull(self, stage: str) -> None:
+        """Stop the finalists whose interval separates from the leader's on the slow side: both rest
+        on the rule's evidence, so this is a claim the report can make."""
         alive = [s for s in self.states if s.alive and s.rounds]
         if len(alive) < 2:
             return
@@ -319,30 +426,18 @@ class Search:
         alive.sort(key=lambda s: self.score(intervals[s.label]))
         leader, lead = alive[0], intervals[alive[0].label]
         unit = "samples/s" if self.scenario == "offline" else "ms"
-        tied = []
-        for position, state in enumerate(alive[1:], start=1):
+        for state in alive[1:]:
             mine = intervals[state.label]
-            if mine.separated_from(lead) and not (position == 1 and rounds < MIN_ROUNDS):
+            if mine.separated_from(lead):
                 state.stopped = (
-                    f"slower than {leader.label}: {mine.describe(unit)} vs {lead.describe(unit)} (intervals separate)"
+                    f"slower than {leader.label}: {mine.describe(unit)} vs {lead.describe(unit)} (intervals "
+                    f"separate; {mine.evidence()} vs {lead.evidence()})"
                 )
                 state.stage = stage
-            else:
-                tied.append(state)
-        group = [leader, *tied]
-        simplest = min(group, key=lambda s: (s.entry().simplicity, self.score(intervals[s.label])))
-        keep = max(2, math.ceil(len(group) / 2))
-        for position, state in reversed(list(enumerate(group))):
-            if len(group) <= keep:
-                break
-            if state in (leader, simplest):
-                continue
-            state.stopped = (
-                f"successive halving: ranked {position + 1} of {len(alive)} after {stage} "
-                f"({intervals[state.label].describe(unit)})"
-            )
-            state.stage = stage
-            group.remove(state)
+
+    def _decided(self, alive: Sequence[CandidateState]) -> bool:
+        """One finalist left with the rule's evidence: nothing more to measure."""
+        return len(alive) <= 1 and all(i.sufficient for i in self.intervals(alive).values())
 
     def _fit_budget(self, alive: list[CandidateState], stage: str) -> list[CandidateState]:
         """The candidates whose next round fits the time left (each costs what its last one did):
@@ -365,15 +460,16 @@ class Search:
         return ranked if sum(s.cost_s for s in ranked) <= left else []
 
     def halve(self) -> None:
-        """Rounds interleaved across the survivors (a rotated order each round) until one is left,
-        ``MAX_ROUNDS`` are done or the next round would overrun the time budget."""
-        self._cull("screening", 1)
+        """The finalists' rounds, interleaved (a rotated order each round), until one finalist is
+        left with the rule's evidence, ``MAX_ROUNDS`` are done or the next round would overrun the
+        time budget (then the decision may be inconclusive, and says so)."""
+        self._shortlist()
         for number in range(2, MAX_ROUNDS + 1):
             alive = [s for s in self.states if s.alive and s.rounds]
-            if len(alive) < 2:
+            if not alive or self._decided(alive):
                 return
             alive = self._fit_budget(alive, f"round {number - 1}")
-            if len(alive) < 2:
+            if not alive:
                 return
             stage = f"round {number}"
             order = alive[number % len(alive) :] + alive[: number % len(alive)]
@@ -383,4 +479,5 @@ class Search:
                 if not state.alive:
                     state.stage = stage
             self.report(stage, len(order), len(order))
-            self._cull(stage, number)
+            if number >= MIN_ROUNDS:
+                self._cull(stage)

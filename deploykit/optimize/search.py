@@ -13,11 +13,14 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 from deploykit.bench.config import SCENARIOS
+from deploykit.bench.load import BackgroundLoad, background_load
 from deploykit.errors import InputError, UsageError
 from deploykit.io import output_scope
+from deploykit.optimize.accuracy import AccuracyEvidenceWarning, budget_note
 from deploykit.optimize.answer import answer
 from deploykit.optimize.candidates import (
     ENGINES,
@@ -32,7 +35,14 @@ from deploykit.optimize.candidates import (
 )
 from deploykit.optimize.plan import OptimizePlan
 from deploykit.optimize.results import OptimizeReport, OptimizeSettings
-from deploykit.optimize.rounds import Progress, Search, SearchProgress
+from deploykit.optimize.rounds import (
+    ROUNDS_SHARE,
+    SCREEN_GRACE,
+    SCREEN_GRACE_MIN_S,
+    Progress,
+    Search,
+    SearchProgress,
+)
 
 DEFAULT_TIME_BUDGET_S = 300.0
 DEFAULT_MAX_DROP = 0.01
@@ -123,7 +133,8 @@ def optimize(
             variants, the other half (never calibrated on) measures every accuracy figure.
         plan: what to search (``OptimizePlan``: ``max_drop`` "1%" by default, ``backends``,
             ``scenario``, ``time_budget`` "5m", ``quantize``, ``threads``, ``batches``, the INT8
-            ``engines``, ``seed``, ``timeout_s`` per measurement); default ``OptimizePlan()``.
+            ``engines``, ``seed``, ``timeout_s`` per measurement, ``background_load`` busy threads);
+            default ``OptimizePlan()``.
         output: the bundle folder to write (None: only the report is returned).
         force: replace a non-empty ``output`` folder that is a bundle.
         progress: called with a ``SearchProgress`` after every measurement.
@@ -188,6 +199,10 @@ def optimize(
             labels = search.pipeline["labels"] or []
             search.truth, note = ground_truth(accuracy, calibration, labels, search.task_name, images_path)
             notes += [note] if note else []
+        evidence = budget_note(len(accuracy), budget) if images_path is not None and quantize else None
+        if evidence:  # said before the search, not discovered in the report
+            notes.append(evidence)
+            warnings.warn(AccuracyEvidenceWarning(f"optimize | {evidence}"), stacklevel=2)
         search.prepare_inputs([path for path, _ in accuracy], seed)
         search.report("variants", 0, 1)
         calibration_dir = link_folder(scratch / "calibration", calibration) if calibration else None
@@ -197,7 +212,8 @@ def optimize(
             model_path, scratch / "variants", calibration_dir, quantize=quantize, engines=engines, fp16=fp16, seed=seed
         )
         notes += more
-        states, more = expand(variants, specs, scenario=scenario, threads=thread_list, batches=batch_list)
+        states, more = expand(variants, specs, scenario=scenario, threads=thread_list, batches=batch_list,
+                              busy=plan.background_load > 0)  # fmt: skip
         notes += more
         if not states:
             raise UsageError(
@@ -205,11 +221,15 @@ def optimize(
                 hint="'deploykit backends' lists what runs here.",
             )
         search.states = states
+        search.grace_s = max(budget_s * SCREEN_GRACE, SCREEN_GRACE_MIN_S)
+        search.variants_deadline = started + budget_s * (1 - ROUNDS_SHARE)
         search.run_oracle()
         partial = False
+        load = BackgroundLoad(plan.background_load)
         try:
-            search.screen()
-            search.halve()
+            with background_load(load):  # every timed round runs under it; the oracle and quantizing do not
+                search.screen()
+                search.halve()
         except KeyboardInterrupt:
             if not search.admissible():
                 raise
@@ -230,6 +250,7 @@ def optimize(
                 tuple(batch_list),
                 seed,
                 tuple(str(path.relative_to(images_path)) for path, _ in accuracy) if images_path else (),
+                load.to_dict(),
             ),
             classes=tuple(label or "" for _, label in accuracy) if search.truth is not None else (),
             variants=[v for v, _ in variants],

@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from deploykit.cache import cache_dir
+
 _VERIFIED_FILE = "verified-models.json"
 _VERIFIED_LIMIT = 256
 _verified_here: dict[str, tuple[list[int], str]] = {}
@@ -27,10 +29,7 @@ def _file_stamp(path: Path) -> list[int]:
 
 
 def _verified_path() -> Path:
-    root = os.environ.get("DEPLOYKIT_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "deploykit"
-    )
-    return Path(root) / _VERIFIED_FILE
+    return cache_dir() / _VERIFIED_FILE
 
 
 def _read_verified() -> dict[str, Any]:

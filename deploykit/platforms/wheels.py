@@ -1,5 +1,7 @@
 """The target's Python packages: the host's versions of numpy, onnx and each runtime, as wheels
-built for the target (``pip install --platform ... --target``), or the nearest version that has one.
+built for the target (``pip install --platform ... --target``), their dependencies constrained to the
+host's versions too; another version only where the index has no wheel of the host's for the target,
+recorded with the reason (``platforms list`` shows it as "nearest").
 
 Nothing here runs the target's Python: pip on the host downloads and unpacks the wheels.
 """
@@ -96,6 +98,21 @@ def platform_tags(wheel_arch: str, glibc_minor: int) -> list[str]:
     return [*tags, f"manylinux2014_{wheel_arch}", f"linux_{wheel_arch}"]
 
 
+# What pip prints when an index has no distribution of a version for the target (and only then).
+_NO_SUCH_VERSION = ("No matching distribution found", "Could not find a version that satisfies")
+
+
+def host_constraints() -> list[str]:
+    """``name==version`` of every distribution installed on the host: the target's dependencies
+    (protobuf, ml-dtypes, sympy, ...) take the host's versions too, not whatever the index serves today."""
+    pins = {}
+    for distribution in metadata.distributions():
+        name = distribution.metadata["Name"]
+        if name and distribution.version:
+            pins[_normal(name)] = f"{name}=={distribution.version}"
+    return [pins[key] for key in sorted(pins)]
+
+
 def _pip(tags: Sequence[str], python: str, arguments: Sequence[str]) -> subprocess.CompletedProcess[str]:
     abi = "cp" + python.replace(".", "")
     command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-warn-conflicts",
@@ -109,12 +126,31 @@ def _pip(tags: Sequence[str], python: str, arguments: Sequence[str]) -> subproce
         return subprocess.run([*command, *arguments], capture_output=True, text=True, timeout=3600, env=environment)
 
 
+def _pip_failure(done: subprocess.CompletedProcess[str], what: str) -> PlatformError:
+    tail = " | ".join(line.strip() for line in done.stderr.strip().splitlines()[-3:])
+    return PlatformError(
+        f"target packages | pip could not install {what} ({tail}); expected wheels for the target's platform tags.",
+        hint="check access to the package index (pip config), then run 'deploykit platforms add' again.",
+    )
+
+
 def _available_version(tags: Sequence[str], python: str, requirement: str) -> str | None:
+    """The version pip would install for ``requirement`` on the target; None only when the index has
+    no wheel of it for the target.
+
+    Raises:
+        PlatformError: pip failed for another reason (the index unreachable, a broken pip): a version
+            that might exist is never replaced by another because of it.
+    """
     with tempfile.TemporaryDirectory(prefix="deploykit-pip-") as scratch:
         report = Path(scratch) / "report.json"
         arguments = ["--dry-run", "--ignore-installed", "--no-deps", "--report", str(report), requirement]
         done = _pip(tags, python, arguments)
-        if done.returncode != 0 or not report.exists():
+        if done.returncode != 0:
+            if any(text in done.stderr for text in _NO_SUCH_VERSION):
+                return None
+            raise _pip_failure(done, requirement)
+        if not report.exists():
             return None
         installs = json.loads(report.read_text()).get("install") or []
         return str(installs[0]["metadata"]["version"]) if installs else None
@@ -122,7 +158,12 @@ def _available_version(tags: Sequence[str], python: str, requirement: str) -> st
 
 def resolve(requirements: Sequence[Requirement], tags: Sequence[str], python: str) -> list[Resolved]:
     """For each requirement the host's version when a wheel exists for the target, else the newest
-    that has one (the nearest the index offers), else nothing with the reason."""
+    that has one (the nearest the index offers), else nothing with the reason. Another version is
+    taken only when pip says the index has none of the host's for the target, and the reason says so.
+
+    Raises:
+        PlatformError: pip failed for another reason than a missing version.
+    """
     resolved = []
     for requirement in requirements:
         version = _available_version(tags, python, requirement.pinned) if requirement.host_version else None
@@ -151,22 +192,23 @@ def install(target: Path, requirements: Sequence[Requirement], tags: Sequence[st
     plain = [Resolved(r, r.host_version) for r in requirements]
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    done = _pip(tags, python, ["--target", str(partial), *(r.pinned for r in requirements)])
-    if done.returncode != 0:
-        shutil.rmtree(partial, ignore_errors=True)
-        plain = resolve(requirements, tags, python)
-        if any(r.requirement.backend is None and r.version is None for r in plain):
-            raise missing_wheels_error(plain, tags, python)
-        wanted = [f"{r.requirement.distribution}=={r.version}" for r in plain if r.version is not None]
-        done = _pip(tags, python, ["--target", str(partial), *wanted])
+    with tempfile.TemporaryDirectory(prefix="deploykit-pip-") as scratch:
+        constraints = Path(scratch) / "host-versions.txt"
+        constraints.write_text("\n".join(host_constraints()) + "\n")
+        pinned = ["--target", str(partial), "--constraint", str(constraints)]
+        done = _pip(tags, python, [*pinned, *(r.pinned for r in requirements)])
         if done.returncode != 0:
             shutil.rmtree(partial, ignore_errors=True)
-            tail = " | ".join(line.strip() for line in done.stderr.strip().splitlines()[-3:])
-            raise PlatformError(
-                f"target packages | pip could not install {', '.join(wanted)} ({tail}); expected wheels for the "
-                "target's platform tags.",
-                hint="check access to the package index (pip config), then run 'deploykit platforms add' again.",
-            )
+            plain = resolve(requirements, tags, python)
+            if any(r.requirement.backend is None and r.version is None for r in plain):
+                raise missing_wheels_error(plain, tags, python)
+            wanted = [f"{r.requirement.distribution}=={r.version}" for r in plain if r.version is not None]
+            # the host's versions of the dependencies where the target has them; a runtime that had to
+            # move to another version may need other dependencies, which pip then chooses
+            done = _pip(tags, python, ["--target", str(partial), *wanted])
+            if done.returncode != 0:
+                shutil.rmtree(partial, ignore_errors=True)
+                raise _pip_failure(done, ", ".join(wanted))
     versions = installed_versions(partial)
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)

@@ -3,7 +3,8 @@
 The layers, each one module: ``config`` (the frozen values: ``ServedModel``, ``BatchPolicy``,
 ``ServerSettings``), ``protocol`` (the tensor codec and error statuses), ``runner`` (sessions,
 queue and dynamic batching of one model), ``worker`` (a session in its own process),
-``repository`` (models by name, metadata), ``http`` and ``grpc_service`` (the front ends),
+``repository`` (models by name, metadata, loading and unloading), ``folders`` (what a load may
+find), ``model_config`` (Triton's configuration of a model), ``http`` and ``grpc_service`` (the front ends),
 ``pipelines`` (image in, detections out), ``metrics`` and ``server`` (the running whole).
 Web frameworks and grpc are imported by the modules that need them, not here.
 The package and its function share the name, so the package itself is callable:

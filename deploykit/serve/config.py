@@ -24,6 +24,11 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
+def is_model_name(text: str) -> bool:
+    """Whether ``text`` is a protocol model name: letters, digits, ``_ . -``, no path separator."""
+    return bool(_NAME.match(text))
+
+
 @dataclass(frozen=True)
 class ServedModel:
     """One served model: what the ``/v2/models/{name}`` routes answer for.

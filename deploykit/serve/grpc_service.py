@@ -2,9 +2,11 @@
 
 The messages come from ``v2_messages`` (declared in code, wire-compatible with the protocol's
 ``grpc_service.proto``). Implemented: ServerLive, ServerReady, ModelReady, ServerMetadata,
-ModelMetadata, ModelInfer (raw contents, typed contents and system shared memory) and the system
-shared-memory RPCs (register, unregister, status). The other RPCs (repository control, CUDA shared
-memory, streaming, statistics, trace) answer UNIMPLEMENTED, as gRPC does for unknown methods.
+ModelMetadata, ModelInfer (raw contents, typed contents and system shared memory), the system
+shared-memory RPCs (register, unregister, status), and Triton's ModelConfig, ModelStatistics,
+RepositoryIndex, RepositoryModelLoad and RepositoryModelUnload (their answers are the dicts the
+HTTP front end sends as JSON, parsed into the messages). The other RPCs (CUDA shared memory,
+streaming, trace, logging) answer UNIMPLEMENTED, as gRPC does for unknown methods.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import hmac
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -169,6 +172,7 @@ def create_server(
     repository: Repository, host: str, port: int, *, token: str | None, max_request_bytes: int, threads: int = 32
 ) -> tuple[grpc.Server, int]:
     """A started-later gRPC server for ``repository`` and the port it bound."""
+    from google.protobuf import json_format
     from google.protobuf.message import DecodeError
 
     pb = messages()
@@ -246,7 +250,7 @@ def create_server(
                     outputs = repository.submit(runner, feeds).result()
                 shared = write_shared_outputs(regions, outputs, wanted)
             except Exception as exc:
-                repository.count_failure(runner, exc)
+                repository.count_failure(runner, exc, arrived)
                 return self._fail(context, exc)
             response = pb["ModelInferResponse"](model_name=runner.model.name, model_version=runner.model.version,
                                              id=request.id)  # fmt: skip
@@ -263,6 +267,41 @@ def create_server(
                     raw.append(_raw_view(array))
             repository.count_success(runner, arrived)
             return _InferReply(response, raw)
+
+        def _answer(self, context: Any, message: str, produce: Callable[[], Any]) -> Any:
+            """``message`` parsed from the dict ``produce`` returns (the HTTP front end's JSON), or the
+            protocol's error."""
+            self._check(context)
+            try:
+                return json_format.ParseDict(produce(), pb[message]())
+            except Exception as exc:  # anything unexpected is INTERNAL with the house text, logged
+                return self._fail(context, exc)
+
+        def ModelConfig(self, request: Any, context: Any) -> Any:
+            produce = lambda: {"config": repository.model_config(request.name, request.version)}  # noqa: E731
+            return self._answer(context, "ModelConfigResponse", produce)
+
+        def ModelStatistics(self, request: Any, context: Any) -> Any:
+            produce = lambda: repository.statistics(request.name, request.version)  # noqa: E731
+            return self._answer(context, "ModelStatisticsResponse", produce)
+
+        def RepositoryIndex(self, request: Any, context: Any) -> Any:
+            produce = lambda: {"models": repository.index(request.ready)}  # noqa: E731
+            return self._answer(context, "RepositoryIndexResponse", produce)
+
+        def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
+            def produce() -> dict[str, Any]:
+                repository.load(request.model_name, _parameters(request.parameters))
+                return {}
+
+            return self._answer(context, "RepositoryModelLoadResponse", produce)
+
+        def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
+            def produce() -> dict[str, Any]:
+                repository.unload(request.model_name)
+                return {}
+
+            return self._answer(context, "RepositoryModelUnloadResponse", produce)
 
         def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
             self._check(context)
@@ -305,7 +344,9 @@ def create_server(
             response_serializer=pb[f"{method}Response"].SerializeToString,
         )
         for method in ("ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata",
-                       "SystemSharedMemoryStatus", "SystemSharedMemoryRegister", "SystemSharedMemoryUnregister")
+                       "SystemSharedMemoryStatus", "SystemSharedMemoryRegister", "SystemSharedMemoryUnregister",
+                       "ModelConfig", "ModelStatistics", "RepositoryIndex", "RepositoryModelLoad",
+                       "RepositoryModelUnload")
     }  # fmt: skip
     # ModelInfer's tensors cross as views of the received bytes and are joined once into the reply
     handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(

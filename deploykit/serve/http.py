@@ -1,9 +1,12 @@
 """The KServe v2 REST front end: a Starlette (ASGI) app over a ``Repository``.
 
 Routes: ``/v2/health/live``, ``/v2/health/ready``, ``/v2``, ``/v2/models/{name}[/versions/{v}]``
-with ``/ready`` and ``/infer`` (JSON tensors, the binary tensor data extension and tensors in
-system shared memory), ``/v2/systemsharedmemory/...`` (register, unregister, status), and the
-pipeline route ``/v2/models/{name}[/versions/{v}]/image`` (see ``pipelines``). Every failure is a
+with ``/ready``, ``/infer`` (JSON tensors, the binary tensor data extension and tensors in
+system shared memory), ``/config`` and ``/stats`` (Triton's model-configuration and statistics
+extensions; ``/v2/models/stats`` for every model), ``/v2/repository/index`` and
+``/v2/repository/models/{name}/load|unload`` (the repository extension),
+``/v2/systemsharedmemory/...`` (register, unregister, status), and the pipeline route
+``/v2/models/{name}[/versions/{v}]/image`` (see ``pipelines``). Every failure is a
 ``{"error": "..."}`` body with the protocol's status; no traceback ever leaves the server.
 """
 
@@ -124,12 +127,40 @@ def create_app(
             outputs = await run(runner, feeds)
             content, json_length = encode_http(runner.model.name, runner.model.version, outputs, wanted, regions)
         except Exception as exc:
-            repository.count_failure(runner, exc)
+            repository.count_failure(runner, exc, arrived)
             raise
         repository.count_success(runner, arrived)
         if json_length is None:
             return Response(content, media_type="application/json")
         return Response(content, media_type="application/octet-stream", headers={HEADER_LENGTH: str(json_length)})
+
+    async def model_config(request: Request) -> Response:
+        params = request.path_params
+        return _json(repository.model_config(params["name"], params.get("version")))
+
+    async def statistics(request: Request) -> Response:
+        params = request.path_params
+        return _json(repository.statistics(params.get("name"), params.get("version")))
+
+    async def repository_index(request: Request) -> Response:
+        body = await _read_body(request, 64 * 1024)
+        ready = parse_json(body, "index request").get("ready", False) if body.strip() else False
+        if not isinstance(ready, bool):
+            raise RequestError(f"index request | 'ready' is {ready!r:.40}, expected true or false.",
+                               hint='send {"ready": true} for the ready models only, or no body.')  # fmt: skip
+        return _json(repository.index(ready))
+
+    async def repository_load(request: Request) -> Response:
+        body = await _read_body(request, max_request_bytes)
+        parameters = _load_parameters(parse_json(body, "load request") if body.strip() else {})
+        await run_in_threadpool(repository.load, request.path_params["name"], parameters)
+        return _json({})
+
+    async def repository_unload(request: Request) -> Response:
+        body = await _read_body(request, 64 * 1024)
+        _load_parameters(parse_json(body, "unload request") if body.strip() else {})
+        await run_in_threadpool(repository.unload, request.path_params["name"])
+        return _json({})
 
     async def shm_status(request: Request) -> Response:
         return _json(repository.shared_memory.status(request.path_params.get("region")))
@@ -149,6 +180,8 @@ def create_app(
         ("", model_metadata, "GET"),
         ("/ready", model_ready, "GET"),
         ("/infer", infer, "POST"),
+        ("/config", model_config, "GET"),
+        ("/stats", statistics, "GET"),
     ]
     from deploykit.serve.pipelines import image_route
 
@@ -157,6 +190,11 @@ def create_app(
         Route("/v2/health/live", guarded(live), methods=["GET"]),
         Route("/v2/health/ready", guarded(ready), methods=["GET"]),
         Route("/v2", guarded(server_metadata), methods=["GET"]),
+        # before /v2/models/{name}, which would take 'stats' for a model's name
+        Route("/v2/models/stats", guarded(statistics), methods=["GET"]),
+        Route("/v2/repository/index", guarded(repository_index), methods=["POST"]),
+        Route("/v2/repository/models/{name}/load", guarded(repository_load), methods=["POST"]),
+        Route("/v2/repository/models/{name}/unload", guarded(repository_unload), methods=["POST"]),
         Route("/v2/systemsharedmemory/status", guarded(shm_status), methods=["GET"]),
         Route("/v2/systemsharedmemory/region/{region}/status", guarded(shm_status), methods=["GET"]),
         Route("/v2/systemsharedmemory/region/{region}/register", guarded(shm_register), methods=["POST"]),
@@ -175,6 +213,17 @@ def create_app(
         return _json({"error": f"route '{request.url.path:.200}' | does not take {request.method}."}, 405)
 
     return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
+
+
+def _load_parameters(request: dict[str, Any]) -> dict[str, Any]:
+    """A load or unload request's ``parameters`` object (empty when there is none)."""
+    parameters = request.get("parameters") or {}
+    if not isinstance(parameters, dict):
+        raise RequestError(
+            f"repository request | 'parameters' is {type(parameters).__name__}, expected an object.",
+            hint='send {"parameters": {...}} or an empty body.',
+        )
+    return parameters
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

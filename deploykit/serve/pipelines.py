@@ -46,11 +46,13 @@ def model_task(runner: ModelRunner) -> str | None:
 class _Pipelines:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._made: dict[str, Any] = {}
+        # by name, with the runner it was made for: a model unloaded and loaded again has a new runner
+        self._made: dict[str, tuple[ModelRunner, Any]] = {}
 
     def get(self, runner: ModelRunner) -> Any:
         with self._lock:
-            pipeline = self._made.get(runner.model.name)
+            made = self._made.get(runner.model.name)
+            pipeline = made[1] if made is not None and made[0] is runner else None
             if pipeline is None:
                 from deploykit.vision.pipelines import Classifier, Detector
 
@@ -66,7 +68,7 @@ class _Pipelines:
                     pipeline = Detector(session) if task == "detect" else Classifier(session)
                 except UsageError as exc:
                     raise RequestError(f"model '{runner.model.name}' | cannot run as a {task} pipeline: {exc}") from exc
-                self._made[runner.model.name] = pipeline
+                self._made[runner.model.name] = (runner, pipeline)
             return pipeline
 
 

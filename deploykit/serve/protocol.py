@@ -18,10 +18,12 @@ import numpy as np
 from deploykit.errors import (
     DeployKitError,
     InputError,
+    ModelLoadError,
     ModelNotServedError,
     ModelUnavailableError,
     RequestError,
     RequestTooLargeError,
+    UnsupportedRequestError,
 )
 from deploykit.serve.shared_memory import BYTE_SIZE, OFFSET, REGION, SharedMemoryRegions
 from deploykit.tensors import TensorSpec
@@ -64,7 +66,8 @@ def tensor_metadata(spec: TensorSpec) -> dict[str, Any]:
 # What each failure is answered with: (error classes, HTTP status, gRPC status code name); first match wins.
 _STATUSES: tuple[tuple[tuple[type[BaseException], ...], int, str], ...] = (
     ((RequestTooLargeError,), 413, "RESOURCE_EXHAUSTED"),
-    ((RequestError, InputError), 400, "INVALID_ARGUMENT"),
+    ((UnsupportedRequestError,), 400, "UNIMPLEMENTED"),
+    ((RequestError, InputError, ModelLoadError), 400, "INVALID_ARGUMENT"),
     ((ModelNotServedError,), 404, "NOT_FOUND"),
     ((ModelUnavailableError,), 503, "UNAVAILABLE"),
 )

@@ -77,6 +77,8 @@ class V2Replica:
         self.repository = Repository(served, inner, ServerMetrics(), load_timeout_s=self.settings.load_timeout_s,
                                      shared_memory=regions)  # fmt: skip
         self.repository.engine_parameters = {"engine": "ray", "replica": _replica_id()}
+        # a load through the proxy would reach one replica; the others would keep serving the old set
+        self.repository.control_refusal = "--engine ray routes each request to one of its replicas"
         if self.settings.reuse_large_buffers:
             from deploykit.serve.memory import reuse_large_buffers
 

@@ -94,6 +94,8 @@ class ModelRunner:
         self._state = threading.Condition()
         self._ready = False
         self._stopping = False
+        self._stop_reason = "the server is shutting down"
+        self._closed = False
         self._running = 0
         self._free = threading.Semaphore(model.instances)  # sessions not running a batch right now
         self._turn = itertools.count()
@@ -105,7 +107,9 @@ class ModelRunner:
 
     @property
     def state(self) -> str:
-        """``loading``, ``ready``, ``unavailable`` (with ``problem``) or ``stopping``."""
+        """``loading``, ``ready``, ``unavailable`` (with ``problem``), ``stopping`` or ``closed``."""
+        if self._closed:
+            return "closed"
         if self._stopping:
             return "stopping"
         if self._ready:
@@ -219,7 +223,7 @@ class ModelRunner:
 
     def _unavailable(self) -> ModelUnavailableError:
         if self._stopping:
-            return ModelUnavailableError(f"model '{self.model.name}' | the server is shutting down.")
+            return ModelUnavailableError(f"model '{self.model.name}' | {self._stop_reason}.")
         if self.problem:
             return ModelUnavailableError(f"model '{self.model.name}' | is not ready: {self.problem}")
         return ModelUnavailableError(
@@ -276,6 +280,7 @@ class ModelRunner:
         feeds = batch[0].feeds if len(batch) == 1 else {
             name: np.concatenate([p.feeds[name] for p in batch]) for name in batch[0].feeds
         }  # fmt: skip
+        joined = time.perf_counter()
         try:
             outputs = session.run(feeds)
         except ModelUnavailableError as exc:  # the worker process ended: the model is gone
@@ -288,42 +293,47 @@ class ModelRunner:
             for pending in batch:
                 pending.future.set_exception(error)
             return
-        finished = time.perf_counter()
-        compute_us = (finished - started) * 1e6
-        rows = sum(p.rows for p in batch)
-        self.metrics.executions.inc()
-        self.metrics.inferences.inc(rows)
-        self.metrics.batch_size.observe(rows)
-        self.metrics.compute_histogram.observe(compute_us)
+        computed = time.perf_counter()
+        parts: list[dict[str, np.ndarray]] = []
         offset = 0
         for pending in batch:
+            if len(batch) == 1:
+                parts.append(outputs)
+            else:
+                parts.append({name: array[offset : offset + pending.rows] for name, array in outputs.items()})
+            offset += pending.rows
+        split = time.perf_counter()
+        input_us, infer_us, output_us = (joined - started) * 1e6, (computed - joined) * 1e6, (split - computed) * 1e6
+        self.metrics.executed(sum(p.rows for p in batch), input_us, infer_us, output_us)
+        for pending, part in zip(batch, parts, strict=True):
             queued_us = (started - pending.arrived) * 1e6
             self.metrics.queue_us.inc(queued_us)
             self.metrics.queue_histogram.observe(queued_us)
-            self.metrics.compute_us.inc(compute_us)
-            if len(batch) == 1:
-                part = outputs
-            else:
-                part = {name: array[offset : offset + pending.rows] for name, array in outputs.items()}
-            offset += pending.rows
+            self.metrics.compute_input_us.inc(input_us)
+            self.metrics.compute_us.inc(infer_us)
+            self.metrics.compute_output_us.inc(output_us)
             pending.future.set_result(part)
 
-    def close(self, timeout_s: float) -> None:
-        """Refuse new requests, answer the queued ones within ``timeout_s``, close the sessions."""
+    def close(self, timeout_s: float, reason: str | None = None) -> None:
+        """Refuse new requests (saying ``reason``), answer the queued ones within ``timeout_s``, close the
+        sessions."""
         deadline = time.monotonic() + timeout_s
         with self._state:
+            if reason is not None and not self._stopping:
+                self._stop_reason = reason
             self._stopping = True
             self._state.notify_all()
             while (self._queue or self._running) and self._ready and time.monotonic() < deadline:
                 self._state.wait(max(0.0, min(0.1, deadline - time.monotonic())))
             dropped = list(self._queue)
             self._queue.clear()
-        error = ModelUnavailableError(f"model '{self.model.name}' | the server shut down before running it.")
+        error = ModelUnavailableError(f"model '{self.model.name}' | was not run: {self._stop_reason}.")
         for pending in dropped:
             pending.future.set_exception(error)
         for thread in self._threads:  # each closes its session once its last batch is answered
             thread.join(timeout=max(0.0, deadline - time.monotonic()) + 5.0)
         self.metrics.ready.set(0)
+        self._closed = True
 
     def describe(self) -> dict[str, Any]:
         """State for logs and the model metadata's parameters."""
@@ -338,6 +348,8 @@ class ModelRunner:
             "instances": self.model.instances,
             "dynamic_batching": self.batchable,
             "max_batch": self.policy.max_batch if self.batchable else 1,
+            "queued": len(self._queue),
+            "running": self._running,
         }
 
 

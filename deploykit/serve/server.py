@@ -71,8 +71,10 @@ class Server:
         regions = SharedMemoryRegions(
             not self.settings.is_remote, f"it is bound to {self.settings.host}, which other machines reach"
         )
-        self.repository = Repository(models, self.policy, self.metrics, load_timeout_s=self.settings.load_timeout_s,
-                                     shared_memory=regions)  # fmt: skip
+        self.repository = Repository(
+            models, self.policy, self.metrics, load_timeout_s=self.settings.load_timeout_s, shared_memory=regions,
+            unload_timeout_s=self.settings.shutdown_timeout_s,
+        )  # fmt: skip
         self.http_port: int | None = None
         self.grpc_port: int | None = None
         self.metrics_port: int | None = None

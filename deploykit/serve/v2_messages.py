@@ -3,7 +3,9 @@
 The Open Inference Protocol's ``grpc_service.proto`` (package ``inference``) fixes the message and
 field names and numbers on the wire; this module declares the subset the server implements, in its
 own descriptor pool, so it neither needs ``grpcio-tools`` nor clashes with a client's generated
-stubs loaded in the same process (tritonclient registers the same names in the default pool).
+stubs loaded in the same process (tritonclient registers the same names in the default pool). The
+model-configuration, statistics and repository extensions' messages (Triton's ``grpc_service.proto``
+and ``model_config.proto``) are declared with the fields deploykit fills, at their numbers there.
 Only protobuf is imported.
 """
 
@@ -22,6 +24,7 @@ _WITH_CONTENTS = [*_TENSOR, "parameters 4 repeated ParametersEntry", "contents 5
 _HEAD = ["model_name 1 string", "model_version 2 string", "id 3 string", "parameters 4 repeated ParametersEntry"]
 _ENTRY = {"ParametersEntry": ["key 1 string", "value 2 InferParameter"]}
 _NAME_VERSION = ["name 1 string", "version 2 string"]
+_PHASES = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss")
 _MESSAGES: dict[str, tuple[list[str], dict[str, list[str]]]] = {
     "ServerLiveRequest": ([], {}),
     "ServerLiveResponse": (["live 1 bool"], {}),
@@ -98,13 +101,88 @@ _MESSAGES: dict[str, tuple[list[str], dict[str, list[str]]]] = {
     "SystemSharedMemoryRegisterResponse": ([], {}),
     "SystemSharedMemoryUnregisterRequest": (["name 1 string"], {}),
     "SystemSharedMemoryUnregisterResponse": ([], {}),
+    # the model-configuration extension (ModelConfig and its parts: model_config.proto)
+    "ModelConfigRequest": (_NAME_VERSION, {}),
+    "ModelConfigResponse": (["config 1 ModelConfig"], {}),
+    "ModelConfig": (
+        [
+            "name 1 string",
+            "platform 2 string",
+            "backend 17 string",
+            "max_batch_size 4 int32",
+            "input 5 repeated ModelInput",
+            "output 6 repeated ModelOutput",
+            "instance_group 7 repeated ModelInstanceGroup",
+            "dynamic_batching 11 ModelDynamicBatching",
+            "parameters 14 repeated ParametersEntry",
+        ],
+        {"ParametersEntry": ["key 1 string", "value 2 ModelParameter"]},
+    ),
+    "ModelParameter": (["string_value 1 string"], {}),
+    "ModelInput": (["name 1 string", "data_type 2 DataType", "dims 4 repeated int64"], {}),
+    "ModelOutput": (["name 1 string", "data_type 2 DataType", "dims 3 repeated int64"], {}),
+    "ModelInstanceGroup": (["name 1 string", "count 2 int32", "gpus 3 repeated int32", "kind 4 Kind"], {}),
+    "ModelDynamicBatching": (["preferred_batch_size 1 repeated int32", "max_queue_delay_microseconds 2 uint64"], {}),
+    # the statistics extension
+    "ModelStatisticsRequest": (_NAME_VERSION, {}),
+    "ModelStatisticsResponse": (["model_stats 1 repeated ModelStatistics"], {}),
+    "StatisticDuration": (["count 1 uint64", "ns 2 uint64"], {}),
+    "InferStatistics": ([f"{name} {number} StatisticDuration" for number, name in enumerate(_PHASES, start=1)], {}),
+    "InferBatchStatistics": (
+        [
+            "batch_size 1 uint64",
+            "compute_input 2 StatisticDuration",
+            "compute_infer 3 StatisticDuration",
+            "compute_output 4 StatisticDuration",
+        ],
+        {},
+    ),
+    "ModelStatistics": (
+        [
+            "name 1 string",
+            "version 2 string",
+            "last_inference 3 uint64",
+            "inference_count 4 uint64",
+            "execution_count 5 uint64",
+            "inference_stats 6 InferStatistics",
+            "batch_stats 7 repeated InferBatchStatistics",
+        ],
+        {},
+    ),
+    # the repository extension
+    "RepositoryIndexRequest": (["repository_name 1 string", "ready 2 bool"], {}),
+    "RepositoryIndexResponse": (
+        ["models 1 repeated ModelIndex"],
+        {"ModelIndex": ["name 1 string", "version 2 string", "state 3 string", "reason 4 string"]},
+    ),
+    "ModelRepositoryParameter": (
+        ["bool_param 1 bool", "int64_param 2 int64", "string_param 3 string", "bytes_param 4 bytes"],
+        {},
+    ),
+    "RepositoryModelLoadRequest": (
+        ["repository_name 1 string", "model_name 2 string", "parameters 3 repeated ParametersEntry"],
+        {"ParametersEntry": ["key 1 string", "value 2 ModelRepositoryParameter"]},
+    ),
+    "RepositoryModelLoadResponse": ([], {}),
+    "RepositoryModelUnloadRequest": (
+        ["repository_name 1 string", "model_name 2 string", "parameters 3 repeated ParametersEntry"],
+        {"ParametersEntry": ["key 1 string", "value 2 ModelRepositoryParameter"]},
+    ),
+    "RepositoryModelUnloadResponse": ([], {}),
 }
-_ONE_OF = {"InferParameter": "parameter_choice"}
+# Enums by name, as model_config.proto numbers them: the package's, and one nested in a message.
+_DATA_TYPES = ("INVALID", "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16",
+               "FP32", "FP64", "STRING", "BF16")  # fmt: skip
+_ENUMS: dict[str, list[str]] = {
+    "DataType": [f"TYPE_{name}" for name in _DATA_TYPES],
+    "ModelInstanceGroup.Kind": ["KIND_AUTO", "KIND_GPU", "KIND_CPU", "KIND_MODEL"],
+}
+_ONE_OF = {"InferParameter": "parameter_choice", "ModelRepositoryParameter": "parameter_choice"}
 """Messages whose fields are all one ``oneof``."""
 
 
 def _add_fields(descriptor: Any, fields: list[str], scope: str, nested: dict[str, list[str]], pb: Any) -> None:
-    oneof = _ONE_OF.get(descriptor.name)
+    oneof = _ONE_OF.get(descriptor.name) if scope.endswith(f".{descriptor.name}") else None
     if oneof:
         descriptor.oneof_decl.add(name=oneof)
     for text in fields:
@@ -114,7 +192,11 @@ def _add_fields(descriptor: Any, fields: list[str], scope: str, nested: dict[str
         field.label = (
             pb.FieldDescriptorProto.LABEL_REPEATED if "repeated" in rest else pb.FieldDescriptorProto.LABEL_OPTIONAL
         )
-        if kind[0].isupper():
+        enum = f"{scope.rsplit('.', 1)[-1]}.{kind}"
+        if enum in _ENUMS or kind in _ENUMS:
+            field.type = pb.FieldDescriptorProto.TYPE_ENUM
+            field.type_name = f".{_PACKAGE}.{enum if enum in _ENUMS else kind}"
+        elif kind[0].isupper():
             field.type = pb.FieldDescriptorProto.TYPE_MESSAGE
             field.type_name = f"{scope}.{kind}" if kind in nested else f".{_PACKAGE}.{kind}"
         else:
@@ -129,8 +211,16 @@ def messages() -> dict[str, Any]:
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     file = descriptor_pb2.FileDescriptorProto(name="deploykit_kserve_v2.proto", package=_PACKAGE, syntax="proto3")
+    for qualified, values in _ENUMS.items():
+        outer, _, enum_name = qualified.rpartition(".")
+        if not outer:
+            file.enum_type.add(name=enum_name, value=[{"name": v, "number": i} for i, v in enumerate(values)])
     for name, (fields, nested) in _MESSAGES.items():
         message = file.message_type.add(name=name)
+        for qualified, values in _ENUMS.items():
+            if qualified.startswith(f"{name}."):
+                enum_name = qualified.rpartition(".")[2]
+                message.enum_type.add(name=enum_name, value=[{"name": v, "number": i} for i, v in enumerate(values)])
         scope = f".{_PACKAGE}.{name}"
         _add_fields(message, fields, scope, nested, descriptor_pb2)
         for inner_name, inner_fields in nested.items():

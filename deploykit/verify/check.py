@@ -23,17 +23,32 @@ import numpy as np
 
 from deploykit.backends.options import OptionValue
 from deploykit.backends.registry import REFERENCE_BACKEND
-from deploykit.errors import UsageError
+from deploykit.errors import UsageError, problem_of
 from deploykit.inputs import InputSetting
 from deploykit.model import Model, as_model
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, CandidateRun, run_candidate
-from deploykit.verify.metrics import compare_outputs, is_reduced, normalize_precision, thresholds_for, uncomparable
+from deploykit.verify.metrics import (
+    OutputMetrics,
+    Thresholds,
+    compare_outputs,
+    is_reduced,
+    normalize_precision,
+    thresholds_for,
+    uncomparable,
+)
 from deploykit.verify.pool import WorkerPool
 from deploykit.verify.settings import VerifySettings
 from deploykit.verify.verdict import OracleInfo, Verdict, VerificationReport, error_verdict, judge
 
 if TYPE_CHECKING:
     from deploykit.tasks.base import Task
+
+REPEAT_RUNS = 2
+"""Passes over the input sets each candidate makes in one session: outputs that differ between two
+passes are a nondeterministic runtime (``fail``), never a lucky pass. Two passes in one session catch
+what varies within a process (thread races, uninitialised memory, state kept between calls); a runtime
+that is wrong in some processes and right in others is caught by the oracle only in a process where it
+is wrong."""
 
 
 @dataclass(frozen=True)
@@ -240,14 +255,18 @@ def run_on_platform(
     timeout_s: float,
     isolate: bool,
     label: str | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> CandidateRun:
-    """Run one candidate in a worker on its platform (the host's Python, or the target's under emulation)."""
+    """Run one candidate in a worker on its platform (the host's Python, or the target's under emulation),
+    ``REPEAT_RUNS`` passes over the input sets in one session (``judge_run`` compares them); ``extra``
+    adds to the worker's job (an oracle's memory limit, its own ``repeat_runs``)."""
     from deploykit.platforms import get_platform
 
     interpreter = get_platform(candidate.platform).interpreter()
+    job = {"repeat_runs": REPEAT_RUNS, **dict(extra or {})}
     return run_candidate(model, candidate.backend, candidate.device, cases, options=candidate.options,
                          label=label or candidate.label, timeout_s=timeout_s, isolate=isolate,
-                         interpreter=interpreter)  # fmt: skip
+                         interpreter=interpreter, extra=job)  # fmt: skip
 
 
 def platform_notes(platforms: str | Sequence[str] | None) -> list[str]:
@@ -328,7 +347,27 @@ def judge_run(
     if task is not None and task_reference is not None and len(task_reference[1]) == len(run.outputs):
         result = task.judge(cases, task_reference[1], run.outputs, limits, ran)
         result.details["reference"] = task_reference[0]
-    return judge(run.label, outputs, oracle, limits, precision=ran, device=info.get("device"), task=result)
+    verdict = judge(run.label, outputs, oracle, limits, precision=ran, device=info.get("device"), task=result)
+    if (unstable := nondeterminism(run, limits, reduced)) is not None:
+        said = (
+            f"nondeterministic: runs differ by {unstable.max_abs_error:.3g} — {unstable.describe()} "
+            f"(a later of {len(run.repeated) + 1} runs in one session; the first run is the reference)"
+        )
+        # whatever its first run matched, a runtime that disagrees with itself fails; any other reason stays first
+        verdict.reason = said if verdict.status == "pass" else f"{verdict.reason}; and {said}"
+        verdict.status = "fail"
+    return verdict
+
+
+def nondeterminism(run: CandidateRun, limits: Thresholds, reduced: bool) -> OutputMetrics | None:
+    """The first output whose later run in the same session differs from the first run beyond the
+    precision's rule (the first run is the reference), or None when every repeat agrees."""
+    for later in run.repeated:
+        for index, (again, first) in enumerate(zip(later, run.outputs, strict=False)):
+            for metrics in compare_outputs(again, first, limits, reduced=reduced, case=index):
+                if not metrics.passed:
+                    return metrics
+    return None
 
 
 def judge_runs(
@@ -447,7 +486,8 @@ def compare(
                      for i, c in enumerate(candidates) if emulated[i]}  # fmt: skip
         # a model no element-wise comparison can judge (metrics.uncomparable) needs no oracle run
         pending_oracle = None if why else pool.submit(run_oracle, interface, oracle, oracle_cases,
-                                                      timeout_s=timeout_s, isolate=isolate)  # fmt: skip
+                                                      timeout_s=timeout_s, isolate=isolate,
+                                                      memory_bytes=settings.oracle_memory_bytes)  # fmt: skip
         submitted.update({i: pool.submit(run_on_platform, model_path, c, prepared.cases, timeout_s, isolate)
                           for i, c in enumerate(candidates) if not emulated[i]})  # fmt: skip
         if pending_oracle is None:
@@ -455,6 +495,8 @@ def compare(
         else:
             oracle_info, references = pool.results([pending_oracle])[0]
         runs = pool.results([submitted[i] for i in range(len(candidates))])
+    # an independent oracle that failed (its memory or time limit, an op it lacks) is every row's reason
+    oracle_failure = oracle_info.detail if references is None and oracle_info.independent else None
     if why is None and references is None and oracle.strip().lower() in ("auto", "none", "agree"):
         # no independent oracle ran (or none was asked for): the first candidate that ran is the reference
         reference_run = next((r for r in runs if r.ok), None)
@@ -474,6 +516,9 @@ def compare(
         verdicts = unjudged(runs, oracle_info, why)
     else:
         verdicts = judge_runs(candidate_runs, prepared.cases, references, oracle_info, overrides=overrides, task=task)
+    for verdict in verdicts:
+        if oracle_failure and verdict.status == "unverified":
+            verdict.reason = f"{oracle_failure.rstrip('.')}; {verdict.reason}"
     first = prepared.cases[0]
     emulated_seconds = {
         r.label: {"platform": r.platform, "emulated": True, **r.seconds} for r in runs if r.platform != "host"
@@ -496,14 +541,20 @@ def run_oracle(
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     isolate: bool = True,
+    memory_bytes: int | None = None,
 ) -> tuple[OracleInfo, list[dict[str, np.ndarray]] | None]:
     """The oracle's outputs on ``cases`` and who made them; None when none was asked for (``none``)
     or it could not run (``OracleInfo.detail`` says why).
 
     ``auto`` and ``reference`` are onnx's reference evaluator; any other value is a backend spec,
-    independent only when the backend says so.
+    independent only when the backend says so. The oracle's worker runs within ``timeout_s`` and an
+    address-space limit of ``memory_bytes`` (default, for an independent oracle such as onnx's
+    evaluator, ``limits.default_memory_bytes``: three quarters of the available memory); running out
+    is said as "oracle NAME ran out of its N GiB memory limit on node ..." in ``OracleInfo.detail``,
+    never an OOM kill.
     """
     from deploykit.backends.registry import canonical_name, get_backend
+    from deploykit.verify.limits import default_memory_bytes
 
     choice = oracle.strip().lower()
     if choice in ("none", "agree"):
@@ -520,9 +571,18 @@ def run_oracle(
         model = as_model(model)
         if blind := backend.oracle_blind_spot(model):
             return OracleInfo(label, False, f"{label} is not used as the oracle: {blind}"), None
-    run = run_on_platform(model if isinstance(model, Model) else Path(model), spec, cases, timeout_s, isolate)
+    # the default bounds the numpy oracles (onnx's evaluator), which grow without a bound of their own; a
+    # runtime used as the oracle (--oracle openvino) reserves address space freely and is bounded only when asked
+    limit = memory_bytes or (default_memory_bytes() if backend.independent_oracle else None)
+    bound: dict[str, Any] = {"repeat_runs": 1}  # the oracle's numpy is judged by the candidates, not by itself
+    if limit:
+        bound.update(memory_limit_bytes=limit, limit_subject=f"oracle {label}")
+    run = run_on_platform(model if isinstance(model, Model) else Path(model), spec, cases, timeout_s, isolate,
+                          extra=bound)  # fmt: skip
     if not run.ok:
-        return OracleInfo(label, backend.independent_oracle, f"{label} did not run: {run.error}"), None
+        said = run.error_data is not None and run.error_data.get("subject") == f"oracle {label}"
+        detail = f"oracle {label} {problem_of(run.error or '')}" if said else f"{label} did not run: {run.error}"
+        return OracleInfo(label, backend.independent_oracle, detail), None
     detail = (
         backend.version() if backend.independent_oracle else f"{label} is another backend, not an independent oracle"
     )

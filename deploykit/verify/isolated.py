@@ -37,6 +37,18 @@ class CandidateRun:
     platform: str = "host"
     hint: str | None = None
     """How to fix what stopped it: the hint of the worker's error, apart from ``error``."""
+    repeated: list[list[dict[str, np.ndarray]]] = field(default_factory=list)
+    """The outputs of every later pass over the same input sets in the same session (``repeat_runs``)."""
+
+    @classmethod
+    def ran(cls, label: str, result: Mapping[str, Any], outputs: list[dict[str, np.ndarray]],
+            platform: str = "host") -> CandidateRun:  # fmt: skip
+        """The run a worker's ok result and its outputs describe: the first pass, the later ones apart."""
+        passes = max(1, int(result.get("repeat_runs") or 1))
+        count = len(outputs) // passes
+        repeated = [outputs[count * i : count * (i + 1)] for i in range(1, passes)]
+        return cls(label, result.get("info"), outputs[:count], seconds=result.get("seconds") or {}, platform=platform,
+                   repeated=repeated)  # fmt: skip
 
     @classmethod
     def failed(cls, label: str, result: Mapping[str, Any], platform: str = "host") -> CandidateRun:
@@ -98,7 +110,7 @@ def run_candidate(
         result, outputs = run_job(job, list(cases), model=model if isinstance(model, Model) else None)
         if result.get("status") != "ok":
             return CandidateRun.failed(label, result)
-        return CandidateRun(label, result.get("info"), outputs, seconds=result.get("seconds") or {})
+        return CandidateRun.ran(label, result, outputs)
     with tempfile.TemporaryDirectory(prefix="deploykit-verify-") as scratch:
         directory = Path(scratch)
         job["cases"] = []
@@ -115,5 +127,4 @@ def run_candidate(
             return CandidateRun.failed(label, outcome.result, where)
         paths = sorted(directory.glob("outputs-*.npz"), key=lambda p: int(p.stem.split("-")[1]))
         outputs = [read_arrays(path) for path in paths]
-        return CandidateRun(label, outcome.result.get("info"), outputs, seconds=outcome.result.get("seconds") or {},
-                            platform=where)  # fmt: skip
+        return CandidateRun.ran(label, outcome.result, outputs, where)

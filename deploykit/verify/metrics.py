@@ -5,6 +5,13 @@ are judged element-wise (``|a - b| <= atol + rtol * |b|``, the numpy ``allclose`
 bf16/f16/int8 by cosine similarity and signal-to-noise ratio, because their rounding moves
 every element a little and an element-wise rule would fail every real model. This module only
 compares arrays; it never runs a model and never decides the final verdict (``judge`` does).
+
+A tolerance must be able to fail. When a reference output is so small that ``atol`` is more than
+``ATOL_SHARE_OF_PEAK`` of its largest magnitude (random-initialised logits peaking at 1e-9, small
+probabilities, masks), ``atol`` would pass all zeros, the output negated or shuffled; the element-wise
+rule then uses ``ATOL_SHARE_OF_PEAK × peak`` instead and says so (``OutputMetrics.atol_scaled``). A
+reference whose magnitudes are below the smallest normal number of its type is ``degenerate``:
+rounding there says nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +29,9 @@ from deploykit.tensors import normalize_precision
 
 ELEMENTWISE_PRECISIONS = ("f64", "f32")
 REDUCED_PRECISIONS = ("f16", "bf16", "int8")
+ATOL_SHARE_OF_PEAK = 1e-2
+"""The largest share of a reference output's peak magnitude ``atol`` may be: past it, ``atol`` is scaled down."""
+SCALED_RULE = "element-wise, atol scaled to the reference"
 
 
 @dataclass(frozen=True)
@@ -114,6 +124,9 @@ class OutputMetrics:
     worst_reference: float | None = None
     problem: str | None = None
     degenerate: str | None = None
+    atol_scaled: float | None = None
+    """The absolute tolerance used when ``atol`` was too large for this reference (``ATOL_SHARE_OF_PEAK``
+    of its peak magnitude); None when the given ``atol`` judged."""
 
     def describe(self) -> str:
         prefix = f"output '{self.name}'" + (f" (input set {self.case})" if self.case else "")
@@ -125,10 +138,12 @@ class OutputMetrics:
             f"{prefix} | max abs error {self.max_abs_error:.3g}, max rel error {self.max_rel_error:.3g}, "
             f"cosine {cosine}, SNR {snr}"
         )
-        if not self.passed and self.worst_index is not None and self.rule == "element-wise":
+        if not self.passed and self.worst_index is not None and self.rule.startswith("element-wise"):
             text += (
                 f"; worst element {list(self.worst_index)}: {self.worst_value!r} vs reference {self.worst_reference!r}"
             )
+        if self.atol_scaled is not None:
+            text += f"; {scaled_note(self.atol_scaled)}"
         if self.degenerate:
             text += f"; reference is degenerate: {self.degenerate}"
         return text
@@ -157,8 +172,25 @@ class OutputMetrics:
             cosine=number(data.get("cosine"), None), snr_db=number(data.get("snr_db"), None),
             worst_index=None if index is None else tuple(index), worst_value=data.get("worst_value"),
             worst_reference=data.get("worst_reference"), problem=data.get("problem"),
-            degenerate=data.get("degenerate"),
+            degenerate=data.get("degenerate"), atol_scaled=number(data.get("atol_scaled"), None),
         )  # fmt: skip
+
+
+def scaled_atol(atol: float, reference: np.ndarray) -> float | None:
+    """The absolute tolerance a reference this small needs (``ATOL_SHARE_OF_PEAK`` of its peak
+    magnitude), or None when ``atol`` already is no more than that share (it can tell wrong from right)."""
+    peak = float(np.abs(reference).max()) if reference.size else 0.0
+    share = ATOL_SHARE_OF_PEAK * peak
+    return share if atol > share else None
+
+
+def scaled_note(atol_scaled: float) -> str:
+    """How a scaled tolerance is said on a row: what judged, and why."""
+    peak = atol_scaled / ATOL_SHARE_OF_PEAK
+    return (
+        f"the reference peaks at {peak:.3g}, too small for atol to tell a wrong answer from a right one, so atol "
+        f"was scaled to {ATOL_SHARE_OF_PEAK:g} of that peak: {atol_scaled:.3g}"
+    )
 
 
 def _failed(name: str, case: int, rule: str, problem: str) -> OutputMetrics:
@@ -185,8 +217,12 @@ def _compare_text(name: str, actual: np.ndarray, reference: np.ndarray, case: in
     return OutputMetrics(name, case, "exact", True, 0.0, 0.0, None, None)
 
 
-def degeneracy(reference: np.ndarray, candidate: np.ndarray | None = None) -> str | None:
-    """Why a reference output says nothing, or None: NaN/inf where the candidate has numbers, or constant."""
+def degeneracy(
+    reference: np.ndarray, candidate: np.ndarray | None = None, dtype: np.dtype[Any] | None = None
+) -> str | None:
+    """Why a reference output says nothing, or None: NaN/inf where the candidate has numbers, constant, or
+    (for a floating ``dtype``, default the reference's own) every magnitude below that type's smallest
+    normal number."""
     if reference.size == 0:
         return None
     finite = np.isfinite(reference)
@@ -202,6 +238,12 @@ def degeneracy(reference: np.ndarray, candidate: np.ndarray | None = None) -> st
     if reference.size > 1 and float(reference.max()) == float(reference.min()):
         value = float(reference.flat[0])
         return "all zero" if value == 0 else f"constant ({value:g})"
+    dtype = np.dtype(dtype or reference.dtype)
+    if dtype.kind == "f":
+        # below the smallest normal number precision is lost with every operation: no tolerance means anything
+        peak = float(np.abs(reference).max())
+        if 0 < peak < float(np.finfo(dtype).tiny):
+            return f"its largest magnitude {peak:.3g} is below {dtype.name}'s smallest normal number"
     return None
 
 
@@ -238,7 +280,7 @@ def compare_array(
         return OutputMetrics(name, case, rule, True, 0.0, 0.0, None, None, degenerate=empty)
     a = actual.astype(np.float64)
     b = reference.astype(np.float64)
-    degenerate = degeneracy(b, a)
+    degenerate = degeneracy(b, a, reference.dtype)
     if degenerate and not np.isfinite(b).all():  # the reference, not the candidate, is broken
         return OutputMetrics(name, case, rule, True, math.inf, math.inf, None, None, degenerate=degenerate)
     nan_a, nan_b = np.isnan(a), np.isnan(b)
@@ -251,10 +293,12 @@ def compare_array(
     a_f = np.where(finite, a, 0.0)
     b_f = np.where(finite, b, 0.0)
     diff = np.abs(a_f - b_f)
-    allowed = thresholds.atol + thresholds.rtol * np.abs(b_f)
+    atol_scaled = None if reduced else scaled_atol(thresholds.atol, b_f)
+    atol = thresholds.atol if atol_scaled is None else atol_scaled
+    allowed = atol + thresholds.rtol * np.abs(b_f)
     excess = diff - allowed
     worst = np.unravel_index(int(np.argmax(excess)), excess.shape)
-    rel = diff / np.maximum(np.abs(b_f), max(thresholds.atol, np.finfo(np.float64).tiny))
+    rel = diff / np.maximum(np.abs(b_f), max(atol, np.finfo(np.float64).tiny))
     cosine, snr_db = cosine_snr(b_f, a_f)
     if reduced:
         passed = (cosine if cosine is not None else float(np.array_equal(a_f, b_f))) >= thresholds.min_cosine
@@ -264,7 +308,7 @@ def compare_array(
     return OutputMetrics(
         name=name,
         case=case,
-        rule=rule,
+        rule=rule if atol_scaled is None else SCALED_RULE,
         passed=passed and not inf_mismatch,
         max_abs_error=float(diff.max()),
         max_rel_error=float(rel.max()),
@@ -275,6 +319,7 @@ def compare_array(
         worst_reference=float(b[worst]),
         problem="infinity with another sign than in the reference" if inf_mismatch else None,
         degenerate=degenerate,
+        atol_scaled=atol_scaled,
     )
 
 

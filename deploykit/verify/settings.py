@@ -115,6 +115,8 @@ class VerifySettings:
         timeout_s: the most one worker process may take.
         isolate: one worker process per backend (turn off only for debugging).
         platforms: where the candidates run: ``host`` (default), ``linux/arm64``, or several.
+        oracle_memory_bytes: the address-space limit of the oracle's worker; None: three quarters
+            of the memory available when the check starts (``deploykit.verify.limits``).
     """
 
     oracle: str = "auto"
@@ -128,10 +130,14 @@ class VerifySettings:
     timeout_s: float = DEFAULT_TIMEOUT_S
     isolate: bool = True
     platforms: str | None = None
+    oracle_memory_bytes: int | None = None
 
     def __post_init__(self) -> None:
         normalize(self)
         check_timeout(self.timeout_s)
+        if self.oracle_memory_bytes is not None:
+            check_number("--oracle-memory", self.oracle_memory_bytes, low=0.0, low_open=True,
+                         hint="bytes the oracle may take, e.g. --oracle-memory 16GiB.")  # fmt: skip
 
     def to_dict(self) -> dict[str, Any]:
         return settings_to_dict(self)

@@ -16,7 +16,15 @@ from typing import Any, Literal
 
 from deploykit.errors import legacy_message_and_hint
 from deploykit.tasks.base import TaskResult
-from deploykit.verify.metrics import OutputMetrics, Thresholds, is_reduced, normalize_precision
+from deploykit.verify.metrics import (
+    ATOL_SHARE_OF_PEAK,
+    SCALED_RULE,
+    OutputMetrics,
+    Thresholds,
+    is_reduced,
+    normalize_precision,
+    scaled_note,
+)
 
 Status = Literal["pass", "fail", "unverified", "degenerate", "error"]
 STATUSES: tuple[str, ...] = ("pass", "fail", "unverified", "degenerate", "error")
@@ -167,6 +175,21 @@ class Verdict:
         )
 
 
+def weak_evidence(verdicts: Sequence[Verdict]) -> str | None:
+    """What a set of passing verdicts did not prove, or None: the reference's outputs were so small
+    that atol had to be scaled to them (``metrics.scaled_atol``), which random weights cause."""
+    scaled = [o for v in verdicts for o in v.outputs if o.atol_scaled is not None]
+    if not scaled:
+        return None
+    names = ", ".join(dict.fromkeys(f"'{o.name}'" for o in scaled))
+    peak = max(o.atol_scaled or 0.0 for o in scaled) / ATOL_SHARE_OF_PEAK
+    return (
+        f"the check proved little: the reference's {names} peak at {peak:.3g} (random weights?), too small for atol, "
+        "so they were judged with atol scaled to the reference; outputs this small say little of what trained "
+        "weights compute"
+    )
+
+
 def worst_status(verdicts: Sequence[Verdict]) -> str:
     """error > fail > degenerate > unverified > pass; ``unverified`` when there is no verdict."""
     present = {v.status for v in verdicts}
@@ -199,6 +222,8 @@ def judge(
     """
     reduced = is_reduced(precision)
     rule = ("cosine/SNR" + (f" + {task.metric}" if task else "")) if reduced else "element-wise"
+    if not reduced and any(o.atol_scaled is not None for o in outputs):
+        rule = SCALED_RULE
     failures = [o for o in outputs if not o.passed]
     informative = [o for o in outputs if not o.degenerate]
     task_failed = task is not None and reduced and not task.passed
@@ -246,7 +271,14 @@ def _summary(outputs: Sequence[OutputMetrics], reduced: bool, task: TaskResult |
         return text + (
             f"; {task.describe()}" if task else "; no task metric (it needs a classifier or detector and real images)"
         )
-    return f"max abs error {max(o.max_abs_error for o in outputs):.3g}"
+    text = f"max abs error {max(o.max_abs_error for o in outputs):.3g}"
+    scaled = [o for o in outputs if o.atol_scaled is not None]
+    if scaled:
+        tightest = min(scaled, key=lambda o: o.atol_scaled or 0.0)
+        assert tightest.atol_scaled is not None
+        names = ", ".join(dict.fromkeys(f"'{o.name}'" for o in scaled))
+        text += f"; {names}: {scaled_note(tightest.atol_scaled)}"
+    return text
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """Worker entry: open one model on one backend and run every input set (see ``isolated``).
 
 Reads a JSON job on stdin — ``{model, backend, device, options, cases: [inputs.npz ...],
-outputs_dir}``, or ``input_options`` and ``seed`` in place of ``cases`` — writes ``outputs-<i>.npz``
+outputs_dir}`` and optionally ``memory_limit_bytes`` with ``limit_subject`` (an oracle's bound,
+``deploykit.verify.limits``), or ``input_options`` and ``seed`` in place of ``cases`` — writes ``outputs-<i>.npz``
 per input set and prints one result line: ``{"status": "ok", "info": session info, "seconds":
 {"load": s, "run": [s, ...]}}`` or ``deploykit.workers.error_result`` (the reason, and the error as data).
 """
@@ -30,6 +31,11 @@ def run_job(
 
     A job with ``input_options`` (``deploykit run``'s ``--input`` values and ``seed``) makes its one
     input set here, from the session's own inputs, instead of reading ``cases``.
+
+    A job with ``repeat_runs`` N > 1 runs every input set N times in the same session (pass after
+    pass): the outputs list then holds the first pass, then the later ones, and the result's
+    ``repeat_runs`` says how many passes there were (verification compares them: a runtime whose two
+    runs differ is nondeterministic).
     """
 
     from deploykit.backends.registry import get_backend
@@ -55,14 +61,27 @@ def run_job(
                 started = time.perf_counter()
                 outputs.append(session.run(dict(feeds)))
                 seconds["run"].append(time.perf_counter() - started)
+            repeat_runs = max(1, int(job.get("repeat_runs", 1)))
+            for _ in range(repeat_runs - 1):
+                outputs += [session.run(dict(feeds)) for feeds in cases]
     except DeployKitError as exc:
         return {**error_result(exc), "info": info}, []
-    # one pass, no warm-up, no statistics: what `deploykit run` and an emulated row show, never a benchmark
-    return {"status": "ok", "info": info, "seconds": seconds}, outputs
+    except MemoryError as exc:  # past the worker's address-space limit (or the machine's): said, not a crash
+        from deploykit.verify.limits import out_of_memory
+
+        outputs.clear()
+        subject = str(job.get("limit_subject") or f"backend '{job['backend']}'")
+        return {**error_result(out_of_memory(subject, job.get("memory_limit_bytes"), exc)), "info": info}, []
+    # one timed pass, no warm-up, no statistics: what `deploykit run` and an emulated row show, never a benchmark
+    return {"status": "ok", "info": info, "seconds": seconds, "repeat_runs": repeat_runs}, outputs
 
 
 def main() -> int:
     job = read_job()
+    if job.get("memory_limit_bytes"):
+        from deploykit.verify.limits import apply_memory_limit
+
+        apply_memory_limit(int(job["memory_limit_bytes"]))
     cases = [read_arrays(path) for path in job.get("cases", [])]
     result, outputs = run_job(job, cases)
     try:

@@ -208,16 +208,25 @@ def letterbox(
     cv2 = _cv2()
     height, width = image.shape[:2]
     target_h, target_w = size
-    scale = min(target_h / height, target_w / width)
-    new_w, new_h = max(1, round(width * scale)), max(1, round(height * scale))
+    new_w, new_h, left, top, placement = letterbox_geometry(height, width, size, center=center)
     # bilinear both ways: INTER_AREA is ~15x slower on non-integer downscales (1280x720 → 416)
     resized = cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
+    canvas = cv2.copyMakeBorder(resized, top, target_h - new_h - top, left, target_w - new_w - left,
+                                cv2.BORDER_CONSTANT, value=(pad_value,) * 3)  # fmt: skip
+    return canvas, placement
+
+
+def letterbox_geometry(
+    height: int, width: int, size: tuple[int, int], *, center: bool = True
+) -> tuple[int, int, int, int, Placement]:
+    """(new_w, new_h, left, top) of an image of ``height`` × ``width`` letterboxed into ``size``, and its placement."""
+    target_h, target_w = size
+    scale = min(target_h / height, target_w / width)
+    new_w, new_h = max(1, round(width * scale)), max(1, round(height * scale))
     pad_x = (target_w - new_w) / 2 if center else 0.0
     pad_y = (target_h - new_h) / 2 if center else 0.0
     left, top = round(pad_x - 0.1), round(pad_y - 0.1)
-    canvas = cv2.copyMakeBorder(resized, top, target_h - new_h - top, left, target_w - new_w - left,
-                                cv2.BORDER_CONSTANT, value=(pad_value,) * 3)  # fmt: skip
-    return canvas, Placement(new_w / width, new_h / height, float(left), float(top), (height, width))
+    return new_w, new_h, left, top, Placement(new_w / width, new_h / height, float(left), float(top), (height, width))
 
 
 def stretch(image: np.ndarray, size: tuple[int, int]) -> tuple[np.ndarray, Placement]:
@@ -406,3 +415,11 @@ def image_cases(
         for f in files
     ]
     return cases, files
+
+
+def as_image(image: Any) -> np.ndarray:
+    """An image as the pipelines take it: a path is read (``load_image``), an array is checked
+    (``check_image``)."""
+    if isinstance(image, str | os.PathLike):
+        return load_image(image)
+    return check_image(image)

@@ -27,15 +27,9 @@ from deploykit.model import Model
 from deploykit.tensors import TensorSpec
 from deploykit.validation import check_number
 from deploykit.vision.decode import candidates, require_layout, select
-from deploykit.vision.image import Placement, Preprocess, check_image, load_image
+from deploykit.vision.image import Placement, Preprocess, as_image
 from deploykit.vision.preprocess import FIELDS, PreprocessOverrides
 from deploykit.vision.results import Classification, Detection, Timing
-
-
-def _image(image: Any) -> np.ndarray:
-    if isinstance(image, (str, os.PathLike)):
-        return load_image(image)
-    return check_image(image)
 
 
 def _read_labels(
@@ -187,7 +181,9 @@ class _Pipeline:
     def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The session's outputs, refused when one holds NaN or infinity: no ranking or box can be read from
         them, and ranking NaNs (or dropping every box as below the threshold) would be a wrong answer."""
-        outputs = self.session.run(feeds)
+        return self._checked(self.session.run(feeds))
+
+    def _checked(self, outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         for name, value in outputs.items():
             if isinstance(value, np.ndarray) and value.dtype.kind == "f" and not np.isfinite(value).all():
                 bad = int(value.size - np.isfinite(value).sum())
@@ -199,11 +195,25 @@ class _Pipeline:
                 )
         return outputs
 
+    def _infer(self, tensor: np.ndarray) -> dict[str, np.ndarray]:
+        """The inference stage: one pre-processed tensor through the session."""
+        return self._run({self.input.name: tensor})
+
+    def _stream(
+        self, source: Any, finish: Any, max_frames: int | None, every: int, timeout_s: float, stages: Any = None
+    ) -> Any:
+        from deploykit.vision.stream import Stream, as_sources
+
+        return Stream(stages or self, as_sources(source, timeout_s), finish, max_frames=max_frames, every=every)
+
     def _dynamic_batch(self) -> bool:
         assert self.input.shape is not None
         return not isinstance(self.input.shape[0], int)
 
     def close(self) -> None:
+        fused = getattr(self, "_fused", None)
+        if fused is not None:
+            fused.close()
         self.session.close()
 
     def __enter__(self) -> Any:
@@ -251,6 +261,8 @@ class Detector(_Pipeline):
         overrides = _overrides(preprocess, options, "Detector")
         super().__init__(model, backend, device, options)
         self.conf, self.iou, self.agnostic, self.max_detections = conf, iou, agnostic, max_detections
+        self._fused: Any = None
+        self._fused_lock = threading.Lock()
         self.size = _input_size(self.input, self.metadata, overrides.input_size, self.model_path.name)
         self.layout, classes = self._layout()
         stored_labels = _read_labels(labels, self.metadata, self.model_path.name)
@@ -284,9 +296,59 @@ class Detector(_Pipeline):
             for box, s, c in zip(original, best, class_ids, strict=True)
         ]
 
+    def _prepare(self, image: Any) -> tuple[np.ndarray, Placement | None]:
+        """The pre-processing stage: one image → its input tensor and where the image sits in it."""
+        canvas, placement = self.preprocess.place(as_image(image))
+        return self.preprocess.tensor([canvas]), placement
+
     def __call__(self, image: Any, *, conf: float | None = None, iou: float | None = None) -> list[Detection]:
         """Detect objects in one BGR image (array or path); boxes in the image's own pixels."""
         return self.batch([image], conf=conf, iou=iou)[0]
+
+    def stream(
+        self,
+        source: Any,
+        *,
+        conf: float | None = None,
+        iou: float | None = None,
+        max_frames: int | None = None,
+        every: int = 1,
+        timeout_s: float = 10.0,
+        fused: bool = False,
+    ) -> Any:
+        """Detections frame by frame on a video, camera, stream URL, images, glob or folder, in overlapping stages.
+
+        Args:
+            source: what ``deploykit predict`` takes (a path, glob, folder, camera index such as 0 or
+                ``/dev/video0``, ``rtsp://`` or ``http(s)://`` URL), a list of them, or ``Source`` objects.
+            conf, iou: thresholds for this stream (default: the detector's).
+            max_frames: stop after this many frames.
+            every: take every N-th frame of each source.
+            timeout_s: how long a URL or camera may take to open or to send its next frame.
+            fused: run the pre-processing inside the runtime (an ONNX graph prepended to the model, one per
+                frame size, on this detector's backend and device); ``deploykit.vision.fused.check_fused``
+                measures it against the Python path.
+
+        Returns:
+            A ``Stream``: iterate it for ``FrameResult`` values (the same detections ``__call__`` gives for each
+            frame); ``stream.stats`` holds per-stage timings and FPS. Leaving the loop stops it.
+        """
+        check_thresholds(conf=conf, iou=iou)
+        chosen_conf = self.conf if conf is None else conf
+        chosen_iou = self.iou if iou is None else iou
+
+        def finish(outputs: dict[str, np.ndarray], placement: Placement | None) -> list[Detection]:
+            ((boxes, scores),) = self._candidates(outputs)
+            return self._postprocess(boxes, scores, placement, chosen_conf, chosen_iou)
+
+        if not fused:
+            return self._stream(source, finish, max_frames, every, timeout_s)
+        from deploykit.vision.fused import FusedStages
+
+        with self._fused_lock:  # the fused sessions (one per frame size) serve every stream of this detector
+            if self._fused is None:
+                self._fused = FusedStages(self)
+        return self._stream(source, finish, max_frames, every, timeout_s, self._fused)
 
     def batch(
         self, images: Sequence[Any], *, conf: float | None = None, iou: float | None = None
@@ -294,14 +356,13 @@ class Detector(_Pipeline):
         """Several images; one forward pass when the model's batch axis is dynamic."""
         check_thresholds(conf=conf, iou=iou)
         start = time.perf_counter()
-        prepared = [self.preprocess.place(_image(image)) for image in images]
-        tensors = [self.preprocess.tensor([canvas]) for canvas, _ in prepared]  # fmt: skip
+        prepared = [self._prepare(image) for image in images]
+        tensors = [tensor for tensor, _ in prepared]
         pre = time.perf_counter()
-        name = self.input.name
         if self._dynamic_batch() and len(tensors) > 1:
-            outputs_list = [self._run({name: np.concatenate(tensors)})]
+            outputs_list = [self._infer(np.concatenate(tensors))]
         else:
-            outputs_list = [self._run({name: tensor}) for tensor in tensors]
+            outputs_list = [self._infer(tensor) for tensor in tensors]
         infer = time.perf_counter()
         candidates = [c for outputs in outputs_list for c in self._candidates(outputs)]
         results = [
@@ -372,25 +433,43 @@ class Classifier(_Pipeline):
         shifted = np.exp(scores - scores.max(axis=1, keepdims=True))
         return shifted / shifted.sum(axis=1, keepdims=True)
 
+    def _prepare(self, image: Any) -> tuple[np.ndarray, None]:
+        """The pre-processing stage: one image → its input tensor."""
+        return self.preprocess.tensor([self.preprocess.place(as_image(image))[0]]), None
+
+    def _top(self, scores: np.ndarray, top_k: int) -> list[list[Classification]]:
+        results = []
+        for row in self._probabilities(scores):
+            top = np.argsort(-row, kind="stable")[:top_k]
+            results.append([Classification(self.labels[i], int(i), float(row[i])) for i in top])
+        return results
+
     def __call__(self, image: Any, *, top_k: int = 5) -> list[Classification]:
         """The ``top_k`` classes of one BGR image (array or path), best first."""
         return self.batch([image], top_k=top_k)[0]
 
+    def stream(
+        self, source: Any, *, top_k: int = 5, max_frames: int | None = None, every: int = 1, timeout_s: float = 10.0
+    ) -> Any:
+        """The ``top_k`` classes frame by frame, in overlapping stages; see ``Detector.stream`` for the arguments
+        and what it returns."""
+        check_number("top_k", top_k, low=1, integer=True, hint="ask for 1 or more classes, e.g. top_k=5.")
+
+        def finish(outputs: dict[str, np.ndarray], state: None) -> list[Classification]:
+            return self._top(next(iter(outputs.values())), top_k)[0]
+
+        return self._stream(source, finish, max_frames, every, timeout_s)
+
     def batch(self, images: Sequence[Any], *, top_k: int = 5) -> list[list[Classification]]:
         check_number("top_k", top_k, low=1, integer=True, hint="ask for 1 or more classes, e.g. top_k=5.")
         start = time.perf_counter()
-        tensor = self.preprocess.tensor([self.preprocess.place(_image(image))[0] for image in images])
+        tensor = np.concatenate([self._prepare(image)[0] for image in images])
         pre = time.perf_counter()
-        name = self.input.name
         if self._dynamic_batch():
-            scores = next(iter(self._run({name: tensor}).values()))
+            scores = next(iter(self._infer(tensor).values()))
         else:
-            scores = np.concatenate([next(iter(self._run({name: t[None]}).values())) for t in tensor])
+            scores = np.concatenate([next(iter(self._infer(t[None]).values())) for t in tensor])
         infer = time.perf_counter()
-        probabilities = self._probabilities(scores)
-        results = []
-        for row in probabilities:
-            top = np.argsort(-row, kind="stable")[:top_k]
-            results.append([Classification(self.labels[i], int(i), float(row[i])) for i in top])
+        results = self._top(scores, top_k)
         self._local.timing = Timing((pre - start) * 1e3, (infer - pre) * 1e3, (time.perf_counter() - infer) * 1e3)
         return results

@@ -81,6 +81,16 @@ def small_cnn() -> SmallCnn:
     return SmallCnn()
 
 
+def tiny_logits() -> SmallCnn:
+    """A random-initialised classifier whose logits peak near 1e-8: far below f32's atol of 1e-4."""
+    torch.manual_seed(0)
+    model = SmallCnn()
+    with torch.no_grad():
+        model.head.weight.mul_(1e-8)
+        model.head.bias.zero_()
+    return model
+
+
 def token_tagger() -> TokenTagger:
     torch.manual_seed(1)
     return TokenTagger()

@@ -226,3 +226,23 @@ def test_symbolic_dims_must_agree(tmp_path):
             match=r"input 'y' \| axis 0 \('batch'\) is 3, but input 'x' set 'batch' to 2",
         ):
             session.run({"x": np.zeros((2, 2), np.float32), "y": np.zeros((3, 2), np.float32)})
+
+
+def test_onnxruntime_s_reason_does_not_depend_on_where_the_model_lives(tmp_path):
+    """ONNX Runtime puts the model's full path into its load error; deploykit's message names the file
+    and says the same reason wherever the file is."""
+    node = helper.make_node("NoSuchOp", ["x"], ["y"], domain="com.example")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    model.ir_version = 8
+    deep = tmp_path.joinpath(*["a-rather-long-folder-name"] * 12)
+    deep.mkdir(parents=True)
+    messages = []
+    for folder in (tmp_path, deep):
+        onnx.save(model, folder / "custom.onnx")
+        with pytest.raises(UnsupportedModelError) as caught:
+            deploykit.load(folder / "custom.onnx", "onnxruntime")
+        messages.append(str(caught.value))
+    assert messages[0] == messages[1]
+    assert "NoSuchOp" in messages[0] and str(tmp_path) not in messages[0]

@@ -258,8 +258,43 @@ def test_an_operator_without_an_ncnn_layer_is_named(ncnn_backend, models):
         deploykit.load(models["int64_embedding"], "ncnn")
     assert str(caught.value) == (
         "backend 'ncnn' | cannot run 'int64_embedding.onnx': ncnn has no layer for operator Gather "
-        "(node 'Gather_0'). Hint: try another backend, or rewrite those nodes with ops ncnn has."
+        "(node 'Gather_0'). Hint: run it on another backend (-b onnxruntime or -b openvino); or, when those nodes "
+        "are post-processing (a detector's box decoding and NMS: comparisons, strided slices, casts), export the "
+        "model without them and do that part in Python."
     )
+
+
+def test_every_layer_ncnn_lacks_is_listed_with_the_output_types_and_a_hint_that_would_work(ncnn_backend, cache,
+                                                                                           tmp_path):  # fmt: skip
+    """A detector-like tail: comparisons, casts, a strided slice and an int64 index output. Casting the
+    output alone would leave four operators ncnn cannot load, so the message names them all."""
+    half = helper.make_tensor("half", TensorProto.FLOAT, [], [0.5])
+    slicing = [helper.make_tensor(n, TensorProto.INT64, [1], [v]) for n, v in
+               (("starts", 1), ("ends", 9), ("axes", 1), ("steps", 2))]  # fmt: skip
+    nodes = [
+        helper.make_node("Greater", ["x", "half"], ["gt"]),
+        helper.make_node("Cast", ["gt"], ["gtf"], to=TensorProto.FLOAT),
+        helper.make_node("Equal", ["x", "half"], ["eq"]),
+        helper.make_node("Cast", ["eq"], ["eqf"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["gtf", "eqf"], ["s"]),
+        helper.make_node("Slice", ["s", "starts", "ends", "axes", "steps"], ["sliced"]),
+        helper.make_node("ArgMax", ["sliced"], ["index"], axis=1, keepdims=0),
+        helper.make_node("Mul", ["sliced", "sliced"], ["scores"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "tail", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 10])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 4]),
+         helper.make_tensor_value_info("index", TensorProto.INT64, [1])], [half, *slicing],
+    )  # fmt: skip
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), tmp_path / "t.onnx")
+    with pytest.raises(UnsupportedModelError) as caught:
+        deploykit.load(tmp_path / "t.onnx", "ncnn")
+    message = caught.value.message
+    assert message.startswith("backend 'ncnn' | cannot run 't.onnx': ncnn has no layer for ")
+    for operator in ("torch.gt (node ", "torch.eq (node ", "Tensor.slice (node ", "Tensor.to ×2 (nodes "):
+        assert operator in message, message
+    assert "output 'index' has element type int64" in message and "a cast alone would not make it run" in message
+    assert "another backend" in caught.value.hint and "post-processing" in caught.value.hint
 
 
 def _node_test_model(name: str, directory: Path) -> Path:

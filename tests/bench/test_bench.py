@@ -432,9 +432,14 @@ def test_accuracy_budget_picks_the_fastest_within_it(isolated_result):
     """--max-drop: the recommendation honours the measured accuracy delta; the Pareto front lists the trade-off."""
     report = copy.deepcopy(isolated_result)
     rows = report.rows = [r for r in report.rows if r.config.batch == 1][:3]
-    for row, (p90, delta) in zip(rows, [(1.0, 0.05), (2.0, 0.004), (3.0, 0.0)], strict=True):
-        row.latency, row.accuracy_delta = dataclasses.replace(row.latency, p90_ms=p90), delta
-        row.blocks = []  # ranked by the p90 set here (no measured blocks: a point interval)
+    from deploykit.bench.rows import Block
+
+    rng = np.random.default_rng(3)
+    for row, (p50, delta) in zip(rows, [(1.0, 0.05), (2.0, 0.004), (3.0, 0.0)], strict=True):
+        row.latency, row.accuracy_delta = dataclasses.replace(row.latency, p50_ms=p50), delta
+        # five interleaved rounds of three blocks: the rule's evidence, so separated medians decide
+        row.blocks = [Block(float(v), p50, 1e3 / p50) for v in rng.normal(p50, 0.02, 15)]
+        row.rounds = [(3, 30)] * 5
     labels = [r.label for r in rows]
     assert [r.label for r in judging.pareto_front(report)] == labels
     for budget, chosen in ((None, 0), (0.1, 0), (0.01, 1), (0.0, 2)):
@@ -545,14 +550,16 @@ def test_the_recommendation_uses_the_ranking_rule(isolated_result):
     rng = np.random.default_rng(0)
     for row, (center, precision) in zip((f32, other), ((3.974, "f32"), (3.972, "bf16")), strict=True):
         row.session = dataclasses.replace(row.session, precision=precision)
-        row.latency = dataclasses.replace(row.latency, p90_ms=center)
-        row.blocks = [Block(center, float(v), 250.0) for v in rng.normal(center, 0.05, 10)]
-    assert (
-        judging.best(report) is f32
-        and "the tie goes to the simpler setup: f32 before bf16" in judging.recommend(report).why
-    )
-    other.blocks = [Block(2.0, float(v), 500.0) for v in rng.normal(2.0, 0.05, 10)]
-    assert judging.best(report) is other and "faster: its interval" in judging.recommend(report).why
+        row.latency = dataclasses.replace(row.latency, p50_ms=center)
+        row.blocks = [Block(float(v), center, 250.0) for v in rng.normal(center, 0.05, 10)]
+    assert judging.best(report) is f32 and "f32 before bf16" in judging.recommend(report).why
+    other.blocks = [Block(float(v), 2.0, 500.0) for v in rng.normal(2.0, 0.05, 10)]
+    # one measurement per configuration is one round: below the rule's evidence, so even a 2x lead is
+    # inconclusive, said in words, and the simpler setup is recommended
+    ranked = judging.ranking(report)
+    assert ranked is not None and ranked.decision == "inconclusive" and ranked.leader == other.label
+    assert judging.best(report) is f32 and "insufficient evidence" in judging.recommend(report).why
+    assert "1 round, 10 blocks" in judging.recommend(report).why
     assert judging.ranking(report).rule == DECISION_RULE
     assert BenchmarkReport.from_dict(report.to_dict()).rows[1].blocks == other.blocks
     assert len(isolated_result.rows[0].blocks) == 6  # 20 timed runs → 6 blocks of at least 3
@@ -624,3 +631,26 @@ def test_every_report_follows_one_protocol(isolated_result, tmp_path):
         FleetReport.from_json(tmp_path / "other.json")
     with pytest.raises(ReportError, match=r"is not a deploykit conversion report"):
         ConversionReport.from_json(tmp_path / "other.json")
+
+
+def test_rounds_give_the_rule_its_evidence(catalog_paths):
+    """--rounds 5: every configuration measured five times, interleaved; the rows keep each round's
+    blocks and calls, the intervals exist, and the recommendation states the evidence it rests on."""
+    from deploykit.optimize.ranking import MIN_BLOCKS, MIN_ROUNDS
+
+    report = deploykit.benchmark(
+        catalog_paths["mlp_dynamic_batch"],
+        deploykit.BenchPlan(
+            backends=("onnxruntime", "openvino:CPU"), precision="f32", warmup=1, iterations=9, rounds=MIN_ROUNDS
+        ),
+    )
+    assert report.settings.rounds == MIN_ROUNDS
+    for row in report.rows:
+        assert row.ok and len(row.rounds) == MIN_ROUNDS and all(blocks >= MIN_BLOCKS for blocks, _ in row.rounds)
+        assert sum(blocks for blocks, _ in row.rounds) == len(row.blocks) and row.calls() == 9 * MIN_ROUNDS
+    ranked = judging.ranking(report)
+    assert ranked is not None and all(i.sufficient for i in ranked.intervals.values())
+    assert f"{MIN_ROUNDS} rounds" in judging.recommend(report).why or ranked.decision != "faster"
+    assert BenchmarkReport.from_dict(report.to_dict()).rows[0].rounds == report.rows[0].rounds
+    with pytest.raises(UsageError, match=r"--rounds 0 \| expected 1 or more"):
+        deploykit.BenchPlan(rounds=0)

@@ -193,7 +193,7 @@ def test_truncation_check_accepts_whole_images(tiny):
 
 def test_predict_on_a_folder(tiny, tmp_path):
     result = invoke_checked(["predict", tiny["classifier"], tmp_path])
-    assert result.exit_code == 1 and "is a folder, expected an image file" in result.stderr
+    assert result.exit_code == 1 and f"folder '{tmp_path}' | holds no images or videos" in result.stderr
 
 
 def test_garbage_image(tiny, tmp_path):

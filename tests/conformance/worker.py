@@ -50,7 +50,8 @@ def run_deploykit(backend: str, case: NodeCase, options: dict[str, Any]) -> Outc
                 if reason is not None:
                     return Outcome(FAIL, reason)
     except DeployKitError as exc:
-        return Outcome(ERROR, exc.message[:_DETAIL_CHARS], type(exc).__name__)
+        # whole: the message is what the suite judges, and a cut would make it depend on its length
+        return Outcome(ERROR, exc.message, type(exc).__name__)
     except Exception as exc:  # a leak: deploykit let the runtime's own exception through
         return Outcome(ERROR, _text(exc), f"leaked {type(exc).__module__}.{type(exc).__name__}")
     return Outcome(PASS)

@@ -53,6 +53,19 @@ def test_cnn_with_dynamic_batch_on_every_backend(tmp_path):
         np.testing.assert_allclose(session(x)["output"], expected, atol=1e-4, rtol=1e-3)
 
 
+def test_a_pass_on_tiny_outputs_says_it_proved_little_and_how_to_prove_more(tmp_path):
+    report = convert_torch(
+        torch_models.tiny_logits(), (torch.randn(1, 3, 16, 16),), tmp_path / "tiny.onnx",
+        verify_backends=("onnxruntime",), export=TorchExportSettings(exporter="torchscript"),
+    )  # fmt: skip
+    assert report.passed
+    verdict = report.verdicts[0]
+    assert verdict.rule == "element-wise, atol scaled to the reference"
+    assert all(o.atol_scaled is not None and o.atol_scaled < 1e-8 for o in verdict.outputs)
+    note = next(n for n in report.notes if "the check proved little" in n)
+    assert "random weights" in note and "--weights" in note and "--inputs" in note
+
+
 @pytest.mark.slow
 def test_dynamo_exporter_names_dynamic_axes(tmp_path):
     out = tmp_path / "cnn_dynamo.onnx"
@@ -177,7 +190,9 @@ def test_weights_are_loaded_strictly(tmp_path):
     path = tmp_path / "trained.pt"
     torch.save({"state_dict": trained.state_dict()}, str(path))
     out = tmp_path / "trained.onnx"
-    convert_torch(f"{MODELS}:small_cnn", output=out, inputs=["images:1x3x16x16"], weights=path)
+    convert_torch(
+        f"{MODELS}:small_cnn", output=out, inputs=["images:1x3x16x16"], export=TorchExportSettings(weights=str(path))
+    )
     bias = next(t for t in onnx.load(str(out)).graph.initializer if t.name.endswith("head.bias"))
     np.testing.assert_array_equal(onnx.numpy_helper.to_array(bias), np.full(5, 3.0, np.float32))
 
@@ -186,7 +201,12 @@ def test_weights_for_another_architecture(tmp_path):
     path = tmp_path / "lstm.pt"
     torch.save(torch_models.sequence_lstm().state_dict(), str(path))
     with pytest.raises(ConversionError) as caught:
-        convert_torch(f"{MODELS}:small_cnn", output=tmp_path / "x.onnx", inputs=["images:1x3x16x16"], weights=path)
+        convert_torch(
+            f"{MODELS}:small_cnn",
+            output=tmp_path / "x.onnx",
+            inputs=["images:1x3x16x16"],
+            export=TorchExportSettings(weights=str(path)),
+        )
     message = str(caught.value)
     assert "do not fit the model" in message
     assert "missing: conv1.weight" in message and "unexpected: lstm.weight_ih_l0" in message
@@ -199,7 +219,12 @@ def test_mismatched_shapes_are_listed(tmp_path):
     path = tmp_path / "w.pt"
     torch.save(state, str(path))
     with pytest.raises(ConversionError, match=r"1 mismatched: head.weight: file \(7, 16\) vs model \(5, 16\)"):
-        convert_torch(f"{MODELS}:small_cnn", output=tmp_path / "x.onnx", inputs=["images:1x3x16x16"], weights=path)
+        convert_torch(
+            f"{MODELS}:small_cnn",
+            output=tmp_path / "x.onnx",
+            inputs=["images:1x3x16x16"],
+            export=TorchExportSettings(weights=str(path)),
+        )
 
 
 def test_parity_failure_writes_nothing_and_keeps_the_old_file(tmp_path):
@@ -340,10 +365,9 @@ def test_pretrained_mobilenet_v2_recognises_an_eagle(tmp_path):
     report = convert_torch(
         f"{REPO / 'models' / 'torch' / 'mobilenet_v2.py'}:build",
         output=out,
-        weights=weights,
         inputs=["images:1x3x224x224"],
         verify_backends=ALL,
-        export=TorchExportSettings(dynamic={"images": {0: "batch"}}),
+        export=TorchExportSettings(dynamic={"images": {0: "batch"}}, weights=str(weights)),
     )
     assert report.passed, [v.describe() for v in report.verdicts]
     labels = (REPO / "models" / "labels" / "imagenet.txt").read_text().splitlines()
@@ -400,3 +424,20 @@ def test_a_forward_that_writes_into_its_input_is_judged_on_the_original_input(tm
     x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(1, 8)
     with deploykit.load(output, "ort") as session:
         np.testing.assert_allclose(session.run({"x": x})["output"], x * 2 + 1, rtol=1e-6)
+
+
+def test_the_0_1_keywords_still_convert_with_a_deprecation_warning_naming_the_settings(tmp_path):
+    """The documented 0.1 call: export and check keywords given to convert_torch itself."""
+    out = tmp_path / "cnn.onnx"
+    with pytest.warns(DeprecationWarning) as warned:
+        report = deploykit.convert_torch(torch_models.small_cnn(), (torch.randn(1, 3, 32, 32),), out,
+                                         input_names=["images"], dynamic={"images": {0: "batch"}},
+                                         exporter="torchscript", atol=1e-4)  # fmt: skip
+    assert report.passed and report.written
+    assert _dims(out, "images") == ["batch", 3, 32, 32]
+    message = str(warned[0].message)
+    assert "convert_torch(input_names=, dynamic=, exporter=, atol=) is deprecated" in message
+    assert "export=TorchExportSettings(input_names=..., dynamic=..., exporter=...)" in message
+    assert "checks=VerifySettings(thresholds=ThresholdOverrides(atol=...))" in message
+    with pytest.raises(TypeError, match="unexpected keyword argument 'dynamc'"):
+        deploykit.convert_torch(torch_models.small_cnn(), (torch.randn(1, 3, 32, 32),), out, dynamc={})

@@ -51,7 +51,10 @@ def photo_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def local_ray(ray_module):
     """A local Ray with 2 CPUs for the module, shut down afterwards (no stray processes)."""
-    ray_module.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    from deploykit.distributed.cluster import loopback_only
+
+    with loopback_only():
+        ray_module.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         yield ray_module
     finally:

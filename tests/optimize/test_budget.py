@@ -35,17 +35,28 @@ def test_without_images_only_f32_is_an_answer(classifier_path, tmp_path):
     assert "rule: A is faster than B only when" in result.output and "chosen:" in result.output
 
 
-def test_a_tiny_time_budget_still_gives_the_f32_answer(classifier_path, photos, tmp_path):
-    """The budget runs out during the variants: the f32 candidates are screened anyway, the rest stop."""
+def test_a_tiny_time_budget_screens_every_precision_class_first(classifier_path, photos, tmp_path):
+    """The budget runs out while quantizing: one candidate of every variant × precision class is still
+    screened (quantizing cannot starve them), the thread variants stop with the reason, and with no
+    rounds left the decision is inconclusive and goes to the simpler setup."""
     report = optimize(
         classifier_path,
         photos,
         OptimizePlan(backends=["onnxruntime"], threads=[1, 2], engines=["ort"], time_budget=1),
         output=tmp_path / "deploy",
     )
-    assert report.best.config.precision == "f32"
-    stopped = [c for c in report.candidates if c.variant != "float"]
-    assert stopped and all(c.reason == "over the time budget before its screening round" for c in stopped)
+    classes = {(c.variant, c.config.precision) for c in report.candidates}
+    screened = {(c.variant, c.config.precision) for c in report.candidates if c.rounds}
+    assert screened == classes and ("int8-ort", "int8") in screened
+    unmeasured = [c for c in report.candidates if not c.rounds]
+    assert unmeasured and all(
+        c.reason.startswith("over the screening share of the time budget")
+        and "its precision class was screened as" in c.reason
+        for c in unmeasured
+    )
+    assert report.decision.decision in ("inconclusive", "faster", "tied")
+    if report.decision.decision == "inconclusive":
+        assert report.best.config.precision == "f32" and "insufficient evidence" in report.decision.reason
 
 
 def test_ctrl_c_writes_the_best_so_far_marked_partial(classifier_path, tmp_path):

@@ -5,10 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from deploykit.optimize.ranking import DECISION_RULE, Interval, RankEntry, Ranking, bootstrap_interval, rank
+from deploykit.optimize.ranking import (
+    DECISION_RULE,
+    MIN_BLOCKS,
+    MIN_ROUNDS,
+    Interval,
+    RankEntry,
+    Ranking,
+    bootstrap_interval,
+    rank,
+)
 
 
-def _rounds(rng: np.random.Generator, center: float, spread: float, rounds: int = 4, blocks: int = 8) -> list:
+def _rounds(rng: np.random.Generator, center: float, spread: float, rounds: int = 5, blocks: int = 8) -> list:
     return [list(rng.normal(center, spread, blocks)) for _ in range(rounds)]
 
 
@@ -60,19 +69,18 @@ def test_a_tie_on_precision_ties_then_fewer_threads():
 def test_the_bench_bug_a_0_05_percent_difference_is_a_tie_that_keeps_f32():
     """make demo recommended OpenVINO bf16 (p90 3.972 ms) over ORT f32 (3.974 ms): noise, not speed."""
     rng = np.random.default_rng(4)
-    ranking = rank([RankEntry("openvino:CPU bf16", [list(rng.normal(3.972, 0.05, 10))], precision="bf16"),
-                    RankEntry("onnxruntime:cpu f32", [list(rng.normal(3.974, 0.05, 10))], precision="f32")])  # fmt: skip
-    assert ranking.chosen == "onnxruntime:cpu f32"
+    ranking = rank([RankEntry("openvino:CPU bf16", _rounds(rng, 3.972, 0.05, blocks=10), precision="bf16"),
+                    RankEntry("onnxruntime:cpu f32", _rounds(rng, 3.974, 0.05, blocks=10), precision="f32")])  # fmt: skip
+    assert ranking.chosen == "onnxruntime:cpu f32" and ranking.decision == "tied"
 
 
 def test_interval_contains_the_estimate_and_narrows_with_more_rounds():
     rng = np.random.default_rng(5)
-    few = bootstrap_interval(_rounds(rng, 10.0, 1.0, rounds=2))
-    many = bootstrap_interval(_rounds(rng, 10.0, 1.0, rounds=12))
+    few = bootstrap_interval(_rounds(rng, 10.0, 1.0, rounds=5))
+    many = bootstrap_interval(_rounds(rng, 10.0, 1.0, rounds=20))
+    assert few.low is not None and few.high is not None and many.low is not None and many.high is not None
     assert few.low <= few.estimate <= few.high and many.low <= many.estimate <= many.high
     assert many.high - many.low < few.high - few.low
-    point = bootstrap_interval([[3.0]])
-    assert point.low == point.high == point.estimate == 3.0
     assert bootstrap_interval([[1.0, 2.0], [3.0]]).rounds == 2  # rounds of unequal length
 
 
@@ -86,3 +94,39 @@ def test_round_trip_and_bad_input():
         rank([])
     with pytest.raises(ValueError):
         bootstrap_interval([[]])
+
+
+def test_one_sample_each_is_never_faster_and_never_an_interval():
+    """A single timed sample per side cannot support a bootstrap: no interval (not a zero-width
+    one), and however far apart the two values are, the decision is inconclusive and simpler wins."""
+    ranking = rank([RankEntry("ov int8", [[1.0]], precision="int8", quantized=True, calls=1),
+                    RankEntry("ort f32", [[100.0]], precision="f32", calls=1)], unit="ms")  # fmt: skip
+    point = ranking.intervals["ov int8"]
+    assert point.low is None and point.high is None and not point.sufficient
+    assert ranking.decision == "inconclusive" and ranking.chosen == "ort f32" and ranking.leader == "ov int8"
+    assert "insufficient evidence" in ranking.reason and "1 round, 1 blocks, 1 calls" in ranking.reason
+    assert "insufficient evidence" in point.describe("ms") and point.bounds() == "insufficient evidence"
+    assert not point.separated_from(ranking.intervals["ort f32"])
+
+
+@pytest.mark.parametrize(("rounds", "blocks"), [(MIN_ROUNDS - 1, 8), (MIN_ROUNDS, MIN_BLOCKS - 1), (1, 60)])
+def test_below_the_rule_separated_distributions_are_still_inconclusive(rounds, blocks):
+    """Fewer rounds, or rounds of fewer blocks, than the rule asks: no claim, even for a 10x gap."""
+    rng = np.random.default_rng(11)
+    ranking = rank([RankEntry("fast int8", _rounds(rng, 1.0, 0.05, rounds, blocks), precision="int8"),
+                    RankEntry("slow f32", _rounds(rng, 10.0, 0.5, rounds, blocks), precision="f32")])  # fmt: skip
+    assert ranking.decision == "inconclusive" and ranking.chosen == "slow f32"
+    assert all(not i.sufficient for i in ranking.intervals.values())
+
+
+def test_separated_distributions_with_the_rules_evidence_are_faster_and_say_their_evidence():
+    rng = np.random.default_rng(12)
+    entries = [RankEntry("fast int8", _rounds(rng, 1.0, 0.05, MIN_ROUNDS, MIN_BLOCKS), precision="int8", calls=45),
+               RankEntry("slow f32", _rounds(rng, 10.0, 0.5, MIN_ROUNDS, MIN_BLOCKS), precision="f32", calls=45)]  # fmt: skip
+    ranking = rank(entries, unit="ms")
+    assert ranking.decision == "faster" and ranking.chosen == "fast int8"
+    assert "5 rounds, 15 blocks, 45 calls" in ranking.reason
+    data = ranking.to_dict()["intervals"]["fast int8"]
+    assert data["sufficient"] is True and data["rounds"] == MIN_ROUNDS and data["fewest_blocks"] == MIN_BLOCKS
+    assert data["calls"] == 45 and data["low"] < data["high"]
+    assert str(MIN_ROUNDS) in DECISION_RULE and "inconclusive" in DECISION_RULE

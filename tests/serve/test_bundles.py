@@ -61,3 +61,31 @@ def test_a_bundle_refuses_another_backend(bundle):
     done = invoke_checked(["serve", str(bundle), "-b", "openvino"])
     assert done.exit_code == 1, done.stderr
     assert done.stderr.startswith(f"error: bundle '{bundle}' | chose backend onnxruntime; asked for openvino.")
+
+
+def test_a_bundle_loaded_later_gets_the_same_checks(command, bundle, tmp_path, catalog_paths):
+    """The repository extension loads a bundle from the served folder in its own configuration, and
+    refuses one whose model file is not the one the bundle recorded (its SHA-256)."""
+    import shutil
+
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException
+
+    folder = tmp_path / "bundles"
+    for name in ("served", "later", "tampered"):
+        shutil.copytree(bundle, folder / name)
+    model_file = read_bundle(bundle).manifest.model_file
+    shutil.copy(catalog_paths["mlp_dynamic_batch"], folder / "tampered" / model_file)  # valid ONNX, another file
+    server = command(str(folder / "served"))
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http}")
+    client.load_model("later")
+    config = client.get_model_config("later")
+    manifest = read_bundle(bundle).manifest
+    assert config["backend"] == manifest.backend and config["parameters"]["verdict"]["string_value"] == "pass"
+    with pytest.raises(InferenceServerException) as caught:
+        client.load_model("tampered")
+    assert caught.value.status() == "400"
+    assert caught.value.message().startswith(
+        f"model 'tampered' | fails its checks: bundle '{folder / 'tampered'}' | model '{model_file}' has SHA-256"
+    )
+    assert not client.is_model_ready("tampered") and client.is_model_ready("later") and client.is_server_ready()

@@ -71,3 +71,16 @@ def test_bad_image_requests(client, model, body, params, status, message):
     content = yolov4_detector_photo("bus.jpg").read_bytes() if body is None else body
     response = client.post(f"/v2/models/{model}/image", params=params, content=content)
     assert response.status_code == status and message in response.json()["error"], response.text
+
+
+def test_a_model_unloaded_and_loaded_again_answers_images_from_its_new_sessions(client):
+    """The route keeps one pipeline per model; after an unload and a load it must use the new sessions."""
+    photo = darknet_image("eagle.jpg").read_bytes()
+    assert client.post("/v2/models/mobilenet/image", content=photo).status_code == 200
+    assert client.post("/v2/repository/models/mobilenet/unload").status_code == 200
+    refused = client.post("/v2/models/mobilenet/image", content=photo)
+    assert refused.status_code == 503 and "model 'mobilenet' | it was unloaded" in refused.json()["error"]
+    assert client.post("/v2/repository/models/mobilenet/load").status_code == 200
+    answer = client.post("/v2/models/mobilenet/image", content=photo)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["classes"][0]["label"] == "bald eagle"

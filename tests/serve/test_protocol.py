@@ -162,7 +162,7 @@ def test_grpc_typed_contents_are_read_as_well_as_raw_ones(server):
             stub.ModelInfer(request)
         assert caught.value.code() == grpc_library.StatusCode.INVALID_ARGUMENT
         assert "input 'indices' | has 3 data elements, expected 5 for shape [1, 5]" in caught.value.details()
-        unimplemented = service_pb2.RepositoryIndexRequest()
+        unimplemented = service_pb2.CudaSharedMemoryStatusRequest()
         with pytest.raises(grpc_library.RpcError) as caught:
-            stub.RepositoryIndex(unimplemented)
+            stub.CudaSharedMemoryStatus(unimplemented)
         assert caught.value.code() == grpc_library.StatusCode.UNIMPLEMENTED

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import deploykit
+from deploykit.distributed.cluster import loopback_only
 from deploykit.errors import BackendUnavailableError
 from deploykit.serve import BatchPolicy, RaySettings, ServedModel, ServerSettings
 from tests.assets.paths import require_module
@@ -38,7 +39,8 @@ def ray_server(mobilenet_v2) -> Iterator[object]:
     from deploykit.serve.server import create_server
 
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    with loopback_only():
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         server = create_server(
             [ServedModel.from_path(mobilenet_v2, name="mobilenet")],
@@ -137,6 +139,11 @@ def test_the_command_serves_on_ray_and_stops_on_sigterm(command, catalog_paths):
     assert (
         httpx.get(f"http://127.0.0.1:{server.http}/v2/models/mlp", timeout=30).json()["parameters"]["engine"] == "ray"
     )
+    base = f"http://127.0.0.1:{server.http}/v2"
+    assert httpx.get(f"{base}/models/mlp/config", timeout=30).json()["max_batch_size"] == 8
+    assert httpx.get(f"{base}/models/mlp/stats", timeout=30).json()["model_stats"][0]["inference_count"] >= 1
+    refused = httpx.post(f"{base}/repository/models/mlp/unload", timeout=30)  # the replicas would disagree
+    assert refused.status_code == 400 and "is not offered here: --engine ray routes each request" in refused.text
     server.process.send_signal(signal.SIGTERM)
     code, log = server.finish(60)
     assert code == 0 and "received SIGTERM: shutting down" in log and "ray serve application stopped" in log, log

@@ -7,11 +7,16 @@ from deploykit.serve.v2_messages import messages
 from tests.assets.paths import require_module
 
 service_pb2 = require_module("tritonclient.grpc.service_pb2", "pip install 'tritonclient[grpc]'")
+model_config_pb2 = require_module("tritonclient.grpc.model_config_pb2", "pip install 'tritonclient[grpc]'")
+# Triton's extensions (model configuration, statistics, repository): deploykit declares the fields it fills
+EXTENSIONS = ("ModelConfig", "ModelParameter", "ModelInput", "ModelOutput", "ModelInstanceGroup",
+              "ModelDynamicBatching", "ModelStatistics")  # fmt: skip
 
 
 def _generated(name: str):
-    found = service_pb2
-    for part in name.split("."):
+    first, *rest = name.split(".")
+    found = getattr(service_pb2, first, None) or getattr(model_config_pb2, first)
+    for part in rest:
         found = getattr(found, part)
     return found
 
@@ -19,15 +24,27 @@ def _generated(name: str):
 def _fields(descriptor) -> list[tuple]:
     # map entry types are nested per field in the generated stubs and shared per message here: same wire form
     return sorted((f.name, f.number, f.type, f.is_repeated,
-                   f.message_type.name if f.message_type else None) for f in descriptor.fields)  # fmt: skip
+                   f.message_type.name if f.message_type else None,
+                   f.enum_type.full_name if f.enum_type else None) for f in descriptor.fields)  # fmt: skip
 
 
 def test_every_message_has_the_protocol_fields():
     ours = messages()
-    assert len(ours) == 28  # 14 messages of the service (shared memory's 6 included) and 14 nested ones
+    assert len(ours) == 53  # 33 messages of the service and model_config.proto, and 20 nested ones
     for name, cls in ours.items():
         assert cls.DESCRIPTOR.full_name == _generated(name).DESCRIPTOR.full_name
-        assert _fields(cls.DESCRIPTOR) == _fields(_generated(name).DESCRIPTOR), name
+        if name.split(".")[0] in EXTENSIONS:
+            assert set(_fields(cls.DESCRIPTOR)) <= set(_fields(_generated(name).DESCRIPTOR)), name
+        else:
+            assert _fields(cls.DESCRIPTOR) == _fields(_generated(name).DESCRIPTOR), name
+
+
+def test_the_enums_are_numbered_as_model_config_proto_numbers_them():
+    ours = messages()
+    for field, generated in [(ours["ModelInput"].DESCRIPTOR.fields_by_name["data_type"], model_config_pb2.DataType),
+                             (ours["ModelInstanceGroup"].DESCRIPTOR.fields_by_name["kind"],
+                              model_config_pb2.ModelInstanceGroup.Kind)]:  # fmt: skip
+        assert {v.name: v.number for v in field.enum_type.values} == dict(generated.items())
 
 
 def test_infer_messages_round_trip_between_the_two():

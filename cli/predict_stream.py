@@ -1,0 +1,151 @@
+"""``deploykit predict`` on videos, cameras, stream URLs and many images: the frame loop of the CLI.
+
+Results stream as they come: one line per frame on the terminal, one JSON line per frame with
+``--json -`` (stdout) or ``-o FILE.jsonl``, an annotated video or folder with ``--draw``. Whatever was
+written is complete when the run ends early: Ctrl-C exits 130, SIGTERM 143, a damaged video 1, each
+after finalising the video and the JSON lines so far.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import typer
+from rich.table import Table
+
+from deploykit.errors import UsageError
+from deploykit.io import check_outputs, one_line
+
+from .console import console, err_console
+
+INTERRUPTED_EXIT = 130
+
+
+@dataclass(frozen=True)
+class StreamOutputs:
+    """Where a streamed run writes: drawn frames, JSON lines (``-`` is stdout), and what it shows."""
+
+    draw: Path | None = None
+    json_lines: str | None = None
+    show_fps: bool = False
+
+
+def _drawn_kind(sources: list[Any]) -> str:
+    """``video`` when a video, camera or stream is drawn (one source), ``images`` for image files only."""
+    videos = [s for s in sources if s.kind != "images" and s.kind != "image URL"]
+    if not videos:
+        return "images"
+    if len(sources) > 1:
+        raise UsageError(
+            f"--draw | a video, camera or stream draws into one video file, and {len(sources)} sources were given.",
+            hint="draw one video at a time, or drop --draw and use --json - for every source.",
+        )
+    return "video"
+
+
+def check_draw(draw: Path, sources: list[Any], kind: str) -> str:
+    """Refuse a --draw path that cannot be written for these sources, before the work."""
+    from deploykit.vision.outputs import check_image_folder_output, check_video_output
+
+    if kind != "detect":
+        raise UsageError("--draw | draws boxes, and a classifier gives none.", hint="use --json - for its classes.")
+    drawn = _drawn_kind(sources)
+    if drawn == "video":
+        check_video_output(draw)
+    else:
+        check_image_folder_output(draw)
+    inputs = {f"source {i}": Path(s.path) for i, s in enumerate(sources) if hasattr(s, "path")}
+    inputs.update({f"image {i}": f for i, f in enumerate(f for s in sources for f in getattr(s, "files", []))})
+    if drawn == "video":
+        check_outputs({"--draw": draw}, inputs=inputs)
+    else:
+        for name, path in inputs.items():
+            if path.parent.resolve() == draw.resolve():
+                raise UsageError(f"--draw '{draw}' | is the folder {name} '{path}' is read from; drawing there "
+                                 "would overwrite the inputs.", hint="choose another folder.")  # fmt: skip
+    return drawn
+
+
+@contextlib.contextmanager
+def _json_lines(target: str | None) -> Iterator[IO[str] | None]:
+    if target is None:
+        yield None
+    elif target == "-":
+        yield sys.stdout
+    else:
+        with open(target, "w", encoding="utf-8") as file:
+            yield file
+
+
+def _describe(result: Any) -> str:
+    parts = [f"{one_line(r.label, 40)} {r.score:.2f}" for r in result.results[:8]]
+    more = f" (+{len(result.results) - 8})" if len(result.results) > 8 else ""
+    return ", ".join(parts) + more if parts else "nothing"
+
+
+def _summary(stats: Any, where: Any) -> None:
+    summary = stats.summary()
+    table = Table(title=f"{summary['frames']} frames, {summary['fps']:.1f} FPS, {summary['dropped']} dropped")
+    for column in ("stage", "mean ms", "p50 ms", "p90 ms"):
+        table.add_column(column)
+    for stage, values in summary["stages"].items():
+        table.add_row(stage, f"{values['mean_ms']:.1f}", f"{values['p50_ms']:.1f}", f"{values['p90_ms']:.1f}")
+    where.print(table)
+
+
+@contextlib.contextmanager
+def _live_line() -> Iterator[Any]:
+    """A status line on a terminal's stderr, updated per frame; nothing when stderr is not a terminal."""
+    if not err_console.is_terminal:
+        yield lambda text: None
+        return
+    with err_console.status("opening the source") as status:
+        yield lambda text: status.update(text)
+
+
+def _progress(stats: Any) -> str:
+    recent = {stage: values[-30:] for stage, values in stats.samples_ms.items()}
+    stages = " ".join(f"{stage} {sum(v) / len(v):.1f}" for stage, v in recent.items() if v and stage != "wait")
+    return f"{stats.frames} frames, {stats.fps:.1f} FPS, {stats.dropped} dropped; ms: {stages}"
+
+
+def run_stream(stream: Any, outputs: StreamOutputs, drawn: str | None) -> None:
+    """Consume the stream, writing every output as frames arrive; finalise them however the run ends."""
+    from deploykit.vision.outputs import VideoWriter, make_folder, write_image
+    from deploykit.vision.results import draw
+
+    # on a terminal the frame lines go through the console that draws the live line, so they print above it
+    shared_terminal = console.is_terminal and err_console.is_terminal
+    human = err_console if outputs.json_lines == "-" or shared_terminal else console
+    fps = stream.sources[0].fps / stream.every if stream.sources[0].fps else None  # the drawn video plays in real time
+    writer = VideoWriter(outputs.draw, fps) if drawn == "video" and outputs.draw else None
+    if drawn == "images" and outputs.draw is not None:
+        make_folder(outputs.draw)
+    try:
+        with _json_lines(outputs.json_lines) as lines, stream, _live_line() as live:
+            for result in stream:
+                live(_progress(stream.stats))
+                if lines is not None:
+                    lines.write(json.dumps(result.to_dict()) + "\n")  # one write per line: never half a line
+                    lines.flush()
+                fps = f" {stream.stats.fps:.1f} FPS" if outputs.show_fps else ""
+                human.print(f"{one_line(result.frame.name, 60)}:{fps} {_describe(result)}", soft_wrap=True,
+                            markup=False, highlight=False)  # fmt: skip
+                if outputs.draw is not None:
+                    drawn_image = draw(result.frame.image, result.results)
+                    if writer is not None:
+                        writer.write(drawn_image)
+                    else:
+                        write_image(outputs.draw / result.frame.name, drawn_image)
+    except KeyboardInterrupt:
+        raise typer.Exit(INTERRUPTED_EXIT) from None
+    finally:
+        if writer is not None:
+            writer.close()
+        _summary(stream.stats, err_console)

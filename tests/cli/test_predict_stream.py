@@ -1,0 +1,160 @@
+"""``deploykit predict`` on videos, many images, streams and URLs: JSON lines, drawn videos and folders,
+refusals before the work, and a run ended by Ctrl-C or SIGTERM that leaves its outputs whole."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import pytest
+from typer.testing import CliRunner
+
+from deploykit.cli.main import app
+from tests.assets.paths import darknet_image, nudenet_model
+from tests.assets.videos import http_server, pan_zoom_frames, read_video, write_video
+
+CLI = [sys.executable, "-m", "deploykit.cli.main"]
+
+
+@pytest.fixture(scope="module")
+def model() -> str:
+    return str(nudenet_model())
+
+
+@pytest.fixture(scope="module")
+def dog_frames():
+    return pan_zoom_frames(cv2.imread(str(darknet_image("dog.jpg"))), 120)
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory, dog_frames) -> Path:
+    """60 frames of 1280×720 over dog.jpg at 24 fps, mp4v as cv2.VideoWriter writes it."""
+    return write_video(tmp_path_factory.mktemp("clip") / "dog.mp4", dog_frames[::2], fps=24)
+
+
+def _invoke(*args):
+    return CliRunner().invoke(app, ["predict", *(str(a) for a in args)])
+
+
+def _lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_a_video_draws_into_a_video_of_the_same_fps_and_size_and_prints_json_lines(model, clip, tmp_path):
+    out = tmp_path / "drawn.mp4"
+    result = _invoke(model, clip, "--draw", out, "--json", "-", "--conf", "0.05")
+    assert result.exit_code == 0, result.output
+    rows = _lines(result.stdout)
+    assert [r["frame"] for r in rows] == list(range(60)) and all(r["source"] == str(clip) for r in rows)
+    assert any(r["results"] for r in rows) and set(rows[0]["timing"]) >= {"decode_ms", "pre_ms", "infer_ms"}
+    capture = cv2.VideoCapture(str(out))
+    assert capture.get(cv2.CAP_PROP_FPS) == 24 and (capture.get(3), capture.get(4)) == (1280, 720)
+    assert len(read_video(out)) == 60
+    assert "60 frames" in result.stderr and "infer" in result.stderr  # the summary goes beside the JSON
+
+
+def test_every_max_frames_and_a_jsonl_file(model, clip, tmp_path):
+    out = tmp_path / "rows.jsonl"
+    result = _invoke(model, clip, "--every", "5", "--max-frames", "4", "-o", out)
+    assert result.exit_code == 0, result.output
+    assert [r["frame"] for r in _lines(out.read_text())] == [0, 5, 10, 15]
+    assert "frame-000015" in result.stdout
+
+
+def test_several_images_a_glob_and_a_folder_draw_into_a_folder(model, tmp_path):
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for name in ("dog.jpg", "horses.jpg", "eagle.jpg"):
+        (photos / name).write_bytes(darknet_image(name).read_bytes())
+    drawn = tmp_path / "drawn"
+    result = _invoke(model, photos / "dog.jpg", str(photos / "h*.jpg"), photos, "--draw", drawn, "--json", "-")
+    assert result.exit_code == 0, result.output
+    assert [r["name"] for r in _lines(result.stdout)] == ["dog.jpg", "horses.jpg", "dog.jpg", "eagle.jpg", "horses.jpg"]
+    assert sorted(p.name for p in drawn.iterdir()) == ["dog.jpg", "eagle.jpg", "horses.jpg"]
+    assert cv2.imread(str(drawn / "eagle.jpg")).shape == cv2.imread(str(photos / "eagle.jpg")).shape
+
+
+def test_an_mjpeg_stream_url_and_an_image_url(model, dog_frames):
+    with http_server([cv2.resize(f, (640, 360)) for f in dog_frames[:30]], fps=30) as url:
+        result = _invoke(model, url, "--max-frames", "5", "--json", "-")
+    assert result.exit_code == 0, result.output
+    rows = _lines(result.stdout)
+    assert len(rows) == 5 and rows[0]["source"] == url  # not folded into http:/127.0.0.1
+    with http_server(dog_frames[:1], content_type="image/jpeg") as url:
+        result = _invoke(model, url, "--json", "-")
+    assert result.exit_code == 0 and _lines(result.stdout)[0]["name"] == "stream"
+
+
+@pytest.mark.parametrize(
+    ("draw", "message"),
+    [
+        ("{clip}", "is the file this command reads"),
+        ("{tmp}/drawn.gif", "no writer here writes '.gif'; expected .mp4, .avi, .mkv"),
+        ("{tmp}/drawn", "no writer here writes '(no extension)'"),
+    ],
+)
+def test_draw_onto_the_input_or_an_unwritable_format_is_refused_before_the_work(model, clip, tmp_path, draw, message):
+    target = draw.format(clip=clip, tmp=tmp_path)
+    before = clip.read_bytes()
+    result = _invoke(model, clip, "--draw", target, "--json", "-")
+    assert result.exit_code == 1 and message in result.stderr, result.output
+    assert not _lines(result.stdout) and clip.read_bytes() == before
+    assert not [p for p in tmp_path.iterdir() if p.name != clip.name]
+
+
+def test_many_images_refuse_a_draw_file_and_a_json_file(model, tmp_path):
+    photo = darknet_image("dog.jpg")
+    result = _invoke(model, photo, photo, "--draw", tmp_path / "one.jpg")
+    assert result.exit_code == 1 and "names a file, but several images are drawn into a folder" in result.stderr
+    result = _invoke(model, photo, photo, "--json", tmp_path / "rows.json")
+    assert result.exit_code == 1 and "give one JSON line per frame" in result.stderr and "--json -" in result.stderr
+
+
+def test_missing_sources_and_silent_urls_fail_with_their_names(model, tmp_path):
+    result = _invoke(model, tmp_path / "missing.mp4")
+    assert result.exit_code == 1 and f"source '{tmp_path / 'missing.mp4'}' | no such file, folder or camera" in (
+        result.stderr
+    )
+    result = _invoke(model, "rtsp://127.0.0.1:1/stream")
+    assert result.exit_code == 1 and "stream 'rtsp://127.0.0.1:1/stream' | did not open" in result.stderr
+    result = _invoke(model, "63")
+    assert result.exit_code == 1 and "camera '63' | does not exist or is busy" in result.stderr
+
+
+def test_a_truncated_video_processes_the_frames_before_the_damage_and_exits_1(model, dog_frames, tmp_path):
+    whole = write_video(tmp_path / "whole.mkv", [cv2.resize(f, (640, 360)) for f in dog_frames[:40]])
+    cut = tmp_path / "cut.mkv"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    out = tmp_path / "drawn.mp4"
+    result = _invoke(model, cut, "--json", "-", "--draw", out)
+    assert result.exit_code == 1, result.output
+    rows = _lines(result.stdout)
+    assert 0 < len(rows) < 40
+    assert f"decoding stopped at frame {len(rows)} of the 40" in result.stderr
+    assert len(read_video(out)) == len(rows)  # the drawn video so far is finalised
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_sigterm_mid_video_leaves_a_playable_video_and_whole_json_lines(
+    model, dog_frames, tmp_path, signum, code
+):
+    video = write_video(tmp_path / "long.mp4", dog_frames)  # 120 frames: still running when the signal comes
+    out = tmp_path / "drawn.mp4"
+    process = subprocess.Popen([*CLI, "predict", model, str(video), "--draw", str(out), "--json", "-"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        first = process.stdout.readline()  # blocks until the first frame is out (bounded by the 600 s below)
+        assert first.startswith("{"), process.stderr.read()
+        process.send_signal(signum)
+        rest, errors = process.communicate(timeout=600)
+    finally:
+        process.kill()
+    assert process.returncode == code, errors
+    rows = [json.loads(line) for line in (first + rest).splitlines()]  # every line whole
+    assert 0 < len(rows) < 120
+    assert len(read_video(out)) in (len(rows) - 1, len(rows))  # the frame being drawn may miss the video
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".drawn")]  # no temporary left
