@@ -26,6 +26,8 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +38,14 @@ from deploykit.errors import DeployKitError
 
 RESULT_PREFIX = "DEPLOYKIT-RESULT "
 DEFAULT_TIMEOUT_S = 900.0
+#: A worker still running this long is said to be (a long oracle, a hung factory look alike from
+#: outside: the user hears which one, and the limit), and again at every interval after.
+SILENT_NOTICE_S = 30.0
+SILENT_NOTICE_EVERY_S = 60.0
+
+
+class WorkerSilentWarning(UserWarning):
+    """A worker has been running for a long time without an answer (``deploykit`` prints it as one line)."""
 PIPES_GRACE_S = 2.0  # how long a finished worker's pipes may stay open (held by something it started)
 # Run as `python -c _BOOTSTRAP <module> <parent pid>`, before the worker imports anything:
 # - -c puts '' (the current directory) first on sys.path: it goes before any import, so an
@@ -231,6 +241,24 @@ def kill_workers() -> None:
         _kill_group(process)
 
 
+def _say_while_silent(label: str, answered: threading.Event, timeout_s: float) -> None:
+    """Warn while a worker runs with no answer: after ``SILENT_NOTICE_S``, then every
+    ``SILENT_NOTICE_EVERY_S``, until it answers or its limit ends it."""
+    started = time.monotonic()
+    wait = SILENT_NOTICE_S
+    while not answered.wait(wait):
+        elapsed = time.monotonic() - started
+        if elapsed >= timeout_s:
+            return
+        warnings.warn(
+            f"worker '{label}' | still running after {elapsed:.0f} s with no answer yet; it is stopped at "
+            f"{timeout_s:g} s (--timeout to change).",
+            WorkerSilentWarning,
+            stacklevel=1,
+        )
+        wait = SILENT_NOTICE_EVERY_S
+
+
 def run_worker(
     module: str,
     job: Mapping[str, Any],
@@ -264,6 +292,8 @@ def run_worker(
     # exited, such a child would keep communicate() waiting until the time limit. Once the worker is gone
     # and its pipes stay open for a moment, its process group goes (the result line is already written).
     threading.Thread(target=_end_group_after_exit, args=(process, answered), daemon=True).start()
+    label = str(job.get("label") or job.get("backend") or module.rsplit(".", 1)[-1])
+    threading.Thread(target=_say_while_silent, args=(label, answered, timeout_s), daemon=True).start()
     try:
         stdout, stderr = process.communicate(json.dumps(dict(job)), timeout=timeout_s)
     except subprocess.TimeoutExpired:

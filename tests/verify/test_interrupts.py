@@ -68,3 +68,23 @@ def test_a_signal_to_the_command_kills_its_workers(tmp_path, command, signum):
     while _alive(worker) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not _alive(worker), "the worker outlived the command"
+
+
+def test_a_worker_that_runs_long_is_said_while_it_runs(tmp_path, monkeypatch):
+    """A long oracle and a hung backend look alike from outside: the command says which worker is
+    still running, for how long, and when its limit stops it."""
+    from typer.testing import CliRunner
+
+    from deploykit import workers
+    from deploykit.cli.main import app
+
+    monkeypatch.setenv("DEPLOYKIT_BACKENDS", PLUGINS)
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    monkeypatch.setattr(workers, "SILENT_NOTICE_S", 1.0)
+    monkeypatch.setattr(workers, "SILENT_NOTICE_EVERY_S", 2.0)
+    model = _conv(tmp_path / "conv.onnx", [1, 3, 8, 8])
+    result = CliRunner().invoke(app, ["compare", str(model), "-b", "hanger", "--timeout", "6"])
+    assert result.exit_code == 1
+    assert "warning: worker '" in result.stderr and "still running after" in result.stderr, result.stderr
+    assert "it is stopped at 6 s (--timeout to change)" in result.stderr
+    assert "did not finish within 6 s" in result.output
