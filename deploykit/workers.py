@@ -46,6 +46,8 @@ SILENT_NOTICE_EVERY_S = 60.0
 
 class WorkerSilentWarning(UserWarning):
     """A worker has been running for a long time without an answer (``deploykit`` prints it as one line)."""
+
+
 PIPES_GRACE_S = 2.0  # how long a finished worker's pipes may stay open (held by something it started)
 # Run as `python -c _BOOTSTRAP <module> <parent pid>`, before the worker imports anything:
 # - -c puts '' (the current directory) first on sys.path: it goes before any import, so an
