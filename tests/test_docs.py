@@ -11,7 +11,7 @@ README = (REPO / "README.md").read_text()
 
 def test_readme_opens_with_the_two_commands_and_stays_short():
     lines = README.splitlines()
-    assert len(lines) <= 110, f"README.md has {len(lines)} lines; it is a front door: move reference material to docs/"
+    assert len(lines) <= 120, f"README.md has {len(lines)} lines; it is a front door: move reference material to docs/"
     first_block = README[: README.index("## ")]
     assert "make demo" in first_block and "make test" in first_block
 
