@@ -42,12 +42,6 @@ DEFAULT_TIMEOUT_S = 900.0
 #: outside: the user hears which one, and the limit), and again at every interval after.
 SILENT_NOTICE_S = 30.0
 SILENT_NOTICE_EVERY_S = 60.0
-
-
-class WorkerSilentWarning(UserWarning):
-    """A worker has been running for a long time without an answer (``deploykit`` prints it as one line)."""
-
-
 PIPES_GRACE_S = 2.0  # how long a finished worker's pipes may stay open (held by something it started)
 # Run as `python -c _BOOTSTRAP <module> <parent pid>`, before the worker imports anything:
 # - -c puts '' (the current directory) first on sys.path: it goes before any import, so an
@@ -77,6 +71,10 @@ del sys.argv[2]
 import runpy
 runpy.run_module(sys.argv[1], run_name='__main__', alter_sys=True)
 """
+
+
+class WorkerSilentWarning(UserWarning):
+    """A worker has been running for a long time without an answer (``deploykit`` prints it as one line)."""
 
 
 @dataclass(frozen=True)

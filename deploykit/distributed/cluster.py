@@ -161,8 +161,7 @@ def start(ray: Any, address: str | None = None, num_cpus: int | None = None) -> 
     """
     if ray.is_initialized():
         return None
-    # Usage statistics are a network call; a deploy tool must not make one behind the user's back.
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Ray's usage statistics are already off in every process that imports deploykit (deploykit.quiet).
     if address is None:
         check_local_limits()
     else:
