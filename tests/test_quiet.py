@@ -10,14 +10,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import onnx
 import pytest
 
 from tests.quantize.conftest import conv_classifier
-from tests.serve.conftest import free_port
+from tests.serve.conftest import start_command
 
 REPO = Path(__file__).resolve().parents[1]
 DEPLOYKIT = Path(sys.executable).parent / "deploykit"
@@ -111,29 +110,9 @@ def test_convert_compare_bench_quantize_optimize_and_serve_connect_nowhere(audit
     _run(env, "quantize", classifier, "-o", tmp_path / "int8.onnx", "--quantizer", "nncf", "--calibrate", photos)
     _run(env, "optimize", classifier, "--images", photos, "-o", tmp_path / "deploy", "-b", "openvino",
          "--threads", "1", "--quantizer", "nncf", "--time-budget", "40s")  # fmt: skip
-    port = free_port()
-    server = subprocess.Popen([str(DEPLOYKIT), "serve", str(converted), "-b", "openvino", "--http-port", str(port),
-                               "--grpc-port", "none", "--metrics-port", "none"],
-                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO)  # fmt: skip
-    try:
-        _wait_ready(port, server)
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=120)
+    # returns once the server says it is ready
+    server = start_command(str(converted), "-b", "openvino", "--grpc-port", "none", "--metrics-port", "none",
+                           env=env, endpoints=("http",), timeout_s=300)  # fmt: skip
+    server.process.send_signal(signal.SIGTERM)
+    server.finish(120)
     assert not log.exists(), f"connections that would have left the machine:\n{log.read_text()}"
-
-
-def _wait_ready(port: int, server: subprocess.Popen[str]) -> None:
-    import httpx
-
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            pytest.fail(f"serve exited with {server.returncode}: {server.stderr.read() if server.stderr else ''}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    pytest.fail("serve did not become ready")
