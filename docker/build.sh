@@ -26,17 +26,19 @@ if [ "$engine" = podman ] && command -v runc >/dev/null; then engine_cmd+=(--run
 
 build_args=(--network host)
 bundle=${PIP_CERT:-/etc/ssl/certs/ca-certificates.crt}
-if [ -f "$bundle" ]; then
+# a build-time mount is podman's: docker build has no --volume, so a docker build behind such a proxy
+# needs the CA some other way (a BuildKit secret)
+if [ "$engine" = podman ] && [ -f "$bundle" ]; then
     build_args+=(--volume "$bundle:/run/host-ca.crt:ro" --build-arg PIP_CERT=/run/host-ca.crt)
 fi
 
 base_args=()
 if [ "$flavour" = cpu ]; then
-    if "${engine_cmd[@]}" image exists "$official_base" 2>/dev/null \
+    if "${engine_cmd[@]}" image inspect "$official_base" >/dev/null 2>&1 \
         || "${engine_cmd[@]}" pull -q "$official_base" >/dev/null 2>&1; then
         echo "base: $official_base"
     else
-        if ! "${engine_cmd[@]}" image exists "$local_base" 2>/dev/null; then
+        if ! "${engine_cmd[@]}" image inspect "$local_base" >/dev/null 2>&1; then
             command -v mmdebstrap >/dev/null \
                 || fail "step 'base image': $official_base cannot be pulled and mmdebstrap (apt-get install mmdebstrap) is missing to make one."
             echo "base: $official_base cannot be pulled; making $local_base from Debian bookworm (mmdebstrap)"
@@ -45,7 +47,7 @@ if [ "$flavour" = cpu ]; then
             mmdebstrap --quiet --variant=minbase --include=python3,python3-venv,ca-certificates,passwd,libgomp1 \
                 bookworm "$rootfs" \
                 || fail "step 'base image': mmdebstrap could not make a bookworm root file system (no apt access?)."
-            "${engine_cmd[@]}" import --quiet "$rootfs" "$local_base" >/dev/null \
+            "${engine_cmd[@]}" import "$rootfs" "$local_base" >/dev/null \
                 || fail "step 'base image': $engine could not import the root file system."
         fi
         base_args=(--build-arg "PYTHON_IMAGE=$local_base")
