@@ -8,6 +8,13 @@ code for the signal (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP). Once the 
 ``cli.main.main`` takes over: Ctrl-C unwinds (temporary files removed, workers stopped) and ends the
 same way. This module imports only the standard library, and ``deploykit/__init__`` loads nothing
 heavy, so the window before the policy holds is the interpreter's own start.
+
+A runtime's compiled module (onnxruntime's, OpenVINO's, cv2, ncnn: pybind11 modules) calls back into
+Python while it initialises. A KeyboardInterrupt raised there does not unwind: pybind11 turns it into
+an ImportError (the backend then looks uninstalled and the command runs on without it, to exit 0) or
+aborts the process (SIGABRT). So while any compiled module initialises, these signals are held and
+handled the moment it returns (``holding.py``, imported once the policy holds: its imports are
+not small).
 """
 
 from __future__ import annotations
@@ -45,6 +52,9 @@ def install_start_policy() -> None:
 
 def main() -> None:
     install_start_policy()
+    from deploykit.cli.holding import hold_signals_while_compiled_modules_load
+
+    hold_signals_while_compiled_modules_load()
     from deploykit.cli.main import main as run  # the heavy part: typer, rich, the commands
 
     run()

@@ -244,6 +244,9 @@ def main() -> None:
         finally:
             if original is not None:
                 os.close(original)
+            # The work is done: a signal during the interpreter's exit (atexit, module teardown) ends it
+            # with the one line and the shell's code, never a KeyboardInterrupt inside a teardown hook.
+            launch.install_start_policy()
 
 
 def _is_devnull() -> bool:
