@@ -37,6 +37,7 @@ from . import (
     report_cmd,
     run_cmd,
     serve_cmd,
+    version_cmd,
 )
 from .console import err_console
 from .convert_cmd import convert_app
@@ -151,7 +152,7 @@ class _Group(TyperGroup):
 app = typer.Typer(
     cls=_Group,
     name="deploykit",
-    help="Convert models to ONNX, run them on ONNX Runtime, OpenVINO or OpenCV DNN, "
+    help="Convert models to ONNX, run them on ONNX Runtime, OpenVINO, OpenCV DNN or ncnn, "
     "and compare backends on this device.",
     no_args_is_help=True,
     add_completion=False,
@@ -175,6 +176,7 @@ def _root(
     """deploykit: deploy neural networks to edge devices."""
 
 
+app.command("version")(version_cmd.version)
 app.command("backends")(backends_cmd.backends)
 app.command("inspect")(inspect_cmd.inspect)
 app.command("run")(run_cmd.run)

@@ -135,6 +135,12 @@ Precision = Annotated[
     typer.Option("--precision", help="Precision(s), e.g. f32,bf16,f16,int8 (each backend runs those it has here)."),
 ]
 Seed = Annotated[int, typer.Option("--seed", parser=SEED, help="Seed for random inputs.")]
+Json = Annotated[
+    bool,
+    typer.Option("--json", help="Print the result as JSON on stdout (pipe it to jq) instead of the table."),
+]
+"""``--json`` in every command: a flag, JSON on stdout. A file is written with ``-o/--output`` (the
+command's own output) or ``--report DIR`` (a report beside it), never by ``--json``."""
 Timeout = Annotated[
     float,
     typer.Option(

@@ -1,4 +1,4 @@
-"""deploykit: convert models to ONNX and run them on ONNX Runtime, OpenVINO or OpenCV DNN.
+"""deploykit: convert models to ONNX and run them on ONNX Runtime, OpenVINO, OpenCV DNN or ncnn.
 
 The public API::
 

@@ -25,6 +25,7 @@ COMMANDS = {
     "bench": "benchmark", "quantize": "quantize", "optimize": "optimize", "predict": "predict", "serve": "serve",
     "export": "export_ncnn", "inspect": "summarize", "run": "load", "backends": "all_backends",
     "report": "BenchmarkReport", "fleet": None, "demo": None, "models": None, "platforms": None,
+    "version": None,  # deploykit.about.about(): a description of the installation, not a model operation
 }  # fmt: skip
 
 
