@@ -12,6 +12,7 @@ from deploykit.backends.options import as_spec
 from deploykit.backends.registry import backend_names, get_backend
 from deploykit.errors import DeployKitError
 
+from . import options as opt
 from .console import console, print_json
 
 
@@ -50,7 +51,7 @@ def backend_rows() -> list[dict[str, Any]]:
 
 
 def backends(
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    as_json: opt.Json = False,
     show_options: bool = typer.Option(False, "--options", help="Also list each backend's options."),
     check: bool = typer.Option(
         False,

@@ -83,7 +83,7 @@ def bench(
     report_dir: Path = typer.Option(
         None, "--report", parser=folder_out, help="Write report.json/.csv/.md/.html into this directory."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print the JSON report instead of the table."),
+    as_json: opt.Json = False,
     pipeline: str = typer.Option(
         None, "--pipeline", help="detect | classify: time the whole pipeline (pre + inference + post) on --images."
     ),

@@ -40,7 +40,7 @@ def compare(
     require_oracle: bool = typer.Option(False, "--require-oracle", help="Exit 1 when no independent oracle ran."),
     timeout: opt.Timeout = opt.DEFAULT_TIMEOUT,
     options: opt.BackendOptions = [],  # noqa: B006
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    as_json: opt.Json = False,
     platform: str = PLATFORM_OPTION,
 ) -> None:
     """Check every backend against an independent oracle on the same inputs; exit 1 on a failure,

@@ -171,7 +171,7 @@ def devices(
     address: str = typer.Option(
         "auto", "--address", parser=opt.ray_address, help="The cluster (HEAD:6379, ray://HEAD:10001, auto)."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    as_json: opt.Json = False,
 ) -> None:
     """List the device nodes of a Ray cluster: the names `bench --fleet --devices` takes."""
     from rich.table import Table

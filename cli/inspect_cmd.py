@@ -11,6 +11,7 @@ from rich.text import Text
 from deploykit.io import one_line
 from deploykit.model import summarize
 
+from . import options as opt
 from .console import console, print_json
 from .paths import path_in
 
@@ -40,7 +41,7 @@ def shorten(value: str, limit: int = METADATA_PREVIEW_CHARS) -> str:
 
 def inspect(
     model: Path = typer.Argument(..., parser=path_in, help="The .onnx file, or a Darknet .cfg."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+    as_json: opt.Json = False,
     input_size: str = typer.Option(None, "--input-size", help="Darknet: WIDTHxHEIGHT instead of the cfg's."),
     full: bool = typer.Option(False, "--full", help="Show long metadata values whole (default: truncated)."),
 ) -> None:

@@ -8,6 +8,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from . import options as opt
 from .console import console, print_json
 from .convert_cmd import DARKNET_ORACLE_HELP, REPORT_HELP
 from .paths import file_out, folder_out, path_in
@@ -20,7 +21,7 @@ models_app = typer.Typer(
 @models_app.callback()
 def list_models(
     ctx: typer.Context,
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    as_json: opt.Json = False,
 ) -> None:
     """List the recipes (also 'deploykit models list')."""
     if ctx.invoked_subcommand is not None:
@@ -30,9 +31,7 @@ def list_models(
 
 # The group's help says "list them": users type 'models list', so it is a command too.
 @models_app.command("list")
-def list_command(
-    ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")
-) -> None:
+def list_command(ctx: typer.Context, as_json: opt.Json = False) -> None:
     """List the recipes (the same as a bare 'deploykit models')."""
     group_json = bool(ctx.parent and ctx.parent.params.get("as_json"))  # 'models --json list'
     _print_recipes(as_json or group_json)

@@ -107,7 +107,7 @@ def optimize(
     force: bool = typer.Option(False, "--force", help="Replace the bundle in a non-empty --output folder."),
     seed: int = typer.Option(0, parser=opt.SEED, help="Seed of the image split."),
     background_load: opt.BackgroundLoad = 0,
-    as_json: bool = typer.Option(False, "--json", help="Print the JSON report instead of the summary."),
+    as_json: opt.Json = False,
 ) -> None:
     """Find the fastest configuration that still gives the right answer; write it as a bundle."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn

@@ -137,7 +137,7 @@ Precision = Annotated[
 Seed = Annotated[int, typer.Option("--seed", parser=SEED, help="Seed for random inputs.")]
 Json = Annotated[
     bool,
-    typer.Option("--json", help="Print the result as JSON on stdout (pipe it to jq) instead of the table."),
+    typer.Option("--json", help="Print the result as JSON on stdout (pipe it to jq) instead of tables and text."),
 ]
 """``--json`` in every command: a flag, JSON on stdout. A file is written with ``-o/--output`` (the
 command's own output) or ``--report DIR`` (a report beside it), never by ``--json``."""

@@ -10,6 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from . import options as opt
 from .console import console, err_console, print_json
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ PLATFORM_OPTION = typer.Option(None, "--platform", help=PLATFORM_HELP, callback=
 @platforms_app.command("list")
 def list_platforms(
     self_test: bool = typer.Option(True, "--self-test/--no-self-test", help="Run a one-line check in each target."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    as_json: opt.Json = False,
 ) -> None:
     """Every platform, whether it is prepared, its (emulated) CPU and the runtimes' versions there."""
     from deploykit.platforms import PLATFORMS

@@ -88,12 +88,7 @@ def predict(
         help="Detection: draw boxes into this image file; a video's frames into a video (.mp4, .avi, .mkv); "
         "many images into this folder.",
     ),
-    json_path: str = typer.Option(
-        None,
-        "--json",
-        help="One image: write the results as JSON to this file. Videos, streams and many "
-        "images: '-' prints one JSON line per frame on stdout.",
-    ),
+    as_json: opt.Json = False,
     max_frames: int = typer.Option(
         None, "--max-frames", parser=opt.COUNT, help="Stop after this many frames (all sources together)."
     ),
@@ -116,7 +111,8 @@ def predict(
         None,
         "--output",
         "-o",
-        help="FILE.jsonl: one JSON line per frame; a folder (or URI): one JSON row per image (resumable).",
+        help="FILE.jsonl: one JSON line per frame; FILE.json: one image's JSON document; a folder (or URI): "
+        "one JSON row per image (resumable).",
     ),
     check: bool = typer.Option(
         False, "--check", help="Also verify this backend/device on the image against onnx's reference evaluator."
@@ -130,7 +126,8 @@ def predict(
     check_number("--max-frames", max_frames, low=1, integer=True, hint="a positive number of frames, e.g. 100.")
     check_number("--every", every, low=1, integer=True, hint="1 takes every frame, 2 every second one ...")
     kind = _task(model, task)
-    if engine != "local" or (out is not None and not out.endswith(".jsonl")):  # rows per image: distributed
+    json_path = out if out is not None and out.rstrip("/").lower().endswith(".json") else None  # one image's JSON
+    if engine != "local" or (out is not None and json_path is None and not out.endswith(".jsonl")):  # rows per image
         from .fleet_cmd import predict_dataset
 
         # a bundle travels whole: deploykit.distributed opens its backend, device, precision and threads
@@ -143,18 +140,18 @@ def predict(
         raise UsageError(f"task '{task}' | is not auto, detect or classify.", hint="e.g. --task detect.")
     settings = {"labels": labels, "conf": conf, "iou": iou, "agnostic": agnostic, "imagenet": imagenet,
                 "top_k": top_k}  # fmt: skip
-    if _one_image(sources) and out is None and json_path != "-" and max_frames is None:
+    if _one_image(sources) and (out is None or json_path is not None) and not as_json and max_frames is None:
         image = path_in(sources[0])
         _predict_image(model, image, kind, backend, device, settings, draw_path, json_path, check)
         return
-    if json_path not in (None, "-"):
+    if json_path is not None:
         raise UsageError(
-            f"--json '{json_path}' | writes one JSON document for one image; videos, streams and many images give "
-            "one JSON line per frame.",
-            hint="pass --json - for stdout, or -o FILE.jsonl for a file.",
+            f"-o '{json_path}' | writes one JSON document for one image; videos, streams, many images and --json "
+            "give one JSON line per frame.",
+            hint="pass -o FILE.jsonl for a file, or --json for stdout.",
         )
     _predict_stream(model, sources, kind, backend, device, settings,
-                    StreamOutputs(draw_path, "-" if json_path == "-" else out, show_fps),
+                    StreamOutputs(draw_path, "-" if as_json else out, show_fps),
                     max_frames=max_frames, every=every)  # fmt: skip
 
 
@@ -221,7 +218,7 @@ def _predict_image(
     json_path = file_out(json_text) if json_text is not None else None
     if draw_path is not None:
         _check_draw_format(draw_path)
-    check_outputs({"--draw": draw_path, "--json": json_path},
+    check_outputs({"--draw": draw_path, "--output": json_path},
                   inputs={"model": model, "image": image, "--labels": settings["labels"]})  # fmt: skip
     top_k = settings["top_k"]
     if kind == "detect":

@@ -12,7 +12,7 @@ from rich.table import Table
 from deploykit.io import atomic_path, check_outputs
 
 from . import options as opt
-from .console import console
+from .console import console, print_json
 from .paths import file_out, path_in
 
 if TYPE_CHECKING:  # the CLI imports the quantize package (and its runtimes) only when it runs
@@ -117,7 +117,10 @@ def quantize(
         3, "--rounds", parser=opt.COUNT, help="f32 and the result alternate this many times (median p50)."
     ),
     ir: Path = typer.Option(None, "--ir", parser=file_out, help="Also write OpenVINO IR (.xml + .bin) here."),
-    json_path: Path = typer.Option(None, "--json", parser=file_out, help="Write the report as JSON here."),
+    as_json: opt.Json = False,
+    json_path: Path = typer.Option(
+        None, "--json-file", parser=file_out, hidden=True, help="0.1's --json FILE (deprecated): use --json > FILE."
+    ),
     seed: opt.Seed = 0,
 ) -> None:
     """Quantize a model to INT8 (QDQ, per-channel) or convert it to float16; measure what it costs and gains."""
@@ -132,7 +135,10 @@ def quantize(
         rounds=rounds, seed=seed,
     )  # fmt: skip
     report = run_quantize(model, output, settings, calibrate=calibrate, evaluate_on=evaluate_on, ir=ir)
-    _print(report)
+    if as_json:
+        print_json(report.to_dict())
+    else:
+        _print(report)
     if json_path is not None:
         with atomic_path(json_path) as temporary:
             temporary.write_text(json.dumps(report.to_dict(), indent=2, default=str))

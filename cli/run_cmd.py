@@ -43,7 +43,7 @@ def run(
     save: Path = typer.Option(
         None, "--output", "-o", readable=False, parser=file_out, help="Write the outputs to this .npz file."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+    as_json: opt.Json = False,
     timeout: opt.Timeout = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Run a model once and print each output's shape and statistics.

@@ -3,7 +3,8 @@
 Every command says the same thing the same way: ``-o/--output`` is what the command writes (a
 file, or a folder where it writes several), ``-O/--option KEY=VALUE`` a backend option,
 ``--report`` a folder, ``--oracle`` who computes the reference, ``--engine`` where the work runs
-(``local | ray``) and ``--quantizer`` what quantizes a model (``ort | nncf``).
+(``local | ray``), ``--quantizer`` what quantizes a model (``ort | nncf``) and ``--json`` a flag that
+prints the result as JSON on stdout (never a file: that is ``-o`` or ``--report``).
 
 The spellings of deploykit 0.1 are rewritten here, before click parses the command line, with one
 deprecation line on stderr each; ``DEPRECATED`` is the only table of them. No command module
@@ -31,10 +32,28 @@ class Deprecated:
     new: str
     applies: Callable[[str], bool] | None = None
     why: str = ""
+    drop_value: bool = False
+    """The old form's value goes too (``--json -`` becomes the flag ``--json``)."""
+    shown: str = ""
+    """How the deprecation line quotes the old form (default ``old``)."""
+    advice: str = ""
+    """What the line tells the user to write instead (default ``new``)."""
 
 
 def _is_pair(value: str) -> bool:
     return "=" in value
+
+
+def _is_stdout(value: str) -> bool:
+    return value == "-"
+
+
+def _is_json_file(value: str) -> bool:
+    """0.1's ``--json FILE``: a value ending in .json (never a model, an image or an option)."""
+    return value.lower().endswith(".json") and not value.startswith("-")
+
+
+_JSON_IS_A_FLAG = "--json is a flag in every command: JSON on stdout"
 
 
 DEPRECATED: tuple[Deprecated, ...] = (
@@ -46,7 +65,13 @@ DEPRECATED: tuple[Deprecated, ...] = (
     Deprecated(("quantize",), "-e", "--quantizer", why="--engine is where the work runs: local | ray"),
     Deprecated(("optimize",), "--engine", "--quantizer", why="--engine is where the work runs: local | ray"),
     Deprecated(("bench", "compare"), "--reference", "--oracle"),
-)
+    Deprecated(("predict",), "--json", "--json", applies=_is_stdout, why=_JSON_IS_A_FLAG, drop_value=True,
+               shown="--json -"),
+    Deprecated(("predict",), "--json", "--output", applies=_is_json_file, why=_JSON_IS_A_FLAG, shown="--json FILE",
+               advice="-o FILE.json (one image's JSON document)"),
+    Deprecated(("quantize",), "--json", "--json-file", applies=_is_json_file, why=_JSON_IS_A_FLAG,
+               shown="--json FILE", advice="--json > FILE"),
+)  # fmt: skip
 
 
 REPORT_FILE_COMMANDS = ("convert torch", "convert darknet", "models build")
@@ -89,22 +114,30 @@ def modernize(args: Sequence[str], warn: Callable[[str], None] | None = None) ->
         return list(args)
     out, said = list(args[:start]), set()
     rest = list(args[start:])
-    for index, arg in enumerate(rest):
+    index = 0
+    while index < len(rest):
+        arg = rest[index]
+        index += 1
         if arg == "--":
-            out += rest[index:]
+            out += rest[index - 1 :]
             break
         flag, equals, inline = arg.partition("=") if arg.startswith("--") else (arg, "", "")
-        value = inline if equals else (rest[index + 1] if index + 1 < len(rest) else "")
+        value = inline if equals else (rest[index] if index < len(rest) else "")
         entry = next((d for d in table if d.old == flag and (d.applies is None or d.applies(value))), None)
         if entry is None:
             out.append(arg)
             continue
-        out.append(f"{entry.new}={inline}" if equals else entry.new)
-        if entry.old not in said:
-            said.add(entry.old)
+        if entry.drop_value:
+            out.append(entry.new)
+            index += 0 if equals else 1
+        else:
+            out.append(f"{entry.new}={inline}" if equals else entry.new)
+        shown = entry.shown or entry.old
+        if shown not in said:
+            said.add(shown)
             reason = f" ({entry.why})" if entry.why else ""
             (warn or _warn)(
-                f"warning: 'deploykit {command} {entry.old}' is deprecated; use {entry.new}{reason}. "
+                f"warning: 'deploykit {command} {shown}' is deprecated; use {entry.advice or entry.new}{reason}. "
                 "The old spelling goes in the next release."
             )
     return out

@@ -101,12 +101,11 @@ def test_device_file_is_never_replaced(tiny):
          "state_dict"),
         (["run", "{dynamic}", "--save", "{dynamic}"], "dynamic"),
         (["run", "{dynamic}", "-i", "{npz}", "--save", "{npz}"], "npz"),
-        (["predict", "{classifier}", "{image}", "--json", "{classifier}"], "classifier"),
         (["predict", "{classifier}", "{image}", "--draw", "{image}"], "image"),
         (["report", "merge", "{npz}", "-o", "{npz}"], "npz"),
     ],
-    ids=["dn-weights", "dn-cfg", "dn-report-labels", "torch-weights", "run", "run-npz", "predict-json",
-         "predict-draw", "report-merge"],
+    ids=["dn-weights", "dn-cfg", "dn-report-labels", "torch-weights", "run", "run-npz", "predict-draw",
+         "report-merge"],
 )  # fmt: skip
 def test_output_onto_an_input_is_refused(tiny, tmp_path, monkeypatch, command, target):
     assets = copy_assets(tiny, tmp_path, *[n for n in tiny if n not in ("factory",)])
@@ -136,7 +135,7 @@ def test_hard_link_to_an_input_is_refused(tmp_path):
 
 def test_two_outputs_on_one_path(tiny, tmp_path):
     out = tmp_path / "same.json"
-    result = invoke_checked(["predict", tiny["classifier"], tiny["image"], "--json", out, "--draw", out], writes=[out])
+    result = invoke_checked(["predict", tiny["classifier"], tiny["image"], "-o", out, "--draw", out], writes=[out])
     assert result.exit_code == 1
 
 

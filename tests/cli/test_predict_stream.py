@@ -111,7 +111,11 @@ def test_many_images_refuse_a_draw_file_and_a_json_file(model, tmp_path):
     result = _invoke(model, photo, photo, "--draw", tmp_path / "one.jpg")
     assert result.exit_code == 1 and "names a file, but several images are drawn into a folder" in result.stderr
     result = _invoke(model, photo, photo, "--json", tmp_path / "rows.json")
-    assert result.exit_code == 1 and "give one JSON line per frame" in result.stderr and "--json -" in result.stderr
+    assert (
+        result.exit_code == 1
+        and "give one JSON line per frame" in result.stderr
+        and "--json for stdout" in result.stderr
+    )
 
 
 def test_missing_sources_and_silent_urls_fail_with_their_names(model, tmp_path):

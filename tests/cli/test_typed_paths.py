@@ -16,7 +16,7 @@ from tests.fuzz.harness import invoke_checked
         (["run", "{dynamic}", "--save", ""], "'' is empty; expected a path"),
         (["run", "{dynamic}/"], "'{dynamic}/' ends with '/', so it names a folder, but {dynamic} is a file"),
         (["bench", "{dynamic}", "--report", ""], "'' is empty; expected a path"),
-        (["predict", "{classifier}", "{image}", "--json", "{tmp}/rows/"], "ends with '/', so it names a folder"),
+        (["predict", "{classifier}", "{image}", "-o", "{tmp}/rows.json/"], "ends with '/', so it names a folder"),
         (["convert", "darknet", "{cfg}", "{weights}", "-o", "{tmp}/out/"], "ends with '/', so it names a folder"),
         (["convert", "darknet", "{cfg}/", "{weights}", "-o", "{tmp}/m.onnx"], "so it names a folder, but"),
         (["inspect", " "], "' ' is empty; expected a path"),

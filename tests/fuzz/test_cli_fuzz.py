@@ -133,7 +133,8 @@ def test_predict(tiny, workdir, data):
     model = data.draw(mostly(copies["classifier"], paths))
     image = data.draw(mostly(copies["image"], st.one_of(st.just(str(copies["png"])), paths)))
     draw = data.draw(optional(paths.map(lambda p: ["--draw", p])))
-    json_out = data.draw(optional(paths.map(lambda p: ["--json", p])))
+    json_out = data.draw(optional(paths.map(lambda p: ["-o", f"{p}.json"])))  # the one-image JSON document
+    json_out = json_out or data.draw(optional(st.just(["--json"])))  # or JSON lines on stdout
     labels = data.draw(flag("--labels", paths))
     args = ["predict", model, image, *draw, *json_out, *labels]
     args += data.draw(flag("--task", st.sampled_from(["auto", "detect", "classify", "segment"])))

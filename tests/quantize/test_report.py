@@ -143,3 +143,14 @@ def test_cli_json_reads_back(classifier_path, classifier_npz, tmp_path):
     output = report.accuracy.outputs[0]
     assert re.search(rf"logits: cosine / SNR\W+{output.cosine:.5f} / {output.snr_db:.1f} dB", result.output)
     assert read_metadata(out)["accuracy"] == report.metadata()["accuracy"]
+    assert "'deploykit quantize --json FILE' is deprecated; use --json > FILE" in result.stderr  # 0.1's form
+
+
+def test_cli_json_prints_the_report_on_stdout(classifier_path, classifier_npz, tmp_path):
+    out = tmp_path / "q.onnx"
+    result = CliRunner().invoke(app, ["quantize", str(classifier_path), "-o", str(out), "--calibrate",
+                                      str(classifier_npz), "--no-speed", "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = QuantizeReport.from_dict(json.loads(result.stdout))  # nothing but the report on stdout
+    assert report.output == str(out) and read_metadata(out)["accuracy"] == report.metadata()["accuracy"]
+    assert "deprecated" not in result.stderr
