@@ -21,6 +21,7 @@ from deploykit.bench.measure import measure
 from deploykit.bench.plan import BenchPlan
 from deploykit.bench.report import BenchmarkReport
 from deploykit.bench.rows import BenchSettings, ModelInfo, Row
+from deploykit.deprecation import MovedKeywords, fold_keywords
 from deploykit.errors import DeployKitError, ModelError, UsageError
 from deploykit.inputs import batch_axis_of, fed_batch, load_arrays, make_inputs
 from deploykit.io import file_sha256
@@ -152,12 +153,21 @@ def _another_round(
             rows[index] = again
 
 
+# The keywords of 0.1's benchmark, now fields of the BenchPlan it takes.
+_LEGACY = (
+    MovedKeywords("plan", ("backends", "batch", "threads", "precision", "scenario", "streams", "warmup",
+                           "iterations", "duration_s", "shapes", "batch_axes", "seed", "oracle", "isolate",
+                           "cost_per_hour", "options", "thresholds", "max_drop", "timeout_s")),
+)  # fmt: skip
+
+
 def benchmark(
     model: Model | str | os.PathLike[str],
     plan: BenchPlan | None = None,
     *,
     inputs: str | os.PathLike[str] | Mapping[str, np.ndarray] | None = None,
     progress: Progress | None = None,
+    **legacy: object,
 ) -> BenchmarkReport:
     """Benchmark a model on several backends/devices/precisions with the same inputs, and verify each.
 
@@ -170,6 +180,11 @@ def benchmark(
             precision is also judged by the task metric on up to 8 of the images); default
             seeded random data shaped by the plan's ``shapes``/``batch_axes``/the model's metadata.
         progress: called as ``progress(done, total, label)``.
+        **legacy: the keywords of 0.1 (``backends``, ``batch``, ``threads``, ``precision``, ``scenario``,
+            ``streams``, ``warmup``, ``iterations``, ``duration_s``, ``shapes``, ``batch_axes``, ``seed``,
+            ``oracle``, ``isolate``, ``cost_per_hour``, ``options``, ``thresholds``, ``max_drop``,
+            ``timeout_s``), and 0.1's list of backends in ``plan``'s place: still taken in this release,
+            with a ``DeprecationWarning`` naming ``plan=BenchPlan(...)``.
 
     With ``plan.max_drop`` the recommendation is the fastest configuration whose measured accuracy
     delta (1 − top-1 agreement or mAP@0.5 against the f32 model, on real images; 0 for f32) stays
@@ -183,7 +198,10 @@ def benchmark(
     interface = as_model(model)
     model_path = interface.path
     started_sha256 = interface.sha256  # every worker must have timed this file, not a replacement
-    plan = plan or BenchPlan()
+    if plan is not None and not isinstance(plan, BenchPlan):  # 0.1: benchmark(model, ["ort", "openvino"])
+        legacy = {"backends": plan, **legacy}
+        plan = None
+    plan = fold_keywords("benchmark", legacy, {"plan": plan or BenchPlan()}, _LEGACY)["plan"]
     overrides = plan.thresholds.to_dict()
     timeout_s, isolate, cost_per_hour, seed = plan.timeout_s, plan.isolate, plan.cost_per_hour, plan.seed
     candidates, notes = expand_candidates(

@@ -13,7 +13,6 @@ import json
 import os
 import sys
 import time
-import warnings
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +25,7 @@ from deploykit.convert.report import ConversionReport
 from deploykit.convert.specs import InputSpec
 from deploykit.convert.torch_export import output_moves
 from deploykit.convert.torch_stage import PyTorchStage, TorchExportSettings, pytorch_stage, spec_dict
+from deploykit.deprecation import MovedKeywords, fold_keywords
 from deploykit.errors import ConversionError, ParityError
 from deploykit.io import check_onnx_output, check_outputs, commit_outputs, output_scope, scratch_dir
 from deploykit.model import summarize
@@ -265,46 +265,29 @@ def _log_path(output: Path) -> Path:
     return output.with_name(f"{output.name}.export.log")
 
 
+def _tuple_or_none(value: Any) -> tuple[str, ...] | None:
+    return None if value is None else tuple(value)
+
+
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
 # The 0.1 keywords of convert_torch and the settings value each moved into.
-_LEGACY_EXPORT = (
-    "weights", "input_names", "output_names", "dynamic", "opset", "exporter", "simplify", "trust_pickle", "seed",
-    "weights_key", "ignore_keys",
+_LEGACY = (
+    MovedKeywords("export", ("weights", "input_names", "output_names", "dynamic", "opset", "exporter", "simplify",
+                             "trust_pickle", "seed", "weights_key", "ignore_keys"),
+                  convert={"input_names": _tuple_or_none, "output_names": _tuple_or_none, "weights": _text_or_none}),
+    MovedKeywords("checks", ("atol", "rtol"), nested="thresholds"),
 )  # fmt: skip
-_LEGACY_CHECKS = ("atol", "rtol")
 
 
 def _with_legacy_keywords(
     export: TorchExportSettings, checks: VerifySettings, legacy: dict[str, object]
 ) -> tuple[TorchExportSettings, VerifySettings]:
     """``export`` and ``checks`` with 0.1's keywords folded in (warned as deprecated)."""
-    unknown = sorted(set(legacy) - set(_LEGACY_EXPORT) - set(_LEGACY_CHECKS))
-    if unknown:
-        raise TypeError(f"convert_torch() got an unexpected keyword argument '{unknown[0]}'")
-    if not legacy:
-        return export, checks
-    moved: dict[str, Any] = {name: value for name, value in legacy.items() if name in _LEGACY_EXPORT}
-    limits: dict[str, Any] = {name: value for name, value in legacy.items() if name in _LEGACY_CHECKS}
-    replacements = []
-    if moved:
-        replacements.append(f"export=TorchExportSettings({', '.join(f'{name}=...' for name in moved)})")
-        for name in ("input_names", "output_names"):
-            if moved.get(name) is not None:
-                moved[name] = tuple(moved[name])
-        if moved.get("weights") is not None:
-            moved["weights"] = str(moved["weights"])
-        export = replace(export, **moved)
-    if limits:
-        replacements.append(
-            f"checks=VerifySettings(thresholds=ThresholdOverrides({', '.join(f'{n}=...' for n in limits)}))"
-        )
-        checks = replace(checks, thresholds=replace(checks.thresholds, **limits))
-    warnings.warn(
-        f"convert_torch({', '.join(f'{name}=' for name in legacy)}) is deprecated and goes in the next release; "
-        f"pass {' and '.join(replacements)}.",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return export, checks
+    folded = fold_keywords("convert_torch", legacy, {"export": export, "checks": checks}, _LEGACY)
+    return folded["export"], folded["checks"]
 
 
 def _evidence_notes(verdicts: list[Any], weights: str | os.PathLike[str] | None) -> list[str]:

@@ -23,6 +23,7 @@ import numpy as np
 
 from deploykit.backends.options import OptionValue
 from deploykit.backends.registry import REFERENCE_BACKEND
+from deploykit.deprecation import MovedKeywords, fold_keywords
 from deploykit.errors import UsageError, problem_of
 from deploykit.inputs import InputSetting
 from deploykit.model import Model, as_model
@@ -423,12 +424,20 @@ def _no_task_reason(verdict: Verdict, task_reference: tuple[str, Any] | None, or
     return "no task metric: this row's outputs do not cover every image"
 
 
+# The keywords of 0.1's verify_model, now fields of the VerifySettings that compare takes.
+_LEGACY = (
+    MovedKeywords("settings", ("oracle", "precision", "batch", "shapes", "batch_axes", "seed", "thresholds", "options",
+                               "timeout_s", "isolate", "platforms")),
+)  # fmt: skip
+
+
 def compare(
     model: Model | str | os.PathLike[str],
     backends: Sequence[str] | None = None,
     settings: VerifySettings | None = None,
     *,
     inputs: str | os.PathLike[str] | Mapping[str, np.ndarray] | None = None,
+    **legacy: object,
 ) -> VerificationReport:
     """Run the same inputs on every candidate and judge each against the oracle.
 
@@ -442,13 +451,17 @@ def compare(
             worker on this host.
         inputs: an ``.npz``, a dict of arrays, an image or a folder of images (which enables
             the task metric for classifiers and detectors); default seeded random data.
+        **legacy: the keywords of 0.1's ``verify_model`` (``oracle``, ``precision``, ``batch``,
+            ``shapes``, ``batch_axes``, ``seed``, ``thresholds``, ``options``, ``timeout_s``,
+            ``isolate``, ``platforms``): still taken in this release, with a ``DeprecationWarning``
+            naming ``settings=VerifySettings(...)``.
 
     Example:
         ``compare("m.onnx", ["ort", "openvino"], VerifySettings(precision="f32,bf16"))``
     """
     from deploykit.tasks.registry import recognise
 
-    settings = settings or VerifySettings()
+    settings = fold_keywords("compare", legacy, {"settings": settings or VerifySettings()}, _LEGACY)["settings"]
     oracle, timeout_s, isolate, platforms = settings.oracle, settings.timeout_s, settings.isolate, settings.platforms
     interface = as_model(model)
     model_path = interface.path

@@ -26,6 +26,7 @@ from deploykit.convert.darknet.settings import DarknetExportSettings
 from deploykit.convert.darknet.weights import DarknetWeights
 from deploykit.convert.darknet.writer import write_streaming
 from deploykit.convert.report import ConversionReport
+from deploykit.deprecation import MovedKeywords, fold_keywords
 from deploykit.errors import ConversionError, ParityError, UsageError
 from deploykit.io import check_onnx_output, check_outputs, commit_outputs, output_scope, scratch_dir
 from deploykit.labels import read_labels
@@ -109,6 +110,14 @@ def _labels(path: str | os.PathLike[str] | None, net: Network) -> list[str] | No
     return names
 
 
+# The 0.1 keywords of convert_darknet and the settings value each moved into.
+_LEGACY = (
+    MovedKeywords("export", ("input_size", "batch", "head", "opset", "opencv_threshold")),
+    MovedKeywords("checks", ("oracle", "seed", "platforms")),
+    MovedKeywords("checks", ("atol", "rtol"), nested="thresholds"),
+)
+
+
 @output_scope()  # the outputs it checks stay this run's until it returns
 def convert_darknet(
     cfg: str | os.PathLike[str],
@@ -121,6 +130,7 @@ def convert_darknet(
     verify_backends: Sequence[str] = (DEFAULT_BACKEND,),
     keep_on_mismatch: bool = False,
     report_path: str | os.PathLike[str] | None = None,
+    **legacy: object,
 ) -> ConversionReport:
     """Convert a Darknet model to ONNX and verify it.
 
@@ -143,6 +153,10 @@ def convert_darknet(
         keep_on_mismatch: write the file even when verification fails (the error is still raised).
         report_path: also write the report as JSON here, with the model: both or neither (a failed
             check writes neither unless ``keep_on_mismatch``; the error carries the report).
+        **legacy: the keywords of 0.1 (``input_size``, ``batch``, ``head``, ``opset``,
+            ``opencv_threshold``, ``oracle``, ``seed``, ``platforms``, ``atol``, ``rtol``): still taken
+            in this release, with a ``DeprecationWarning`` naming ``export=DarknetExportSettings(...)``
+            or ``checks=VerifySettings(...)``.
 
     Example:
         ``convert_darknet("yolov4-tiny.cfg", "yolov4-tiny.weights", "y.onnx", DarknetExportSettings(head="decoded"))``
@@ -155,6 +169,9 @@ def convert_darknet(
         ParityError: verification failed.
     """
     export, checks = export or DarknetExportSettings(), checks or VerifySettings()
+    if legacy:
+        folded = fold_keywords("convert_darknet", legacy, {"export": export, "checks": checks}, _LEGACY)
+        export, checks = folded["export"], folded["checks"]
     input_size, batch, head, opset, opencv_threshold = (
         export.input_size,
         export.batch,
