@@ -155,7 +155,7 @@ app = typer.Typer(
     help="Convert models to ONNX, run them on ONNX Runtime, OpenVINO, OpenCV DNN or ncnn, "
     "and compare backends on this device.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 

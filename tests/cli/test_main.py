@@ -1,0 +1,62 @@
+"""The root of the ``deploykit`` command: shell completion (typer's), exercised in a real bash."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BIN = Path(sys.executable).parent
+needs_bash = pytest.mark.skipif(shutil.which("bash") is None, reason="no bash on this machine")
+
+
+def _bash(script: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """``script`` in a bash whose PATH starts with this environment's ``deploykit`` and whose HOME is ``home``."""
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "HOME": str(home)}
+    env.pop("_DEPLOYKIT_COMPLETE", None)
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=300)
+
+
+def _complete(words: str, home: Path, setup: str = "source <(deploykit --show-completion)") -> list[str]:
+    """What bash offers for TAB after ``words`` (the last word is the one being completed)."""
+    script = (
+        f"{setup}\n"
+        f"COMP_WORDS=({words}); COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))\n"
+        "_deploykit_completion deploykit\n"
+        'printf "%s\\n" "${COMPREPLY[@]}"\n'
+    )
+    done = _bash(script, home)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+@needs_bash
+def test_show_completion_prints_the_bash_script_for_this_command(tmp_path):
+    done = _bash("deploykit --show-completion", tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "_DEPLOYKIT_COMPLETE=complete_bash" in done.stdout
+    assert "complete -o default -F _deploykit_completion deploykit" in done.stdout
+
+
+@needs_bash
+def test_bash_completes_commands_subcommands_and_options(tmp_path):
+    assert _complete("deploykit ver", tmp_path) == ["version"]
+    assert set(_complete("deploykit models ''", tmp_path)) == {"list", "build"}
+    assert set(_complete("deploykit bench m.onnx --ora", tmp_path)) == {"--oracle", "--oracle-memory"}
+    assert set(_complete("deploykit quantize m.onnx --quant", tmp_path)) == {"--quantizer", "--quantize-head"}
+    assert _complete("deploykit quantize m.onnx --js", tmp_path) == ["--json"]  # 0.1's hidden forms are not offered
+
+
+@needs_bash
+def test_install_completion_writes_only_into_home_and_works_from_there(tmp_path):
+    done = _bash("deploykit --install-completion", tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "bash completion installed in" in done.stdout
+    script = tmp_path / ".bash_completions" / "deploykit.sh"
+    assert script.is_file() and "source" in (tmp_path / ".bashrc").read_text()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".bash_completions", ".bashrc"]
+    assert _complete("deploykit platforms ''", tmp_path, setup=f"source {script}") == ["list", "add", "remove"]
