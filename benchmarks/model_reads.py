@@ -83,7 +83,8 @@ def main() -> None:
             image = np.random.default_rng(index).integers(0, 256, (48, 64, 3), dtype=np.uint8)
             cv2.imwrite(str(photos / f"{index}.jpg"), image)
         started = time.perf_counter()
-        report = deploykit.benchmark(model, ["onnxruntime"], batch=[1, 2], inputs=photos, warmup=1, iterations=5)
+        plan = deploykit.BenchPlan(backends=("onnxruntime",), batch=(1, 2), warmup=1, iterations=5)
+        report = deploykit.benchmark(model, plan, inputs=photos)
         wall = time.perf_counter() - started
         print(json.dumps({
             "deploykit": str(Path(deploykit.__file__).parent),
