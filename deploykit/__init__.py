@@ -79,6 +79,7 @@ if TYPE_CHECKING:  # the real objects, typed
         VerifySettings,
         compare,
     )
+    from deploykit.verify.check import verify_model as verify_model  # 0.1's name of compare, deprecated
     from deploykit.vision.pipelines import Classifier, Detector
     from deploykit.vision.preprocess import PreprocessOverrides
     from deploykit.vision.results import Classification, Detection, draw
@@ -123,6 +124,7 @@ _LAZY = {
     "VerificationReport": "deploykit.verify",
     "VerifySettings": "deploykit.verify",
     "compare": "deploykit.verify",
+    "verify_model": "deploykit.verify.check",  # 0.1's name of compare: deprecated, not in __all__
     "BenchPlan": "deploykit.bench.plan",
     "QuantizeSettings": "deploykit.quantize.settings",
     "OptimizePlan": "deploykit.optimize.plan",

@@ -75,24 +75,27 @@ def fold_keywords(
     legacy: Mapping[str, Any],
     values: Mapping[str, Any],
     moves: tuple[MovedKeywords, ...],
+    renamed: str = "",
 ) -> dict[str, Any]:
     """``values`` (parameter → the settings value given or its default) with 0.1's keywords in
-    ``legacy`` folded in, warned once as deprecated with the replacement; unknown keywords are a TypeError."""
+    ``legacy`` folded in, warned once as deprecated with the replacement; unknown keywords are a TypeError.
+    ``renamed``: the function's new name, when the old name itself is deprecated (warned even without
+    old keywords)."""
     known = {name for move in moves for name in move.keywords}
     unknown = [name for name in legacy if name not in known]
     if unknown:
         raise TypeError(f"{function}() got an unexpected keyword argument '{unknown[0]}'")
-    if not legacy:
+    if not legacy and not renamed:
         return dict(values)
-    folded, replacements = dict(values), []
+    folded, replacements = dict(values), [f"call {renamed}"] if renamed else []
     for move in moves:
         given = {name: item for name, item in legacy.items() if name in move.keywords}
         if given:
             replacements.append(move.replacement(folded[move.parameter], list(given)))
             folded[move.parameter] = move.apply(folded[move.parameter], given)
+    steps = " and ".join(replacements) if renamed else f"pass {' and '.join(replacements)}"
     warnings.warn(
-        f"{function}({', '.join(f'{name}=' for name in legacy)}) is deprecated and goes in the next release; "
-        f"pass {' and '.join(replacements)}.",
+        f"{function}({', '.join(f'{name}=' for name in legacy)}) is deprecated and goes in the next release; {steps}.",
         DeprecationWarning,
         stacklevel=_callers_level(),
     )

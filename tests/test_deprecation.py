@@ -58,6 +58,22 @@ def test_compare_takes_verify_models_0_1_keywords(tiny):
     assert [v.thresholds.atol for v in old.verdicts] == [v.thresholds.atol for v in new.verdicts] == [1e-5]
 
 
+def test_verify_model_the_0_1_name_of_compare(tiny):
+    """The documented 0.1 call: ``verify_model(model, backends, precision=..., inputs=...)``."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        old = deploykit.verify_model(tiny["dynamic"], ["ort"], precision="f32", inputs=tiny["npz"], isolate=False)
+    message = _one_warning(caught)
+    assert "verify_model(precision=, isolate=) is deprecated and goes in the next release; call compare and " in message
+    assert "settings=VerifySettings(precision=..., isolate=...)" in message
+    new = deploykit.compare(tiny["dynamic"], ["ort"], deploykit.VerifySettings(isolate=False), inputs=tiny["npz"])
+    assert [(v.candidate, v.status) for v in old.verdicts] == [(v.candidate, v.status) for v in new.verdicts]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        deploykit.verify_model(tiny["dynamic"], ["ort"], inputs=tiny["npz"])
+    assert "verify_model() is deprecated and goes in the next release; call compare." in _one_warning(caught)
+
+
 def test_convert_darknet_0_1_keywords(tiny, tmp_path):
     old_path, new_path = tmp_path / "old.onnx", tmp_path / "new.onnx"
     with warnings.catch_warnings(record=True) as caught:

@@ -547,6 +547,19 @@ def compare(
     )
 
 
+def verify_model(
+    model: Model | str | os.PathLike[str],
+    backends: Sequence[str] | None = None,
+    *,
+    inputs: str | os.PathLike[str] | Mapping[str, np.ndarray] | None = None,
+    **legacy: object,
+) -> VerificationReport:
+    """0.1's name of ``compare``, with 0.1's keywords: works in this release with a
+    ``DeprecationWarning`` naming ``compare`` and the ``VerifySettings`` to pass; goes in the next."""
+    settings = fold_keywords("verify_model", legacy, {"settings": VerifySettings()}, _LEGACY, renamed="compare")
+    return compare(model, backends, settings["settings"], inputs=inputs)
+
+
 def run_oracle(
     model: Model | str | os.PathLike[str],
     oracle: str,
