@@ -18,7 +18,7 @@ runner = CliRunner()
 
 NO_JSON = {
     "demo": "a guided tour that writes a folder of files and tells the story as it goes",
-    "report": "renders a report that is already JSON (report.json) into tables and pages",
+    "report": "shows a report.json (already JSON) as tables, or merges reports into HTML; a regression is its exit status",
     "serve": "a server: its answers are the KServe v2 JSON over HTTP and gRPC",
     "convert torch": "writes a model; its report goes to --report DIR (report.json)",
     "convert darknet": "writes a model; its report goes to --report DIR (report.json)",
@@ -152,3 +152,26 @@ def test_the_one_image_document_onto_its_input_is_refused(classifier, tmp_path):
     result = runner.invoke(app, ["predict", str(model), str(photo), "-o", str(photo)])
     assert result.exit_code == 1
     assert "is the file this command reads" in result.stderr and photo.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["version"],
+        ["backends"],
+        ["inspect", "{dynamic}"],
+        ["run", "{dynamic}", "-b", "ort"],
+        ["compare", "{dynamic}", "-b", "ort"],
+        ["bench", "{dynamic}", "-b", "ort", "-n", "2", "--warmup", "0"],
+        ["models", "list"],
+        ["models"],
+        ["platforms", "list", "--no-self-test"],
+    ],
+    ids=lambda args: " ".join(a for a in args if not a.startswith("{")),
+)
+def test_json_output_is_one_json_document_on_stdout(tiny, args):
+    """What ``--json`` prints parses as JSON whole: nothing else is mixed into stdout."""
+    argv = [arg.format(**{k: str(v) for k, v in tiny.items()}) for arg in args]
+    result = runner.invoke(app, [*argv, "--json"] if argv != ["models"] else ["models", "--json"])
+    assert result.exit_code == 0, result.output
+    json.loads(result.stdout)
