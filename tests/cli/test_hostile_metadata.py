@@ -65,7 +65,7 @@ def test_a_bad_metadata_value_is_one_error_that_names_the_key(tmp_path, tiny, ke
     photo = tiny["image"]
     metadata = {"deploykit.input": SIZE, key: value}
     model = _dynamic_classifier(tmp_path / "lying.onnx", metadata)
-    result = invoke_checked(["predict", model, photo, "--json", tmp_path / "rows.json"], reads=[model],
+    result = invoke_checked(["predict", model, photo, "-o", tmp_path / "rows.json"], reads=[model],
                             writes=[tmp_path / "rows.json"])  # fmt: skip
     assert result.exit_code == 1
     shown = " ".join(result.stderr.split())

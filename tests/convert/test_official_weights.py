@@ -154,7 +154,7 @@ def test_yolov3_tiny_raw_outputs_match_libdarknet(tmp_path):
 
 
 def test_predict_prints_class_names(yolov4_tiny, tmp_path):
-    result = CliRunner().invoke(app, ["predict", str(yolov4_tiny), str(_photo("dog.jpg")), "--json",
+    result = CliRunner().invoke(app, ["predict", str(yolov4_tiny), str(_photo("dog.jpg")), "-o",
                                       str(tmp_path / "dog.json")])  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "dog" in result.stdout and "bicycle" in result.stdout and "class_16" not in result.stdout

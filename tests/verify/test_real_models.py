@@ -172,7 +172,7 @@ def test_predict_check_prints_and_stores_the_verdict(yolov4_tiny, tmp_path):
 
     out = tmp_path / "p.json"
     result = CliRunner().invoke(
-        app, ["predict", str(yolov4_tiny), str(darknet_image("dog.jpg")), "-b", "ort", "--check", "--json", str(out)]
+        app, ["predict", str(yolov4_tiny), str(darknet_image("dog.jpg")), "-b", "ort", "--check", "-o", str(out)]
     )
     assert result.exit_code == 0, result.output
     assert "check: onnxruntime:cpu: pass against onnx-reference (f32, element-wise)" in result.stdout
