@@ -12,7 +12,7 @@ import typer.main
 from typer.testing import CliRunner
 
 from deploykit.cli.main import app
-from deploykit.cli.vocabulary import modernize
+from deploykit.cli.vocabulary import DEPRECATED, modernize
 
 runner = CliRunner()
 
@@ -62,6 +62,15 @@ def test_every_command_prints_json_or_says_why_not(name):
     assert has_json != (name in NO_JSON), (
         f"'{name}': a command with a result takes --json (cli.options.Json), or is listed in NO_JSON with why not"
     )
+
+
+def test_a_hidden_option_is_only_the_target_of_a_deprecated_spelling():
+    """A hidden option exists so that an old form keeps working: the deprecation table rewrites to it."""
+    targets = {(command, d.new) for d in DEPRECATED for command in d.commands}
+    for name, command in COMMANDS.items():
+        for param in command.params:
+            if getattr(param, "hidden", False):
+                assert any((name, opt) in targets for opt in param.opts), (name, param.opts)
 
 
 def test_no_command_in_the_exemptions_is_gone():
