@@ -36,7 +36,7 @@ from deploykit.verify.check import (
 )
 from deploykit.verify.isolated import CandidateRun
 from deploykit.verify.verdict import OracleInfo
-from deploykit.workers import read_arrays, run_worker, write_arrays
+from deploykit.workers import ResidentWorker, read_arrays, run_worker, write_arrays
 
 Progress = Callable[[int, int, str], None]
 IMAGE_CHECK_LIMIT = 8
@@ -118,6 +118,19 @@ def measure_isolated(
         return row, None, []
     checked = [read_arrays(f"{outputs_path}.check-{i}.npz") for i in range(len(checks))]
     return row, read_arrays(outputs_path), checked
+
+
+def measure_resident(
+    worker: ResidentWorker, model: Path, config: BenchConfig, inputs_path: Path, outputs_path: Path, timeout_s: float
+) -> Row:
+    """One more measurement of the configuration a resident worker holds open (``bench.worker``'s resident
+    mode): its row; a worker that failed or died gives the failure's row, and is not asked again."""
+    job: dict[str, object] = {"model": str(model), "config": config.to_dict(), "inputs": str(inputs_path),
+                              "outputs": str(outputs_path), "check_cases": [], "cost_per_hour": None}  # fmt: skip
+    outcome = worker.ask(job, timeout_s + (config.duration_s or 0))
+    if outcome.result is None:
+        return Row.from_failure(config, outcome.error or "the resident worker gave no result")
+    return Row.from_dict(outcome.result)
 
 
 def _another_round(
