@@ -143,18 +143,22 @@ def _another_round(
     inputs_paths: Mapping[int, Path],
     feeds_by_batch: Mapping[int, dict[str, np.ndarray]],
     scratch: Path,
+    residents: dict[int, ResidentWorker],
 ) -> None:
-    """One more isolated measurement of every configuration that ran, in a rotated order (interleaved
-    with the others, so a slow minute of the machine falls on all of them); its blocks join the row's.
-    A configuration that fails in a later round loses its row to the failure."""
+    """One more measurement of every configuration that ran, in a rotated order (interleaved with the
+    others, so a slow minute of the machine falls on all of them); its blocks join the row's. Isolated
+    rounds run in the configuration's resident worker (``residents``, by row; started at its first extra
+    round, kept open by the caller). A configuration that fails in a later round loses its row to the failure."""
     ok = [index for index, row in enumerate(rows) if row.ok]
     shift = number % len(ok) if ok else 0
     for index in ok[shift:] + ok[:shift]:
         config = rows[index].config
         if plan.isolate:
-            again, _, _ = measure_isolated(model_path, config, inputs_paths[config.batch],
-                                           scratch / f"outputs-{index}-round{number}.npz", [], plan.cost_per_hour,
-                                           plan.timeout_s)  # fmt: skip
+            worker = residents.get(index)
+            if worker is None:
+                worker = residents[index] = ResidentWorker("deploykit.bench.worker", config.label())
+            again = measure_resident(worker, model_path, config, inputs_paths[config.batch],
+                                     scratch / f"outputs-{index}-round{number}.npz", plan.timeout_s)  # fmt: skip
         else:
             try:
                 again, _, _ = measure(interface, config, feeds_by_batch[config.batch], cost_per_hour=plan.cost_per_hour)
@@ -314,9 +318,14 @@ def measure_all(
                 runs.rows.append(row)
                 runs.outputs.append(outputs)
                 runs.checked.append(checked)
-            for number in range(2, plan.rounds + 1):
-                _another_round(runs.rows, number, plan, interface.path, interface, inputs_paths,
-                               feeds.feeds_by_batch, scratch)  # fmt: skip
+            residents: dict[int, ResidentWorker] = {}
+            try:
+                for number in range(2, plan.rounds + 1):
+                    _another_round(runs.rows, number, plan, interface.path, interface, inputs_paths,
+                                   feeds.feeds_by_batch, scratch, residents)  # fmt: skip
+            finally:  # decided, failed or interrupted: no resident worker outlives the rounds
+                for worker in residents.values():
+                    worker.close()
         if progress:
             progress(len(configs), len(configs), "verifying")
     return runs
