@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +42,7 @@ DEFAULT_TIMEOUT_S = 900.0
 #: outside: the user hears which one, and the limit), and again at every interval after.
 SILENT_NOTICE_S = 30.0
 SILENT_NOTICE_EVERY_S = 60.0
+CLOSE_GRACE_S = 5.0  # how long a resident worker may take to exit once its stdin is closed
 PIPES_GRACE_S = 2.0  # how long a finished worker's pipes may stay open (held by something it started)
 # Run as `python -c _BOOTSTRAP <module> <parent pid>`, before the worker imports anything:
 # - -c puts '' (the current directory) first on sys.path: it goes before any import, so an
@@ -207,11 +208,11 @@ def describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
-_live: set[subprocess.Popen[str]] = set()
+_live: set[subprocess.Popen[Any]] = set()
 _live_lock = threading.Lock()
 
 
-def _kill_group(process: subprocess.Popen[str]) -> None:
+def _kill_group(process: subprocess.Popen[Any]) -> None:
     try:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -317,3 +318,120 @@ def run_worker(
             reason = f"the isolated run {ended}"
         return WorkerOutcome(None, reason + (f"; last output: {tail}" if tail else ""), tail)
     return WorkerOutcome(json.loads(lines[-1][len(RESULT_PREFIX) :]), None, tail)
+
+
+def resident_jobs() -> Iterator[dict[str, Any]]:
+    """A resident worker's jobs: one JSON object per line of stdin, until the parent closes it."""
+    for line in sys.stdin:
+        if line.strip():
+            job: dict[str, Any] = json.loads(line)
+            yield job
+
+
+class ResidentWorker:
+    """A worker that stays for many jobs (``python -m module --resident``): one JSON line in, one result
+    line out, each within its own time limit. A search's rounds use it so that a round costs what it
+    measures, not a new process, a runtime's import and a model's load.
+
+    Like ``run_worker``'s, it runs in its own session, dies with the thread that started it (so start it
+    from the thread that uses it, and close it there) and is killed by ``kill_workers``; a job that
+    overruns its limit, or a worker that dies, ends it: later jobs get the same reason.
+    """
+
+    def __init__(self, module: str, label: str, *, interpreter: Interpreter = HOST) -> None:
+        import tempfile
+
+        self.label = label
+        self._stderr = tempfile.TemporaryFile(mode="w+", prefix="deploykit-worker-")
+        environment = {**os.environ, **interpreter.environment} if interpreter.environment else None
+        self._process = subprocess.Popen(
+            [*interpreter.argv(), "-c", _BOOTSTRAP, module, str(os.getpid()), "--resident"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            start_new_session=True,
+            env=environment,
+        )
+        with _live_lock:
+            _live.add(self._process)
+        self._buffer = b""
+        self.ended: str | None = None
+
+    def ask(self, job: Mapping[str, Any], timeout_s: float) -> WorkerOutcome:
+        """Send one job and wait for its result line, at most ``timeout_s`` seconds."""
+        if self.ended is not None:
+            return WorkerOutcome(None, self.ended)
+        process = self._process
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            process.stdin.write((json.dumps(dict(job)) + "\n").encode())
+            process.stdin.flush()
+        except (BrokenPipeError, OSError):
+            return self._end(None)
+        deadline = time.monotonic() + timeout_s
+        descriptor = process.stdout.fileno()
+        import selectors
+
+        with selectors.DefaultSelector() as selector:
+            selector.register(descriptor, selectors.EVENT_READ)
+            while True:
+                line, found, rest = self._buffer.partition(b"\n")
+                if found:
+                    self._buffer = rest
+                    text = line.decode(errors="replace")
+                    if text.startswith(RESULT_PREFIX):
+                        return WorkerOutcome(json.loads(text[len(RESULT_PREFIX) :]), None)
+                    continue  # a runtime's own print: not the answer
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return self._end(f"did not answer within {timeout_s:g} s and was killed (--timeout to change)")
+                if not selector.select(timeout=min(left, 0.2)):  # short waits: the main thread handles signals
+                    continue
+                block = os.read(descriptor, 65536)
+                if not block:
+                    return self._end(None)
+                self._buffer += block
+
+    def _end(self, reason: str | None) -> WorkerOutcome:
+        _kill_group(self._process)
+        tail = self._stderr_tail()
+        if reason is None:
+            reason = f"the resident worker {describe_exit(self._process.returncode)}"
+            reason += f"; last output: {tail}" if tail else ""
+        self.ended = reason
+        self.close()
+        return WorkerOutcome(None, reason, tail)
+
+    def _stderr_tail(self) -> str:
+        try:
+            self._stderr.seek(0)
+            lines = self._stderr.read().strip().splitlines()
+        except (OSError, ValueError):
+            return ""
+        return " | ".join(line.strip() for line in lines[-3:])
+
+    def close(self) -> None:
+        """Close its stdin (it then exits), wait a moment, and kill whatever is left of its group."""
+        process = self._process
+        if process.stdin is not None and not process.stdin.closed:
+            try:
+                process.stdin.close()
+            except OSError:
+                pass
+        try:
+            process.wait(timeout=CLOSE_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        _kill_group(process)
+        if process.stdout is not None:
+            process.stdout.close()
+        with _live_lock:
+            _live.discard(process)
+        self._stderr.close()
+        self.ended = self.ended or "closed"
+
+    def __enter__(self) -> ResidentWorker:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

@@ -47,6 +47,9 @@ def _warnings(output: str) -> list[str]:
 def test_pip_install_prints_no_deprecation_warning(tmp_path, mode):
     output = _install(tmp_path, *(["-e", "."] if mode == "editable" else ["."]))
     bad = _warnings(output)
+    if mode == "wheel":  # package data a reader of reports needs: validation must not switch off when installed
+        installed = list((tmp_path / "venv").glob("lib/python*/site-packages/deploykit/bench/report_schema.json"))
+        assert installed and installed[0].read_text() == (REPO / "docs" / "report-schema.json").read_text()
     if mode == "editable":  # the editable note comes in a '!!' box of its own: only that box is allowed
         bad = [line for line in bad if line.strip() != "!!"]
     assert not bad, "\n".join(bad)

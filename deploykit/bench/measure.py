@@ -110,6 +110,17 @@ def blocks_of(samples_ns: Sequence[int], batch: int) -> list[Block]:
     return blocks
 
 
+def open_session(model: Model | Path, config: BenchConfig) -> tuple[Any, float]:
+    """The configuration's session on ``model`` and its load time in ms: the backend's loading of a model
+    deploykit has already read (a path is read first), not the runtime's import."""
+    backend = get_backend(config.backend)
+    model = backend.read_model(model)
+    backend.import_runtime()
+    start = time.perf_counter_ns()
+    session = backend.open(model, config.device, **config.session_options())
+    return session, (time.perf_counter_ns() - start) / 1e6
+
+
 def measure(
     model: Model | Path,
     config: BenchConfig,
@@ -121,28 +132,37 @@ def measure(
     """Benchmark one configuration; returns its result row, the first run's outputs, and its
     outputs on ``check_cases`` (run after timing, on the same session, for the verification).
     ``load_ms`` times the backend's loading of a model deploykit has already read (a path is read first)."""
-    backend = get_backend(config.backend)
-    model = backend.read_model(model)
-    backend.import_runtime()  # load time is the model's, not the runtime's import
-    start = time.perf_counter_ns()
-    session = backend.open(model, config.device, **config.session_options())
-    load_ms = (time.perf_counter_ns() - start) / 1e6
+    session, load_ms = open_session(model, config)
     with session:
-        start = time.perf_counter_ns()
-        outputs = session.run(feeds)
-        first_ms = (time.perf_counter_ns() - start) / 1e6
-        for _ in range(config.warmup):
-            session.run(feeds)
-        energy_start = _rapl_uj()
-        wall_start = time.perf_counter()
-        if config.scenario == "multistream":
-            samples, wall = _multistream(session, feeds, config)
-        else:
-            samples = _loop(session, feeds, config)
-            wall = time.perf_counter() - wall_start
-        energy_end = _rapl_uj()
-        checked = [session.run(dict(case)) for case in check_cases]
-        info = copy.deepcopy(session.info)
+        return measure_session(session, config, feeds, load_ms, cost_per_hour=cost_per_hour, check_cases=check_cases)
+
+
+def measure_session(
+    session: Any,
+    config: BenchConfig,
+    feeds: Mapping[str, np.ndarray],
+    load_ms: float,
+    *,
+    cost_per_hour: float | None = None,
+    check_cases: Sequence[Mapping[str, np.ndarray]] = (),
+) -> tuple[Row, dict[str, np.ndarray], list[dict[str, np.ndarray]]]:
+    """``measure`` on a session that is already open (a resident worker's, measured round after round);
+    ``load_ms`` is what opening it took."""
+    start = time.perf_counter_ns()
+    outputs = session.run(feeds)
+    first_ms = (time.perf_counter_ns() - start) / 1e6
+    for _ in range(config.warmup):
+        session.run(feeds)
+    energy_start = _rapl_uj()
+    wall_start = time.perf_counter()
+    if config.scenario == "multistream":
+        samples, wall = _multistream(session, feeds, config)
+    else:
+        samples = _loop(session, feeds, config)
+        wall = time.perf_counter() - wall_start
+    energy_end = _rapl_uj()
+    checked = [session.run(dict(case)) for case in check_cases]
+    info = copy.deepcopy(session.info)
     stats = latency_stats(samples)
     throughput = config.batch * len(samples) / wall if wall > 0 else 0.0
     energy = None

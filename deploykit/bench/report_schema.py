@@ -1,4 +1,5 @@
-"""Validating a benchmark report read from disk against ``docs/report-schema.json``.
+"""Validating a benchmark report read from disk against the report schema (``report_schema.json``, package
+data of ``deploykit.bench``; ``docs/report-schema.json`` links to it).
 
 A hand-edited, truncated or foreign report must fail with the JSON path of the first bad
 field (``rows[3].latency: expected object, got null``), never with a ``TypeError`` deep in
@@ -12,12 +13,13 @@ from __future__ import annotations
 import json
 import re
 from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from deploykit.errors import ReportError
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "report-schema.json"
+SCHEMA_NAME = "report_schema.json"
 
 _TYPES: dict[str, Any] = {
     "object": dict,
@@ -29,12 +31,21 @@ _TYPES: dict[str, Any] = {
 
 
 @cache
-def report_schema() -> dict[str, Any] | None:
-    """The report schema, or None where it is not installed (a wheel without docs/)."""
+def report_schema() -> dict[str, Any]:
+    """The report schema, installed with the package (a wheel carries it as package data).
+
+    Raises:
+        ReportError: the file is missing or unreadable (a broken installation): validation never turns
+            itself off.
+    """
     try:
-        schema: dict[str, Any] = json.loads(SCHEMA_PATH.read_text())
-    except (OSError, ValueError):
-        return None
+        schema: dict[str, Any] = json.loads(resources.files("deploykit.bench").joinpath(SCHEMA_NAME).read_text())
+    except (OSError, ValueError) as exc:
+        raise ReportError(
+            f"report schema '{SCHEMA_NAME}' | cannot be read from this deploykit installation ({exc}); "
+            "expected it beside deploykit/bench/report_schema.py.",
+            hint="reinstall deploykit (pip install --force-reinstall deploykit).",
+        ) from exc
     return schema
 
 
@@ -131,8 +142,6 @@ def validate_report(data: Any, path: str | Path) -> None:
         ReportError: ``report 'x.json' | rows[0].latency: expected object, got null.``
     """
     schema = report_schema()
-    if schema is None:
-        return
     problem = first_problem(data, schema, schema)
     if problem:
         raise ReportError(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +38,7 @@ from deploykit.verify.check import (
 )
 from deploykit.verify.isolated import CandidateRun
 from deploykit.verify.verdict import OracleInfo
-from deploykit.workers import read_arrays, run_worker, write_arrays
+from deploykit.workers import ResidentWorker, read_arrays, run_worker, write_arrays
 
 Progress = Callable[[int, int, str], None]
 IMAGE_CHECK_LIMIT = 8
@@ -121,6 +122,19 @@ def measure_isolated(
     return row, read_arrays(outputs_path), checked
 
 
+def measure_resident(
+    worker: ResidentWorker, model: Path, config: BenchConfig, inputs_path: Path, outputs_path: Path, timeout_s: float
+) -> Row:
+    """One more measurement of the configuration a resident worker holds open (``bench.worker``'s resident
+    mode): its row; a worker that failed or died gives the failure's row, and is not asked again."""
+    job: dict[str, object] = {"model": str(model), "config": config.to_dict(), "inputs": str(inputs_path),
+                              "outputs": str(outputs_path), "check_cases": [], "cost_per_hour": None}  # fmt: skip
+    outcome = worker.ask(job, timeout_s + (config.duration_s or 0))
+    if outcome.result is None:
+        return Row.from_failure(config, outcome.error or "the resident worker gave no result")
+    return Row.from_dict(outcome.result)
+
+
 def _another_round(
     rows: list[Row],
     number: int,
@@ -130,18 +144,22 @@ def _another_round(
     inputs_paths: Mapping[int, Path],
     feeds_by_batch: Mapping[int, dict[str, np.ndarray]],
     scratch: Path,
+    residents: dict[int, ResidentWorker],
 ) -> None:
-    """One more isolated measurement of every configuration that ran, in a rotated order (interleaved
-    with the others, so a slow minute of the machine falls on all of them); its blocks join the row's.
-    A configuration that fails in a later round loses its row to the failure."""
+    """One more measurement of every configuration that ran, in a rotated order (interleaved with the
+    others, so a slow minute of the machine falls on all of them); its blocks join the row's. Isolated
+    rounds run in the configuration's resident worker (``residents``, by row; started at its first extra
+    round, kept open by the caller). A configuration that fails in a later round loses its row to the failure."""
     ok = [index for index, row in enumerate(rows) if row.ok]
     shift = number % len(ok) if ok else 0
     for index in ok[shift:] + ok[:shift]:
         config = rows[index].config
         if plan.isolate:
-            again, _, _ = measure_isolated(model_path, config, inputs_paths[config.batch],
-                                           scratch / f"outputs-{index}-round{number}.npz", [], plan.cost_per_hour,
-                                           plan.timeout_s)  # fmt: skip
+            worker = residents.get(index)
+            if worker is None:
+                worker = residents[index] = ResidentWorker("deploykit.bench.worker", config.label())
+            again = measure_resident(worker, model_path, config, inputs_paths[config.batch],
+                                     scratch / f"outputs-{index}-round{number}.npz", plan.timeout_s)  # fmt: skip
         else:
             try:
                 again, _, _ = measure(interface, config, feeds_by_batch[config.batch], cost_per_hour=plan.cost_per_hour)
@@ -193,23 +211,55 @@ def benchmark(
     Example:
         ``deploykit.benchmark("model.onnx", BenchPlan(backends=("ort", "openvino"), iterations=200))``
     """
-    from deploykit.vision.image import IMAGE_SUFFIXES, image_cases, image_feeds
-
-    interface = as_model(model)
-    model_path = interface.path
-    started_sha256 = interface.sha256  # every worker must have timed this file, not a replacement
     if plan is not None and not isinstance(plan, BenchPlan):  # 0.1: benchmark(model, ["ort", "openvino"])
         legacy = {"backends": plan, **legacy}
         plan = None
     plan = fold_keywords("benchmark", legacy, {"plan": plan or BenchPlan()}, _LEGACY)["plan"]
-    overrides = plan.thresholds.to_dict()
-    timeout_s, isolate, cost_per_hour, seed = plan.timeout_s, plan.isolate, plan.cost_per_hour, plan.seed
+    interface = as_model(model)
+    started_sha256 = interface.sha256  # every worker must have timed this file, not a replacement
     candidates, notes = expand_candidates(
         plan.backends, parse_precisions(plan.precision), model_precision=interface.precision, options=plan.options
     )
     if not candidates:
         raise UsageError(f"bench | nothing to run: {'; '.join(notes) or 'no backend is available'}.",
                          hint="'deploykit backends' lists what runs here; f32 runs everywhere.")  # fmt: skip
+    feeds = resolve_inputs(interface, plan, inputs)
+    configs = expand_configs(candidates, batches=feeds.batches,
+                             threads=[None] if plan.threads is None else list(plan.threads), scenario=plan.scenario,
+                             streams=plan.streams, warmup=plan.warmup, iterations=plan.iterations,
+                             duration_s=plan.duration_s)  # fmt: skip
+    runs = measure_all(interface, plan, configs, feeds, progress)
+    notes += judge_measured(interface, plan, configs, feeds, runs)
+    return assemble_report(interface, plan, started_sha256, feeds, runs.rows, notes)
+
+
+@dataclass(frozen=True)
+class BenchInputs:
+    """What every configuration of one ``benchmark`` is fed: the same arrays for every backend.
+
+    Attributes:
+        batches: the batch sizes to measure (the plan's, else the given arrays' own).
+        feeds_by_batch: the inputs of each batch size.
+        checks: the real images' cases the verification also runs (an image source only).
+        image_source: the inputs were an image or a folder of images.
+        kind: ``images``, ``file`` or ``seeded random``, as the report's settings name it.
+    """
+
+    batches: list[int]
+    feeds_by_batch: dict[int, dict[str, np.ndarray]]
+    checks: list[dict[str, np.ndarray]]
+    image_source: bool
+    kind: str
+
+
+def resolve_inputs(
+    interface: Model, plan: BenchPlan, inputs: str | os.PathLike[str] | Mapping[str, np.ndarray] | None
+) -> BenchInputs:
+    """The arrays a benchmark feeds: an ``.npz`` file or a dict (checked against the model), images (resized
+    and normalised as the model's metadata says, with up to ``IMAGE_CHECK_LIMIT`` real cases for the task
+    metric), or seeded random data shaped by the plan's ``shapes``/``batch_axes`` and the model's metadata."""
+    from deploykit.vision.image import IMAGE_SUFFIXES, image_cases, image_feeds
+
     settings, batch_axes = dict(plan.shapes), dict(plan.batch_axes)
     axes = {s.name: batch_axis_of(s, set(), batch_axes) for s in interface.inputs}
     image_source = isinstance(inputs, (str, os.PathLike)) and (
@@ -230,91 +280,127 @@ def benchmark(
             return image_feeds(interface, inputs, size or 1)  # type: ignore[arg-type]
         if given is not None:
             return rebatch(given, axes, size) if size else given
-        return make_inputs(interface.inputs, seed=seed, metadata=interface.metadata_props, batch=size,
-                           settings=settings, batch_axes=batch_axes, model_name=f"'{model_path.name}'")  # fmt: skip
+        return make_inputs(interface.inputs, seed=plan.seed, metadata=interface.metadata_props, batch=size,
+                           settings=settings, batch_axes=batch_axes, model_name=f"'{interface.path.name}'")  # fmt: skip
 
     first_feeds = feeds_for(first_batch)
     batches = [fed_batch(first_feeds, axes)] if batch is None else list(batch)
-    thread_counts: list[int | None] = [None] if plan.threads is None else list(plan.threads)
-    configs = expand_configs(candidates, batches=batches, threads=thread_counts, scenario=plan.scenario,
-                             streams=plan.streams, warmup=plan.warmup, iterations=plan.iterations,
-                             duration_s=plan.duration_s)  # fmt: skip
     feeds_by_batch = {b: first_feeds if b == batches[0] else feeds_for(b) for b in batches}
     checks: list[dict[str, np.ndarray]] = []
     if image_source:
         size = next((v.shape for v in settings.values() if v.shape and len(v.shape) == 4), None)
         checks, _ = image_cases(interface, inputs, IMAGE_CHECK_LIMIT, (size[2], size[3]) if size else None)  # type: ignore[arg-type]
+    kind = "images" if image_source else ("file" if given is not None else "seeded random")
+    return BenchInputs(batches, feeds_by_batch, checks, image_source, kind)
 
-    rows: list[Row] = []
-    outputs_by_row: list[dict[str, np.ndarray] | None] = []
-    checked_by_row: list[list[dict[str, np.ndarray]]] = []
+
+@dataclass
+class MeasuredRuns:
+    """Each configuration's row, its first run's outputs and its outputs on the check cases (same order)."""
+
+    rows: list[Row] = field(default_factory=list)
+    outputs: list[dict[str, np.ndarray] | None] = field(default_factory=list)
+    checked: list[list[dict[str, np.ndarray]]] = field(default_factory=list)
+
+
+def measure_all(
+    interface: Model, plan: BenchPlan, configs: Sequence[BenchConfig], feeds: BenchInputs, progress: Progress | None
+) -> MeasuredRuns:
+    """Every configuration measured once (in its own worker unless ``plan.isolate`` is off), then
+    ``plan.rounds - 1`` more interleaved rounds, all under the plan's background load."""
+    runs = MeasuredRuns()
     with tempfile.TemporaryDirectory(prefix="deploykit-bench-") as scratch_dir:
         scratch = Path(scratch_dir)
         inputs_paths, check_paths = {}, []
-        for b, feeds in feeds_by_batch.items():
+        for b, arrays in feeds.feeds_by_batch.items():
             inputs_paths[b] = scratch / f"inputs-b{b}.npz"
-            write_arrays(inputs_paths[b], feeds)
-        for index, case in enumerate(checks):
+            write_arrays(inputs_paths[b], arrays)
+        for index, case in enumerate(feeds.checks):
             check_paths.append(scratch / f"check-{index}.npz")
             write_arrays(check_paths[-1], case)
         with background_load(BackgroundLoad(plan.background_load)):  # every timed run under the same load
             for index, config in enumerate(configs):
                 if progress:
                     progress(index, len(configs), config.label())
-                if isolate:
-                    row, outputs, checked = measure_isolated(model_path, config, inputs_paths[config.batch],
+                if plan.isolate:
+                    row, outputs, checked = measure_isolated(interface.path, config, inputs_paths[config.batch],
                                                               scratch / f"outputs-{index}.npz", check_paths,
-                                                              cost_per_hour, timeout_s)  # fmt: skip
+                                                              plan.cost_per_hour, plan.timeout_s)  # fmt: skip
                 else:
                     try:
-                        row, outputs, checked = measure(interface, config, feeds_by_batch[config.batch],
-                                                        cost_per_hour=cost_per_hour, check_cases=checks)  # fmt: skip
+                        row, outputs, checked = measure(interface, config, feeds.feeds_by_batch[config.batch],
+                                                        cost_per_hour=plan.cost_per_hour,
+                                                        check_cases=feeds.checks)  # fmt: skip
                     except DeployKitError as exc:
                         row, outputs, checked = Row.from_failure(config, exc), None, []
-                rows.append(row)
-                outputs_by_row.append(outputs)
-                checked_by_row.append(checked)
-            for number in range(2, plan.rounds + 1):
-                _another_round(rows, number, plan, model_path, interface, inputs_paths, feeds_by_batch, scratch)
+                runs.rows.append(row)
+                runs.outputs.append(outputs)
+                runs.checked.append(checked)
+            residents: dict[int, ResidentWorker] = {}
+            try:
+                for number in range(2, plan.rounds + 1):
+                    _another_round(runs.rows, number, plan, interface.path, interface, inputs_paths,
+                                   feeds.feeds_by_batch, scratch, residents)  # fmt: skip
+            finally:  # decided, failed or interrupted: no resident worker outlives the rounds
+                for worker in residents.values():
+                    worker.close()
         if progress:
             progress(len(configs), len(configs), "verifying")
+    return runs
 
+
+def judge_measured(
+    interface: Model, plan: BenchPlan, configs: Sequence[BenchConfig], feeds: BenchInputs, runs: MeasuredRuns
+) -> list[str]:
+    """Each row's verdict against the oracle (per batch size, or on the real images with the task metric);
+    returns the notes on how it was judged."""
+    notes: list[str] = []
     task = None
-    if image_source:
+    rows = runs.rows
+    if feeds.image_source:
         from deploykit.tasks.registry import recognise
 
         task = recognise(interface.output_specs(), interface.metadata_props)
-        groups = {0: (list(range(len(rows))), checks)}
+        groups = {0: (list(range(len(rows))), feeds.checks)}
     else:
-        groups = {b: ([i for i, c in enumerate(configs) if c.batch == b], [feeds_by_batch[b]]) for b in batches}
+        groups = {b: ([i for i, c in enumerate(configs) if c.batch == b], [feeds.feeds_by_batch[b]])
+                  for b in feeds.batches}  # fmt: skip
     for members, cases in groups.values():
-        oracle_cases = cases  # every image: the task metric of every row is measured against the oracle
-        info, references = run_oracle(interface, plan.oracle, oracle_cases, timeout_s=timeout_s, isolate=isolate,
+        # every image: the task metric of every row is measured against the oracle
+        info, references = run_oracle(interface, plan.oracle, cases, timeout_s=plan.timeout_s, isolate=plan.isolate,
                                       memory_bytes=plan.oracle_memory_bytes)  # fmt: skip
-        runs = []
+        candidates = []
         for i in members:
-            first_outputs = outputs_by_row[i]
-            produced = checked_by_row[i] if image_source else ([first_outputs] if first_outputs is not None else [])
+            first_outputs = runs.outputs[i]
+            produced = runs.checked[i] if feeds.image_source else ([first_outputs] if first_outputs is not None else [])
             error = None if rows[i].ok and produced else (rows[i].error or "no outputs")
             ran = rows[i].session
             run = CandidateRun(configs[i].label(), None if ran is None else ran.to_dict(), produced, error,
                                hint=rows[i].hint)  # fmt: skip
-            runs.append((run, configs[i].precision))
+            candidates.append((run, configs[i].precision))
         if references is None:
-            first = next((run for run, _ in runs if run.ok), None)
+            first = next((run for run, _ in candidates if run.ok), None)
             if first is not None:
                 detail = f"{info.detail}; " if info.detail else ""
                 info = OracleInfo(first.label, False, detail + f"configurations compared with {first.label}")
                 references = first.outputs
         if info.detail:
             notes.append(f"oracle: {info.detail}")
-        verdicts = judge_runs(runs, cases, references, info, overrides=overrides, task=task)
+        verdicts = judge_runs(candidates, cases, references, info, overrides=plan.thresholds.to_dict(), task=task)
         for i, verdict in zip(members, verdicts, strict=True):
             if rows[i].ok:
                 rows[i].set_verdict(verdict)
-    if image_source and task is None:
+    if feeds.image_source and task is None:
         notes.append("no task metric: the model is neither a classifier nor a detector deploykit recognises")
+    return notes
 
+
+def assemble_report(
+    interface: Model, plan: BenchPlan, started_sha256: str, feeds: BenchInputs, rows: list[Row], notes: list[str]
+) -> BenchmarkReport:
+    """The report of the measured and judged rows, ranked (``judging.judge``), once the model file is
+    known to be the one measured from start to end."""
+    model_path = interface.path
     final_sha256 = file_sha256(model_path)
     if final_sha256 != started_sha256:
         raise ModelError(
@@ -329,10 +415,10 @@ def benchmark(
             warmup=plan.warmup,
             iterations=None if plan.duration_s else plan.iterations,
             duration_s=plan.duration_s,
-            seed=seed,
-            isolated=isolate,
-            cost_per_hour=cost_per_hour,
-            inputs="images" if image_source else ("file" if given is not None else "seeded random"),
+            seed=plan.seed,
+            isolated=plan.isolate,
+            cost_per_hour=plan.cost_per_hour,
+            inputs=feeds.kind,
             max_drop=plan.max_drop,
             background_load=BackgroundLoad(plan.background_load).to_dict(),
             rounds=plan.rounds,

@@ -29,6 +29,7 @@ from deploykit.optimize.manifest import WAIT_OPTION
 from deploykit.optimize.ranking import MIN_BLOCKS, MIN_ROUNDS, Interval, bootstrap_interval
 from deploykit.optimize.results import RoundResult
 from deploykit.verify.verdict import OracleInfo
+from deploykit.workers import ResidentWorker
 
 MAX_ROUNDS = 12
 # How far past the time budget the precision classes' first looks may run (a share of the budget):
@@ -118,6 +119,9 @@ class Search:
         self.task_reference: tuple[str, list[dict[str, np.ndarray]]] | None = None
         self.truth: list[int] | None = None  # the accuracy images' true classes (class folders of a classifier)
         self.reference_top1: float | None = None
+        # the finalists' resident workers (``halve``), by label: a round costs its measurement, not a new
+        # process, the runtime's import and the model's load, so more rounds fit the budget
+        self.residents: dict[str, ResidentWorker] = {}
         self.measurements = 0
         task, preprocess, labels = pipeline_facts(model)
         self.task_name = task
@@ -198,7 +202,7 @@ class Search:
 
     # --- measuring -------------------------------------------------------------------------
     def _measure(self, state: CandidateState, *, screening: bool) -> Row | None:
-        from deploykit.bench.runner import measure_isolated
+        from deploykit.bench.runner import measure_isolated, measure_resident
 
         duration = SCREEN_DURATION_S if screening else ROUND_DURATION_S
         # at least MIN_CALLS calls, so that even a slow model's round has the rule's MIN_BLOCKS blocks
@@ -206,15 +210,16 @@ class Search:
         self.measurements += 1
         outputs = self.scratch / f"outputs-{self.measurements}.npz"
         began = time.perf_counter()
-        row, _, checked = measure_isolated(
-            state.path,
-            config,
-            self._input_for(config.batch),
-            outputs,
-            self.check_paths if screening else [],
-            None,
-            self.timeout_s,
-        )
+        checked: list[dict[str, np.ndarray]] = []
+        if screening:  # a fresh process: the verification's check cases run on it too
+            row, _, checked = measure_isolated(
+                state.path, config, self._input_for(config.batch), outputs, self.check_paths, None, self.timeout_s
+            )
+        else:  # the rounds: the candidate's resident worker, its session open since its first round
+            worker = self.residents.get(state.label)
+            if worker is None:
+                worker = self.residents[state.label] = ResidentWorker("deploykit.bench.worker", state.label)
+            row = measure_resident(worker, state.path, config, self._input_for(config.batch), outputs, self.timeout_s)
         state.cost_s = time.perf_counter() - began
         for leftover in self.scratch.glob(f"outputs-{self.measurements}.npz*"):
             leftover.unlink()
@@ -464,6 +469,14 @@ class Search:
         left with the rule's evidence, ``MAX_ROUNDS`` are done or the next round would overrun the
         time budget (then the decision may be inconclusive, and says so)."""
         self._shortlist()
+        try:
+            self._rounds()
+        finally:  # however the rounds end (decided, out of time, Ctrl-C): no resident worker stays
+            for worker in self.residents.values():
+                worker.close()
+            self.residents.clear()
+
+    def _rounds(self) -> None:
         for number in range(2, MAX_ROUNDS + 1):
             alive = [s for s in self.states if s.alive and s.rounds]
             if not alive or self._decided(alive):
