@@ -84,7 +84,8 @@ def test_no_command_in_the_exemptions_is_gone():
          "'deploykit predict --json -' is deprecated; use --json (--json is a flag in every command: JSON on stdout)"),
         (["predict", "m.onnx", "clip.mp4", "--json=-"], ["predict", "m.onnx", "clip.mp4", "--json"], "--json -"),
         (["predict", "m.onnx", "dog.jpg", "--json", "dog.json"], ["predict", "m.onnx", "dog.jpg", "--output", "dog.json"],
-         "'deploykit predict --json FILE' is deprecated; use -o FILE.json (one image's JSON document)"),
+         "'deploykit predict --json FILE' is deprecated; use -o FILE.json (--json is a flag in every command: "
+         "JSON on stdout; -o writes the file)"),
         (["quantize", "m.onnx", "-c", "photos", "--json", "q.JSON"],
          ["quantize", "m.onnx", "-c", "photos", "--json-file", "q.JSON"],
          "'deploykit quantize --json FILE' is deprecated; use --json > FILE"),
