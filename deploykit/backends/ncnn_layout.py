@@ -28,7 +28,7 @@ from deploykit.backends.ncnn_convert import (
 from deploykit.errors import ModelError, ModelNotFoundError, UnsupportedModelError, UsageError
 from deploykit.inputs import parse_input_settings, plan_inputs
 from deploykit.model import Model, as_model
-from deploykit.tensors import Dim, TensorSpec
+from deploykit.tensors import TENSOR, Dim, TensorSpec
 
 IO_FORMAT = "deploykit-ncnn-io"
 """The ``format`` field of the ``.json`` beside an exported ``.param``/``.bin`` pair."""
@@ -98,6 +98,7 @@ def onnx_layout(model: Model | Path, options: Mapping[str, Any], *, fp16_weights
     interface = as_model(model)
     model_path = interface.path
     subject = f"'{model_path.name}'"
+    _refuse_non_tensors(interface, subject)
     try:
         plan = plan_inputs(
             interface.inputs,
@@ -273,6 +274,23 @@ def _unknown_layers_error(subject: str, unknown: Sequence[tuple[str, str]]) -> U
     return UnsupportedModelError(
         f"backend 'ncnn' | cannot run {subject}: ncnn has no layer for {plural} {describe_layers(unknown)}.",
         hint=_UNKNOWN_LAYERS_HINT,
+    )
+
+
+def _refuse_non_tensors(interface: Model, subject: str) -> None:
+    """A sequence or optional input or output, refused before pnnx runs: an ncnn blob is one tensor
+    (a ``Mat``), so such a value has no ncnn counterpart, and pnnx would fail on it in its own words."""
+    found = [f"{side} '{spec.name}' is a {spec.type_text()}"
+             for side, specs in (("input", interface.inputs), ("output", interface.outputs))
+             for spec in specs if spec.kind != TENSOR]  # fmt: skip
+    if not found:
+        return
+    head, _, rest = found[0].partition(" is ")
+    said = f"{head} | is {rest}" if len(found) == 1 else f"{subject} | " + "; ".join(found)
+    raise UnsupportedModelError(
+        f"{said}; ncnn's inputs and outputs are single tensors (float32 Mats), it has no sequence or optional values.",
+        hint="return tensors instead (each item as its own output, or a Concat of them), or use another backend "
+        "(onnxruntime runs sequences).",
     )
 
 

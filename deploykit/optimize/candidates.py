@@ -247,6 +247,9 @@ def make_variants(
                 made = QuantizeSettings(held_out=0, measure_speed=False, seed=seed, **settings)
                 run_quantize(model, path, made, calibrate=calibrate)
         except DeployKitError as exc:
+            if isinstance(exc, InputError) and exc.subject.startswith("image '"):
+                # a photo only decoding showed broken (1x1 pixels, two channels): the user's data, refused
+                raise InputError(users_paths(exc.message, calibration), hint=exc.hint) from exc
             notes.append(f"variant {name}: not made ({users_paths(exc.message, calibration)})")
             continue
         seconds = round(time.perf_counter() - started, 2)

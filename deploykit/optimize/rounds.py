@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 
 from deploykit.bench.rows import Row, accuracy_delta
-from deploykit.errors import ParityError, UsageError
+from deploykit.errors import InputError, ParityError, UsageError
 from deploykit.optimize.accuracy import DeltaInterval, min_images, share_interval
 from deploykit.optimize.accuracy import bootstrap_interval as bootstrap_delta
-from deploykit.optimize.candidates import SCREEN_DURATION_S, WARMUP, CandidateState, link_folder
+from deploykit.optimize.candidates import SCREEN_DURATION_S, WARMUP, CandidateState, link_folder, users_paths
 from deploykit.optimize.manifest import WAIT_OPTION
 from deploykit.optimize.ranking import MIN_BLOCKS, MIN_ROUNDS, Interval, bootstrap_interval
 from deploykit.optimize.results import RoundResult
@@ -140,7 +140,10 @@ class Search:
 
         if accuracy:
             folder = link_folder(self.scratch / "accuracy", [(p, None) for p in accuracy])
-            self.cases, _ = image_cases(self.model, folder, len(accuracy))
+            try:
+                self.cases, _ = image_cases(self.model, folder, len(accuracy))
+            except InputError as exc:  # named by the user's photo, not by its link in the working folder
+                raise InputError(users_paths(exc.message, folder), hint=exc.hint) from exc
             self.task = recognise({s.name: s for s in self.interface.outputs}, self.interface.metadata_props)
         else:
             self.cases = [

@@ -21,7 +21,7 @@ import numpy as np
 from deploykit.errors import InputError, UsageError
 from deploykit.io import file_sha256, hash_file
 from deploykit.tensors import TensorSpec
-from deploykit.vision.image import Preprocess, list_images, load_image
+from deploykit.vision.image import Preprocess, check_image_files, list_images, load_image
 
 DEFAULT_CALIBRATION_SIZE = 100
 DEFAULT_HELD_OUT = 0.2
@@ -83,14 +83,20 @@ class CalibrationData:
 
 
 def labelled_images(folder: Path) -> list[tuple[Path, str | None]]:
-    """Images of a folder and of its immediate sub-folders (whose names are the true classes)."""
+    """Images of a folder and of its immediate sub-folders (whose names are the true classes).
+
+    Raises:
+        InputError: the folder is none, holds no images, or holds files that are no whole image
+            (every one named: ``check_image_files``).
+    """
     if not folder.is_dir():
         raise InputError(
             f"images '{folder}' | is not a folder.", hint="pass a folder of images (or folder/<class>/*.jpg)."
         )
-    found: list[tuple[Path, str | None]] = [(p, None) for p in list_images(folder)]
+    found: list[tuple[Path, str | None]] = [(p, None) for p in list_images(folder, screen=False)]
     for child in sorted(p for p in folder.iterdir() if p.is_dir()):
-        found += [(p, child.name) for p in list_images(child)]
+        found += [(p, child.name) for p in list_images(child, screen=False)]
+    check_image_files([path for path, _ in found], folder)
     if not found:
         raise InputError(
             f"images '{folder}' | the folder holds no images (looked for .jpg, .png, .bmp, .webp, .tif, "

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from deploykit.errors import BackendUnavailableError, QuantizationError, exception_line
+from deploykit.errors import BackendUnavailableError, InputError, QuantizationError, exception_line
 from deploykit.quantize.calibration import CalibrationData, ort_reader
 
 if TYPE_CHECKING:
@@ -151,6 +151,8 @@ def quantize_ort(
                 calibrate_method=methods[method],
                 extra_options={"ActivationSymmetric": False, "WeightSymmetric": True},
             )
+    except InputError:  # a calibration photo that only decoding showed broken: the user's data, named as such
+        raise
     except Exception as exc:
         raise_if_out_of_room(exc, output)
         raise QuantizationError(
@@ -193,7 +195,7 @@ def quantize_nncf(
                     subset_size=len(data.calibration),
                     ignored_scope=ignored,
                 )
-    except BackendUnavailableError:
+    except (BackendUnavailableError, InputError):
         raise
     except Exception as exc:
         raise_if_out_of_room(exc, output)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from deploykit.errors import InputError
-from deploykit.io import regular_file_problem, shown, special_file_problem
+from deploykit.io import regular_file_problem, shown
 from deploykit.metadata import RESIZES
 from deploykit.vision.preprocess import PreprocessOverrides
 
@@ -275,22 +275,96 @@ def to_tensor(
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 
 
-def list_images(folder: Path) -> list[Path]:
-    """The image files of a folder (by suffix), sorted by name.
+def list_images(folder: Path, *, screen: bool = True) -> list[Path]:
+    """The image files of a folder (by suffix), sorted by name, each screened by ``check_image_files``.
+
+    Args:
+        folder: the folder to list.
+        screen: False leaves the screening to a caller that gathers files from several folders and
+            screens them together (so one message names every bad file).
 
     Raises:
         InputError: one of them is not a regular file (a FIFO, a device such as a link to /dev/zero, a
-            socket, a folder): named by kind before anything reads it.
+            socket, a folder) or not a whole image: every such file named, before anything decodes one.
     """
     files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-    for file in files:
-        problem = special_file_problem(file)  # a dangling link is the reader's to report
-        if problem is not None:
-            raise InputError(
-                f"image '{shown(file)}' | {problem}; expected an image file.",
-                hint=f"remove it from {shown(folder)}, or point at a folder that holds only images.",
-            )
+    if screen:
+        check_image_files(files, folder)
     return files
+
+
+SCREEN_HEAD_BYTES = 64 * 1024
+SCREEN_TAIL_BYTES = 4096
+IMAGE_SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"BM", b"II*\x00", b"MM\x00*")
+MAX_NAMED_FILES = 20
+
+
+def image_file_problem(file: Path) -> str | None:
+    """Why ``file`` is no whole image, from its first and last bytes, without decoding it; None if it
+    looks whole. It says what ``load_image`` would say of the file, in the same words, before any
+    image of a set is decoded (a JPEG's end is read whole only when its tail holds no end marker)."""
+    problem = regular_file_problem(file)
+    if problem is not None:
+        return problem
+    try:
+        with file.open("rb") as stream:
+            head = stream.read(SCREEN_HEAD_BYTES + SCREEN_TAIL_BYTES)
+            tail = head
+            if len(head) == SCREEN_HEAD_BYTES + SCREEN_TAIL_BYTES:
+                stream.seek(-SCREEN_TAIL_BYTES, os.SEEK_END)
+                tail = stream.read()
+    except OSError as exc:
+        return f"cannot be read ({(exc.strerror or str(exc)).lower()})"
+    if not head:
+        return "is empty (0 bytes)"
+    known = head.startswith(IMAGE_SIGNATURES) or (head[:4] == b"RIFF" and head[8:12] == b"WEBP")
+    if not known and not _cv2().haveImageReader(str(file)):
+        return "is not an image OpenCV can read"
+    size = _header_size(head)
+    if size is not None and size[0] * size[1] > MAX_IMAGE_PIXELS:
+        return f"is {size[0]}x{size[1]} pixels, more than the {MAX_IMAGE_PIXELS / 1e6:.0f} megapixels deploykit decodes"
+    if size is not None and min(size) < MIN_SIDE:
+        return f"is {size[0]}x{size[1]} pixels; at least {MIN_SIDE}x{MIN_SIDE} is needed"
+    if tail is head:
+        return _truncation(head)
+    if head[:2] == b"\xff\xd8" and tail.rfind(b"\xff\xd9") > tail.rfind(b"\xff\xda"):
+        return None  # the last marker of the file is an end-of-image after every scan: whole
+    if head[:2] == b"\xff\xd8":  # a trailer after the image (a motion photo's video): the whole file decides
+        return _truncation(file.read_bytes())
+    return _truncation(head[:8] + tail)
+
+
+def check_image_files(files: Sequence[Path], folder: Path | None = None) -> None:
+    """Refuse a set of photos when any of them cannot be read, naming every such file and why.
+
+    A command that reads a user's photos (calibration, the accuracy split, ``compare``/``bench``
+    inputs, ``predict`` over a folder) reads all of them or none: a photo left out in silence
+    would change the calibration, the split and the verdict without a word, and one message that
+    names every bad file lets them all be fixed at once.
+
+    Raises:
+        InputError: ``images 'FOLDER' | 2 of 40 files are not whole images: ...`` (a single file
+            given alone keeps its own ``image 'FILE' | ...`` message).
+    """
+    bad = [(file, problem) for file in files if (problem := image_file_problem(file)) is not None]
+    if not bad:
+        return
+    if folder is None and len(files) == 1:
+        file, problem = bad[0]
+        raise InputError(f"image '{shown(file)}' | {problem}.", hint="check the path of the image.")
+
+    def name(file: Path) -> str:
+        return shown(file.relative_to(folder) if folder is not None and file.is_relative_to(folder) else file)
+
+    named = "; ".join(f"'{name(file)}': {problem}" for file, problem in bad[:MAX_NAMED_FILES])
+    more = f"; and {len(bad) - MAX_NAMED_FILES} more" if len(bad) > MAX_NAMED_FILES else ""
+    subject = f"images '{shown(folder)}'" if folder is not None else "images"
+    verb = "is not a whole image" if len(bad) == 1 else "are not whole images"
+    raise InputError(
+        f"{subject} | {len(bad)} of {len(files)} files {verb} deploykit can read: {named}{more}.",
+        hint="remove or replace them (re-copy a truncated file); deploykit reads every photo of a set or none, "
+        "so a result never rests on fewer photos than you gave.",
+    )
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ import numpy as np
 
 from deploykit.errors import InputError
 from deploykit.io import shown
-from deploykit.vision.image import IMAGE_SUFFIXES, _cv2, decode_image, list_images, load_image
+from deploykit.vision.image import IMAGE_SUFFIXES, _cv2, check_image_files, decode_image, list_images, load_image
 
 VIDEO_SUFFIXES = (".mp4", ".avi", ".mkv", ".webm", ".mov", ".m4v", ".mpg", ".mpeg", ".ts", ".wmv", ".flv")
 STREAM_SCHEMES = ("rtsp://", "rtsps://", "rtmp://", "http://", "https://", "udp://", "tcp://")
@@ -401,7 +401,7 @@ def _files(spec: str) -> list[Source]:
     """A file, a folder or a glob (a path is never a URL here)."""
     path = Path(spec)
     if path.is_dir():
-        images = list_images(path)
+        images = list_images(path, screen=False)  # open_sources screens the images of every source at once
         videos = sorted(p for p in path.iterdir() if p.suffix.lower() in VIDEO_SUFFIXES and p.is_file())
         if not images and not videos:
             raise InputError(f"folder '{shown(path)}' | holds no images or videos.",
@@ -453,11 +453,19 @@ def open_source(spec: str | os.PathLike[str] | int, *, timeout_s: float = DEFAUL
 def open_sources(
     specs: Sequence[str | os.PathLike[str] | int], *, timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> list[Source]:
-    """Every source of ``specs``, in order; what was opened is closed again when a later one fails."""
+    """Every source of ``specs``, in order; what was opened is closed again when a later one fails.
+
+    Raises:
+        InputError: as ``open_source``; and image files that are no whole image, every one named
+            (``check_image_files``) before any frame is read.
+    """
     opened: list[Source] = []
     try:
         for spec in specs:
             opened.extend(open_source(spec, timeout_s=timeout_s))
+        images = [source for source in opened if isinstance(source, ImageFiles)]
+        folder = Path(images[0].spec) if len(images) == 1 and Path(images[0].spec).is_dir() else None
+        check_image_files([file for source in images for file in source.files], folder)
     except BaseException:
         for source in opened:
             source.close()

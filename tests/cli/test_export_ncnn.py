@@ -138,6 +138,39 @@ def test_a_model_ncnn_cannot_take_is_refused_by_operator(tmp_path):
     assert "ncnn has no layer for operator Gather (node 'Gather_0')" in result.stderr
 
 
+def _sequence_model(path: Path) -> Path:
+    """Relu of x, and x twice as a sequence: one tensor output and one sequence output."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"]), helper.make_node("SequenceConstruct", ["x", "y"], ["pair"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4]),
+         helper.make_tensor_sequence_value_info("pair", TensorProto.FLOAT, [1, 4])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_a_sequence_output_is_named_with_what_ncnn_takes(classifier, tmp_path):
+    """pnnx's own failure on a sequence output read as a converter crash; the output is named before it runs."""
+    path = _sequence_model(tmp_path / "pair.onnx")
+    result = invoke_checked(
+        ["export", "ncnn", path, "-o", tmp_path / "out"], reads=[path], writes=_outputs(tmp_path / "out")
+    )
+    said = " ".join(result.stderr.split())
+    assert result.exit_code == 1, said
+    assert (
+        "error: output 'pair' | is a sequence<float32(1, 4)>; ncnn's inputs and outputs are single tensors "
+        "(float32 Mats), it has no sequence or optional values." in said
+    ), said
+    assert "Hint: return tensors instead" in said and "pnnx" not in said and "Traceback" not in said
+    result = invoke_checked(["compare", path, "-b", "ncnn"], reads=[path])  # the backend says the same
+    assert "output 'pair' | is a sequence<float32(1, 4)>" in " ".join(result.output.split())
+
+
 def test_a_dynamic_size_needs_shape(tmp_path):
     entry = next(e for e in CATALOG if e.name == "symbolic_sequence")
     path = tmp_path / "sequence.onnx"
