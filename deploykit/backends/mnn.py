@@ -306,25 +306,25 @@ def _native_interface(path: Path) -> tuple[Path, list[TensorSpec], list[TensorSp
                 f"model '{path.name}' | its interface file {io_path.name} cannot be read ({exc}).",
                 hint=f"write it again with deploykit export mnn, or remove {io_path.name} to open the file alone.",
             ) from exc
-    expr, _ = _modules()
+    _, nn = _modules()
     with captured_stdout() as said:
         try:
-            variables = expr.load_as_dict(str(path))
-            inputs, outputs = expr.get_inputs_and_outputs(variables)
+            names = nn.load_module_from_file(str(path), [], []).get_info()
+            declared = nn.load_module_from_file(str(path), names["inputNames"], names["outputNames"]).get_info()
         except Exception as exc:
-            inputs, outputs, failure = None, None, exc
-    if inputs is None or outputs is None:
-        reason = " ".join("".join(said).split()) or str(failure)
+            declared, failure = None, exc
+    if declared is None:
+        reason = " ".join(line.strip() for line in "".join(said).splitlines() if "device supports" not in line)
         raise UnsupportedModelError(
-            f"backend 'mnn' | cannot read '{path.name}': it is not an MNN model ({reason}).",
+            f"backend 'mnn' | cannot read '{path.name}': it is not an MNN model ({reason or failure}).",
             hint="pass a .mnn file written by MNN's converter or deploykit export mnn.",
         )
     specs_in = []
-    for name, variable in inputs.items():
+    for name, variable in zip(declared["inputNames"], declared["inputs"], strict=True):
         kind = str(variable.dtype).rpartition(".")[2]
         shape = tuple(int(d) if int(d) >= 0 else None for d in variable.shape)
         specs_in.append(TensorSpec(name, np.dtype(_NUMPY_TYPES.get(kind, np.float32)), shape))
-    specs_out = [TensorSpec(name, np.dtype(np.float32), None) for name in outputs]
+    specs_out = [TensorSpec(name, np.dtype(np.float32), None) for name in declared["outputNames"]]
     return path, specs_in, specs_out, {}, False
 
 

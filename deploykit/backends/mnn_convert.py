@@ -36,6 +36,8 @@ BIZ_CODE = "deploykit"
 # The child: the converter's binding and nothing else (``MNN.tools`` is never imported).
 _CHILD = "import sys\nimport _tools\n_tools.mnnconvert(['mnnconvert', *sys.argv[1:]])\n"
 _NOT_SUPPORTED = re.compile(r"These Op Not Support:\s*(.*)")
+_STAMP = re.compile(r"^\[\d\d:\d\d:\d\d\] :\d+: ")
+"""The time and source line MNN's log puts before a message."""
 _EXTRA_HINT = "pip install 'deploykit[mnn]'."
 
 
@@ -174,6 +176,7 @@ def unsupported_layers_error(model: Model, ops: Sequence[str]) -> UnsupportedMod
 
 def log_reason(log: str) -> str:
     """The converter's last lines that say something went wrong (else its last lines)."""
-    lines = [line.strip() for line in log.splitlines() if line.strip() and "device supports" not in line]
+    lines = [_STAMP.sub("", line).strip() for line in log.splitlines() if "device supports" not in line]
+    lines = [line for line in lines if line]
     said = [line for line in lines if re.search(r"error|not support|unsupport|fail|abort|what\(\)", line, re.I)]
     return "; ".join((said or lines or ["no output"])[-3:])
