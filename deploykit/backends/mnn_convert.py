@@ -164,11 +164,12 @@ def unsupported_layers_error(model: Model, ops: Sequence[str]) -> UnsupportedMod
     if proto is not None:
         for index, node in enumerate(walk_nodes(proto.graph)):
             if node.op_type in nodes:
-                nodes[node.op_type].append(node.name or f"#{index} → {', '.join(node.output)}")
+                nodes[node.op_type].append(node.name or f"node {index} making {', '.join(node.output)}")
     count = sum(len(names) for names in nodes.values()) or len(ops)
     listed = "; ".join(f"{op} ({', '.join(nodes[op])})" if nodes[op] else op for op in ops)
     return UnsupportedModelError(
-        f"backend 'mnn' | MNN's converter cannot take {count} layer(s) of '{model.name}': {listed}.",
+        f"backend 'mnn' | MNN's converter cannot take {count} layer(s) of '{model.name}': it has no conversion for "
+        f"{listed}.",
         hint="run the model on another backend (e.g. -b onnxruntime), or export it without those ops; "
         "'deploykit inspect' lists the model's ops.",
     )
