@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.mnn_convert import CONVERTER_VARIABLE
 from deploykit.backends.options import OptionSpec, cpu_count
 from deploykit.errors import InputError, ModelError, ModelNotFoundError, UnsupportedModelError, UsageError
 from deploykit.model import Model
@@ -178,6 +179,12 @@ class MnnBackend(Backend):
     def devices(self) -> list[str]:
         self.import_runtime()
         return ["cpu"]
+
+    def emulated_environment(self) -> dict[str, str]:
+        """The converter only writes a file (the same on every architecture); under emulation the
+        worker runs it with the host's interpreter, since the target's cannot be started as a child
+        without the kernel's binfmt set up. MNN itself, which computes, is the target's build."""
+        return {CONVERTER_VARIABLE: sys.executable}
 
     def precisions(self, device: str | None = None) -> list[str]:
         """f32, and f16/bf16 where MNN really stores activations so here (see ``applied_precisions``)."""

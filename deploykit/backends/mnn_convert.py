@@ -29,7 +29,8 @@ ENTRY_VERSION = 1
 CONVERT_TIMEOUT_S = 600
 MODEL_NAME, LOG_NAME = "model.mnn", "convert.log"
 CONVERTER_VARIABLE = "DEPLOYKIT_MNN_CONVERTER"
-"""Set to ``off`` to make the converter unavailable (a ``.mnn`` file still opens)."""
+"""The Python interpreter (with the ``mnn`` package) that runs the converter instead of this one, or
+``off`` to make the converter unavailable (a ``.mnn`` file still opens)."""
 BIZ_CODE = "deploykit"
 """The tag MNN's converter writes into a model (``bizCode``); without one it prints a complaint."""
 
@@ -61,6 +62,14 @@ def converter_version() -> str:
         raise BackendUnavailableError(
             "backend 'mnn' | the 'mnn' package, which holds MNN's converter, is not installed.", hint=_EXTRA_HINT
         ) from exc
+
+
+def converter_python() -> str:
+    """The interpreter that runs the converter: ``$DEPLOYKIT_MNN_CONVERTER`` when it names one, else this one."""
+    import os
+
+    given = os.environ.get(CONVERTER_VARIABLE, "").strip()
+    return given if given and given.lower() != "off" else sys.executable
 
 
 def converter_arguments(source: Path, target: Path, *, fp16_weights: bool) -> list[str]:
@@ -108,7 +117,7 @@ def run_converter(model: Model, target: Path, *, fp16_weights: bool, cwd: Path) 
     Raises:
         UnsupportedModelError: the converter failed, timed out or wrote nothing.
     """
-    command = [sys.executable, "-c", _CHILD, *converter_arguments(model.path, target, fp16_weights=fp16_weights)]
+    command = [converter_python(), "-c", _CHILD, *converter_arguments(model.path, target, fp16_weights=fp16_weights)]
     try:
         done = subprocess.run(
             command,
@@ -119,6 +128,11 @@ def run_converter(model: Model, target: Path, *, fp16_weights: bool, cwd: Path) 
             timeout=CONVERT_TIMEOUT_S,
             check=False,
         )
+    except OSError as exc:
+        raise BackendUnavailableError(
+            f"backend 'mnn' | cannot start {command[0]} to run MNN's converter: {exc.strerror or exc}.",
+            hint=f"point ${CONVERTER_VARIABLE} at a Python interpreter that has the mnn package, or unset it.",
+        ) from exc
     except subprocess.TimeoutExpired as exc:
         raise UnsupportedModelError(
             f"backend 'mnn' | MNN's converter did not finish converting '{model.name}' in {CONVERT_TIMEOUT_S} s.",
