@@ -1,4 +1,4 @@
-"""``deploykit export``: ONNX → a runtime's own files, verified (``export ncnn``)."""
+"""``deploykit export``: ONNX → a runtime's own files, verified (``export ncnn``, ``export mnn``)."""
 
 from __future__ import annotations
 
@@ -55,4 +55,36 @@ def ncnn_command(
     console.print(f"[bold]{escape(str(model))}[/] → {done.param}, {done.bin}, {done.io}  ({done.weights} weights)")
     console.print("  names: " + ", ".join(f"{name} = {blob}" for name, blob in done.names.items()))
     console.print(verdict_table(f"the exported pair against {done.oracle.name}", done.verdicts))
+    print_details(done.verdicts, done.notes)
+
+
+@export_app.command("mnn")
+def mnn_command(
+    model: Path = typer.Argument(..., parser=path_in, help="The .onnx file."),
+    output: Path = typer.Option(
+        ...,
+        "--output",
+        "-o",
+        readable=False,
+        parser=file_out,
+        help="OUT.mnn (or OUT): writes OUT.mnn and OUT.json (the ONNX interface and metadata).",
+    ),
+    inputs: Path = typer.Option(None, "--inputs", parser=path_in, help="An image or a folder of images to verify on."),
+    atol: opt.Atol = None,
+    rtol: opt.Rtol = None,
+    timeout: opt.Timeout = opt.DEFAULT_TIMEOUT,
+) -> None:
+    """Convert an ONNX model with MNN's converter to a .mnn file; write it only if it passes against
+    onnx's reference evaluator (element-wise at f32)."""
+    from deploykit.export_mnn import export_mnn
+
+    done = export_mnn(
+        model,
+        output,
+        images=inputs,
+        thresholds=opt.thresholds(atol, rtol, None, None, None, None).to_dict(),
+        timeout_s=timeout,
+    )
+    console.print(f"[bold]{escape(str(model))}[/] → {done.model}, {done.io}  ({done.converter})")
+    console.print(verdict_table(f"the exported file against {done.oracle.name}", done.verdicts))
     print_details(done.verdicts, done.notes)

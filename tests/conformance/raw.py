@@ -193,6 +193,50 @@ def _extracted(extractor: Any, blob: str, batch_index: int) -> Any:
     return array
 
 
+MNN_CONVERT_TIMEOUT_S = 120
+# MNN's converter through its compiled binding in a child process: the ``mnnconvert`` entry point
+# (MNN.tools) installs a package and sends telemetry, and the child keeps MNN's printing off our stdout
+_MNN_CONVERTER = "import sys, _tools; _tools.mnnconvert(['mnnconvert', *sys.argv[1:]])"
+
+
+def run_mnn(model_path: Path, inputs: list[Any]) -> list[Any]:
+    """MNN's converter writes a .mnn, and MNN's ``Module`` API runs it as MNN's Python guide shows:
+    inputs as NCHW constants of the type MNN declares for them, outputs converted from MNN's internal
+    NC4HW4 layout to NCHW and read; f32 (normal precision) on one thread, Winograd convolution off."""
+    import sys
+
+    import MNN.expr as expr
+    import MNN.nn as nn
+    import numpy as np
+
+    input_names, output_names = _graph_names(model_path)
+    with tempfile.TemporaryDirectory(prefix="raw-mnn-") as scratch:
+        target = Path(scratch) / "model.mnn"
+        arguments = ["-f", "ONNX", "--modelFile", str(model_path), "--MNNModel", str(target), "--bizCode", "raw"]
+        done = subprocess.run([sys.executable, "-c", _MNN_CONVERTER, *arguments], cwd=scratch, capture_output=True,
+                              timeout=MNN_CONVERT_TIMEOUT_S, check=False)  # fmt: skip
+        if not target.is_file():
+            said = done.stdout.decode(errors="replace").strip().splitlines()
+            raise RuntimeError(f"MNN's converter wrote no model: {said[-2:] if said else done.returncode}")
+        runtime = nn.create_runtime_manager(({"backend": "CPU", "precision": 0, "numThread": 1},))
+        runtime.set_hint(3, 0)  # WINOGRAD_MEMORY_LEVEL 0: no Winograd
+        module = nn.load_module_from_file(str(target), input_names, output_names, runtime_manager=runtime)
+        declared = module.get_info()["inputs"]
+        types = {"float": np.float32, "int": np.int32, "int64": np.int64, "uint8": np.uint8, "int8": np.int8,
+                 "double": np.float64}  # fmt: skip
+        fed = []
+        for value, variable in zip(inputs, declared, strict=True):
+            kind = str(variable.dtype).rpartition(".")[2]
+            array = np.ascontiguousarray(np.asarray(value).astype(types[kind]))
+            fed.append(expr.const(array, list(array.shape), expr.NCHW, getattr(expr, kind)))
+        results = []
+        for variable in module.forward(fed):
+            if variable.data_format == expr.NC4HW4:
+                variable = expr.convert(variable, expr.NCHW)
+            results.append(np.array(variable.read(), copy=True))
+        return results
+
+
 RAW_RUNNERS: dict[str, RawRunner] = {
     "onnxruntime": RawRunner(run_onnxruntime, {"threads": 1}),
     "openvino": RawRunner(run_openvino, {"threads": 1}),
@@ -204,5 +248,11 @@ RAW_RUNNERS: dict[str, RawRunner] = {
         outside=ncnn_outside,
         sample_every=10,
         without_converter={"DEPLOYKIT_PNNX": "/nonexistent/deploykit-conformance/pnnx"},
+    ),
+    "mnn": RawRunner(
+        run_mnn,
+        {"threads": 1, "winograd": False},
+        sample_every=10,
+        without_converter={"DEPLOYKIT_MNN_CONVERTER": "off"},
     ),
 }

@@ -65,8 +65,7 @@ def test_mobilenet_v2_aarch64_at_each_runtimes_default_precision_on_real_photos(
     """Each runtime at the precision its aarch64 build picks by itself (OpenVINO's ARM plug-in: f16),
     judged by the rule of that precision and by top-1 agreement with the verified f32 run."""
     backends = ["onnxruntime", "openvino"]
-    if "ncnn" in backend_names() and get_backend("ncnn").is_available():
-        backends.append("ncnn")
+    backends += [name for name in ("ncnn", "mnn") if name in backend_names() and get_backend(name).is_available()]
     report = compare(mobilenet_v2, backends, VerifySettings(precision=None, platforms="linux/arm64"), inputs=photos)
     rows = {v.candidate: v for v in report.verdicts}
     print()
