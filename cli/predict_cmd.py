@@ -19,7 +19,7 @@ from deploykit.validation import check_number
 from . import options as opt
 from .console import console
 from .paths import file_out, path_in
-from .predict_stream import StreamOutputs, check_draw, run_stream
+from .predict_stream import StreamOutputs, check_draw, open_results, run_stream
 
 
 def _task(model: Path, task: str) -> str:
@@ -196,19 +196,25 @@ def _predict_stream(
     if outputs.json_lines not in (None, "-"):
         check_outputs({"--output": Path(outputs.json_lines)}, inputs={"model": model})
     opened = open_sources(sources)
+    pipeline = results = None
     try:
         drawn = check_draw(outputs.draw, opened, kind) if outputs.draw is not None else None
         pipeline = _pipeline(model, kind, backend, device, settings)
+        if outputs.json_lines not in (None, "-"):
+            results = open_results(Path(outputs.json_lines), pipeline, kind, settings, sources, every, opened, drawn)
     except BaseException:
         for source in opened:
             source.close()
+        if pipeline is not None:
+            pipeline.close()
         raise
+    skip = results.done if results is not None else None
     with pipeline:
         if kind == "detect":
-            stream = pipeline.stream(opened, max_frames=max_frames, every=every)
+            stream = pipeline.stream(opened, max_frames=max_frames, every=every, skip=skip)
         else:
-            stream = pipeline.stream(opened, top_k=settings["top_k"], max_frames=max_frames, every=every)
-        run_stream(stream, outputs, drawn)
+            stream = pipeline.stream(opened, top_k=settings["top_k"], max_frames=max_frames, every=every, skip=skip)
+        run_stream(stream, outputs, drawn, results)
 
 
 def _predict_image(

@@ -21,7 +21,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -72,7 +72,9 @@ class Source:
         self.fps: float | None = None
         self.size: tuple[int, int] | None = None  # (width, height) where the container says it
 
-    def frames(self) -> Iterator[Frame]:
+    def frames(self, skip: Container[str] = frozenset()) -> Iterator[Frame]:
+        """Every frame once, in order; those named in ``skip`` (what a resumed output already holds) are passed
+        over without decoding where the source allows, and not yielded. A live source ignores ``skip``."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -91,9 +93,10 @@ class ImageFiles(Source):
         super().__init__(spec)
         self.files = list(files)
 
-    def frames(self) -> Iterator[Frame]:
+    def frames(self, skip: Container[str] = frozenset()) -> Iterator[Frame]:
         for index, file in enumerate(self.files):
-            yield Frame(load_image(file), index, 0.0, self.spec, file.name)
+            if file.name not in skip:
+                yield Frame(load_image(file), index, 0.0, self.spec, file.name)
 
 
 class ImageURL(Source):
@@ -105,9 +108,10 @@ class ImageURL(Source):
         super().__init__(spec)
         self.data = data
 
-    def frames(self) -> Iterator[Frame]:
+    def frames(self, skip: Container[str] = frozenset()) -> Iterator[Frame]:
         name = self.spec.rstrip("/").rsplit("/", 1)[-1].split("?")[0] or "image"
-        yield Frame(decode_image(self.data, name), 0, 0.0, self.spec, name)
+        if name not in skip:
+            yield Frame(decode_image(self.data, name), 0, 0.0, self.spec, name)
 
 
 def _silence_opencv() -> Any:
@@ -145,10 +149,15 @@ class VideoFile(Source):
         count = int(self._capture.get(cv2.CAP_PROP_FRAME_COUNT))
         self.frame_count = count if count > 0 else None
 
-    def frames(self) -> Iterator[Frame]:
+    def frames(self, skip: Container[str] = frozenset()) -> Iterator[Frame]:
         cv2 = _cv2()
         index = 0
         while True:
+            if f"frame-{index:06d}" in skip:  # demuxed and decoded, but not converted: seeking is not frame-exact
+                if not self._capture.grab():
+                    break
+                index += 1
+                continue
             ok, image = self._capture.read()
             if not ok or image is None:
                 break
@@ -236,7 +245,7 @@ class LiveSource(Source):
             return
         self._mailbox.finish()
 
-    def frames(self) -> Iterator[Frame]:
+    def frames(self, skip: Container[str] = frozenset()) -> Iterator[Frame]:
         self._reader = threading.Thread(target=self._pump, name=f"deploykit-{self.kind}-reader", daemon=True)
         self._reader.start()
         received = 0
