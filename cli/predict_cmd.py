@@ -99,6 +99,13 @@ def predict(
     ),
     every: int = typer.Option(1, "--every", parser=opt.COUNT, help="Take every N-th frame of each source."),
     show_fps: bool = typer.Option(False, "--show-fps", help="Show the running FPS on each frame's line."),
+    timeout: float = typer.Option(
+        10.0,
+        "--timeout",
+        metavar="DURATION",
+        parser=opt.Duration(),
+        help="How long a URL or camera may take to open, or to send its next frame (10s, 500ms).",
+    ),
     engine: str = typer.Option("local", "--engine", help="local | ray: with --output, where a folder of images runs."),
     address: str = typer.Option(
         None, "--address", parser=opt.ray_address, help="--engine ray: cluster to join (default: a local Ray)."
@@ -155,7 +162,7 @@ def predict(
         )
     _predict_stream(model, sources, kind, backend, device, settings,
                     StreamOutputs(draw_path, "-" if json_path == "-" else out, show_fps),
-                    max_frames=max_frames, every=every)  # fmt: skip
+                    max_frames=max_frames, every=every, timeout_s=timeout)  # fmt: skip
 
 
 def _one_path(sources: list[str], what: str) -> Path:
@@ -189,13 +196,13 @@ def _pipeline(model: Path, kind: str, backend: str | None, device: str | None, s
 
 def _predict_stream(
     model: Path, sources: list[str], kind: str, backend: str | None, device: str | None, settings: dict[str, Any],
-    outputs: StreamOutputs, *, max_frames: int | None, every: int,
+    outputs: StreamOutputs, *, max_frames: int | None, every: int, timeout_s: float,
 ) -> None:  # fmt: skip
     from deploykit.vision.sources import open_sources
 
     if outputs.json_lines not in (None, "-"):
         check_outputs({"--output": Path(outputs.json_lines)}, inputs={"model": model})
-    opened = open_sources(sources)
+    opened = open_sources(sources, timeout_s=timeout_s)
     pipeline = results = None
     try:
         drawn = check_draw(outputs.draw, opened, kind) if outputs.draw is not None else None

@@ -126,16 +126,24 @@ def _silence_opencv() -> Any:
 
 class VideoFile(Source):
     """A video file decoded by OpenCV's FFmpeg backend; never drops. A file that ends before the frame count
-    its header gives is damaged: the frames before the damage are yielded, then an ``InputError`` says so."""
+    its header gives is damaged: the frames before the damage are yielded, then an ``InputError`` says so.
+    ``path`` may be an http(s) URL of a video file (a server's answer with a length): read the same way,
+    with ``timeout_s`` for opening and for each read."""
 
     kind = "video"
 
-    def __init__(self, spec: str, path: Path) -> None:
+    def __init__(self, spec: str, path: Path | str, timeout_s: float | None = None) -> None:
         super().__init__(spec)
         cv2 = _silence_opencv()
         self.path = path
-        self._capture = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
+        if timeout_s is None:
+            self._capture = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
+        else:
+            milliseconds = int(timeout_s * 1000)
+            params = [cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, milliseconds, cv2.CAP_PROP_READ_TIMEOUT_MSEC, milliseconds]
+            self._capture = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG, params)
         if not self._capture.isOpened():
+            self._capture.release()
             raise InputError(
                 f"video '{shown(path)}' | OpenCV's FFmpeg backend cannot open it: the file is damaged, truncated "
                 "(an mp4 cut short loses its index), or not a video.",
@@ -263,6 +271,8 @@ class LiveSource(Source):
             error = self._mailbox.error
             if isinstance(error, InputError):
                 raise error
+            if isinstance(error, TimeoutError):  # the reader's own wait ran out first: the same stall
+                raise self._ended(received, f"sent no frame for {self.timeout_s:g} s") from None
             raise self._ended(received, f"failed: {error}") from error
         if not self._stop.is_set():
             raise self._ended(received, "ended")
@@ -315,8 +325,11 @@ class CaptureSource(LiveSource):
 
     def _read(self) -> Iterator[np.ndarray]:
         while not self._stop.is_set():
+            began = time.monotonic()
             ok, image = self._capture.read()
             if not ok or image is None:
+                if time.monotonic() - began >= 0.9 * self.timeout_s:  # FFmpeg's read timeout, not the stream's end
+                    raise TimeoutError
                 return
             yield image
 
@@ -340,7 +353,11 @@ class MJPEGStream(LiveSource):
         while not self._stop.is_set():
             try:
                 chunk = self._response.read1(65536)
-            except (OSError, ValueError):  # a timeout, a reset, or the response closed by close()
+            except TimeoutError:
+                if self._stop.is_set():
+                    return
+                raise
+            except (OSError, ValueError):  # a reset, or the response closed by close()
                 return
             if not chunk:
                 return
@@ -386,7 +403,12 @@ def _open_http(spec: str, timeout_s: float) -> Source:
     if content_type == "multipart/x-mixed-replace":
         boundary = response.headers.get_param("boundary") or "--"
         return MJPEGStream(spec, response, str(boundary).encode(), timeout_s)
+    length = response.headers.get("Content-Length")
     response.close()
+    if length is not None and content_type.startswith(("video/", "application/octet")):
+        # an answer of known length is a video file served over HTTP, not a live feed: it is read whole,
+        # never drops a frame, and its end is not a fault (a camera's HTTP video is sent without a length)
+        return VideoFile(spec, spec, timeout_s)
     if content_type.startswith(("video/", "application/vnd.apple", "application/x-mpegurl", "application/octet")):
         return CaptureSource(spec, spec, timeout_s, "stream")
     raise InputError(

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from deploykit.cli.main import app
 from tests.assets.paths import darknet_image, nudenet_model
-from tests.assets.videos import http_server, pan_zoom_frames, read_video, write_video
+from tests.assets.rtsp import rtsp_server
+from tests.assets.videos import http_file_server, http_server, pan_zoom_frames, read_video, write_video
 
 CLI = [sys.executable, "-m", "deploykit.cli.main"]
 
@@ -87,6 +88,31 @@ def test_an_mjpeg_stream_url_and_an_image_url(model, dog_frames):
     with http_server(dog_frames[:1], content_type="image/jpeg") as url:
         result = _invoke(model, url, "--json", "-")
     assert result.exit_code == 0 and _lines(result.stdout)[0]["name"] == "stream"
+
+
+def test_an_rtsp_camera_and_a_video_on_a_web_server(model, dog_frames, clip):
+    with rtsp_server([cv2.resize(f, (640, 360)) for f in dog_frames[:40]], fps=10) as url:
+        result = _invoke(model, url, "--max-frames", "5", "--json", "-")
+    assert result.exit_code == 0, result.output
+    rows = _lines(result.stdout)
+    assert len(rows) == 5 and {r["source"] for r in rows} == {url}
+    assert [r["frame"] for r in rows] == sorted({r["frame"] for r in rows})  # in order; a live source may drop
+    with http_file_server(clip, "video/mp4") as url:
+        result = _invoke(model, url, "--every", "20", "--json", "-")
+    assert result.exit_code == 0, result.output  # a file's end is no fault, and no frame is dropped
+    assert [r["frame"] for r in _lines(result.stdout)] == [0, 20, 40]
+
+
+@pytest.mark.parametrize("server", [http_server, rtsp_server], ids=["mjpeg", "rtsp"])
+def test_a_stream_that_stalls_ends_with_its_message_and_finalised_outputs(model, dog_frames, tmp_path, server):
+    drawn, out = tmp_path / "drawn.mp4", tmp_path / "rows.jsonl"
+    with server([cv2.resize(f, (320, 240)) for f in dog_frames[:8]], fps=8, after="stall") as url:
+        result = _invoke(model, url, "--timeout", "2s", "--draw", drawn, "-o", out)
+    assert result.exit_code == 1, result.output
+    rows = _frames_in(out)
+    assert 0 < len(rows) <= 8 and len(read_video(drawn)) == len(rows)  # the video so far is playable
+    shown = " ".join(result.stderr.split())
+    assert f"stream '{url}' | sent no frame for 2 s after " in shown and "the frames received were processed" in shown
 
 
 @pytest.mark.parametrize(
