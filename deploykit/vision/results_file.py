@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.errors import OutputError, UsageError
-from deploykit.io import FULL_ERRNOS, full_disk_error, shown
+from deploykit.io import FULL_ERRNOS, shown
 
 FORMAT = 1
 """The header's ``format``: a later layout of the lines gets a new number, and an old file is refused."""
@@ -39,6 +39,7 @@ class ResultsFile:
         path: the file.
         done: per source (as given), the names of the frames already in the file.
         resumed: how many frames were already in the file.
+        frames: how many frames the file holds now.
     """
 
     def __init__(self, path: Path, run: Mapping[str, Any], option: str = "--output") -> None:
@@ -47,6 +48,7 @@ class ResultsFile:
         self.option = option
         self.done: dict[str, set[str]] = {}
         self.resumed = 0
+        self.frames = 0
         self._handle: int | None = None
         self._has_header = False
 
@@ -110,6 +112,7 @@ class ResultsFile:
                 raise self._foreign(f"its line {number} is not a frame's results")
             self.done.setdefault(row["source"], set()).add(str(row["name"]))
             self.resumed += 1
+        self.frames = self.resumed
 
     def _foreign(self, why: str) -> UsageError:
         return UsageError(
@@ -149,13 +152,14 @@ class ResultsFile:
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.ftruncate(self._handle, before)  # half a line is never left behind
-            if exc.errno in FULL_ERRNOS:
-                raise full_disk_error([self.path], exc) from exc
+            why = "the disk is full" if exc.errno in FULL_ERRNOS else "it cannot be written"
             raise OutputError(
-                f"{self._subject()} | cannot be written ({exc.strerror or exc}); the lines before are whole.",
-                hint="fix the cause, then run the same command again: it resumes after those lines.",
+                f"{self._subject()} | {why} ({exc.strerror or exc}): the {self.frames} frames before are kept "
+                "whole, and the rest was not written.",
+                hint="free some space (or fix the cause), then run the same command again: it resumes after them.",
             ) from exc
         self._has_header = True
+        self.frames += 1
 
     def close(self) -> None:
         handle, self._handle = self._handle, None
