@@ -16,18 +16,11 @@ backend × load (``--loads 0,1``: idle, then ``deploykit.bench.load`` busy threa
 - ``fused_stream_fps``: ``detector.stream(video, fused=True)``, pre-processing inside the runtime;
 - per-stage mean ms of the stream (decode, pre, infer, post, wait in queues).
 
-With ``--ultralytics PYTHON`` (the interpreter of a separate environment where ``pip install -c
-constraints/ci.txt ultralytics onnxruntime`` was run: never the project's, whose opencv-python-headless
-would meet Ultralytics' opencv-python), the Ultralytics-layout model also runs through
-``YOLO(model).predict(video, stream=True, imgsz=640)`` on the same video under the same load, offline
-(``YOLO_OFFLINE``, settings in a temporary folder), interleaved round by round with deploykit's stream:
-``ultralytics_fps`` and ``stream_over_ultralytics`` on ONNX Runtime CPU, the same backend for both.
-
 Target: ``stream_fps / inference_only_fps`` ≥ 0.9 where the cores allow (a runtime using every core
 for inference leaves none for decode/pre/post: the line says how many cores there were and the load
 average). Prints JSON lines. Run:
 ``.venv/bin/python benchmarks/stream.py [--rounds 2] [--frames 60] [--model yolov4] [--loads 0,1]
-[--precisions f32,int8] [--backends onnxruntime,openvino] [--ultralytics /path/to/venv/bin/python]``.
+[--precisions f32,int8] [--backends onnxruntime,openvino]``.
 """
 
 from __future__ import annotations
@@ -37,7 +30,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -118,50 +110,15 @@ def _stream(detector: deploykit.Detector, video: Path, fused: bool = False) -> d
     return stream.stats.summary()
 
 
-ULTRALYTICS = """
-import json, os, sys, time
-from ultralytics import YOLO
-model, video, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
-yolo = YOLO(model, task="detect")
-for _ in yolo.predict(video, stream=True, imgsz=640, conf=0.25, verbose=False, device="cpu"):
-    pass  # warm-up
-for _ in range(rounds):
-    sys.stdin.readline()  # the parent's turn is over: one round
-    frames, speeds, start = 0, [], time.perf_counter()
-    for result in yolo.predict(video, stream=True, imgsz=640, conf=0.25, verbose=False, device="cpu"):
-        frames += 1
-        speeds.append(result.speed)
-    wall = time.perf_counter() - start
-    mean = {k: sum(s[k] for s in speeds) / len(speeds) for k in speeds[0]}
-    print(json.dumps({"fps": frames / wall, "frames": frames, "speed_ms": mean}), flush=True)
-"""
-
-
-def _ultralytics(python: str, model: Path, video: Path, rounds: int) -> subprocess.Popen:
-    """Ultralytics in its own environment, offline, warmed up and waiting for its first round."""
-    folder = tempfile.mkdtemp(prefix="deploykit-ultralytics-")
-    environment = {**os.environ, "YOLO_OFFLINE": "1", "YOLO_CONFIG_DIR": folder, "YOLO_AUTOINSTALL": "false",
-                   "PYTHONPATH": ""}  # fmt: skip
-    return subprocess.Popen([python, "-c", ULTRALYTICS, str(model), str(video), str(rounds)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, env=environment)  # fmt: skip
-
-
-def measure(detector: deploykit.Detector, video: Path, first, rounds: int, frames: int,
-            ultralytics: subprocess.Popen | None = None) -> dict[str, list]:  # fmt: skip
+def measure(detector: deploykit.Detector, video: Path, first, rounds: int, frames: int) -> dict[str, list]:
     _stream(detector, video)  # warm-up: caches, thread pools, the fused graph for this frame size
     _stream(detector, video, fused=True)
-    measured: dict[str, list] = {"inference_only_fps": [], "sequential_fps": [], "stream": [], "fused": [],
-                                 "ultralytics": []}  # fmt: skip
+    measured: dict[str, list] = {"inference_only_fps": [], "sequential_fps": [], "stream": [], "fused": []}
     for _ in range(rounds):
         measured["inference_only_fps"].append(_inference_only_fps(detector, first, frames))
         measured["sequential_fps"].append(_sequential_fps(detector, video))
         measured["stream"].append(_stream(detector, video))
         measured["fused"].append(_stream(detector, video, fused=True))
-        if ultralytics is not None:
-            assert ultralytics.stdin is not None and ultralytics.stdout is not None
-            ultralytics.stdin.write("go\n")
-            ultralytics.stdin.flush()
-            measured["ultralytics"].append(json.loads(ultralytics.stdout.readline()))
     return measured
 
 
@@ -183,15 +140,10 @@ def run(arguments: argparse.Namespace) -> Iterator[dict]:
                 for backend in arguments.backends:
                     for threads in arguments.loads:
                         load = BackgroundLoad(threads)
-                        compare = arguments.ultralytics and "ultralytics" in name and backend == "onnxruntime"
                         with deploykit.Detector(model, backend, conf=0.25, **extra, **BACKEND_OPTIONS[backend]) as d:
                             with background_load(load):
-                                other = _ultralytics(arguments.ultralytics, model, video, arguments.rounds) if (
-                                    compare and precision == "f32") else None  # fmt: skip
-                                measured = measure(d, video, first, arguments.rounds, arguments.frames, other)
+                                measured = measure(d, video, first, arguments.rounds, arguments.frames)
                                 load_average = os.getloadavg()[0]
-                                if other is not None:
-                                    other.communicate(timeout=600)
                             yield _line(name, precision, backend, d, load, load_average, measured, arguments)
 
 
@@ -216,17 +168,7 @@ def _line(name: str, precision: str, backend: str, detector: deploykit.Detector,
         "stream_over_inference": round(stream_fps / inference, 3), "target": 0.9, "stage_mean_ms": stages,
         "pre_post_over_infer": round((stages["pre"] + stages["post"]) / stages["infer"], 3),
         "fused_stage_mean_ms": _stage_means(measured["fused"], ("pre", "infer")),
-        **_ultralytics_fields(measured["ultralytics"], stream_fps),
     }  # fmt: skip
-
-
-def _ultralytics_fields(rounds: list[dict], stream_fps: float) -> dict:
-    if not rounds:
-        return {}
-    fps = statistics.median(r["fps"] for r in rounds)
-    speed = {k: round(statistics.median(r["speed_ms"][k] for r in rounds), 2) for k in rounds[0]["speed_ms"]}
-    return {"ultralytics_fps": round(fps, 1), "ultralytics_speed_ms": speed,
-            "stream_over_ultralytics": round(stream_fps / fps, 3)}  # fmt: skip
 
 
 def _list(text: str) -> list[str]:
@@ -242,7 +184,6 @@ def main() -> int:
                         help="busy threads during the measurement, e.g. 0,1")  # fmt: skip
     parser.add_argument("--precisions", type=_list, default=["f32", "int8"])
     parser.add_argument("--backends", type=_list, default=list(BACKEND_OPTIONS))
-    parser.add_argument("--ultralytics", default="", help="python of an environment with ultralytics installed")
     arguments = parser.parse_args()
     for line in run(arguments):
         print(json.dumps(line), flush=True)
