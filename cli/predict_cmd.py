@@ -19,7 +19,7 @@ from deploykit.validation import check_number
 from . import options as opt
 from .console import console
 from .paths import file_out, path_in
-from .predict_stream import StreamOutputs, check_draw, run_stream
+from .predict_stream import StreamOutputs, check_draw, open_results, run_stream
 
 
 def _task(model: Path, task: str) -> str:
@@ -94,6 +94,13 @@ def predict(
     ),
     every: int = typer.Option(1, "--every", parser=opt.COUNT, help="Take every N-th frame of each source."),
     show_fps: bool = typer.Option(False, "--show-fps", help="Show the running FPS on each frame's line."),
+    timeout: float = typer.Option(
+        10.0,
+        "--timeout",
+        metavar="DURATION",
+        parser=opt.Duration(),
+        help="How long a URL or camera may take to open, or to send its next frame (10s, 500ms).",
+    ),
     engine: str = typer.Option("local", "--engine", help="local | ray: with --output, where a folder of images runs."),
     address: str = typer.Option(
         None, "--address", parser=opt.ray_address, help="--engine ray: cluster to join (default: a local Ray)."
@@ -152,7 +159,7 @@ def predict(
         )
     _predict_stream(model, sources, kind, backend, device, settings,
                     StreamOutputs(draw_path, "-" if as_json else out, show_fps),
-                    max_frames=max_frames, every=every)  # fmt: skip
+                    max_frames=max_frames, every=every, timeout_s=timeout)  # fmt: skip
 
 
 def _one_path(sources: list[str], what: str) -> Path:
@@ -186,26 +193,32 @@ def _pipeline(model: Path, kind: str, backend: str | None, device: str | None, s
 
 def _predict_stream(
     model: Path, sources: list[str], kind: str, backend: str | None, device: str | None, settings: dict[str, Any],
-    outputs: StreamOutputs, *, max_frames: int | None, every: int,
+    outputs: StreamOutputs, *, max_frames: int | None, every: int, timeout_s: float,
 ) -> None:  # fmt: skip
     from deploykit.vision.sources import open_sources
 
     if outputs.json_lines not in (None, "-"):
         check_outputs({"--output": Path(outputs.json_lines)}, inputs={"model": model})
-    opened = open_sources(sources)
+    opened = open_sources(sources, timeout_s=timeout_s)
+    pipeline = results = None
     try:
         drawn = check_draw(outputs.draw, opened, kind) if outputs.draw is not None else None
         pipeline = _pipeline(model, kind, backend, device, settings)
+        if outputs.json_lines not in (None, "-"):
+            results = open_results(Path(outputs.json_lines), pipeline, kind, settings, sources, every, opened, drawn)
     except BaseException:
         for source in opened:
             source.close()
+        if pipeline is not None:
+            pipeline.close()
         raise
+    skip = results.done if results is not None else None
     with pipeline:
         if kind == "detect":
-            stream = pipeline.stream(opened, max_frames=max_frames, every=every)
+            stream = pipeline.stream(opened, max_frames=max_frames, every=every, skip=skip)
         else:
-            stream = pipeline.stream(opened, top_k=settings["top_k"], max_frames=max_frames, every=every)
-        run_stream(stream, outputs, drawn)
+            stream = pipeline.stream(opened, top_k=settings["top_k"], max_frames=max_frames, every=every, skip=skip)
+        run_stream(stream, outputs, drawn, results)
 
 
 def _predict_image(

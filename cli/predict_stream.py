@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -72,15 +72,37 @@ def check_draw(draw: Path, sources: list[Any], kind: str) -> str:
     return drawn
 
 
-@contextlib.contextmanager
-def _json_lines(target: str | None) -> Iterator[IO[str] | None]:
-    if target is None:
-        yield None
-    elif target == "-":
-        yield sys.stdout
-    else:
-        with open(target, "w", encoding="utf-8") as file:
-            yield file
+def open_results(
+    path: Path, pipeline: Any, kind: str, settings: dict[str, Any], sources: list[str], every: int,
+    opened: list[Any], drawn: str | None,
+) -> Any:  # fmt: skip
+    """The -o FILE.jsonl of this run, resumed when a stopped run of the same command left it (see
+    ``deploykit.vision.results_file``); refused when it is another run's or not deploykit's."""
+    from deploykit.io import file_sha256
+    from deploykit.vision.results_file import ResultsFile
+
+    info = pipeline.session.info
+    relevant = ("conf", "iou", "agnostic") if kind == "detect" else ("top_k", "imagenet")
+    run = {"model": pipeline.model_path.name, "model_sha256": file_sha256(pipeline.model_path), "task": kind,
+           "backend": info.backend, "device": info.device, "precision": info.precision, "labels": settings["labels"],
+           **{key: settings[key] for key in relevant}, "every": every, "sources": sources}  # fmt: skip
+    results = ResultsFile(path, run).open()
+    if results.resumed and any(source.live for source in opened):
+        raise UsageError(
+            f"--output '{path}' | holds {results.resumed} frames of a camera or stream, which cannot be resumed: a "
+            "live source does not send again what was missed, and its frame numbers start again.",
+            hint="write to a new file.",
+        )
+    if results.resumed and drawn == "video":
+        raise UsageError(
+            f"--draw | a resumed run ({results.resumed} frames already in '{path}') would replace the drawn video "
+            "with the remaining frames only.",
+            hint="drop --draw to finish the JSON lines, or write both to new files.",
+        )
+    if results.resumed:
+        err_console.print(f"resuming '{path}': {results.resumed} frames already there are not run again",
+                          soft_wrap=True, markup=False, highlight=False)  # fmt: skip
+    return results
 
 
 def _describe(result: Any) -> str:
@@ -115,8 +137,9 @@ def _progress(stats: Any) -> str:
     return f"{stats.frames} frames, {stats.fps:.1f} FPS, {stats.dropped} dropped; ms: {stages}"
 
 
-def run_stream(stream: Any, outputs: StreamOutputs, drawn: str | None) -> None:
-    """Consume the stream, writing every output as frames arrive; finalise them however the run ends."""
+def run_stream(stream: Any, outputs: StreamOutputs, drawn: str | None, results: Any = None) -> None:
+    """Consume the stream, writing every output as frames arrive (JSON lines to stdout, or into ``results``,
+    the ``ResultsFile`` of -o); finalise them however the run ends."""
     from deploykit.vision.outputs import VideoWriter, make_folder, write_image
     from deploykit.vision.results import draw
 
@@ -128,12 +151,14 @@ def run_stream(stream: Any, outputs: StreamOutputs, drawn: str | None) -> None:
     if drawn == "images" and outputs.draw is not None:
         make_folder(outputs.draw)
     try:
-        with _json_lines(outputs.json_lines) as lines, stream, _live_line() as live:
+        with stream, _live_line() as live:
             for result in stream:
                 live(_progress(stream.stats))
-                if lines is not None:
-                    lines.write(json.dumps(result.to_dict()) + "\n")  # one write per line: never half a line
-                    lines.flush()
+                if outputs.json_lines == "-":
+                    sys.stdout.write(json.dumps(result.to_dict()) + "\n")  # one write per line: never half a line
+                    sys.stdout.flush()
+                elif results is not None:
+                    results.write(result.to_dict())
                 fps = f" {stream.stats.fps:.1f} FPS" if outputs.show_fps else ""
                 human.print(f"{one_line(result.frame.name, 60)}:{fps} {_describe(result)}", soft_wrap=True,
                             markup=False, highlight=False)  # fmt: skip
@@ -148,4 +173,6 @@ def run_stream(stream: Any, outputs: StreamOutputs, drawn: str | None) -> None:
     finally:
         if writer is not None:
             writer.close()
+        if results is not None:
+            results.close()
         _summary(stream.stats, err_console)

@@ -12,7 +12,7 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -200,11 +200,13 @@ class _Pipeline:
         return self._run({self.input.name: tensor})
 
     def _stream(
-        self, source: Any, finish: Any, max_frames: int | None, every: int, timeout_s: float, stages: Any = None
-    ) -> Any:
+        self, source: Any, finish: Any, max_frames: int | None, every: int, timeout_s: float, skip: Any,
+        stages: Any = None,
+    ) -> Any:  # fmt: skip
         from deploykit.vision.stream import Stream, as_sources
 
-        return Stream(stages or self, as_sources(source, timeout_s), finish, max_frames=max_frames, every=every)
+        return Stream(stages or self, as_sources(source, timeout_s), finish, max_frames=max_frames, every=every,
+                      skip=skip)  # fmt: skip
 
     def _dynamic_batch(self) -> bool:
         assert self.input.shape is not None
@@ -315,6 +317,7 @@ class Detector(_Pipeline):
         every: int = 1,
         timeout_s: float = 10.0,
         fused: bool = False,
+        skip: Mapping[str, Collection[str]] | None = None,
     ) -> Any:
         """Detections frame by frame on a video, camera, stream URL, images, glob or folder, in overlapping stages.
 
@@ -328,6 +331,8 @@ class Detector(_Pipeline):
             fused: run the pre-processing inside the runtime (an ONNX graph prepended to the model, one per
                 frame size, on this detector's backend and device); ``deploykit.vision.fused.check_fused``
                 measures it against the Python path.
+            skip: per source (as given), names of frames not to run again (``frame-000123``, ``dog.jpg``):
+                what a resumed output already holds; they count toward ``max_frames``.
 
         Returns:
             A ``Stream``: iterate it for ``FrameResult`` values (the same detections ``__call__`` gives for each
@@ -342,13 +347,13 @@ class Detector(_Pipeline):
             return self._postprocess(boxes, scores, placement, chosen_conf, chosen_iou)
 
         if not fused:
-            return self._stream(source, finish, max_frames, every, timeout_s)
+            return self._stream(source, finish, max_frames, every, timeout_s, skip)
         from deploykit.vision.fused import FusedStages
 
         with self._fused_lock:  # the fused sessions (one per frame size) serve every stream of this detector
             if self._fused is None:
                 self._fused = FusedStages(self)
-        return self._stream(source, finish, max_frames, every, timeout_s, self._fused)
+        return self._stream(source, finish, max_frames, every, timeout_s, skip, self._fused)
 
     def batch(
         self, images: Sequence[Any], *, conf: float | None = None, iou: float | None = None
@@ -449,8 +454,9 @@ class Classifier(_Pipeline):
         return self.batch([image], top_k=top_k)[0]
 
     def stream(
-        self, source: Any, *, top_k: int = 5, max_frames: int | None = None, every: int = 1, timeout_s: float = 10.0
-    ) -> Any:
+        self, source: Any, *, top_k: int = 5, max_frames: int | None = None, every: int = 1, timeout_s: float = 10.0,
+        skip: Mapping[str, Collection[str]] | None = None,
+    ) -> Any:  # fmt: skip
         """The ``top_k`` classes frame by frame, in overlapping stages; see ``Detector.stream`` for the arguments
         and what it returns."""
         check_number("top_k", top_k, low=1, integer=True, hint="ask for 1 or more classes, e.g. top_k=5.")
@@ -458,7 +464,7 @@ class Classifier(_Pipeline):
         def finish(outputs: dict[str, np.ndarray], state: None) -> list[Classification]:
             return self._top(next(iter(outputs.values())), top_k)[0]
 
-        return self._stream(source, finish, max_frames, every, timeout_s)
+        return self._stream(source, finish, max_frames, every, timeout_s, skip)
 
     def batch(self, images: Sequence[Any], *, top_k: int = 5) -> list[list[Classification]]:
         check_number("top_k", top_k, low=1, integer=True, hint="ask for 1 or more classes, e.g. top_k=5.")

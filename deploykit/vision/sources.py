@@ -21,7 +21,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -72,7 +72,9 @@ class Source:
         self.fps: float | None = None
         self.size: tuple[int, int] | None = None  # (width, height) where the container says it
 
-    def frames(self) -> Iterator[Frame]:
+    def frames(self, skip: Container[str] = frozenset()) -> Iterator[Frame]:
+        """Every frame once, in order; those named in ``skip`` (what a resumed output already holds) are passed
+        over without decoding where the source allows, and not yielded. A live source ignores ``skip``."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -91,9 +93,10 @@ class ImageFiles(Source):
         super().__init__(spec)
         self.files = list(files)
 
-    def frames(self) -> Iterator[Frame]:
+    def frames(self, skip: Container[str] = frozenset()) -> Iterator[Frame]:
         for index, file in enumerate(self.files):
-            yield Frame(load_image(file), index, 0.0, self.spec, file.name)
+            if file.name not in skip:
+                yield Frame(load_image(file), index, 0.0, self.spec, file.name)
 
 
 class ImageURL(Source):
@@ -105,9 +108,10 @@ class ImageURL(Source):
         super().__init__(spec)
         self.data = data
 
-    def frames(self) -> Iterator[Frame]:
+    def frames(self, skip: Container[str] = frozenset()) -> Iterator[Frame]:
         name = self.spec.rstrip("/").rsplit("/", 1)[-1].split("?")[0] or "image"
-        yield Frame(decode_image(self.data, name), 0, 0.0, self.spec, name)
+        if name not in skip:
+            yield Frame(decode_image(self.data, name), 0, 0.0, self.spec, name)
 
 
 def _silence_opencv() -> Any:
@@ -122,16 +126,24 @@ def _silence_opencv() -> Any:
 
 class VideoFile(Source):
     """A video file decoded by OpenCV's FFmpeg backend; never drops. A file that ends before the frame count
-    its header gives is damaged: the frames before the damage are yielded, then an ``InputError`` says so."""
+    its header gives is damaged: the frames before the damage are yielded, then an ``InputError`` says so.
+    ``path`` may be an http(s) URL of a video file (a server's answer with a length): read the same way,
+    with ``timeout_s`` for opening and for each read."""
 
     kind = "video"
 
-    def __init__(self, spec: str, path: Path) -> None:
+    def __init__(self, spec: str, path: Path | str, timeout_s: float | None = None) -> None:
         super().__init__(spec)
         cv2 = _silence_opencv()
         self.path = path
-        self._capture = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
+        if timeout_s is None:
+            self._capture = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG)
+        else:
+            milliseconds = int(timeout_s * 1000)
+            params = [cv2.CAP_PROP_OPEN_TIMEOUT_MSEC, milliseconds, cv2.CAP_PROP_READ_TIMEOUT_MSEC, milliseconds]
+            self._capture = cv2.VideoCapture(str(path), cv2.CAP_FFMPEG, params)
         if not self._capture.isOpened():
+            self._capture.release()
             raise InputError(
                 f"video '{shown(path)}' | OpenCV's FFmpeg backend cannot open it: the file is damaged, truncated "
                 "(an mp4 cut short loses its index), or not a video.",
@@ -145,10 +157,15 @@ class VideoFile(Source):
         count = int(self._capture.get(cv2.CAP_PROP_FRAME_COUNT))
         self.frame_count = count if count > 0 else None
 
-    def frames(self) -> Iterator[Frame]:
+    def frames(self, skip: Container[str] = frozenset()) -> Iterator[Frame]:
         cv2 = _cv2()
         index = 0
         while True:
+            if f"frame-{index:06d}" in skip:  # demuxed and decoded, but not converted: seeking is not frame-exact
+                if not self._capture.grab():
+                    break
+                index += 1
+                continue
             ok, image = self._capture.read()
             if not ok or image is None:
                 break
@@ -236,7 +253,7 @@ class LiveSource(Source):
             return
         self._mailbox.finish()
 
-    def frames(self) -> Iterator[Frame]:
+    def frames(self, skip: Container[str] = frozenset()) -> Iterator[Frame]:
         self._reader = threading.Thread(target=self._pump, name=f"deploykit-{self.kind}-reader", daemon=True)
         self._reader.start()
         received = 0
@@ -254,6 +271,8 @@ class LiveSource(Source):
             error = self._mailbox.error
             if isinstance(error, InputError):
                 raise error
+            if isinstance(error, TimeoutError):  # the reader's own wait ran out first: the same stall
+                raise self._ended(received, f"sent no frame for {self.timeout_s:g} s") from None
             raise self._ended(received, f"failed: {error}") from error
         if not self._stop.is_set():
             raise self._ended(received, "ended")
@@ -306,8 +325,11 @@ class CaptureSource(LiveSource):
 
     def _read(self) -> Iterator[np.ndarray]:
         while not self._stop.is_set():
+            began = time.monotonic()
             ok, image = self._capture.read()
             if not ok or image is None:
+                if time.monotonic() - began >= 0.9 * self.timeout_s:  # FFmpeg's read timeout, not the stream's end
+                    raise TimeoutError
                 return
             yield image
 
@@ -331,7 +353,11 @@ class MJPEGStream(LiveSource):
         while not self._stop.is_set():
             try:
                 chunk = self._response.read1(65536)
-            except (OSError, ValueError):  # a timeout, a reset, or the response closed by close()
+            except TimeoutError:
+                if self._stop.is_set():
+                    return
+                raise
+            except (OSError, ValueError):  # a reset, or the response closed by close()
                 return
             if not chunk:
                 return
@@ -377,7 +403,12 @@ def _open_http(spec: str, timeout_s: float) -> Source:
     if content_type == "multipart/x-mixed-replace":
         boundary = response.headers.get_param("boundary") or "--"
         return MJPEGStream(spec, response, str(boundary).encode(), timeout_s)
+    length = response.headers.get("Content-Length")
     response.close()
+    if length is not None and content_type.startswith(("video/", "application/octet")):
+        # an answer of known length is a video file served over HTTP, not a live feed: it is read whole,
+        # never drops a frame, and its end is not a fault (a camera's HTTP video is sent without a length)
+        return VideoFile(spec, spec, timeout_s)
     if content_type.startswith(("video/", "application/vnd.apple", "application/x-mpegurl", "application/octet")):
         return CaptureSource(spec, spec, timeout_s, "stream")
     raise InputError(

@@ -16,7 +16,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -154,7 +154,8 @@ class Stream:
     """Per-frame results of a pipeline on one or more sources, computed by overlapping stages.
 
     Iterate it (once) for ``FrameResult`` values in frame order; ``stats`` holds the timings so far.
-    Use it as a context manager, or call ``close()``, to stop early.
+    Use it as a context manager, or call ``close()``, to stop early. ``skip`` maps a source (as given) to
+    the names of frames not to run again (what a resumed output already holds).
     """
 
     def __init__(
@@ -165,11 +166,13 @@ class Stream:
         *,
         max_frames: int | None = None,
         every: int = 1,
+        skip: Mapping[str, Collection[str]] | None = None,
     ) -> None:
         check_number("max_frames", max_frames, low=1, integer=True, hint="a positive number of frames, e.g. 100.")
         check_number("every", every, low=1, integer=True, hint="1 takes every frame, 2 every second one ...")
         self.pipeline, self.sources, self._finish = pipeline, list(sources), finish
         self.max_frames, self.every = max_frames, every
+        self.skip = dict(skip or {})
         self.stats = StreamStats()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -223,10 +226,15 @@ class Stream:
         return FrameResult(work.frame, work.value, timing)
 
     def _frames(self) -> Iterator[tuple[Frame, float]]:
-        """Every ``every``-th frame of each source in turn, up to ``max_frames``, with its decode time."""
-        taken = 0
+        """Every ``every``-th frame of each source in turn, up to ``max_frames``, with its decode time. The
+        frames of ``skip`` count toward ``max_frames``: a resumed run stops where the whole run would have."""
+        taken = sum(len(names) for names in self.skip.values())
         for source in self.sources:
-            frames = iter(source.frames())
+            if self.max_frames is not None and taken >= self.max_frames:
+                source.close()
+                continue
+            done = self.skip.get(source.spec)
+            frames = iter(source.frames(skip=done) if done else source.frames())
             try:
                 while True:
                     began = time.perf_counter()

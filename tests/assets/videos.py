@@ -58,7 +58,8 @@ def read_video(path: Path) -> list[np.ndarray]:
     return frames
 
 
-def _handler(jpegs: Sequence[bytes], fps: float, content_type: str) -> type[http.server.BaseHTTPRequestHandler]:
+def _handler(jpegs: Sequence[bytes], fps: float, content_type: str, after: str, stop: threading.Event,
+             ) -> type[http.server.BaseHTTPRequestHandler]:  # fmt: skip
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             self.send_response(200)
@@ -79,6 +80,36 @@ def _handler(jpegs: Sequence[bytes], fps: float, content_type: str) -> type[http
                 except OSError:  # the client went away: the stream stops
                     return
                 time.sleep(1 / fps)
+            if after == "stall":  # the connection stays open and silent, as a camera that hangs
+                stop.wait()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    return Handler
+
+
+def _file_handler(data: bytes, content_type: str) -> type[http.server.BaseHTTPRequestHandler]:
+    """A video file as web servers send one: with its length, and byte ranges (FFmpeg seeks to an mp4's index)."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            start, end = 0, len(data) - 1
+            asked = self.headers.get("Range", "")
+            if asked.startswith("bytes="):
+                first, _, last = asked[6:].split(",")[0].partition("-")
+                start, end = int(first or 0), min(int(last) if last else end, end)
+            self.send_response(206 if asked else 200)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Accept-Ranges", "bytes")
+            self.send_header("Content-Length", str(end - start + 1))
+            if asked:
+                self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+            self.end_headers()
+            try:
+                self.wfile.write(data[start : end + 1])
+            except OSError:  # the client seeked elsewhere and closed this answer
+                pass
 
         def log_message(self, *args: object) -> None:
             pass
@@ -87,20 +118,38 @@ def _handler(jpegs: Sequence[bytes], fps: float, content_type: str) -> type[http
 
 
 @contextlib.contextmanager
-def http_server(frames: Sequence[np.ndarray], *, fps: float = 30.0, content_type: str = "multipart/x-mixed-replace",
-                ) -> Iterator[str]:  # fmt: skip
-    """A loopback HTTP server for the test's lifetime; yields its URL. It sends ``frames`` as an MJPEG
-    stream (then ends it), or the first frame as one image, or an HTML page, by ``content_type``."""
-    jpegs = [cv2.imencode(".jpg", f)[1].tobytes() for f in frames]
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(jpegs, fps, content_type))
+def _serving(handler: type[http.server.BaseHTTPRequestHandler], path: str) -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/stream"
+        yield f"http://127.0.0.1:{server.server_address[1]}/{path}"
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextlib.contextmanager
+def http_server(frames: Sequence[np.ndarray], *, fps: float = 30.0, content_type: str = "multipart/x-mixed-replace",
+                after: str = "end") -> Iterator[str]:  # fmt: skip
+    """A loopback HTTP server for the test's lifetime; yields its URL. It sends ``frames`` as an MJPEG
+    stream (then ends it, or with ``after="stall"`` keeps the connection open and silent), or the first
+    frame as one image, or an HTML page, by ``content_type``."""
+    jpegs = [cv2.imencode(".jpg", f)[1].tobytes() for f in frames]
+    stop = threading.Event()
+    try:
+        with _serving(_handler(jpegs, fps, content_type, after, stop), "stream") as url:
+            yield url
+    finally:
+        stop.set()
+
+
+@contextlib.contextmanager
+def http_file_server(path: Path, content_type: str) -> Iterator[str]:
+    """A loopback web server of one video file (with its length and byte ranges); yields the file's URL."""
+    with _serving(_file_handler(path.read_bytes(), content_type), path.name) as url:
+        yield url
 
 
 @contextlib.contextmanager

@@ -131,3 +131,27 @@ def test_quantize_onto_an_almost_full_disk_says_no_space(tiny, full_disk, tmp_pa
     said = " ".join(result.stderr.split())
     assert f"output {output} | could not be written: the disk is full" in said, said
     assert "ai.onnx domain" not in said
+
+
+def test_predict_json_lines_on_a_full_disk_keep_whole_lines_and_resume(tiny, full_disk, tmp_path):
+    """-o FILE.jsonl: the line that did not fit is taken back, the message says how many frames are kept, and
+    the same command, with room again, runs only the others."""
+    import json
+
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for index in range(80):  # ~300 bytes a line: more than 16 KiB
+        (photos / f"i{index:02d}.jpg").write_bytes(tiny["image"].read_bytes())
+    out = full_disk / "rows.jsonl"
+    result = runner.invoke(app, ["predict", str(tiny["classifier"]), str(photos), "-o", str(out)])
+    assert result.exit_code == 1, result.output
+    header, *kept = [json.loads(line) for line in out.read_text().splitlines()]  # every line whole
+    shown = " ".join(result.stderr.split())
+    assert f"--output '{out}' | the disk is full" in shown and f"the {len(kept)} frames before are kept whole" in shown
+    assert 0 < len(kept) < 80 and header["deploykit"] == "predict"
+    subprocess.run(["mount", "-o", "remount,size=64k", str(full_disk)], check=True)
+    again = runner.invoke(app, ["predict", str(tiny["classifier"]), str(photos), "-o", str(out)])
+    assert again.exit_code == 0, again.output
+    assert f"{len(kept)} frames already there are not run again" in " ".join(again.stderr.split())
+    names = [json.loads(line)["name"] for line in out.read_text().splitlines()[1:]]
+    assert names == [f"i{index:02d}.jpg" for index in range(80)]

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from deploykit.cli.main import app
 from tests.assets.paths import darknet_image, nudenet_model
-from tests.assets.videos import http_server, pan_zoom_frames, read_video, write_video
+from tests.assets.rtsp import rtsp_server
+from tests.assets.videos import http_file_server, http_server, pan_zoom_frames, read_video, write_video
 
 CLI = [sys.executable, "-m", "deploykit.cli.main"]
 
@@ -61,7 +62,7 @@ def test_every_max_frames_and_a_jsonl_file(model, clip, tmp_path):
     out = tmp_path / "rows.jsonl"
     result = _invoke(model, clip, "--every", "5", "--max-frames", "4", "-o", out)
     assert result.exit_code == 0, result.output
-    assert [r["frame"] for r in _lines(out.read_text())] == [0, 5, 10, 15]
+    assert [r["frame"] for r in _frames_in(out)] == [0, 5, 10, 15]  # after the header naming the run
     assert "frame-000015" in result.stdout
 
 
@@ -87,6 +88,31 @@ def test_an_mjpeg_stream_url_and_an_image_url(model, dog_frames):
     with http_server(dog_frames[:1], content_type="image/jpeg") as url:
         result = _invoke(model, url, "--json", "-")
     assert result.exit_code == 0 and _lines(result.stdout)[0]["name"] == "stream"
+
+
+def test_an_rtsp_camera_and_a_video_on_a_web_server(model, dog_frames, clip):
+    with rtsp_server([cv2.resize(f, (640, 360)) for f in dog_frames[:40]], fps=10) as url:
+        result = _invoke(model, url, "--max-frames", "5", "--json", "-")
+    assert result.exit_code == 0, result.output
+    rows = _lines(result.stdout)
+    assert len(rows) == 5 and {r["source"] for r in rows} == {url}
+    assert [r["frame"] for r in rows] == sorted({r["frame"] for r in rows})  # in order; a live source may drop
+    with http_file_server(clip, "video/mp4") as url:
+        result = _invoke(model, url, "--every", "20", "--json", "-")
+    assert result.exit_code == 0, result.output  # a file's end is no fault, and no frame is dropped
+    assert [r["frame"] for r in _lines(result.stdout)] == [0, 20, 40]
+
+
+@pytest.mark.parametrize("server", [http_server, rtsp_server], ids=["mjpeg", "rtsp"])
+def test_a_stream_that_stalls_ends_with_its_message_and_finalised_outputs(model, dog_frames, tmp_path, server):
+    drawn, out = tmp_path / "drawn.mp4", tmp_path / "rows.jsonl"
+    with server([cv2.resize(f, (320, 240)) for f in dog_frames[:8]], fps=8, after="stall") as url:
+        result = _invoke(model, url, "--timeout", "2s", "--draw", drawn, "-o", out)
+    assert result.exit_code == 1, result.output
+    rows = _frames_in(out)
+    assert 0 < len(rows) <= 8 and len(read_video(drawn)) == len(rows)  # the video so far is playable
+    shown = " ".join(result.stderr.split())
+    assert f"stream '{url}' | sent no frame for 2 s after " in shown and "the frames received were processed" in shown
 
 
 @pytest.mark.parametrize(
@@ -162,3 +188,82 @@ def test_ctrl_c_or_sigterm_mid_video_leaves_a_playable_video_and_whole_json_line
     assert 0 < len(rows) < 120
     assert len(read_video(out)) in (len(rows) - 1, len(rows))  # the frame being drawn may miss the video
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".drawn")]  # no temporary left
+
+
+def _frames_in(path: Path) -> list[dict]:
+    header, *rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert header["deploykit"] == "predict"
+    return rows
+
+
+def test_a_jsonl_file_stopped_by_sigterm_resumes_without_running_its_frames_again(model, clip, tmp_path):
+    out = tmp_path / "rows.jsonl"
+    command = [*CLI, "predict", model, str(clip), "-o", str(out)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        process.stdout.readline()  # the first frame's line on the terminal: its JSON line was written before
+        process.send_signal(signal.SIGTERM)
+        _, errors = process.communicate(timeout=600)
+    finally:
+        process.kill()
+    assert process.returncode == 143, errors
+    before = out.read_bytes()
+    done = len(_frames_in(out))
+    assert 0 < done < 60
+    with out.open("ab") as file:  # a line torn by a crash in the middle of its write
+        file.write(b'{"source": "' + str(clip).encode() + b'", "frame": 99, "na')
+    result = _invoke(model, clip, "-o", out)
+    assert result.exit_code == 0, result.output
+    assert f"resuming '{out}': {done} frames already there are not run again" in result.stderr
+    assert f"{60 - done} frames" in result.stderr  # the summary counts what this run did
+    assert out.read_bytes().startswith(before)  # the lines written before are kept as they were
+    assert [r["frame"] for r in _frames_in(out)] == list(range(60))  # each frame once, the torn line gone
+    again = _invoke(model, clip, "-o", out)  # a finished file: nothing to run
+    assert again.exit_code == 0 and "0 frames" in again.stderr and len(_frames_in(out)) == 60
+
+
+def test_a_resumed_folder_and_every_carry_on_where_max_frames_stopped(model, clip, tmp_path):
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for name in ("dog.jpg", "horses.jpg", "eagle.jpg"):
+        (photos / name).write_bytes(darknet_image(name).read_bytes())
+    out = tmp_path / "rows.jsonl"
+    first = _invoke(model, photos, clip, "--every", "2", "--max-frames", "4", "-o", out)
+    assert first.exit_code == 0, first.output
+    assert [(r["name"], r["frame"]) for r in _frames_in(out)] == [("dog.jpg", 0), ("horses.jpg", 2),
+                                                                  ("frame-000000", 0), ("frame-000002", 2)]  # fmt: skip
+    result = _invoke(model, photos, clip, "--every", "2", "-o", out)
+    assert result.exit_code == 0, result.output
+    assert [r["frame"] for r in _frames_in(out)[4:]] == list(range(4, 60, 2))
+    assert "dog.jpg" not in result.stdout and "frame-000002" not in result.stdout and "frame-000004" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "args", "message"),
+    [
+        ("frame,label\n0,dog\n", [], "exists and was not written by deploykit predict (its first line is not a "
+                                     "deploykit header); it is left as it is, never overwritten"),
+        (None, ["--conf", "0.5"], "holds the results of another run (conf: 0.25 there, 0.5 now)"),
+        (None, ["--every", "2"], "holds the results of another run (every: 1 there, 2 now)"),
+    ],
+    ids=["not-deploykit", "other-conf", "other-every"],
+)  # fmt: skip
+def test_a_jsonl_file_of_something_else_is_refused_and_kept(model, clip, tmp_path, text, args, message):
+    out = tmp_path / "rows.jsonl"
+    if text is None:
+        assert _invoke(model, clip, "--max-frames", "1", "-o", out).exit_code == 0
+    else:
+        out.write_text(text)
+    before = out.read_bytes()
+    result = _invoke(model, clip, *args, "-o", out)
+    assert result.exit_code == 1, result.output
+    assert message in " ".join(result.stderr.replace("│", " ").split()), result.stderr
+    assert out.read_bytes() == before
+
+
+def test_a_resumed_run_refuses_to_replace_its_drawn_video(model, clip, tmp_path):
+    out, drawn = tmp_path / "rows.jsonl", tmp_path / "drawn.mp4"
+    assert _invoke(model, clip, "--max-frames", "2", "-o", out, "--draw", drawn).exit_code == 0
+    result = _invoke(model, clip, "-o", out, "--draw", drawn)
+    assert result.exit_code == 1 and "would replace the drawn video with the remaining frames only" in result.stderr
+    assert len(read_video(drawn)) == 2

@@ -1,5 +1,6 @@
-"""Sources of frames: image files, globs, folders, videos made here from a shipped photo, a loopback MJPEG
-server, and every fault a user meets (missing file, damaged video, absent camera, silent URL)."""
+"""Sources of frames: image files, globs, folders, videos made here from a shipped photo, loopback MJPEG,
+RTSP and web servers, and every fault a user meets (missing file, damaged video, absent camera, silent URL,
+a stream that stalls)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 from deploykit.errors import InputError
 from deploykit.vision.sources import ImageFiles, LiveSource, VideoFile, open_source, open_sources
 from tests.assets.paths import darknet_image
-from tests.assets.videos import http_server, pan_zoom_frames, read_video, silent_server, write_video
+from tests.assets.rtsp import rtsp_server
+from tests.assets.videos import http_file_server, http_server, pan_zoom_frames, read_video, silent_server, write_video
 
 
 @pytest.fixture(scope="module")
@@ -172,3 +174,54 @@ def test_a_folder_copy_of_a_video_reads_the_same(tmp_path, clip):
     shutil.copy(clip, tmp_path / "copy.mp4")
     (source,) = open_source(tmp_path)
     assert len(list(source.frames())) == 60
+
+
+def test_an_rtsp_camera_sends_every_frame_in_order_then_says_it_ended(dog):
+    """RTSP as IP cameras speak it (DESCRIBE, SETUP over TCP after UDP is refused, PLAY, RTP/JPEG), read by
+    OpenCV's FFmpeg backend."""
+    frames = pan_zoom_frames(dog, 16, (640, 360))
+    with rtsp_server(frames, fps=8) as url:
+        (source,) = open_source(url, timeout_s=10)
+        assert source.live and source.kind == "stream" and source.size == (640, 360)
+        received = []
+        with pytest.raises(InputError, match=rf"stream '{url}' \| ended after {16 - source.dropped} frames"):
+            for frame in source.frames():
+                received.append(frame)
+        source.close()
+    assert len(received) + source.dropped == 16 and received[-1].index == 15  # the last frame sent is never lost
+    assert [f.index for f in received] == sorted({f.index for f in received})
+    for frame in received:  # JPEG at quality 90: a few levels off, and each frame nearest to its own original
+        errors = [np.abs(frame.image.astype(int) - original).mean() for original in frames]
+        assert errors[frame.index] < 6 and int(np.argmin(errors)) == frame.index
+
+
+@pytest.mark.parametrize("server", [http_server, rtsp_server], ids=["mjpeg", "rtsp"])
+def test_a_stream_that_stalls_mid_way_ends_within_its_timeout_naming_the_frames_received(dog, server):
+    frames = pan_zoom_frames(dog, 6, (320, 240))
+    with server(frames, fps=12, after="stall") as url:
+        (source,) = open_source(url, timeout_s=2)
+        received = []
+        started = time.monotonic()
+        with pytest.raises(InputError) as caught:
+            for frame in source.frames():
+                received.append(frame)
+                started = time.monotonic()
+        waited = time.monotonic() - started
+        source.close()
+    assert len(received) + source.dropped == 6
+    message = str(caught.value)
+    assert f"stream '{url}' | sent no frame for 2 s after {len(received)} frames; the frames received" in message
+    assert 1.5 < waited < 20  # the timeout, not a hang (and not an error before it)
+
+
+@pytest.mark.parametrize(("suffix", "content_type"), [(".mp4", "video/mp4"), (".mkv", "video/x-matroska")])
+def test_a_video_file_on_a_web_server_is_read_whole_like_a_file(tmp_path, dog, suffix, content_type):
+    frames = pan_zoom_frames(dog, 24, (320, 240))
+    video = write_video(tmp_path / f"clip{suffix}", frames)
+    with http_file_server(video, content_type) as url:
+        (source,) = open_source(url, timeout_s=10)
+        assert isinstance(source, VideoFile) and not source.live
+        received = list(source.frames())  # its end is the file's end, not a fault
+        source.close()
+    assert [f.index for f in received] == list(range(24)) and source.dropped == 0
+    assert all(np.array_equal(a.image, b) for a, b in zip(received, read_video(video), strict=True))
