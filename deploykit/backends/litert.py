@@ -1,0 +1,198 @@
+"""LiteRT backend: Google's edge runtime (the TensorFlow Lite interpreter, XNNPACK kernels), device ``cpu``.
+
+A native ``.tflite`` opens as it is: with the ``.json`` that ``deploykit export litert`` writes beside
+it, under the ONNX names, shapes and layout; without one, under its signature's own. An ``.onnx``
+model is converted once with onnx2tf in deploykit's ``litert`` converter environment
+(``litert_convert``; the user creates it with ``deploykit converters add litert``, never implicitly)
+and opened with the ONNX interface: onnx2tf makes channel-first tensors channel-last, and the session
+transposes feeds and outputs back (``litert_layout``). onnx2tf converts at fixed shapes.
+
+Precision: the interpreter computes in f32 on this CPU's XNNPACK kernels; a file with f16 weights
+(``weights=f16``) computes in f32 on f16-rounded weights and reports ``f16``, as ncnn and ONNX
+Runtime report such a model; dynamic-range INT8 weights (``weights=int8``) report an int8 model
+whose float layers compute in f32.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.litert_layout import LiteRtLayout, io_ports, match, own_specs, read_io, signature_ports
+from deploykit.backends.options import OptionSpec
+from deploykit.errors import ModelNotFoundError, UnsupportedModelError, UsageError
+from deploykit.model import Model
+
+WEIGHTS = ("f32", "f16", "int8")
+
+
+class LiteRtBackend(Backend):
+    """LiteRT's interpreter (``ai-edge-litert``), with onnx2tf converting ONNX models in its own environment."""
+
+    name = "litert"
+    aliases = ("tflite", "tensorflow-lite")
+    pip_extra = "litert"
+    module = "ai_edge_litert.interpreter"
+    distributions = ("ai-edge-litert",)
+    formats = (".onnx", ".tflite")
+    # Opening an .onnx model needs the converter environment, which only the user creates: a default
+    # sweep (compare, bench) must not stop at a missing environment, so LiteRT is asked for by name.
+    default_candidate = False
+    options: ClassVar[Mapping[str, OptionSpec | str]] = {
+        "threads": OptionSpec("interpreter threads (0 = LiteRT's default)", "int", 0, low=0, per_cpu=True),
+        "xnnpack": OptionSpec("XNNPACK kernels (false: LiteRT's reference builtin kernels)", "bool", True),
+        "weights": OptionSpec(
+            "weights of an .onnx model's conversion: f32 | f16 | int8 (dynamic range); a .tflite keeps its own",
+            "str",
+            "f32",
+            choices=WEIGHTS,
+        ),
+    }
+    load_hint = "try another backend, or 'deploykit inspect' the model for ops onnx2tf or LiteRT lack."
+
+    def version(self) -> str:
+        self.import_runtime()
+        return f"ai-edge-litert {metadata.version('ai-edge-litert')}"
+
+    def devices(self) -> list[str]:
+        self.import_runtime()
+        return ["cpu"]
+
+    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+        if device.strip().lower() != "cpu":
+            raise UsageError(
+                f"backend 'litert' | device '{device}' is not a device of this backend; expected cpu.",
+                hint="'deploykit backends' lists the devices this machine offers.",
+            )
+        tflite = self._tflite(model, options)
+        threads = int(options.get("threads", 0))
+        xnnpack = bool(options.get("xnnpack", True))
+        resolver = OpResolverType.AUTO if xnnpack else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
+        interpreter = Interpreter(
+            model_path=str(tflite), num_threads=threads or None, experimental_op_resolver_type=resolver
+        )
+        layout, call = _bind(interpreter, tflite, model)
+        weights = weights_of(interpreter)
+        info = SessionInfo(
+            backend=self.name,
+            backend_version=self.version(),
+            device_requested=device,
+            device="cpu",
+            precision="f16" if weights == "f16" else "f32",
+            providers=[
+                "XNNPACK" if xnnpack else "builtin kernels",
+                f"{threads or 'default'} thread(s)",
+                f"{weights} weights",
+            ],
+            options=dict(options),
+        )
+        session = LiteRtSession(model.path, layout, info, call)
+        session.weights = weights
+        return session
+
+    def _tflite(self, model: Model, options: Mapping[str, Any]) -> Path:
+        if model.format == ".tflite":
+            if not model.path.is_file():
+                raise ModelNotFoundError(
+                    f"model '{model.path}' | does not exist or is not a file.", hint="check the path."
+                )
+            return model.path
+        from deploykit.backends.litert_convert import converted
+
+        return converted(model, str(options.get("weights", "f32")))
+
+
+def layout_for(model: Model, tflite: Path) -> LiteRtLayout:
+    """How a session offers ``tflite`` (converted from ``model``, or ``model`` itself): names, shapes, layout."""
+    from ai_edge_litert.interpreter import Interpreter
+
+    layout, _ = _bind(Interpreter(model_path=str(tflite)), tflite, model)
+    return layout
+
+
+def weights_of(interpreter: Any) -> str:
+    """``f16`` when the file stores float16 tensors, ``int8`` when it stores int8 ones, else ``f32``."""
+    kinds = {np.dtype(detail["dtype"]) for detail in interpreter.get_tensor_details()}
+    if np.dtype(np.float16) in kinds:
+        return "f16"
+    return "int8" if np.dtype(np.int8) in kinds else "f32"
+
+
+def _bind(interpreter: Any, tflite: Path, model: Model) -> tuple[LiteRtLayout, Any]:
+    """The layout a session offers and the call that runs the file: its first signature (onnx2tf writes
+    ``serving_default`` with the ONNX names), mapped to the ONNX graph, the ``.json`` beside a native file,
+    or the signature's own interface."""
+    signatures = interpreter.get_signature_list()
+    if not signatures:
+        raise UnsupportedModelError(
+            f"backend 'litert' | '{tflite.name}' has no signature, so its inputs have no names to feed.",
+            hint="convert it with a signature (deploykit export litert writes one), or try another backend.",
+        )
+    signature = next(iter(signatures))
+    runner = interpreter.get_signature_runner(signature)
+    ins = signature_ports(runner.get_input_details())
+    outs = signature_ports(runner.get_output_details())
+    subject = f"'{model.path.name}'"
+    metadata_props: dict[str, str] = dict(model.metadata_props)
+    if model.format == ".onnx":
+        specs_in, ports_in = match(subject, "inputs", model.inputs, ins)
+        specs_out, ports_out = match(subject, "outputs", model.outputs, outs)
+    else:
+        io = read_io(tflite)
+        if io is None:
+            ports_in, ports_out = list(ins.values()), list(outs.values())
+            specs_in, specs_out = own_specs(ports_in), own_specs(ports_out)
+        else:
+            specs_in, ports_in = io_ports(io, "inputs")
+            specs_out, ports_out = io_ports(io, "outputs")
+            metadata_props = {str(k): str(v) for k, v in (io.get("metadata") or {}).items()}
+            _check_recorded(subject, ports_in + ports_out, {**ins, **outs})
+    layout = LiteRtLayout(tflite, signature, specs_in, specs_out, ports_in, ports_out, metadata_props)
+    return layout, runner
+
+
+def _check_recorded(subject: str, recorded: list[Any], found: Mapping[str, Any]) -> None:
+    missing = [port.key for port in recorded if port.key not in found]
+    if missing:
+        raise UnsupportedModelError(
+            f"backend 'litert' | {subject}: its .json names signature port(s) {', '.join(missing)} that the "
+            f"file does not have (it has {', '.join(found)}).",
+            hint="put the .json written with this .tflite next to it, or remove it to open the file's own signature.",
+        )
+
+
+class LiteRtSession(Session):
+    """One interpreter; runs are serialised (a LiteRT interpreter is not safe to invoke from two threads)."""
+
+    weights = "f32"
+
+    def __init__(self, model_path: Path, layout: LiteRtLayout, info: SessionInfo, runner: Any) -> None:
+        super().__init__(model_path, layout.specs_in, layout.specs_out, info, layout.metadata)
+        self._layout = layout
+        self._runner = runner
+        self._lock = threading.Lock()
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        layout = self._layout
+        fed = {port.key: port.to_litert(feeds[spec.name]) for spec, port in zip(layout.specs_in, layout.inputs,
+                                                                                   strict=True)}  # fmt: skip
+        with self._lock:
+            if self._runner is None:
+                raise UsageError(f"session for '{self.model_path.name}' | is closed.", hint="open a new session.")
+            produced = self._runner(**fed)
+        return {
+            spec.name: port.from_litert(np.asarray(produced[port.key]), spec.dtype)
+            for spec, port in zip(layout.specs_out, layout.outputs, strict=True)
+        }
+
+    def _close(self) -> None:
+        with self._lock:
+            self._runner = None
