@@ -20,6 +20,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -270,7 +271,7 @@ def _pinned(pins: Path) -> dict[str, str]:
     for line in pins.read_text().splitlines():
         name, sep, version = line.split("#")[0].strip().partition("==")
         if sep:
-            found[name.strip().lower()] = version.strip()
+            found[re.sub(r"[-_.]+", "-", name.strip().lower())] = version.strip()
     return found
 
 

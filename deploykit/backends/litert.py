@@ -60,6 +60,17 @@ class LiteRtBackend(Backend):
         self.import_runtime()
         return f"ai-edge-litert {metadata.version('ai-edge-litert')}"
 
+    def onnx_unavailable_reason(self) -> str | None:
+        """An ``.onnx`` model needs the ``litert`` converter environment (``deploykit converters add litert``)."""
+        from deploykit.converters import get_environment
+        from deploykit.errors import DeployKitError
+
+        try:
+            get_environment("litert").require("converting ONNX to LiteRT (onnx2tf)")
+        except DeployKitError as exc:
+            return str(exc)
+        return None
+
     def devices(self) -> list[str]:
         self.import_runtime()
         return ["cpu"]
@@ -131,13 +142,11 @@ def _bind(interpreter: Any, tflite: Path, model: Model) -> tuple[LiteRtLayout, A
     ``serving_default`` with the ONNX names), mapped to the ONNX graph, the ``.json`` beside a native file,
     or the signature's own interface."""
     signatures = interpreter.get_signature_list()
-    if not signatures:
-        raise UnsupportedModelError(
-            f"backend 'litert' | '{tflite.name}' has no signature, so its inputs have no names to feed.",
-            hint="convert it with a signature (deploykit export litert writes one), or try another backend.",
-        )
-    signature = next(iter(signatures))
-    runner = interpreter.get_signature_runner(signature)
+    if signatures:
+        signature = next(iter(signatures))
+        runner = interpreter.get_signature_runner(signature)
+    else:  # onnx2tf's dynamic-range file has none: its tensors, by name and graph order
+        signature, runner = "", _TensorRunner(interpreter)
     ins = signature_ports(runner.get_input_details())
     outs = signature_ports(runner.get_output_details())
     subject = f"'{model.path.name}'"
@@ -157,6 +166,35 @@ def _bind(interpreter: Any, tflite: Path, model: Model) -> tuple[LiteRtLayout, A
             _check_recorded(subject, ports_in + ports_out, {**ins, **outs})
     layout = LiteRtLayout(tflite, signature, specs_in, specs_out, ports_in, ports_out, metadata_props)
     return layout, runner
+
+
+class _TensorRunner:
+    """A signature runner's calls on a file without a signature: the interpreter's input and output
+    tensors, keyed by their names."""
+
+    def __init__(self, interpreter: Any) -> None:
+        self._interpreter = interpreter
+        interpreter.allocate_tensors()
+        self._inputs = {detail["name"]: detail for detail in interpreter.get_input_details()}
+        self._outputs = {detail["name"]: detail for detail in interpreter.get_output_details()}
+
+    def get_input_details(self) -> dict[str, Any]:
+        return self._inputs
+
+    def get_output_details(self) -> dict[str, Any]:
+        return self._outputs
+
+    def __call__(self, **feeds: np.ndarray) -> dict[str, np.ndarray]:
+        interpreter = self._interpreter
+        for name, array in feeds.items():
+            detail = self._inputs[name]
+            if tuple(detail["shape"]) != array.shape:
+                interpreter.resize_tensor_input(detail["index"], array.shape)
+                interpreter.allocate_tensors()
+                detail["shape"] = np.array(array.shape)
+            interpreter.set_tensor(detail["index"], array)
+        interpreter.invoke()
+        return {name: interpreter.get_tensor(detail["index"]) for name, detail in self._outputs.items()}
 
 
 def _check_recorded(subject: str, recorded: list[Any], found: Mapping[str, Any]) -> None:
