@@ -15,8 +15,10 @@ whose float layers compute in f32.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from importlib import metadata
 from pathlib import Path
 from typing import Any, ClassVar
@@ -87,10 +89,12 @@ class LiteRtBackend(Backend):
         threads = int(options.get("threads", 0))
         xnnpack = bool(options.get("xnnpack", True))
         resolver = OpResolverType.AUTO if xnnpack else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
-        interpreter = Interpreter(
-            model_path=str(tflite), num_threads=threads or None, experimental_op_resolver_type=resolver
-        )
-        layout, call = _bind(interpreter, tflite, model)
+        with _quiet_native_log():  # the delegate is made when the tensors are first allocated
+            interpreter = Interpreter(
+                model_path=str(tflite), num_threads=threads or None, experimental_op_resolver_type=resolver
+            )
+            interpreter.allocate_tensors()
+            layout, call = _bind(interpreter, tflite, model)
         weights = weights_of(interpreter)
         info = SessionInfo(
             backend=self.name,
@@ -121,11 +125,26 @@ class LiteRtBackend(Backend):
         return converted(model, str(options.get("weights", "f32")))
 
 
+@contextlib.contextmanager
+def _quiet_native_log() -> Iterator[None]:
+    """LiteRT's C++ logs "INFO: Created TensorFlow Lite XNNPACK delegate for CPU." to the process's stderr
+    on every interpreter; a load error still reaches Python as the exception's text."""
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def layout_for(model: Model, tflite: Path) -> LiteRtLayout:
     """How a session offers ``tflite`` (converted from ``model``, or ``model`` itself): names, shapes, layout."""
     from ai_edge_litert.interpreter import Interpreter
 
-    layout, _ = _bind(Interpreter(model_path=str(tflite)), tflite, model)
+    with _quiet_native_log():
+        layout, _ = _bind(Interpreter(model_path=str(tflite)), tflite, model)
     return layout
 
 
