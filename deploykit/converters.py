@@ -118,8 +118,8 @@ class ConverterEnvironment:
         raise BackendUnavailableError(
             f"converter environment '{self.name}' | {needed_for} runs in it, and it {problem} "
             f"({self.directory}); expected a ready environment ({self.purpose}).",
-            hint=f"create it once with '{self.add_command()}' (downloads the pinned packages; about 2 GB, "
-            "a few minutes), then run this again.",
+            hint=f"create it once with '{self.add_command()}' (downloads the pinned packages once: "
+            "about 2.6 GB, several minutes), then run this again.",
         )
 
     def worker_environment(self) -> dict[str, str]:

@@ -28,7 +28,7 @@ import numpy as np
 from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.litert_layout import LiteRtLayout, io_ports, match, own_specs, read_io, signature_ports
 from deploykit.backends.options import OptionSpec
-from deploykit.errors import ModelNotFoundError, UnsupportedModelError, UsageError
+from deploykit.errors import InputError, ModelNotFoundError, UnsupportedModelError, UsageError
 from deploykit.model import Model
 
 WEIGHTS = ("f32", "f16", "int8")
@@ -238,6 +238,31 @@ class LiteRtSession(Session):
         self._lock = threading.Lock()
 
     def _run(self, feeds: dict[str, np.ndarray]) -> Mapping[str, np.ndarray]:
+        layout = self._layout
+        sizes = {
+            feeds[spec.name].shape[0] for spec, port in zip(layout.specs_in, layout.inputs, strict=True) if port.batched
+        }
+        converted = {port.shape[0] for port in layout.inputs if port.batched}
+        batch = sizes.pop() if len(sizes) == 1 else None
+        if batch is None or {batch} == converted:
+            return self._run_once(feeds)
+        unbatched = [spec.name for spec, port in zip(layout.specs_out, layout.outputs, strict=True) if not port.batched]
+        if unbatched:
+            raise InputError(
+                f"batch {batch} | '{self.model_path.name}' was converted at batch {min(converted)}, so deploykit runs "
+                f"other batches sample by sample, but output(s) {', '.join(unbatched)} have no batch axis to join on.",
+                hint=f"feed batch {min(converted)}.",
+            )
+        batched = {spec.name for spec, port in zip(layout.specs_in, layout.inputs, strict=True) if port.batched}
+        samples = [
+            self._run_once(
+                {name: array[index : index + 1] if name in batched else array for name, array in feeds.items()}
+            )
+            for index in range(batch)
+        ]
+        return {name: np.concatenate([sample[name] for sample in samples], axis=0) for name in self.outputs}
+
+    def _run_once(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         layout = self._layout
         fed = {port.key: port.to_litert(feeds[spec.name]) for spec, port in zip(layout.specs_in, layout.inputs,
                                                                                    strict=True)}  # fmt: skip

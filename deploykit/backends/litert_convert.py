@@ -47,9 +47,13 @@ def fixed_shapes(model: Model) -> dict[str, list[int]]:
     shapes = {}
     for spec in model.inputs:
         if spec.shape is None or any(not isinstance(d, int) or d < 0 for d in spec.shape[1:]):
+            dynamic = [
+                f"'{d}'" if isinstance(d, str) else "?" for d in (spec.shape or ())[1:] if not isinstance(d, int)
+            ]
             raise UnsupportedModelError(
-                f"backend 'litert' | input '{spec.name}' of '{model.path.name}' has the shape {spec.shape_text()}; "
-                "onnx2tf converts at fixed sizes (a dynamic batch axis becomes 1).",
+                f"backend 'litert' | input '{spec.name}' of '{model.path.name}' has the shape {spec.shape_text()} "
+                f"(dynamic: {', '.join(dynamic) or 'its rank'}); onnx2tf converts at fixed sizes (a dynamic batch "
+                "axis becomes 1).",
                 hint="fix the input's sizes in the ONNX model (e.g. export it at a fixed image size), or use another "
                 "backend.",
             )

@@ -29,13 +29,15 @@ IO_FORMAT = "deploykit-litert-io"
 
 @dataclass(frozen=True)
 class Port:
-    """One signature input or output: its key in the ``.tflite``, its dtype and shape there, and the
-    permutation that takes an ONNX-layout array to the LiteRT layout (None: the same layout)."""
+    """One signature input or output: its key in the ``.tflite``, its dtype and shape there, the
+    permutation that takes an ONNX-layout array to the LiteRT layout (None: the same layout), and
+    whether its first axis is the ONNX graph's dynamic batch (converted at the size in ``shape``)."""
 
     key: str
     dtype: str
     shape: tuple[int, ...]
     permutation: tuple[int, ...] | None = None
+    batched: bool = False
 
     def to_litert(self, array: np.ndarray) -> np.ndarray:
         if self.permutation is not None:
@@ -71,6 +73,7 @@ class LiteRtLayout:
                     "litert_dtype": port.dtype,
                     "litert_shape": list(port.shape),
                     "permutation": None if port.permutation is None else list(port.permutation),
+                    "batched": port.batched,
                 }
                 for spec, port in zip(specs, ports, strict=True)
             ]
@@ -172,11 +175,15 @@ def match(
                 hint="convert the model again (deploykit export litert), or try another backend.",
             )
         back = np.argsort(permutation)
-        shape = tuple(port.shape[axis] for axis in back)
-        specs_shape = tuple(None if d < 0 else d for d in shape)
-        matched_specs.append(TensorSpec(spec.name, spec.dtype, specs_shape))
+        shape: tuple[int | str | None, ...] = tuple(None if port.shape[a] < 0 else int(port.shape[a]) for a in back)
+        first = onnx_shape[0] if onnx_shape else 0
+        # a dynamic batch converted at a fixed size stays dynamic: other sizes run sample by sample
+        batched = bool(onnx_shape) and not (isinstance(first, int) and first >= 0) and permutation[0] == 0
+        if batched:
+            shape = (first, *shape[1:])
+        matched_specs.append(TensorSpec(spec.name, spec.dtype, shape))
         identity = permutation == tuple(range(len(permutation)))
-        matched_ports.append(Port(port.key, port.dtype, port.shape, None if identity else permutation))
+        matched_ports.append(Port(port.key, port.dtype, port.shape, None if identity else permutation, batched))
     return matched_specs, matched_ports
 
 
@@ -217,5 +224,5 @@ def io_ports(io: Mapping[str, Any], side: str) -> tuple[list[TensorSpec], list[P
         specs.append(TensorSpec.from_dict(item))
         permutation = item.get("permutation")
         ports.append(Port(item["key"], item["litert_dtype"], tuple(item["litert_shape"]),
-                          None if permutation is None else tuple(permutation)))  # fmt: skip
+                          None if permutation is None else tuple(permutation), bool(item.get("batched"))))  # fmt: skip
     return specs, ports

@@ -151,7 +151,7 @@ def test_an_onnx_model_without_the_converter_environment_names_the_command(
         f"converter environment 'litert' | converting ONNX to LiteRT (onnx2tf) runs in it, and it does not exist "
         f"({directory}); expected a ready environment (onnx2tf with TensorFlow, converting ONNX models to LiteRT "
         ".tflite files). Hint: create it once with 'deploykit converters add litert' (downloads the pinned "
-        "packages; about 2 GB, a few minutes), then run this again."
+        "packages once: about 2.6 GB, several minutes), then run this again."
     )
     assert get_backend("litert").onnx_unavailable_reason() == str(raised.value)
     assert not (tmp_path / "cache").exists()  # nothing was created behind the user's back
@@ -218,8 +218,8 @@ def test_a_dynamic_axis_after_the_batch_is_refused_by_name(tmp_path: Path) -> No
     with pytest.raises(UnsupportedModelError) as raised:
         fixed_shapes(Model.open(path))
     assert str(raised.value).startswith(
-        "backend 'litert' | input 'x' of 'dynamic.onnx' has the shape (batch, 3, height, 8); onnx2tf converts at "
-        "fixed sizes (a dynamic batch axis becomes 1)."
+        "backend 'litert' | input 'x' of 'dynamic.onnx' has the shape (batch, 3, height, 8) (dynamic: 'height'); "
+        "onnx2tf converts at fixed sizes (a dynamic batch axis becomes 1)."
     )
 
 
