@@ -75,6 +75,33 @@ def test_a_tflite_without_json_offers_its_own_signature(source: Path, tmp_path: 
     np.testing.assert_allclose(got.transpose(0, 3, 1, 2), _onnxruntime(source, _feeds()), atol=1e-5, rtol=0)
 
 
+def test_a_dynamic_batch_converted_at_1_runs_any_batch(tmp_path: Path) -> None:
+    from tests.assets.catalog import mlp_dynamic_batch
+
+    source = tmp_path / "mlp_dynamic_batch.onnx"
+    onnx.save(mlp_dynamic_batch(), source)
+    with deploykit.load(ASSETS / "mlp_dynamic_batch.tflite", backend="litert") as session:
+        assert [str(s) for s in session.inputs.values()] == ["x: float32(batch, 8)"]
+        for batch in (1, 5):
+            feeds = {"x": np.random.default_rng(batch).normal(0, 1, (batch, 8)).astype(np.float32)}
+            got = session.run(feeds)
+            with deploykit.load(source, backend="onnxruntime") as reference:
+                expected = reference.run(feeds)
+            assert list(got) == list(expected)
+            for name, array in got.items():
+                assert array.shape[0] == batch
+                np.testing.assert_allclose(array, expected[name], atol=1e-5, rtol=1e-5)
+
+
+def test_conversions_run_offline_with_the_environments_tools_first(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("DEPLOYKIT_CACHE_DIR", str(tmp_path))
+    environment = get_environment("litert")
+    variables = environment.worker_environment()
+    assert variables["PATH"].split(":")[0] == str(tmp_path / "converters" / "litert" / "bin")  # onnxsim by name
+    assert variables["HTTPS_PROXY"] == variables["HTTP_PROXY"] == "http://127.0.0.1:9"  # a closed port
+    assert variables["PYTHONNOUSERSITE"] == "1"
+
+
 @pytest.mark.parametrize("options", [{"threads": 2}, {"xnnpack": False}])
 def test_threads_and_kernels_are_options_and_agree(source: Path, options: dict[str, object]) -> None:
     with deploykit.load(TFLITE, backend="litert", **options) as session:
