@@ -195,6 +195,12 @@ def test_an_environment_from_other_pins_is_stale(tmp_path: Path, monkeypatch: py
         environment.require("converting")
     (environment.directory / "ready.json").write_text(json.dumps({"pins_sha256": environment.pins_sha256()}))
     assert environment.state() == "ready"
+    result = runner.invoke(app, ["converters", "add", "litert"])  # a ready environment is kept, nothing installed
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith(f"litert is ready ({environment.directory})")
+    result = runner.invoke(app, ["converters", "remove", "litert"])
+    assert result.exit_code == 0 and not environment.directory.exists()
+    assert get_environment("litert").state() == "missing"
 
 
 def test_the_pins_fix_every_package_of_the_environment() -> None:
