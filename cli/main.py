@@ -41,6 +41,7 @@ from . import (
 )
 from .console import err_console
 from .convert_cmd import convert_app
+from .converters_cmd import converters_app
 from .export_cmd import export_app
 from .fleet_cmd import fleet_app
 from .models_cmd import models_app
@@ -183,6 +184,7 @@ app.command("run")(run_cmd.run)
 app.command("demo")(demo_cmd.demo)
 app.add_typer(convert_app, name="convert")
 app.add_typer(export_app, name="export")
+app.add_typer(converters_app, name="converters")
 app.command("bench")(bench_cmd.bench)
 app.command("compare")(compare_cmd.compare)
 app.command("report")(report_cmd.report)

@@ -24,7 +24,7 @@ COMMANDS = {
     "convert torch": "convert_torch", "convert darknet": "convert_darknet", "compare": "compare",
     "bench": "benchmark", "quantize": "quantize", "optimize": "optimize", "predict": "predict", "serve": "serve",
     "export": "export_ncnn", "inspect": "summarize", "run": "load", "backends": "all_backends",
-    "report": "BenchmarkReport", "fleet": None, "demo": None, "models": None, "platforms": None,
+    "report": "BenchmarkReport", "fleet": None, "demo": None, "models": None, "platforms": None, "converters": None,
     "version": None,  # deploykit.about.about(): a description of the installation, not a model operation
 }  # fmt: skip
 

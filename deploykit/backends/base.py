@@ -378,6 +378,11 @@ class Backend(abc.ABC):
     def is_available(self) -> bool:
         return self.unavailable_reason() is None
 
+    def onnx_unavailable_reason(self) -> str | None:
+        """Why the backend cannot open ``.onnx`` models here although its runtime imports (a converter
+        environment the user has not created yet), with the hint that fixes it; None when it can."""
+        return None
+
     @abc.abstractmethod
     def version(self) -> str:
         """Runtime package and version, e.g. ``openvino 2026.4.1``."""

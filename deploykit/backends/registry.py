@@ -27,6 +27,7 @@ BUILTIN_BACKENDS: dict[str, str] = {
     "opencv": "deploykit.backends.opencv:OpenCvBackend",
     "ncnn": "deploykit.backends.ncnn:NcnnBackend",
     "mnn": "deploykit.backends.mnn:MnnBackend",
+    "litert": "deploykit.backends.litert:LiteRtBackend",
     "reference": "deploykit.backends.reference:ReferenceBackend",
 }
 ENTRY_POINT_GROUP = "deploykit.backends"

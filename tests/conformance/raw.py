@@ -92,6 +92,65 @@ def run_reference(model_path: Path, inputs: list[Any]) -> list[Any]:
     return list(evaluator.run(None, dict(zip(evaluator.input_names, inputs, strict=True))))
 
 
+def litert_outside(model_path: Path) -> str | None:
+    """Why a model is outside LiteRT's domain in this suite: onnx2tf converts float32 tensors of fixed,
+    non-empty shapes (rank 1 to 5 here); ncnn's domain with rank 5 too."""
+    reason = ncnn_outside(model_path)
+    if reason is None or not reason.endswith("not 1 to 4"):
+        return reason
+    return None if reason.split("rank ")[1].startswith("5,") else reason.replace("1 to 4", "1 to 5")
+
+
+def run_litert(model_path: Path, inputs: list[Any]) -> list[Any]:
+    """onnx2tf converts the ONNX file in the ``litert`` converter environment, as its README shows
+    (``onnx2tf -i model.onnx -osd -coion``: a signature with the ONNX names, the calibration sample it
+    reads placed in its working folder, offline), and the LiteRT interpreter runs the f32 file on one
+    thread, fed in the layout the file declares (channel-last where onnx2tf made it so) and read back."""
+    import numpy as np
+    import onnx
+    from ai_edge_litert.interpreter import Interpreter
+
+    from deploykit.converters import get_environment
+
+    environment = get_environment("litert")
+    graph = onnx.load(str(model_path), load_external_data=False).graph
+    initializers = {i.name for i in graph.initializer}
+    names = [i.name for i in graph.input if i.name not in initializers]
+    output_shapes = [tuple(d.dim_value for d in o.type.tensor_type.shape.dim) for o in graph.output]
+    with tempfile.TemporaryDirectory(prefix="raw-litert-") as scratch:
+        out = Path(scratch)
+        sample = np.random.default_rng(0).random((20, 128, 128, 3), dtype=np.float32)
+        np.save(out / "calibration_image_sample_data_20x128x128x3_float32.npy", sample)
+        command = [str(environment.bin / "onnx2tf"), "-i", str(model_path), "-o", str(out / "saved"), "-osd", "-coion"]
+        try:
+            done = subprocess.run(command, cwd=out, env=environment.worker_environment(), stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, timeout=LITERT_TIMEOUT_S, check=False)  # fmt: skip
+        except subprocess.TimeoutExpired as exc:
+            raise RuntimeError(f"onnx2tf did not finish in {LITERT_TIMEOUT_S} s") from exc
+        written = out / "saved" / f"{model_path.stem}_float32.tflite"
+        if not written.is_file():
+            log = _ANSI.sub("", done.stdout.decode("utf-8", "replace")).strip().splitlines()
+            raise RuntimeError(f"onnx2tf failed (exit {done.returncode}): {' / '.join(log[-2:]) or 'no output'}")
+        runner = Interpreter(model_path=str(written), num_threads=1).get_signature_runner()
+        details = runner.get_input_details()
+        feeds = {}
+        for name, value in zip(names, inputs, strict=True):
+            array = np.asarray(value)
+            shape = tuple(details[name]["shape"])
+            if shape != array.shape and array.ndim >= 3:
+                array = np.moveaxis(array, 1, -1)  # NCHW → NHWC, as onnx2tf converted the input
+            feeds[name] = np.ascontiguousarray(array)
+        produced = runner(**feeds)
+        outputs = []
+        for output, shape in zip(graph.output, output_shapes, strict=True):
+            array = np.asarray(produced[output.name])
+            if array.shape != shape and array.ndim >= 3:
+                array = np.moveaxis(array, -1, 1)
+            outputs.append(array)
+        return outputs
+
+
+LITERT_TIMEOUT_S = 300
 PNNX_TIMEOUT_S = 120
 _PNNX_TYPES = {"float32": "f32", "float16": "f16", "float64": "f64", "int64": "i64", "int32": "i32", "int8": "i8"}
 _FED = re.compile(r'ex\.input\("(in\d+)", ncnn\.Mat\(in\d+\.numpy\(\), batch_index=(\d+)\)')
@@ -254,5 +313,13 @@ RAW_RUNNERS: dict[str, RawRunner] = {
         {"threads": 1, "winograd": False},
         sample_every=10,
         without_converter={"DEPLOYKIT_MNN_CONVERTER": "off"},
+    ),
+    # onnx2tf takes seconds a case (TensorFlow starts on each side): a sparser sample than ncnn's
+    "litert": RawRunner(
+        run_litert,
+        {"threads": 1},
+        outside=litert_outside,
+        sample_every=40,
+        without_converter={"DEPLOYKIT_CACHE_DIR": "/nonexistent/deploykit-conformance/cache"},
     ),
 }
