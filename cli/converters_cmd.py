@@ -7,6 +7,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from . import options as opt
 from .console import console, err_console, print_json
 
 converters_app = typer.Typer(
@@ -16,7 +17,7 @@ converters_app = typer.Typer(
 
 
 @converters_app.command("list")
-def list_converters(as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table.")) -> None:
+def list_converters(as_json: opt.Json = False) -> None:
     """Every converter environment deploykit manages: its state, where it is and its main packages."""
     from deploykit.converters import ENVIRONMENTS, status
 

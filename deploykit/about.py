@@ -84,11 +84,23 @@ class ManagedEnvironment:
         return {"name": self.name, "path": self.path, "versions": dict(self.versions)}
 
 
-ENVIRONMENT_PROVIDERS: tuple[str, ...] = ()
+ENVIRONMENT_PROVIDERS: tuple[str, ...] = ("deploykit.about:converter_environments",)
 """``module:function`` of each kind of managed converter environment; the function takes no
 arguments and returns a list of ``ManagedEnvironment`` (the ones that exist on this machine, none
 when nothing was created yet). A converter that installs its own environment adds one line here;
 its module is imported only when the report is made."""
+
+
+def converter_environments() -> list[ManagedEnvironment]:
+    """The environments of ``deploykit converters`` that are ready here (``litert``: onnx2tf), with the
+    versions their ``ready.json`` recorded; missing, stale or broken ones are ``converters list``'s to show."""
+    from deploykit.converters import ENVIRONMENTS
+
+    return [
+        ManagedEnvironment(name, str(environment.directory), dict((environment.record() or {}).get("packages") or {}))
+        for name, environment in ENVIRONMENTS.items()
+        if environment.state() == "ready"
+    ]
 
 
 @dataclass(frozen=True)

@@ -72,8 +72,25 @@ def test_this_machines_flags_match_proc_cpuinfo():
         assert has == (name in flags), name
 
 
+def test_a_ready_converter_environment_is_reported_and_a_missing_one_is_not(monkeypatch, tmp_path):
+    """The ``litert`` environment (``deploykit converters add litert``) is listed once it is ready."""
+    from deploykit.converters import get_environment
+
+    monkeypatch.setenv("DEPLOYKIT_CACHE_DIR", str(tmp_path))
+    assert "deploykit.about:converter_environments" in ENVIRONMENT_PROVIDERS
+    assert about().environments == ()
+    environment = get_environment("litert")
+    (environment.bin).mkdir(parents=True)
+    (environment.python).symlink_to(sys.executable)
+    ready = {"pins_sha256": environment.pins_sha256(), "packages": {"onnx2tf": "1.0"}, "created": "2026-12-05"}
+    (environment.directory / "ready.json").write_text(json.dumps(ready))
+    (found,) = about().environments
+    assert found.to_dict() == {"name": "litert", "path": str(environment.directory), "versions": {"onnx2tf": "1.0"}}
+    (environment.directory / "ready.json").write_text(json.dumps({**ready, "pins_sha256": "0" * 64}))
+    assert about().environments == ()  # stale: built from other pins
+
+
 def test_managed_environments_come_from_the_providers_table(monkeypatch):
-    assert ENVIRONMENT_PROVIDERS == () and about().environments == ()
     module = types.ModuleType("deploykit_test_environments")
     module.found = lambda: [ManagedEnvironment("toy", "/tmp/toy-env", {"toy-converter": "1.2"})]  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, module.__name__, module)
@@ -90,7 +107,8 @@ def test_version_json_is_the_report():
     assert {"python", "platform", "architecture", "cpu_features", "tools", "environments"} <= set(data)
 
 
-def test_version_table_names_every_runtime_and_its_status():
+def test_version_table_names_every_runtime_and_its_status(monkeypatch, tmp_path):
+    monkeypatch.setenv("DEPLOYKIT_CACHE_DIR", str(tmp_path))  # no converter environment created there
     result = runner.invoke(app, ["version"])
     assert result.exit_code == 0, result.output
     assert f"deploykit {__version__}" in result.stdout

@@ -95,6 +95,7 @@ NOT_BACKEND_NAMES: dict[tuple[str, str], str] = {
     ("cli/quantize_cmd.py", "ort"): "the ONNX Runtime quantize engine",
     ("cli/export_cmd.py", "ncnn"): "the command `deploykit export ncnn`",
     ("cli/export_cmd.py", "litert"): "the command `deploykit export litert`",
+    ("cli/export_cmd.py", "mnn"): "the command `deploykit export mnn`",
     ("deploykit/converters.py", "litert"): "the converter environment `deploykit converters add litert`",
     ("deploykit/quantize/evaluate.py", "reference"): "the reference model's outputs, as a label",
     ("deploykit/tasks/classify.py", "reference"): "the reference outputs, as a label",

@@ -5,33 +5,23 @@ Python (``deploykit.converters``), offline, as a worker (``deploykit.workers``: 
 one result line). The job script (``litert_job/deploykit_litert_job.py``) imports only the standard
 library and onnx2tf.
 
-A cache entry is a directory under ``cache_dir()/litert`` named by a digest of the model's
-SHA-256, the environment's pins, the weights asked for and the input shapes; it holds
-``model.tflite`` and ``entry.json`` (the key and the file's SHA-256). It is built in a temporary
-directory beside it and renamed into place under a lock, so two processes converting one model
-do one conversion; an entry whose file does not match its ``entry.json`` is built again. This
-module is the whole cache, kept small for one shared conversion cache to absorb later.
+The conversions live in the shared converted-model cache (``deploykit.backends.converted``, kind
+``litert``): an entry keyed by the model's SHA-256, the environment's pins, the weights asked for and
+the input shapes holds ``model.tflite``; it is built once under a lock and rebuilt when its file no
+longer matches its record.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
-import json
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from deploykit.cache import cache_dir
+from deploykit.backends.converted import converted as cached_conversion
 from deploykit.errors import UnsupportedModelError
-from deploykit.io import file_sha256
 from deploykit.model import Model
 
-ENTRY_VERSION = 1
-TFLITE_NAME, ENTRY_NAME = "model.tflite", "entry.json"
+ENTRY_VERSION = 2  # 2: the shared converted-model cache's entry.json
+TFLITE_NAME = "model.tflite"
 CONVERT_TIMEOUT_S = 1800
 JOB_DIRECTORY = Path(__file__).with_name("litert_job")
 JOB_MODULE = "deploykit_litert_job"
@@ -85,24 +75,11 @@ def converted(model: Model, weights: str = "f32", *, timeout_s: float = CONVERT_
 
     environment = get_environment("litert").require("converting ONNX to LiteRT (onnx2tf)")
     key = entry_key(model, weights, environment.pins_sha256())
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
-    root = cache_dir() / "litert"
-    entry = root / digest
-    if _valid(entry):
-        return entry / TFLITE_NAME
-    root.mkdir(parents=True, exist_ok=True)
-    with _locked(root / f"{digest}.lock"):
-        if _valid(entry):
-            return entry / TFLITE_NAME
-        with tempfile.TemporaryDirectory(prefix=f"{digest}.", dir=root) as scratch:
-            built = Path(scratch) / "entry"
-            built.mkdir()
-            _run_job(model, weights, key["shapes"], built, environment, timeout_s)
-            record = {**key, "tflite_sha256": file_sha256(built / TFLITE_NAME)}
-            (built / ENTRY_NAME).write_text(json.dumps(record, indent=1) + "\n")
-            shutil.rmtree(entry, ignore_errors=True)
-            built.rename(entry)
-    return entry / TFLITE_NAME
+
+    def build(out: Path) -> None:
+        _run_job(model, weights, key["shapes"], out, environment, timeout_s)
+
+    return cached_conversion("litert", key, build).path(TFLITE_NAME)
 
 
 def _run_job(model: Model, weights: str, shapes: dict[str, list[int]], out: Path, environment: Any,
@@ -129,21 +106,3 @@ def _run_job(model: Model, weights: str, shapes: dict[str, list[int]], out: Path
             f"backend 'litert' | onnx2tf could not convert '{model.path.name}': {outcome.error or 'it wrote no file'}.",
             hint="try another backend, or 'deploykit inspect' the model for ops onnx2tf lacks.",
         )
-
-
-def _valid(entry: Path) -> bool:
-    try:
-        record = json.loads((entry / ENTRY_NAME).read_text())
-        return bool(record.get("tflite_sha256") == file_sha256(entry / TFLITE_NAME))
-    except (OSError, ValueError):
-        return False
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)

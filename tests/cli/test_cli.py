@@ -162,8 +162,8 @@ def test_bad_input_option(catalog_paths):
 
 
 def test_unknown_backend_exit_1(catalog_paths):
-    result = invoke("run", catalog_paths["multi_io"], "-b", "tflite")
-    assert result.exit_code == 1 and "backend 'tflite' | is not registered" in result.stderr
+    result = invoke("run", catalog_paths["multi_io"], "-b", "coreml")
+    assert result.exit_code == 1 and "backend 'coreml' | is not registered" in result.stderr
 
 
 def test_usage_error_exit_2():

@@ -97,7 +97,10 @@ def test_a_model_mnn_cannot_take_is_refused_naming_its_layers(tmp_path):
     out = tmp_path / "out.mnn"
     result = invoke_checked(["export", "mnn", path, "-o", out], reads=[path], writes=[out, tmp_path / "out.json"])
     assert result.exit_code == 1
-    assert "MNN's converter cannot take 1 layer(s) of 'hardmax.onnx': it has no conversion for Hardmax (pick)." in result.stderr
+    assert (
+        "MNN's converter cannot take 1 layer(s) of 'hardmax.onnx': it has no conversion for Hardmax (pick)."
+        in result.stderr
+    )
 
 
 def test_compare_json_on_stdout_is_only_json(classifier, tmp_path):
