@@ -54,7 +54,8 @@ def _signalled(
 def _before_the_policy(stderr: str) -> bool:
     """A KeyboardInterrupt raised before deploykit's first statement: in the interpreter's own start (site
     and the environment's .pth files, e.g. an editable install's finder) or in the console script's import
-    of the package files above ``cli/launch.py`` and its own imports (``os``, ``signal``, ``types``). Python reports
+    of the package files above ``cli/launch.py`` (``deploykit/__init__``, ``_version``, ``quiet``: the telemetry
+    switches every importer gets) and its own imports (``os``, ``signal``, ``types``). Python reports
     a signal there its own way; docs/errors.md gives the window."""
     if "KeyboardInterrupt" not in stderr:
         return False
@@ -64,7 +65,8 @@ def _before_the_policy(stderr: str) -> bool:
     package = Path(deploykit.__file__).parent
     cli = Path(launch.__file__).parent
     ours = (str(DEPLOYKIT), str(package), str(cli))
-    above = (str(DEPLOYKIT), str(package / "__init__.py"), str(package / "_version.py"), str(cli / "__init__.py"))
+    above = (str(DEPLOYKIT), str(package / "__init__.py"), str(package / "_version.py"), str(package / "quiet.py"),
+             str(cli / "__init__.py"))  # fmt: skip
     # Deploykit's own frames may only be the files above the policy and launch.py's own body (or its
     # install_start_policy); the standard library's imports below them are the interpreter's.
     return all(not path.startswith(ours) or path in above or (path == launch.__file__ and function in

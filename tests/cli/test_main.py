@@ -18,7 +18,9 @@ def _bash(script: str, home: Path) -> subprocess.CompletedProcess[str]:
     """``script`` in a bash whose PATH starts with this environment's ``deploykit`` and whose HOME is ``home``."""
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "HOME": str(home)}
     env.pop("_DEPLOYKIT_COMPLETE", None)
-    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    # typer finds the shell from the parent process: bash would exec a lone command in its own place, and
+    # the parent would be whatever ran the tests (make's sh in CI), so bash stays the parent until the end
+    return subprocess.run(["bash", "-c", f"{script}\nexit $?"], capture_output=True, text=True, env=env, timeout=300)
 
 
 def _complete(words: str, home: Path, setup: str = "source <(deploykit --show-completion)") -> list[str]:

@@ -71,6 +71,22 @@ def features(onnx_node_cases: list[NodeCase]) -> dict[str, set[str]]:
     return {case.name: case_features(case) for case in onnx_node_cases}
 
 
+RECHECKS = 4
+"""How many more times a case deploykit lost runs on the raw side before the loss counts."""
+
+
+def _raw_unsteady(backend: str, cases: list[NodeCase]) -> set[str]:
+    """The cases among ``cases`` (each passed raw once, failed through deploykit) that the raw runtime
+    fails in one of ``RECHECKS`` more runs: a runtime that computes a case differently from run to run
+    (MNN 3.6.1's causal attention on an AMX Xeon passed about one run in three) passed it by luck, so
+    deploykit is not judged on it; a case the raw runtime passes every time stays lost."""
+    unsteady: set[str] = set()
+    for _ in range(RECHECKS if cases else 0):
+        unsteady |= {result.name for result in sweep(backend, cases, deploykit_options(backend))
+                     if not result.raw.passed}  # fmt: skip
+    return unsteady
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", backend_names())
 def test_deploykit_passes_every_case_the_raw_runtime_passes(
@@ -99,7 +115,11 @@ def test_deploykit_passes_every_case_the_raw_runtime_passes(
 
     assert row.raw_passes > 0, f"the raw {backend} passed no case: the harness is broken, not the runtime"
     lost = {r.name: r.deploykit.detail for r in results if r.raw.passed and not r.deploykit.passed}
-    assert not lost, f"deploykit lost {len(lost)} case(s) the raw {backend} passes: {lost}"
+    unsteady = _raw_unsteady(backend, [case for case in onnx_node_cases if case.name in lost])
+    if unsteady:
+        print(f"{backend}: the raw runtime is not steady on {sorted(unsteady)} (a fail in {RECHECKS} more runs)")
+    lost = {name: detail for name, detail in lost.items() if name not in unsteady}
+    assert not lost, f"deploykit lost {len(lost)} case(s) the raw {backend} passes (in {RECHECKS + 1} runs): {lost}"
     badly_said = {}
     for result in results:
         if result.deploykit.status != ERROR:

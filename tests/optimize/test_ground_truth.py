@@ -11,6 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -71,11 +72,14 @@ def test_class_folders_give_top1_accuracy_in_the_report_and_the_bundle(classifie
 
 
 def test_the_split_is_stratified(tmp_path):
+    import cv2
+
     folder = tmp_path / "three"
+    png = cv2.imencode(".png", np.zeros((4, 4, 3), np.uint8))[1].tobytes()  # whole files: a set is checked first
     for name, count in (("a", 5), ("b", 4), ("c", 3)):
         (folder / name).mkdir(parents=True)
         for index in range(count):
-            (folder / name / f"{index}.png").write_bytes(b"")  # the split reads names, not pixels
+            (folder / name / f"{index}.png").write_bytes(png)
     for seed in range(5):
         calibration, accuracy = split_images(folder, quantize=True, seed=seed)
         assert {label for _, label in calibration} == {label for _, label in accuracy} == {"a", "b", "c"}
