@@ -653,9 +653,11 @@ def _scratch_prefix(beside: PathLike) -> str:
 def _remove_leftovers(parent: Path, prefix: str, beside: PathLike) -> None:
     """Remove the working folders an earlier, killed run onto the same output left, and say so. Called with
     the output's lock held (``claim_output``): no live run onto this output can own them."""
+    with _live_lock:
+        ours = set(_live_paths)  # a working folder of this very run (optimize's search, then its bundle)
     with contextlib.suppress(OSError):
         for leftover in parent.glob(f"{glob.escape(prefix)}*"):
-            if leftover.is_dir() and not leftover.is_symlink():
+            if leftover.is_dir() and not leftover.is_symlink() and leftover not in ours:
                 shutil.rmtree(leftover, ignore_errors=True)
                 warnings.warn(
                     f"removed '{shown(leftover)}', the partial working folder of an earlier run onto "
