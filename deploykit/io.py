@@ -657,7 +657,10 @@ def _remove_leftovers(parent: Path, prefix: str, beside: PathLike) -> None:
         ours = set(_live_paths)  # a working folder of this very run (optimize's search, then its bundle)
     with contextlib.suppress(OSError):
         for leftover in parent.glob(f"{glob.escape(prefix)}*"):
-            if leftover.is_dir() and not leftover.is_symlink() and leftover not in ours:
+            # mkdtemp's own part has no dot: a longer name is another output's (a run onto 'deploy.work-a')
+            if "." in leftover.name[len(prefix) :] or leftover in ours:
+                continue
+            if leftover.is_dir() and not leftover.is_symlink():
                 shutil.rmtree(leftover, ignore_errors=True)
                 warnings.warn(
                     f"removed '{shown(leftover)}', the partial working folder of an earlier run onto "

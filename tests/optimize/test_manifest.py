@@ -82,9 +82,12 @@ def test_the_working_folder_of_a_killed_run_is_removed_and_said(classifier_path,
     leftover = tmp_path / f"{_scratch_prefix(target)}x1y2z3"  # what a SIGKILLed run left: its staging folder
     (leftover / "bundle").mkdir(parents=True)
     (leftover / "bundle" / "model.onnx").write_bytes(b"half")
+    # the working folder of a run onto another output, 'deploy.work-a', whose lock this run does not hold
+    other = tmp_path / f"{_scratch_prefix(tmp_path / 'deploy.work-a')}q9r8s7"
+    other.mkdir()
     result = CliRunner().invoke(app, ["optimize", str(classifier_path), "-o", str(target), *FAST])
     assert result.exit_code == 0, result.output
-    assert not leftover.exists()
+    assert not leftover.exists() and other.is_dir()
     lines = [line for line in result.stderr.splitlines() if "partial working folder" in line]
     assert (
         len(lines) == 1 and lines[0].startswith("warning: removed '") and "killed before it could clean up" in lines[0]
