@@ -653,8 +653,13 @@ def _scratch_prefix(beside: PathLike) -> str:
 def _remove_leftovers(parent: Path, prefix: str, beside: PathLike) -> None:
     """Remove the working folders an earlier, killed run onto the same output left, and say so. Called with
     the output's lock held (``claim_output``): no live run onto this output can own them."""
+    with _live_lock:
+        ours = set(_live_paths)  # a working folder of this very run (optimize's search, then its bundle)
     with contextlib.suppress(OSError):
         for leftover in parent.glob(f"{glob.escape(prefix)}*"):
+            # mkdtemp's own part has no dot: a longer name is another output's (a run onto 'deploy.work-a')
+            if "." in leftover.name[len(prefix) :] or leftover in ours:
+                continue
             if leftover.is_dir() and not leftover.is_symlink():
                 shutil.rmtree(leftover, ignore_errors=True)
                 warnings.warn(

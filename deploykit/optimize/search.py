@@ -10,16 +10,18 @@ accuracy, never both) → make the model variants (INT8 with the ORT and NNCF en
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 from deploykit.bench.config import SCENARIOS
 from deploykit.bench.load import BackgroundLoad, background_load
 from deploykit.errors import InputError, UsageError
-from deploykit.io import output_scope
+from deploykit.io import output_scope, scratch_dir
 from deploykit.optimize.accuracy import AccuracyEvidenceWarning, budget_note
 from deploykit.optimize.answer import answer
 from deploykit.optimize.candidates import (
@@ -86,6 +88,19 @@ def parse_max_drop(value: str | float | None) -> float:
             hint="--max-drop 1% allows the task metric to fall by one point; 0 keeps f32 answers.",
         )
     return number
+
+
+@contextlib.contextmanager
+def _working_folder(output: Path | None) -> Iterator[Path]:
+    """Where the search keeps its variants and photo links: beside the bundle and named after it
+    (``.deploykit-NAME.work-*``, ``io.scratch_dir``), so that what a killed run (SIGKILL, a power cut) left
+    there is removed, with a warning, by the next run onto the same output; in TMPDIR without one."""
+    if output is None:
+        with tempfile.TemporaryDirectory(prefix="deploykit-optimize-") as folder:
+            yield Path(folder)
+        return
+    with scratch_dir(output) as folder:
+        yield folder
 
 
 def _check_inputs(model: Path, images: Path | None, quantize: bool, output: Path | None, force: bool) -> None:
@@ -180,8 +195,7 @@ def optimize(
             hint="ort: ONNX Runtime static QDQ; nncf: OpenVINO's NNCF.",
         )
     notes: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="deploykit-optimize-") as scratch_dir:
-        scratch = Path(scratch_dir)
+    with _working_folder(output_path) as scratch:
         search = Search(
             model_path,
             interface,

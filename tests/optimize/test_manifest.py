@@ -4,6 +4,10 @@ onto a folder that also holds someone else's file, and the working folder a kill
 from __future__ import annotations
 
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -11,7 +15,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from deploykit.errors import OutputError
-from deploykit.io import _scratch_prefix
+from deploykit.io import _scratch_prefix, shown
 from deploykit.optimize import OptimizePlan, optimize, read_bundle
 from deploykit.optimize.manifest import MANIFEST, REPORT, REPORT_HTML
 
@@ -78,14 +82,44 @@ def test_the_working_folder_of_a_killed_run_is_removed_and_said(classifier_path,
     leftover = tmp_path / f"{_scratch_prefix(target)}x1y2z3"  # what a SIGKILLed run left: its staging folder
     (leftover / "bundle").mkdir(parents=True)
     (leftover / "bundle" / "model.onnx").write_bytes(b"half")
+    # the working folder of a run onto another output, 'deploy.work-a', whose lock this run does not hold
+    other = tmp_path / f"{_scratch_prefix(tmp_path / 'deploy.work-a')}q9r8s7"
+    other.mkdir()
     result = CliRunner().invoke(app, ["optimize", str(classifier_path), "-o", str(target), *FAST])
     assert result.exit_code == 0, result.output
-    assert not leftover.exists()
+    assert not leftover.exists() and other.is_dir()
     lines = [line for line in result.stderr.splitlines() if "partial working folder" in line]
     assert (
         len(lines) == 1 and lines[0].startswith("warning: removed '") and "killed before it could clean up" in lines[0]
     )
     assert "LeftoverWarning" not in result.stderr and read_bundle(target)
+
+
+def test_the_search_folder_of_a_sigkilled_optimize_is_removed_by_the_next_run(classifier_path, tmp_path):
+    """A real ``deploykit optimize -o`` is SIGKILLed while its search works (variants being made): no code
+    runs, so its working folder stays, beside the bundle and named after it; the next run onto the same
+    output removes it, says so by name, and writes the bundle."""
+    target = tmp_path / "deploy"
+    prefix = _scratch_prefix(target)
+    command = [str(Path(sys.executable).with_name("deploykit")), "optimize", str(classifier_path), "-o", str(target)]
+    process = subprocess.Popen([*command, *FAST], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    working: list[Path] = []
+    while process.poll() is None and not working:  # bounded by the run itself: it ends, or its folder shows
+        working = [folder for folder in tmp_path.glob(f"{prefix}*") if (folder / "variants").is_dir()]
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    _, stderr = process.communicate(timeout=60)
+    assert working and process.returncode == -signal.SIGKILL, f"no search folder beside '{target}':\n{stderr}"
+    (leftover,) = working
+    assert leftover.is_dir() and not target.exists()
+    result = CliRunner().invoke(app, ["optimize", str(classifier_path), "-o", str(target), *FAST])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stderr.splitlines() if "partial working folder" in line]
+    assert lines == [
+        f"warning: removed '{shown(leftover)}', the partial working folder of an earlier run onto "
+        f"'{shown(target)}' that was killed before it could clean up."
+    ], result.stderr
+    assert not leftover.exists() and not list(tmp_path.glob(f"{prefix}*")) and read_bundle(target)
 
 
 def test_a_manifest_nested_too_deeply_is_one_bundle_error(bundle, tmp_path):
