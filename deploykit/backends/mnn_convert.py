@@ -117,7 +117,9 @@ def run_converter(model: Model, target: Path, *, fp16_weights: bool, cwd: Path) 
     Raises:
         UnsupportedModelError: the converter failed, timed out or wrote nothing.
     """
-    command = [converter_python(), "-c", _CHILD, *converter_arguments(model.path, target, fp16_weights=fp16_weights)]
+    # absolute: the converter runs in ``cwd``, and a model named relative to the user's folder is not there
+    arguments = converter_arguments(model.path.resolve(), target.resolve(), fp16_weights=fp16_weights)
+    command = [converter_python(), "-c", _CHILD, *arguments]
     try:
         done = subprocess.run(
             command,

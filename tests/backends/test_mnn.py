@@ -100,6 +100,18 @@ def test_conversion_is_cached_with_its_log_and_reused(mnn_backend, classifier, c
     assert _entries(cache) == [entry] and (entry / "entry.json").stat().st_mtime_ns == before
 
 
+def test_a_model_named_relative_to_the_working_folder_converts(mnn_backend, classifier, tmp_path, monkeypatch):
+    """``deploykit compare demo/m.onnx``: the converter runs in its own folder, so it is given the model's
+    absolute path (it said 'Model File Does Not Exist' for the relative one); a relative cache folder too."""
+    (tmp_path / "demo").mkdir()
+    shutil.copy(classifier, tmp_path / "demo" / "m.onnx")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DEPLOYKIT_CACHE_DIR", "cache")
+    with deploykit.load(Path("demo/m.onnx"), "mnn") as session:
+        _matches_reference(session, classifier, {"images": _images()})
+    assert len(_entries(tmp_path / "cache" / "mnn")) == 1
+
+
 def test_a_damaged_entry_is_rebuilt_not_trusted(mnn_backend, classifier, cache):
     deploykit.load(classifier, "mnn").close()
     (entry,) = _entries(cache)
