@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploykit.errors import OutputError, ParityError
+from deploykit.errors import OutputError
 from deploykit.io import output_scope
 from deploykit.verify.verdict import OracleInfo, Verdict
 
@@ -107,7 +107,7 @@ def export_ncnn(
     from deploykit.io import check_outputs, commit, scratch_dir
     from deploykit.model import check_model_path
     from deploykit.tasks.registry import recognise
-    from deploykit.verify.check import judge_runs, prepare_inputs, run_oracle
+    from deploykit.verify.check import judge_runs, prepare_inputs, require_passed, run_oracle
     from deploykit.verify.isolated import run_candidate
     from deploykit.verify.metrics import thresholds_for
 
@@ -150,18 +150,12 @@ def export_ncnn(
         if references is not None:
             references = references[: len(oracle_cases)]
         verdicts = judge_runs(runs, prepared.cases, references, oracle, overrides=overrides, task=task)
-        failed = [v for v in verdicts if v.status != "pass"]
-        if failed:
-            raise ParityError(
-                f"export ncnn '{model_path.name}' | the exported pair does not pass against {oracle.name}: "
-                + "; ".join(v.describe() for v in failed)
-                + ". Nothing was written.",
-                hint="check the model with 'deploykit compare -b ncnn'; with --fp16, pass --inputs photos/ so the "
-                "task metric judges it, or relax --min-cosine/--min-snr.",
-            )
+        require_passed(verdicts, f"export ncnn '{model_path.name}' | the exported pair", oracle,
+                       "check the model with 'deploykit compare -b ncnn'; with --fp16, pass --inputs photos/ so the "
+                "task metric judges it, or relax --min-cosine/--min-snr.")  # fmt: skip
         commit([(written, param), (scratch / "model.bin", bin_path), (scratch / "model.json", io_path)])
     names = {t["name"]: t["blob"] for side in ("inputs", "outputs") for t in document[side]}
-    notes = [f"inputs: {prepared.source}" + (f" ({len(prepared.images)} images)" if prepared.images else "")]
+    notes = [prepared.note]
     if fp16 and task is None:
         notes.append("no task metric: f16 weights judged by cosine/SNR only (pass --inputs photos/ for top-1 / mAP)")
     return NcnnExport(param, bin_path, io_path, layout.weights, oracle, verdicts, names, notes)

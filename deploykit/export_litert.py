@@ -18,8 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploykit.errors import OutputError, ParityError
-from deploykit.io import output_scope
+from deploykit.io import file_and_json, output_scope
 from deploykit.verify.verdict import OracleInfo, Verdict
 
 WEIGHT_PRECISIONS = {"f32": "f32", "f16": "f16", "int8": "int8"}
@@ -45,28 +44,6 @@ class LiteRtExport:
     verdicts: list[Verdict]
     names: dict[str, str]
     notes: list[str] = field(default_factory=list)
-
-
-def litert_paths(output: str | os.PathLike[str]) -> tuple[Path, Path]:
-    """``out/model`` or ``out/model.tflite`` → (``out/model.tflite``, ``out/model.json``).
-
-    Raises:
-        OutputError: the name ends in ``.json`` or ``.onnx``, or has no file name.
-    """
-    path = Path(output)
-    if path.suffix.lower() in (".json", ".onnx"):
-        raise OutputError(
-            f"-o/--output '{path}' | names a {path.suffix} file; the export writes a .tflite and a .json "
-            "with one name.",
-            hint=f"give the .tflite (-o {path.with_suffix('.tflite')}).",
-        )
-    stem = path.with_suffix("") if path.suffix.lower() == ".tflite" else path
-    if not stem.name or stem.name.startswith("."):
-        raise OutputError(
-            f"-o/--output '{path}' | has no file name to put before .tflite/.json.",
-            hint="e.g. -o out/model.tflite writes out/model.tflite and out/model.json.",
-        )
-    return Path(str(stem) + ".tflite"), Path(str(stem) + ".json")
 
 
 @output_scope()  # the outputs it checks stay this run's until it returns
@@ -101,7 +78,7 @@ def export_litert(
     from deploykit.io import check_outputs, commit, scratch_dir
     from deploykit.model import Model, check_model_path
     from deploykit.tasks.registry import recognise
-    from deploykit.verify.check import judge_runs, prepare_inputs, run_oracle
+    from deploykit.verify.check import judge_runs, prepare_inputs, require_passed, run_oracle
     from deploykit.verify.isolated import run_candidate
     from deploykit.verify.metrics import thresholds_for
 
@@ -111,7 +88,7 @@ def export_litert(
             hint="f32 (exact), f16 (half the size) or int8 (dynamic range, a quarter).",
         )
     model_path = check_model_path(model)
-    tflite, io_path = litert_paths(output)
+    tflite, io_path = file_and_json(output, ".tflite")
     check_outputs({"-o/--output (.tflite)": tflite, "-o/--output (.json)": io_path}, inputs={"the model": model_path})
     overrides = dict(thresholds or {})
     thresholds_for("f32", **overrides)  # bad values fail before anything runs
@@ -143,22 +120,16 @@ def export_litert(
         if references is not None:
             references = references[: len(oracle_cases)]
         verdicts = judge_runs(runs, prepared.cases, references, oracle, overrides=overrides, task=task)
-        failed = [v for v in verdicts if v.status != "pass"]
-        if failed:
-            raise ParityError(
-                f"export litert '{model_path.name}' | the exported file does not pass against {oracle.name}: "
-                + "; ".join(v.describe() for v in failed)
-                + ". Nothing was written.",
-                hint="check the model with 'deploykit compare -b litert'; with --weights f16/int8, pass --inputs "
-                "photos/ so the task metric judges it, or relax --min-cosine/--min-snr.",
-            )
+        require_passed(verdicts, f"export litert '{model_path.name}' | the exported file", oracle,
+                       "check the model with 'deploykit compare -b litert'; with --weights f16/int8, pass --inputs "
+                "photos/ so the task metric judges it, or relax --min-cosine/--min-snr.")  # fmt: skip
         commit([(written, tflite), (scratch / "model.json", io_path)])
     names = {
         t["name"]: t["key"] + (f" {tuple(t['litert_shape'])}" if t["permutation"] else "")
         for side in ("inputs", "outputs")
         for t in document[side]
     }
-    notes = [f"inputs: {prepared.source}" + (f" ({len(prepared.images)} images)" if prepared.images else "")]
+    notes = [prepared.note]
     if weights != "f32" and task is None:
         notes.append(f"no task metric: {weights} weights judged by cosine/SNR only (pass --inputs photos/ for "
                      "top-1 / mAP)")  # fmt: skip

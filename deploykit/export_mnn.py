@@ -16,8 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploykit.errors import OutputError, ParityError
-from deploykit.io import output_scope
+from deploykit.io import file_and_json, output_scope
 from deploykit.verify.verdict import OracleInfo, Verdict
 
 
@@ -40,27 +39,6 @@ class MnnExport:
     oracle: OracleInfo
     verdicts: list[Verdict]
     notes: list[str] = field(default_factory=list)
-
-
-def mnn_paths(output: str | os.PathLike[str]) -> tuple[Path, Path]:
-    """``out/model`` or ``out/model.mnn`` → (``out/model.mnn``, ``out/model.json``).
-
-    Raises:
-        OutputError: the name ends in ``.json`` or ``.onnx``, or has no file name.
-    """
-    path = Path(output)
-    if path.suffix.lower() in (".json", ".onnx"):
-        raise OutputError(
-            f"-o/--output '{path}' | names a {path.suffix} file; the export writes a .mnn and a .json with one name.",
-            hint=f"give the .mnn file (-o {path.with_suffix('.mnn')}).",
-        )
-    stem = path.with_suffix("") if path.suffix.lower() == ".mnn" else path
-    if not stem.name or stem.name.startswith("."):
-        raise OutputError(
-            f"-o/--output '{path}' | has no file name to put before .mnn/.json.",
-            hint="e.g. -o out/model.mnn writes out/model.mnn and out/model.json.",
-        )
-    return Path(str(stem) + ".mnn"), Path(str(stem) + ".json")
 
 
 @output_scope()  # the outputs it checks stay this run's until it returns
@@ -90,12 +68,12 @@ def export_mnn(
     from deploykit.backends.mnn_convert import MODEL_NAME, convert, converter_version
     from deploykit.io import check_outputs, commit, scratch_dir
     from deploykit.model import Model, check_model_path
-    from deploykit.verify.check import judge_runs, prepare_inputs, run_oracle
+    from deploykit.verify.check import judge_runs, prepare_inputs, require_passed, run_oracle
     from deploykit.verify.isolated import run_candidate
     from deploykit.verify.metrics import thresholds_for
 
     model_path = check_model_path(model)
-    target, io_path = mnn_paths(output)
+    target, io_path = file_and_json(output, ".mnn")
     check_outputs({"-o/--output (.mnn)": target, "-o/--output (.json)": io_path}, inputs={"the model": model_path})
     overrides = dict(thresholds or {})
     thresholds_for("f32", **overrides)  # bad values fail before anything runs
@@ -123,14 +101,8 @@ def export_mnn(
                             options={"precision": "f32"}, label=f"{backend.name} {target.name}",
                             timeout_s=timeout_s)  # fmt: skip
         verdicts = judge_runs([(run, "f32")], prepared.cases, references, oracle, overrides=overrides, task=None)
-        failed = [v for v in verdicts if v.status != "pass"]
-        if failed:
-            raise ParityError(
-                f"export mnn '{model_path.name}' | the exported file does not pass against {oracle.name}: "
-                + "; ".join(v.describe() for v in failed)
-                + ". Nothing was written.",
-                hint="check the model with 'deploykit compare -b mnn', or relax --atol/--rtol.",
-            )
+        require_passed(verdicts, f"export mnn '{model_path.name}' | the exported file", oracle,
+                       "check the model with 'deploykit compare -b mnn', or relax --atol/--rtol.")  # fmt: skip
         commit([(written, target), (scratch / "model.json", io_path)])
-    notes = [f"inputs: {prepared.source}" + (f" ({len(prepared.images)} images)" if prepared.images else "")]
+    notes = [prepared.note]
     return MnnExport(target, io_path, converter_version(), oracle, verdicts, notes)

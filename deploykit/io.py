@@ -237,6 +237,29 @@ def claim_output(path: PathLike, subject: str | None = None, *, kind: str = "fil
             pass
 
 
+def file_and_json(output: PathLike, suffix: str) -> tuple[Path, Path]:
+    """An export's two outputs from one ``-o``: ``out/model`` or ``out/model{suffix}`` → (``out/model{suffix}``,
+    ``out/model.json``) (``export mnn``: ``.mnn``; ``export litert``: ``.tflite``).
+
+    Raises:
+        OutputError: the name ends in ``.json`` or ``.onnx``, or has no file name.
+    """
+    path = Path(output)
+    if path.suffix.lower() in (".json", ".onnx"):
+        raise OutputError(
+            f"-o/--output '{path}' | names a {path.suffix} file; the export writes a {suffix} and a .json "
+            "with one name.",
+            hint=f"give the {suffix} file (-o {path.with_suffix(suffix)}).",
+        )
+    stem = path.with_suffix("") if path.suffix.lower() == suffix else path
+    if not stem.name or stem.name.startswith("."):
+        raise OutputError(
+            f"-o/--output '{path}' | has no file name to put before {suffix}/.json.",
+            hint=f"e.g. -o out/model{suffix} writes out/model{suffix} and out/model.json.",
+        )
+    return Path(str(stem) + suffix), Path(str(stem) + ".json")
+
+
 def file_sha256(path: PathLike) -> str:
     """The SHA-256 of a file's bytes (``hash_file``)."""
     import hashlib

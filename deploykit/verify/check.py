@@ -24,7 +24,7 @@ import numpy as np
 from deploykit.backends.options import OptionValue
 from deploykit.backends.registry import REFERENCE_BACKEND
 from deploykit.deprecation import MovedKeywords, fold_keywords
-from deploykit.errors import UsageError, problem_of
+from deploykit.errors import ParityError, UsageError, problem_of
 from deploykit.inputs import InputSetting
 from deploykit.model import Model, as_model
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, CandidateRun, run_candidate
@@ -194,6 +194,11 @@ class Inputs:
     source: str
     batch: int = 1
     images: list[str] = field(default_factory=list)
+
+    @property
+    def note(self) -> str:
+        """``inputs: images (4 images)``: the line an export prints about what it verified on."""
+        return f"inputs: {self.source}" + (f" ({len(self.images)} images)" if self.images else "")
 
 
 def prepare_inputs(
@@ -369,6 +374,19 @@ def nondeterminism(run: CandidateRun, limits: Thresholds, reduced: bool) -> Outp
                 if not metrics.passed:
                     return metrics
     return None
+
+
+def require_passed(verdicts: Sequence[Verdict], subject: str, oracle: OracleInfo, hint: str) -> None:
+    """An export's gate: every verdict passes, or nothing is written and the ``ParityError`` names each
+    failure (``subject`` is what was checked, e.g. ``export mnn 'm.onnx' | the exported file``).
+
+    Raises:
+        ParityError: a verdict is not a pass.
+    """
+    failed = [v for v in verdicts if v.status != "pass"]
+    if failed:
+        said = "; ".join(v.describe() for v in failed)
+        raise ParityError(f"{subject} does not pass against {oracle.name}: {said}. Nothing was written.", hint=hint)
 
 
 def judge_runs(
