@@ -10,10 +10,8 @@ dynamic-range INT8 weights. A file that does not pass is not written.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,12 +70,13 @@ def export_litert(
         UnsupportedModelError: onnx2tf cannot convert the model.
         ParityError: the exported file does not pass against the oracle; nothing is written.
     """
-    from deploykit.backends.litert import WEIGHTS, LiteRtBackend, layout_for
+    from deploykit.backends.litert import WEIGHTS, LiteRtBackend
     from deploykit.backends.litert_convert import converted
     from deploykit.errors import UsageError
     from deploykit.io import check_outputs, commit, scratch_dir
     from deploykit.model import Model, check_model_path
     from deploykit.tasks.registry import recognise
+    from deploykit.tensors import TensorSpec
     from deploykit.verify.check import judge_runs, prepare_inputs, require_passed, run_oracle
     from deploykit.verify.isolated import run_candidate
     from deploykit.verify.metrics import thresholds_for
@@ -95,17 +94,17 @@ def export_litert(
     backend = LiteRtBackend()
     backend.import_runtime()
     source = Model.open(model_path)
-    cached = converted(source, weights, timeout_s=timeout_s)
+    converted(source, weights, timeout_s=timeout_s)  # the conversion under this call's limit; carry finds it cached
     prepared = prepare_inputs(source, images)
     with scratch_dir(tflite) as scratch:
-        written = scratch / "model.tflite"
-        shutil.copyfile(cached, written)
-        layout = dataclasses.replace(layout_for(source, cached), tflite=written)
-        document = layout.io_document(model_path, weights)
-        (scratch / "model.json").write_text(json.dumps(document, indent=1) + "\n")
+        carried = backend.carry(source, {"weights": weights}, scratch, "model")
+        assert carried is not None  # an .onnx model always converts (or raises)
+        written, written_io = carried.files
+        document = json.loads(written_io.read_text())
         task = None
         if prepared.source == "images":
-            task = recognise({s.name: s for s in layout.specs_out}, layout.metadata)
+            outputs = [TensorSpec.from_dict(t) for t in document["outputs"]]
+            task = recognise({s.name: s for s in outputs}, document["metadata"])
         oracle_cases = prepared.cases[:1] if task is not None else prepared.cases
         oracle, references = run_oracle(model_path, "auto", oracle_cases, timeout_s=timeout_s)
         name = backend.name
@@ -123,7 +122,7 @@ def export_litert(
         require_passed(verdicts, f"export litert '{model_path.name}' | the exported file", oracle,
                        "check the model with 'deploykit compare -b litert'; with --weights f16/int8, pass --inputs "
                 "photos/ so the task metric judges it, or relax --min-cosine/--min-snr.")  # fmt: skip
-        commit([(written, tflite), (scratch / "model.json", io_path)])
+        commit([(written, tflite), (written_io, io_path)])
     names = {
         t["name"]: t["key"] + (f" {tuple(t['litert_shape'])}" if t["permutation"] else "")
         for side in ("inputs", "outputs")

@@ -9,9 +9,7 @@ at f32, before anything reaches the output paths. A file that does not pass is n
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,8 +62,8 @@ def export_mnn(
         UnsupportedModelError, BackendUnavailableError: MNN cannot take the model.
         ParityError: the exported file does not pass against the oracle; nothing is written.
     """
-    from deploykit.backends.mnn import IO_FORMAT, MnnBackend
-    from deploykit.backends.mnn_convert import MODEL_NAME, convert, converter_version
+    from deploykit.backends.mnn import MnnBackend
+    from deploykit.backends.mnn_convert import converter_version
     from deploykit.io import check_outputs, commit, scratch_dir
     from deploykit.model import Model, check_model_path
     from deploykit.verify.check import judge_runs, prepare_inputs, require_passed, run_oracle
@@ -80,22 +78,12 @@ def export_mnn(
     backend = MnnBackend()
     backend.import_runtime()
     onnx_model = Model.open(model_path)
-    backend.refuse_unsupported_kinds(model_path, onnx_model.inputs, onnx_model.outputs)
-    conversion = convert(onnx_model)
+    backend.converted_file(onnx_model, {})  # converted (or refused) before the inputs are prepared
     prepared = prepare_inputs(model_path, images)
     with scratch_dir(target) as scratch:
-        written = scratch / "model.mnn"
-        shutil.copyfile(conversion.path(MODEL_NAME), written)
-        document = {
-            "format": IO_FORMAT,
-            "source": model_path.name,
-            "source_sha256": onnx_model.sha256,
-            "converter": converter_version(),
-            "inputs": [spec.to_dict() for spec in onnx_model.inputs],
-            "outputs": [spec.to_dict() for spec in onnx_model.outputs],
-            "metadata": dict(onnx_model.metadata_props),
-        }
-        (scratch / "model.json").write_text(json.dumps(document, indent=1) + "\n")
+        carried = backend.carry(onnx_model, {}, scratch, "model")
+        assert carried is not None  # an .onnx model always converts (or raises)
+        written, written_io = carried.files
         oracle, references = run_oracle(model_path, "auto", prepared.cases, timeout_s=timeout_s)
         run = run_candidate(written, backend.name, backend.default_device, prepared.cases,
                             options={"precision": "f32"}, label=f"{backend.name} {target.name}",
@@ -103,6 +91,6 @@ def export_mnn(
         verdicts = judge_runs([(run, "f32")], prepared.cases, references, oracle, overrides=overrides, task=None)
         require_passed(verdicts, f"export mnn '{model_path.name}' | the exported file", oracle,
                        "check the model with 'deploykit compare -b mnn', or relax --atol/--rtol.")  # fmt: skip
-        commit([(written, target), (scratch / "model.json", io_path)])
+        commit([(written, target), (written_io, io_path)])
     notes = [prepared.note]
     return MnnExport(target, io_path, converter_version(), oracle, verdicts, notes)

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from deploykit.backends.converted import Carried
 from deploykit.backends.options import OptionSpec, validate_options
 from deploykit.backends.validation import FastCheck, validate_feeds
 from deploykit.backends.values import kind_refusal, last_meaningful_line, owned_output, sentence
@@ -346,6 +347,10 @@ class Backend(abc.ABC):
     install; default: the package installed here."""
     default_candidate: ClassVar[bool] = True
     """False keeps the backend out of the default backend × device sweeps (bench, compare)."""
+    searched_when_ready: ClassVar[bool] = False
+    """True for a backend left out of the default sweeps only because opening an ``.onnx`` model needs
+    something the user creates (``onnx_unavailable_reason``: LiteRT's converter environment): ``optimize``
+    searches it once that is ready and says why not otherwise, and emulated targets install its runtime."""
     options: ClassVar[Mapping[str, OptionSpec | str]] = {}
     """Option name → ``OptionSpec`` (type, range, default, doc), validated by ``open`` before loading."""
     formats: ClassVar[tuple[str, ...]] = (".onnx",)
@@ -377,6 +382,28 @@ class Backend(abc.ABC):
 
     def is_available(self) -> bool:
         return self.unavailable_reason() is None
+
+    converted_weights: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    """Reduced-precision files the backend's own converter makes from a float ``.onnx`` model, by the
+    precision they are judged at (``int8``, ``f16``), with the options that open them (LiteRT's
+    ``weights``): ``optimize`` searches each as a model variant of this backend alone."""
+
+    def converted_file(self, model: Model, options: Mapping[str, Any]) -> Path | None:
+        """The file in the runtime's own format that this backend runs for the ``.onnx`` ``model`` with
+        ``options``, converted now (into the converted-model cache) when it is not there yet; None for a
+        backend that runs the ``.onnx`` file itself (the default).
+
+        Raises:
+            BackendUnavailableError: the converter is not installed (or its environment not created).
+            UnsupportedModelError: the converter cannot take the model.
+        """
+        return None
+
+    def carry(self, model: Model, options: Mapping[str, Any], folder: Path, stem: str) -> Carried | None:
+        """Write the converted file of ``model`` (see ``converted_file``) and what opens it with the ONNX
+        interface (the ``.json`` beside it) into ``folder`` as ``stem.*``, for a bundle that must open
+        where nothing converts; None for a backend that runs the ``.onnx`` file itself (the default)."""
+        return None
 
     def onnx_unavailable_reason(self) -> str | None:
         """Why the backend cannot open ``.onnx`` models here although its runtime imports (a converter

@@ -54,6 +54,21 @@ class CachedConversion:
         return self.directory / name
 
 
+@dataclass(frozen=True)
+class Carried:
+    """A converted model written out to travel (in a bundle), so that it opens where nothing converts.
+
+    Attributes:
+        model_file: the file a session opens.
+        files: every file written (the model file first; the ``.json`` that maps it to the ONNX interface).
+        spent: the session options the conversion used up (LiteRT's ``weights``): the file carries them.
+    """
+
+    model_file: Path
+    files: tuple[Path, ...]
+    spent: tuple[str, ...] = ()
+
+
 def entry_digest(key: Mapping[str, Any]) -> str:
     """The name of the entry for ``key``: a digest of its canonical JSON."""
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.converted import Carried
 from deploykit.backends.litert_layout import LiteRtLayout, io_ports, match, own_specs, read_io, signature_ports
 from deploykit.backends.options import OptionSpec
 from deploykit.errors import InputError, ModelNotFoundError, UnsupportedModelError, UsageError
@@ -46,6 +47,7 @@ class LiteRtBackend(Backend):
     # Opening an .onnx model needs the converter environment, which only the user creates: a default
     # sweep (compare, bench) must not stop at a missing environment, so LiteRT is asked for by name.
     default_candidate = False
+    searched_when_ready = True
     options: ClassVar[Mapping[str, OptionSpec | str]] = {
         "threads": OptionSpec("interpreter threads (0 = LiteRT's default)", "int", 0, low=0, per_cpu=True),
         "xnnpack": OptionSpec("XNNPACK kernels (false: LiteRT's reference builtin kernels)", "bool", True),
@@ -57,6 +59,10 @@ class LiteRtBackend(Backend):
         ),
     }
     load_hint = "try another backend, or 'deploykit inspect' the model for ops onnx2tf or LiteRT lack."
+    converted_weights: ClassVar[Mapping[str, Mapping[str, Any]]] = {
+        "int8": {"weights": "int8"},  # dynamic range: int8 weights, float activations
+        "f16": {"weights": "f16"},
+    }
 
     def version(self) -> str:
         self.import_runtime()
@@ -76,6 +82,46 @@ class LiteRtBackend(Backend):
     def devices(self) -> list[str]:
         self.import_runtime()
         return ["cpu"]
+
+    def read_model(self, model: Model | str | os.PathLike[str]) -> Model:
+        """A ``.tflite`` with the ``.json`` that ``export litert`` (or a bundle) writes beside it has the ONNX
+        interface and metadata without loading it; alone, only its runtime can say it."""
+        read = super().read_model(model)
+        if read.format != ".tflite" or read.inputs or not read.path.is_file():
+            return read
+        io = read_io(read.path)
+        if io is None:
+            return read
+        specs_in, _ = io_ports(io, "inputs")
+        specs_out, _ = io_ports(io, "outputs")
+        metadata_props = {str(k): str(v) for k, v in (io.get("metadata") or {}).items()}
+        return Model.native(read.path, tuple(specs_in), tuple(specs_out), metadata_props=metadata_props)
+
+    def converted_file(self, model: Model, options: Mapping[str, Any]) -> Path | None:
+        """The cached ``.tflite`` of an ``.onnx`` model with the ``weights`` option's weights (None: a ``.tflite``)."""
+        if model.format != ".onnx":
+            return None
+        from deploykit.backends.litert_convert import converted
+
+        return converted(model, str(options.get("weights", "f32")))
+
+    def carry(self, model: Model, options: Mapping[str, Any], folder: Path, stem: str) -> Carried | None:
+        """``stem.tflite`` and ``stem.json`` (the ONNX names, the NHWC ↔ NCHW permutation of each port, the
+        metadata, the source's and the file's SHA-256): what ``deploykit export litert`` writes."""
+        import dataclasses
+        import json
+        import shutil
+
+        cached = self.converted_file(model, options)
+        if cached is None:
+            return None
+        target = folder / f"{stem}.tflite"
+        shutil.copyfile(cached, target)
+        layout = dataclasses.replace(layout_for(model, cached), tflite=target)
+        document = layout.io_document(model.path, str(options.get("weights", "f32")))
+        io = target.with_suffix(".json")
+        io.write_text(json.dumps(document, indent=1) + "\n")
+        return Carried(target, (target, io), ("weights",))
 
     def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
@@ -114,15 +160,12 @@ class LiteRtBackend(Backend):
         return session
 
     def _tflite(self, model: Model, options: Mapping[str, Any]) -> Path:
-        if model.format == ".tflite":
-            if not model.path.is_file():
-                raise ModelNotFoundError(
-                    f"model '{model.path}' | does not exist or is not a file.", hint="check the path."
-                )
-            return model.path
-        from deploykit.backends.litert_convert import converted
-
-        return converted(model, str(options.get("weights", "f32")))
+        converted = self.converted_file(model, options)
+        if converted is not None:
+            return converted
+        if not model.path.is_file():
+            raise ModelNotFoundError(f"model '{model.path}' | does not exist or is not a file.", hint="check the path.")
+        return model.path
 
 
 @contextlib.contextmanager

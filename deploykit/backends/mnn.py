@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.converted import Carried
 from deploykit.backends.mnn_convert import CONVERTER_VARIABLE
 from deploykit.backends.options import OptionSpec, cpu_count
 from deploykit.errors import InputError, ModelError, ModelNotFoundError, UnsupportedModelError, UsageError
@@ -180,6 +181,52 @@ class MnnBackend(Backend):
         self.import_runtime()
         return ["cpu"]
 
+    def read_model(self, model: Model | str | os.PathLike[str]) -> Model:
+        """A ``.mnn`` with the ``.json`` that ``export mnn`` (or a bundle) writes beside it has the ONNX
+        interface and metadata without loading it; alone, only MNN can say it."""
+        read = super().read_model(model)
+        if read.format != ".mnn" or read.inputs or not read.path.is_file():
+            return read
+        recorded = _recorded_interface(read.path)
+        if recorded is None:
+            return read
+        specs_in, specs_out, metadata_props = recorded
+        return Model.native(read.path, tuple(specs_in), tuple(specs_out), metadata_props=metadata_props)
+
+    def converted_file(self, model: Model, options: Mapping[str, Any]) -> Path | None:
+        """The cached ``.mnn`` of an ``.onnx`` model (None for a ``.mnn`` file)."""
+        if model.format != ".onnx":
+            return None
+        from deploykit.backends.mnn_convert import MODEL_NAME, convert
+
+        self.refuse_unsupported_kinds(model.path, model.inputs, model.outputs)
+        return convert(model).path(MODEL_NAME)
+
+    def carry(self, model: Model, options: Mapping[str, Any], folder: Path, stem: str) -> Carried | None:
+        """``stem.mnn`` and ``stem.json`` (the ONNX inputs, outputs and metadata, the converter's version and
+        the source's SHA-256): what ``deploykit export mnn`` writes."""
+        import shutil
+
+        from deploykit.backends.mnn_convert import converter_version
+
+        cached = self.converted_file(model, options)
+        if cached is None:
+            return None
+        target = folder / f"{stem}.mnn"
+        shutil.copyfile(cached, target)
+        document = {
+            "format": IO_FORMAT,
+            "source": model.path.name,
+            "source_sha256": model.sha256,
+            "converter": converter_version(),
+            "inputs": [spec.to_dict() for spec in model.inputs],
+            "outputs": [spec.to_dict() for spec in model.outputs],
+            "metadata": dict(model.metadata_props),
+        }
+        io = target.with_suffix(".json")
+        io.write_text(json.dumps(document, indent=1) + "\n")
+        return Carried(target, (target, io))
+
     def emulated_environment(self) -> dict[str, str]:
         """The converter only writes a file (the same on every architecture); under emulation the
         worker runs it with the host's interpreter, since the target's cannot be started as a child
@@ -200,10 +247,7 @@ class MnnBackend(Backend):
         if model.format == ".mnn":
             path, specs_in, specs_out, metadata_props, typed = _native_interface(model.path)
         else:
-            from deploykit.backends.mnn_convert import MODEL_NAME, convert
-
-            self.refuse_unsupported_kinds(model.path, model.inputs, model.outputs)
-            path = convert(model).path(MODEL_NAME)
+            path = self.converted_file(model, options) or model.path
             specs_in, specs_out, typed = list(model.inputs), list(model.outputs), True
             metadata_props = dict(model.metadata_props)
         threads = int(options.get("threads") or 0) or cpu_count()
@@ -294,25 +338,37 @@ def _feed_types(module: Any, specs_in: list[TensorSpec], name: str) -> list[tupl
     return found
 
 
+def _recorded_interface(path: Path) -> tuple[list[TensorSpec], list[TensorSpec], dict[str, str]] | None:
+    """The ONNX inputs, outputs and metadata the ``.json`` beside a ``.mnn`` records; None without one.
+
+    Raises:
+        ModelError: the ``.json`` is there but cannot be read as deploykit's MNN interface file.
+    """
+    io_path = path.with_suffix(".json")
+    if not io_path.is_file():
+        return None
+    try:
+        io = json.loads(io_path.read_text())
+        if io.get("format") != IO_FORMAT:
+            raise ValueError(f"format is {io.get('format')!r}")
+        specs_in = [TensorSpec.from_dict(s) for s in io["inputs"]]
+        specs_out = [TensorSpec.from_dict(s) for s in io["outputs"]]
+        return specs_in, specs_out, {str(k): str(v) for k, v in io.get("metadata", {}).items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ModelError(
+            f"model '{path.name}' | its interface file {io_path.name} cannot be read ({exc}).",
+            hint=f"write it again with deploykit export mnn, or remove {io_path.name} to open the file alone.",
+        ) from exc
+
+
 def _native_interface(path: Path) -> tuple[Path, list[TensorSpec], list[TensorSpec], dict[str, str], bool]:
     """A ``.mnn`` file's interface: from the ``.json`` beside it when there is one (the ONNX names, types
     and shapes), else from the file (output types and shapes unknown until computed)."""
     if not path.is_file():
         raise ModelNotFoundError(f"model '{path}' | does not exist or is not a file.", hint="check the path.")
-    io_path = path.with_suffix(".json")
-    if io_path.is_file():
-        try:
-            io = json.loads(io_path.read_text())
-            if io.get("format") != IO_FORMAT:
-                raise ValueError(f"format is {io.get('format')!r}")
-            specs_in = [TensorSpec.from_dict(s) for s in io["inputs"]]
-            specs_out = [TensorSpec.from_dict(s) for s in io["outputs"]]
-            return path, specs_in, specs_out, {str(k): str(v) for k, v in io.get("metadata", {}).items()}, True
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ModelError(
-                f"model '{path.name}' | its interface file {io_path.name} cannot be read ({exc}).",
-                hint=f"write it again with deploykit export mnn, or remove {io_path.name} to open the file alone.",
-            ) from exc
+    recorded = _recorded_interface(path)
+    if recorded is not None:
+        return path, *recorded, True
     _, nn = _modules()
     with captured_stdout() as said:
         try:

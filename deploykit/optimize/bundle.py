@@ -123,6 +123,7 @@ class Bundle:
         Raises:
             BundleError: the file changed since the bundle was written.
         """
+        self._verify_companions()
         if verified_before(self.model_path, self.manifest.model_sha256):
             return
         found = file_sha256(self.model_path)
@@ -134,6 +135,20 @@ class Bundle:
                 f"recorded {self.manifest.model_sha256[:16]}…: the file was changed or replaced.",
                 hint="restore the bundle's model file, or run deploykit optimize again.",
             )
+
+    def _verify_companions(self) -> None:
+        """The files that open with the model (the ``.json`` beside a converted ``.tflite`` or ``.mnn``:
+        its names and layout), against the SHA-256 the manifest recorded."""
+        for name, recorded in self.manifest.files.items():
+            if name in (self.manifest.model_file, REPORT, REPORT_HTML):
+                continue
+            found = file_sha256(self.path / name)
+            if found != recorded:
+                raise BundleError(
+                    f"bundle '{self.path}' | '{name}' has SHA-256 {found[:16]}…, the bundle recorded {recorded[:16]}…: "
+                    "the file was changed or replaced.",
+                    hint="restore the bundle's files, or run deploykit optimize again.",
+                )
 
     def warn_if_elsewhere(self) -> None:
         if self.elsewhere:

@@ -258,6 +258,84 @@ def make_variants(
     return variants, notes
 
 
+def search_specs(given: Sequence[str] | None) -> tuple[list[str], list[str]]:
+    """The backend specs ``optimize`` searches, and a note for each backend it leaves out: the given
+    ones; else every default candidate, and every backend searched once the user has made it ready
+    (``Backend.searched_when_ready``: LiteRT with its converter environment) when it is, named with the
+    reason and the command that readies it when it is not. Nothing is created here."""
+    from deploykit.backends.registry import backend_names, get_backend
+    from deploykit.verify.check import default_backend_specs
+
+    if given:
+        return list(given), []
+    specs, notes = default_backend_specs(), []
+    for name in backend_names():
+        backend = get_backend(name)
+        if backend.default_candidate or not backend.searched_when_ready or not backend.is_available():
+            continue
+        reason = backend.onnx_unavailable_reason()
+        if reason is not None:
+            notes.append(f"{name}: not searched ({reason})")
+            continue
+        specs += [f"{name}:{device}" for device in backend.devices() if device.upper() not in backend.virtual_devices]
+    return specs, notes
+
+
+def converted_variants(
+    model: Path, specs: Sequence[str], *, quantize: bool
+) -> tuple[list[tuple[Variant, Path]], list[str], list[str]]:
+    """What the backends that convert need before their candidates run, made now and timed (a conversion
+    is never a screening run that ran out of time): each one's conversion of the float model and, with
+    ``quantize``, the reduced-weight files its own converter makes (``Backend.converted_weights``), as
+    variants of that backend alone. A reduced file the device computes no faster (f16 weights where
+    ``Backend.precisions`` has no f16) is not made, and said so; a conversion that fails is a note.
+
+    Returns:
+        (the reduced-weight variants, the notes, the specs whose float conversion failed).
+    """
+    from deploykit.backends.registry import canonical_name, get_backend
+    from deploykit.model import Model
+    from deploykit.verify.check import parse_backend_spec
+
+    source: Model | None = None
+    variants: list[tuple[Variant, Path]] = []
+    notes: list[str] = []
+    failed: list[str] = []
+    done: set[tuple[str, str]] = set()
+    for spec in specs:
+        name, device = parse_backend_spec(spec)
+        backend = get_backend(canonical_name(name))
+        if not backend.is_available() or (backend.name, device or "") in done:
+            continue
+        done.add((backend.name, device or ""))
+        source = source or Model.open(model)
+        try:
+            if backend.converted_file(source, {}) is None:
+                continue
+        except DeployKitError as exc:
+            notes.append(f"{backend.name}: not searched (converting {model.name}: {exc.message})")
+            failed.append(spec)
+            continue
+        native = backend.precisions(device or backend.default_device)
+        for precision, options in backend.converted_weights.items() if quantize else ():
+            label = f"{precision}-{backend.name}"
+            if precision not in ("int8", *native):
+                notes.append(f"variant {label}: not made ({backend.name} computes {', '.join(native)} here: "
+                             f"{precision} weights make a smaller file, not a faster one)")  # fmt: skip
+                continue
+            started = time.perf_counter()
+            try:
+                backend.converted_file(source, options)
+            except DeployKitError as exc:
+                notes.append(f"variant {label}: not made ({exc.message})")
+                continue
+            seconds = round(time.perf_counter() - started, 2)
+            variant = Variant(label, model.name, precision, source.sha256, backend.name, seconds,
+                              backend=backend.name, options=dict(options))  # fmt: skip
+            variants.append((variant, model))
+    return variants, notes, failed
+
+
 def expand(
     variants: Sequence[tuple[Variant, Path]],
     specs: Sequence[str],
@@ -280,6 +358,12 @@ def expand(
             name, device = parse_backend_spec(spec)
             backend = get_backend(canonical_name(name))
             device = device or backend.default_device
+            if variant.backend is not None and variant.backend != backend.name:
+                continue
+            if variant.quantized and variant.backend is None and backend.converted_weights:
+                notes.append(f"{backend.name}:{device} {variant.name}: not run ({backend.name} runs the reduced "
+                             "files its own converter makes from the float model)")  # fmt: skip
+                continue
             native = backend.precisions(device)
             if variant.name == "float":
                 precisions: list[str | None] = list(native) if "precision" in backend.options else ["f32"]
@@ -289,7 +373,8 @@ def expand(
                 precisions = ["f16"]
             else:
                 precisions = ["int8"]
-            found, more = expand_candidates([f"{backend.name}:{device}"], precisions, model_precision=variant.precision)
+            found, more = expand_candidates([f"{backend.name}:{device}"], precisions, model_precision=variant.precision,
+                                            options=variant.options)  # fmt: skip
             if variant.precision == "int8" and "precision" in backend.options:
                 found = float_layer_candidates(backend.name, device, native)
             notes += more

@@ -24,6 +24,7 @@ from deploykit.io import claim_output, file_sha256
 from deploykit.optimize.verified import remember_verified
 
 if TYPE_CHECKING:
+    from deploykit.backends.converted import Carried
     from deploykit.optimize.results import OptimizeReport
 
 SCHEMA = "deploykit.bundle"
@@ -212,6 +213,26 @@ def bundle_file_name(model: Path) -> str:
     return model.name
 
 
+def carry_model(report: OptimizeReport, source: Path, folder: Path) -> Carried:
+    """Put the chosen model into the bundle ``folder``: the file its backend converted it into with the
+    ``.json`` that opens it with the ONNX interface (``Backend.carry``: LiteRT's ``.tflite``, MNN's
+    ``.mnn``), so the bundle opens where nothing converts; else the model file itself."""
+    from deploykit.backends.converted import Carried
+    from deploykit.backends.registry import get_backend
+
+    name = bundle_file_name(source)
+    stem = Path(name).stem
+    if f"{stem}.json".casefold() in {n.casefold() for n in (MANIFEST, REPORT)}:
+        stem = "model"
+    config = report.best.config
+    backend = get_backend(config.backend)
+    carried = backend.carry(backend.read_model(source), config.session_options(), folder, stem)
+    if carried is not None:
+        return carried
+    shutil.copyfile(source, folder / name)
+    return Carried(folder / name, (folder / name,))
+
+
 WAIT_OPTION = "spinning"  # a backend option that lets idle threads spin (ONNX Runtime's): the wait policy
 # Options whose runtime default decides speed when the device is busy: pinned as they ran.
 _PINNED_DEFAULTS = (WAIT_OPTION,)
@@ -338,9 +359,8 @@ def write_bundle(
     with scratch_dir(target) as staging:
         folder = staging / "bundle"
         folder.mkdir()
-        source = Path(model)
-        model_file = bundle_file_name(source)
-        shutil.copyfile(source, folder / model_file)
+        carried = carry_model(report, Path(model), folder)
+        model_file = carried.model_file.name
         text = report.to_json()
         (folder / REPORT).write_text(text)
         page = render_html(report)
@@ -348,9 +368,10 @@ def write_bundle(
         manifest = build_manifest(
             report, model_file, file_sha256(folder / model_file), pipeline, hashlib.sha256(text.encode()).hexdigest()
         )
-        manifest = dataclasses.replace(
-            manifest, files={**manifest.files, REPORT_HTML: hashlib.sha256(page.encode()).hexdigest()}
-        )
+        options = {k: v for k, v in manifest.options.items() if k not in carried.spent}
+        files = {**{f.name: file_sha256(f) for f in carried.files}, **manifest.files}
+        files[REPORT_HTML] = hashlib.sha256(page.encode()).hexdigest()
+        manifest = dataclasses.replace(manifest, options=options, files=files)
         (folder / MANIFEST).write_text(json.dumps(manifest.to_dict(), indent=2, default=str))
         replaced = staging / "replaced"
         try:

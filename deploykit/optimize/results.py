@@ -71,9 +71,13 @@ class Variant:
         file: its file name (in the bundle when chosen).
         precision: what it computes in (``f32``, ``int8``, ``f16``).
         sha256: its content hash.
-        engine: the quantize engine that made it (None for the float model).
+        engine: the quantize engine that made it (None for the float model; the backend's name for a
+            file its own converter makes).
         seconds: how long making it took.
         error: why it could not be made (then no candidate runs it).
+        backend: the one backend that runs it, for a reduced-weight file a backend's converter makes from
+            the float model (``file``) with ``options`` (LiteRT's ``weights=int8``); None: every backend.
+        options: the session options that open it on ``backend``.
     """
 
     name: str
@@ -83,6 +87,8 @@ class Variant:
     engine: str | None = None
     seconds: float = 0.0
     error: str | None = None
+    backend: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def quantized(self) -> bool:

@@ -27,11 +27,13 @@ from deploykit.optimize.answer import answer
 from deploykit.optimize.candidates import (
     ENGINES,
     batches_of,
+    converted_variants,
     expand,
     ground_truth,
     link_folder,
     make_variants,
     runs_f16,
+    search_specs,
     split_images,
     thread_counts,
 )
@@ -163,7 +165,6 @@ def optimize(
         KeyboardInterrupt: interrupted before any candidate was admissible (nothing written).
     """
     from deploykit.bench.fingerprint import fingerprint
-    from deploykit.bench.runner import default_backend_specs
     from deploykit.model import check_model_path, read_interface
 
     started = time.perf_counter()
@@ -187,14 +188,13 @@ def optimize(
     thread_list = sorted(set(threads)) if threads else thread_counts()
     if any(t < 1 for t in thread_list):
         raise UsageError(f"--threads {thread_list} | expected positive counts.", hint="e.g. --threads 1,2.")
-    specs = list(backends) if backends else default_backend_specs()
+    specs, notes = search_specs(backends)
     unknown = [e for e in engines if e not in ENGINES]
     if unknown or not engines:
         raise UsageError(
             f"--quantizer {','.join(engines)} | expected one or more of {', '.join(ENGINES)}.",
             hint="ort: ONNX Runtime static QDQ; nncf: OpenVINO's NNCF.",
         )
-    notes: list[str] = []
     with _working_folder(output_path) as scratch:
         search = Search(
             model_path,
@@ -226,6 +226,10 @@ def optimize(
             model_path, scratch / "variants", calibration_dir, quantize=quantize, engines=engines, fp16=fp16, seed=seed
         )
         notes += more
+        converted, more, failed = converted_variants(model_path, specs, quantize=quantize)
+        variants += converted
+        notes += more
+        specs = [spec for spec in specs if spec not in failed]
         states, more = expand(variants, specs, scenario=scenario, threads=thread_list, batches=batch_list,
                               busy=plan.background_load > 0)  # fmt: skip
         notes += more

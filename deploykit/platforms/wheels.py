@@ -70,7 +70,9 @@ def _installed(name: str) -> str | None:
 
 
 def host_requirements() -> list[Requirement]:
-    """numpy and onnx, then every available backend's runtime (its CPU build), at the host's versions.
+    """numpy and onnx, then every available backend's runtime (its CPU build), at the host's versions:
+    the default candidates' and those searched once the user has made them ready (LiteRT, whose
+    ``.tflite`` files run in the target without the converter environment).
 
     Backends that only serve as oracles (``reference``) run on the host and are left out.
     """
@@ -79,7 +81,7 @@ def host_requirements() -> list[Requirement]:
     requirements = [Requirement(name, _installed(name)) for name in CORE_DISTRIBUTIONS]
     for name in backend_names():
         backend = get_backend(name)
-        if not backend.default_candidate or not backend.is_available():
+        if not (backend.default_candidate or backend.searched_when_ready) or not backend.is_available():
             continue
         installed = [d for d in backend.distributions or (backend.module,) if _installed(d)]
         if not installed:

@@ -17,7 +17,7 @@ from typing import Any
 
 from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.errors import UsageError
-from deploykit.model import check_model_path
+from deploykit.model import Model, check_model_path
 from deploykit.validation import is_bare_number, parse_duration
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -146,6 +146,26 @@ class ServedModel:
     def source(self) -> Path:
         """What a session opens: the bundle folder, or the model file."""
         return self.bundle or self.path
+
+    def interface(self) -> Model:
+        """The model's inputs, outputs and metadata as its backend reads them without loading it: an ONNX
+        file's graph, or the ``.json`` beside a converted file (a bundle's ``.tflite`` or ``.mnn``).
+
+        Raises:
+            ModelNotFoundError, InvalidModelError: the file cannot be read.
+            UnsupportedModelError: a file in a runtime's own format whose interface only its runtime knows.
+        """
+        from deploykit.backends.registry import canonical_name, get_backend
+        from deploykit.errors import UnsupportedModelError
+
+        model = get_backend(canonical_name(self.backend)).read_model(self.path)
+        if model.format != ".onnx" and not model.inputs:
+            raise UnsupportedModelError(
+                f"model '{self.path.name}' | its inputs and outputs are known only once {self.backend} loads it, "
+                "and serve answers for them before.",
+                hint="serve the .onnx model, or put the .json its export wrote beside the file.",
+            )
+        return model
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -34,7 +34,7 @@ from deploykit.errors import (
     UnsupportedRequestError,
     UsageError,
 )
-from deploykit.model import check_model_path, read_interface
+from deploykit.model import check_model_path
 from deploykit.serve.config import BatchPolicy, ServedModel, is_model_name
 from deploykit.serve.folders import check_inside, folder_list, loadable_models, served_folders
 from deploykit.serve.metrics import ServerMetrics
@@ -300,7 +300,7 @@ class Repository:
             else:
                 model = dataclasses.replace(template, name=name, path=check_model_path(path), precision=None,
                                             verdict=None)  # fmt: skip
-            read_interface(model.path)  # an unreadable model is refused here, with the reason
+            model.interface()  # an unreadable model is refused here, with the reason
         except DeployKitError as exc:
             self.load_failures[name] = str(exc)
             raise ModelLoadError(

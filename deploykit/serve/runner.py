@@ -24,7 +24,6 @@ from typing import Any, Protocol
 import numpy as np
 
 from deploykit.errors import DeployKitError, InputError, ModelUnavailableError, RequestError
-from deploykit.model import read_interface
 from deploykit.serve.config import BatchPolicy, ServedModel
 from deploykit.serve.metrics import ModelMetrics
 from deploykit.serve.protocol import InputCheck
@@ -79,7 +78,7 @@ class ModelRunner:
         self.policy = policy
         self.metrics = metrics
         self._open_session = open_session
-        interface = read_interface(model.path)
+        interface = model.interface()
         self.inputs: dict[str, TensorSpec] = {s.name: s for s in interface.inputs}
         self.outputs: dict[str, TensorSpec] = {s.name: s for s in interface.outputs}
         self.metadata: dict[str, str] = dict(interface.metadata_props)
