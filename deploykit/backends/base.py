@@ -506,7 +506,8 @@ class Backend(abc.ABC):
         except Exception as exc:  # the runtime's own exception, translated in one place for every backend
             raise self.load_error(read, exc) from exc
         session.info.precision_requested = requested
-        session.info.model_precision = getattr(read, "precision", None) or None
+        # the weights' precision as the session found it in the file (LiteRT's int8 weights), else the model's
+        session.info.model_precision = session.info.model_precision or getattr(read, "precision", None) or None
         session._allow_fallback = allow_fallback
         try:
             session._settle_precision(session.info.precision)

@@ -154,6 +154,7 @@ class LiteRtBackend(Backend):
                 f"{weights} weights",
             ],
             options=dict(options),
+            model_precision=None if weights == "f32" else weights,
         )
         session = LiteRtSession(model.path, layout, info, call)
         session.weights = weights

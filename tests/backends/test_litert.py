@@ -128,6 +128,7 @@ def test_the_backend_is_registered_for_tflite_and_asked_for_by_name() -> None:
     assert backend.devices() == ["cpu"]
     assert backend.precisions("cpu") == ["f32"]
     assert backend.default_candidate is False  # a default sweep must not need the converter environment
+    assert backend.searched_when_ready is True  # optimize searches it once that environment is ready
 
 
 def test_a_json_of_another_tflite_is_refused(tmp_path: Path) -> None:
@@ -288,6 +289,7 @@ def test_reduced_weights_convert_and_say_so(
         got = session.run(_feeds())["y"]
         assert session.info.precision == precision
         assert session.info.providers[2] in (f"{weights} weights", "f32 weights")
+        assert session.info.model_precision == session.info.providers[2].split()[0]  # the weights the file holds
     expected = _onnxruntime(source, _feeds())
     cosine = float(np.dot(got.ravel(), expected.ravel()) / np.linalg.norm(got) / np.linalg.norm(expected))
     assert cosine > 0.999

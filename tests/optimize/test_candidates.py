@@ -1,13 +1,21 @@
 """The screening order: one candidate of every precision class before any thread variant, the
-reference first, then by expected gain (int8, then bf16/f16, then f32)."""
+reference first, then by expected gain (int8, then bf16/f16, then f32); and which backends a default
+search takes (LiteRT only once its converter environment is ready)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from deploykit.backends.registry import get_backend
 from deploykit.bench.config import BenchConfig
-from deploykit.optimize.candidates import CandidateState, screening_order
+from deploykit.cache import cache_dir
+from deploykit.optimize.candidates import CandidateState, screening_order, search_specs
 from deploykit.optimize.results import Variant
+from deploykit.verify.check import default_backend_specs
+
+CACHE = cache_dir()  # read at import: the package's fixture points DEPLOYKIT_CACHE_DIR at a folder of its own
 
 FLOAT = Variant("float", "m.onnx", "f32")
 INT8 = Variant("int8-ort", "m.int8-ort.onnx", "int8")
@@ -37,3 +45,29 @@ def test_every_precision_class_is_screened_before_any_thread_variant():
     gains = [s.config.precision for s in first[1:]]
     assert gains == ["int8", "int8", "int8", "bf16", "f32"]
     assert [s.precision_class for s in rest] == [s.precision_class for s in first]  # then thread variants alike
+
+
+def test_litert_without_its_converter_environment_is_listed_as_not_searched_with_the_command(tmp_path, monkeypatch):
+    """A default search never creates the converter environment: LiteRT is left out, and said so with
+    the reason and the command that readies it; named backends are searched as given."""
+    if get_backend("litert").unavailable_reason():
+        pytest.skip(f"the litert runtime is not installed: {get_backend('litert').unavailable_reason()}")
+    monkeypatch.setenv("DEPLOYKIT_CACHE_DIR", str(tmp_path))
+    specs, notes = search_specs(None)
+    assert not any(spec.startswith("litert") for spec in specs)
+    (note,) = [n for n in notes if n.startswith("litert")]
+    assert note.startswith("litert: not searched (converter environment 'litert' | converting ONNX to LiteRT")
+    assert "deploykit converters add litert" in note
+    assert not (tmp_path / "converters" / "litert").exists()
+    assert search_specs(["litert", "onnxruntime"]) == (["litert", "onnxruntime"], [])
+
+
+@pytest.mark.converter
+def test_litert_with_its_converter_environment_is_a_default_candidate(monkeypatch):
+    monkeypatch.setenv("DEPLOYKIT_CACHE_DIR", str(CACHE))
+    backend = get_backend("litert")
+    if backend.unavailable_reason() or backend.onnx_unavailable_reason():
+        pytest.skip(f"no litert converter environment: {backend.onnx_unavailable_reason()}")
+    specs, notes = search_specs(None)
+    assert "litert:cpu" in specs and not [n for n in notes if n.startswith("litert")]
+    assert default_backend_specs() == [s for s in specs if s != "litert:cpu"]  # compare/bench sweeps unchanged

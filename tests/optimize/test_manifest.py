@@ -1,5 +1,7 @@
 """Writing a bundle folder under careless use: a model whose name the bundle uses for its own files, ``--force``
-onto a folder that also holds someone else's file, and the working folder a killed run left behind."""
+onto a folder that also holds someone else's file, and the working folder a killed run left behind; and a
+backend that converts (MNN, LiteRT) chosen: the bundle carries the converted file, which opens where
+nothing converts."""
 
 from __future__ import annotations
 
@@ -10,14 +12,20 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import deploykit
 from cli.main import app
-from deploykit.errors import OutputError
-from deploykit.io import _scratch_prefix, shown
+from deploykit.backends.registry import get_backend
+from deploykit.cache import cache_dir
+from deploykit.errors import BundleError, OutputError
+from deploykit.io import _scratch_prefix, file_sha256, shown
+from deploykit.model import Model
 from deploykit.optimize import OptimizePlan, optimize, read_bundle
-from deploykit.optimize.manifest import MANIFEST, REPORT, REPORT_HTML
+from deploykit.optimize.manifest import MANIFEST, REPORT, REPORT_HTML, BundleManifest
+from tests.assets.paths import missing_asset
 
 FAST = ["--no-quantize", "-b", "onnxruntime", "--threads", "1", "--time-budget", "30s"]
 
@@ -144,3 +152,102 @@ def test_a_fifo_among_the_images_is_named_not_called_an_empty_folder(classifier_
                                       str(tmp_path / "deploy"), "-b", "onnxruntime", "--threads", "1"])  # fmt: skip
     assert result.exit_code == 1 and "'a.jpg': is a named pipe (FIFO)" in " ".join(result.stderr.split())
     assert "holds no images" not in result.stderr
+
+
+CACHE = cache_dir()  # read at import: the package's fixture points DEPLOYKIT_CACHE_DIR at a folder of its own
+
+
+def _converted_bundle(classifier_path: Path, photos: Path, output: Path, plan: OptimizePlan) -> BundleManifest:
+    optimize(classifier_path, photos, plan, output=output)
+    return read_bundle(output).manifest
+
+
+def _hidden_converters(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A machine where nothing converts: an empty cache (no LiteRT converter environment, no cached
+    conversion) and MNN's converter turned off."""
+    monkeypatch.setenv("DEPLOYKIT_CACHE_DIR", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("DEPLOYKIT_MNN_CONVERTER", "off")
+
+
+def _check_carried(manifest: BundleManifest, bundle: Path, suffix: str) -> None:
+    """The bundle holds the converted file and its .json, both hashed, and not the .onnx."""
+    stem = Path(manifest.model_file).stem
+    assert manifest.model_file == f"{stem}{suffix}"
+    assert sorted(manifest.files) == sorted([f"{stem}{suffix}", f"{stem}.json", REPORT, REPORT_HTML])
+    assert not list(bundle.glob("*.onnx"))
+    for name, recorded in manifest.files.items():
+        assert file_sha256(bundle / name) == recorded
+
+
+def _opens_where_nothing_converts(bundle: Path, copy: Path, photo: Path) -> None:
+    """The copied bundle opens, predicts and answers as the original; a changed .json is refused by name."""
+    shutil.copytree(bundle, copy)
+    x = np.random.default_rng(5).random((1, 3, 32, 32), dtype=np.float32)
+    with deploykit.load(copy) as session:
+        got = session.run({"images": x})["logits"]
+        assert session.model_path.parent == copy and list(session.inputs) == ["images"]
+    with deploykit.load(bundle) as session:
+        np.testing.assert_array_equal(got, session.run({"images": x})["logits"])
+    result = CliRunner().invoke(app, ["predict", str(copy), str(photo), "--json"])
+    assert result.exit_code == 0, result.output
+    io = copy / f"{Path(read_bundle(copy).manifest.model_file).stem}.json"
+    io.write_text(io.read_text().replace('"images"', '"pictures"'))
+    with pytest.raises(BundleError, match=rf"'{io.name}' has SHA-256 .*the file was changed or replaced"):
+        deploykit.load(copy)
+
+
+def test_an_mnn_choice_travels_as_its_converted_file_and_opens_where_nothing_converts(
+    classifier_path, photos, tmp_path, monkeypatch
+):
+    if get_backend("mnn").unavailable_reason():
+        missing_asset("the mnn backend's runtime", get_backend("mnn").unavailable_reason() or "")
+    plan = OptimizePlan(quantize=False, backends=["mnn"], threads=[1], time_budget="20s")
+    manifest = _converted_bundle(classifier_path, photos, tmp_path / "deploy", plan)
+    assert manifest.backend == "mnn"
+    _check_carried(manifest, tmp_path / "deploy", ".mnn")
+    _hidden_converters(monkeypatch, tmp_path)
+    _opens_where_nothing_converts(tmp_path / "deploy", tmp_path / "copy", next(photos.glob("*.jpg")))
+
+
+@pytest.mark.converter
+@pytest.mark.slow
+def test_a_litert_choice_travels_as_its_tflite_and_opens_where_nothing_converts(
+    classifier_path, photos, tmp_path, monkeypatch
+):
+    """LiteRT searched with its own dynamic-range INT8 file as a variant of LiteRT alone; the bundle carries
+    the chosen .tflite (the weights option spent) and opens with the converter environment hidden."""
+    monkeypatch.setenv("DEPLOYKIT_CACHE_DIR", str(CACHE))
+    if get_backend("litert").unavailable_reason() or get_backend("litert").onnx_unavailable_reason():
+        pytest.skip(f"no litert converter environment: {get_backend('litert').onnx_unavailable_reason()}")
+    plan = OptimizePlan(backends=["litert"], threads=[1], time_budget="40s", max_drop="50%", engines=("ort",))
+    report = optimize(classifier_path, photos, plan, output=tmp_path / "deploy")
+    made = {v.name: v for v in report.variants}
+    assert made["int8-litert"].backend == "litert" and made["int8-litert"].options == {"weights": "int8"}
+    assert "int8-ort" in made  # made for the other backends; LiteRT runs its own reduced files, and says so
+    assert any("int8-ort: not run (litert runs the reduced files its own converter makes" in n for n in report.notes)
+    assert "f16-litert" not in made or "f16" in get_backend("litert").precisions("cpu")
+    labels = [c.label for c in report.candidates]
+    assert any(label.endswith(" int8 int8-litert") for label in labels), labels
+    manifest = read_bundle(tmp_path / "deploy").manifest
+    assert manifest.backend == "litert" and "weights" not in manifest.options
+    _check_carried(manifest, tmp_path / "deploy", ".tflite")
+    _hidden_converters(monkeypatch, tmp_path)
+    assert get_backend("litert").onnx_unavailable_reason() is not None
+    _opens_where_nothing_converts(tmp_path / "deploy", tmp_path / "copy", next(photos.glob("*.jpg")))
+
+
+@pytest.mark.converter
+@pytest.mark.slow
+def test_litert_carries_its_int8_file_with_the_weights_option_spent(classifier_path, tmp_path, monkeypatch):
+    monkeypatch.setenv("DEPLOYKIT_CACHE_DIR", str(CACHE))
+    backend = get_backend("litert")
+    if backend.unavailable_reason() or backend.onnx_unavailable_reason():
+        pytest.skip(f"no litert converter environment: {backend.onnx_unavailable_reason()}")
+    carried = backend.carry(Model.open(classifier_path), {"weights": "int8", "threads": 1}, tmp_path, "m")
+    assert carried is not None and carried.spent == ("weights",)
+    assert [f.name for f in carried.files] == ["m.tflite", "m.json"]
+    _hidden_converters(monkeypatch, tmp_path)
+    with deploykit.load(carried.model_file, backend="litert") as session:
+        assert session.info.providers[2] == "int8 weights"
+        assert session.info.precision_label == "int8 (float layers f32)"  # int8 weights, float activations
+        assert list(session.inputs) == ["images"] and list(session.outputs) == ["logits"]

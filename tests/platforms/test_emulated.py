@@ -191,3 +191,36 @@ def test_openvino_on_the_target_is_offered_what_its_aarch64_build_claims_and_rep
         assert f"openvino:CPU {precision}: not supported on linux/arm64 (openvino on CPU runs {runs} there)" in (
             report.notes
         )
+
+
+def test_a_tflite_runs_on_the_targets_litert_build_as_on_the_host(arm64, catalog_models):
+    """ai-edge-litert's aarch64 wheel at the host's version runs the committed .tflite (with its .json: the
+    ONNX names and NCHW layout) and agrees with ONNX Runtime on the ONNX model it came from."""
+    if get_backend("litert").unavailable_reason():
+        pytest.skip(f"the litert runtime is not installed: {get_backend('litert').unavailable_reason()}")
+    installed = next(p for p in arm64.manifest()["packages"] if p["backend"] == "litert")
+    assert installed["distribution"] == "ai-edge-litert" and installed["version"] == installed["host_version"]
+    path, feeds = catalog_models["conv_bn_act"]
+    tflite = REPO / "tests" / "assets" / "litert" / "conv_bn_act.tflite"
+    run = run_candidate(tflite, "litert", "cpu", [feeds], interpreter=arm64.interpreter())
+    assert run.ok, run.error
+    assert run.platform == "linux/arm64" and run.info["backend_version"] == f"ai-edge-litert {installed['version']}"
+    expected = run_candidate(path, "onnxruntime", "cpu", [feeds])
+    assert expected.ok, expected.error
+    np.testing.assert_allclose(run.outputs[0]["y"], expected.outputs[0]["y"], atol=1e-5, rtol=0)
+
+
+def test_compare_runs_mnn_under_emulation_and_litert_too_where_its_converter_is_ready(arm64, catalog_models):
+    """``compare m.onnx -b mnn -b litert --platform linux/arm64``: each converter runs on the host (MNN's
+    through the host's interpreter, onnx2tf in its environment), the aarch64 runtime computes, element-wise."""
+    path, feeds = catalog_models["conv_bn_act"]
+    backends = [name for name in ("mnn", "litert") if get_backend(name).is_available()]
+    if "litert" in backends and get_backend("litert").onnx_unavailable_reason():
+        backends.remove("litert")
+    if not backends:
+        pytest.skip("neither mnn nor litert (with its converter environment) is ready here")
+    report = compare(path, backends, VerifySettings(platforms="linux/arm64"), inputs=feeds)
+    rows = {v.candidate: v for v in report.verdicts}
+    for name in backends:
+        verdict = rows[f"{name}:cpu f32 on linux/arm64"]
+        assert verdict.status == "pass" and verdict.rule == "element-wise", verdict.describe()

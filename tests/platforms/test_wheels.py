@@ -7,8 +7,9 @@ from importlib import metadata
 
 import pytest
 
+from deploykit.backends.registry import get_backend
 from deploykit.errors import PlatformError
-from deploykit.platforms.wheels import _available_version, host_constraints, platform_tags
+from deploykit.platforms.wheels import _available_version, host_constraints, host_requirements, platform_tags
 
 
 def test_the_constraints_hold_the_hosts_version_of_every_installed_distribution() -> None:
@@ -25,3 +26,22 @@ def test_a_pip_failure_that_is_no_missing_version_is_an_error_not_another_versio
     message = str(caught.value)
     assert "pip could not install numpy>=" in message and "expected wheels for the target's platform tags" in message
     assert "platforms add" in (caught.value.hint or "")
+
+
+def test_the_target_gets_mnn_and_litert_at_the_hosts_versions_but_no_oracle_only_runtime() -> None:
+    """LiteRT is left out of the default sweeps (its ONNX converter is the user's to create), yet its
+    interpreter goes to the target: a .tflite runs there without the converter environment."""
+    requirements = {r.distribution: r for r in host_requirements()}
+    for distribution, backend in (("mnn", "mnn"), ("ai-edge-litert", "litert")):
+        if not get_backend(backend).is_available():
+            continue
+        assert requirements[distribution].backend == backend
+        assert requirements[distribution].pinned == f"{distribution}=={metadata.version(distribution)}"
+    assert "reference" not in {r.backend for r in requirements.values()}
+
+
+def test_the_platform_tags_reach_the_manylinux_2_27_and_2_28_wheels() -> None:
+    """Current aarch64 wheels (ai-edge-litert: manylinux_2_27) are found only with the PEP 600 tags."""
+    tags = platform_tags("aarch64", 36)  # Debian bookworm's glibc 2.36
+    assert {"manylinux_2_27_aarch64", "manylinux_2_28_aarch64", "manylinux2014_aarch64"} <= set(tags)
+    assert tags.index("manylinux_2_28_aarch64") < tags.index("manylinux_2_27_aarch64")

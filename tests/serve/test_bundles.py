@@ -89,3 +89,35 @@ def test_a_bundle_loaded_later_gets_the_same_checks(command, bundle, tmp_path, c
         f"model 'tampered' | fails its checks: bundle '{folder / 'tampered'}' | model '{model_file}' has SHA-256"
     )
     assert not client.is_model_ready("tampered") and client.is_model_ready("later") and client.is_server_ready()
+
+
+def test_a_bundle_of_a_converted_model_is_served_where_nothing_converts(command, classifier_path, photos, tmp_path):
+    """A bundle that chose MNN carries the .mnn and its .json: served with MNN's converter turned off and an
+    empty cache, its metadata comes from the .json (the ONNX names) and its answers equal ``load(bundle)``."""
+    from deploykit.backends.registry import get_backend
+
+    reason = get_backend("mnn").unavailable_reason()
+    if reason:
+        pytest.skip(f"the mnn runtime is not installed: {reason}")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DEPLOYKIT_CACHE_DIR", str(tmp_path / "cache"))
+        plan = OptimizePlan(backends=["mnn"], threads=[1], quantize=False, time_budget="20s")
+        optimize(classifier_path, photos, plan, output=tmp_path / "deploy")
+    assert read_bundle(tmp_path / "deploy").manifest.model_file.endswith(".mnn")
+    hidden = {"DEPLOYKIT_CACHE_DIR": str(tmp_path / "empty"), "DEPLOYKIT_MNN_CONVERTER": "off"}
+    server = command(str(tmp_path / "deploy"), env=hidden)
+    base = f"http://127.0.0.1:{server.http}"
+    metadata = httpx.get(f"{base}/v2/models/deploy", timeout=30).json()
+    assert metadata["platform"] == "deploykit-mnn"
+    assert [i["name"] for i in metadata["inputs"]] == ["images"] and [o["name"] for o in metadata["outputs"]] == [
+        "logits"
+    ]
+    x = np.random.default_rng(4).random((1, 3, 32, 32), dtype=np.float32)
+    body = {"inputs": [{"name": "images", "datatype": "FP32", "shape": list(x.shape), "data": x.ravel().tolist()}]}
+    (output,) = httpx.post(f"{base}/v2/models/deploy/infer", json=body, timeout=30).json()["outputs"]
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in hidden.items():
+            patch.setenv(key, value)
+        with deploykit.load(tmp_path / "deploy") as session:
+            expected = session.run({"images": x})["logits"]
+    np.testing.assert_array_equal(np.array(output["data"], np.float32).reshape(output["shape"]), expected)
