@@ -121,9 +121,17 @@ def bench(
             raise UsageError(f"bench '{model}' | a bundle is benchmarked in the configuration it chose; "
                              f"{', '.join(asked)} would change it.",
                              hint=f"bench '{bundle.model_path}' itself to try other settings.")  # fmt: skip
+        manifest = bundle.manifest
+        if bundle.model_path.suffix.lower() != ".onnx":
+            raise UsageError(
+                f"bench '{model}' | the bundle holds {manifest.model_file}, {manifest.backend}'s conversion of the "
+                "searched model; bench judges every run against an oracle of the ONNX model, which the bundle does "
+                "not carry.",
+                hint=f"bench the searched model itself: deploykit bench {manifest.source_model.get('path')} "
+                f"-b {manifest.backend} --threads {manifest.threads or 1} (report.json lists the variant's options).",
+            )
         if bundle.elsewhere:
             err_console.print(f"warning: {elsewhere_message(bundle)}", soft_wrap=True)
-        manifest = bundle.manifest
         model, backends = bundle.model_path, [manifest.spec]
         threads = str(manifest.threads) if manifest.threads else ""  # "": the runtime's own
         # an INT8 bundle pins its float layers' precision in its options: measure what it opens

@@ -207,6 +207,10 @@ def test_an_mnn_choice_travels_as_its_converted_file_and_opens_where_nothing_con
     _check_carried(manifest, tmp_path / "deploy", ".mnn")
     _hidden_converters(monkeypatch, tmp_path)
     _opens_where_nothing_converts(tmp_path / "deploy", tmp_path / "copy", next(photos.glob("*.jpg")))
+    result = CliRunner().invoke(app, ["bench", str(tmp_path / "deploy"), "--recheck"])
+    assert result.exit_code == 1
+    assert f"the bundle holds {manifest.model_file}, mnn's conversion of the searched model" in result.output
+    assert f"deploykit bench {classifier_path} -b mnn --threads 1" in result.output
 
 
 @pytest.mark.converter
