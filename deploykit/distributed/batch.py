@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.backends.registry import DEFAULT_BACKEND
-from deploykit.distributed.cluster import check_resources, connect, require_ray
+from deploykit.distributed.cluster import check_resources, connect, quiet_console, require_ray
 from deploykit.distributed.rows import ARRAY_SUFFIXES, TASKS, Predictor
 from deploykit.distributed.settings import Execution, PredictSettings
 from deploykit.distributed.store import ResultStore, is_uri, list_sources, read_bytes
@@ -136,6 +136,7 @@ def _ray_batches(
 ) -> Generator[list[dict[str, Any]], None, None]:  # fmt: skip
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False  # deploykit draws one bar for the whole job
+    quiet_console("ray.data")  # its execution plan and "progress bars disabled" notes, on every run
     model_ref = ray.put(model.read_bytes())
     # Reading files is I/O: read tasks reserve no CPU, else they would wait for the cores the actors hold.
     dataset = ray.data.read_binary_files(paths, include_paths=True, num_cpus=0, concurrency=actors)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import os
 import shutil
 import signal
@@ -177,9 +178,10 @@ def start(ray: Any, address: str | None = None, num_cpus: int | None = None) -> 
             if address is None:
                 with loopback_only():
                     # "local": a Ray of our own, even where another local cluster runs (ray.init would join it)
-                    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+                    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                             logging_level=RAY_CONSOLE_LEVEL)  # fmt: skip
             else:
-                ray.init(address=address, log_to_driver=False)
+                ray.init(address=address, log_to_driver=False, logging_level=RAY_CONSOLE_LEVEL)
         _restore(handlers)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         _restore(handlers)
@@ -219,6 +221,20 @@ def start(ray: Any, address: str | None = None, num_cpus: int | None = None) -> 
             stop()
             raise
     return stop
+
+
+#: What of Ray's own Python log lines a deploykit command shows on its console: errors. Its start-up notes
+#: ("Started a local Ray instance", the token-authentication notice, Ray Data's execution plan) said
+#: nothing the command does not say itself; Ray's log files in its session folder keep every line.
+RAY_CONSOLE_LEVEL = logging.ERROR
+
+
+def quiet_console(logger_name: str) -> None:
+    """Ray's console handlers of ``logger_name`` (Ray Data configures its own) show ``RAY_CONSOLE_LEVEL`` and
+    above; its file handlers keep every line."""
+    for handler in logging.getLogger(logger_name).handlers:
+        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+            handler.setLevel(RAY_CONSOLE_LEVEL)
 
 
 #: The only address a local Ray started by deploykit listens on.

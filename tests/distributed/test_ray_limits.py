@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.assets.paths import darknet_image
 from tests.assets.signals import default_signals
 
 CLI = [sys.executable, "-c", "from deploykit.cli.main import main; main()"]
@@ -108,6 +110,21 @@ def test_a_signalled_ray_run_leaves_no_ray_process(ray_module, detector, photo_f
 
 # Ray's own log lines (a start-up notice, a token warning): anything else on stderr is deploykit's
 RAY_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\s+(INFO|WARNING) \S+\.py:\d+ -- ")
+
+
+def test_a_ray_run_shows_none_of_rays_own_start_up_notes(ray_module, detector, tmp_path):
+    """The command's console has its own lines, not Ray's Python notes ("Started a local Ray instance", the
+    token-authentication notice, Ray Data's execution plan, "Progress bars disabled"): six such lines came
+    with every run. Ray's log files keep them."""
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for index in range(4):
+        shutil.copy(darknet_image("dog.jpg"), photos / f"{index}.jpg")
+    process = _predict(detector, photos, tmp_path / "rows")
+    stdout, stderr = process.communicate(timeout=600)
+    assert process.returncode == 0, stderr
+    assert not [text for text in stderr.splitlines() if RAY_LOG_LINE.match(text)], stderr
+    assert "4 rows written" in stdout, stdout
 
 
 def _driver_connecting(pid: int) -> bool:
