@@ -58,6 +58,8 @@ def _token(path: Path | None) -> str | None:
 def _queue_delay_ms(value: str | float) -> float:
     """The one duration grammar (``2ms``, ``500us``, ``0``); a bare number other than 0 keeps its documented
     meaning here, milliseconds, with a deprecation line: everywhere else a bare number is seconds."""
+    from deploykit.serve.config import MAX_QUEUE_DELAY_MS
+
     seconds = opt.Duration(allow_zero=True)(value)  # refuses what is no duration, naming the flag
     if isinstance(value, str) and is_bare_number(value) and seconds != 0:
         err_console.print(
@@ -66,8 +68,14 @@ def _queue_delay_ms(value: str | float) -> float:
             soft_wrap=True,
             highlight=False,
         )
-        return float(seconds)
-    return float(seconds) * 1e3 if isinstance(value, str) else float(value)
+        delay_ms = float(seconds)
+    else:
+        delay_ms = float(seconds) * 1e3 if isinstance(value, str) else float(value)
+    if delay_ms > MAX_QUEUE_DELAY_MS:  # the same bound as BatchPolicy's, as a usage error in the user's words
+        raise typer.BadParameter(
+            f"'{value}' is longer than {MAX_QUEUE_DELAY_MS / 1e3:g} s, the longest a batch may wait."
+        )
+    return delay_ms
 
 
 def serve(

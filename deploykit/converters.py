@@ -15,8 +15,6 @@ and says how to start their Python; it runs no conversion (the backend that conv
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -25,13 +23,13 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from deploykit.cache import cache_dir
 from deploykit.errors import BackendUnavailableError, UsageError
+from deploykit.io import file_lock
 
 READY_NAME = "ready.json"
 PINS_DIRECTORY = Path(__file__).with_name("converter_pins")
@@ -186,17 +184,6 @@ def status(environment: ConverterEnvironment) -> EnvironmentStatus:
     )
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def create(environment: ConverterEnvironment, *, python: str | None = None, log: Path | None = None) -> float:
     """Build the environment from its pins (a no-op when it is ready); return the seconds it took.
 
@@ -208,7 +195,7 @@ def create(environment: ConverterEnvironment, *, python: str | None = None, log:
     """
     started = time.monotonic()
     directory = environment.directory
-    with _locked(directory.parent / f"{environment.name}.lock"):
+    with file_lock(directory.parent / f"{environment.name}.lock"):
         if environment.state() == "ready":
             return 0.0
         shutil.rmtree(directory, ignore_errors=True)
@@ -248,7 +235,7 @@ def create(environment: ConverterEnvironment, *, python: str | None = None, log:
 
 def remove(environment: ConverterEnvironment) -> bool:
     """Delete the environment; False when there was none."""
-    with _locked(environment.directory.parent / f"{environment.name}.lock"):
+    with file_lock(environment.directory.parent / f"{environment.name}.lock"):
         existed = environment.directory.exists()
         shutil.rmtree(environment.directory, ignore_errors=True)
     return existed

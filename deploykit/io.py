@@ -38,7 +38,7 @@ import threading
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from deploykit.errors import OutputError
 
@@ -111,10 +111,11 @@ def special_file_problem(path: PathLike) -> str | None:
 
 
 class _HeldLock:
-    """One output held by this process: the locked handle and how many claims share it."""
+    """One output held by this process: its lock file, what releases the lock, how many claims share it."""
 
-    def __init__(self, handle: Any) -> None:
-        self.handle = handle
+    def __init__(self, lock_file: Path, release: contextlib.ExitStack) -> None:
+        self.lock_file = lock_file
+        self.release = release
         self.count = 0
 
 
@@ -132,9 +133,8 @@ def _lock_path(path: PathLike) -> Path:
     return Path(tempfile.gettempdir()) / f"deploykit-out-{key}.lock"
 
 
-def _holder(handle: Any) -> str:
-    with contextlib.suppress(OSError, ValueError):
-        handle.seek(0)
+def _holder(lock_file: Path) -> str:
+    with contextlib.suppress(OSError, ValueError), open(lock_file) as handle:
         pid = handle.read(32).strip()
         if pid.isdigit():
             return f"another deploykit run (process {pid})"
@@ -142,10 +142,43 @@ def _holder(handle: Any) -> str:
 
 
 @contextlib.contextmanager
+def file_lock(path: PathLike, *, wait: bool = True) -> Iterator[IO[str]]:
+    """Hold an exclusive ``fcntl.flock`` on the file ``path`` while the block runs: deploykit's one
+    lock between processes (cache entries, converter environments, emulated targets, outputs).
+
+    The file and its folder are created when missing, and the file is left in place (a process
+    waiting on it would otherwise lock a file the next one no longer opens). The kernel drops the
+    lock with the process whatever way it ends, so a killed holder leaves no stale lock.
+
+    Args:
+        path: the lock file.
+        wait: wait until the lock is free; False raises ``BlockingIOError`` at once when another
+            process holds it.
+
+    Yields:
+        The locked file, open for reading and appending (a holder may write its name into it).
+
+    Raises:
+        BlockingIOError: ``wait=False`` and another process holds the lock.
+        OSError: the file or its folder cannot be created or opened.
+    """
+    import fcntl
+
+    lock_file = Path(path)
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        try:
+            yield handle
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
 def output_lock(path: PathLike, subject: str | None = None, *, kind: str = "file") -> Iterator[None]:
     """Hold ``path`` as this process's output while the block runs; re-entrant within the process.
 
-    The lock is an ``fcntl.flock`` on a file in the temporary directory keyed by the resolved path,
+    The lock is a ``file_lock`` on a file in the temporary directory keyed by the resolved path,
     so it ends with the process whatever way it ends (no stale lock after SIGKILL). Its file holds
     the holder's process id, to name it, and is removed on release (a waiter that opened it before
     then finds it gone once it has the lock, and takes the new one).
@@ -153,40 +186,11 @@ def output_lock(path: PathLike, subject: str | None = None, *, kind: str = "file
     Raises:
         OutputError: another process holds ``path`` now, naming the path and that process.
     """
-    import fcntl
-
     target = os.path.realpath(os.fspath(path))
-    lock_file = _lock_path(path)
     with _held_guard:
         held = _held_locks.get(target)
         if held is None:
-            while True:
-                try:
-                    handle = open(lock_file, "a+")  # held past this block, closed on release
-                except OSError as exc:
-                    raise OutputError(
-                        f"{subject or _describe('', Path(path))} | cannot take its lock file '{lock_file}' "
-                        f"({exc.strerror or exc}); without it two runs could write it at once.",
-                        hint="make the temporary directory writable (or set TMPDIR to one that is).",
-                    ) from exc
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError as exc:
-                    other = _holder(handle)
-                    handle.close()
-                    raise OutputError(
-                        f"{subject or _describe('', Path(path))} | {other} is writing this {kind} now; two runs "
-                        f"onto one output at once would each report it as theirs.",
-                        hint=f"wait for the other run to finish, or choose another output {kind}.",
-                    ) from exc
-                if _still_the_lock_file(handle, lock_file):
-                    break
-                handle.close()  # its last holder removed it between our open and our lock: take the new one
-            with contextlib.suppress(OSError):  # the pid only names the holder; a full /tmp loses the name
-                handle.truncate(0)
-                handle.write(f"{os.getpid()}\n")
-                handle.flush()
-            held = _held_locks[target] = _HeldLock(handle)
+            held = _held_locks[target] = _take_output_lock(path, subject, kind)
         held.count += 1
     try:
         yield
@@ -196,8 +200,36 @@ def output_lock(path: PathLike, subject: str | None = None, *, kind: str = "file
             if held.count == 0:
                 del _held_locks[target]
                 with contextlib.suppress(OSError):  # removed while still locked: no lock file outlives its run
-                    os.unlink(lock_file)
-                held.handle.close()  # closing the handle releases the flock
+                    os.unlink(held.lock_file)
+                held.release.close()
+
+
+def _take_output_lock(path: PathLike, subject: str | None, kind: str) -> _HeldLock:
+    lock_file = _lock_path(path)
+    while True:
+        release = contextlib.ExitStack()  # held past output_lock's block, closed by its last release
+        try:
+            handle = release.enter_context(file_lock(lock_file, wait=False))
+        except BlockingIOError as exc:
+            raise OutputError(
+                f"{subject or _describe('', Path(path))} | {_holder(lock_file)} is writing this {kind} now; two "
+                f"runs onto one output at once would each report it as theirs.",
+                hint=f"wait for the other run to finish, or choose another output {kind}.",
+            ) from exc
+        except OSError as exc:
+            raise OutputError(
+                f"{subject or _describe('', Path(path))} | cannot take its lock file '{lock_file}' "
+                f"({exc.strerror or exc}); without it two runs could write it at once.",
+                hint="make the temporary directory writable (or set TMPDIR to one that is).",
+            ) from exc
+        if _still_the_lock_file(handle, lock_file):
+            break
+        release.close()  # its last holder removed it between our open and our lock: take the new one
+    with contextlib.suppress(OSError):  # the pid only names the holder; a full /tmp loses the name
+        handle.truncate(0)
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+    return _HeldLock(lock_file, release)
 
 
 def _still_the_lock_file(handle: Any, path: Path) -> bool:

@@ -1,5 +1,5 @@
-"""The shape of the house, checked: no import cycles, nothing imports the package top, and no backend
-names outside the backends.
+"""The shape of the house, checked: no import cycles, nothing imports the package top, no backend
+names outside the backends, and one lock between processes.
 
 The layer order itself is import-linter's (``.importlinter``, run by ``make lint``); these checks use
 grimp (the graph import-linter builds) on every import, function-level ones included.
@@ -86,6 +86,29 @@ def test_nothing_in_the_library_imports_the_package_top():
     graph = grimp.build_graph("deploykit", cache_dir=None)
     importers = sorted(graph.find_modules_that_directly_import("deploykit"))
     assert importers == [], "import from the defining submodule (deploykit.sessions.load, ...), not `deploykit`"
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """The top-level names of every module a file imports, function-level imports included."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_every_lock_between_processes_is_io_file_lock():
+    """``fcntl`` is imported by ``deploykit/io.py`` alone: the converted-model cache, converter
+    environments, emulated targets and outputs all lock through ``io.file_lock``."""
+    importers = [
+        path.relative_to(ROOT).as_posix()
+        for folder in ("deploykit", "cli")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if "fcntl" in _imported_modules(path)
+    ]
+    assert importers == ["deploykit/io.py"], "lock with deploykit.io.file_lock, not an flock of your own"
 
 
 # Strings that spell a backend's name but do not name the backend; keyed by file, each with why.

@@ -14,20 +14,19 @@ This module knows files and digests only; it never runs a converter or loads a r
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from deploykit.cache import cache_dir
 from deploykit.errors import UnsupportedModelError
-from deploykit.io import file_sha256
+from deploykit.io import file_lock, file_sha256
 
 ENTRY_NAME = "entry.json"
 
@@ -80,6 +79,7 @@ def converted(
     build: Callable[[Path], Mapping[str, Any] | None],
     *,
     root: Path | None = None,
+    usable: Callable[[CachedConversion], bool] | None = None,
 ) -> CachedConversion:
     """The entry for ``key``: from the cache, or made now by ``build``.
 
@@ -89,6 +89,8 @@ def converted(
         build: writes the converted files into the empty directory it is given and returns what to
             record about them (or None); it raises a ``DeployKitError`` when the model cannot be converted.
         root: the cache directory for ``kind`` (default ``cache_dir()/kind``).
+        usable: whether an intact entry holds what the backend needs (its record reads back); an entry it
+            refuses is rebuilt like a damaged one. Default: every intact entry is usable.
 
     Raises:
         UnsupportedModelError: the cache cannot be written, or the entry is not intact once written.
@@ -104,11 +106,11 @@ def converted(
         ) from exc
     digest = entry_digest(key)
     final = root / digest
-    found = read_entry(final, key)
+    found = read_entry(final, key, usable)
     if found is not None:
         return found
-    with _locked(root / f"{digest}.lock"):
-        found = read_entry(final, key)  # another process may have built it while we waited
+    with file_lock(root / f"{digest}.lock"):
+        found = read_entry(final, key, usable)  # another process may have built it while we waited
         if found is not None:
             return found
         scratch = Path(tempfile.mkdtemp(prefix=f".{digest}-", dir=root))
@@ -123,25 +125,13 @@ def converted(
         finally:
             if scratch.exists():
                 shutil.rmtree(scratch, ignore_errors=True)
-    built = read_entry(final, key)
+    built = read_entry(final, key, usable)
     if built is None:
         raise UnsupportedModelError(
             f"{kind} cache entry {final} | is not intact right after it was written.",
             hint="check the disk, or set DEPLOYKIT_CACHE_DIR to another directory.",
         )
     return CachedConversion(built.directory, built.key, built.files, built.record, built=True)
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    import fcntl
-
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _write_entry(directory: Path, key: Mapping[str, Any], record: Mapping[str, Any]) -> None:
@@ -154,9 +144,11 @@ def _write_entry(directory: Path, key: Mapping[str, Any], record: Mapping[str, A
     (directory / ENTRY_NAME).write_text(json.dumps(entry, indent=1, sort_keys=True))
 
 
-def read_entry(directory: Path, key: Mapping[str, Any]) -> CachedConversion | None:
-    """The entry in ``directory`` when it is complete, for ``key``, and its files are the ones it
-    recorded; else None."""
+def read_entry(
+    directory: Path, key: Mapping[str, Any], usable: Callable[[CachedConversion], bool] | None = None
+) -> CachedConversion | None:
+    """The entry in ``directory`` when it is complete, for ``key``, its files are the ones it recorded
+    and ``usable`` (when given) accepts it; else None."""
     try:
         entry = json.loads((directory / ENTRY_NAME).read_text())
         if entry["key"] != json.loads(json.dumps(dict(key))):
@@ -167,4 +159,5 @@ def read_entry(directory: Path, key: Mapping[str, Any]) -> CachedConversion | No
         record = dict(entry.get("record") or {})
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    return CachedConversion(directory, dict(entry["key"]), files, record)
+    found = CachedConversion(directory, dict(entry["key"]), files, record)
+    return found if usable is None or usable(found) else None

@@ -1,26 +1,20 @@
-"""ONNX → ncnn with pnnx, once per model and settings, into deploykit's cache.
+"""ONNX → ncnn with pnnx, once per model and settings, into the converted-model cache.
 
-A cache entry is a directory named by a digest of the model's SHA-256, the pnnx version, the input
-shapes and the conversion options. It holds ``model.ncnn.param``, ``model.ncnn.bin``, pnnx's log
-(``pnnx.log``) and ``entry.json`` (the key, the layout pnnx chose for each input and output, and the
-SHA-256 of the param and bin files). An entry is built in a temporary directory beside it and renamed
-into place, under a lock file, so two processes converting the same model at once do one conversion
-and leave one intact entry; an entry whose files do not match its ``entry.json`` is rebuilt.
+An entry (``deploykit.backends.converted``, kind ``ncnn``) is keyed by the model's SHA-256, the pnnx
+version, the input shapes and types and the conversion options. It holds ``model.ncnn.param``,
+``model.ncnn.bin``, pnnx's log (``pnnx.log``) and the small files pnnx writes beside them; its record
+is the blob, shape and batch index pnnx chose for each input and output. An entry without the
+``.param``/``.bin`` pair or whose record does not read back is rebuilt like a damaged one.
 
 This module runs pnnx and reads what it wrote; it never loads ncnn (``ncnn.py`` does).
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import json
 import os
 import re
-import shutil
 import subprocess
-import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
@@ -28,17 +22,17 @@ from typing import Any
 
 import numpy as np
 
-from deploykit.cache import cache_dir
+from deploykit.backends.converted import CachedConversion, converted
 from deploykit.errors import BackendUnavailableError, UnsupportedModelError
 from deploykit.io import file_sha256
 
-ENTRY_VERSION = 1
+ENTRY_VERSION = 2  # 2: the shared converted-model cache's entry.json (1 was ncnn's own layout)
 NO_BATCH = 233
 """pnnx's (and ncnn's Python binding's) ``batch_index`` for a tensor without a batch axis."""
 PNNX_TIMEOUT_S = 600
 PNNX_VARIABLE = "DEPLOYKIT_PNNX"
 """Path of the pnnx executable to use instead of the ``pnnx`` package's (an own build)."""
-PARAM_NAME, BIN_NAME, LOG_NAME, ENTRY_NAME = "model.ncnn.param", "model.ncnn.bin", "pnnx.log", "entry.json"
+PARAM_NAME, BIN_NAME, LOG_NAME = "model.ncnn.param", "model.ncnn.bin", "pnnx.log"
 
 _PNNX_TYPES = {
     "float32": "f32",
@@ -169,54 +163,15 @@ def convert(
         UnsupportedModelError: pnnx failed or wrote something ncnn cannot be fed from.
     """
     key = cache_key(file_sha256(model_path), shapes, types, fp16)
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
-    root = root or cache_dir() / "ncnn"
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UnsupportedModelError(
-            f"ncnn cache {root} | cannot be created: {exc.strerror or exc}.",
-            hint="set DEPLOYKIT_CACHE_DIR to a writable directory.",
-        ) from exc
-    final = root / digest
-    found = _read_entry(final, key)
-    if found is not None:
-        return found
-    with _locked(root / f"{digest}.lock"):
-        found = _read_entry(final, key)  # another process may have built it while we waited
-        if found is not None:
-            return found
-        scratch = Path(tempfile.mkdtemp(prefix=f".{digest}-", dir=root))
-        try:
-            _run_pnnx(model_path, shapes, types, fp16, scratch)
-            _write_entry(scratch, key, model_path)
-            if final.exists():  # a corrupt entry: moved aside, then removed
-                aside = Path(tempfile.mkdtemp(prefix=f".{digest}-corrupt-", dir=root))
-                os.rename(final, aside / "entry")
-                shutil.rmtree(aside, ignore_errors=True)
-            os.rename(scratch, final)
-        finally:
-            if scratch.exists():
-                shutil.rmtree(scratch, ignore_errors=True)
-    built = _read_entry(final, key)
-    if built is None:
-        raise UnsupportedModelError(
-            f"ncnn cache entry {final} | is not intact right after it was written.",
-            hint="check the disk, or set DEPLOYKIT_CACHE_DIR to another directory.",
-        )
-    return built
 
+    def build(scratch: Path) -> dict[str, Any]:
+        _run_pnnx(model_path, shapes, types, fp16, scratch)
+        return _record_ports(scratch, model_path)
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    import fcntl
-
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    entry = converted("ncnn", key, build, root=root, usable=lambda found: _conversion(found) is not None)
+    conversion = _conversion(entry)
+    assert conversion is not None, "converted() returns only entries _conversion accepts"
+    return conversion
 
 
 def _run_pnnx(model_path: Path, shapes: Sequence[tuple[int, ...]], types: Sequence[str], fp16: bool, out: Path) -> None:
@@ -313,7 +268,9 @@ def _shapes(param_text: str, kind: str) -> list[tuple[int, ...]]:
     return found
 
 
-def _write_entry(out: Path, key: Mapping[str, Any], model_path: Path) -> None:
+def _record_ports(out: Path, model_path: Path) -> dict[str, Any]:
+    """What pnnx made of each input and output (read from its script and graph), for the entry's record;
+    the large files pnnx wrote that a session never reads again are removed."""
     script = (out / "model_ncnn.py").read_text()
     pnnx_param = (out / "model.pnnx.param").read_text()
     fed, read = _ports(script, _FED), _ports(script, _READ)
@@ -324,30 +281,26 @@ def _write_entry(out: Path, key: Mapping[str, Any], model_path: Path) -> None:
             f"output(s) in its ncnn script but {len(in_shapes)} and {len(out_shapes)} in its graph.",
             hint="try another backend; this pnnx version handles the model inconsistently.",
         )
-    entry = {
-        "key": dict(key),
+    for name in ("model.onnx", "model.pnnx.bin", "model.pnnx.onnx", "model.pnnxsim.onnx"):  # large, not read again
+        (out / name).unlink(missing_ok=True)
+    return {
         "inputs": [asdict(Port(b, s, i)) for (b, i), s in zip(fed, in_shapes, strict=True)],
         "outputs": [asdict(Port(b, s, i)) for (b, i), s in zip(read, out_shapes, strict=True)],
-        "param_sha256": file_sha256(out / PARAM_NAME),
-        "bin_sha256": file_sha256(out / BIN_NAME),
     }
-    for name in ("model.onnx", "model.pnnx.bin", "model.pnnx.onnx"):  # large and not needed again
-        (out / name).unlink(missing_ok=True)
-    (out / ENTRY_NAME).write_text(json.dumps(entry, indent=1))
 
 
-def _read_entry(directory: Path, key: Mapping[str, Any]) -> Conversion | None:
-    """The entry in ``directory`` when it is complete and its files are the ones it recorded; else None."""
-    try:
-        entry = json.loads((directory / ENTRY_NAME).read_text())
-        if entry["key"] != dict(key):
-            return None
-        if file_sha256(directory / PARAM_NAME) != entry["param_sha256"]:
-            return None
-        if file_sha256(directory / BIN_NAME) != entry["bin_sha256"]:
-            return None
-        inputs = tuple(Port(p["blob"], tuple(p["shape"]), int(p["batch_index"])) for p in entry["inputs"])
-        outputs = tuple(Port(p["blob"], tuple(p["shape"]), int(p["batch_index"])) for p in entry["outputs"])
-    except (OSError, ValueError, KeyError, TypeError):
+def _conversion(entry: CachedConversion) -> Conversion | None:
+    """The ncnn conversion in an intact cache entry, or None when it lacks the ``.param``/``.bin`` pair or
+    its record does not read back as ports."""
+    if PARAM_NAME not in entry.files or BIN_NAME not in entry.files:
         return None
-    return Conversion(directory, inputs, outputs)
+    try:
+        inputs = tuple(_port(p) for p in entry.record["inputs"])
+        outputs = tuple(_port(p) for p in entry.record["outputs"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    return Conversion(entry.directory, inputs, outputs)
+
+
+def _port(recorded: Mapping[str, Any]) -> Port:
+    return Port(str(recorded["blob"]), tuple(int(d) for d in recorded["shape"]), int(recorded["batch_index"]))

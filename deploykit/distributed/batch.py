@@ -17,13 +17,13 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from deploykit.backends.registry import DEFAULT_BACKEND
-from deploykit.distributed.cluster import check_resources, connect, require_ray
+from deploykit.distributed.cluster import check_resources, connect, quiet_console, require_ray
 from deploykit.distributed.rows import ARRAY_SUFFIXES, TASKS, Predictor
 from deploykit.distributed.settings import Execution, PredictSettings
 from deploykit.distributed.store import ResultStore, is_uri, list_sources, read_bytes
@@ -133,9 +133,10 @@ def _actor_crashes(ray: Any) -> int:
 def _ray_batches(
     ray: Any, model: Path, paths: list[str], settings: dict[str, Any], actors: int, cpus_per_actor: float,
     batch_size: int,
-) -> Iterator[list[dict[str, Any]]]:  # fmt: skip
+) -> Generator[list[dict[str, Any]], None, None]:  # fmt: skip
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False  # deploykit draws one bar for the whole job
+    quiet_console("ray.data")  # its execution plan and "progress bars disabled" notes, on every run
     model_ref = ray.put(model.read_bytes())
     # Reading files is I/O: read tasks reserve no CPU, else they would wait for the cores the actors hold.
     dataset = ray.data.read_binary_files(paths, include_paths=True, num_cpus=0, concurrency=actors)
@@ -150,12 +151,16 @@ def _ray_batches(
     )
     # URIs lose their scheme in Ray's path column; rows name the file as the user gave it.
     scheme = paths[0].split("://", 1)[0] + "://" if is_uri(paths[0]) else ""
-    for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):
-        rows = [json.loads(text) for text in batch["row"]]
-        for row in rows:
-            if scheme and not row["path"].startswith(scheme):
-                row["path"] = scheme + row["path"]
-        yield rows
+    batches: Any = iter(dataset.iter_batches(batch_size=None, batch_format="numpy"))
+    try:
+        for batch in batches:
+            rows = [json.loads(text) for text in batch["row"]]
+            for row in rows:
+                if scheme and not row["path"].startswith(scheme):
+                    row["path"] = scheme + row["path"]
+            yield rows
+    finally:
+        batches.close()  # stops and joins Ray Data's executor thread, before Ray shuts down (predict)
 
 
 def _read_error(path: str, exc: OSError) -> str:
@@ -320,6 +325,11 @@ def predict(
                     f"ray job | failed after {summary.processed} of {len(pending)} rows: {exc}",
                     hint="the rows written so far are kept; run the same command again to resume.",
                 ) from exc
+            finally:
+                # Before Ray shuts down (leaving ``connect``): a Ctrl-C leaves this generator suspended and
+                # referenced by the traceback, and Ray Data's executor thread, still running, then called
+                # into a shut-down Ray ("The core worker has already been shutdown": exit 1, or SIGSEGV).
+                ray_rows.close()
             summary.elapsed_s = time.perf_counter() - started
             summary.actor_crashes = _actor_crashes(ray) - crashes_before
         return summary

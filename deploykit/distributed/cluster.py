@@ -5,7 +5,9 @@ had already connected: a library call must not leave a Ray instance or its proce
 
 ``ray.init`` replaces the process's SIGTERM handler (its own exits with code 15, after its native
 handler prints a stack dump); the caller's handlers are put back once Ray is up, so ``deploykit``
-still ends with 143 and a library user's handler still runs. A local Ray that cannot start under
+still ends with 143 and a library user's handler still runs. SIGINT, SIGTERM and SIGHUP that come while
+``ray.init`` runs wait for it to return (``_signals_deferred``); if one then ends the call, the Ray it
+started is shut down first. A local Ray that cannot start under
 this process's limits (open files, address space, file size, a full temporary folder) is refused
 up front with the limit named, instead of Ray's tracebacks half a minute later.
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import os
 import shutil
 import signal
@@ -171,18 +174,22 @@ def start(ray: Any, address: str | None = None, num_cpus: int | None = None) -> 
     # while ray.init is still starting them: the watchdog starts first.
     reaper = start_reaper(os.path.dirname(ray.__file__)) if address is None else None
     try:
-        if address is None:
-            with loopback_only():
-                # "local": a Ray of our own, even where another local cluster runs (ray.init would join it)
-                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
-        else:
-            ray.init(address=address, log_to_driver=False)
+        with _signals_deferred() as held:
+            if address is None:
+                with loopback_only():
+                    # "local": a Ray of our own, even where another local cluster runs (ray.init would join it)
+                    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+                             logging_level=RAY_CONSOLE_LEVEL)  # fmt: skip
+            else:
+                ray.init(address=address, log_to_driver=False, logging_level=RAY_CONSOLE_LEVEL)
         _restore(handlers)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         _restore(handlers)
         if reaper is not None:
             reaper.kill()
             reaper.wait()
+        if held:  # the signal came first: it, not the failed start, ends the command
+            signal.raise_signal(held[0])
         if address is None:
             raise BackendError(
                 f"ray (local) | could not start a local Ray: {exc}",
@@ -200,6 +207,13 @@ def start(ray: Any, address: str | None = None, num_cpus: int | None = None) -> 
             reaper.kill()
             reaper.wait()
 
+    if held:  # a Ctrl-C or SIGTERM came during ray.init: handled now, and Ray shut down in order if it ends the call
+        try:
+            signal.raise_signal(held[0])
+        except BaseException:
+            stop()
+            raise
+
     if address is None:
         try:
             check_loopback(ray)
@@ -207,6 +221,20 @@ def start(ray: Any, address: str | None = None, num_cpus: int | None = None) -> 
             stop()
             raise
     return stop
+
+
+#: What of Ray's own Python log lines a deploykit command shows on its console: errors. Its start-up notes
+#: ("Started a local Ray instance", the token-authentication notice, Ray Data's execution plan) said
+#: nothing the command does not say itself; Ray's log files in its session folder keep every line.
+RAY_CONSOLE_LEVEL = logging.ERROR
+
+
+def quiet_console(logger_name: str) -> None:
+    """Ray's console handlers of ``logger_name`` (Ray Data configures its own) show ``RAY_CONSOLE_LEVEL`` and
+    above; its file handlers keep every line."""
+    for handler in logging.getLogger(logger_name).handlers:
+        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+            handler.setLevel(RAY_CONSOLE_LEVEL)
 
 
 #: The only address a local Ray started by deploykit listens on.
@@ -260,6 +288,40 @@ MIN_OPEN_FILES = 1024
 MIN_ADDRESS_SPACE = 16 * 2**30  # Ray's processes reserve several GiB of virtual memory each
 MIN_FILE_SIZE = 2**30
 MIN_TEMP_FREE = 256 * 2**20
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[list[int]]:
+    """SIGINT, SIGTERM and SIGHUP only recorded (in the list yielded) while ``ray.init`` runs in the block, in
+    the main thread; the caller handles them once it has returned. A KeyboardInterrupt inside ``ray.init``,
+    once its local instance had started, left a half-made driver that Ray's own exit hook then shut down
+    into a SIGSEGV; a SIGTERM met the handlers ``ray.init`` installs as it goes (one exits at once, one
+    kills the node) or its driver's native failure handler (a stack dump, then death by the signal). So for
+    the block Ray installs no SIGTERM handler, and the driver's core worker, made in it, no native failure
+    handler (this driver prints no native stack dump, also on a crash later). An ignored or default
+    disposition is left alone."""
+    held: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+    saved = {signum: signal.getsignal(signum) for signum in _SIGNALS}
+    utils: Any = importlib.import_module("ray._private.utils")
+    ray_sets_sigterm = utils.set_sigterm_handler
+    for signum, handler in saved.items():
+        if callable(handler):
+            signal.signal(signum, lambda received, _frame: held.append(received))
+    utils.set_sigterm_handler = lambda handler: None  # the caller's handlers are put back after ray.init anyway
+    constants: Any = importlib.import_module("ray._private.ray_constants")
+    saved_native = constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER
+    constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
+    try:
+        yield held
+    finally:
+        constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = saved_native
+        utils.set_sigterm_handler = ray_sets_sigterm
+        for signum, handler in saved.items():
+            if callable(handler):
+                signal.signal(signum, handler)
 
 
 def _signal_handlers() -> dict[int, Any]:

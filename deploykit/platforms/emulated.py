@@ -15,28 +15,28 @@ its path: the only thing a platform changes about the job protocol.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from deploykit.cache import cache_dir
 from deploykit.errors import DeployKitError, PlatformError
+from deploykit.io import file_lock
 from deploykit.platforms.base import Platform, PlatformStatus, RuntimeClaims
 from deploykit.platforms.qemu import MIN_MAJOR, fetch_qemu, find_qemu, qemu_version
 from deploykit.workers import Interpreter, run_worker
 
 MANIFEST = "target.json"
 COMPLETE = ".complete"
+LOCK_NAME = ".lock"  # held while the target is prepared or its source copy refreshed
 OFFERS = "offers.json"  # what each runtime claims, per emulated CPU (the probe's "offers"), keyed as it was probed
 # Python, and the C/C++ runtimes numpy's and the runtimes' wheels link against (not bundled in them).
 SYSROOT_PACKAGES = ("python3", "libstdc++6", "libgomp1")
@@ -61,17 +61,6 @@ def _emulated_environment(name: str) -> dict[str, str]:
         return backend.emulated_environment() if backend.is_available() else {}
     except DeployKitError:
         return {}
-
-
-@contextlib.contextmanager
-def _locked(folder: Path) -> Iterator[None]:
-    folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / ".lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True)
@@ -143,7 +132,7 @@ class EmulatedPlatform(Platform):
         say = progress or (lambda _text: None)
         folder = self.folder()
         seconds: dict[str, float] = {}
-        with _locked(folder):
+        with file_lock(folder / LOCK_NAME):
             (folder / MANIFEST).unlink(missing_ok=True)
             (folder / OFFERS).unlink(missing_ok=True)
             started = time.perf_counter()
@@ -266,7 +255,7 @@ class EmulatedPlatform(Platform):
                 hint=f"deploykit platforms add {self.base_name} (needs mmdebstrap and access to Debian and PyPI; "
                 "a few minutes, once).",
             )
-        with _locked(self.folder()):
+        with file_lock(self.folder() / LOCK_NAME):
             self._sync_source(self.folder())
         return self._interpreter(manifest)
 

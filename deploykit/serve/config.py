@@ -181,6 +181,10 @@ class ServedModel:
         return cls(**{**known, "path": Path(known["path"]), "bundle": None if bundle is None else Path(bundle)})
 
 
+#: The longest the first request of a batch may wait for others (``--max-queue-delay``).
+MAX_QUEUE_DELAY_MS = 10_000.0
+
+
 @dataclass(frozen=True)
 class BatchPolicy:
     """Dynamic batching and the queue bound, per model.
@@ -198,9 +202,9 @@ class BatchPolicy:
     def __post_init__(self) -> None:
         if self.max_batch < 1:
             raise UsageError(f"--max-batch {self.max_batch} | expected 1 or more.", hint="e.g. --max-batch 8.")
-        if not 0 <= self.max_queue_delay_ms <= 10_000:
+        if not 0 <= self.max_queue_delay_ms <= MAX_QUEUE_DELAY_MS:
             raise UsageError(
-                f"--max-queue-delay {self.max_queue_delay_ms:g}ms | expected 0 to 10000 ms.",
+                f"--max-queue-delay {self.max_queue_delay_ms:g}ms | expected 0 to {MAX_QUEUE_DELAY_MS:g} ms.",
                 hint="e.g. --max-queue-delay 2ms.",
             )
         if self.max_queue < 1:

@@ -69,6 +69,25 @@ def test_a_damaged_entry_is_rebuilt_not_trusted(tmp_path, damage):
     assert _entries(tmp_path) == [entry]
 
 
+def test_an_entry_the_backend_cannot_use_is_rebuilt(tmp_path):
+    """An intact entry whose record the backend cannot read back (``usable`` says no) is rebuilt like a
+    damaged one; the rebuilt entry is read back through the same check."""
+    calls: list[Path] = []
+    entry = converted("tool", KEY, _builder(calls, "old"), root=tmp_path).directory
+    checked: list[dict] = []
+
+    def usable(found) -> bool:
+        checked.append(found.record)
+        return found.record.get("note") != "old"
+
+    rebuilt = converted("tool", KEY, _builder(calls, "new"), root=tmp_path, usable=usable)
+    assert len(calls) == 2 and rebuilt.built and rebuilt.record == {"note": "new"}
+    assert checked[0] == {"note": "old"} and checked[-1] == {"note": "new"}
+    assert _entries(tmp_path) == [entry]
+    found = converted("tool", KEY, _builder(calls, "again"), root=tmp_path, usable=usable)
+    assert len(calls) == 2 and not found.built
+
+
 def test_a_failed_build_leaves_nothing(tmp_path):
     def build(scratch: Path) -> None:
         (scratch / "half.bin").write_text("half")

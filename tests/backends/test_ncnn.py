@@ -109,11 +109,14 @@ def test_shapes_and_models_get_entries_of_their_own(ncnn_backend, models, cache)
     assert len(_entries(cache)) == 3
 
 
-@pytest.mark.parametrize("damage", ["truncate-bin", "edit-param", "garbage-entry", "no-entry-json"])
+@pytest.mark.parametrize(
+    "damage", ["truncate-bin", "edit-param", "garbage-entry", "no-entry-json", "bin-not-listed", "ports-lost"]
+)
 def test_a_corrupt_entry_is_rebuilt_not_trusted(ncnn_backend, models, cache, damage):
     path = models["conv_bn_act"]
     deploykit.load(path, "ncnn").close()
     (entry,) = _entries(cache)
+    recorded = json.loads((entry / "entry.json").read_text())
     if damage == "truncate-bin":
         data = (entry / "model.ncnn.bin").read_bytes()
         (entry / "model.ncnn.bin").write_bytes(data[: len(data) // 2])
@@ -122,22 +125,62 @@ def test_a_corrupt_entry_is_rebuilt_not_trusted(ncnn_backend, models, cache, dam
             handle.write("Sigmoid extra 1 1 out0 out9\n")
     elif damage == "garbage-entry":
         (entry / "entry.json").write_text("{not json")
-    else:
+    elif damage == "no-entry-json":
         (entry / "entry.json").unlink()
+    elif damage == "bin-not-listed":  # its hash gone, a damaged .bin would go unnoticed
+        del recorded["files"]["model.ncnn.bin"]
+        (entry / "entry.json").write_text(json.dumps(recorded))
+    else:
+        del recorded["record"]["outputs"]
+        (entry / "entry.json").write_text(json.dumps(recorded))
+    broken = entry.stat().st_ino
     x = np.random.default_rng(1).uniform(-1, 1, (1, 3, 16, 16)).astype(np.float32)
     with deploykit.load(path, "ncnn") as session:
         _matches_reference(session, path, {"x": x})
     (rebuilt,) = _entries(cache)
+    assert rebuilt == entry and rebuilt.stat().st_ino != broken, "the entry was rebuilt (a new folder renamed in)"
     recorded = json.loads((rebuilt / "entry.json").read_text())
-    from deploykit.backends.ncnn_convert import file_sha256
+    from deploykit.io import file_sha256
 
-    assert file_sha256(rebuilt / "model.ncnn.bin") == recorded["bin_sha256"]
-    assert file_sha256(rebuilt / "model.ncnn.param") == recorded["param_sha256"]
+    assert file_sha256(rebuilt / "model.ncnn.bin") == recorded["files"]["model.ncnn.bin"]
+    assert file_sha256(rebuilt / "model.ncnn.param") == recorded["files"]["model.ncnn.param"]
+    assert [p["blob"] for p in recorded["record"]["outputs"]] == ["out0"]
+
+
+def test_an_entry_of_the_former_layout_is_left_alone_and_converted_again(ncnn_backend, models, cache):
+    """Entries written before ncnn used the shared cache (version 1: ``param_sha256``/``bin_sha256`` at
+    the top of ``entry.json``) are not read: the model converts into an entry of its own, and the old
+    folder stays as it was (deploykit removes no files it does not know as its own)."""
+    from deploykit.backends import ncnn_convert
+    from deploykit.backends.converted import entry_digest
+    from deploykit.io import file_sha256
+
+    path = models["conv_bn_act"]
+    deploykit.load(path, "ncnn").close()
+    (entry,) = _entries(cache)
+    recorded = json.loads((entry / "entry.json").read_text())
+    former_key = {**recorded["key"], "entry_version": 1}
+    former = cache / entry_digest(former_key)
+    shutil.copytree(entry, former)
+    hashes = {
+        "param_sha256": file_sha256(former / "model.ncnn.param"),
+        "bin_sha256": file_sha256(former / "model.ncnn.bin"),
+    }
+    (former / "entry.json").write_text(json.dumps({"key": former_key, **recorded["record"], **hashes}, indent=1))
+    shutil.rmtree(entry)
+    before = {p.name: p.read_bytes() for p in former.iterdir()}
+    assert ncnn_convert.ENTRY_VERSION != 1
+    x = np.random.default_rng(3).uniform(-1, 1, (1, 3, 16, 16)).astype(np.float32)
+    with deploykit.load(path, "ncnn") as session:
+        _matches_reference(session, path, {"x": x})
+    assert _entries(cache) == sorted([entry, former]), "converted again into an entry of the shared layout"
+    assert {p.name: p.read_bytes() for p in former.iterdir()} == before, "the former entry is untouched"
 
 
 def test_two_processes_converting_at_once_do_one_conversion(ncnn_backend, models, cache, tmp_path):
     """A wrapper around the real pnnx counts its runs; both processes start together on an empty cache."""
-    from deploykit.backends.ncnn_convert import file_sha256, pnnx_executable
+    from deploykit.backends.ncnn_convert import pnnx_executable
+    from deploykit.io import file_sha256
 
     counter = tmp_path / "runs.txt"
     wrapper = tmp_path / "pnnx"
@@ -161,7 +204,7 @@ def test_two_processes_converting_at_once_do_one_conversion(ncnn_backend, models
     assert counter.read_text().count("run") == 1, "the second process waited and used the first one's entry"
     (entry,) = _entries(cache)
     recorded = json.loads((entry / "entry.json").read_text())
-    assert file_sha256(entry / "model.ncnn.bin") == recorded["bin_sha256"]
+    assert file_sha256(entry / "model.ncnn.bin") == recorded["files"]["model.ncnn.bin"]
     assert not [p for p in cache.iterdir() if p.name.startswith(".")]
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,14 +18,17 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.assets.paths import darknet_image
+from tests.assets.signals import default_signals
+
 CLI = [sys.executable, "-c", "from deploykit.cli.main import main; main()"]
 
 
 def _predict(detector: Path, photos: Path, out: Path, limits: str = "") -> subprocess.Popen[str]:
-    command = " ".join([*(f"'{c}'" for c in CLI), "predict", str(detector), str(photos), "--engine", "ray", "--out",
+    command = " ".join([*(f"'{c}'" for c in CLI), "predict", str(detector), str(photos), "--engine", "ray", "--output",
                         str(out), "--actors", "1"])  # fmt: skip
     return subprocess.Popen(["bash", "-c", f"{limits}exec {command}"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+                            stderr=subprocess.PIPE, text=True, start_new_session=True, preexec_fn=default_signals)  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -101,6 +106,61 @@ def test_a_signalled_ray_run_leaves_no_ray_process(ray_module, detector, photo_f
         time.sleep(0.5)
     left = [" ".join(p.cmdline())[:80] for p in _ray_processes_of(process.pid)]
     assert not left, f"Ray processes outlived the driver: {left}"
+
+
+# Ray's own log lines (a start-up notice, a token warning): anything else on stderr is deploykit's
+RAY_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\s+(INFO|WARNING) \S+\.py:\d+ -- ")
+
+
+def test_a_ray_run_shows_none_of_rays_own_start_up_notes(ray_module, detector, tmp_path):
+    """The command's console has its own lines, not Ray's Python notes ("Started a local Ray instance", the
+    token-authentication notice, Ray Data's execution plan, "Progress bars disabled"): six such lines came
+    with every run. Ray's log files keep them."""
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for index in range(4):
+        shutil.copy(darknet_image("dog.jpg"), photos / f"{index}.jpg")
+    process = _predict(detector, photos, tmp_path / "rows")
+    stdout, stderr = process.communicate(timeout=600)
+    assert process.returncode == 0, stderr
+    assert not [text for text in stderr.splitlines() if RAY_LOG_LINE.match(text)], stderr
+    assert "4 rows written" in stdout, stdout
+
+
+def _driver_connecting(pid: int) -> bool:
+    """Whether ray.init, in the driver, has made the driver's core worker (it opened its log file): the
+    local Ray is up and the driver is connecting to it, and ray.init has not returned."""
+    try:
+        return any("python-core-driver-" in file.path for file in psutil.Process(pid).open_files())
+    except psutil.Error:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "signum, line", [(signal.SIGINT, ["deploykit: stopped by Ctrl-C (SIGINT)."]), (signal.SIGTERM, [])],
+    ids=["INT", "TERM"],
+)  # fmt: skip
+def test_a_signal_while_ray_init_connects_the_driver_is_the_shells_code(ray_module, detector, photo_folder, tmp_path,
+                                                                      signum, line):  # fmt: skip
+    """Ctrl-C or SIGTERM while ray.init connects the driver to the local Ray it has just started: the
+    signal waits for ray.init, Ray is shut down in order, and the command ends with 130 (one line) or 143.
+    Raised inside ray.init, a Ctrl-C left a half-made driver that Ray's exit hook shut down into a SIGSEGV,
+    and a SIGTERM met Ray's own handlers (a native stack dump, then SIGABRT)."""
+    process = _predict(detector, photo_folder, tmp_path / "rows")
+    while process.poll() is None and not _driver_connecting(process.pid):
+        time.sleep(0.01)
+    assert process.poll() is None, process.communicate()[1]
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=120)
+    ours = [text for text in stderr.splitlines() if text.strip() and not RAY_LOG_LINE.match(text)]
+    assert (process.returncode, ours) == (128 + signum, line), stderr
+    deadline = time.monotonic() + 20
+    while _ray_processes_of(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = [" ".join(p.cmdline())[:80] for p in _ray_processes_of(process.pid)]
+    assert not left, f"Ray processes outlived the driver: {left}"
+    assert not list((tmp_path / "rows").glob("part-*.jsonl"))
 
 
 def test_a_local_ray_on_a_full_tmpdir_is_refused_at_once(ray_module, detector, photo_folder, tmp_path, full_disk):

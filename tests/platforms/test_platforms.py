@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import onnx
@@ -15,11 +18,24 @@ from typer.testing import CliRunner
 from deploykit.cli.main import app
 from deploykit.errors import PlatformError, UsageError
 from deploykit.platforms import PLATFORMS, EmulatedPlatform, get_platform, parse_platforms
+from deploykit.platforms.emulated import LOCK_NAME
 from deploykit.platforms.qemu import find_qemu
 from tests.assets.catalog import conv_bn_act
+from tests.assets.paths import REPO
 from tests.platforms.conftest import old_qemu
 
 runner = CliRunner()
+HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from deploykit.io import file_lock
+    with file_lock(sys.argv[1]):
+        print("held", flush=True)
+        time.sleep(1.5)  # an add that did not wait would fail now, before the mark
+        Path(sys.argv[2]).write_text("released")
+    """
+)
 
 
 def unboxed(text: str) -> str:
@@ -144,3 +160,24 @@ def test_a_target_without_wheels_for_deploykits_dependencies_names_each_missing_
     )
     assert error.hint is not None
     assert "numpy==2.4.6 onnx==1.23.2 onnxruntime==1.31.1" in error.hint and "PIP_FIND_LINKS=FOLDER" in error.hint
+
+
+def test_add_waits_while_another_process_holds_the_targets_lock(empty_cache, monkeypatch):
+    """Preparing a target takes the target's lock (``io.file_lock`` on its ``.lock``): an add started
+    while another process holds it begins only once that process let go (here it then stops at once,
+    at a QEMU that is no QEMU, after the holder's mark)."""
+    platform = get_platform("linux/arm64")
+    assert isinstance(platform, EmulatedPlatform)
+    lock_file, mark = platform.folder() / LOCK_NAME, empty_cache / "released"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(lock_file), str(mark)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    monkeypatch.setenv("DEPLOYKIT_QEMU_AARCH64", os.devnull)
+    with pytest.raises(PlatformError, match="does not run or does not print a version"):
+        platform.prepare()
+    assert mark.read_text() == "released", "prepare started only after the holder released the target"
+    assert holder.wait(timeout=60) == 0

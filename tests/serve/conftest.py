@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.assets.paths import REPO, mobilenet_v2_weights, official_darknet
+from tests.assets.signals import default_signals
 
 PLUGINS = ("crasher=tests.assets.crashing_backend:CrashingBackend;slow=tests.serve.plugins:SlowBackend;"
            "aborter=tests.serve.plugins:AbortOnRunBackend")  # fmt: skip
@@ -100,7 +101,8 @@ def start_command(
     ports_args = [arg for endpoint in endpoints for arg in (f"--{endpoint}-port", "0")]
     command = [sys.executable, "-m", "deploykit.cli.main", "serve", *args, *ports_args]
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "DEPLOYKIT_BACKENDS": PLUGINS, **(env or {})})  # fmt: skip
+                               env={**os.environ, "DEPLOYKIT_BACKENDS": PLUGINS, **(env or {})},
+                               preexec_fn=default_signals)  # fmt: skip
     started = Command(process)
     try:
         line = started.read_until(r"^listening:", timeout_s)

@@ -177,6 +177,9 @@ def test_the_command_refuses_bad_settings_with_one_message(tmp_path, catalog_pat
     assert invoke_checked(["serve", mlp, "--no-such-flag"]).exit_code == 2
     for args, said in (
         (("--max-queue-delay", "soon"), "Invalid value for '--max-queue-delay': 'soon': expected a duration"),
+        # sweep 4 of round three: 1h passed the parser and ended as "--max-queue-delay 3.6e+06ms | expected 0 to 10000 ms"
+        (("--max-queue-delay", "1h"), "Invalid value for '--max-queue-delay': '1h' is longer than 10 s"),
+        (("--max-queue-delay", "20000"), "Invalid value for '--max-queue-delay': '20000' is longer than 10 s"),
         (("--max-batch", "0"), "Invalid value for '--max-batch': '0': expected an integer in [1, 1000000000]"),
         (("--shutdown-timeout", "nan"), "Invalid value for '--shutdown-timeout': 'nan': expected a duration"),
         (("--http-port", "http"), "Invalid value for '--http-port': 'http': expected an integer in [0, 65535]"),

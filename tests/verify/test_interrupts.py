@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.assets.signals import default_signals
 from tests.verify.test_verify import _conv
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,7 +53,7 @@ def test_a_signal_to_the_command_kills_its_workers(tmp_path, command, signum):
     }
     process = subprocess.Popen(
         [sys.executable, "-m", "deploykit.cli.main", command, str(model), "-b", "hanger"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_signals,
     )  # fmt: skip
     # bounds against hangs, not speeds: on a loaded 2-core machine starting a worker (a Python that
     # imports the runtimes) can take minutes; the command must only still be running meanwhile
