@@ -11,6 +11,7 @@ from onnx import TensorProto, helper
 from typer.testing import CliRunner
 
 from deploykit.cli.main import app
+from deploykit.tasks.registry import pipeline_tasks
 from tests.assets.paths import darknet_image
 from tests.assets.samples import IR_VERSION, OPSET, tiny_classifier
 
@@ -56,10 +57,10 @@ def test_outputs_no_task_recognises_and_a_task_without_a_pipeline_are_refused_wi
     unknown = _invoke(_save(model, tmp_path / "features.onnx"), image)
     assert unknown.exit_code != 0
     assert "model 'features.onnx' | names no task in its metadata" in unknown.stderr
-    assert "pass --task (detect or classify)" in unknown.stderr
+    assert f"pass --task ({' or '.join(pipeline_tasks())})" in unknown.stderr
     embed = _invoke(_save(model, tmp_path / "encoder.onnx", "embed"), image)
     assert embed.exit_code != 0
-    assert "task 'embed' | has no app pipeline; an app pipeline runs detect, classify" in embed.stderr
+    assert f"task 'embed' | has no app pipeline; an app pipeline runs {', '.join(pipeline_tasks())}" in embed.stderr
     wrong = _invoke(tmp_path / "features.onnx", image, "--task", "segmentation")
     assert "--task 'segmentation' | is not a registered task" in wrong.stderr
 
