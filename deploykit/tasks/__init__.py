@@ -17,4 +17,5 @@ TASKS: dict[str, str] = {
     "detect": "deploykit.tasks.detect:DetectTask",
     "classify": "deploykit.tasks.classify:ClassifyTask",
     "embed": "deploykit.tasks.embed:EmbedTask",
+    "segment": "deploykit.tasks.segment:SegmentTask",
 }
