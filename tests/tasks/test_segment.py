@@ -132,3 +132,21 @@ def test_serve_answers_an_image_with_the_histogram(model):
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["task"] == "segment" and body["classes"] == expected
+
+
+def test_quantize_judges_a_segmenter_by_miou_even_without_labels(model, photos, tmp_path):
+    """Without labels its (batch, 4, 64, 64) scores also open as a 16384-class classifier: the metadata's
+    task decides which pipeline quantize reads, not the first that opens."""
+    import onnx
+
+    unlabelled = onnx.load(str(model))
+    kept = [prop for prop in unlabelled.metadata_props if prop.key != "deploykit.labels"]
+    del unlabelled.metadata_props[:]
+    unlabelled.metadata_props.extend(kept)
+    onnx.save(unlabelled, str(tmp_path / "unlabelled.onnx"))
+    settings = deploykit.QuantizeSettings(held_out=0.5, measure_speed=False)
+    report = deploykit.quantize(tmp_path / "unlabelled.onnx", tmp_path / "int8.onnx", settings, calibrate=photos)
+    measured = report.accuracy.task
+    assert report.task == "segment" and measured is not None, report.accuracy
+    assert measured.kind == "segment" and measured.metric == "mIoU"
+    assert MIN_MIOU["int8"] <= measured.value <= 1.0 and report.accuracy.drop == pytest.approx(1.0 - measured.value)
