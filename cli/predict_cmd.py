@@ -14,6 +14,7 @@ from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.errors import UsageError
 from deploykit.io import atomic_path, check_outputs
 from deploykit.metadata import read_metadata
+from deploykit.tasks import TASKS
 from deploykit.validation import check_number
 
 from . import options as opt
@@ -94,7 +95,11 @@ def predict(
         None, "--backend", "-b", help="Backend name or alias (default: onnxruntime, or the bundle's choice)."
     ),
     device: opt.Device = None,
-    task: str = typer.Option("auto", help="auto | detect | classify (auto reads the model's metadata)."),
+    task: str = typer.Option(
+        "auto",
+        help=f"auto (the model's metadata deploykit.task, or the bundle's task), or the task to run: one of "
+        f"{', '.join(TASKS)} that has an app pipeline.",
+    ),
     labels: Path = typer.Option(None, parser=path_in, help="Class names file (default: from the model's metadata)."),
     conf: float = typer.Option(0.25, parser=opt.FRACTION, help="Detection: minimum score."),
     iou: float = typer.Option(0.45, parser=opt.FRACTION, help="Detection: NMS IoU threshold."),
