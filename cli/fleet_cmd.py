@@ -64,15 +64,9 @@ def predict_dataset(
         raise UsageError(
             f"--engine {engine} | needs --output FOLDER for the result rows.", hint="e.g. --output results/."
         )
-    options: dict[str, Any] = {}
-    if task == "detect":
-        options = {key: cli_options[key] for key in ("labels", "conf", "iou", "agnostic")}
-    elif task == "classify":
-        imagenet = cli_options["imagenet"]
-        from deploykit.vision.preprocess import IMAGENET_MEAN, IMAGENET_STD, PreprocessOverrides
+    from deploykit.tasks.registry import pipeline_tasks, task_class
 
-        preprocess = PreprocessOverrides(mean=IMAGENET_MEAN, std=IMAGENET_STD) if imagenet else PreprocessOverrides()
-        options = {"labels": cli_options["labels"], "preprocess": preprocess.to_dict()}
+    options = task_class(task).pipeline_options(cli_options) if task in pipeline_tasks() else {}
     with _progress_bar() as progress:
         bar = progress.add_task(f"predict ({engine})", total=None, rate="")
 

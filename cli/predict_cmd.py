@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -12,26 +12,33 @@ from rich.text import Text
 
 from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.errors import UsageError
-from deploykit.io import atomic_path, check_outputs, one_line
+from deploykit.io import atomic_path, check_outputs
 from deploykit.metadata import read_metadata
+from deploykit.tasks import TASKS
 from deploykit.validation import check_number
 
 from . import options as opt
-from .console import console
+from .console import console, err_console
 from .paths import file_out, path_in
 from .predict_stream import StreamOutputs, check_draw, open_results, run_stream
 
+if TYPE_CHECKING:
+    from deploykit.tasks.base import ResultTable, Task
+
 
 def _task(model: Path, task: str) -> str:
+    """The task predict runs: ``--task``, else the bundle's, else the model's metadata (``deploykit.task``),
+    else, deprecated and said on stderr, the task the task plug-ins recognise in the model's outputs."""
     if task != "auto":
         return task
     from deploykit.model import read_interface
+    from deploykit.tasks.registry import pipeline_tasks
 
     if model.is_dir():  # a bundle says its task
         from deploykit.optimize.bundle import read_bundle
 
         bundle = read_bundle(model, verify=False)
-        if bundle.manifest.task in ("detect", "classify"):
+        if bundle.manifest.task in pipeline_tasks():
             return bundle.manifest.task
         model = bundle.model_path
 
@@ -39,11 +46,28 @@ def _task(model: Path, task: str) -> str:
     stored = read_metadata(interface.metadata_props, Path(model).name).task
     if stored is not None:
         return stored
-    outputs = interface.outputs
-    shape = outputs[0].shape if len(outputs) == 1 else None
-    if shape is not None and (len(shape) == 2 or (len(shape) == 4 and shape[2:] == (1, 1))):
-        return "classify"
-    return "detect"
+    return _recognised_task(Path(model).name, interface)
+
+
+def _recognised_task(name: str, interface: Any) -> str:
+    """A model whose metadata names no task: what the task plug-ins recognise in its outputs, with a deprecation
+    line (the task is recognised from metadata; this fallback goes in the next minor release)."""
+    from deploykit.tasks.registry import pipeline_tasks, recognise
+
+    runnable = pipeline_tasks()
+    found = recognise({spec.name: spec for spec in interface.outputs}, interface.metadata_props)
+    if found is None or found.name not in runnable:
+        raise UsageError(
+            f"model '{name}' | names no task in its metadata (deploykit.task), and no task with an app pipeline "
+            "recognises its outputs.",
+            hint=f"pass --task ({' or '.join(runnable)}).",
+        )
+    err_console.print(
+        f"warning: model '{name}' names no task in its metadata (deploykit.task); running it as '{found.name}', "
+        f"recognised from its outputs, is deprecated. Pass --task {found.name}.",
+        soft_wrap=True, markup=False, highlight=False,
+    )  # fmt: skip
+    return found.name
 
 
 def _check_draw_format(path: Path) -> None:
@@ -71,7 +95,11 @@ def predict(
         None, "--backend", "-b", help="Backend name or alias (default: onnxruntime, or the bundle's choice)."
     ),
     device: opt.Device = None,
-    task: str = typer.Option("auto", help="auto | detect | classify (auto reads the model's metadata)."),
+    task: str = typer.Option(
+        "auto",
+        help=f"auto (the model's metadata deploykit.task, or the bundle's task), or the task to run: one of "
+        f"{', '.join(TASKS)} that has an app pipeline.",
+    ),
     labels: Path = typer.Option(None, parser=path_in, help="Class names file (default: from the model's metadata)."),
     conf: float = typer.Option(0.25, parser=opt.FRACTION, help="Detection: minimum score."),
     iou: float = typer.Option(0.45, parser=opt.FRACTION, help="Detection: NMS IoU threshold."),
@@ -133,23 +161,23 @@ def predict(
     check_number("--max-frames", max_frames, low=1, integer=True, hint="a positive number of frames, e.g. 100.")
     check_number("--every", every, low=1, integer=True, hint="1 takes every frame, 2 every second one ...")
     kind = _task(model, task)
+    settings = {"labels": labels, "conf": conf, "iou": iou, "agnostic": agnostic, "imagenet": imagenet,
+                "top_k": top_k}  # fmt: skip
     json_path = out if out is not None and out.rstrip("/").lower().endswith(".json") else None  # one image's JSON
     if engine != "local" or (out is not None and json_path is None and not out.endswith(".jsonl")):  # rows per image
         from .fleet_cmd import predict_dataset
 
         # a bundle travels whole: deploykit.distributed opens its backend, device, precision and threads
-        cli_options = {"labels": labels, "conf": conf, "iou": iou, "agnostic": agnostic, "imagenet": imagenet}
         predict_dataset(model, _one_path(sources, "--output FOLDER"), out, task=kind, engine=engine,
                         address=address, actors=actors, cpus_per_actor=cpus_per_actor, backend=backend,
-                        device=device, top_k=top_k, cli_options=cli_options)  # fmt: skip
+                        device=device, top_k=top_k, cli_options=settings)  # fmt: skip
         return
-    if kind not in ("detect", "classify"):
-        raise UsageError(f"task '{task}' | is not auto, detect or classify.", hint="e.g. --task detect.")
-    settings = {"labels": labels, "conf": conf, "iou": iou, "agnostic": agnostic, "imagenet": imagenet,
-                "top_k": top_k}  # fmt: skip
+    from deploykit.tasks.registry import pipeline_task
+
+    plugin = pipeline_task(kind, "--task" if task != "auto" else f"model '{model.name}': task")
     if _one_image(sources) and (out is None or json_path is not None) and not as_json and max_frames is None:
         image = path_in(sources[0])
-        _predict_image(model, image, kind, backend, device, settings, draw_path, json_path, check)
+        _predict_image(model, image, plugin, backend, device, settings, draw_path, json_path, check)
         return
     if json_path is not None:
         raise UsageError(
@@ -157,7 +185,7 @@ def predict(
             "give one JSON line per frame.",
             hint="pass -o FILE.jsonl for a file, or --json for stdout.",
         )
-    _predict_stream(model, sources, kind, backend, device, settings,
+    _predict_stream(model, sources, plugin, backend, device, settings,
                     StreamOutputs(draw_path, "-" if as_json else out, show_fps),
                     max_frames=max_frames, every=every, timeout_s=timeout)  # fmt: skip
 
@@ -179,21 +207,9 @@ def _one_image(sources: list[str]) -> bool:
     return path.exists() and not path.is_dir() and path.suffix.lower() not in VIDEO_SUFFIXES
 
 
-def _pipeline(model: Path, kind: str, backend: str | None, device: str | None, settings: dict[str, Any]) -> Any:
-    import deploykit
-    from deploykit.vision.preprocess import IMAGENET_MEAN, IMAGENET_STD
-
-    if kind == "detect":
-        return deploykit.Detector(model, backend, device, labels=settings["labels"], conf=settings["conf"],
-                                  iou=settings["iou"], agnostic=settings["agnostic"])  # fmt: skip
-    imagenet = settings["imagenet"]
-    preprocess = deploykit.PreprocessOverrides(mean=IMAGENET_MEAN, std=IMAGENET_STD) if imagenet else None
-    return deploykit.Classifier(model, backend, device, labels=settings["labels"], preprocess=preprocess)
-
-
 def _predict_stream(
-    model: Path, sources: list[str], kind: str, backend: str | None, device: str | None, settings: dict[str, Any],
-    outputs: StreamOutputs, *, max_frames: int | None, every: int, timeout_s: float,
+    model: Path, sources: list[str], task: type[Task], backend: str | None, device: str | None,
+    settings: dict[str, Any], outputs: StreamOutputs, *, max_frames: int | None, every: int, timeout_s: float,
 ) -> None:  # fmt: skip
     from deploykit.vision.sources import open_sources
 
@@ -202,10 +218,10 @@ def _predict_stream(
     opened = open_sources(sources, timeout_s=timeout_s)
     pipeline = results = None
     try:
-        drawn = check_draw(outputs.draw, opened, kind) if outputs.draw is not None else None
-        pipeline = _pipeline(model, kind, backend, device, settings)
+        drawn = check_draw(outputs.draw, opened, task) if outputs.draw is not None else None
+        pipeline = task.open_pipeline(model, backend, device, settings)
         if outputs.json_lines not in (None, "-"):
-            results = open_results(Path(outputs.json_lines), pipeline, kind, settings, sources, every, opened, drawn)
+            results = open_results(Path(outputs.json_lines), pipeline, task, settings, sources, every, opened, drawn)
     except BaseException:
         for source in opened:
             source.close()
@@ -214,71 +230,62 @@ def _predict_stream(
         raise
     skip = results.done if results is not None else None
     with pipeline:
-        if kind == "detect":
-            stream = pipeline.stream(opened, max_frames=max_frames, every=every, skip=skip)
-        else:
-            stream = pipeline.stream(opened, top_k=settings["top_k"], max_frames=max_frames, every=every, skip=skip)
-        run_stream(stream, outputs, drawn, results)
+        stream = pipeline.stream(opened, **task.call_options(settings), max_frames=max_frames, every=every, skip=skip)
+        run_stream(stream, task, outputs, drawn, results)
 
 
 def _predict_image(
-    model: Path, image: Path, kind: str, backend: str | None, device: str | None, settings: dict[str, Any],
+    model: Path, image: Path, task: type[Task], backend: str | None, device: str | None, settings: dict[str, Any],
     draw_path: Path | None, json_text: str | None, check: bool,
 ) -> None:  # fmt: skip
     """One image: a table of its results, and the image drawn and the JSON document where asked."""
-    import deploykit
-
     json_path = file_out(json_text) if json_text is not None else None
     if draw_path is not None:
         _check_draw_format(draw_path)
     check_outputs({"--draw": draw_path, "--output": json_path},
                   inputs={"model": model, "image": image, "--labels": settings["labels"]})  # fmt: skip
-    top_k = settings["top_k"]
-    if kind == "detect":
-        with _pipeline(model, kind, backend, device, settings) as detector:
-            detections = detector(image)
-            timing = detector.last_timing
-            ran = detector.session.info.backend
-        table = Table(title=f"{len(detections)} detections in {image.name}")
-        for column in ("label", "score", "x1", "y1", "x2", "y2"):
-            table.add_column(column)
-        for d in detections:
-            table.add_row(Text(one_line(d.label)), f"{d.score:.3f}", *(f"{v:.1f}" for v in d.xyxy))
-        results = [d.to_dict() for d in detections]
-        if draw_path is not None:
-            import cv2
-
-            from deploykit.vision.image import load_image
-
-            drawn = deploykit.draw(load_image(image), detections)
-            ok, encoded = cv2.imencode(draw_path.suffix, drawn)
-            if not ok:
-                raise UsageError(f"--draw '{draw_path}' | OpenCV cannot encode that format.", hint="use .jpg or .png.")
-            with atomic_path(draw_path) as temporary:
-                temporary.write_bytes(encoded.tobytes())
-    else:
-        with _pipeline(model, kind, backend, device, settings) as classifier:
-            classes = classifier(image, top_k=top_k)
-            timing = classifier.last_timing
-            ran = classifier.session.info.backend
-        table = Table(title=f"top {top_k} for {image.name}")
-        for column in ("rank", "label", "class", "probability"):
-            table.add_column(column)
-        for rank, c in enumerate(classes, start=1):
-            table.add_row(str(rank), Text(one_line(c.label)), str(c.class_id), f"{c.score:.4f}")
-        results = [c.to_dict() for c in classes]
-    console.print(table)
+    with task.open_pipeline(model, backend, device, settings) as pipeline:
+        results = pipeline(image, **task.call_options(settings))
+        timing = pipeline.last_timing
+        ran = pipeline.session.info.backend
+    if draw_path is not None and task.drawing is not None:
+        _draw_image(task, image, results, draw_path)
+    elif draw_path is not None:
+        err_console.print(f"warning: --draw | the {task.name} task draws nothing; no image was written.",
+                          soft_wrap=True, markup=False, highlight=False)  # fmt: skip
+    console.print(_table(task.table(results, image.name, settings)))
     if timing is not None:
         console.print(f"pre {timing.pre_ms:.1f} ms, inference {timing.infer_ms:.1f} ms, post {timing.post_ms:.1f} ms")
     verdict = _check(model, image, backend, device) if check else None
     if json_path is not None:
-        payload = {"model": str(model), "image": str(image), "task": kind, "backend": ran, "results": results,
-                   "timing": timing.to_dict() if timing else None,
+        payload = {"model": str(model), "image": str(image), "task": task.name, "backend": ran,
+                   "results": task.to_json(results), "timing": timing.to_dict() if timing else None,
                    "verdict": verdict.to_dict() if verdict else None}  # fmt: skip
         with atomic_path(json_path) as temporary:
             temporary.write_text(json.dumps(payload, indent=2))
     if verdict is not None and verdict.blocking:
         raise typer.Exit(1)
+
+
+def _table(result: ResultTable) -> Table:
+    table = Table(title=result.title)
+    for column in result.columns:
+        table.add_column(column)
+    for row in result.rows:
+        table.add_row(*(Text(cell) for cell in row))
+    return table
+
+
+def _draw_image(task: type[Task], image: Path, results: Any, draw_path: Path) -> None:
+    import cv2
+
+    from deploykit.vision.image import load_image
+
+    ok, encoded = cv2.imencode(draw_path.suffix, task.draw(load_image(image), results))
+    if not ok:
+        raise UsageError(f"--draw '{draw_path}' | OpenCV cannot encode that format.", hint="use .jpg or .png.")
+    with atomic_path(draw_path) as temporary:
+        temporary.write_bytes(encoded.tobytes())
 
 
 def _check(model: Path, image: Path, backend: str | None, device: str | None) -> Any:

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -23,6 +23,9 @@ from deploykit.errors import UsageError
 from deploykit.io import check_outputs, one_line
 
 from .console import console, err_console
+
+if TYPE_CHECKING:
+    from deploykit.tasks.base import Task
 
 INTERRUPTED_EXIT = 130
 
@@ -49,12 +52,13 @@ def _drawn_kind(sources: list[Any]) -> str:
     return "video"
 
 
-def check_draw(draw: Path, sources: list[Any], kind: str) -> str:
+def check_draw(draw: Path, sources: list[Any], task: type[Task]) -> str:
     """Refuse a --draw path that cannot be written for these sources, before the work."""
     from deploykit.vision.outputs import check_image_folder_output, check_video_output
 
-    if kind != "detect":
-        raise UsageError("--draw | draws boxes, and a classifier gives none.", hint="use --json - for its classes.")
+    if task.drawing is None:
+        raise UsageError(f"--draw | draws the results of a task that draws, and the {task.name} task draws none.",
+                         hint="use --json for its results.")  # fmt: skip
     drawn = _drawn_kind(sources)
     if drawn == "video":
         check_video_output(draw)
@@ -73,7 +77,7 @@ def check_draw(draw: Path, sources: list[Any], kind: str) -> str:
 
 
 def open_results(
-    path: Path, pipeline: Any, kind: str, settings: dict[str, Any], sources: list[str], every: int,
+    path: Path, pipeline: Any, task: type[Task], settings: dict[str, Any], sources: list[str], every: int,
     opened: list[Any], drawn: str | None,
 ) -> Any:  # fmt: skip
     """The -o FILE.jsonl of this run, resumed when a stopped run of the same command left it (see
@@ -82,10 +86,9 @@ def open_results(
     from deploykit.vision.results_file import ResultsFile
 
     info = pipeline.session.info
-    relevant = ("conf", "iou", "agnostic") if kind == "detect" else ("top_k", "imagenet")
-    run = {"model": pipeline.model_path.name, "model_sha256": file_sha256(pipeline.model_path), "task": kind,
+    run = {"model": pipeline.model_path.name, "model_sha256": file_sha256(pipeline.model_path), "task": task.name,
            "backend": info.backend, "device": info.device, "precision": info.precision, "labels": settings["labels"],
-           **{key: settings[key] for key in relevant}, "every": every, "sources": sources}  # fmt: skip
+           **{key: settings[key] for key in task.predict_settings}, "every": every, "sources": sources}  # fmt: skip
     results = ResultsFile(path, run).open()
     if results.resumed and any(source.live for source in opened):
         raise UsageError(
@@ -103,12 +106,6 @@ def open_results(
         err_console.print(f"resuming '{path}': {results.resumed} frames already there are not run again",
                           soft_wrap=True, markup=False, highlight=False)  # fmt: skip
     return results
-
-
-def _describe(result: Any) -> str:
-    parts = [f"{one_line(r.label, 40)} {r.score:.2f}" for r in result.results[:8]]
-    more = f" (+{len(result.results) - 8})" if len(result.results) > 8 else ""
-    return ", ".join(parts) + more if parts else "nothing"
 
 
 def _summary(stats: Any, where: Any) -> None:
@@ -137,11 +134,10 @@ def _progress(stats: Any) -> str:
     return f"{stats.frames} frames, {stats.fps:.1f} FPS, {stats.dropped} dropped; ms: {stages}"
 
 
-def run_stream(stream: Any, outputs: StreamOutputs, drawn: str | None, results: Any = None) -> None:
+def run_stream(stream: Any, task: type[Task], outputs: StreamOutputs, drawn: str | None, results: Any = None) -> None:
     """Consume the stream, writing every output as frames arrive (JSON lines to stdout, or into ``results``,
     the ``ResultsFile`` of -o); finalise them however the run ends."""
     from deploykit.vision.outputs import VideoWriter, make_folder, write_image
-    from deploykit.vision.results import draw
 
     # on a terminal the frame lines go through the console that draws the live line, so they print above it
     shared_terminal = console.is_terminal and err_console.is_terminal
@@ -160,10 +156,10 @@ def run_stream(stream: Any, outputs: StreamOutputs, drawn: str | None, results: 
                 elif results is not None:
                     results.write(result.to_dict())
                 fps = f" {stream.stats.fps:.1f} FPS" if outputs.show_fps else ""
-                human.print(f"{one_line(result.frame.name, 60)}:{fps} {_describe(result)}", soft_wrap=True,
+                human.print(f"{one_line(result.frame.name, 60)}:{fps} {task.describe(result.results)}", soft_wrap=True,
                             markup=False, highlight=False)  # fmt: skip
                 if outputs.draw is not None:
-                    drawn_image = draw(result.frame.image, result.results)
+                    drawn_image = task.draw(result.frame.image, result.results)
                     if writer is not None:
                         writer.write(drawn_image)
                     else:

@@ -2,12 +2,13 @@
 
 A row is a JSON-serialisable dict::
 
-    {"path": ..., "status": "ok" | "error", "error": None | reason, "task": "detect" | "classify" | "tensor",
-     "results": detections, top-k classes, or {output: {"shape", "dtype", "data"}} for "tensor",
+    {"path": ..., "status": "ok" | "error", "error": None | reason, "task": a task with an app pipeline | "tensor",
+     "results": the task's JSON (detections, top-k classes ...), or {output: {"shape", "dtype", "data"}} for "tensor",
      "timing_ms": {"pre_ms", "infer_ms", "post_ms", "total_ms"},
      "backend": ..., "device": ..., "worker": {"node", "pid", "threads", "precision", "options", "restarted"}}
 
-``detect`` and ``classify`` read image files through the Detector / Classifier; ``tensor`` feeds
+A task with an app pipeline (``detect``, ``classify`` ...) reads image files through its pipeline, and its
+``Task`` plug-in says which keywords each call takes and how the results read as JSON; ``tensor`` feeds
 ``.npy`` (one-input models) or ``.npz`` files (one array per input name) to a plain session. A bad
 input (not an image, empty, truncated, odd channels, wrong shape) becomes an error row with the
 reason; it never stops the job. Both engines build rows here, so they produce the same rows.
@@ -29,7 +30,6 @@ from deploykit.errors import DeployKitError, InputError, UsageError
 from deploykit.tasks.registry import pipeline_tasks, task_class
 from deploykit.tensors import TensorSpec
 from deploykit.vision.image import decode_image
-from deploykit.vision.pipelines import Classifier, Detector
 from deploykit.vision.results import Timing
 
 TASKS = (*pipeline_tasks(), "tensor")  # the registry's tasks an app pipeline runs, or raw tensors
@@ -66,7 +66,7 @@ def decode_arrays(data: bytes, name: str, inputs: dict[str, TensorSpec]) -> dict
 
 
 class Predictor:
-    """A pipeline (Detector or Classifier), or a plain session for ``tensor``, that turns (path, bytes)
+    """A task's app pipeline (Detector, Classifier ...), or a plain session for ``tensor``, that turns (path, bytes)
     into result rows.
 
     Args:
@@ -100,16 +100,17 @@ class Predictor:
         options = dict(backend_options or {})
         if threads:
             options["threads"] = threads
-        self.pipeline: Detector | Classifier | None = None
+        self.pipeline: Any = None
+        self.call_options: dict[str, Any] = {}
         if task == "tensor":
             from deploykit.sessions import load
 
             self.session = load(model, backend, device, **options)
         else:
-            self.pipeline = task_class(task).pipeline_class()(
-                model, backend, device, **options, **(pipeline_options or {})
-            )
+            self.plugin = task_class(task)
+            self.pipeline = self.plugin.pipeline_class()(model, backend, device, **options, **(pipeline_options or {}))
             self.session = self.pipeline.session
+            self.call_options = self.plugin.call_options({"top_k": top_k})
         self.task, self.top_k = task, top_k
         info = self.session.info
         self.backend, self.device = info.backend, info.device
@@ -138,11 +139,7 @@ class Predictor:
             if self.pipeline is None:
                 results, timing = self._tensor(path, data)
             else:
-                image = decode_image(data, path)
-                if isinstance(self.pipeline, Detector):
-                    results = [d.to_dict() for d in self.pipeline(image)]
-                else:
-                    results = [c.to_dict() for c in self.pipeline(image, top_k=self.top_k)]
+                results = self.plugin.to_json(self.pipeline(decode_image(data, path), **self.call_options))
                 timing = self.pipeline.last_timing
         except DeployKitError as exc:
             return self.error_row(path, str(exc))

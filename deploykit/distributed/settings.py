@@ -21,7 +21,7 @@ class PredictSettings:
     """How each row is made.
 
     Attributes:
-        task: ``detect``, ``classify`` or ``tensor``.
+        task: a task with an app pipeline (``detect``, ``classify``, ``segment`` ...) or ``tensor``.
         backend, device: where each worker runs the model (default ONNX Runtime, or the bundle's).
         top_k: classification: classes per row.
         pipeline_options: Detector/Classifier keyword arguments (``labels`` as a list, ``conf``, ...).

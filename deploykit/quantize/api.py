@@ -58,14 +58,15 @@ def parse_drop(value: str | float | None) -> float | None:
 
 
 def pipeline_facts(model: Model | Path) -> tuple[str | None, Preprocess | None, list[str]]:
-    """The pipeline the model fits (in the task registry's order: detector first), with its
-    pre-processing and labels. A model whose metadata names a task without a pipeline of its own
-    (``embed``) keeps that task, with the image pre-processing the classifier pipeline reads."""
+    """The pipeline of the task the model's metadata names, else the first the model fits (in the task
+    registry's order: detector first), with its pre-processing and labels. A model whose metadata names
+    a task without a pipeline of its own (``embed``) keeps that task, with the image pre-processing the
+    first pipeline that opens it reads."""
     from deploykit.tasks.registry import pipeline_tasks, task_class
 
     loaded = as_model(model)  # read once: every pipeline tried opens this Model
     stated = loaded.metadata.task
-    for task in pipeline_tasks():
+    for task in [stated] if stated in pipeline_tasks() else pipeline_tasks():
         try:
             with task_class(task).pipeline_class()(loaded) as opened:
                 if stated is not None and stated not in pipeline_tasks():

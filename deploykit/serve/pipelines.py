@@ -1,9 +1,10 @@
-"""Image in, detections or top-k out: ``POST /v2/models/{name}/image`` for detect and classify models.
+"""Image in, results out: ``POST /v2/models/{name}/image`` for models whose task has an app pipeline.
 
 The body is an encoded image (JPEG, PNG ...); the answer is JSON, so a thin client needs no numpy.
-Pre- and post-processing are deploykit.vision's ``Detector`` and ``Classifier``, run around a
-``QueuedSession`` whose forward pass goes through the model's queue, so image requests are batched
-and counted with tensor requests.
+The model's task (``deploykit.task`` in its metadata) says which pipeline (``Detector``,
+``Classifier`` ...) runs around a ``QueuedSession``, whose forward pass goes through the model's
+queue, so image requests are batched and counted with tensor requests; which query parameters each
+call takes (``conf``, ``iou``; ``top_k``); and how the results read as JSON.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from deploykit.backends.base import Session, SessionInfo
 from deploykit.errors import DeployKitError, RequestError, UsageError
 from deploykit.metadata import read_metadata
 from deploykit.serve.runner import ModelRunner
+from deploykit.tasks.base import Task
+from deploykit.tasks.registry import pipeline_tasks, task_class
 
 
 class QueuedSession(Session):
@@ -43,6 +46,24 @@ def model_task(runner: ModelRunner) -> str | None:
     return read_metadata(runner.metadata, runner.model.name).task
 
 
+def _pipeline_task(runner: ModelRunner) -> type[Task]:
+    """The task plug-in of a model that takes images: the one its metadata names, if an app pipeline runs it."""
+    task = model_task(runner)
+    runnable = pipeline_tasks()
+    if task not in runnable:
+        names = " or ".join(runnable)
+        problem = (
+            f"has no {names} task in its metadata"
+            if task is None
+            else f"has task '{task}' in its metadata, which has no app pipeline (one runs {names})"
+        )
+        raise RequestError(
+            f"model '{runner.model.name}' | {problem}, so it takes tensors only.",
+            hint="POST tensors to /v2/models/NAME/infer instead.",
+        )
+    return task_class(task)
+
+
 class _Pipelines:
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -54,34 +75,28 @@ class _Pipelines:
             made = self._made.get(runner.model.name)
             pipeline = made[1] if made is not None and made[0] is runner else None
             if pipeline is None:
-                from deploykit.vision.pipelines import Classifier, Detector
-
-                task = model_task(runner)
-                if task is None:
-                    raise RequestError(
-                        f"model '{runner.model.name}' | has no detect or classify task in its metadata, so it takes "
-                        "tensors only.",
-                        hint="POST tensors to /v2/models/NAME/infer instead.",
-                    )
-                session = QueuedSession(runner)
+                task = _pipeline_task(runner)
                 try:
-                    pipeline = Detector(session) if task == "detect" else Classifier(session)
+                    pipeline = task.open_pipeline(QueuedSession(runner), None, None, {})
                 except UsageError as exc:
-                    raise RequestError(f"model '{runner.model.name}' | cannot run as a {task} pipeline: {exc}") from exc
+                    raise RequestError(
+                        f"model '{runner.model.name}' | cannot run as a {task.name} pipeline: {exc}"
+                    ) from exc
                 self._made[runner.model.name] = (runner, pipeline)
             return pipeline
 
 
-def _number(request: Request, name: str, default: float, *, integer: bool = False) -> Any:
+def _number(request: Request, name: str, kind: type) -> Any:
+    """A query parameter as a number of its type, or None when the request does not give it."""
     text = request.query_params.get(name)
     if text is None:
-        return default
+        return None
     try:
-        return int(text) if integer else float(text)
+        return int(text) if kind is int else float(text)
     except ValueError:
         raise RequestError(
-            f"parameter '{name}' | '{text:.40}' is not {'an integer' if integer else 'a number'}.",
-            hint=f"e.g. ?{name}={default}.",
+            f"parameter '{name}' | '{text:.40}' is not {'an integer' if kind is int else 'a number'}.",
+            hint=f"e.g. ?{name}={5 if kind is int else 0.5}.",
         ) from None
 
 
@@ -101,18 +116,13 @@ def image_route(
             image = decode_image(data, "request body")
         except DeployKitError as exc:
             raise RequestError(str(exc)) from exc
-        task = model_task(runner)
+        task = _pipeline_task(runner)
+        options = {name: _number(request, name, kind) for name, kind in task.call_parameters}
         try:
-            if task == "detect":
-                conf = _number(request, "conf", pipeline.conf)
-                iou = _number(request, "iou", pipeline.iou)
-                found = pipeline(image, conf=conf, iou=iou)
-                return {"model_name": runner.model.name, "task": task, "detections": [d.to_dict() for d in found]}
-            top_k = _number(request, "top_k", 5, integer=True)
-            classes = pipeline(image, top_k=top_k)
-            return {"model_name": runner.model.name, "task": task, "classes": [c.to_dict() for c in classes]}
+            results = pipeline(image, **{name: value for name, value in options.items() if value is not None})
         except UsageError as exc:  # a threshold out of range: the caller's parameter
             raise RequestError(str(exc)) from exc
+        return {"model_name": runner.model.name, "task": task.name, task.json_key: task.to_json(results)}
 
     async def image(request: Request) -> Response:
         params = request.path_params

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from deploykit.errors import InputError
-from deploykit.tasks.base import Outputs, Task
+from deploykit.io import one_line
+from deploykit.tasks.base import Outputs, ResultTable, Task
 from deploykit.tensors import TensorSpec
 
 MIN_CLASSES = 5
@@ -111,6 +112,9 @@ class ClassifyTask(Task):
     metric = "top-1 agreement"
     threshold_field = "min_top1_agreement"
     pipeline = "deploykit.vision.pipelines:Classifier"
+    predict_settings = ("top_k", "imagenet")
+    call_parameters = (("top_k", int),)
+    json_key = "classes"
 
     @classmethod
     def recognise(
@@ -139,3 +143,19 @@ class ClassifyTask(Task):
     @classmethod
     def results_agree(cls, ours: Sequence[Any], theirs: Sequence[Any]) -> bool:
         return bool(ours[0].class_id == theirs[0].class_id)
+
+    @classmethod
+    def pipeline_options(cls, settings: Mapping[str, Any]) -> dict[str, Any]:
+        from deploykit.vision.preprocess import IMAGENET_MEAN, IMAGENET_STD, PreprocessOverrides
+
+        imagenet = settings.get("imagenet", False)
+        preprocess = PreprocessOverrides(mean=IMAGENET_MEAN, std=IMAGENET_STD) if imagenet else PreprocessOverrides()
+        return {"labels": settings.get("labels"), "preprocess": preprocess.to_dict()}
+
+    @classmethod
+    def table(cls, results: Sequence[Any], source: str, settings: Mapping[str, Any]) -> ResultTable:
+        rows = tuple(
+            (str(rank), one_line(c.label), str(c.class_id), f"{c.score:.4f}") for rank, c in enumerate(results, start=1)
+        )
+        top_k = settings.get("top_k", len(results))
+        return ResultTable(f"top {top_k} for {source}", ("rank", "label", "class", "probability"), rows)

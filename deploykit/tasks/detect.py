@@ -18,9 +18,11 @@ from typing import Any
 import numpy as np
 
 from deploykit.errors import BackendUnavailableError, InputError
-from deploykit.tasks.base import Outputs, Task
+from deploykit.io import one_line
+from deploykit.tasks.base import Outputs, ResultTable, Task
 from deploykit.tensors import TensorSpec
 from deploykit.vision.results import Detection
+from deploykit.vision.results import draw as draw_detections
 
 APP_CONF = 0.25
 RANKING_CONF = 0.001
@@ -215,6 +217,10 @@ class DetectTask(Task):
     metric = "mAP@0.5"
     threshold_field = "min_map"
     pipeline = "deploykit.vision.pipelines:Detector"
+    predict_settings = ("conf", "iou", "agnostic")
+    call_parameters = (("conf", float), ("iou", float))
+    json_key = "detections"
+    drawing = "boxes"
 
     def __init__(self, layout: Any, labels: Sequence[str] | None) -> None:
         self.layout, self.labels = layout, labels
@@ -252,3 +258,17 @@ class DetectTask(Task):
     @classmethod
     def results_agree(cls, ours: Sequence[Any], theirs: Sequence[Any]) -> bool:
         return match_detections(theirs, ours, iou=PIPELINE_IOU).same
+
+    @classmethod
+    def pipeline_options(cls, settings: Mapping[str, Any]) -> dict[str, Any]:
+        given = {key: settings[key] for key in cls.predict_settings if key in settings}
+        return {"labels": settings.get("labels"), **given}
+
+    @classmethod
+    def table(cls, results: Sequence[Any], source: str, settings: Mapping[str, Any]) -> ResultTable:
+        rows = tuple((one_line(d.label), f"{d.score:.3f}", *(f"{v:.1f}" for v in d.xyxy)) for d in results)
+        return ResultTable(f"{len(results)} detections in {source}", ("label", "score", "x1", "y1", "x2", "y2"), rows)
+
+    @classmethod
+    def draw(cls, image: np.ndarray, results: Sequence[Any]) -> np.ndarray:
+        return draw_detections(image, results)

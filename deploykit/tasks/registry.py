@@ -38,6 +38,22 @@ def pipeline_tasks() -> tuple[str, ...]:
     return tuple(name for name in TASKS if task_class(name).pipeline is not None)
 
 
+def pipeline_task(name: str, subject: str = "task") -> type[Task]:
+    """The ``Task`` class of ``name`` when an app pipeline runs it (``predict``, image requests, Ray rows).
+
+    Raises:
+        UsageError: no task of that name, or the task has no app pipeline (``embed``).
+    """
+    runnable = pipeline_tasks()
+    if name not in runnable:
+        what = "has no app pipeline" if name in TASKS else "is not a registered task"
+        raise UsageError(
+            f"{subject} '{name}' | {what}; an app pipeline runs {', '.join(runnable)}.",
+            hint=f"e.g. --task {runnable[0]}; compare or bench judge the others.",
+        )
+    return task_class(name)
+
+
 def recognise(outputs: Mapping[str, TensorSpec], metadata: Mapping[str, str]) -> Task | None:
     """The task of a model, from its outputs and metadata (never from its name), or None.
 

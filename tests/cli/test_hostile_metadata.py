@@ -58,7 +58,7 @@ SIZE = json.dumps({"size": [32, 32]})
         ("deploykit.input", json.dumps({"size": [32, 32], "pad_value": "grey"}), "expected a number from 0 to 1"),
         ("deploykit.labels", "[1,2", "is not valid JSON"),
         ("deploykit.labels", json.dumps([1, 2, 3, 4, 5]), "expected a JSON list of class names (strings)"),
-        ("deploykit.task", "segment", 'is "segment"; expected one of detect, classify'),
+        ("deploykit.task", "panoptic", 'is "panoptic"; expected one of detect, classify'),
     ],
 )
 def test_a_bad_metadata_value_is_one_error_that_names_the_key(tmp_path, tiny, key, value, message):

@@ -10,6 +10,7 @@ import pytest
 
 import deploykit
 from deploykit.serve import ServedModel, Server, ServerSettings
+from deploykit.tasks.registry import pipeline_tasks
 from tests.assets.paths import darknet_image, yolov4_detector_photo
 
 
@@ -58,7 +59,7 @@ def test_a_photo_gets_the_classifiers_top_k(client, mobilenet_v2):
 @pytest.mark.parametrize(
     ("model", "body", "params", "status", "message"),
     [
-        ("mlp", b"\xff\xd8", {}, 400, "model 'mlp' | has no detect or classify task in its metadata"),
+        ("mlp", b"\xff\xd8", {}, 400, f"model 'mlp' | has no {' or '.join(pipeline_tasks())} task in its metadata"),
         ("yolo", b"", {}, 400, "request | has an empty body, expected an encoded image"),
         ("yolo", b"not an image at all", {}, 400, "image 'request body' |"),
         ("yolo", None, {"conf": "high"}, 400, "parameter 'conf' | 'high' is not a number"),
