@@ -77,17 +77,33 @@ class PredictSummary:
         return {**asdict(self), "images_per_s": self.images_per_s}
 
 
-def _model_file(data: bytes, name: str) -> Path:
-    """The model's bytes as a file on this node: one copy per model per node, written atomically."""
-    digest = hashlib.sha256(data).hexdigest()[:16]
-    path = Path(tempfile.gettempdir()) / "deploykit-models" / digest / name
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-        os.replace(temporary, path)
-    return path
+def model_files(model: Path) -> dict[str, bytes]:
+    """What a worker needs of the model, by file name: the file, and for an exported ``.mnn`` or ``.tflite``
+    (``export mnn|litert``, or a bundle that chose MNN or LiteRT) the ``.json`` of the same name beside it,
+    which records the ONNX model's names, types and metadata (the size and labels the pipeline reads)."""
+    files = {model.name: model.read_bytes()}
+    interface = model.with_suffix(".json")
+    if model.suffix.lower() != ".onnx" and interface.is_file():
+        files[interface.name] = interface.read_bytes()
+    return files
+
+
+def model_on_this_node(files: dict[str, bytes], name: str) -> Path:
+    """The model's files on this node, the model's path returned: one copy per model per node, each file
+    written atomically, the folder named by a digest of them all."""
+    digest = hashlib.sha256()
+    for file_name in sorted(files):
+        digest.update(file_name.encode() + b"\0" + hashlib.sha256(files[file_name]).digest())
+    folder = Path(tempfile.gettempdir()) / "deploykit-models" / digest.hexdigest()[:16]
+    for file_name, data in files.items():
+        path = folder / file_name
+        if not path.is_file():
+            folder.mkdir(parents=True, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(dir=folder, suffix=".tmp")
+            with os.fdopen(handle, "wb") as stream:
+                stream.write(data)
+            os.replace(temporary, path)
+    return folder / name
 
 
 class _RayPredictActor:
@@ -96,9 +112,9 @@ class _RayPredictActor:
     def __init__(self, model: Any, model_name: str, settings: dict[str, Any]) -> None:
         import ray
 
-        data = ray.get(model[0])  # the reference is wrapped in a list so Ray does not resolve it eagerly
+        files = ray.get(model[0])  # the reference is wrapped in a list so Ray does not resolve it eagerly
         restarted = ray.get_runtime_context().was_current_actor_reconstructed
-        self.predictor = Predictor(_model_file(data, model_name), restarted=restarted, **settings)
+        self.predictor = Predictor(model_on_this_node(files, model_name), restarted=restarted, **settings)
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         import numpy as np
@@ -137,7 +153,7 @@ def _ray_batches(
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False  # deploykit draws one bar for the whole job
     quiet_console("ray.data")  # its execution plan and "progress bars disabled" notes, on every run
-    model_ref = ray.put(model.read_bytes())
+    model_ref = ray.put(model_files(model))
     # Reading files is I/O: read tasks reserve no CPU, else they would wait for the cores the actors hold.
     dataset = ray.data.read_binary_files(paths, include_paths=True, num_cpus=0, concurrency=actors)
     # Ray Data restarts a crashed actor and retries its batch (max_restarts/max_task_retries -1 by default).

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from deploykit.bench import judging
 from deploykit.bench.report import BenchmarkReport
+from deploykit.distributed.batch import model_files, model_on_this_node
 from deploykit.distributed.cluster import DEVICE_RESOURCE_PREFIX, connect
 from deploykit.distributed.fleet_report import DeviceOutcome, FleetReport
 from deploykit.errors import ModelNotFoundError, ReportError, UsageError
@@ -65,11 +66,10 @@ def _bench_on_device(model: list[Any], model_name: str, original_path: str, plan
 
     from deploykit.bench.plan import BenchPlan
     from deploykit.bench.runner import benchmark
-    from deploykit.distributed.batch import _model_file
 
     # Ray pins OMP_NUM_THREADS=1 in workers; the bench must see the device as a deployed app would.
     os.environ.pop("OMP_NUM_THREADS", None)
-    path = _model_file(ray.get(model[0]), model_name)
+    path = model_on_this_node(ray.get(model[0]), model_name)
     result = benchmark(path, BenchPlan.from_dict(plan))
     result.model.path = original_path  # the report names the user's file, not the node's copy
     judging.judge(result)
@@ -126,7 +126,7 @@ def fleet_benchmark(
             )
         chosen = list(devices) if devices else sorted(known)
         outcomes: dict[str, DeviceOutcome] = {}
-        model_ref = ray.put(model_path.read_bytes())
+        model_ref = ray.put(model_files(model_path))
         remote = ray.remote(_bench_on_device)
         pending: dict[Any, str] = {}
         for name in chosen:

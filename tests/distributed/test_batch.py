@@ -280,3 +280,28 @@ def test_two_runs_at_once_on_one_folder_are_refused(detector, photo_folder, tmp_
     finally:
         first.communicate(timeout=30)
     assert not out.exists()
+
+
+def test_an_exported_mnn_model_runs_on_ray_with_its_interface_file(local_ray, detector, photo_folder, tmp_path):
+    """An exported .mnn (and a bundle that chose MNN or LiteRT) reads the ONNX model's names, input size and
+    labels from the .json beside it: the actors were sent the .mnn alone and died at start ("has a dynamic
+    input size and no size in its metadata"), though the local probe had opened it."""
+    from deploykit.backends.registry import get_backend
+    from deploykit.export_mnn import export_mnn
+    from tests.assets.paths import missing_asset
+
+    if get_backend("mnn").unavailable_reason():
+        missing_asset("the mnn backend's runtime", get_backend("mnn").unavailable_reason() or "")
+    export_mnn(detector, tmp_path / "m.mnn")
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    for photo in sorted(p for p in photo_folder.iterdir() if p.name not in BROKEN)[:4]:
+        shutil.copy(photo, photos)
+    settings = PredictSettings(backend="mnn", pipeline_options=OPTIONS)
+    local = predict(tmp_path / "m.mnn", photos, tmp_path / "local", settings, Execution(engine="local"))
+    on_ray = predict(tmp_path / "m.mnn", photos, tmp_path / "ray", settings, Execution(engine="ray", actors=1))
+    assert local.processed == on_ray.processed == 4 and local.errors == on_ray.errors == 0
+    local_rows, ray_rows = _rows(tmp_path / "local"), _rows(tmp_path / "ray")
+    assert local_rows.keys() == ray_rows.keys()
+    for path, row in local_rows.items():
+        assert [r["label"] for r in ray_rows[path]["results"]] == [r["label"] for r in row["results"]], path
