@@ -366,7 +366,7 @@ def _umask() -> int:
     return mask
 
 
-def _plain_write_mode(target: Path) -> int:
+def plain_write_mode(target: Path) -> int:
     """The mode ``open(target, 'w')`` would leave: the existing file's, else 0666 minus the umask."""
     try:
         return stat.S_IMODE(target.stat().st_mode)
@@ -758,7 +758,7 @@ def commit(moves: Iterable[tuple[PathLike, PathLike]]) -> None:
     for source, target in moves:
         source_path, target_path = Path(source), Path(target)
         try:
-            os.chmod(source_path, _plain_write_mode(target_path))
+            os.chmod(source_path, plain_write_mode(target_path))
             os.replace(source_path, target_path)
         except OSError as exc:
             raise OutputError(

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from deploykit.errors import OutputError, UsageError
-from deploykit.io import shown
+from deploykit.io import plain_write_mode, shown
 from deploykit.vision.image import IMAGE_SUFFIXES, _cv2
 
 VIDEO_CODECS = {".mp4": "mp4v", ".avi": "MJPG", ".mkv": "mp4v"}
@@ -97,6 +97,7 @@ class VideoWriter:
             temporary.unlink(missing_ok=True)
             return
         try:
+            os.chmod(temporary, plain_write_mode(self.path))  # mkstemp made it 0600: the mode open() would give
             os.replace(temporary, self.path)
         except OSError as exc:
             raise OutputError(f"--draw '{shown(self.path)}' | cannot be written ({exc.strerror or exc}); the video "

@@ -4,7 +4,9 @@ refusals before the work, and a run ended by Ctrl-C or SIGTERM that leaves its o
 from __future__ import annotations
 
 import json
+import os
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -56,6 +58,9 @@ def test_a_video_draws_into_a_video_of_the_same_fps_and_size_and_prints_json_lin
     assert capture.get(cv2.CAP_PROP_FPS) == 24 and (capture.get(3), capture.get(4)) == (1280, 720)
     assert len(read_video(out)) == 60
     assert "60 frames" in result.stderr and "infer" in result.stderr  # the summary goes beside the JSON
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~umask  # as open() makes it (was mkstemp's 0600)
 
 
 def test_every_max_frames_and_a_jsonl_file(model, clip, tmp_path):
