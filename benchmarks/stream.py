@@ -21,6 +21,10 @@ for inference leaves none for decode/pre/post: the line says how many cores ther
 average). Prints JSON lines. Run:
 ``.venv/bin/python benchmarks/stream.py [--rounds 2] [--frames 60] [--model yolov4] [--loads 0,1]
 [--precisions f32,int8] [--backends onnxruntime,openvino]``.
+
+``--peers`` measures instead nudenet's YOLOv8n on the same video through Ultralytics'
+``YOLO(model).predict(video, stream=True)`` and through ``Detector.stream`` with ONNX Runtime f32 (the same
+backend) and OpenVINO INT8 (``--precisions f32`` leaves it out), in interleaved rounds: see ``stream_peers.py``.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from pipeline import models as random_models  # noqa: E402
+from pipeline import nudenet_yolov8n  # noqa: E402
 
 import deploykit  # noqa: E402
 from deploykit.bench.load import BackgroundLoad, background_load  # noqa: E402
@@ -122,6 +127,21 @@ def measure(detector: deploykit.Detector, video: Path, first, rounds: int, frame
     return measured
 
 
+def run_peers(arguments: argparse.Namespace) -> None:
+    """``--peers``: nudenet's YOLOv8n through Ultralytics and through deploykit (``stream_peers``)."""
+    from stream_peers import peers
+
+    model = nudenet_yolov8n()
+    if model is None:
+        raise SystemExit("--peers needs the nudenet package (its YOLOv8n ONNX file)")
+    with tempfile.TemporaryDirectory() as directory:
+        folder = Path(directory)
+        video = write_video(folder / "dog-720p.mp4", pan_zoom_frames(cv2.imread(str(darknet_image("dog.jpg"))),
+                                                                      arguments.frames))  # fmt: skip
+        int8 = int8_model(model, folder, {}) if "int8" in arguments.precisions else None
+        peers(model, int8, video, folder, arguments.rounds, lambda line: print(json.dumps(line), flush=True))
+
+
 def run(arguments: argparse.Namespace) -> Iterator[dict]:
     with tempfile.TemporaryDirectory() as directory:
         folder = Path(directory)
@@ -184,7 +204,12 @@ def main() -> int:
                         help="busy threads during the measurement, e.g. 0,1")  # fmt: skip
     parser.add_argument("--precisions", type=_list, default=["f32", "int8"])
     parser.add_argument("--backends", type=_list, default=list(BACKEND_OPTIONS))
+    parser.add_argument("--peers", action="store_true",
+                        help="instead: YOLOv8n beside Ultralytics (stream_peers.py)")  # fmt: skip
     arguments = parser.parse_args()
+    if arguments.peers:
+        run_peers(arguments)
+        return 0
     for line in run(arguments):
         print(json.dumps(line), flush=True)
     return 0
