@@ -14,7 +14,10 @@ backend × load (``--loads 0,1``: idle, then ``deploykit.bench.load`` busy threa
 - ``sequential_fps``: decode and ``detector(frame)`` one frame after the other;
 - ``stream_fps``: ``detector.stream(video)``, the four overlapping stages;
 - ``fused_stream_fps``: ``detector.stream(video, fused=True)``, pre-processing inside the runtime;
-- per-stage mean ms of the stream (decode, pre, infer, post, wait in queues).
+- per-stage mean ms of the stream (decode, pre, infer, post, wait in queues);
+- what the cores allow: the sequential loop's uncontended decode, pre and post ms per frame (``W``), the
+  inference ms (``I``) and the cores inference keeps busy (``c``, CPU time over wall time), and the bound
+  ``N / (c + W / I)`` (at most 1) that N cores put on ``stream / inference``.
 
 Target: ``stream_fps / inference_only_fps`` ≥ 0.9 where the cores allow (a runtime using every core
 for inference leaves none for decode/pre/post: the line says how many cores there were and the load
@@ -85,27 +88,36 @@ def int8_model(path: Path, folder: Path, extra: dict) -> Path:
     return out
 
 
-def _inference_only_fps(detector: deploykit.Detector, frame, calls: int) -> float:
+def _inference_only(detector: deploykit.Detector, frame, calls: int) -> dict[str, float]:
+    """``session.run`` back to back: FPS, and the cores it keeps busy (this process's CPU time over wall time;
+    the background load runs in other processes)."""
     tensor, _ = detector._prepare(frame)
     detector._infer(tensor)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for _ in range(calls):
         detector._infer(tensor)
-    return calls / (time.perf_counter() - start)
+    wall_s = time.perf_counter() - start
+    return {"fps": calls / wall_s, "cores_busy": (time.process_time() - cpu_start) / wall_s}
 
 
-def _sequential_fps(detector: deploykit.Detector, video: Path) -> float:
+def _sequential(detector: deploykit.Detector, video: Path) -> dict[str, float]:
+    """Decode and ``detector(frame)`` one frame after the other: FPS, and each stage's mean ms uncontended."""
     start = time.perf_counter()
     capture = cv2.VideoCapture(str(video), cv2.CAP_FFMPEG)
+    totals = {"decode_ms": 0.0, "pre_ms": 0.0, "infer_ms": 0.0, "post_ms": 0.0}
     frames = 0
     while True:
+        decode_start = time.perf_counter()
         ok, frame = capture.read()
         if not ok:
             break
+        totals["decode_ms"] += 1e3 * (time.perf_counter() - decode_start)
         detector(frame)
+        for stage in ("pre_ms", "infer_ms", "post_ms"):
+            totals[stage] += getattr(detector.last_timing, stage)
         frames += 1
     capture.release()
-    return frames / (time.perf_counter() - start)
+    return {"fps": frames / (time.perf_counter() - start), **{k: v / max(frames, 1) for k, v in totals.items()}}
 
 
 def _stream(detector: deploykit.Detector, video: Path, fused: bool = False) -> dict:
@@ -118,10 +130,10 @@ def _stream(detector: deploykit.Detector, video: Path, fused: bool = False) -> d
 def measure(detector: deploykit.Detector, video: Path, first, rounds: int, frames: int) -> dict[str, list]:
     _stream(detector, video)  # warm-up: caches, thread pools, the fused graph for this frame size
     _stream(detector, video, fused=True)
-    measured: dict[str, list] = {"inference_only_fps": [], "sequential_fps": [], "stream": [], "fused": []}
+    measured: dict[str, list] = {"inference_only": [], "sequential": [], "stream": [], "fused": []}
     for _ in range(rounds):
-        measured["inference_only_fps"].append(_inference_only_fps(detector, first, frames))
-        measured["sequential_fps"].append(_sequential_fps(detector, video))
+        measured["inference_only"].append(_inference_only(detector, first, frames))
+        measured["sequential"].append(_sequential(detector, video))
         measured["stream"].append(_stream(detector, video))
         measured["fused"].append(_stream(detector, video, fused=True))
     return measured
@@ -173,7 +185,7 @@ def _stage_means(summaries: list[dict], stages: tuple[str, ...]) -> dict[str, fl
 
 def _line(name: str, precision: str, backend: str, detector: deploykit.Detector, load: BackgroundLoad,
           load_average: float, measured: dict, arguments: argparse.Namespace) -> dict:  # fmt: skip
-    inference = statistics.median(measured["inference_only_fps"])
+    inference = statistics.median(m["fps"] for m in measured["inference_only"])
     stream_fps = statistics.median(s["fps"] for s in measured["stream"])
     stages = _stage_means(measured["stream"], ("decode", "pre", "infer", "post", "wait"))
     info = detector.session.info
@@ -183,11 +195,31 @@ def _line(name: str, precision: str, backend: str, detector: deploykit.Detector,
         "load_average_1min": round(load_average, 2), "cpus": os.cpu_count(),
         "video": f"{arguments.frames} frames 1280x720 mp4v", "rounds": arguments.rounds,
         "inference_only_fps": round(inference, 1),
-        "sequential_fps": round(statistics.median(measured["sequential_fps"]), 1), "stream_fps": round(stream_fps, 1),
+        "sequential_fps": round(statistics.median(m["fps"] for m in measured["sequential"]), 1),
+        "stream_fps": round(stream_fps, 1),
         "fused_stream_fps": round(statistics.median(s["fps"] for s in measured["fused"]), 1),
         "stream_over_inference": round(stream_fps / inference, 3), "target": 0.9, "stage_mean_ms": stages,
         "pre_post_over_infer": round((stages["pre"] + stages["post"]) / stages["infer"], 3),
         "fused_stage_mean_ms": _stage_means(measured["fused"], ("pre", "infer")),
+        **_core_bound(measured, inference, stream_fps),
+    }  # fmt: skip
+
+
+def _core_bound(measured: dict, inference_fps: float, stream_fps: float) -> dict:
+    """What the cores allow: a frame needs ``c × I`` core-ms of inference (``c`` the cores inference keeps
+    busy, ``I`` its ms) plus ``W`` ms of decode + pre + post (one thread each, measured uncontended in the
+    sequential loop), so N cores give at most ``N / (c + W / I)`` of the inference-only FPS (and never more
+    than 1). ``stream / bound`` is how much of that the pipeline reaches."""
+    stages = {k: statistics.median(m[k] for m in measured["sequential"]) for k in ("decode_ms", "pre_ms", "post_ms")}
+    cores_busy = statistics.median(m["cores_busy"] for m in measured["inference_only"])
+    infer_ms = 1e3 / inference_fps
+    around_ms = sum(stages.values())
+    bound = min(1.0, (os.cpu_count() or 1) / (cores_busy + around_ms / infer_ms))
+    return {
+        "sequential_stage_mean_ms": {k: round(v, 2) for k, v in stages.items()},
+        "inference_only_ms": round(infer_ms, 2), "inference_cores_busy": round(cores_busy, 2),
+        "around_over_infer": round(around_ms / infer_ms, 3), "core_bound": round(bound, 3),
+        "stream_over_core_bound": round(stream_fps / inference_fps / bound, 3),
     }  # fmt: skip
 
 
