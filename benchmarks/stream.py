@@ -15,9 +15,9 @@ backend × load (``--loads 0,1``: idle, then ``deploykit.bench.load`` busy threa
 - ``stream_fps``: ``detector.stream(video)``, the four overlapping stages;
 - ``fused_stream_fps``: ``detector.stream(video, fused=True)``, pre-processing inside the runtime;
 - per-stage mean ms of the stream (decode, pre, infer, post, wait in queues);
-- what the cores allow: the sequential loop's uncontended decode, pre and post ms per frame (``W``), the
-  inference ms (``I``) and the cores inference keeps busy (``c``, CPU time over wall time), and the bound
-  ``N / (c + W / I)`` (at most 1) that N cores put on ``stream / inference``.
+- what the cores allow: CPU ms per frame of decode, pre, post and inference (this process's CPU time,
+  which a busy machine inflates far less than wall time), and the bound ``infer / (infer + decode + pre +
+  post)`` on ``stream / inference`` where inference alone keeps every core busy (see ``_core_bound``).
 
 Target: ``stream_fps / inference_only_fps`` ≥ 0.9 where the cores allow (a runtime using every core
 for inference leaves none for decode/pre/post: the line says how many cores there were and the load
@@ -89,35 +89,42 @@ def int8_model(path: Path, folder: Path, extra: dict) -> Path:
 
 
 def _inference_only(detector: deploykit.Detector, frame, calls: int) -> dict[str, float]:
-    """``session.run`` back to back: FPS, and the cores it keeps busy (this process's CPU time over wall time;
-    the background load runs in other processes)."""
+    """``session.run`` back to back: FPS, its CPU ms per call (this process's CPU time: every runtime thread;
+    the background load runs in other processes), and the pre-processing's CPU ms per frame."""
     tensor, _ = detector._prepare(frame)
     detector._infer(tensor)
     start, cpu_start = time.perf_counter(), time.process_time()
     for _ in range(calls):
         detector._infer(tensor)
-    wall_s = time.perf_counter() - start
-    return {"fps": calls / wall_s, "cores_busy": (time.process_time() - cpu_start) / wall_s}
+    wall_s, cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
+    pre_start = time.process_time()
+    for _ in range(calls):
+        detector._prepare(frame)
+    pre_cpu_s = time.process_time() - pre_start
+    return {"fps": calls / wall_s, "infer_cpu_ms": 1e3 * cpu_s / calls, "pre_cpu_ms": 1e3 * pre_cpu_s / calls}
 
 
 def _sequential(detector: deploykit.Detector, video: Path) -> dict[str, float]:
-    """Decode and ``detector(frame)`` one frame after the other: FPS, and each stage's mean ms uncontended."""
+    """Decode and ``detector(frame)`` one frame after the other: FPS, and per frame the CPU ms of decoding and
+    of the whole ``detector(frame)`` call."""
     start = time.perf_counter()
     capture = cv2.VideoCapture(str(video), cv2.CAP_FFMPEG)
-    totals = {"decode_ms": 0.0, "pre_ms": 0.0, "infer_ms": 0.0, "post_ms": 0.0}
+    decode_cpu_s = call_cpu_s = 0.0
     frames = 0
     while True:
-        decode_start = time.perf_counter()
+        decode_start = time.process_time()
         ok, frame = capture.read()
         if not ok:
             break
-        totals["decode_ms"] += 1e3 * (time.perf_counter() - decode_start)
+        call_start = time.process_time()
         detector(frame)
-        for stage in ("pre_ms", "infer_ms", "post_ms"):
-            totals[stage] += getattr(detector.last_timing, stage)
+        call_cpu_s += time.process_time() - call_start
+        decode_cpu_s += call_start - decode_start
         frames += 1
     capture.release()
-    return {"fps": frames / (time.perf_counter() - start), **{k: v / max(frames, 1) for k, v in totals.items()}}
+    per_frame = 1e3 / max(frames, 1)
+    return {"fps": frames / (time.perf_counter() - start), "decode_cpu_ms": decode_cpu_s * per_frame,
+            "call_cpu_ms": call_cpu_s * per_frame}  # fmt: skip
 
 
 def _stream(detector: deploykit.Detector, video: Path, fused: bool = False) -> dict:
@@ -206,20 +213,23 @@ def _line(name: str, precision: str, backend: str, detector: deploykit.Detector,
 
 
 def _core_bound(measured: dict, inference_fps: float, stream_fps: float) -> dict:
-    """What the cores allow: a frame needs ``c × I`` core-ms of inference (``c`` the cores inference keeps
-    busy, ``I`` its ms) plus ``W`` ms of decode + pre + post (one thread each, measured uncontended in the
-    sequential loop), so N cores give at most ``N / (c + W / I)`` of the inference-only FPS (and never more
-    than 1). ``stream / bound`` is how much of that the pipeline reaches."""
-    stages = {k: statistics.median(m[k] for m in measured["sequential"]) for k in ("decode_ms", "pre_ms", "post_ms")}
-    cores_busy = statistics.median(m["cores_busy"] for m in measured["inference_only"])
-    infer_ms = 1e3 / inference_fps
-    around_ms = sum(stages.values())
-    bound = min(1.0, (os.cpu_count() or 1) / (cores_busy + around_ms / infer_ms))
+    """What N cores allow, in CPU time (which a busy machine inflates far less than wall time): a frame costs
+    ``infer`` CPU ms of inference plus ``W`` = decode + pre + post CPU ms around it. Where inference alone
+    keeps all N cores busy (the runtimes' default threads on an idle machine), the pipeline has no core to
+    hide ``W`` on, and ``stream / inference`` ≤ ``infer / (infer + W)``; each spare core raises the bound."""
+
+    def median(group: str, key: str) -> float:
+        return statistics.median(m[key] for m in measured[group])
+
+    infer_cpu, pre_cpu = median("inference_only", "infer_cpu_ms"), median("inference_only", "pre_cpu_ms")
+    decode_cpu, call_cpu = median("sequential", "decode_cpu_ms"), median("sequential", "call_cpu_ms")
+    around_cpu = decode_cpu + call_cpu - infer_cpu
     return {
-        "sequential_stage_mean_ms": {k: round(v, 2) for k, v in stages.items()},
-        "inference_only_ms": round(infer_ms, 2), "inference_cores_busy": round(cores_busy, 2),
-        "around_over_infer": round(around_ms / infer_ms, 3), "core_bound": round(bound, 3),
-        "stream_over_core_bound": round(stream_fps / inference_fps / bound, 3),
+        "cpu_ms_per_frame": {"decode": round(decode_cpu, 2), "pre": round(pre_cpu, 2),
+                             "post": round(call_cpu - infer_cpu - pre_cpu, 2), "infer": round(infer_cpu, 2)},
+        "cores_busy_in_inference": round(infer_cpu * inference_fps / 1e3, 2),
+        "around_over_infer_cpu": round(around_cpu / infer_cpu, 3),
+        "bound_all_cores_in_inference": round(infer_cpu / (infer_cpu + around_cpu), 3),
     }  # fmt: skip
 
 
