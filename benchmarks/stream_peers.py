@@ -3,11 +3,11 @@
 The same ONNX file (nudenet's YOLOv8n, exported by Ultralytics, dynamic input) and the same 720p video.
 Ultralytics runs in a virtual environment this script creates under deploykit's cache
 (``bench-peers/ultralytics``, the helper ``serve.py --peers`` uses): PyPI's torch with its matching
-torchvision (a CUDA build that runs on the CPU: the CPU-only torch wheel has no torchvision whose C ops
-load) and this environment's onnxruntime, so ONNX Runtime's CPU provider runs the network on both
-sides. Ultralytics' default call letterboxes a 1280×720 frame to 640×384 (``imgsz=640``, ``rect`` on a
-dynamic model); deploykit is given the same input size, and the same thresholds (conf 0.25, IoU 0.7,
-300 boxes), so both run the same tensor through the same runtime.
+torchvision (CUDA builds that run on the CPU: PyPI's torchvision is a CUDA build whose C ops do not
+load beside the CPU-only torch wheel) and this environment's onnxruntime, so ONNX Runtime's CPU provider
+runs the network on both sides. Ultralytics' default call letterboxes a 1280×720 frame to 640×384
+(``imgsz=640``, ``rect`` on a dynamic model); deploykit is given the same input size, and the same
+thresholds (conf 0.25, IoU 0.7, 300 boxes), so both run the same tensor through the same runtime.
 
 Ultralytics stays in one resident worker process (loaded and warmed up once); deploykit's detectors stay
 open in this process. Each round runs every candidate once over the whole video, the order rotating.
@@ -226,7 +226,8 @@ def _lines(passes: dict[str, list[dict]], detectors: dict[str, deploykit.Detecto
         fps = statistics.median(p["fps"] for p in runs)
         by_round = [round(p["fps"] / u["fps"], 2) for p, u in zip(runs, passes[PEER], strict=True)]
         stages = {k: round(statistics.median(p["stage_mean_ms"][k] for p in runs), 2) for k in runs[0]["stage_mean_ms"]}
-        ran = "ultralytics -> onnxruntime CPUExecutionProvider"
+        attempts = max(p.get("network_attempts", 0) for p in runs)
+        ran = f"ultralytics -> onnxruntime CPUExecutionProvider, {attempts} network attempts"
         if name in detectors:
             info = detectors[name].session.info
             ran = f"{info.backend} {info.device} {info.precision} (model {info.model_precision})"
