@@ -37,16 +37,22 @@ def models(directory: Path) -> list[tuple[str, Path, dict]]:
     tiny = directory / "yolov4-tiny.onnx"
     convert_darknet(cfg, weights, tiny, verify_backends=[], export=DarknetExportSettings(head="raw"))
     found = [("yolov4-tiny 416 (darknet raw heads)", tiny, {})]
-    spec = importlib.util.find_spec("nudenet")
-    if spec and spec.origin:
+    yolov8n = nudenet_yolov8n()
+    if yolov8n is not None:
         found.append(
             (
                 "yolov8n 640 (ultralytics layout)",
-                Path(spec.origin).parent / "320n.onnx",
+                yolov8n,
                 {"preprocess": deploykit.PreprocessOverrides(input_size=(640, 640))},
             )
         )
     return found
+
+
+def nudenet_yolov8n() -> Path | None:
+    """The YOLOv8n ONNX file (exported by Ultralytics, dynamic input) the nudenet package ships, if installed."""
+    spec = importlib.util.find_spec("nudenet")
+    return Path(spec.origin).parent / "320n.onnx" if spec and spec.origin else None
 
 
 def pipeline_costs(calls: int = 20) -> list[dict]:

@@ -88,13 +88,20 @@ if __name__ == "__main__":
 
 
 def peer_python(name: str) -> Path:
-    """The peer's virtual environment (created and installed once, then reused): its python."""
+    """The serving peer's virtual environment with this environment's onnxruntime: its python."""
+    return peer_environment(name, PEERS[name])
+
+
+def peer_environment(name: str, packages: list[str]) -> Path:
+    """A peer's virtual environment under deploykit's cache (``bench-peers/NAME``), created and
+    installed once (``packages`` plus this environment's onnxruntime version), then reused: its python.
+    """
     import onnxruntime
 
     from deploykit.cache import cache_dir
 
     folder = cache_dir() / "bench-peers" / name
-    spec = [*PEERS[name], f"onnxruntime=={onnxruntime.__version__}"]
+    spec = [*packages, f"onnxruntime=={onnxruntime.__version__}"]
     marker = folder / "installed.json"
     if not marker.is_file() or json.loads(marker.read_text()) != spec:
         subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)

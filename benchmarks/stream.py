@@ -14,13 +14,20 @@ backend × load (``--loads 0,1``: idle, then ``deploykit.bench.load`` busy threa
 - ``sequential_fps``: decode and ``detector(frame)`` one frame after the other;
 - ``stream_fps``: ``detector.stream(video)``, the four overlapping stages;
 - ``fused_stream_fps``: ``detector.stream(video, fused=True)``, pre-processing inside the runtime;
-- per-stage mean ms of the stream (decode, pre, infer, post, wait in queues).
+- per-stage mean ms of the stream (decode, pre, infer, post, wait in queues);
+- what the cores allow: CPU ms per frame of decode, pre, post and inference (this process's CPU time,
+  which a busy machine inflates far less than wall time), and the bound ``infer / (infer + decode + pre +
+  post)`` on ``stream / inference`` where inference alone keeps every core busy (see ``_core_bound``).
 
 Target: ``stream_fps / inference_only_fps`` ≥ 0.9 where the cores allow (a runtime using every core
 for inference leaves none for decode/pre/post: the line says how many cores there were and the load
 average). Prints JSON lines. Run:
 ``.venv/bin/python benchmarks/stream.py [--rounds 2] [--frames 60] [--model yolov4] [--loads 0,1]
 [--precisions f32,int8] [--backends onnxruntime,openvino]``.
+
+``--peers`` measures instead nudenet's YOLOv8n on the same video through Ultralytics'
+``YOLO(model).predict(video, stream=True)`` and through ``Detector.stream`` with ONNX Runtime f32 (the same
+backend) and OpenVINO INT8 (``--precisions f32`` leaves it out), in interleaved rounds: see ``stream_peers.py``.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from pipeline import models as random_models  # noqa: E402
+from pipeline import nudenet_yolov8n  # noqa: E402
 
 import deploykit  # noqa: E402
 from deploykit.bench.load import BackgroundLoad, background_load  # noqa: E402
@@ -80,27 +88,43 @@ def int8_model(path: Path, folder: Path, extra: dict) -> Path:
     return out
 
 
-def _inference_only_fps(detector: deploykit.Detector, frame, calls: int) -> float:
+def _inference_only(detector: deploykit.Detector, frame, calls: int) -> dict[str, float]:
+    """``session.run`` back to back: FPS, its CPU ms per call (this process's CPU time: every runtime thread;
+    the background load runs in other processes), and the pre-processing's CPU ms per frame."""
     tensor, _ = detector._prepare(frame)
     detector._infer(tensor)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     for _ in range(calls):
         detector._infer(tensor)
-    return calls / (time.perf_counter() - start)
+    wall_s, cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
+    pre_start = time.process_time()
+    for _ in range(calls):
+        detector._prepare(frame)
+    pre_cpu_s = time.process_time() - pre_start
+    return {"fps": calls / wall_s, "infer_cpu_ms": 1e3 * cpu_s / calls, "pre_cpu_ms": 1e3 * pre_cpu_s / calls}
 
 
-def _sequential_fps(detector: deploykit.Detector, video: Path) -> float:
+def _sequential(detector: deploykit.Detector, video: Path) -> dict[str, float]:
+    """Decode and ``detector(frame)`` one frame after the other: FPS, and per frame the CPU ms of decoding and
+    of the whole ``detector(frame)`` call."""
     start = time.perf_counter()
     capture = cv2.VideoCapture(str(video), cv2.CAP_FFMPEG)
+    decode_cpu_s = call_cpu_s = 0.0
     frames = 0
     while True:
+        decode_start = time.process_time()
         ok, frame = capture.read()
         if not ok:
             break
+        call_start = time.process_time()
         detector(frame)
+        call_cpu_s += time.process_time() - call_start
+        decode_cpu_s += call_start - decode_start
         frames += 1
     capture.release()
-    return frames / (time.perf_counter() - start)
+    per_frame = 1e3 / max(frames, 1)
+    return {"fps": frames / (time.perf_counter() - start), "decode_cpu_ms": decode_cpu_s * per_frame,
+            "call_cpu_ms": call_cpu_s * per_frame}  # fmt: skip
 
 
 def _stream(detector: deploykit.Detector, video: Path, fused: bool = False) -> dict:
@@ -113,13 +137,28 @@ def _stream(detector: deploykit.Detector, video: Path, fused: bool = False) -> d
 def measure(detector: deploykit.Detector, video: Path, first, rounds: int, frames: int) -> dict[str, list]:
     _stream(detector, video)  # warm-up: caches, thread pools, the fused graph for this frame size
     _stream(detector, video, fused=True)
-    measured: dict[str, list] = {"inference_only_fps": [], "sequential_fps": [], "stream": [], "fused": []}
+    measured: dict[str, list] = {"inference_only": [], "sequential": [], "stream": [], "fused": []}
     for _ in range(rounds):
-        measured["inference_only_fps"].append(_inference_only_fps(detector, first, frames))
-        measured["sequential_fps"].append(_sequential_fps(detector, video))
+        measured["inference_only"].append(_inference_only(detector, first, frames))
+        measured["sequential"].append(_sequential(detector, video))
         measured["stream"].append(_stream(detector, video))
         measured["fused"].append(_stream(detector, video, fused=True))
     return measured
+
+
+def run_peers(arguments: argparse.Namespace) -> None:
+    """``--peers``: nudenet's YOLOv8n through Ultralytics and through deploykit (``stream_peers``)."""
+    from stream_peers import peers
+
+    model = nudenet_yolov8n()
+    if model is None:
+        raise SystemExit("--peers needs the nudenet package (its YOLOv8n ONNX file)")
+    with tempfile.TemporaryDirectory() as directory:
+        folder = Path(directory)
+        video = write_video(folder / "dog-720p.mp4", pan_zoom_frames(cv2.imread(str(darknet_image("dog.jpg"))),
+                                                                      arguments.frames))  # fmt: skip
+        int8 = int8_model(model, folder, {}) if "int8" in arguments.precisions else None
+        peers(model, int8, video, folder, arguments.rounds, lambda line: print(json.dumps(line), flush=True))
 
 
 def run(arguments: argparse.Namespace) -> Iterator[dict]:
@@ -153,7 +192,7 @@ def _stage_means(summaries: list[dict], stages: tuple[str, ...]) -> dict[str, fl
 
 def _line(name: str, precision: str, backend: str, detector: deploykit.Detector, load: BackgroundLoad,
           load_average: float, measured: dict, arguments: argparse.Namespace) -> dict:  # fmt: skip
-    inference = statistics.median(measured["inference_only_fps"])
+    inference = statistics.median(m["fps"] for m in measured["inference_only"])
     stream_fps = statistics.median(s["fps"] for s in measured["stream"])
     stages = _stage_means(measured["stream"], ("decode", "pre", "infer", "post", "wait"))
     info = detector.session.info
@@ -163,11 +202,34 @@ def _line(name: str, precision: str, backend: str, detector: deploykit.Detector,
         "load_average_1min": round(load_average, 2), "cpus": os.cpu_count(),
         "video": f"{arguments.frames} frames 1280x720 mp4v", "rounds": arguments.rounds,
         "inference_only_fps": round(inference, 1),
-        "sequential_fps": round(statistics.median(measured["sequential_fps"]), 1), "stream_fps": round(stream_fps, 1),
+        "sequential_fps": round(statistics.median(m["fps"] for m in measured["sequential"]), 1),
+        "stream_fps": round(stream_fps, 1),
         "fused_stream_fps": round(statistics.median(s["fps"] for s in measured["fused"]), 1),
         "stream_over_inference": round(stream_fps / inference, 3), "target": 0.9, "stage_mean_ms": stages,
         "pre_post_over_infer": round((stages["pre"] + stages["post"]) / stages["infer"], 3),
         "fused_stage_mean_ms": _stage_means(measured["fused"], ("pre", "infer")),
+        **_core_bound(measured, inference, stream_fps),
+    }  # fmt: skip
+
+
+def _core_bound(measured: dict, inference_fps: float, stream_fps: float) -> dict:
+    """What N cores allow, in CPU time (which a busy machine inflates far less than wall time): a frame costs
+    ``infer`` CPU ms of inference plus ``W`` = decode + pre + post CPU ms around it. Where inference alone
+    keeps all N cores busy (the runtimes' default threads on an idle machine), the pipeline has no core to
+    hide ``W`` on, and ``stream / inference`` ≤ ``infer / (infer + W)``; each spare core raises the bound."""
+
+    def median(group: str, key: str) -> float:
+        return statistics.median(m[key] for m in measured[group])
+
+    infer_cpu, pre_cpu = median("inference_only", "infer_cpu_ms"), median("inference_only", "pre_cpu_ms")
+    decode_cpu, call_cpu = median("sequential", "decode_cpu_ms"), median("sequential", "call_cpu_ms")
+    around_cpu = decode_cpu + call_cpu - infer_cpu
+    return {
+        "cpu_ms_per_frame": {"decode": round(decode_cpu, 2), "pre": round(pre_cpu, 2),
+                             "post": round(call_cpu - infer_cpu - pre_cpu, 2), "infer": round(infer_cpu, 2)},
+        "cores_busy_in_inference": round(infer_cpu * inference_fps / 1e3, 2),
+        "around_over_infer_cpu": round(around_cpu / infer_cpu, 3),
+        "bound_all_cores_in_inference": round(infer_cpu / (infer_cpu + around_cpu), 3),
     }  # fmt: skip
 
 
@@ -184,7 +246,12 @@ def main() -> int:
                         help="busy threads during the measurement, e.g. 0,1")  # fmt: skip
     parser.add_argument("--precisions", type=_list, default=["f32", "int8"])
     parser.add_argument("--backends", type=_list, default=list(BACKEND_OPTIONS))
+    parser.add_argument("--peers", action="store_true",
+                        help="instead: YOLOv8n beside Ultralytics (stream_peers.py)")  # fmt: skip
     arguments = parser.parse_args()
+    if arguments.peers:
+        run_peers(arguments)
+        return 0
     for line in run(arguments):
         print(json.dumps(line), flush=True)
     return 0
