@@ -28,7 +28,7 @@ from deploykit.optimize.accuracy import DeltaInterval, min_images, share_interva
 from deploykit.optimize.accuracy import bootstrap_interval as bootstrap_delta
 from deploykit.optimize.candidates import SCREEN_DURATION_S, WARMUP, CandidateState, link_folder, users_paths
 from deploykit.optimize.manifest import WAIT_OPTION
-from deploykit.optimize.ranking import Interval, bootstrap_interval
+from deploykit.optimize.ranking import Interval, bootstrap_interval, precision_rank
 from deploykit.optimize.results import RoundResult
 from deploykit.optimize.schedule import (
     MAX_ROUNDS,
@@ -344,9 +344,9 @@ class Search:
         """Every candidate once, with the held-out images, in ``screening_order``: one candidate of
         every precision class first (screened even past the time budget, by up to ``SCREEN_GRACE``
         of it, so quantizing cannot starve them), then the thread and batch variants while the
-        budget lasts. Both leave the finalists their minimum evidence (``reserve_s``, from what
-        screening measured): a class screened in the time its finalists' rounds needed would end
-        the search inconclusive."""
+        budget lasts. The f32 classes of other backends and the variants leave the finalists their
+        minimum evidence (``reserve_s``, from what screening measured): screened in the time the
+        finalists' rounds needed, they would only end the search inconclusive (``_no_time_to_screen``)."""
         total = len(self.states)
         exact = [s for s in self.states if s.exact]
         if not exact:
@@ -359,30 +359,47 @@ class Search:
         # are counted in the time budget but cannot eat it
         self.grace_deadline = max(self.deadline, time.perf_counter()) + self.grace_s
         for index, state in enumerate(self.states):
-            now, reserve = time.perf_counter(), self.reserve_s()
-            if state.representative and now + reserve > self.grace_deadline and index > 0:  # the reference runs
-                state.stopped = (
-                    "over the time budget before its screening round, past the allowance the precision classes "
-                    f"have after it ({SCREEN_GRACE:.0%} of it, at least {SCREEN_GRACE_MIN_S:.0f} s) less the "
-                    f"finalists' minimum evidence ({reserve:.1f} s)"
-                )
-                self._check_reference(exact)
-                continue
-            if not state.representative and (now > self.variants_deadline or now + reserve > self.deadline):
-                first = next(
-                    s.label for s in self.states if s.representative and s.precision_class == state.precision_class
-                )
-                state.stopped = (
-                    f"over the screening share of the time budget (the last {ROUNDS_SHARE:.0%}, and at least the "
-                    f"finalists' minimum evidence, {reserve:.1f} s, is the finalists') before its screening round; "
-                    f"its precision class was screened as {first}"
-                )
+            stop = None if index == 0 else self._no_time_to_screen(state)  # the reference always runs
+            if stop is not None:
+                state.stopped = stop
                 self._check_reference(exact)
                 continue
             self.report("screening", index, total, state.label)
             self._measure(state, screening=True)
             self._check_reference(exact)
         self.report("screening", total, total)
+
+    def _no_time_to_screen(self, state: CandidateState) -> str | None:
+        """Why ``state`` is not screened, or None. A reduced-precision class (the biggest levers) is
+        screened within the precision classes' allowance past the budget whatever comes after it; an
+        f32 class of another backend only if its round (as long as the typical one so far) and then
+        the finalists' minimum evidence (``reserve_s``) fit that allowance; a thread or batch variant
+        only before the finalists' share of the budget, and if both fit the budget itself."""
+        now = time.perf_counter()
+        if state.representative and precision_rank(state.config.precision) > 0:
+            if now <= self.grace_deadline:
+                return None
+            return (
+                "over the time budget before its screening round, past the allowance the precision classes "
+                f"have after it ({SCREEN_GRACE:.0%} of it, at least {SCREEN_GRACE_MIN_S:.0f} s)"
+            )
+        screened = [s.start_s for s in self.states if s.rounds]
+        next_s, reserve = float(np.median(screened)) if screened else 0.0, self.reserve_s()
+        needs = f"its round (about {next_s:.1f} s) and the finalists' minimum evidence ({reserve:.1f} s)"
+        if state.representative:
+            if now + next_s + reserve <= self.grace_deadline:
+                return None
+            return (
+                "over the time budget before its screening round: the allowance the precision classes have past it "
+                f"({SCREEN_GRACE:.0%} of it, at least {SCREEN_GRACE_MIN_S:.0f} s) has no room for {needs}"
+            )
+        if now <= self.variants_deadline and now + next_s + reserve <= self.deadline:
+            return None
+        first = next(s.label for s in self.states if s.representative and s.precision_class == state.precision_class)
+        return (
+            f"over the screening share of the time budget (the last {ROUNDS_SHARE:.0%} is the finalists', and it "
+            f"must hold {needs}) before its screening round; its precision class was screened as {first}"
+        )
 
     def _check_reference(self, exact: Sequence[CandidateState]) -> None:
         """No f32 configuration of the float model gives the right answer: nothing else can be judged."""
@@ -403,13 +420,14 @@ class Search:
     def score(self, interval: Interval) -> float:
         return -interval.estimate if self.scenario == "offline" else interval.estimate
 
-    def reference(self) -> CandidateState | None:
-        """The default backend's best float f32 candidate: the speedup's baseline."""
+    def reference(self, among: Sequence[CandidateState] | None = None) -> CandidateState | None:
+        """The default backend's best float f32 candidate (of ``among``, default every candidate):
+        the speedup's baseline."""
         from deploykit.backends.registry import DEFAULT_BACKEND
 
         pool = [
             s
-            for s in self.states
+            for s in (self.states if among is None else among)
             if s.exact and s.rounds and s.config.backend == DEFAULT_BACKEND and s.accurate
             and s.config.options.get(WAIT_OPTION) is not False
         ]  # fmt: skip
@@ -500,7 +518,7 @@ class Search:
         lead = intervals[ranked[0].label]
         tied = [s for s in ranked if not intervals[s.label].separated_from(lead)]
         keep = {ranked[0].label, min(tied, key=lambda s: s.entry().simplicity).label}
-        keep |= {s.label for s in [self.reference()] if s is not None}
+        keep |= {s.label for s in [self.reference(ranked)] if s is not None}  # the one in the rounds
         now = time.perf_counter()
         while True:
             plan = plan_round([self._cost(s) for s in ranked], self.deadline - now, self.grace_deadline - now)
