@@ -126,14 +126,14 @@ def _with_screened_out(ranking: Ranking, search: Search, unit: str) -> Ranking:
     out = [s for s in search.states if s.screened_out and s.rounds]
     if not out:
         return ranking
-    chosen = ranking.intervals[ranking.chosen].estimate
+    best = ranking.intervals[ranking.leader].estimate
     nearest = min(out, key=lambda s: search.score(search.intervals([s])[s.label]))
     mine = search.intervals([nearest])[nearest.label].estimate
-    ratio = chosen / mine if search.scenario == "offline" else mine / chosen
+    ratio = best / mine if search.scenario == "offline" else mine / best
     count = f"{len(out)} other candidate{'s were' if len(out) != 1 else ' was'}"
     note = (
         f"{count} screened out after one short round (a search choice, not a claim of speed), the nearest "
-        f"{nearest.label} at {mine:.4g} {unit}, {ratio:.2f}x the chosen one's estimate"
+        f"{nearest.label} at {mine:.4g} {unit}, {ratio:.2f}x the best finalist's estimate"
     )
     reason = ranking.reason
     if len(ranking.order) == 1:  # the rule compared it with nothing: it is the only finalist, not the only candidate

@@ -344,9 +344,9 @@ class Search:
         """Every candidate once, with the held-out images, in ``screening_order``: one candidate of
         every precision class first (screened even past the time budget, by up to ``SCREEN_GRACE``
         of it, so quantizing cannot starve them), then the thread and batch variants while the
-        budget lasts. The f32 classes of other backends and the variants leave the finalists their
-        minimum evidence (``reserve_s``, from what screening measured): screened in the time the
-        finalists' rounds needed, they would only end the search inconclusive (``_no_time_to_screen``)."""
+        budget lasts. Each leaves the finalists their minimum evidence (``reserve_s``, from what
+        screening measured; a reduced-precision class only the core finalists'): screened in the time
+        the finalists' rounds needed, it would only end the search inconclusive (``_no_time_to_screen``)."""
         total = len(self.states)
         exact = [s for s in self.states if s.exact]
         if not exact:
@@ -370,22 +370,18 @@ class Search:
         self.report("screening", total, total)
 
     def _no_time_to_screen(self, state: CandidateState) -> str | None:
-        """Why ``state`` is not screened, or None. A reduced-precision class (the biggest levers) is
-        screened within the precision classes' allowance past the budget whatever comes after it; an
-        f32 class of another backend only if its round (as long as the typical one so far) and then
-        the finalists' minimum evidence (``reserve_s``) fit that allowance; a thread or batch variant
-        only before the finalists' share of the budget, and if both fit the budget itself."""
-        now = time.perf_counter()
-        if state.representative and precision_rank(state.config.precision) > 0:
-            if now <= self.grace_deadline:
-                return None
-            return (
-                "over the time budget before its screening round, past the allowance the precision classes "
-                f"have after it ({SCREEN_GRACE:.0%} of it, at least {SCREEN_GRACE_MIN_S:.0f} s)"
-            )
+        """Why ``state`` is not screened, or None. Its screening round (as long as the typical one so
+        far) and then the finalists' minimum evidence (``reserve_s``) must fit: for a reduced-precision
+        class (the biggest levers), the precision classes' allowance past the budget less the core
+        finalists' minimum; for an f32 class of another backend, that allowance less all finalists'
+        minimum; for a thread or batch variant, the budget itself less all finalists' minimum, and
+        only before the finalists' share of the budget."""
         screened = [s.start_s for s in self.states if s.rounds]
-        next_s, reserve = float(np.median(screened)) if screened else 0.0, self.reserve_s()
-        needs = f"its round (about {next_s:.1f} s) and the finalists' minimum evidence ({reserve:.1f} s)"
+        now, next_s = time.perf_counter(), float(np.median(screened)) if screened else 0.0
+        reduced = state.representative and precision_rank(state.config.precision) > 0
+        reserve = self.reserve_s(core=reduced)
+        whose = "the core finalists'" if reduced else "the finalists'"
+        needs = f"its round (about {next_s:.1f} s) and {whose} minimum evidence ({reserve:.1f} s)"
         if state.representative:
             if now + next_s + reserve <= self.grace_deadline:
                 return None
@@ -433,9 +429,10 @@ class Search:
         ]  # fmt: skip
         return min(pool, key=lambda s: self.score(self.intervals([s])[s.label]), default=None)
 
-    def _finalists(self, alive: Sequence[CandidateState]) -> list[CandidateState]:
+    def _finalists(self, alive: Sequence[CandidateState], *, core: bool = False) -> list[CandidateState]:
         """Who gets rounds: the ``FINALISTS`` best screening estimates, the simplest candidate within
-        ``CLOSE`` of the leader and the reference (the speedup's baseline), best first."""
+        ``CLOSE`` of the leader and the reference (the speedup's baseline), best first; ``core``: only
+        the leader, that simplest candidate and the reference, what a decision cannot do without."""
         if not alive:
             return []
         intervals = self.intervals(alive)
@@ -447,7 +444,8 @@ class Search:
             return mine >= lead / CLOSE if self.scenario == "offline" else mine <= lead * CLOSE
 
         simplest = min((s for s in ranked if close(s)), key=lambda s: s.entry().simplicity)
-        keep = {id(s) for s in ranked[:FINALISTS]} | {id(simplest)} | {id(s) for s in [self.reference()] if s}
+        best = ranked[: 1 if core else FINALISTS]
+        keep = {id(s) for s in best} | {id(simplest)} | {id(s) for s in [self.reference()] if s}
         return [s for s in ranked if id(s) in keep]
 
     def _cost(self, state: CandidateState) -> FinalistCost:
@@ -460,9 +458,10 @@ class Search:
         start = 0.0 if state.label in self.residents else state.start_s
         return FinalistCost(state.label, state.call_s, overhead, start, len(state.rounds))
 
-    def reserve_s(self) -> float:
-        """The finalists' minimum evidence as screening stands so far: the least time it must leave them."""
-        return minimum_evidence_s([self._cost(s) for s in self._finalists(self.admissible())])
+    def reserve_s(self, *, core: bool = False) -> float:
+        """The finalists' (``core``: the core finalists') minimum evidence as screening stands so far:
+        the least time screening must leave them."""
+        return minimum_evidence_s([self._cost(s) for s in self._finalists(self.admissible(), core=core)])
 
     def _shortlist(self) -> None:
         """After screening: the finalists (``_finalists``) get rounds; the rest stop (a search
