@@ -36,6 +36,10 @@ PHOTO = DARKNET_DATA / "eagle.jpg"
 STEPS = 7
 # The demo's optimize budget per model: enough to screen every candidate on a 2-core machine.
 OPTIMIZE_BUDGET = "2m"
+# the benchmark's rounds and timed runs per round: the ranking rule's minimum evidence (5 rounds of at
+# least 3 blocks of 3 runs), so the step can call one backend faster; one round never could
+DEMO_ROUNDS = 5
+DEMO_ITERATIONS = 10
 # The detector of steps 4-5, and which independent oracle can check each official Darknet model.
 DETECTOR = "yolov4-tiny"
 # Checked against libdarknet (v3-tiny) and OpenCV 4.x's importer (v4-tiny, whose layers pjreddie's Darknet lacks).
@@ -177,7 +181,9 @@ def demo(
         parser=folder_out,
         help="Where to write models, the drawn detections and the report (default: a new temp dir).",
     ),
-    iterations: int = typer.Option(30, parser=opt.COUNT, help="Timed runs per backend in the benchmark."),
+    iterations: int = typer.Option(
+        DEMO_ITERATIONS, parser=opt.COUNT, help="Timed runs per backend and round in the benchmark (5 rounds)."
+    ),
     optimize_budget: float = typer.Option(
         OPTIMIZE_BUDGET,
         "--optimize-budget",
@@ -272,7 +278,8 @@ def demo(
                       "cosine/SNR only, without the task metric")  # fmt: skip
     for model in models:
         console.print(f"  {model.name} …")
-        result = benchmark(model, BenchPlan(iterations=iterations, warmup=3, precision="f32,bf16"), inputs=photo_folder)
+        plan = BenchPlan(iterations=iterations, warmup=3, precision="f32,bf16", rounds=DEMO_ROUNDS)
+        result = benchmark(model, plan, inputs=photo_folder)
         results.append(result)
         console.print(bench_table(result))
         notes = result.notes

@@ -110,6 +110,20 @@ def _why(row: Row) -> str:
     return f"the fastest configuration that agrees with {verdict.oracle.name}; no independent oracle verified it"
 
 
+def _rounds_hint(rounds: int) -> str:
+    """What an inconclusive decision needs when the rounds asked for could never give the rule its
+    evidence (``--rounds 1``, bench's default, measures each configuration once)."""
+    from deploykit.optimize.ranking import MIN_ROUNDS
+
+    if rounds >= MIN_ROUNDS:
+        return ""
+    plural = "round" if rounds == 1 else "rounds"
+    return (
+        f"; {rounds} {plural} per configuration can never call one faster: pass --rounds {MIN_ROUNDS} "
+        f"(interleaved, with at least 9 timed runs each) for a decision"
+    )
+
+
 def recommend(report: BenchmarkReport) -> Recommendation | None:
     """The recommendation for this report's rows: what to deploy, with the command and the call."""
     row = best(report)
@@ -131,6 +145,8 @@ def recommend(report: BenchmarkReport) -> Recommendation | None:
     option_text = "".join(f", {k}={v!r}" for k, v in options.items())
     ranked = ranking(report, eligible_rows(report))
     decided = "" if ranked is None or len(ranked.order) < 2 else f"; {ranked.reason}"
+    if ranked is not None and ranked.decision == "inconclusive":
+        decided += _rounds_hint(report.settings.rounds)
     budget = report.settings.max_drop
     return Recommendation(
         label=row.label,

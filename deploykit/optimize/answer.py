@@ -5,6 +5,7 @@ f32 measured in the same run, and the Pareto front of headline against accuracy 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Mapping, Sequence
@@ -47,10 +48,13 @@ def answer(
         if state.alive and state not in finalists:
             state.stopped = "not screened: the search was interrupted" if partial else "not measured"
     unit = "samples/s" if search.scenario == "offline" else "ms"
-    # the finalists are ranked: a candidate the search stopped on one short screening round has no
-    # interval, and would make every decision inconclusive; one stopped by a separated interval is
-    # slower by the rule already
-    ranking: Ranking = rank([s.entry() for s in finalists], higher_is_better=search.scenario == "offline", unit=unit)
+    # the finalists are ranked, with those the rounds stopped because their interval separated from the
+    # leader's (slower by the rule, on the rule's evidence): the chosen one is "faster" than them too. A
+    # candidate stopped on one short screening round has no interval, and would make every decision
+    # inconclusive: the reason says how far behind it was instead
+    ranked = [*finalists, *(s for s in search.states if s.outranked and s not in finalists)]
+    ranking: Ranking = rank([s.entry() for s in ranked], higher_is_better=search.scenario == "offline", unit=unit)
+    ranking = _with_screened_out(ranking, search, unit)
     if not any(s.accurate and (s.variant.quantized or s.config.precision != "f32") for s in search.states):
         notes.append(
             "only f32 configurations stay within the accuracy budget: the answer is f32 (the "
@@ -116,6 +120,28 @@ def answer(
     )
 
 
+def _with_screened_out(ranking: Ranking, search: Search, unit: str) -> Ranking:
+    """The ranking's reason with what screening left out: how many candidates stopped after one short
+    round and how far the nearest was from the chosen one (so a lone finalist is not the only candidate)."""
+    out = [s for s in search.states if s.screened_out and s.rounds]
+    if not out:
+        return ranking
+    best = ranking.intervals[ranking.leader].estimate
+    nearest = min(out, key=lambda s: search.score(search.intervals([s])[s.label]))
+    mine = search.intervals([nearest])[nearest.label].estimate
+    ratio = best / mine if search.scenario == "offline" else mine / best
+    count = f"{len(out)} other candidate{'s were' if len(out) != 1 else ' was'}"
+    note = (
+        f"{count} screened out after one short round (a search choice, not a claim of speed), the nearest "
+        f"{nearest.label} at {mine:.4g} {unit}, {ratio:.2f}x the best finalist's estimate"
+    )
+    reason = ranking.reason
+    if len(ranking.order) == 1:  # the rule compared it with nothing: it is the only finalist, not the only candidate
+        lead = ranking.intervals[ranking.chosen]
+        reason = f"the only finalist ({lead.describe(unit)}; {lead.evidence()})"
+    return dataclasses.replace(ranking, reason=f"{reason}; {note}")
+
+
 def _baseline(results: Sequence[CandidateResult], chosen: CandidateResult, search: Search) -> Baseline | None:
     pool = [
         c
@@ -129,7 +155,9 @@ def _baseline(results: Sequence[CandidateResult], chosen: CandidateResult, searc
     ]
     if not pool or chosen.headline is None:
         return None
-    best = min(pool, key=lambda c: search.score(c.headline))  # type: ignore[arg-type]
+    # the one with the rule's evidence (the reference the rounds measured) before a better estimate
+    # from one short screening round
+    best = min(pool, key=lambda c: (not c.headline.sufficient, search.score(c.headline)))  # type: ignore[union-attr,arg-type]
     assert best.headline is not None
     ratio = (
         chosen.headline.estimate / best.headline.estimate

@@ -51,10 +51,17 @@ class CandidateState:
     stopped: str | None = None
     stage: str = "screening"
     cost_s: float = 0.0
+    # what its rounds cost (``schedule.FinalistCost``): one timed call, a round besides its calls
+    # (None: not measured yet), and its screening, the cost of starting its resident worker
+    call_s: float = 0.0
+    overhead_s: float | None = None
+    start_s: float = 0.0
     accurate: bool = False  # verified and within the accuracy budget
     top1_accuracy: float | None = None  # against the class folders, when they give the true classes
     delta_interval: DeltaInterval | None = None  # the accuracy delta's interval over the held-out images
     representative: bool = False  # its precision class's first look: screened whatever the time budget
+    screened_out: bool = False  # not a finalist: one short screening round, a search choice
+    outranked: bool = False  # stopped because its interval separates from the leader's: the rule's claim
 
     @property
     def alive(self) -> bool:

@@ -2,8 +2,10 @@
 round per candidate (each in its own bench worker, judged by the verification subsystem; one
 candidate of every precision class first, ``candidates.screening_order``), then the finalists'
 rounds: interleaved until every finalist has the rule's evidence (``ranking.MIN_ROUNDS``) and the
-leader's interval separates from the others', or the time budget ends. Candidates stopped on the
-way say why. The progress events a bar shows come from here too.
+leader's interval separates from the others', or the time budget ends. The finalists' minimum
+evidence is reserved before anything optional is screened, and each round is sized from the
+finalists' measured costs (``schedule``). Candidates stopped on the way say why. The progress
+events a bar shows come from here too.
 
 Timing is bench's (``bench.runner.measure_isolated``); verdicts are verify's (``judge_run``). What
 was measured is ranked in ``answer``; ``search.optimize`` drives it all and handles Ctrl-C.
@@ -26,21 +28,27 @@ from deploykit.optimize.accuracy import DeltaInterval, min_images, share_interva
 from deploykit.optimize.accuracy import bootstrap_interval as bootstrap_delta
 from deploykit.optimize.candidates import SCREEN_DURATION_S, WARMUP, CandidateState, link_folder, users_paths
 from deploykit.optimize.manifest import WAIT_OPTION
-from deploykit.optimize.ranking import MIN_BLOCKS, MIN_ROUNDS, Interval, bootstrap_interval
+from deploykit.optimize.ranking import Interval, bootstrap_interval, precision_rank
 from deploykit.optimize.results import RoundResult
+from deploykit.optimize.schedule import (
+    MAX_ROUNDS,
+    MIN_CALLS,
+    FinalistCost,
+    RoundPlan,
+    minimum_evidence_s,
+    plan_round,
+    round_overhead_s,
+)
 from deploykit.verify.verdict import OracleInfo
 from deploykit.workers import ResidentWorker
 
-MAX_ROUNDS = 12
-# How far past the time budget the precision classes' first looks may run (a share of the budget):
-# quantizing cannot starve them, and a device too busy to screen them all still ends.
+# How far past the time budget the precision classes' first looks and the finalists' minimum evidence
+# may run (a share of the budget): quantizing cannot starve them, and a device too busy still ends.
 SCREEN_GRACE = 0.25
 ROUNDS_SHARE = 0.4  # of the time budget: the thread and batch variants' screening stops before it
 SCREEN_GRACE_MIN_S = 30.0  # ... and at least this long, for budgets too short to screen one class each
 FINALISTS = 4  # the closest screening estimates that get rounds (and the reference, for the speedup)
 CLOSE = 1.10  # a screening estimate within this factor of the leader's is close enough to be simpler
-ROUND_DURATION_S = 0.6
-MIN_CALLS = MIN_BLOCKS * 3  # a round's blocks have at least 3 calls each (``bench.measure.blocks_of``)
 WORKER_TIMEOUT_S = 600.0
 
 
@@ -204,12 +212,11 @@ class Search:
         self.on_progress(SearchProgress(stage, done, total, alive, len(self.states), label, best, value, left))
 
     # --- measuring -------------------------------------------------------------------------
-    def _measure(self, state: CandidateState, *, screening: bool) -> Row | None:
+    def _measure(self, state: CandidateState, *, screening: bool, duration_s: float = SCREEN_DURATION_S) -> Row | None:
         from deploykit.bench.runner import measure_isolated, measure_resident
 
-        duration = SCREEN_DURATION_S if screening else ROUND_DURATION_S
         # at least MIN_CALLS calls, so that even a slow model's round has the rule's MIN_BLOCKS blocks
-        config = dataclasses.replace(state.config, duration_s=duration, iterations=MIN_CALLS, warmup=WARMUP)
+        config = dataclasses.replace(state.config, duration_s=duration_s, iterations=MIN_CALLS, warmup=WARMUP)
         self.measurements += 1
         outputs = self.scratch / f"outputs-{self.measurements}.npz"
         began = time.perf_counter()
@@ -220,6 +227,7 @@ class Search:
             )
         else:  # the rounds: the candidate's resident worker, its session open since its first round
             worker = self.residents.get(state.label)
+            started = worker is not None
             if worker is None:
                 worker = self.residents[state.label] = ResidentWorker("deploykit.bench.worker", state.label)
             row = measure_resident(worker, state.path, config, self._input_for(config.batch), outputs, self.timeout_s)
@@ -229,6 +237,11 @@ class Search:
         if not row.ok or row.latency is None:
             state.stopped = f"did not run: {_short(row.error)}"
             return None
+        state.call_s = row.latency.mean_ms / 1e3
+        if screening:  # a fresh process, import, load and round: what starting its resident worker costs
+            state.start_s = state.cost_s
+        elif started:  # a round in a running worker: its cost besides the timed calls
+            state.overhead_s = max(0.0, state.cost_s - state.call_s * row.latency.count)
         state.session = row.session
         state.rounds.append(
             RoundResult(
@@ -331,7 +344,9 @@ class Search:
         """Every candidate once, with the held-out images, in ``screening_order``: one candidate of
         every precision class first (screened even past the time budget, by up to ``SCREEN_GRACE``
         of it, so quantizing cannot starve them), then the thread and batch variants while the
-        budget lasts."""
+        budget lasts. Each leaves the finalists their minimum evidence (``reserve_s``, from what
+        screening measured; a reduced-precision class only the core finalists'): screened in the time
+        the finalists' rounds needed, it would only end the search inconclusive (``_no_time_to_screen``)."""
         total = len(self.states)
         exact = [s for s in self.states if s.exact]
         if not exact:
@@ -344,28 +359,43 @@ class Search:
         # are counted in the time budget but cannot eat it
         self.grace_deadline = max(self.deadline, time.perf_counter()) + self.grace_s
         for index, state in enumerate(self.states):
-            now = time.perf_counter()
-            if state.representative and now > self.grace_deadline and index > 0:  # the reference always runs
-                state.stopped = (
-                    "over the time budget before its screening round, past the allowance the precision classes "
-                    f"have after it ({SCREEN_GRACE:.0%} of it, at least {SCREEN_GRACE_MIN_S:.0f} s)"
-                )
-                self._check_reference(exact)
-                continue
-            if now > self.variants_deadline and not state.representative:
-                first = next(
-                    s.label for s in self.states if s.representative and s.precision_class == state.precision_class
-                )
-                state.stopped = (
-                    f"over the screening share of the time budget (the last {ROUNDS_SHARE:.0%} is the finalists') "
-                    f"before its screening round; its precision class was screened as {first}"
-                )
+            stop = None if index == 0 else self._no_time_to_screen(state)  # the reference always runs
+            if stop is not None:
+                state.stopped = stop
                 self._check_reference(exact)
                 continue
             self.report("screening", index, total, state.label)
             self._measure(state, screening=True)
             self._check_reference(exact)
         self.report("screening", total, total)
+
+    def _no_time_to_screen(self, state: CandidateState) -> str | None:
+        """Why ``state`` is not screened, or None. Its screening round (as long as the typical one so
+        far) and then the finalists' minimum evidence (``reserve_s``) must fit: for a reduced-precision
+        class (the biggest levers), the precision classes' allowance past the budget less the core
+        finalists' minimum; for an f32 class of another backend, that allowance less all finalists'
+        minimum; for a thread or batch variant, the budget itself less all finalists' minimum, and
+        only before the finalists' share of the budget."""
+        screened = [s.start_s for s in self.states if s.rounds]
+        now, next_s = time.perf_counter(), float(np.median(screened)) if screened else 0.0
+        reduced = state.representative and precision_rank(state.config.precision) > 0
+        reserve = self.reserve_s(core=reduced)
+        whose = "the core finalists'" if reduced else "the finalists'"
+        needs = f"its round (about {next_s:.1f} s) and {whose} minimum evidence ({reserve:.1f} s)"
+        if state.representative:
+            if now + next_s + reserve <= self.grace_deadline:
+                return None
+            return (
+                "over the time budget before its screening round: the allowance the precision classes have past it "
+                f"({SCREEN_GRACE:.0%} of it, at least {SCREEN_GRACE_MIN_S:.0f} s) has no room for {needs}"
+            )
+        if now <= self.variants_deadline and now + next_s + reserve <= self.deadline:
+            return None
+        first = next(s.label for s in self.states if s.representative and s.precision_class == state.precision_class)
+        return (
+            f"over the screening share of the time budget (the last {ROUNDS_SHARE:.0%} is the finalists', and it "
+            f"must hold {needs}) before its screening round; its precision class was screened as {first}"
+        )
 
     def _check_reference(self, exact: Sequence[CandidateState]) -> None:
         """No f32 configuration of the float model gives the right answer: nothing else can be judged."""
@@ -386,39 +416,67 @@ class Search:
     def score(self, interval: Interval) -> float:
         return -interval.estimate if self.scenario == "offline" else interval.estimate
 
-    def reference(self) -> CandidateState | None:
-        """The default backend's best float f32 candidate: the speedup's baseline."""
+    def reference(self, among: Sequence[CandidateState] | None = None) -> CandidateState | None:
+        """The default backend's best float f32 candidate (of ``among``, default every candidate):
+        the speedup's baseline."""
         from deploykit.backends.registry import DEFAULT_BACKEND
 
         pool = [
             s
-            for s in self.states
+            for s in (self.states if among is None else among)
             if s.exact and s.rounds and s.config.backend == DEFAULT_BACKEND and s.accurate
             and s.config.options.get(WAIT_OPTION) is not False
         ]  # fmt: skip
         return min(pool, key=lambda s: self.score(self.intervals([s])[s.label]), default=None)
 
-    def _shortlist(self) -> None:
-        """After screening: the ``FINALISTS`` best estimates, the simplest candidate within ``CLOSE``
-        of the leader and the reference get rounds; the rest stop (a search choice on one short
-        block, not a claim that they are slower)."""
-        alive = self.admissible()
+    def _finalists(self, alive: Sequence[CandidateState], *, core: bool = False) -> list[CandidateState]:
+        """Who gets rounds: the ``FINALISTS`` best screening estimates, the simplest candidate within
+        ``CLOSE`` of the leader and the reference (the speedup's baseline), best first; ``core``: only
+        the leader, that simplest candidate and the reference, what a decision cannot do without."""
         if not alive:
-            return
+            return []
         intervals = self.intervals(alive)
-        alive.sort(key=lambda s: self.score(intervals[s.label]))
-        leader = alive[0]
-        lead = intervals[leader.label].estimate
-        unit = "samples/s" if self.scenario == "offline" else "ms"
+        ranked = sorted(alive, key=lambda s: self.score(intervals[s.label]))
+        lead = intervals[ranked[0].label].estimate
 
         def close(state: CandidateState) -> bool:
             mine = intervals[state.label].estimate
             return mine >= lead / CLOSE if self.scenario == "offline" else mine <= lead * CLOSE
 
-        simplest = min((s for s in alive if close(s)), key=lambda s: s.entry().simplicity)
-        keep = {id(s) for s in alive[:FINALISTS]} | {id(simplest)} | {id(s) for s in [self.reference()] if s}
+        simplest = min((s for s in ranked if close(s)), key=lambda s: s.entry().simplicity)
+        best = ranked[: 1 if core else FINALISTS]
+        keep = {id(s) for s in best} | {id(simplest)} | {id(s) for s in [self.reference()] if s}
+        return [s for s in ranked if id(s) in keep]
+
+    def _cost(self, state: CandidateState) -> FinalistCost:
+        """What the candidate's next rounds cost, from its measurements (``schedule.FinalistCost``)."""
+        from deploykit.bench.worker import SETTLE_S
+
+        overhead = state.overhead_s
+        if overhead is None:  # no round in a running worker yet: its warm-up, settle and exchange
+            overhead = round_overhead_s(state.call_s, WARMUP, SETTLE_S)
+        start = 0.0 if state.label in self.residents else state.start_s
+        return FinalistCost(state.label, state.call_s, overhead, start, len(state.rounds))
+
+    def reserve_s(self, *, core: bool = False) -> float:
+        """The finalists' (``core``: the core finalists') minimum evidence as screening stands so far:
+        the least time screening must leave them."""
+        return minimum_evidence_s([self._cost(s) for s in self._finalists(self.admissible(), core=core)])
+
+    def _shortlist(self) -> None:
+        """After screening: the finalists (``_finalists``) get rounds; the rest stop (a search
+        choice on one short block, not a claim that they are slower)."""
+        alive = self.admissible()
+        if not alive:
+            return
+        intervals = self.intervals(alive)
+        finalists = self._finalists(alive)
+        leader, lead = finalists[0], intervals[finalists[0].label].estimate
+        unit = "samples/s" if self.scenario == "offline" else "ms"
+        keep = {id(s) for s in finalists}
         for state in alive:
             if id(state) not in keep:
+                state.screened_out = True
                 state.stopped = (
                     f"not a finalist: screening estimate {intervals[state.label].estimate:.4g} {unit} against "
                     f"{leader.label}'s {lead:.4g} {unit} (one short round: a search choice, not a claim of speed)"
@@ -437,6 +495,7 @@ class Search:
         for state in alive[1:]:
             mine = intervals[state.label]
             if mine.separated_from(lead):
+                state.outranked = True
                 state.stopped = (
                     f"slower than {leader.label}: {mine.describe(unit)} vs {lead.describe(unit)} (intervals "
                     f"separate; {mine.evidence()} vs {lead.evidence()})"
@@ -447,30 +506,34 @@ class Search:
         """One finalist left with the rule's evidence: nothing more to measure."""
         return len(alive) <= 1 and all(i.sufficient for i in self.intervals(alive).values())
 
-    def _fit_budget(self, alive: list[CandidateState], stage: str) -> list[CandidateState]:
-        """The candidates whose next round fits the time left (each costs what its last one did):
-        the slowest stop first, never the leader or the simplest candidate tied with it; if even
-        those two do not fit, none is measured again."""
+    def _fit_budget(self, alive: list[CandidateState], stage: str) -> tuple[list[CandidateState], RoundPlan | None]:
+        """The candidates whose next round fits and the round's plan (``schedule.plan_round``, from
+        their measured costs): the time budget left sizes the round, and while a finalist is short of
+        the rule's minimum evidence the allowance past the budget (``SCREEN_GRACE``) may pay for it.
+        The slowest stop first until it fits, never the leader, the simplest candidate tied with it or
+        the reference (the speedup's baseline); if even they do not fit, none is measured again."""
         intervals = self.intervals(alive)
         ranked = sorted(alive, key=lambda s: self.score(intervals[s.label]))
         lead = intervals[ranked[0].label]
         tied = [s for s in ranked if not intervals[s.label].separated_from(lead)]
         keep = {ranked[0].label, min(tied, key=lambda s: s.entry().simplicity).label}
-        left = self.deadline - time.perf_counter()
-        for state in list(reversed(ranked)):
-            if sum(s.cost_s for s in ranked) <= left or len(ranked) <= 2:
-                break
-            if state.label in keep:
-                continue
-            state.stopped = f"over the time budget: no time for another round after {stage}"
-            state.stage = stage
-            ranked.remove(state)
-        return ranked if sum(s.cost_s for s in ranked) <= left else []
+        keep |= {s.label for s in [self.reference(ranked)] if s is not None}  # the one in the rounds
+        now = time.perf_counter()
+        while True:
+            plan = plan_round([self._cost(s) for s in ranked], self.deadline - now, self.grace_deadline - now)
+            if plan is not None:
+                return ranked, plan
+            slowest = next((s for s in reversed(ranked) if s.label not in keep), None)
+            if slowest is None:
+                return [], None
+            slowest.stopped = f"over the time budget: no time for another round after {stage}"
+            slowest.stage = stage
+            ranked.remove(slowest)
 
     def halve(self) -> None:
         """The finalists' rounds, interleaved (a rotated order each round), until one finalist is
-        left with the rule's evidence, ``MAX_ROUNDS`` are done or the next round would overrun the
-        time budget (then the decision may be inconclusive, and says so)."""
+        left with the rule's evidence, ``MAX_ROUNDS`` are done or the next round does not fit
+        (``_fit_budget``: then the decision may be inconclusive, and says so)."""
         self._shortlist()
         try:
             self._rounds()
@@ -484,16 +547,15 @@ class Search:
             alive = [s for s in self.states if s.alive and s.rounds]
             if not alive or self._decided(alive):
                 return
-            alive = self._fit_budget(alive, f"round {number - 1}")
-            if not alive:
+            alive, plan = self._fit_budget(alive, f"round {number - 1}")
+            if plan is None:
                 return
             stage = f"round {number}"
             order = alive[number % len(alive) :] + alive[: number % len(alive)]
             for index, state in enumerate(order):
                 self.report(stage, index, len(order), state.label)
-                self._measure(state, screening=False)
+                self._measure(state, screening=False, duration_s=plan.duration_s)
                 if not state.alive:
                     state.stage = stage
             self.report(stage, len(order), len(order))
-            if number >= MIN_ROUNDS:
-                self._cull(stage)
+            self._cull(stage)

@@ -560,6 +560,8 @@ def test_the_recommendation_uses_the_ranking_rule(isolated_result):
     assert ranked is not None and ranked.decision == "inconclusive" and ranked.leader == other.label
     assert judging.best(report) is f32 and "insufficient evidence" in judging.recommend(report).why
     assert "1 round, 10 blocks" in judging.recommend(report).why
+    # bench's default of one round can never satisfy the rule: the recommendation says what would
+    assert "1 round per configuration can never call one faster: pass --rounds 5" in judging.recommend(report).why
     assert judging.ranking(report).rule == DECISION_RULE
     assert BenchmarkReport.from_dict(report.to_dict()).rows[1].blocks == other.blocks
     assert len(isolated_result.rows[0].blocks) == 6  # 20 timed runs → 6 blocks of at least 3
@@ -651,6 +653,7 @@ def test_rounds_give_the_rule_its_evidence(catalog_paths):
     ranked = judging.ranking(report)
     assert ranked is not None and all(i.sufficient for i in ranked.intervals.values())
     assert f"{MIN_ROUNDS} rounds" in judging.recommend(report).why or ranked.decision != "faster"
+    assert "--rounds" not in judging.recommend(report).why  # the rounds asked for could give the evidence
     assert BenchmarkReport.from_dict(report.to_dict()).rows[0].rounds == report.rows[0].rounds
     with pytest.raises(UsageError, match=r"--rounds 0 \| expected 1 or more"):
         deploykit.BenchPlan(rounds=0)

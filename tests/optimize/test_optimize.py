@@ -344,9 +344,31 @@ def test_mobilenet_v2_end_to_end_under_a_background_load(mobilenet, photos, tmp_
     int8 = [c for c in report.candidates if c.variant == "int8-ort"]
     stopped = ("did not run", "over the screening share of the time budget", "over the time budget before its")
     assert int8 and all(c.verdict is not None or c.reason.startswith(stopped) for c in int8)
+    _assert_evidence_behind_the_decision(report)
     with deploykit.Classifier(output) as classifier, deploykit.Classifier(mobilenet) as reference:
         assert classifier.labels == reference.labels and len(classifier.labels) == 1000
         assert classifier(photos / "dog.jpg", top_k=1)[0].label == reference(photos / "dog.jpg", top_k=1)[0].label
+
+
+def _assert_evidence_behind_the_decision(report: OptimizeReport) -> None:
+    """ "faster" rests on the rule's evidence for every side it was compared with (the f32 baseline of
+    the speedup included), anything less says inconclusive in words, and a choice made after
+    screening left others out says so rather than calling itself the only candidate."""
+    decision = report.decision
+    if decision.decision == "faster":
+        assert len(decision.order) >= 2, decision.reason
+        for label in decision.order:
+            interval = decision.intervals[label]
+            assert interval.rounds >= MIN_ROUNDS and interval.fewest_blocks >= MIN_BLOCKS, (label, interval)
+        assert report.baseline is not None
+        baseline = report.candidate(report.baseline.label)
+        assert baseline is not None and baseline.headline is not None and baseline.headline.sufficient
+    elif decision.decision == "inconclusive":
+        assert "insufficient evidence" in decision.reason and f"{MIN_ROUNDS} rounds" in decision.reason
+    measured = sum(1 for c in report.candidates if c.rounds)
+    assert measured == 1 or "the only candidate" not in decision.reason, decision.reason
+    if any(c.reason.startswith("not a finalist") for c in report.candidates):
+        assert "screened out after one short round" in decision.reason, decision.reason
 
 
 def test_a_verified_model_is_not_hashed_again_until_it_changes(searched, tmp_path):
