@@ -23,8 +23,9 @@ def backend_rows() -> list[dict[str, Any]]:
             backend = get_backend(name)
         except DeployKitError as exc:  # a plug-in that cannot load is one row, never the whole listing
             empty: dict[str, Any] = {"aliases": [], "version": None, "devices": [], "unavailable_devices": {}}
-            rows.append({"name": name, **empty, "available": False, "reason": str(exc), "options": {},
-                         "option_schema": {}})  # fmt: skip
+            rows.append(
+                {"name": name, **empty, "available": False, "reason": str(exc), "options": {}, "option_schema": {}}
+            )
             continue
         reason = backend.unavailable_reason()
         row: dict[str, Any] = {
@@ -109,8 +110,15 @@ def _check(as_json: bool) -> None:
             ran = row.ran or "-"
             ran_cell = ran if ran == row.precision else f"[red]{ran}[/]"
             colour = "green" if row.status == "pass" else "red"
-            table.add_row(row.backend, row.device, ", ".join(row.claimed), row.precision, ran_cell,
-                          f"[{colour}]{row.status}[/]", escape(row.reason))  # fmt: skip
+            table.add_row(
+                row.backend,
+                row.device,
+                ", ".join(row.claimed),
+                row.precision,
+                ran_cell,
+                f"[{colour}]{row.status}[/]",
+                escape(row.reason),
+            )
         console.print(table)
         for note in report.notes:
             console.print(f"note: {escape(note)}", soft_wrap=True)

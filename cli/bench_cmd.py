@@ -114,13 +114,25 @@ def bench(
         from deploykit.optimize.bundle import elsewhere_message, read_bundle
 
         bundle = read_bundle(model)
-        asked = [name for name, value in (("--backend", backends), ("--threads", threads), ("--batch", batch),
-                                          ("--precision", precision), ("--fleet", fleet),
-                                          ("--pipeline", pipeline), ("--platform", platform)) if value]  # fmt: skip
+        asked = [
+            name
+            for name, value in (
+                ("--backend", backends),
+                ("--threads", threads),
+                ("--batch", batch),
+                ("--precision", precision),
+                ("--fleet", fleet),
+                ("--pipeline", pipeline),
+                ("--platform", platform),
+            )
+            if value
+        ]
         if asked:
-            raise UsageError(f"bench '{model}' | a bundle is benchmarked in the configuration it chose; "
-                             f"{', '.join(asked)} would change it.",
-                             hint=f"bench '{bundle.model_path}' itself to try other settings.")  # fmt: skip
+            raise UsageError(
+                f"bench '{model}' | a bundle is benchmarked in the configuration it chose; "
+                f"{', '.join(asked)} would change it.",
+                hint=f"bench '{bundle.model_path}' itself to try other settings.",
+            )
         manifest = bundle.manifest
         if bundle.model_path.suffix.lower() != ".onnx":
             raise UsageError(
@@ -138,8 +150,10 @@ def bench(
         batch, precision = str(manifest.batch), str(manifest.options.get("precision") or manifest.precision or "")
         options = [*options, *(f"{k}={v}" for k, v in manifest.options.items() if k not in ("threads", "precision"))]
     elif recheck:
-        raise UsageError("--recheck | compares a bundle's recorded choice with this machine; the model is a file.",
-                         hint="pass the bundle folder: deploykit bench deploy/ --recheck.")  # fmt: skip
+        raise UsageError(
+            "--recheck | compares a bundle's recorded choice with this machine; the model is a file.",
+            hint="pass the bundle folder: deploykit bench deploy/ --recheck.",
+        )
 
     if report_dir is not None:  # before any work: a report that cannot be written would lose the run
         check_report_dir(report_dir, inputs=[model, *([inputs] if inputs else [])])
@@ -196,10 +210,17 @@ def bench(
         targets = [p.name for p in chosen if p.emulated]
         if targets:  # verified like compare; one pass timed, shown apart, never ranked
             verify_settings = VerifySettings(
-                oracle=plan.oracle, precision=plan.precision, shapes=plan.shapes, batch_axes=plan.batch_axes,
-                seed=plan.seed, thresholds=plan.thresholds, options=plan.options, timeout_s=plan.timeout_s,
-                platforms=",".join(targets), oracle_memory_bytes=plan.oracle_memory_bytes,
-            )  # fmt: skip
+                oracle=plan.oracle,
+                precision=plan.precision,
+                shapes=plan.shapes,
+                batch_axes=plan.batch_axes,
+                seed=plan.seed,
+                thresholds=plan.thresholds,
+                options=plan.options,
+                timeout_s=plan.timeout_s,
+                platforms=",".join(targets),
+                oracle_memory_bytes=plan.oracle_memory_bytes,
+            )
             emulated = compare(model, list(plan.backends or []) or None, verify_settings, inputs=inputs)
         if all(p.emulated for p in chosen):
             assert emulated is not None
@@ -209,8 +230,10 @@ def bench(
                 print_emulated(emulated)
             bad = emulated.exit_code()
             if bad and not allow_failures:
-                err_console.print("error: a configuration failed or did not verify. Hint: see the table; "
-                                  "--allow-failures exits 0 anyway.")  # fmt: skip
+                err_console.print(
+                    "error: a configuration failed or did not verify. Hint: see the table; "
+                    "--allow-failures exits 0 anyway."
+                )
                 raise typer.Exit(1)
             return
     if scenario == "offline" and batch in (None, "1"):
@@ -248,17 +271,26 @@ def _recheck(result: BenchmarkReport, bundle: Any) -> None:
     interval = Interval.from_dict(recorded)
     now = row.latency.p50_ms
     if not interval.sufficient or interval.low is None or interval.high is None:
-        console.print(f"recheck: p50 {now:.4g} ms here; the bundle recorded {interval.describe('ms')}, no interval "
-                      "to compare with; run deploykit optimize again for one")  # fmt: skip
+        console.print(
+            f"recheck: p50 {now:.4g} ms here; the bundle recorded {interval.describe('ms')}, no interval "
+            "to compare with; run deploykit optimize again for one"
+        )
         return
     where = "inside" if interval.low <= now <= interval.high else ("below" if now < interval.low else "above")
-    console.print(f"recheck: p50 {now:.4g} ms here ({row.latency.count} calls, 1 round); the bundle recorded "
-                  f"{interval.describe('ms')} over {interval.evidence()}: {where} its interval"
-                  + ("" if where == "inside" else "; run deploykit optimize again here to re-rank"))  # fmt: skip
+    console.print(
+        f"recheck: p50 {now:.4g} ms here ({row.latency.count} calls, 1 round); the bundle recorded "
+        f"{interval.describe('ms')} over {interval.evidence()}: {where} its interval"
+        + ("" if where == "inside" else "; run deploykit optimize again here to re-rank")
+    )
 
 
-def _show(result: BenchmarkReport, as_json: bool, report_dir: Path | None, allow_failures: bool = False,
-          emulated: VerificationReport | None = None) -> None:  # fmt: skip
+def _show(
+    result: BenchmarkReport,
+    as_json: bool,
+    report_dir: Path | None,
+    allow_failures: bool = False,
+    emulated: VerificationReport | None = None,
+) -> None:
     if as_json:
         print_json(result.to_dict() | ({"emulated": emulated.to_dict()} if emulated else {}))
     else:

@@ -44,8 +44,10 @@ def add(name: str = typer.Argument(..., help="litert (onnx2tf + TensorFlow: ONNX
     if environment.state() == "ready":
         console.print(f"{escape(environment.name)} is ready ({escape(str(environment.directory))})")
         return
-    err_console.print(f"creating {escape(environment.name)} in {escape(str(environment.directory))} "
-                      f"from {escape(environment.pins.name)} ...")  # fmt: skip
+    err_console.print(
+        f"creating {escape(environment.name)} in {escape(str(environment.directory))} "
+        f"from {escape(environment.pins.name)} ..."
+    )
     seconds = create(environment)
     console.print(f"{escape(environment.name)} ready in {seconds:.0f} s ({escape(str(environment.directory))})")
 

@@ -151,16 +151,19 @@ def _detect_everywhere(model: Path, photos: list[Path], output: Path) -> list[st
         if not results:
             continue
         reference_name, reference = next(iter(results.items()))
-        console.print(f"  {photo.name}: " + ", ".join(
-            f"{d.label} {d.score:.2f} [{', '.join(f'{v:.0f}' for v in d.xyxy)}]" for d in reference
-        ))  # fmt: skip
+        console.print(
+            f"  {photo.name}: "
+            + ", ".join(f"{d.label} {d.score:.2f} [{', '.join(f'{v:.0f}' for v in d.xyxy)}]" for d in reference)
+        )
         for name, detections in results.items():
             differences = unmatched_detections(detections, reference)
             if differences:
                 problems.append(f"{name} on {photo.name}: {', '.join(differences)} (vs {reference_name})")
         agreed = [name for name in results if not unmatched_detections(results[name], reference)]
-        console.print(f"    {', '.join(agreed)} find the same {len(reference)} objects (f32; matched at IoU ≥ "
-                      f"{MATCH_IOU} with the same class)")  # fmt: skip
+        console.print(
+            f"    {', '.join(agreed)} find the same {len(reference)} objects (f32; matched at IoU ≥ "
+            f"{MATCH_IOU} with the same class)"
+        )
         drawn.append((image, reference))
     if not drawn:
         return problems
@@ -215,9 +218,11 @@ def demo(
     else:
         try:
             report = build(recipe, classifier_path)
-            console.print(f"  wrote {classifier_path.name}: {report.parameter_count:,} parameters, {report.exporter} "
-                          f"exporter, opset {report.opset}, export {report.export_seconds:.1f} s; against PyTorch: "
-                          f"{_verdict_line(report)}")  # fmt: skip
+            console.print(
+                f"  wrote {classifier_path.name}: {report.parameter_count:,} parameters, {report.exporter} "
+                f"exporter, opset {report.opset}, export {report.export_seconds:.1f} s; against PyTorch: "
+                f"{_verdict_line(report)}"
+            )
             models.append(classifier_path)
         except DeployKitError as exc:
             _skip(str(exc))
@@ -231,17 +236,22 @@ def demo(
             continue
         path = workdir / f"{name}.onnx"
         try:  # without Darknet or a C compiler, auto: the verdict says unverified and why
-            report = build(yolo, path, darknet_oracle="darknet" if name == LIBDARKNET_MODEL
-                           and darknet_unavailable() is None else "auto")  # fmt: skip
+            report = build(
+                yolo,
+                path,
+                darknet_oracle="darknet" if name == LIBDARKNET_MODEL and darknet_unavailable() is None else "auto",
+            )
         except DeployKitError as exc:
             problems.append(f"{name}: {exc}")
             console.print(f"  [red]{name} failed[/]: {escape(str(exc))}")
             continue
         weights = yolo.checked_weights()
         verdict, sentence = darknet_verdict(report)
-        console.print(f"  wrote {path.name}: {report.parameter_count:,} parameters from {yolo.weights_package}'s "
-                      f"{weights.name} in {report.export_seconds:.2f} s; {_verdict_markup(verdict)}: "
-                      f"{escape(sentence)}")  # fmt: skip
+        console.print(
+            f"  wrote {path.name}: {report.parameter_count:,} parameters from {yolo.weights_package}'s "
+            f"{weights.name} in {report.export_seconds:.2f} s; {_verdict_markup(verdict)}: "
+            f"{escape(sentence)}"
+        )
         if verdict == "fail":
             problems.append(f"{name}: {sentence}")
         if path == detector_path:
@@ -274,8 +284,10 @@ def demo(
     results = []
     photo_folder = DARKNET_DATA if (DARKNET_DATA / "dog.jpg").is_file() else None
     if photo_folder is None:
-        console.print("  [yellow]note[/]: no photos (apt-get install darknet): reduced precision is judged by "
-                      "cosine/SNR only, without the task metric")  # fmt: skip
+        console.print(
+            "  [yellow]note[/]: no photos (apt-get install darknet): reduced precision is judged by "
+            "cosine/SNR only, without the task metric"
+        )
     for model in models:
         console.print(f"  {model.name} …")
         plan = BenchPlan(iterations=iterations, warmup=3, precision="f32,bf16", rounds=DEMO_ROUNDS)
@@ -323,8 +335,11 @@ def _write_report(workdir: Path, results: list[BenchmarkReport]) -> None:
     for result in results:
         recommendation = result.recommendation
         if recommendation:
-            console.print(f"  {Path(result.model.path).name}: {recommendation.label} — "
-                          f"{recommendation.why} → {recommendation.python}", soft_wrap=True)  # fmt: skip
+            console.print(
+                f"  {Path(result.model.path).name}: {recommendation.label} — "
+                f"{recommendation.why} → {recommendation.python}",
+                soft_wrap=True,
+            )
     console.print(f"  report: {report_dir / 'report.html'} (JSON and Markdown beside it)")
 
 
@@ -373,7 +388,10 @@ def _optimize_all(models: list[Path], workdir: Path, budget: float) -> list[str]
         best = report.best
         speed = f", {report.baseline.speedup:.2f}× ONNX Runtime f32" if report.baseline else ""
         delta = f", {report.metric} delta {best.accuracy_delta:.2%}" if best.accuracy_delta is not None else ""
-        console.print(f"  {model.name}: [bold]{escape(best.label)}[/]{speed}{delta} ({len(report.candidates)} "
-                      f"candidates in {report.elapsed_s:.0f} s) → {output}/", soft_wrap=True)  # fmt: skip
+        console.print(
+            f"  {model.name}: [bold]{escape(best.label)}[/]{speed}{delta} ({len(report.candidates)} "
+            f"candidates in {report.elapsed_s:.0f} s) → {output}/",
+            soft_wrap=True,
+        )
         console.print(f"    why: {escape(report.decision.reason)}", soft_wrap=True)
     return problems

@@ -54,9 +54,20 @@ def source_text(source: Path) -> str:
 
 
 def predict_dataset(
-    model: Path, source: Path, out: str | None, *, task: str, engine: str, address: str | None, actors: int | None,
-    cpus_per_actor: float | None, backend: str | None, device: str | None, top_k: int, cli_options: dict[str, Any],
-) -> None:  # fmt: skip
+    model: Path,
+    source: Path,
+    out: str | None,
+    *,
+    task: str,
+    engine: str,
+    address: str | None,
+    actors: int | None,
+    cpus_per_actor: float | None,
+    backend: str | None,
+    device: str | None,
+    top_k: int,
+    cli_options: dict[str, Any],
+) -> None:
     """``predict`` over a folder or bucket: rows into ``out``, a progress bar, a summary line."""
     from deploykit.distributed import Execution, PredictSettings, predict
 
@@ -89,9 +100,14 @@ def predict_dataset(
 
 
 def bench_fleet(
-    model: Path, address: str, devices: str | None, device_timeout_s: float, plan: BenchPlan,
-    report_dir: Path | None, as_json: bool,
-) -> None:  # fmt: skip
+    model: Path,
+    address: str,
+    devices: str | None,
+    device_timeout_s: float,
+    plan: BenchPlan,
+    report_dir: Path | None,
+    as_json: bool,
+) -> None:
     """``bench --fleet``: one bench per device node, the merged table, the per-device recommendations."""
     from deploykit.distributed import fleet_benchmark
 
@@ -139,8 +155,10 @@ def join(
 
     name = name or device_name()
     if not name or any(c in name for c in " ,:\"'{}"):
-        raise UsageError(f"device name '{name}' | must be non-empty, without spaces, commas, colons or quotes.",
-                         hint="e.g. --name jetson-orin.")  # fmt: skip
+        raise UsageError(
+            f"device name '{name}' | must be non-empty, without spaces, commas, colons or quotes.",
+            hint="e.g. --name jetson-orin.",
+        )
     ray_cli = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
     resources = json.dumps({f"{DEVICE_RESOURCE_PREFIX}{name}": 1})
     command = [ray_cli or "ray", "start", "--address", address, "--resources", resources]

@@ -213,8 +213,11 @@ def _interrupt(signum: int, frame: object) -> None:
 def _install_signal_policy() -> None:
     """Ctrl-C raises KeyboardInterrupt (one line and 130 at the top, see ``_Group``); SIGTERM/SIGHUP become
     an exit that unwinds. A signal the caller ignores (nohup, trap '' INT) stays ignored."""
-    for signum, handler in ((signal.SIGINT, _interrupt), (signal.SIGTERM, _exit_on_signal),
-                            (signal.SIGHUP, _exit_on_signal)):  # fmt: skip
+    for signum, handler in (
+        (signal.SIGINT, _interrupt),
+        (signal.SIGTERM, _exit_on_signal),
+        (signal.SIGHUP, _exit_on_signal),
+    ):
         if signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, handler)
 

@@ -41,10 +41,18 @@ def _print_recipes(as_json: bool) -> None:
     from deploykit.recipes import list_recipes
 
     rows = [
-        {"name": r.name, "task": r.task, "source": r.kind, "input": r.input["shape"], "description": r.description,
-         "weights": r.weights_package, "available": r.unavailable_reason() is None, "reason": r.unavailable_reason()}
+        {
+            "name": r.name,
+            "task": r.task,
+            "source": r.kind,
+            "input": r.input["shape"],
+            "description": r.description,
+            "weights": r.weights_package,
+            "available": r.unavailable_reason() is None,
+            "reason": r.unavailable_reason(),
+        }
         for r in list_recipes()
-    ]  # fmt: skip
+    ]
     if as_json:
         print_json(rows)
         return
@@ -53,8 +61,15 @@ def _print_recipes(as_json: bool) -> None:
         table.add_column(column)
     for row in rows:
         status = "[green]ready[/]" if row["available"] else f"[yellow]{escape(str(row['reason']))}[/]"
-        table.add_row(str(row["name"]), str(row["task"]), str(row["source"]), "x".join(map(str, row["input"])),
-                      escape(str(row["description"])), str(row["weights"] or "-"), status)  # fmt: skip
+        table.add_row(
+            str(row["name"]),
+            str(row["task"]),
+            str(row["source"]),
+            "x".join(map(str, row["input"])),
+            escape(str(row["description"])),
+            str(row["weights"] or "-"),
+            status,
+        )
     console.print(table)
 
 
@@ -82,8 +97,15 @@ def build_model(
 
     output = output or Path(f"{name}.onnx")
     with report_destination("models build", report_dir, inputs=[weights], output=output) as report_path:
-        report = build(name, output, weights=weights, random_weights=random_weights,
-                       verify_backends=None if verify_backends is None else [
-                           b.strip() for b in verify_backends.split(",") if b.strip()],
-                       darknet_oracle=check_oracle_choice(oracle), report_path=report_path)  # fmt: skip
+        report = build(
+            name,
+            output,
+            weights=weights,
+            random_weights=random_weights,
+            verify_backends=None
+            if verify_backends is None
+            else [b.strip() for b in verify_backends.split(",") if b.strip()],
+            darknet_oracle=check_oracle_choice(oracle),
+            report_path=report_path,
+        )
     finish(report, report_path)

@@ -28,27 +28,38 @@ def print_optimize_report(report: OptimizeReport, output: Path | None, limit: in
     best = report.best
     config = best.config
     title = "partial (interrupted): " if report.partial else ""
-    console.print(f"[bold]{title}chosen: {best.label}[/] — {config.backend} on {config.device}, "
-                  f"{config.precision}, {config.threads or 'default'} threads, batch {config.batch}, "
-                  f"{best.variant} model")  # fmt: skip
+    console.print(
+        f"[bold]{title}chosen: {best.label}[/] — {config.backend} on {config.device}, "
+        f"{config.precision}, {config.threads or 'default'} threads, batch {config.batch}, "
+        f"{best.variant} model"
+    )
     console.print(f"why: {report.decision.reason}", soft_wrap=True)
     load = BackgroundLoad.from_dict(report.settings.background_load)
-    console.print(f"decision: {report.decision.decision}; evidence {best.evidence()} (rounds / blocks / calls); "
-                  f"measured {load.describe()}", soft_wrap=True)  # fmt: skip
+    console.print(
+        f"decision: {report.decision.decision}; evidence {best.evidence()} (rounds / blocks / calls); "
+        f"measured {load.describe()}",
+        soft_wrap=True,
+    )
     if best.accuracy_delta is not None:
         metric = report.metric if best.verdict is not None and best.verdict.task is not None else "element-wise"
-        console.print(f"accuracy: {metric} delta {best.accuracy_delta:.2%} on {report.settings.accuracy_images} "
-                      f"held-out images (budget {report.settings.max_drop:.2%}); verdict "
-                      f"{best.verdict.label if best.verdict else '-'} against {report.oracle.name}")  # fmt: skip
+        console.print(
+            f"accuracy: {metric} delta {best.accuracy_delta:.2%} on {report.settings.accuracy_images} "
+            f"held-out images (budget {report.settings.max_drop:.2%}); verdict "
+            f"{best.verdict.label if best.verdict else '-'} against {report.oracle.name}"
+        )
     truth = report.ground_truth
     if truth is not None:
         mine = "-" if best.top1_accuracy is None else f"{best.top1_accuracy:.2%}"
         theirs = "-" if truth.reference_top1_accuracy is None else f"{truth.reference_top1_accuracy:.2%}"
-        console.print(f"top-1 accuracy against the class folders: {mine} (f32 oracle {truth.reference} {theirs}) on "
-                      f"{truth.images} held-out images of {len(truth.classes)} classes")  # fmt: skip
+        console.print(
+            f"top-1 accuracy against the class folders: {mine} (f32 oracle {truth.reference} {theirs}) on "
+            f"{truth.images} held-out images of {len(truth.classes)} classes"
+        )
     if report.baseline is not None:
-        console.print(f"speedup: {report.baseline.speedup:.2f}× {report.baseline.label} "
-                      f"({report.baseline.headline.describe(unit)})")  # fmt: skip
+        console.print(
+            f"speedup: {report.baseline.speedup:.2f}× {report.baseline.label} "
+            f"({report.baseline.headline.describe(unit)})"
+        )
     table = Table(title=f"{report.headline} with bootstrap 95% intervals ({len(report.candidates)} candidates)")
     columns = ["candidate", report.headline, "interval", "rounds/blocks/calls", "accuracy Δ", "status"]
     if truth is not None:
@@ -60,9 +71,14 @@ def print_optimize_report(report: OptimizeReport, output: Path | None, limit: in
         delta = "-" if candidate.accuracy_delta is None else f"{candidate.accuracy_delta:.2%}"
         reason = candidate.reason.split(": ")[0] if candidate.reason.startswith("slower") else candidate.reason
         status = candidate.status if candidate.status != "stopped" else f"stopped: {reason[:48]}"
-        cells = [candidate.label, "-" if interval is None else f"{interval.estimate:.4g}",
-                 "-" if interval is None else interval.bounds(),
-                 candidate.evidence(), delta, status]  # fmt: skip
+        cells = [
+            candidate.label,
+            "-" if interval is None else f"{interval.estimate:.4g}",
+            "-" if interval is None else interval.bounds(),
+            candidate.evidence(),
+            delta,
+            status,
+        ]
         if truth is not None:
             cells.insert(5, "-" if candidate.top1_accuracy is None else f"{candidate.top1_accuracy:.2%}")
         table.add_row(*cells)
@@ -75,8 +91,10 @@ def print_optimize_report(report: OptimizeReport, output: Path | None, limit: in
         console.print(f"note: {note}", soft_wrap=True)
     console.print(f"searched in {report.elapsed_s:.0f} s")
     if output is not None:
-        console.print(f"bundle: {output} (open it with deploykit.load({str(output)!r}) or deploykit predict {output}; "
-                      f"{output / 'report.html'} draws the Pareto front)")  # fmt: skip
+        console.print(
+            f"bundle: {output} (open it with deploykit.load({str(output)!r}) or deploykit predict {output}; "
+            f"{output / 'report.html'} draws the Pareto front)"
+        )
 
 
 def optimize(
@@ -115,8 +133,15 @@ def optimize(
     from deploykit.optimize import OptimizePlan
     from deploykit.optimize import optimize as run_optimize
 
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                   TimeElapsedColumn(), console=err_console, transient=True, disable=as_json)  # fmt: skip
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+        disable=as_json,
+    )
     with bar:
         task = bar.add_task("preparing", total=None)
 

@@ -49,8 +49,9 @@ class Number:
                 number = text
         if number is None:
             return None
-        problem = number_problem(number, low=self.low, high=self.high, low_open=self.low_open,
-                                 high_open=self.high_open, integer=self.integer)  # fmt: skip
+        problem = number_problem(
+            number, low=self.low, high=self.high, low_open=self.low_open, high_open=self.high_open, integer=self.integer
+        )
         if problem:
             raise typer.BadParameter(f"'{value}': {problem}.")
         return int(number) if self.integer else number

@@ -61,8 +61,20 @@ def list_platforms(
         table.add_column(column, overflow="fold")
     for status in statuses:
         runtimes = ", ".join(status.runtimes.values())
-        table.add_row(*(escape(x) for x in (status.name, status.state, status.cpu, status.emulator, status.python,
-                                            runtimes, status.detail)))  # fmt: skip
+        table.add_row(
+            *(
+                escape(x)
+                for x in (
+                    status.name,
+                    status.state,
+                    status.cpu,
+                    status.emulator,
+                    status.python,
+                    runtimes,
+                    status.detail,
+                )
+            )
+        )
     console.print(table)
 
 
@@ -72,8 +84,10 @@ def _emulated(name: str) -> EmulatedPlatform:
 
     platform = get_platform(name)
     if not isinstance(platform, EmulatedPlatform):
-        raise UsageError(f"platform '{name}' | is this machine: nothing to prepare; expected an emulated platform.",
-                         hint="e.g. deploykit platforms add linux/arm64.")  # fmt: skip
+        raise UsageError(
+            f"platform '{name}' | is this machine: nothing to prepare; expected an emulated platform.",
+            hint="e.g. deploykit platforms add linux/arm64.",
+        )
     return platform
 
 
@@ -86,8 +100,10 @@ def add(name: str = typer.Argument(..., help="linux/arm64 or linux/riscv64.")) -
     manifest = platform.prepare(lambda text: err_console.print(escape(text)))
     probe = manifest.get("probe") or {}
     versions = ", ".join((probe.get("backends") or {}).values())
-    console.print(f"{escape(platform.base_name)} ready in {time.perf_counter() - started:.1f} s: "
-                  f"{escape(platform.describe())}; {escape(versions)}")  # fmt: skip
+    console.print(
+        f"{escape(platform.base_name)} ready in {time.perf_counter() - started:.1f} s: "
+        f"{escape(platform.describe())}; {escape(versions)}"
+    )
     for package in manifest["packages"]:
         if not package["exact"]:
             note = package["reason"] or "not installed"
@@ -109,8 +125,10 @@ def print_emulated(report: VerificationReport) -> None:
     marked emulated and in their own table, so nothing ranks them against the host's."""
     from .verify_view import print_details, styled
 
-    table = Table(title="under emulation: one pass in seconds, NOT the board's speed (not ranked; use bench --fleet "
-                  "on the device)")  # fmt: skip
+    table = Table(
+        title="under emulation: one pass in seconds, NOT the board's speed (not ranked; use bench --fleet "
+        "on the device)"
+    )
     for column in ("candidate", "platform", "precision", "verdict", "load s (emulated)", "run s (emulated)"):
         table.add_column(column)
     for verdict in report.verdicts:

@@ -65,8 +65,10 @@ def _recognised_task(name: str, interface: Any) -> str:
     err_console.print(
         f"warning: model '{name}' names no task in its metadata (deploykit.task); running it as '{found.name}', "
         f"recognised from its outputs, is deprecated. Pass --task {found.name}.",
-        soft_wrap=True, markup=False, highlight=False,
-    )  # fmt: skip
+        soft_wrap=True,
+        markup=False,
+        highlight=False,
+    )
     return found.name
 
 
@@ -161,16 +163,26 @@ def predict(
     check_number("--max-frames", max_frames, low=1, integer=True, hint="a positive number of frames, e.g. 100.")
     check_number("--every", every, low=1, integer=True, hint="1 takes every frame, 2 every second one ...")
     kind = _task(model, task)
-    settings = {"labels": labels, "conf": conf, "iou": iou, "agnostic": agnostic, "imagenet": imagenet,
-                "top_k": top_k}  # fmt: skip
+    settings = {"labels": labels, "conf": conf, "iou": iou, "agnostic": agnostic, "imagenet": imagenet, "top_k": top_k}
     json_path = out if out is not None and out.rstrip("/").lower().endswith(".json") else None  # one image's JSON
     if engine != "local" or (out is not None and json_path is None and not out.endswith(".jsonl")):  # rows per image
         from .fleet_cmd import predict_dataset
 
         # a bundle travels whole: deploykit.distributed opens its backend, device, precision and threads
-        predict_dataset(model, _one_path(sources, "--output FOLDER"), out, task=kind, engine=engine,
-                        address=address, actors=actors, cpus_per_actor=cpus_per_actor, backend=backend,
-                        device=device, top_k=top_k, cli_options=settings)  # fmt: skip
+        predict_dataset(
+            model,
+            _one_path(sources, "--output FOLDER"),
+            out,
+            task=kind,
+            engine=engine,
+            address=address,
+            actors=actors,
+            cpus_per_actor=cpus_per_actor,
+            backend=backend,
+            device=device,
+            top_k=top_k,
+            cli_options=settings,
+        )
         return
     from deploykit.tasks.registry import pipeline_task
 
@@ -185,15 +197,25 @@ def predict(
             "give one JSON line per frame.",
             hint="pass -o FILE.jsonl for a file, or --json for stdout.",
         )
-    _predict_stream(model, sources, plugin, backend, device, settings,
-                    StreamOutputs(draw_path, "-" if as_json else out, show_fps),
-                    max_frames=max_frames, every=every, timeout_s=timeout)  # fmt: skip
+    _predict_stream(
+        model,
+        sources,
+        plugin,
+        backend,
+        device,
+        settings,
+        StreamOutputs(draw_path, "-" if as_json else out, show_fps),
+        max_frames=max_frames,
+        every=every,
+        timeout_s=timeout,
+    )
 
 
 def _one_path(sources: list[str], what: str) -> Path:
     if len(sources) != 1:
-        raise UsageError(f"{what} | takes one folder (or URI) of images, got {len(sources)} sources.",
-                         hint="pass one folder.")  # fmt: skip
+        raise UsageError(
+            f"{what} | takes one folder (or URI) of images, got {len(sources)} sources.", hint="pass one folder."
+        )
     return path_in(sources[0])
 
 
@@ -208,9 +230,18 @@ def _one_image(sources: list[str]) -> bool:
 
 
 def _predict_stream(
-    model: Path, sources: list[str], task: type[Task], backend: str | None, device: str | None,
-    settings: dict[str, Any], outputs: StreamOutputs, *, max_frames: int | None, every: int, timeout_s: float,
-) -> None:  # fmt: skip
+    model: Path,
+    sources: list[str],
+    task: type[Task],
+    backend: str | None,
+    device: str | None,
+    settings: dict[str, Any],
+    outputs: StreamOutputs,
+    *,
+    max_frames: int | None,
+    every: int,
+    timeout_s: float,
+) -> None:
     from deploykit.vision.sources import open_sources
 
     if outputs.json_lines not in (None, "-"):
@@ -235,15 +266,24 @@ def _predict_stream(
 
 
 def _predict_image(
-    model: Path, image: Path, task: type[Task], backend: str | None, device: str | None, settings: dict[str, Any],
-    draw_path: Path | None, json_text: str | None, check: bool,
-) -> None:  # fmt: skip
+    model: Path,
+    image: Path,
+    task: type[Task],
+    backend: str | None,
+    device: str | None,
+    settings: dict[str, Any],
+    draw_path: Path | None,
+    json_text: str | None,
+    check: bool,
+) -> None:
     """One image: a table of its results, and the image drawn and the JSON document where asked."""
     json_path = file_out(json_text) if json_text is not None else None
     if draw_path is not None:
         _check_draw_format(draw_path)
-    check_outputs({"--draw": draw_path, "--output": json_path},
-                  inputs={"model": model, "image": image, "--labels": settings["labels"]})  # fmt: skip
+    check_outputs(
+        {"--draw": draw_path, "--output": json_path},
+        inputs={"model": model, "image": image, "--labels": settings["labels"]},
+    )
     with task.open_pipeline(model, backend, device, settings) as pipeline:
         results = pipeline(image, **task.call_options(settings))
         timing = pipeline.last_timing
@@ -251,16 +291,26 @@ def _predict_image(
     if draw_path is not None and task.drawing is not None:
         _draw_image(task, image, results, draw_path)
     elif draw_path is not None:
-        err_console.print(f"warning: --draw | the {task.name} task draws nothing; no image was written.",
-                          soft_wrap=True, markup=False, highlight=False)  # fmt: skip
+        err_console.print(
+            f"warning: --draw | the {task.name} task draws nothing; no image was written.",
+            soft_wrap=True,
+            markup=False,
+            highlight=False,
+        )
     console.print(_table(task.table(results, image.name, settings)))
     if timing is not None:
         console.print(f"pre {timing.pre_ms:.1f} ms, inference {timing.infer_ms:.1f} ms, post {timing.post_ms:.1f} ms")
     verdict = _check(model, image, backend, device) if check else None
     if json_path is not None:
-        payload = {"model": str(model), "image": str(image), "task": task.name, "backend": ran,
-                   "results": task.to_json(results), "timing": timing.to_dict() if timing else None,
-                   "verdict": verdict.to_dict() if verdict else None}  # fmt: skip
+        payload = {
+            "model": str(model),
+            "image": str(image),
+            "task": task.name,
+            "backend": ran,
+            "results": task.to_json(results),
+            "timing": timing.to_dict() if timing else None,
+            "verdict": verdict.to_dict() if verdict else None,
+        }
         with atomic_path(json_path) as temporary:
             temporary.write_text(json.dumps(payload, indent=2))
     if verdict is not None and verdict.blocking:

@@ -57,8 +57,10 @@ def check_draw(draw: Path, sources: list[Any], task: type[Task]) -> str:
     from deploykit.vision.outputs import check_image_folder_output, check_video_output
 
     if task.drawing is None:
-        raise UsageError(f"--draw | draws the results of a task that draws, and the {task.name} task draws none.",
-                         hint="use --json for its results.")  # fmt: skip
+        raise UsageError(
+            f"--draw | draws the results of a task that draws, and the {task.name} task draws none.",
+            hint="use --json for its results.",
+        )
     drawn = _drawn_kind(sources)
     if drawn == "video":
         check_video_output(draw)
@@ -71,24 +73,42 @@ def check_draw(draw: Path, sources: list[Any], task: type[Task]) -> str:
     else:
         for name, path in inputs.items():
             if path.parent.resolve() == draw.resolve():
-                raise UsageError(f"--draw '{draw}' | is the folder {name} '{path}' is read from; drawing there "
-                                 "would overwrite the inputs.", hint="choose another folder.")  # fmt: skip
+                raise UsageError(
+                    f"--draw '{draw}' | is the folder {name} '{path}' is read from; drawing there "
+                    "would overwrite the inputs.",
+                    hint="choose another folder.",
+                )
     return drawn
 
 
 def open_results(
-    path: Path, pipeline: Any, task: type[Task], settings: dict[str, Any], sources: list[str], every: int,
-    opened: list[Any], drawn: str | None,
-) -> Any:  # fmt: skip
+    path: Path,
+    pipeline: Any,
+    task: type[Task],
+    settings: dict[str, Any],
+    sources: list[str],
+    every: int,
+    opened: list[Any],
+    drawn: str | None,
+) -> Any:
     """The -o FILE.jsonl of this run, resumed when a stopped run of the same command left it (see
     ``deploykit.vision.results_file``); refused when it is another run's or not deploykit's."""
     from deploykit.io import file_sha256
     from deploykit.vision.results_file import ResultsFile
 
     info = pipeline.session.info
-    run = {"model": pipeline.model_path.name, "model_sha256": file_sha256(pipeline.model_path), "task": task.name,
-           "backend": info.backend, "device": info.device, "precision": info.precision, "labels": settings["labels"],
-           **{key: settings[key] for key in task.predict_settings}, "every": every, "sources": sources}  # fmt: skip
+    run = {
+        "model": pipeline.model_path.name,
+        "model_sha256": file_sha256(pipeline.model_path),
+        "task": task.name,
+        "backend": info.backend,
+        "device": info.device,
+        "precision": info.precision,
+        "labels": settings["labels"],
+        **{key: settings[key] for key in task.predict_settings},
+        "every": every,
+        "sources": sources,
+    }
     results = ResultsFile(path, run).open()
     if results.resumed and any(source.live for source in opened):
         raise UsageError(
@@ -103,8 +123,12 @@ def open_results(
             hint="drop --draw to finish the JSON lines, or write both to new files.",
         )
     if results.resumed:
-        err_console.print(f"resuming '{path}': {results.resumed} frames already there are not run again",
-                          soft_wrap=True, markup=False, highlight=False)  # fmt: skip
+        err_console.print(
+            f"resuming '{path}': {results.resumed} frames already there are not run again",
+            soft_wrap=True,
+            markup=False,
+            highlight=False,
+        )
     return results
 
 
@@ -156,8 +180,12 @@ def run_stream(stream: Any, task: type[Task], outputs: StreamOutputs, drawn: str
                 elif results is not None:
                     results.write(result.to_dict())
                 fps = f" {stream.stats.fps:.1f} FPS" if outputs.show_fps else ""
-                human.print(f"{one_line(result.frame.name, 60)}:{fps} {task.describe(result.results)}", soft_wrap=True,
-                            markup=False, highlight=False)  # fmt: skip
+                human.print(
+                    f"{one_line(result.frame.name, 60)}:{fps} {task.describe(result.results)}",
+                    soft_wrap=True,
+                    markup=False,
+                    highlight=False,
+                )
                 if outputs.draw is not None:
                     drawn_image = task.draw(result.frame.image, result.results)
                     if writer is not None:

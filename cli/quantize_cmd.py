@@ -62,10 +62,11 @@ def _print(report: QuantizeReport) -> None:
         for row in report.speed.rows:
             cells = [row.f32_p50_ms, row.p50_ms]
             speed.add_row(
-                row.configuration, *("-" if v is None else f"{v:.2f}" for v in cells),
+                row.configuration,
+                *("-" if v is None else f"{v:.2f}" for v in cells),
                 "-" if row.speedup is None else f"{row.speedup:.2f}×",
                 row.status if row.status != "error" else f"error: {(row.error or '')[:80]}",
-            )  # fmt: skip
+            )
         console.print(speed)
         recommended = report.speed.recommended
         console.print(f"recommended: {recommended}" if recommended else "no configuration is faster than f32 here")
@@ -129,11 +130,22 @@ def quantize(
 
     check_outputs({"--output": output, "--json": json_path}, inputs={"model": model, "--calibrate": calibrate})
     settings = QuantizeSettings(
-        fp16=fp16, engine=engine, method=method, calibration_size=calibration_size, held_out=held_out,
-        max_drop=max_drop, exclude=tuple(_list(exclude)), quantize_head=quantize_head, per_channel=not per_tensor,
-        debug_layers=debug_layers, measure_speed=speed, backends=tuple(_list(backends)) or None, iterations=iterations,
-        rounds=rounds, seed=seed,
-    )  # fmt: skip
+        fp16=fp16,
+        engine=engine,
+        method=method,
+        calibration_size=calibration_size,
+        held_out=held_out,
+        max_drop=max_drop,
+        exclude=tuple(_list(exclude)),
+        quantize_head=quantize_head,
+        per_channel=not per_tensor,
+        debug_layers=debug_layers,
+        measure_speed=speed,
+        backends=tuple(_list(backends)) or None,
+        iterations=iterations,
+        rounds=rounds,
+        seed=seed,
+    )
     report = run_quantize(model, output, settings, calibrate=calibrate, evaluate_on=evaluate_on, ir=ir)
     if as_json:
         print_json(report.to_dict())

@@ -36,8 +36,10 @@ def report(
     """Show a saved report, check it against a baseline (exit 1 on regression), or merge several into HTML."""
     if reports[0] == "merge":
         if baseline is not None:
-            raise UsageError("--baseline | checks one report; merge only puts reports side by side.",
-                             hint="deploykit report new.json --baseline old.json")  # fmt: skip
+            raise UsageError(
+                "--baseline | checks one report; merge only puts reports side by side.",
+                hint="deploykit report new.json --baseline old.json",
+            )
         if len(reports) < 2 or output is None:
             raise UsageError(
                 "report merge | needs report files and --output.",
@@ -45,16 +47,20 @@ def report(
             )
         check_outputs({"--output": output}, inputs={path: path for path in reports[1:]})
         if output.suffix.lower() not in (".html", ".htm"):
-            raise UsageError(f"--output '{output}' | merge writes one HTML page, expected a .html file name.",
-                             hint="e.g. -o fleet.html.")  # fmt: skip
+            raise UsageError(
+                f"--output '{output}' | merge writes one HTML page, expected a .html file name.",
+                hint="e.g. -o fleet.html.",
+            )
         loaded = [BenchmarkReport.from_json(path) for path in reports[1:]]
         with atomic_path(output) as temporary:
             temporary.write_text(render_html(loaded))
         console.print(f"merged {len(loaded)} report{'s' if len(loaded) != 1 else ''} into {output}")
         return
     if output is not None:
-        raise UsageError("--output | is for 'report merge'; showing one report writes nothing.",
-                         hint="deploykit report merge a.json b.json -o fleet.html")  # fmt: skip
+        raise UsageError(
+            "--output | is for 'report merge'; showing one report writes nothing.",
+            hint="deploykit report merge a.json b.json -o fleet.html",
+        )
     if len(reports) != 1:
         raise UsageError(
             f"report | got {len(reports)} files; give one report (with --baseline) or 'merge' first.",

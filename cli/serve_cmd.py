@@ -161,8 +161,16 @@ def serve(
 
     if engine not in ("local", "ray"):
         raise UsageError(f"--engine '{engine}' | is not local or ray.", hint="--engine local serves in this process.")
-    ray_flags = [flag for flag, value in (("--address", address), ("--replicas", replicas),
-                 ("--min-replicas", min_replicas), ("--max-replicas", max_replicas)) if value is not None]  # fmt: skip
+    ray_flags = [
+        flag
+        for flag, value in (
+            ("--address", address),
+            ("--replicas", replicas),
+            ("--min-replicas", min_replicas),
+            ("--max-replicas", max_replicas),
+        )
+        if value is not None
+    ]
     ray = None
     if engine == "local":
         if ray_flags:
@@ -177,12 +185,10 @@ def serve(
                     hint=f"leave {flag} out with --engine ray, or serve with --engine local.",
                 )
         grpc_port = metrics_port = "none"
-        ray = RaySettings(address=address, replicas=replicas or 1, min_replicas=min_replicas,
-                          max_replicas=max_replicas)  # fmt: skip
+        ray = RaySettings(address=address, replicas=replicas or 1, min_replicas=min_replicas, max_replicas=max_replicas)
 
     backend_options = {k: coerce(v) for k, v in parse_pairs(options, "--option").items()}
-    policy = BatchPolicy(max_batch=max_batch, max_queue_delay_ms=max_queue_delay_ms,
-                         max_queue=max_queue)  # fmt: skip
+    policy = BatchPolicy(max_batch=max_batch, max_queue_delay_ms=max_queue_delay_ms, max_queue=max_queue)
     if _port(http_port, "--http-port") is None and _port(grpc_port, "--grpc-port") is None:
         raise typer.BadParameter(
             "both are none: the server would have no inference endpoint. Keep one of them (8000 and 8001 by "
@@ -190,11 +196,16 @@ def serve(
             param_hint="'--http-port' / '--grpc-port'",
         )
     settings = ServerSettings(
-        host=host, http_port=_port(http_port, "--http-port"), grpc_port=_port(grpc_port, "--grpc-port"),
-        metrics_port=_port(metrics_port, "--metrics-port"), allow_remote=allow_remote,
-        max_request_bytes=parse_size_bytes(max_request_size), token=_token(token_file),
-        shutdown_timeout_s=shutdown_timeout, reuse_large_buffers=reuse_large_buffers,
-    )  # fmt: skip
+        host=host,
+        http_port=_port(http_port, "--http-port"),
+        grpc_port=_port(grpc_port, "--grpc-port"),
+        metrics_port=_port(metrics_port, "--metrics-port"),
+        allow_remote=allow_remote,
+        max_request_bytes=parse_size_bytes(max_request_size),
+        token=_token(token_file),
+        shutdown_timeout_s=shutdown_timeout,
+        reuse_large_buffers=reuse_large_buffers,
+    )
     served = [
         ServedModel.from_path(
             m, backend=backend, device=device, options=backend_options, instances=instances, isolate=isolate
@@ -233,9 +244,11 @@ def _log_to_stderr() -> None:
 
 def _announce(server: Server | RayServer) -> None:
     host = server.settings.host
-    parts = [f"{kind}={host}:{port}" for kind, port in
-             (("http", server.http_port), ("grpc", server.grpc_port), ("metrics", server.metrics_port))
-             if port is not None]  # fmt: skip
+    parts = [
+        f"{kind}={host}:{port}"
+        for kind, port in (("http", server.http_port), ("grpc", server.grpc_port), ("metrics", server.metrics_port))
+        if port is not None
+    ]
     err_console.print("listening: " + " ".join(parts), soft_wrap=True, highlight=False)
 
     def report() -> None:

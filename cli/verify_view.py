@@ -89,7 +89,10 @@ def exit_for(verdicts: Sequence[Verdict], *, require_oracle: bool = False) -> No
     bad = [v for v in verdicts if v.blocking]
     unverified = [v for v in verdicts if v.status == "unverified"]
     if require_oracle and unverified and not bad:
-        console.print("[red]no independent oracle verified[/] " + ", ".join(v.candidate for v in unverified)
-                      + " (--require-oracle)")  # fmt: skip
+        console.print(
+            "[red]no independent oracle verified[/] "
+            + ", ".join(v.candidate for v in unverified)
+            + " (--require-oracle)"
+        )
     if bad or (require_oracle and unverified):
         raise typer.Exit(1)

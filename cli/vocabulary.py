@@ -65,13 +65,28 @@ DEPRECATED: tuple[Deprecated, ...] = (
     Deprecated(("quantize",), "-e", "--quantizer", why="--engine is where the work runs: local | ray"),
     Deprecated(("optimize",), "--engine", "--quantizer", why="--engine is where the work runs: local | ray"),
     Deprecated(("bench", "compare"), "--reference", "--oracle"),
-    Deprecated(("predict",), "--json", "--json", applies=_is_stdout, why=_JSON_IS_A_FLAG, drop_value=True,
-               shown="--json -"),
-    Deprecated(("predict",), "--json", "--output", applies=_is_json_file, shown="--json FILE", advice="-o FILE.json",
-               why=f"{_JSON_IS_A_FLAG}; -o writes the file"),
-    Deprecated(("quantize",), "--json", "--json-file", applies=_is_json_file, why=_JSON_IS_A_FLAG,
-               shown="--json FILE", advice="--json > FILE"),
-)  # fmt: skip
+    Deprecated(
+        ("predict",), "--json", "--json", applies=_is_stdout, why=_JSON_IS_A_FLAG, drop_value=True, shown="--json -"
+    ),
+    Deprecated(
+        ("predict",),
+        "--json",
+        "--output",
+        applies=_is_json_file,
+        shown="--json FILE",
+        advice="-o FILE.json",
+        why=f"{_JSON_IS_A_FLAG}; -o writes the file",
+    ),
+    Deprecated(
+        ("quantize",),
+        "--json",
+        "--json-file",
+        applies=_is_json_file,
+        why=_JSON_IS_A_FLAG,
+        shown="--json FILE",
+        advice="--json > FILE",
+    ),
+)
 
 
 REPORT_FILE_COMMANDS = ("convert torch", "convert darknet", "models build")

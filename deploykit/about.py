@@ -54,8 +54,14 @@ class RuntimeVersion:
     reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "distributions": dict(self.distributions), "available": self.available,
-                "version": self.version, "build": dict(self.build), "reason": self.reason}  # fmt: skip
+        return {
+            "backend": self.backend,
+            "distributions": dict(self.distributions),
+            "available": self.available,
+            "version": self.version,
+            "build": dict(self.build),
+            "reason": self.reason,
+        }
 
 
 @dataclass(frozen=True)

@@ -208,8 +208,13 @@ def create(environment: ConverterEnvironment, *, python: str | None = None, log:
             for step in steps:
                 out.write("$ " + " ".join(step) + "\n")
                 out.flush()
-                done = subprocess.run(step, stdout=out, stderr=subprocess.STDOUT, timeout=INSTALL_TIMEOUT_S,
-                                      env={**os.environ, "PIP_CONSTRAINT": "", "PYTHONPATH": ""})  # fmt: skip
+                done = subprocess.run(
+                    step,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    timeout=INSTALL_TIMEOUT_S,
+                    env={**os.environ, "PIP_CONSTRAINT": "", "PYTHONPATH": ""},
+                )
                 if done.returncode != 0:
                     shutil.rmtree(directory, ignore_errors=True)
                     tail = " / ".join(_tail(log, 3))
@@ -248,8 +253,9 @@ def _base_python() -> str:
 
 
 def _python_version(python: Path) -> str:
-    done = subprocess.run([str(python), "-c", "import sys; print(sys.version.split()[0])"], capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [str(python), "-c", "import sys; print(sys.version.split()[0])"], capture_output=True, text=True, timeout=60
+    )
     return done.stdout.strip()
 
 

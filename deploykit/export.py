@@ -113,8 +113,10 @@ def export_ncnn(
 
     model_path = check_model_path(model)
     param, bin_path, io_path = ncnn_paths(output)
-    check_outputs({"-o/--output (.param)": param, "-o/--output (.bin)": bin_path, "-o/--output (.json)": io_path},
-                  inputs={"the model": model_path})  # fmt: skip
+    check_outputs(
+        {"-o/--output (.param)": param, "-o/--output (.bin)": bin_path, "-o/--output (.json)": io_path},
+        inputs={"the model": model_path},
+    )
     overrides = dict(thresholds or {})
     thresholds_for("f32", **overrides)  # bad values fail before anything runs
     NcnnBackend().import_runtime()
@@ -139,20 +141,41 @@ def export_ncnn(
         oracle_cases = prepared.cases[:1] if task is not None else prepared.cases
         oracle, references = run_oracle(model_path, "auto", oracle_cases, timeout_s=timeout_s)
         ncnn = NcnnBackend.name
-        runs = [(run_candidate(written, ncnn, NcnnBackend.default_device, prepared.cases, label=f"{ncnn} {param.name}",
-                               timeout_s=timeout_s), "f16" if fp16 else "f32")]  # fmt: skip
+        runs = [
+            (
+                run_candidate(
+                    written,
+                    ncnn,
+                    NcnnBackend.default_device,
+                    prepared.cases,
+                    label=f"{ncnn} {param.name}",
+                    timeout_s=timeout_s,
+                ),
+                "f16" if fp16 else "f32",
+            )
+        ]
         if fp16 and task is not None:
             # the task metric compares with a verified f32 run on every image (the oracle checks one)
-            f32 = run_candidate(model_path, ncnn, NcnnBackend.default_device, prepared.cases,
-                                options={**shape_option, "precision": "f32"}, label=f"{ncnn} {model_path.name} f32",
-                                timeout_s=timeout_s)  # fmt: skip
+            f32 = run_candidate(
+                model_path,
+                ncnn,
+                NcnnBackend.default_device,
+                prepared.cases,
+                options={**shape_option, "precision": "f32"},
+                label=f"{ncnn} {model_path.name} f32",
+                timeout_s=timeout_s,
+            )
             runs.insert(0, (f32, "f32"))
         if references is not None:
             references = references[: len(oracle_cases)]
         verdicts = judge_runs(runs, prepared.cases, references, oracle, overrides=overrides, task=task)
-        require_passed(verdicts, f"export ncnn '{model_path.name}' | the exported pair", oracle,
-                       "check the model with 'deploykit compare -b ncnn'; with --fp16, pass --inputs photos/ so the "
-                "task metric judges it, or relax --min-cosine/--min-snr.")  # fmt: skip
+        require_passed(
+            verdicts,
+            f"export ncnn '{model_path.name}' | the exported pair",
+            oracle,
+            "check the model with 'deploykit compare -b ncnn'; with --fp16, pass --inputs photos/ so the "
+            "task metric judges it, or relax --min-cosine/--min-snr.",
+        )
         commit([(written, param), (scratch / "model.bin", bin_path), (scratch / "model.json", io_path)])
     names = {t["name"]: t["blob"] for side in ("inputs", "outputs") for t in document[side]}
     notes = [prepared.note]

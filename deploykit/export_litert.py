@@ -113,15 +113,26 @@ def export_litert(
         runs = [(exported, WEIGHT_PRECISIONS[weights])]
         if weights != "f32" and task is not None:
             # the task metric compares with a verified f32 run on every image (the oracle checks one)
-            f32 = run_candidate(model_path, name, "cpu", prepared.cases, options={"weights": "f32"},
-                                label=f"{name} {model_path.name} f32", timeout_s=timeout_s)  # fmt: skip
+            f32 = run_candidate(
+                model_path,
+                name,
+                "cpu",
+                prepared.cases,
+                options={"weights": "f32"},
+                label=f"{name} {model_path.name} f32",
+                timeout_s=timeout_s,
+            )
             runs.insert(0, (f32, "f32"))
         if references is not None:
             references = references[: len(oracle_cases)]
         verdicts = judge_runs(runs, prepared.cases, references, oracle, overrides=overrides, task=task)
-        require_passed(verdicts, f"export litert '{model_path.name}' | the exported file", oracle,
-                       "check the model with 'deploykit compare -b litert'; with --weights f16/int8, pass --inputs "
-                "photos/ so the task metric judges it, or relax --min-cosine/--min-snr.")  # fmt: skip
+        require_passed(
+            verdicts,
+            f"export litert '{model_path.name}' | the exported file",
+            oracle,
+            "check the model with 'deploykit compare -b litert'; with --weights f16/int8, pass --inputs "
+            "photos/ so the task metric judges it, or relax --min-cosine/--min-snr.",
+        )
         commit([(written, tflite), (written_io, io_path)])
     names = {
         t["name"]: t["key"] + (f" {tuple(t['litert_shape'])}" if t["permutation"] else "")
@@ -130,6 +141,7 @@ def export_litert(
     }
     notes = [prepared.note]
     if weights != "f32" and task is None:
-        notes.append(f"no task metric: {weights} weights judged by cosine/SNR only (pass --inputs photos/ for "
-                     "top-1 / mAP)")  # fmt: skip
+        notes.append(
+            f"no task metric: {weights} weights judged by cosine/SNR only (pass --inputs photos/ for top-1 / mAP)"
+        )
     return LiteRtExport(tflite, io_path, weights, oracle, verdicts, names, notes)

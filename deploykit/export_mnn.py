@@ -85,12 +85,22 @@ def export_mnn(
         assert carried is not None  # an .onnx model always converts (or raises)
         written, written_io = carried.files
         oracle, references = run_oracle(model_path, "auto", prepared.cases, timeout_s=timeout_s)
-        run = run_candidate(written, backend.name, backend.default_device, prepared.cases,
-                            options={"precision": "f32"}, label=f"{backend.name} {target.name}",
-                            timeout_s=timeout_s)  # fmt: skip
+        run = run_candidate(
+            written,
+            backend.name,
+            backend.default_device,
+            prepared.cases,
+            options={"precision": "f32"},
+            label=f"{backend.name} {target.name}",
+            timeout_s=timeout_s,
+        )
         verdicts = judge_runs([(run, "f32")], prepared.cases, references, oracle, overrides=overrides, task=None)
-        require_passed(verdicts, f"export mnn '{model_path.name}' | the exported file", oracle,
-                       "check the model with 'deploykit compare -b mnn', or relax --atol/--rtol.")  # fmt: skip
+        require_passed(
+            verdicts,
+            f"export mnn '{model_path.name}' | the exported file",
+            oracle,
+            "check the model with 'deploykit compare -b mnn', or relax --atol/--rtol.",
+        )
         commit([(written, target), (written_io, io_path)])
     notes = [prepared.note]
     return MnnExport(target, io_path, converter_version(), oracle, verdicts, notes)

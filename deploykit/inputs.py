@@ -351,8 +351,9 @@ def make_inputs(
     items = list(specs.values()) if isinstance(specs, Mapping) else list(specs)
     merged = dict(settings or {})
     for name, shape in (shapes or {}).items():
-        merged[name] = InputSetting(tuple(int(d) for d in shape), *(
-            (merged[name].low, merged[name].high) if name in merged else (None, None)))  # fmt: skip
+        merged[name] = InputSetting(
+            tuple(int(d) for d in shape), *((merged[name].low, merged[name].high) if name in merged else (None, None))
+        )
     plan = plan_inputs(items, metadata, batch=batch, settings=merged, batch_axes=batch_axes, model_name=model_name)
     rng = np.random.default_rng(check_seed(seed))
     return {s.name: random_array(s, plan.shapes[s.name], rng, merged.get(s.name)) for s in items}
@@ -511,8 +512,12 @@ def parse_input_options(
                 merged[name] = InputSetting(tuple(d if isinstance(d, int) else symbols[str(d)] for d in spec.shape))
         batch_axes = {s.name: batch_axis_of(s, set(), {}) for s in specs.values()}
         batched = any(axis is not None and name in feeds for name, axis in batch_axes.items())
-        plan = plan_inputs(list(missing.values()), metadata, settings={n: v for n, v in merged.items() if n in missing},
-                           batch=fed_batch(feeds, batch_axes) if batched else None)  # fmt: skip
+        plan = plan_inputs(
+            list(missing.values()),
+            metadata,
+            settings={n: v for n, v in merged.items() if n in missing},
+            batch=fed_batch(feeds, batch_axes) if batched else None,
+        )
         rng = np.random.default_rng(check_seed(seed))
         feeds.update({n: random_array(s, plan.shapes[n], rng, merged.get(n)) for n, s in missing.items()})
     return feeds

@@ -535,8 +535,9 @@ def check_report_folder(
     folder = Path(directory)
     hint = f"pass a folder you can write to (it is created if missing), e.g. {subject} out/."
     if folder.exists() and not folder.is_dir():
-        raise OutputError(f"{subject} '{folder}' | is a file, expected a folder to write the report files into.",
-                          hint=hint)  # fmt: skip
+        raise OutputError(
+            f"{subject} '{folder}' | is a file, expected a folder to write the report files into.", hint=hint
+        )
     claim_output(folder, f"{subject} '{folder}'", kind="folder")  # a second run onto it is refused
     if folder.is_dir():
         check_outputs({f"{subject} {name}": folder / name for name in files}, inputs=[Path(p) for p in inputs])
@@ -551,8 +552,9 @@ def check_report_folder(
     try:  # os.access is not enough: read-only mounts, immutable folders, root
         handle, probe = tempfile.mkstemp(prefix=".deploykit-probe-", dir=existing)
     except OSError as exc:
-        raise OutputError(f"{subject} '{folder}' | no file can be created in '{existing}' ({exc.strerror or exc}).",
-                          hint=hint) from exc  # fmt: skip
+        raise OutputError(
+            f"{subject} '{folder}' | no file can be created in '{existing}' ({exc.strerror or exc}).", hint=hint
+        ) from exc
     os.close(handle)
     os.unlink(probe)
 
@@ -576,8 +578,10 @@ def report_folder(directory: PathLike, subject: str = "--report") -> Iterator[Pa
     try:
         folder.mkdir(parents=True)
     except OSError as exc:
-        raise OutputError(f"{subject} '{folder}' | cannot be created ({exc.strerror or exc}).",
-                          hint=f"pass a folder you can write to, e.g. {subject} out/.") from exc  # fmt: skip
+        raise OutputError(
+            f"{subject} '{folder}' | cannot be created ({exc.strerror or exc}).",
+            hint=f"pass a folder you can write to, e.g. {subject} out/.",
+        ) from exc
     _register(made[-1])
     try:
         yield folder

@@ -165,8 +165,11 @@ class _Reader:
             return InputMetadata()
         value = self.json(INPUT, text)
         if not isinstance(value, dict):
-            raise self.fail(INPUT, f"is a JSON {_kind(value)}; expected an object such as "
-                            '{"size": [416, 416], "channel_order": "RGB", "scale": 0.0039}.')  # fmt: skip
+            raise self.fail(
+                INPUT,
+                f"is a JSON {_kind(value)}; expected an object such as "
+                '{"size": [416, 416], "channel_order": "RGB", "scale": 0.0039}.',
+            )
         channels = self.integer(value, "channels", low=1, high=64)
         count = channels or 3
         return InputMetadata(
@@ -218,9 +221,14 @@ class _Reader:
         return int(item[0]), int(item[1])
 
     def number(
-        self, value: Mapping[str, Any], name: str, *, positive: bool = False, low: float | None = None,
+        self,
+        value: Mapping[str, Any],
+        name: str,
+        *,
+        positive: bool = False,
+        low: float | None = None,
         high: float | None = None,
-    ) -> float | None:  # fmt: skip
+    ) -> float | None:
         item = self._value(value, name)
         if item is None:
             return None
@@ -228,10 +236,12 @@ class _Reader:
         ok = ok and (not positive or item > 0) and (low is None or item >= low) and (high is None or item <= high)
         if not ok:
             expected = (
-                "a finite number above 0" if positive
-                else f"a number from {low:g} to {high:g}" if low is not None and high is not None
+                "a finite number above 0"
+                if positive
+                else f"a number from {low:g} to {high:g}"
+                if low is not None and high is not None
                 else "a finite number"
-            )  # fmt: skip
+            )
             raise self.fail(INPUT, f"'{name}' is {_show(item)}; expected {expected}.")
         return float(item)
 

@@ -470,8 +470,9 @@ class Model:
         from deploykit.io import file_sha256
 
         sha256 = file_sha256(path) if path.is_file() else ""
-        return cls(path, path.suffix.lower(), sha256, tuple(inputs), tuple(outputs), precision,
-                   dict(metadata_props or {}))  # fmt: skip
+        return cls(
+            path, path.suffix.lower(), sha256, tuple(inputs), tuple(outputs), precision, dict(metadata_props or {})
+        )
 
     @cached_property
     def metadata(self) -> ModelMetadata:

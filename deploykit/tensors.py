@@ -193,8 +193,19 @@ def normalize_precision(precision: str | None) -> str:
     """``FP32``/``float32``/``f32`` → ``f32``; likewise f16, bf16, int8, f64 (others lower-cased)."""
     text = (precision or "f32").strip().lower()
     aliases = {
-        "fp32": "f32", "float32": "f32", "float": "f32", "fp16": "f16", "float16": "f16", "half": "f16",
-        "bfloat16": "bf16", "fp64": "f64", "float64": "f64", "double": "f64", "i8": "int8", "u8": "int8",
-        "uint8": "int8", "qdq": "int8",
-    }  # fmt: skip
+        "fp32": "f32",
+        "float32": "f32",
+        "float": "f32",
+        "fp16": "f16",
+        "float16": "f16",
+        "half": "f16",
+        "bfloat16": "bf16",
+        "fp64": "f64",
+        "float64": "f64",
+        "double": "f64",
+        "i8": "int8",
+        "u8": "int8",
+        "uint8": "int8",
+        "qdq": "int8",
+    }
     return aliases.get(text, text)

@@ -308,8 +308,10 @@ class LiteRtSession(Session):
 
     def _run_once(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         layout = self._layout
-        fed = {port.key: port.to_litert(feeds[spec.name]) for spec, port in zip(layout.specs_in, layout.inputs,
-                                                                                   strict=True)}  # fmt: skip
+        fed = {
+            port.key: port.to_litert(feeds[spec.name])
+            for spec, port in zip(layout.specs_in, layout.inputs, strict=True)
+        }
         with self._lock:
             if self._runner is None:
                 raise UsageError(f"session for '{self.model_path.name}' | is closed.", hint="open a new session.")

@@ -82,8 +82,9 @@ def converted(model: Model, weights: str = "f32", *, timeout_s: float = CONVERT_
     return cached_conversion("litert", key, build).path(TFLITE_NAME)
 
 
-def _run_job(model: Model, weights: str, shapes: dict[str, list[int]], out: Path, environment: Any,
-             timeout_s: float) -> None:  # fmt: skip
+def _run_job(
+    model: Model, weights: str, shapes: dict[str, list[int]], out: Path, environment: Any, timeout_s: float
+) -> None:
     from deploykit.workers import Interpreter, rebuild_error, run_worker
 
     interpreter = Interpreter(

@@ -223,6 +223,13 @@ def io_ports(io: Mapping[str, Any], side: str) -> tuple[list[TensorSpec], list[P
     for item in io[side]:
         specs.append(TensorSpec.from_dict(item))
         permutation = item.get("permutation")
-        ports.append(Port(item["key"], item["litert_dtype"], tuple(item["litert_shape"]),
-                          None if permutation is None else tuple(permutation), bool(item.get("batched"))))  # fmt: skip
+        ports.append(
+            Port(
+                item["key"],
+                item["litert_dtype"],
+                tuple(item["litert_shape"]),
+                None if permutation is None else tuple(permutation),
+                bool(item.get("batched")),
+            )
+        )
     return specs, ports

@@ -280,9 +280,12 @@ def _unknown_layers_error(subject: str, unknown: Sequence[tuple[str, str]]) -> U
 def _refuse_non_tensors(interface: Model, subject: str) -> None:
     """A sequence or optional input or output, refused before pnnx runs: an ncnn blob is one tensor
     (a ``Mat``), so such a value has no ncnn counterpart, and pnnx would fail on it in its own words."""
-    found = [f"{side} '{spec.name}' is a {spec.type_text()}"
-             for side, specs in (("input", interface.inputs), ("output", interface.outputs))
-             for spec in specs if spec.kind != TENSOR]  # fmt: skip
+    found = [
+        f"{side} '{spec.name}' is a {spec.type_text()}"
+        for side, specs in (("input", interface.inputs), ("output", interface.outputs))
+        for spec in specs
+        if spec.kind != TENSOR
+    ]
     if not found:
         return
     head, _, rest = found[0].partition(" is ")

@@ -25,8 +25,17 @@ from deploykit.errors import UnsupportedModelError
 from deploykit.model import Model
 from deploykit.tensors import TensorSpec
 
-_PRECISIONS = {"f32": "f32", "fp32": "f32", "float32": "f32", "bf16": "bf16", "bfloat16": "bf16", "f16": "f16",
-               "fp16": "f16", "float16": "f16", "half": "f16"}  # fmt: skip
+_PRECISIONS = {
+    "f32": "f32",
+    "fp32": "f32",
+    "float32": "f32",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "f16": "f16",
+    "fp16": "f16",
+    "float16": "f16",
+    "half": "f16",
+}
 _HINTS = {
     "latency": "LATENCY",
     "throughput": "THROUGHPUT",

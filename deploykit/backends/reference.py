@@ -115,8 +115,10 @@ class ReferenceSession(Session):
             results = self._evaluator.run(None, feeds)
         except MemoryError as exc:  # name the node that asked for too much (a worker's memory limit says the rest)
             raise NodeMemoryError(_failing_node(exc.__traceback__)) from exc
-        produced = {name: _optional_tensor(value) if self.outputs[name].kind == OPTIONAL else value
-                    for name, value in zip(self.outputs, results, strict=True)}  # fmt: skip
+        produced = {
+            name: _optional_tensor(value) if self.outputs[name].kind == OPTIONAL else value
+            for name, value in zip(self.outputs, results, strict=True)
+        }
         # the evaluator may hand back numpy scalars, or float64 after widening: the graph's types
         return {
             name: _map_tensors(value, lambda array, dtype=self.outputs[name].dtype: _graph_typed(array, dtype))

@@ -41,8 +41,13 @@ def _all_ones(values: Sequence[int] | None) -> bool:
     return values is None or all(int(v) == 1 for v in values)
 
 
-def onnx_misreads_pads(x_ndim: int, pads: Sequence[int] | None, strides: Sequence[int] | None,
-                       dilations: Sequence[int] | None, auto_pad: str | None) -> bool:  # fmt: skip
+def onnx_misreads_pads(
+    x_ndim: int,
+    pads: Sequence[int] | None,
+    strides: Sequence[int] | None,
+    dilations: Sequence[int] | None,
+    auto_pad: str | None,
+) -> bool:
     """Whether onnx's reference MaxPool would pad this pool differently from the spec."""
     if not pads or not any(pads) or auto_pad not in (None, "NOTSET", b"NOTSET"):
         return False
@@ -61,19 +66,35 @@ class MaxPool(_OnnxMaxPool):
 
     # onnx's own MaxPool narrows CommonPool._run's signature the same way: the evaluator calls it so.
     def _run(  # type: ignore[override]
-        self, x: np.ndarray, auto_pad: Any = None, ceil_mode: Any = None, dilations: Any = None,
-        kernel_shape: Any = None, pads: Any = None, storage_order: Any = None, strides: Any = None,
-    ) -> Any:  # fmt: skip
+        self,
+        x: np.ndarray,
+        auto_pad: Any = None,
+        ceil_mode: Any = None,
+        dilations: Any = None,
+        kernel_shape: Any = None,
+        pads: Any = None,
+        storage_order: Any = None,
+        strides: Any = None,
+    ) -> Any:
         if len(self.output) == 1 and onnx_misreads_pads(x.ndim, pads, strides, dilations, auto_pad):
             spatial = x.ndim - 2
             widths = [(0, 0), (0, 0)] + [(int(pads[i]), int(pads[i + spatial])) for i in range(spatial)]
             x, pads = np.pad(x, widths, constant_values=np.nan), [0] * (2 * spatial)
-        return super()._run(x, auto_pad=auto_pad, ceil_mode=ceil_mode, dilations=dilations, kernel_shape=kernel_shape,
-                            pads=pads, storage_order=storage_order, strides=strides)  # fmt: skip
+        return super()._run(
+            x,
+            auto_pad=auto_pad,
+            ceil_mode=ceil_mode,
+            dilations=dilations,
+            kernel_shape=kernel_shape,
+            pads=pads,
+            storage_order=storage_order,
+            strides=strides,
+        )
 
 
-def _resolved_pads(sizes: Sequence[int], auto_pad: Any, pads: Any, strides: Sequence[int],
-                   extents: Sequence[int]) -> list[int]:  # fmt: skip
+def _resolved_pads(
+    sizes: Sequence[int], auto_pad: Any, pads: Any, strides: Sequence[int], extents: Sequence[int]
+) -> list[int]:
     """Explicit pads ([begin..., end...]) as the spec computes them for ``auto_pad``, with each axis's
     kernel extent ``(k - 1) * dilation + 1``."""
     mode = auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad
@@ -90,8 +111,16 @@ def _resolved_pads(sizes: Sequence[int], auto_pad: Any, pads: Any, strides: Sequ
     return [int(p) for p in pads] if pads is not None else [0] * (2 * len(sizes))
 
 
-def dilated_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, auto_pad: Any, dilations: Sequence[int],
-                 group: int, pads: Any, strides: Any) -> np.ndarray:  # fmt: skip
+def dilated_conv(
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None,
+    auto_pad: Any,
+    dilations: Sequence[int],
+    group: int,
+    pads: Any,
+    strides: Any,
+) -> np.ndarray:
     """A grouped, strided, dilated N-d convolution, summed over kernel taps: no dilated kernel, no im2col."""
     spatial = x.ndim - 2
     kernel = tuple(int(k) for k in w.shape[2:])
@@ -122,12 +151,29 @@ class Conv(_OnnxConv):
     """onnx's Conv, with dilated convolutions computed tap by tap (``dilated_conv``)."""
 
     def _run(
-        self, X: np.ndarray, W: np.ndarray, B: np.ndarray | None = None, auto_pad: Any = None, dilations: Any = None,
-        group: Any = None, kernel_shape: Any = None, pads: Any = None, strides: Any = None,
-    ) -> Any:  # fmt: skip
+        self,
+        X: np.ndarray,
+        W: np.ndarray,
+        B: np.ndarray | None = None,
+        auto_pad: Any = None,
+        dilations: Any = None,
+        group: Any = None,
+        kernel_shape: Any = None,
+        pads: Any = None,
+        strides: Any = None,
+    ) -> Any:
         if X.ndim < 3 or _all_ones(dilations) or (kernel_shape is not None and tuple(kernel_shape) != W.shape[2:]):
-            return super()._run(X, W, B, auto_pad=auto_pad, dilations=dilations, group=group,
-                                kernel_shape=kernel_shape, pads=pads, strides=strides)  # fmt: skip
+            return super()._run(
+                X,
+                W,
+                B,
+                auto_pad=auto_pad,
+                dilations=dilations,
+                group=group,
+                kernel_shape=kernel_shape,
+                pads=pads,
+                strides=strides,
+            )
         return (dilated_conv(X, W, B, auto_pad, dilations, int(group or 1), pads, strides).astype(X.dtype),)
 
 

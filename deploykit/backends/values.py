@@ -41,9 +41,13 @@ def owned_output(spec: TensorSpec, value: Any, refuse: Callable[[TensorSpec, str
 
 
 def kind_refusal(
-    subject: str, backend: str, model_path: Path, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
+    subject: str,
+    backend: str,
+    model_path: Path,
+    inputs: Sequence[TensorSpec],
+    outputs: Sequence[TensorSpec],
     kinds: frozenset[str],
-) -> UnsupportedModelError | None:  # fmt: skip
+) -> UnsupportedModelError | None:
     """The error for the first input or output whose kind is not in ``kinds``, naming the
     registered backends that run it (None when every value is of a kind the backend runs)."""
     for direction, specs in (("input", inputs), ("output", outputs)):

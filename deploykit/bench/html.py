@@ -52,10 +52,13 @@ def _histograms(rows: list[Row]) -> str:
         hist = row.latency_histogram
         if not row.ok or not hist:
             continue
-        plot = plots.histogram(hist.counts, hist.edges_ms, "latency (ms)", "iterations",
-                               f"latency distribution of {row.label}")  # fmt: skip
-        cells.append(f'<figure style="display:inline-block;margin:.2rem">{plot}'
-                     f'<figcaption class="note">{_e(row.label)}</figcaption></figure>')  # fmt: skip
+        plot = plots.histogram(
+            hist.counts, hist.edges_ms, "latency (ms)", "iterations", f"latency distribution of {row.label}"
+        )
+        cells.append(
+            f'<figure style="display:inline-block;margin:.2rem">{plot}'
+            f'<figcaption class="note">{_e(row.label)}</figcaption></figure>'
+        )
     return "".join(cells) or '<p class="note">no latency samples</p>'
 
 

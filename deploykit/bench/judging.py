@@ -59,9 +59,17 @@ def ranking(report: BenchmarkReport, rows: Sequence[Row] | None = None) -> Ranki
     entries = []
     for row in rows:
         rounds = [[float(getattr(b, key)) for b in part] for part in row.round_blocks()]
-        entries.append(RankEntry(row.label, rounds or [[report.headline_value(row)]], row.precision,
-                                 row.precision == "int8", row.config.threads, row.config.batch,
-                                 row.calls()))  # fmt: skip
+        entries.append(
+            RankEntry(
+                row.label,
+                rounds or [[report.headline_value(row)]],
+                row.precision,
+                row.precision == "int8",
+                row.config.threads,
+                row.config.batch,
+                row.calls(),
+            )
+        )
     unit = "samples/s" if key == "throughput_sps" else "ms"
     return rank(entries, higher_is_better=key == "throughput_sps", unit=unit)
 
@@ -79,10 +87,13 @@ def pareto_front(report: BenchmarkReport) -> list[Row]:
     fastest first: the trade-off a user picks from when reduced precision is on the table."""
     judged = ("pass", "fail", "unverified")
     rows = sorted(
-        (r for r in report.ok_rows()
-         if r.accuracy_delta is not None and r.verdict is not None and r.verdict.status in judged),
+        (
+            r
+            for r in report.ok_rows()
+            if r.accuracy_delta is not None and r.verdict is not None and r.verdict.status in judged
+        ),
         key=lambda row: _score(report, row),
-    )  # fmt: skip
+    )
     front: list[Row] = []
     for row in rows:
         if not front or row.accuracy_delta < front[-1].accuracy_delta:  # type: ignore[operator]
@@ -105,8 +116,10 @@ def _why(row: Row) -> str:
     assert verdict is not None
     cost = f", accuracy delta {row.accuracy_delta:.1%}" if row.accuracy_delta else ""
     if verdict.status == "pass":
-        return (f"the fastest configuration verified against {verdict.oracle.name} "
-                f"({verdict.precision}, {verdict.rule}{cost})")  # fmt: skip
+        return (
+            f"the fastest configuration verified against {verdict.oracle.name} "
+            f"({verdict.precision}, {verdict.rule}{cost})"
+        )
     return f"the fastest configuration that agrees with {verdict.oracle.name}; no independent oracle verified it"
 
 
@@ -170,8 +183,10 @@ def differences(report: BenchmarkReport, baseline: BenchmarkReport) -> list[str]
     another machine, another scenario (notes, not regressions)."""
     notes = []
     if report.model.sha256 != baseline.model.sha256:
-        notes.append(f"the baseline benchmarked another model file ({Path(baseline.model.path).name}, "
-                     f"sha256 {baseline.model.sha256[:12]}… vs {report.model.sha256[:12]}…)")  # fmt: skip
+        notes.append(
+            f"the baseline benchmarked another model file ({Path(baseline.model.path).name}, "
+            f"sha256 {baseline.model.sha256[:12]}… vs {report.model.sha256[:12]}…)"
+        )
     if report.device.get("cpu", {}).get("model") != baseline.device.get("cpu", {}).get("model"):
         notes.append(f"the baseline ran on another CPU ({baseline.device.get('cpu', {}).get('model')})")
     if report.settings.scenario != baseline.settings.scenario:

@@ -67,10 +67,13 @@ def _configs(model: str | os.PathLike[str], plan: BenchPlan) -> tuple[list[Bench
         options=plan.options,
     )
     if not candidates:
-        raise UsageError(f"bench --pipeline | nothing to run: {'; '.join(notes) or 'no backend'}.",
-                         hint="'deploykit backends' lists what runs here.")  # fmt: skip
-    configs = expand_configs(candidates, threads=list(plan.threads or (None,)), warmup=plan.warmup,
-                             iterations=plan.iterations or 20)  # fmt: skip
+        raise UsageError(
+            f"bench --pipeline | nothing to run: {'; '.join(notes) or 'no backend'}.",
+            hint="'deploykit backends' lists what runs here.",
+        )
+    configs = expand_configs(
+        candidates, threads=list(plan.threads or (None,)), warmup=plan.warmup, iterations=plan.iterations or 20
+    )
     return configs, notes
 
 
@@ -125,8 +128,13 @@ def benchmark_pipeline(
     Without ``plan``: ``backends``, ``iterations``, ``warmup`` and ``options``.
     """
     if plan is None:
-        plan = BenchPlan(backends=tuple(backends) if backends else None, warmup=warmup, iterations=iterations,
-                         options=dict(options or {}), isolate=False)  # fmt: skip
+        plan = BenchPlan(
+            backends=tuple(backends) if backends else None,
+            warmup=warmup,
+            iterations=iterations,
+            options=dict(options or {}),
+            isolate=False,
+        )
     tasks = pipeline_tasks()
     if task not in tasks:
         raise UsageError(f"pipeline '{task}' | is not one of {', '.join(tasks)}.", hint="e.g. --pipeline detect.")
@@ -156,15 +164,35 @@ def benchmark_pipeline(
                 samples, stages, wall = _time(pipeline, loaded, config)
                 results = first + [pipeline(image) for image in loaded[1:]]
                 info = copy.deepcopy(pipeline.session.info)
-            stages_p50 = {f"{stage}_p50_ms": statistics.median(getattr(t, f"{stage}_ms") for t in stages)
-                          for stage in ("pre", "infer", "post")}  # fmt: skip
-            rows.append(Row(config, "ok", session=info, load_ms=load_ms, first_inference_ms=first_ms,
-                            latency=latency_stats(samples), wall_s=wall, throughput_sps=len(samples) / wall,
-                            peak_rss_bytes=_peak_rss_bytes(), stages=stages_p50,
-                            blocks=blocks_of(samples, 1)))  # fmt: skip
+            stages_p50 = {
+                f"{stage}_p50_ms": statistics.median(getattr(t, f"{stage}_ms") for t in stages)
+                for stage in ("pre", "infer", "post")
+            }
+            rows.append(
+                Row(
+                    config,
+                    "ok",
+                    session=info,
+                    load_ms=load_ms,
+                    first_inference_ms=first_ms,
+                    latency=latency_stats(samples),
+                    wall_s=wall,
+                    throughput_sps=len(samples) / wall,
+                    peak_rss_bytes=_peak_rss_bytes(),
+                    stages=stages_p50,
+                    blocks=blocks_of(samples, 1),
+                )
+            )
             outputs.append(results)
-    _judge(task, task_kind, rows, outputs, _oracle_results(model, pipeline_class, plan.oracle, loaded), len(files),
-           plan.oracle)  # fmt: skip
+    _judge(
+        task,
+        task_kind,
+        rows,
+        outputs,
+        _oracle_results(model, pipeline_class, plan.oracle, loaded),
+        len(files),
+        plan.oracle,
+    )
     result = BenchmarkReport(
         model=ModelInfo(str(model), file_sha256(model)),
         settings=BenchSettings(
@@ -211,11 +239,19 @@ def _judge(
             continue
         precision = row.session.precision if row.session else None
         if oracle is None and index == reference_index:
-            row.verdict = Verdict(label, "unverified", info, precision=precision, rule=f"{task} agreement",
-                                  agreement=True, reason="the reference of the comparison")  # fmt: skip
+            row.verdict = Verdict(
+                label,
+                "unverified",
+                info,
+                precision=precision,
+                rule=f"{task} agreement",
+                agreement=True,
+                reason="the reference of the comparison",
+            )
             continue
         passed, share = _agreement(task_kind, produced, reference)  # type: ignore[arg-type]
         status: Status = ("pass" if passed else "fail") if info.independent else "unverified"
         reason = f"{share:.0%} of the {task} results agree with {label}"
-        row.verdict = Verdict(row.label, status, info, precision=precision, rule=f"{task} agreement",
-                              agreement=passed, reason=reason)  # fmt: skip
+        row.verdict = Verdict(
+            row.label, status, info, precision=precision, rule=f"{task} agreement", agreement=passed, reason=reason
+        )

@@ -114,8 +114,10 @@ class BenchPlan:
         if self.scenario == "multistream" and self.streams < 1:
             raise UsageError(f"streams {self.streams} | at least 1 stream is needed.", hint="e.g. --streams 4.")
         if self.max_drop is not None and not 0 <= self.max_drop <= 1:
-            raise UsageError(f"--max-drop {self.max_drop:g} | expected a share from 0 to 1 (or a percentage: 1%).",
-                             hint="e.g. --max-drop 1% (or 0.01).")  # fmt: skip
+            raise UsageError(
+                f"--max-drop {self.max_drop:g} | expected a share from 0 to 1 (or a percentage: 1%).",
+                hint="e.g. --max-drop 1% (or 0.01).",
+            )
         check_timeout(self.timeout_s)
 
     def replace(self, **changes: Any) -> BenchPlan:

@@ -126,8 +126,11 @@ def lines(series: Mapping[str, Sequence[tuple[float, float]]], x_label: str, y_l
 
 
 # Where a point's number may go, in points from its mark: beside it first, then further out.
-_OFFSETS = [(dx * r, dy * r) for r in (1, 2, 3, 4.5) for dx, dy in
-            ((5, 4), (5, -11), (-11, 4), (-11, -11), (-3, 8), (-3, -15), (8, -3), (-14, -3))]  # fmt: skip
+_OFFSETS = [
+    (dx * r, dy * r)
+    for r in (1, 2, 3, 4.5)
+    for dx, dy in ((5, 4), (5, -11), (-11, 4), (-11, -11), (-3, 8), (-3, -15), (8, -3), (-14, -3))
+]
 
 
 def _number(axes: Axes, number: int, point: tuple[float, float], offset: tuple[float, float]) -> Any:
@@ -168,8 +171,16 @@ def scatter(
             mark.set_gid(f"dk-point-{number}")
             marks[f"dk-point-{number}"] = ("point front" if on_front else "point", name)
             if name == chosen:
-                (ring,) = axes.plot([x], [y], "o", markersize=13, markerfacecolor="none", markeredgecolor=CHOSEN,
-                                    markeredgewidth=1.8, zorder=2)  # fmt: skip
+                (ring,) = axes.plot(
+                    [x],
+                    [y],
+                    "o",
+                    markersize=13,
+                    markerfacecolor="none",
+                    markeredgecolor=CHOSEN,
+                    markeredgewidth=1.8,
+                    zorder=2,
+                )
                 ring.set_gid("dk-chosen")
                 marks["dk-chosen"] = ("chosen", name)
         axes.set_xlabel(x_label)

@@ -111,8 +111,10 @@ class BenchmarkReport(JsonDocument):
 
     def __repr__(self) -> str:
         best = self.recommendation.label if self.recommendation else None
-        return (f"BenchmarkReport({Path(self.model.path).name!r}, {len(self.rows)} rows, "
-                f"{len(self.ok_rows())} ok, recommended {best!r})")  # fmt: skip
+        return (
+            f"BenchmarkReport({Path(self.model.path).name!r}, {len(self.rows)} rows, "
+            f"{len(self.ok_rows())} ok, recommended {best!r})"
+        )
 
     @property
     def headline(self) -> str:

@@ -44,8 +44,10 @@ def write_report(report: BenchmarkReport, directory: str | os.PathLike[str]) -> 
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise OutputError(f"--report '{folder}' | cannot be created ({exc.strerror or exc}).",
-                          hint="pass a folder you can write to, e.g. --report out/.") from exc  # fmt: skip
+        raise OutputError(
+            f"--report '{folder}' | cannot be created ({exc.strerror or exc}).",
+            hint="pass a folder you can write to, e.g. --report out/.",
+        ) from exc
     paths = [folder / name for name in REPORT_FILES]
     try:
         commit_outputs([], dict(zip(paths, report_texts(report), strict=True)))

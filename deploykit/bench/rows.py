@@ -203,11 +203,15 @@ class Row:
         """
         keys = [k for k in LatencyStats.__dataclass_fields__ if k.endswith("_ms")]
         if key not in keys:
-            raise UsageError(f"latency '{key}' | is not a latency statistic, expected one of {', '.join(keys)}.",
-                             hint="e.g. row.latency_ms('p50_ms').")  # fmt: skip
+            raise UsageError(
+                f"latency '{key}' | is not a latency statistic, expected one of {', '.join(keys)}.",
+                hint="e.g. row.latency_ms('p50_ms').",
+            )
         if self.latency is None:
-            raise UsageError(f"row '{self.label}' | has no latency: it failed ({self.error}).",
-                             hint="check row.ok first; row.error says why it failed.")  # fmt: skip
+            raise UsageError(
+                f"row '{self.label}' | has no latency: it failed ({self.error}).",
+                hint="check row.ok first; row.error says why it failed.",
+            )
         return float(getattr(self.latency, key))
 
     def to_dict(self) -> dict[str, Any]:
@@ -287,13 +291,21 @@ class ModelInfo:
     outputs: list[TensorSpec] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "sha256": self.sha256, "inputs": [s.to_dict() for s in self.inputs],
-                "outputs": [s.to_dict() for s in self.outputs]}  # fmt: skip
+        return {
+            "path": self.path,
+            "sha256": self.sha256,
+            "inputs": [s.to_dict() for s in self.inputs],
+            "outputs": [s.to_dict() for s in self.outputs],
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ModelInfo:
-        return cls(data["path"], data["sha256"], [TensorSpec.from_dict(s) for s in data.get("inputs") or []],
-                   [TensorSpec.from_dict(s) for s in data.get("outputs") or []])  # fmt: skip
+        return cls(
+            data["path"],
+            data["sha256"],
+            [TensorSpec.from_dict(s) for s in data.get("inputs") or []],
+            [TensorSpec.from_dict(s) for s in data.get("outputs") or []],
+        )
 
 
 @dataclass

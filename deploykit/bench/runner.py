@@ -105,13 +105,24 @@ def rebatch(feeds: Mapping[str, np.ndarray], axes: Mapping[str, int | None], bat
 
 
 def measure_isolated(
-    model: Path, config: BenchConfig, inputs_path: Path, outputs_path: Path, checks: Sequence[Path],
-    cost_per_hour: float | None, timeout_s: float,
-) -> tuple[Row, dict[str, np.ndarray] | None, list[dict[str, np.ndarray]]]:  # fmt: skip
+    model: Path,
+    config: BenchConfig,
+    inputs_path: Path,
+    outputs_path: Path,
+    checks: Sequence[Path],
+    cost_per_hour: float | None,
+    timeout_s: float,
+) -> tuple[Row, dict[str, np.ndarray] | None, list[dict[str, np.ndarray]]]:
     """One configuration measured in its own worker (``deploykit.bench.worker``): its row, its first
     run's outputs and its outputs on the check cases (``optimize`` measures its rounds with it too)."""
-    job = {"model": str(model), "config": config.to_dict(), "inputs": str(inputs_path), "outputs": str(outputs_path),
-           "check_cases": [str(c) for c in checks], "cost_per_hour": cost_per_hour}  # fmt: skip
+    job = {
+        "model": str(model),
+        "config": config.to_dict(),
+        "inputs": str(inputs_path),
+        "outputs": str(outputs_path),
+        "check_cases": [str(c) for c in checks],
+        "cost_per_hour": cost_per_hour,
+    }
     outcome = run_worker("deploykit.bench.worker", job, timeout_s=timeout_s + (config.duration_s or 0))
     if outcome.result is None:
         return Row.from_failure(config, outcome.error or "the isolated run gave no result"), None, []
@@ -127,8 +138,14 @@ def measure_resident(
 ) -> Row:
     """One more measurement of the configuration a resident worker holds open (``bench.worker``'s resident
     mode): its row; a worker that failed or died gives the failure's row, and is not asked again."""
-    job: dict[str, object] = {"model": str(model), "config": config.to_dict(), "inputs": str(inputs_path),
-                              "outputs": str(outputs_path), "check_cases": [], "cost_per_hour": None}  # fmt: skip
+    job: dict[str, object] = {
+        "model": str(model),
+        "config": config.to_dict(),
+        "inputs": str(inputs_path),
+        "outputs": str(outputs_path),
+        "check_cases": [],
+        "cost_per_hour": None,
+    }
     outcome = worker.ask(job, timeout_s + (config.duration_s or 0))
     if outcome.result is None:
         return Row.from_failure(config, outcome.error or "the resident worker gave no result")
@@ -158,8 +175,14 @@ def _another_round(
             worker = residents.get(index)
             if worker is None:
                 worker = residents[index] = ResidentWorker("deploykit.bench.worker", config.label())
-            again = measure_resident(worker, model_path, config, inputs_paths[config.batch],
-                                     scratch / f"outputs-{index}-round{number}.npz", plan.timeout_s)  # fmt: skip
+            again = measure_resident(
+                worker,
+                model_path,
+                config,
+                inputs_paths[config.batch],
+                scratch / f"outputs-{index}-round{number}.npz",
+                plan.timeout_s,
+            )
         else:
             try:
                 again, _, _ = measure(interface, config, feeds_by_batch[config.batch], cost_per_hour=plan.cost_per_hour)
@@ -173,10 +196,31 @@ def _another_round(
 
 # The keywords of 0.1's benchmark, now fields of the BenchPlan it takes.
 _LEGACY = (
-    MovedKeywords("plan", ("backends", "batch", "threads", "precision", "scenario", "streams", "warmup",
-                           "iterations", "duration_s", "shapes", "batch_axes", "seed", "oracle", "isolate",
-                           "cost_per_hour", "options", "thresholds", "max_drop", "timeout_s")),
-)  # fmt: skip
+    MovedKeywords(
+        "plan",
+        (
+            "backends",
+            "batch",
+            "threads",
+            "precision",
+            "scenario",
+            "streams",
+            "warmup",
+            "iterations",
+            "duration_s",
+            "shapes",
+            "batch_axes",
+            "seed",
+            "oracle",
+            "isolate",
+            "cost_per_hour",
+            "options",
+            "thresholds",
+            "max_drop",
+            "timeout_s",
+        ),
+    ),
+)
 
 
 def benchmark(
@@ -221,13 +265,21 @@ def benchmark(
         plan.backends, parse_precisions(plan.precision), model_precision=interface.precision, options=plan.options
     )
     if not candidates:
-        raise UsageError(f"bench | nothing to run: {'; '.join(notes) or 'no backend is available'}.",
-                         hint="'deploykit backends' lists what runs here; f32 runs everywhere.")  # fmt: skip
+        raise UsageError(
+            f"bench | nothing to run: {'; '.join(notes) or 'no backend is available'}.",
+            hint="'deploykit backends' lists what runs here; f32 runs everywhere.",
+        )
     feeds = resolve_inputs(interface, plan, inputs)
-    configs = expand_configs(candidates, batches=feeds.batches,
-                             threads=[None] if plan.threads is None else list(plan.threads), scenario=plan.scenario,
-                             streams=plan.streams, warmup=plan.warmup, iterations=plan.iterations,
-                             duration_s=plan.duration_s)  # fmt: skip
+    configs = expand_configs(
+        candidates,
+        batches=feeds.batches,
+        threads=[None] if plan.threads is None else list(plan.threads),
+        scenario=plan.scenario,
+        streams=plan.streams,
+        warmup=plan.warmup,
+        iterations=plan.iterations,
+        duration_s=plan.duration_s,
+    )
     runs = measure_all(interface, plan, configs, feeds, progress)
     notes += judge_measured(interface, plan, configs, feeds, runs)
     return assemble_report(interface, plan, started_sha256, feeds, runs.rows, notes)
@@ -280,8 +332,15 @@ def resolve_inputs(
             return image_feeds(interface, inputs, size or 1)  # type: ignore[arg-type]
         if given is not None:
             return rebatch(given, axes, size) if size else given
-        return make_inputs(interface.inputs, seed=plan.seed, metadata=interface.metadata_props, batch=size,
-                           settings=settings, batch_axes=batch_axes, model_name=f"'{interface.path.name}'")  # fmt: skip
+        return make_inputs(
+            interface.inputs,
+            seed=plan.seed,
+            metadata=interface.metadata_props,
+            batch=size,
+            settings=settings,
+            batch_axes=batch_axes,
+            model_name=f"'{interface.path.name}'",
+        )
 
     first_feeds = feeds_for(first_batch)
     batches = [fed_batch(first_feeds, axes)] if batch is None else list(batch)
@@ -323,14 +382,24 @@ def measure_all(
                 if progress:
                     progress(index, len(configs), config.label())
                 if plan.isolate:
-                    row, outputs, checked = measure_isolated(interface.path, config, inputs_paths[config.batch],
-                                                              scratch / f"outputs-{index}.npz", check_paths,
-                                                              plan.cost_per_hour, plan.timeout_s)  # fmt: skip
+                    row, outputs, checked = measure_isolated(
+                        interface.path,
+                        config,
+                        inputs_paths[config.batch],
+                        scratch / f"outputs-{index}.npz",
+                        check_paths,
+                        plan.cost_per_hour,
+                        plan.timeout_s,
+                    )
                 else:
                     try:
-                        row, outputs, checked = measure(interface, config, feeds.feeds_by_batch[config.batch],
-                                                        cost_per_hour=plan.cost_per_hour,
-                                                        check_cases=feeds.checks)  # fmt: skip
+                        row, outputs, checked = measure(
+                            interface,
+                            config,
+                            feeds.feeds_by_batch[config.batch],
+                            cost_per_hour=plan.cost_per_hour,
+                            check_cases=feeds.checks,
+                        )
                     except DeployKitError as exc:
                         row, outputs, checked = Row.from_failure(config, exc), None, []
                 runs.rows.append(row)
@@ -339,8 +408,17 @@ def measure_all(
             residents: dict[int, ResidentWorker] = {}
             try:
                 for number in range(2, plan.rounds + 1):
-                    _another_round(runs.rows, number, plan, interface.path, interface, inputs_paths,
-                                   feeds.feeds_by_batch, scratch, residents)  # fmt: skip
+                    _another_round(
+                        runs.rows,
+                        number,
+                        plan,
+                        interface.path,
+                        interface,
+                        inputs_paths,
+                        feeds.feeds_by_batch,
+                        scratch,
+                        residents,
+                    )
             finally:  # decided, failed or interrupted: no resident worker outlives the rounds
                 for worker in residents.values():
                     worker.close()
@@ -363,20 +441,28 @@ def judge_measured(
         task = recognise(interface.output_specs(), interface.metadata_props)
         groups = {0: (list(range(len(rows))), feeds.checks)}
     else:
-        groups = {b: ([i for i, c in enumerate(configs) if c.batch == b], [feeds.feeds_by_batch[b]])
-                  for b in feeds.batches}  # fmt: skip
+        groups = {
+            b: ([i for i, c in enumerate(configs) if c.batch == b], [feeds.feeds_by_batch[b]]) for b in feeds.batches
+        }
     for members, cases in groups.values():
         # every image: the task metric of every row is measured against the oracle
-        info, references = run_oracle(interface, plan.oracle, cases, timeout_s=plan.timeout_s, isolate=plan.isolate,
-                                      memory_bytes=plan.oracle_memory_bytes)  # fmt: skip
+        info, references = run_oracle(
+            interface,
+            plan.oracle,
+            cases,
+            timeout_s=plan.timeout_s,
+            isolate=plan.isolate,
+            memory_bytes=plan.oracle_memory_bytes,
+        )
         candidates = []
         for i in members:
             first_outputs = runs.outputs[i]
             produced = runs.checked[i] if feeds.image_source else ([first_outputs] if first_outputs is not None else [])
             error = None if rows[i].ok and produced else (rows[i].error or "no outputs")
             ran = rows[i].session
-            run = CandidateRun(configs[i].label(), None if ran is None else ran.to_dict(), produced, error,
-                               hint=rows[i].hint)  # fmt: skip
+            run = CandidateRun(
+                configs[i].label(), None if ran is None else ran.to_dict(), produced, error, hint=rows[i].hint
+            )
             candidates.append((run, configs[i].precision))
         if references is None:
             first = next((run for run, _ in candidates if run.ok), None)

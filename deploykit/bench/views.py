@@ -137,6 +137,12 @@ def markdown_text(report: BenchmarkReport) -> str:
         lines += ["| " + " | ".join(one_line(r[h], None).replace("|", "/") for h in header) + " |" for r in rows]
     recommendation = report.recommendation
     if recommendation:
-        lines += ["", f"**Recommendation**: {recommendation.label} — {recommendation.why}.", "",
-                  f"`{recommendation.command}`", "", f"`{recommendation.python}`"]  # fmt: skip
+        lines += [
+            "",
+            f"**Recommendation**: {recommendation.label} — {recommendation.why}.",
+            "",
+            f"`{recommendation.command}`",
+            "",
+            f"`{recommendation.python}`",
+        ]
     return "\n".join(lines) + "\n"

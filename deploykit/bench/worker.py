@@ -59,8 +59,10 @@ def resident() -> int:
     try:
         for job in resident_jobs():
             config = BenchConfig.from_dict(job["config"])
-            key = (str(job["model"]), {k: v for k, v in config.to_dict().items()
-                                       if k not in ("duration_s", "iterations", "warmup")})  # fmt: skip
+            key = (
+                str(job["model"]),
+                {k: v for k, v in config.to_dict().items() if k not in ("duration_s", "iterations", "warmup")},
+            )
             try:
                 if session is None:
                     session, load_ms = open_session(Path(job["model"]), config)

@@ -147,8 +147,10 @@ def check_conversion_report_folder(
     folder = Path(directory)
     if output is not None:
         if os.path.realpath(folder) == os.path.realpath(output):
-            raise OutputError(f"--report '{folder}' | is also the path of output '{output}'.",
-                              hint="give the report its own folder, e.g. --report report/.")  # fmt: skip
+            raise OutputError(
+                f"--report '{folder}' | is also the path of output '{output}'.",
+                hint="give the report its own folder, e.g. --report report/.",
+            )
         check_outputs({"output": output})  # first: making the report folder must not make the model's folder
     check_report_folder(folder, (REPORT_FILE,), inputs=inputs)
     if not folder.is_dir() or not any(folder.iterdir()):

@@ -196,10 +196,15 @@ def _stage_in_worker(
         write_arrays(examples_path, {f"example_{i:04d}": a for i, a in enumerate(arrays)})
     target = _absolute_source(str(model))
     job = {
-        "model": target, "examples": str(examples_path) if examples_path else None, "settings": settings.to_dict(),
-        "description": str(model), "scratch": str(scratch), "output_name": output_name, "log_path": str(log_path),
+        "model": target,
+        "examples": str(examples_path) if examples_path else None,
+        "settings": settings.to_dict(),
+        "description": str(model),
+        "scratch": str(scratch),
+        "output_name": output_name,
+        "log_path": str(log_path),
         "sys_path": [os.path.abspath(p) if p else os.getcwd() for p in sys.path],
-    }  # fmt: skip
+    }
     outcome = run_worker("deploykit.convert.torch_stage", job, timeout_s=timeout_s)
     result = outcome.result
     if result is None or result.get("status") == "exit":
@@ -275,11 +280,25 @@ def _text_or_none(value: Any) -> str | None:
 
 # The 0.1 keywords of convert_torch and the settings value each moved into.
 _LEGACY = (
-    MovedKeywords("export", ("weights", "input_names", "output_names", "dynamic", "opset", "exporter", "simplify",
-                             "trust_pickle", "seed", "weights_key", "ignore_keys"),
-                  convert={"input_names": _tuple_or_none, "output_names": _tuple_or_none, "weights": _text_or_none}),
+    MovedKeywords(
+        "export",
+        (
+            "weights",
+            "input_names",
+            "output_names",
+            "dynamic",
+            "opset",
+            "exporter",
+            "simplify",
+            "trust_pickle",
+            "seed",
+            "weights_key",
+            "ignore_keys",
+        ),
+        convert={"input_names": _tuple_or_none, "output_names": _tuple_or_none, "weights": _text_or_none},
+    ),
     MovedKeywords("checks", ("atol", "rtol"), nested="thresholds"),
-)  # fmt: skip
+)
 
 
 def _with_legacy_keywords(

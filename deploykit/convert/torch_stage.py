@@ -73,8 +73,13 @@ class TorchExportSettings:
 def spec_dict(spec: InputSpec | str) -> dict[str, Any]:
     """An input spec (or its ``NAME:SHAPE[:DTYPE[:LOW..HIGH]]`` text) as JSON-ready fields."""
     parsed = parse_input_spec(spec) if isinstance(spec, str) else spec
-    return {"name": parsed.name, "shape": [int(d) for d in parsed.shape], "dtype": parsed.dtype.name,
-            "low": int(parsed.low), "high": int(parsed.high)}  # fmt: skip
+    return {
+        "name": parsed.name,
+        "shape": [int(d) for d in parsed.shape],
+        "dtype": parsed.dtype.name,
+        "low": int(parsed.low),
+        "high": int(parsed.high),
+    }
 
 
 def spec_from_dict(data: Mapping[str, Any]) -> InputSpec:
@@ -117,9 +122,12 @@ def pytorch_stage(
     import torch
 
     source = load_torch_source(
-        model, weights=settings.weights, trust_pickle=settings.trust_pickle, weights_key=settings.weights_key,
+        model,
+        weights=settings.weights,
+        trust_pickle=settings.trust_pickle,
+        weights_key=settings.weights_key,
         ignore_keys=settings.ignore_keys,
-    )  # fmt: skip
+    )
     if description is not None:
         source.description = description
     given = [spec_from_dict(s) for s in settings.inputs]
@@ -160,18 +168,35 @@ def pytorch_stage(
         notes.append(f"weights are {param_bytes / 2**30:.2f} GiB, over protobuf's 2 GiB: stored as external data")
     start = time.perf_counter()
     exported, used = export_model(
-        source, examples, specs, names, dynamic, settings.opset, settings.exporter, scratch, notes,
+        source,
+        examples,
+        specs,
+        names,
+        dynamic,
+        settings.opset,
+        settings.exporter,
+        scratch,
+        notes,
         log_path=log_path,
-    )  # fmt: skip
+    )
     model_proto = finish_model(exported, specs, dynamic, settings.opset, notes, settings.simplify)
     stamp_model(model_proto, source, specs, names, dynamic, settings.opset, used, settings.simplify)
     export_seconds = time.perf_counter() - start
     candidate = Path(scratch) / output_name
     save_model(model_proto, candidate, external)
     return PyTorchStage(
-        candidate, external, cases, references, source.description, notes, used, _precision(specs),
-        reference_seconds, export_seconds, torch.__version__,
-    )  # fmt: skip
+        candidate,
+        external,
+        cases,
+        references,
+        source.description,
+        notes,
+        used,
+        _precision(specs),
+        reference_seconds,
+        export_seconds,
+        torch.__version__,
+    )
 
 
 def _check_example_spec(spec: InputSpec) -> None:
@@ -384,9 +409,14 @@ def _run_job(job: dict[str, Any]) -> int:
     scratch = Path(job["scratch"])
     try:
         stage = pytorch_stage(
-            job["model"], examples, TorchExportSettings.from_dict(job["settings"]), scratch, job["output_name"],
-            Path(job["log_path"]), job.get("description"),
-        )  # fmt: skip
+            job["model"],
+            examples,
+            TorchExportSettings.from_dict(job["settings"]),
+            scratch,
+            job["output_name"],
+            Path(job["log_path"]),
+            job.get("description"),
+        )
     except DeployKitError as exc:
         _say(error_result(exc))
         return 0

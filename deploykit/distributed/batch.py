@@ -147,9 +147,14 @@ def _actor_crashes(ray: Any) -> int:
 
 
 def _ray_batches(
-    ray: Any, model: Path, paths: list[str], settings: dict[str, Any], actors: int, cpus_per_actor: float,
+    ray: Any,
+    model: Path,
+    paths: list[str],
+    settings: dict[str, Any],
+    actors: int,
+    cpus_per_actor: float,
     batch_size: int,
-) -> Generator[list[dict[str, Any]], None, None]:  # fmt: skip
+) -> Generator[list[dict[str, Any]], None, None]:
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False  # deploykit draws one bar for the whole job
     quiet_console("ray.data")  # its execution plan and "progress bars disabled" notes, on every run
@@ -291,9 +296,13 @@ def predict(
     store = ResultStore(out)
     with store.exclusive():  # one run at a time per folder: two would write every row twice
         row_settings: dict[str, Any] = {
-            "task": task, "backend": backend, "device": device, "top_k": top_k,
-            "pipeline_options": pipeline_options, "backend_options": backend_options,
-        }  # fmt: skip
+            "task": task,
+            "backend": backend,
+            "device": device,
+            "top_k": top_k,
+            "pipeline_options": pipeline_options,
+            "backend_options": backend_options,
+        }
         # a resume keeps only rows the same model and settings made (never another model's rows)
         store.claim({"model_sha256": file_sha256(model_path), **{k: v for k, v in row_settings.items()}})
         done = store.done_paths()
@@ -305,8 +314,11 @@ def predict(
             return summary
         if engine == "local":
             started = time.perf_counter()
-            _drain(store.write_rows(_counted(_local_batches(model_path, pending, row_settings, batch_size), summary)),
-                   progress, len(pending))  # fmt: skip
+            _drain(
+                store.write_rows(_counted(_local_batches(model_path, pending, row_settings, batch_size), summary)),
+                progress,
+                len(pending),
+            )
             summary.elapsed_s = time.perf_counter() - started
             return summary
         # Open the pipeline here once before starting Ray, so a bad model, task or label file is a clear

@@ -144,8 +144,9 @@ def check_resources(ray: Any, *, cpus_per_actor: float) -> None:
     Raises:
         UsageError: ``cpus_per_actor`` is more than the CPUs of the largest live node.
     """
-    largest = max((float(node.get("Resources", {}).get("CPU", 0)) for node in ray.nodes() if node.get("Alive")),
-                  default=0.0)  # fmt: skip
+    largest = max(
+        (float(node.get("Resources", {}).get("CPU", 0)) for node in ray.nodes() if node.get("Alive")), default=0.0
+    )
     if cpus_per_actor > largest:
         raise UsageError(
             f"--cpus-per-actor {cpus_per_actor:g} | the largest node of the cluster has {largest:g} CPU(s), so no "
@@ -178,8 +179,13 @@ def start(ray: Any, address: str | None = None, num_cpus: int | None = None) -> 
             if address is None:
                 with loopback_only():
                     # "local": a Ray of our own, even where another local cluster runs (ray.init would join it)
-                    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
-                             logging_level=RAY_CONSOLE_LEVEL)  # fmt: skip
+                    ray.init(
+                        address="local",
+                        num_cpus=num_cpus,
+                        include_dashboard=False,
+                        log_to_driver=False,
+                        logging_level=RAY_CONSOLE_LEVEL,
+                    )
             else:
                 ray.init(address=address, log_to_driver=False, logging_level=RAY_CONSOLE_LEVEL)
         _restore(handlers)
@@ -353,8 +359,9 @@ def check_local_limits() -> None:
         if target >= MIN_OPEN_FILES:
             resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
         else:
-            _limit_error(f"open files (ulimit -n) is {soft}, hard limit {hard}", f"at least {MIN_OPEN_FILES}",
-                         "ulimit -n 4096")  # fmt: skip
+            _limit_error(
+                f"open files (ulimit -n) is {soft}, hard limit {hard}", f"at least {MIN_OPEN_FILES}", "ulimit -n 4096"
+            )
     for name, key, minimum, flag in (
         ("address space (ulimit -v)", "RLIMIT_AS", MIN_ADDRESS_SPACE, "ulimit -v unlimited"),
         ("file size (ulimit -f)", "RLIMIT_FSIZE", MIN_FILE_SIZE, "ulimit -f unlimited"),

@@ -143,18 +143,21 @@ def fleet_benchmark(
             if not ready:
                 for ref, name in pending.items():
                     ray.cancel(ref, force=True)
-                    outcomes[name] = DeviceOutcome(name, "failed", f"did not finish within {device_timeout_s:g} s",
-                                                   node=known[name])  # fmt: skip
+                    outcomes[name] = DeviceOutcome(
+                        name, "failed", f"did not finish within {device_timeout_s:g} s", node=known[name]
+                    )
                 break
             ref = ready[0]
             name = pending.pop(ref)
             try:
                 report = BenchmarkReport.from_dict(ray.get(ref), f"device {name}")
-                outcomes[name] = DeviceOutcome(name, "ok", None, node=known[name], report=report,
-                                               elapsed_s=time.monotonic() - started)  # fmt: skip
+                outcomes[name] = DeviceOutcome(
+                    name, "ok", None, node=known[name], report=report, elapsed_s=time.monotonic() - started
+                )
             except (ray.exceptions.RayError, ReportError) as exc:  # a device with another deploykit's report
-                outcomes[name] = DeviceOutcome(name, "failed", _reason(exc), node=known[name],
-                                               elapsed_s=time.monotonic() - started)  # fmt: skip
+                outcomes[name] = DeviceOutcome(
+                    name, "failed", _reason(exc), node=known[name], elapsed_s=time.monotonic() - started
+                )
             if progress:
                 progress(len(outcomes), len(chosen), name)
     return FleetReport.build(model_path, [outcomes[name] for name in chosen], settings, device_timeout_s)

@@ -44,15 +44,26 @@ class DeviceOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         report = None if self.report is None else self.report.to_dict()
-        return {"name": self.name, "status": self.status, "error": self.error, "node": self.node, "report": report,
-                "elapsed_s": self.elapsed_s}  # fmt: skip
+        return {
+            "name": self.name,
+            "status": self.status,
+            "error": self.error,
+            "node": self.node,
+            "report": report,
+            "elapsed_s": self.elapsed_s,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> DeviceOutcome:
         report = data.get("report")
-        return cls(data["name"], data["status"], data.get("error"), data.get("node"),
-                   None if report is None else BenchmarkReport.from_dict(report, f"fleet device {data['name']}"),
-                   data.get("elapsed_s"))  # fmt: skip
+        return cls(
+            data["name"],
+            data["status"],
+            data.get("error"),
+            data.get("node"),
+            None if report is None else BenchmarkReport.from_dict(report, f"fleet device {data['name']}"),
+            data.get("elapsed_s"),
+        )
 
 
 @dataclass
@@ -106,8 +117,13 @@ class FleetReport(JsonDocument):
         """
         if not isinstance(data, Mapping) or data.get("schema") != "deploykit.fleet":
             raise cls.invalid(source, "is not a deploykit fleet report.")
-        return cls(data["model"]["path"], data["model"]["sha256"], dict(data.get("settings") or {}),
-                   [DeviceOutcome.from_dict(d) for d in data["devices"]], data["created"])  # fmt: skip
+        return cls(
+            data["model"]["path"],
+            data["model"]["sha256"],
+            dict(data.get("settings") or {}),
+            [DeviceOutcome.from_dict(d) for d in data["devices"]],
+            data["created"],
+        )
 
     def reports(self) -> dict[str, BenchmarkReport]:
         """Device name → its bench report, for the devices that finished."""

@@ -88,16 +88,20 @@ def html_text(fleet: FleetReport) -> str:
     e = html.escape
     head = "".join(f"<th>{e(h)}</th>" for h in rows[0])
     body = "".join(
-        "<tr>" + "".join(f'<td{" class=fail" if v.startswith("failed") else ""}>{e(v)}</td>' for v in r.values())
-        + "</tr>" for r in rows
-    )  # fmt: skip
+        "<tr>"
+        + "".join(f"<td{' class=fail' if v.startswith('failed') else ''}>{e(v)}</td>" for v in r.values())
+        + "</tr>"
+        for r in rows
+    )
     recommendations = "".join(
         f"<li><b>{e(name)}</b>: " + (f"{e(rec.label)} — <code>{e(rec.python)}</code>" if rec else "none") + "</li>"
         for name, rec in fleet.recommendations().items()
     )
-    section = (f'<section class="fleet"><h2>Fleet: configuration × device</h2><table><tr>{head}</tr>{body}</table>'
-               f"<h3>Headline per device</h3>{_chart(fleet)}"
-               f"<h3>Recommendation per device</h3><ul>{recommendations}</ul></section>")  # fmt: skip
+    section = (
+        f'<section class="fleet"><h2>Fleet: configuration × device</h2><table><tr>{head}</tr>{body}</table>'
+        f"<h3>Headline per device</h3>{_chart(fleet)}"
+        f"<h3>Recommendation per device</h3><ul>{recommendations}</ul></section>"
+    )
     reports = list(fleet.reports().values())
     if reports:
         return render_html(reports).replace('<div class="devices">', section + '<div class="devices">', 1)

@@ -35,8 +35,11 @@ def start_reaper(ray_package: str, driver_pid: int | None = None) -> subprocess.
         return None
     return subprocess.Popen(
         [sys.executable, "-m", "deploykit.distributed.reaper", str(driver_pid or os.getpid()), ray_package],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def _tree(process: object) -> dict[int, float]:

@@ -46,8 +46,10 @@ def decode_arrays(data: bytes, name: str, inputs: dict[str, TensorSpec]) -> dict
     try:
         loaded = np.load(io.BytesIO(data), allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
-        raise InputError(f"array file '{name}' | is not a .npy or .npz numpy file ({exc}).",
-                         hint="save inputs with np.save or np.savez.") from exc  # fmt: skip
+        raise InputError(
+            f"array file '{name}' | is not a .npy or .npz numpy file ({exc}).",
+            hint="save inputs with np.save or np.savez.",
+        ) from exc
     if isinstance(loaded, np.ndarray):
         if len(inputs) != 1:
             raise InputError(
@@ -115,8 +117,14 @@ class Predictor:
         info = self.session.info
         self.backend, self.device = info.backend, info.device
         threads = info.options.get("threads")
-        self.worker = {"node": platform.node(), "pid": os.getpid(), "threads": threads, "precision": info.precision,
-                       "options": dict(info.options), "restarted": restarted}  # fmt: skip
+        self.worker = {
+            "node": platform.node(),
+            "pid": os.getpid(),
+            "threads": threads,
+            "precision": info.precision,
+            "options": dict(info.options),
+            "restarted": restarted,
+        }
 
     def _base(self, path: str) -> dict[str, Any]:
         return {"path": path, "task": self.task, "backend": self.backend, "device": self.device, "worker": self.worker}
@@ -127,8 +135,10 @@ class Predictor:
         loaded = time.perf_counter()
         outputs = self.session.run(feeds)
         ran = time.perf_counter()
-        results = {name: {"shape": list(array.shape), "dtype": str(array.dtype), "data": array.tolist()}
-                   for name, array in outputs.items()}  # fmt: skip
+        results = {
+            name: {"shape": list(array.shape), "dtype": str(array.dtype), "data": array.tolist()}
+            for name, array in outputs.items()
+        }
         return results, Timing((loaded - start) * 1e3, (ran - loaded) * 1e3, (time.perf_counter() - ran) * 1e3)
 
     def row(self, path: str, data: bytes) -> dict[str, Any]:
@@ -143,8 +153,13 @@ class Predictor:
                 timing = self.pipeline.last_timing
         except DeployKitError as exc:
             return self.error_row(path, str(exc))
-        return {**self._base(path), "status": "ok", "error": None, "results": results,
-                "timing_ms": timing.to_dict() if timing else None}  # fmt: skip
+        return {
+            **self._base(path),
+            "status": "ok",
+            "error": None,
+            "results": results,
+            "timing_ms": timing.to_dict() if timing else None,
+        }
 
     def error_row(self, path: str, reason: str) -> dict[str, Any]:
         """The row of an input that could not be used."""

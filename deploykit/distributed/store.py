@@ -73,8 +73,10 @@ def list_sources(source: str | os.PathLike[str], suffixes: tuple[str, ...] | Non
         files = sorted(p for p in path.iterdir() if p.suffix.lower() in suffixes) if path.is_dir() else [path]
         found = [str(p) for p in files]
     if not found:
-        raise InputError(f"inputs '{source}' | holds no input file ({', '.join(suffixes)}).",
-                         hint="point at a folder of images (or of .npy/.npz files with --task tensor).")  # fmt: skip
+        raise InputError(
+            f"inputs '{source}' | holds no input file ({', '.join(suffixes)}).",
+            hint="point at a folder of images (or of .npy/.npz files with --task tensor).",
+        )
     return found
 
 

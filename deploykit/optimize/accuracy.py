@@ -53,8 +53,9 @@ class DeltaInterval:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DeltaInterval:
-        return cls(float(data["delta"]), float(data["low"]), float(data["high"]), int(data["images"]),
-                   str(data["method"]))  # fmt: skip
+        return cls(
+            float(data["delta"]), float(data["low"]), float(data["high"]), int(data["images"]), str(data["method"])
+        )
 
 
 def wilson(successes: int, trials: int, z: float = Z95) -> tuple[float, float]:
@@ -104,8 +105,9 @@ def bootstrap_interval(
         values.append(float(metric([expected[i] for i in picks], [found[i] for i in picks])))
     low, high = (float(v) for v in np.quantile(values, [0.025, 0.975]))
     delta = round(1 - value, 6)
-    return DeltaInterval(delta, max(0.0, min(1 - high, delta)), min(1.0, max(1 - low, delta)), count,
-                         "bootstrap over images")  # fmt: skip
+    return DeltaInterval(
+        delta, max(0.0, min(1 - high, delta)), min(1.0, max(1 - low, delta)), count, "bootstrap over images"
+    )
 
 
 def budget_note(images: int, max_drop: float) -> str | None:

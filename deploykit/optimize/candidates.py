@@ -87,8 +87,13 @@ class CandidateState:
     def precision_class(self) -> tuple[str, str, str | None, str | None, str | None]:
         """Model variant × backend × device × precision (an INT8 model's with its float layers'): what a
         thread count or batch size only tunes."""
-        return (self.variant.name, self.config.backend, self.config.device, self.config.precision,
-                float_layers(self.config))  # fmt: skip
+        return (
+            self.variant.name,
+            self.config.backend,
+            self.config.device,
+            self.config.precision,
+            float_layers(self.config),
+        )
 
 
 def thread_counts(cpus: int | None = None) -> list[int]:
@@ -240,8 +245,10 @@ def make_variants(
         if offered.unavailable_reason() is None:
             jobs.append((f"{offered.precision}-{name}", {"engine": name}, offered.precision))
         else:
-            notes.append(f"{offered.title} is not installed: no {offered.precision}-{name} variant "
-                         "(pip install 'deploykit[quantize]')")  # fmt: skip
+            notes.append(
+                f"{offered.title} is not installed: no {offered.precision}-{name} variant "
+                "(pip install 'deploykit[quantize]')"
+            )
     if fp16:
         jobs.append(("fp16", {"fp16": True}, "f16"))
     for name, settings, precision in jobs:
@@ -327,8 +334,10 @@ def converted_variants(
         for precision, options in backend.converted_weights.items() if quantize else ():
             label = f"{precision}-{backend.name}"
             if precision not in ("int8", *native):
-                notes.append(f"variant {label}: not made ({backend.name} computes {', '.join(native)} here: "
-                             f"{precision} weights make a smaller file, not a faster one)")  # fmt: skip
+                notes.append(
+                    f"variant {label}: not made ({backend.name} computes {', '.join(native)} here: "
+                    f"{precision} weights make a smaller file, not a faster one)"
+                )
                 continue
             started = time.perf_counter()
             try:
@@ -337,8 +346,16 @@ def converted_variants(
                 notes.append(f"variant {label}: not made ({exc.message})")
                 continue
             seconds = round(time.perf_counter() - started, 2)
-            variant = Variant(label, model.name, precision, source.sha256, backend.name, seconds,
-                              backend=backend.name, options=dict(options))  # fmt: skip
+            variant = Variant(
+                label,
+                model.name,
+                precision,
+                source.sha256,
+                backend.name,
+                seconds,
+                backend=backend.name,
+                options=dict(options),
+            )
             variants.append((variant, model))
     return variants, notes, failed
 
@@ -368,8 +385,10 @@ def expand(
             if variant.backend is not None and variant.backend != backend.name:
                 continue
             if variant.quantized and variant.backend is None and backend.converted_weights:
-                notes.append(f"{backend.name}:{device} {variant.name}: not run ({backend.name} runs the reduced "
-                             "files its own converter makes from the float model)")  # fmt: skip
+                notes.append(
+                    f"{backend.name}:{device} {variant.name}: not run ({backend.name} runs the reduced "
+                    "files its own converter makes from the float model)"
+                )
                 continue
             native = backend.precisions(device)
             if variant.name == "float":
@@ -380,14 +399,22 @@ def expand(
                 precisions = ["f16"]
             else:
                 precisions = ["int8"]
-            found, more = expand_candidates([f"{backend.name}:{device}"], precisions, model_precision=variant.precision,
-                                            options=variant.options)  # fmt: skip
+            found, more = expand_candidates(
+                [f"{backend.name}:{device}"], precisions, model_precision=variant.precision, options=variant.options
+            )
             if variant.precision == "int8" and "precision" in backend.options:
                 found = float_layer_candidates(backend.name, device, native)
             notes += more
             counts: list[int | None] = list(threads) if "threads" in backend.options else [None]
-            configs = expand_configs(found, batches=batches, threads=counts, scenario=scenario, warmup=WARMUP,
-                                     iterations=None, duration_s=SCREEN_DURATION_S)  # fmt: skip
+            configs = expand_configs(
+                found,
+                batches=batches,
+                threads=counts,
+                scenario=scenario,
+                warmup=WARMUP,
+                iterations=None,
+                duration_s=SCREEN_DURATION_S,
+            )
             for config in [*configs, *(_without_spinning(configs, backend.options) if busy else [])]:
                 label = f"{config.label()} {variant.name}{float_layers_suffix(config)}"
                 if config.options.get(WAIT_OPTION) is False:

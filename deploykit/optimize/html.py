@@ -66,8 +66,17 @@ def render_html(report: OptimizeReport) -> str:
     best, truth = report.best, report.ground_truth
     config = best.config
     title = f"deploykit optimize: {Path(report.model.path).name}" + (" (partial)" if report.partial else "")
-    headers = ["candidate", report.headline, "95% interval", "rounds / blocks / calls", "accuracy Δ",
-               *(["top-1 accuracy"] if truth else []), "verdict", "status", "reason"]  # fmt: skip
+    headers = [
+        "candidate",
+        report.headline,
+        "95% interval",
+        "rounds / blocks / calls",
+        "accuracy Δ",
+        *(["top-1 accuracy"] if truth else []),
+        "verdict",
+        "status",
+        "reason",
+    ]
     facts = [
         f"<p><b>Chosen</b>: {_e(best.label)} — {_e(config.backend)} on {_e(config.device)}, {_e(config.precision)}, "
         f"{_e(config.threads or 'default')} threads, batch {_e(config.batch)}, {_e(best.variant)} model</p>",

@@ -424,9 +424,12 @@ class Search:
         pool = [
             s
             for s in (self.states if among is None else among)
-            if s.exact and s.rounds and s.config.backend == DEFAULT_BACKEND and s.accurate
+            if s.exact
+            and s.rounds
+            and s.config.backend == DEFAULT_BACKEND
+            and s.accurate
             and s.config.options.get(WAIT_OPTION) is not False
-        ]  # fmt: skip
+        ]
         return min(pool, key=lambda s: self.score(self.intervals([s])[s.label]), default=None)
 
     def _finalists(self, alive: Sequence[CandidateState], *, core: bool = False) -> list[CandidateState]:

@@ -51,8 +51,14 @@ from deploykit.optimize.rounds import (
 DEFAULT_TIME_BUDGET_S = 300.0
 DEFAULT_MAX_DROP = 0.01
 
-__all__ = ["DEFAULT_MAX_DROP", "DEFAULT_TIME_BUDGET_S", "SearchProgress", "optimize", "parse_max_drop",
-           "parse_time_budget"]  # fmt: skip
+__all__ = [
+    "DEFAULT_MAX_DROP",
+    "DEFAULT_TIME_BUDGET_S",
+    "SearchProgress",
+    "optimize",
+    "parse_max_drop",
+    "parse_time_budget",
+]
 
 
 def parse_time_budget(text: str | float | None) -> float:
@@ -230,8 +236,9 @@ def optimize(
         variants += converted
         notes += more
         specs = [spec for spec in specs if spec not in failed]
-        states, more = expand(variants, specs, scenario=scenario, threads=thread_list, batches=batch_list,
-                              busy=plan.background_load > 0)  # fmt: skip
+        states, more = expand(
+            variants, specs, scenario=scenario, threads=thread_list, batches=batch_list, busy=plan.background_load > 0
+        )
         notes += more
         if not states:
             raise UsageError(

@@ -42,8 +42,16 @@ def extract_packages(target: Path, suite: str, arch: str, packages: Sequence[str
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
-    command = [tool, "--quiet", "--variant=extract", f"--architectures={arch}", f"--include={','.join(packages)}",
-               suite, str(partial), DEBIAN_MIRROR]  # fmt: skip
+    command = [
+        tool,
+        "--quiet",
+        "--variant=extract",
+        f"--architectures={arch}",
+        f"--include={','.join(packages)}",
+        suite,
+        str(partial),
+        DEBIAN_MIRROR,
+    ]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
     except subprocess.TimeoutExpired as exc:

@@ -157,8 +157,9 @@ class EmulatedPlatform(Platform):
                 from deploykit.platforms.debian import extract_packages
 
                 say(f"extracting Debian {self.suite} {self.debian_arch}: {', '.join(SYSROOT_PACKAGES)}")
-                extract_packages(sysroot, self.suite, self.debian_arch, SYSROOT_PACKAGES,
-                                 what=f"the {self.base_name} sysroot")  # fmt: skip
+                extract_packages(
+                    sysroot, self.suite, self.debian_arch, SYSROOT_PACKAGES, what=f"the {self.base_name} sysroot"
+                )
                 (sysroot / COMPLETE).write_text(json.dumps(list(SYSROOT_PACKAGES)))
             python = self._python(sysroot)
             python_version = python.name[len("python") :]
@@ -307,8 +308,9 @@ class EmulatedPlatform(Platform):
         return RuntimeClaims(tuple(claimed["precisions"]), dict(claimed["model_precision"]))
 
     def _probe(self, interpreter: Interpreter, backends: list[str]) -> dict[str, Any]:
-        outcome = run_worker("deploykit.platforms.probe", {"backends": backends}, timeout_s=SELF_TEST_TIMEOUT_S,
-                             interpreter=interpreter)  # fmt: skip
+        outcome = run_worker(
+            "deploykit.platforms.probe", {"backends": backends}, timeout_s=SELF_TEST_TIMEOUT_S, interpreter=interpreter
+        )
         if outcome.result is None:
             raise PlatformError(
                 f"platform '{self.base_name}' | the self-test in the target {outcome.error}; expected it to print the "

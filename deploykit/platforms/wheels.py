@@ -117,8 +117,22 @@ def host_constraints() -> list[str]:
 
 def _pip(tags: Sequence[str], python: str, arguments: Sequence[str]) -> subprocess.CompletedProcess[str]:
     abi = "cp" + python.replace(".", "")
-    command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-warn-conflicts",
-               "--only-binary=:all:", "--python-version", python, "--implementation", "cp", "--abi", abi]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-warn-conflicts",
+        "--only-binary=:all:",
+        "--python-version",
+        python,
+        "--implementation",
+        "cp",
+        "--abi",
+        abi,
+    ]
     for tag in tags:
         command += ["--platform", tag]
     # pip's own temporary folders (builds, unpacked wheels) go into one folder of ours, removed however

@@ -96,9 +96,14 @@ def _data(
 
         rows = [make_inputs(interface.inputs, seed=seed + i) for i in range(RANDOM_SAMPLES)]
         return CalibrationData(
-            "seeded random inputs", "", [], [Sample(arrays=r) for r in rows], names[0], None,
+            "seeded random inputs",
+            "",
+            [],
+            [Sample(arrays=r) for r in rows],
+            names[0],
+            None,
             notes=[f"no images given: cosine/SNR on {RANDOM_SAMPLES} seeded random inputs, no task metric"],
-        )  # fmt: skip
+        )
     path = Path(source)
     if path.suffix.lower() == ".npz":
         data = array_data(
@@ -113,10 +118,16 @@ def _data(
                 hint="pass calibration arrays in an .npz file instead.",
             )
         data = image_data(
-            path, input_name=spec.name, input_dtype=spec.dtype, channels=spec.shape[1], preprocess=preprocess,
-            calibration_size=calibration_size, held_out=0 if fp16 else held_out,
-            evaluate=None if fp16 else evaluate_folder, seed=seed,
-        )  # fmt: skip
+            path,
+            input_name=spec.name,
+            input_dtype=spec.dtype,
+            channels=spec.shape[1],
+            preprocess=preprocess,
+            calibration_size=calibration_size,
+            held_out=0 if fp16 else held_out,
+            evaluate=None if fp16 else evaluate_folder,
+            seed=seed,
+        )
     else:
         raise UsageError(
             f"--calibrate '{path}' | is neither a folder of images nor an .npz file"
@@ -221,8 +232,16 @@ def quantize(
         source.CopyFrom(loaded.proto)
     (graph.check_not_float16 if fp16 else graph.check_not_quantized)(source, model_path.name)
     task, preprocess, labels = pipeline_facts(loaded)
-    data = _data(loaded, calibrate, evaluate_on, preprocess, fp16=fp16, calibration_size=settings.calibration_size,
-                 held_out=settings.held_out, seed=settings.seed)  # fmt: skip
+    data = _data(
+        loaded,
+        calibrate,
+        evaluate_on,
+        preprocess,
+        fp16=fp16,
+        calibration_size=settings.calibration_size,
+        held_out=settings.held_out,
+        seed=settings.seed,
+    )
     if budget is not None and (task is None or (task == "detect" and data.preprocess is None)):
         raise UsageError(
             "--max-drop | needs INT8 and a task metric: a classifier or detector with calibration images.",
@@ -233,12 +252,27 @@ def quantize(
     # for the output, by name, and nothing is left (scratch_dir)
     with scratch_dir(output_path) as scratch:
         report = _quantize_in(
-            scratch, model_path, output_path, source, data, task=task, labels=labels, engine=chosen,
-            method=method or "minmax", per_channel=settings.per_channel, exclude=exclude,
-            quantize_head=settings.quantize_head, budget=budget, debug_layers=settings.debug_layers,
-            measure_speed=settings.measure_speed, backends=backends,
-            iterations=iterations, rounds=rounds, notes=notes, judge=settings.judge,
-        )  # fmt: skip
+            scratch,
+            model_path,
+            output_path,
+            source,
+            data,
+            task=task,
+            labels=labels,
+            engine=chosen,
+            method=method or "minmax",
+            per_channel=settings.per_channel,
+            exclude=exclude,
+            quantize_head=settings.quantize_head,
+            budget=budget,
+            debug_layers=settings.debug_layers,
+            measure_speed=settings.measure_speed,
+            backends=backends,
+            iterations=iterations,
+            rounds=rounds,
+            notes=notes,
+            judge=settings.judge,
+        )
         quantized = scratch / "quantized.onnx"
         _stamp(quantized, report)
         with atomic_path(output_path) as temporary:
@@ -292,8 +326,16 @@ def _quantize_in(
     started = time.perf_counter()
     steered = engine.accuracy_control and budget is not None
     validate = _validator(scratch, float_model, data, task, labels, reference, judge) if steered else None
-    job = engines.EngineJob(base_path, quantized_path, data, method=method, per_channel=per_channel, exclude=excluded,
-                            max_drop=budget if steered else None, validate=validate)  # fmt: skip
+    job = engines.EngineJob(
+        base_path,
+        quantized_path,
+        data,
+        method=method,
+        per_channel=per_channel,
+        exclude=excluded,
+        max_drop=budget if steered else None,
+        validate=validate,
+    )
     kept_ops = engine.reduce(job)
     seconds = time.perf_counter() - started
     result = onnx.load(str(quantized_path))
@@ -325,19 +367,34 @@ def _quantize_in(
             hint="use --quantizer nncf (accuracy-controlled), or --debug-layers and --exclude the worst nodes.",
         )
     report = QuantizeReport(
-        model=str(model_path), output=str(output_path), precision=engine.precision,
-        engine=engine.name, method=method if engine.methods else None, per_channel=per_channel and engine.per_channel,
-        task=task, calibration=data.to_dict(), excluded={"head": head, "user": user}, kept_f32_ops=kept_ops,
-        quantized_nodes=count, seconds=round(seconds, 3), accuracy=accuracy, notes=notes,
-    )  # fmt: skip
+        model=str(model_path),
+        output=str(output_path),
+        precision=engine.precision,
+        engine=engine.name,
+        method=method if engine.methods else None,
+        per_channel=per_channel and engine.per_channel,
+        task=task,
+        calibration=data.to_dict(),
+        excluded={"head": head, "user": user},
+        kept_f32_ops=kept_ops,
+        quantized_nodes=count,
+        seconds=round(seconds, 3),
+        accuracy=accuracy,
+        notes=notes,
+    )
     if debug_layers:
         report.layers = evaluate.layer_divergence(base, quantized_path, data, data.held_out or data.calibration)
     if measure_speed:
         samples = data.held_out or data.calibration
         report.speed = evaluate.speedup(
-            float_model.path, quantized_path, data.feeds(samples[0]), backends,
-            iterations=iterations, warmup=max(3, iterations // 10), rounds=rounds,
-        )  # fmt: skip
+            float_model.path,
+            quantized_path,
+            data.feeds(samples[0]),
+            backends,
+            iterations=iterations,
+            warmup=max(3, iterations // 10),
+            rounds=rounds,
+        )
     return report
 
 

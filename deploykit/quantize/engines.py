@@ -319,8 +319,9 @@ class OrtEngine(QuantizeEngine):
         return float_model.path if skipped else pre_path
 
     def reduce(self, job: EngineJob) -> dict[str, int]:
-        quantize_ort(job.source, job.output, job.data, method=job.method, per_channel=job.per_channel,
-                     exclude=job.exclude)  # fmt: skip
+        quantize_ort(
+            job.source, job.output, job.data, method=job.method, per_channel=job.per_channel, exclude=job.exclude
+        )
         return {}
 
 
@@ -333,8 +334,9 @@ class NncfEngine(QuantizeEngine):
     module = "nncf"
 
     def reduce(self, job: EngineJob) -> dict[str, int]:
-        quantize_nncf(job.source, job.output, job.data, exclude=job.exclude, max_drop=job.max_drop,
-                      validate=job.validate)  # fmt: skip
+        quantize_nncf(
+            job.source, job.output, job.data, exclude=job.exclude, max_drop=job.max_drop, validate=job.validate
+        )
         return {}
 
 

@@ -353,8 +353,13 @@ def speedup(
     runs: list[list[list[Row]]] = [[], []]  # model → round → rows
     for _ in range(rounds):
         for index, model in enumerate((reference, candidate)):
-            plan = BenchPlan(backends=None if backends is None else tuple(backends), precision="f32",
-                             iterations=iterations, warmup=warmup, isolate=True)  # fmt: skip
+            plan = BenchPlan(
+                backends=None if backends is None else tuple(backends),
+                precision="f32",
+                iterations=iterations,
+                warmup=warmup,
+                isolate=True,
+            )
             result = benchmark(model, plan, inputs=dict(feeds))
             runs[index].append(result.rows)
     rows = []
@@ -369,11 +374,15 @@ def speedup(
         f32_p50, p50 = float(np.median(f32)), float(np.median(reduced))
         rows.append(
             SpeedRow(
-                base.label, "slower than f32" if f32_p50 / p50 < 1 else "ok", f32_p50_ms=f32_p50, p50_ms=p50,
-                speedup=f32_p50 / p50, rounds=SpeedRounds(f32, reduced),
+                base.label,
+                "slower than f32" if f32_p50 / p50 < 1 else "ok",
+                f32_p50_ms=f32_p50,
+                p50_ms=p50,
+                speedup=f32_p50 / p50,
+                rounds=SpeedRounds(f32, reduced),
                 session_precision=measured[1][0].precision,  # what the runtime reports running
             )
-        )  # fmt: skip
+        )
     faster = [r for r in rows if r.status == "ok"]
     best = min(faster, key=lambda r: math.inf if r.p50_ms is None else r.p50_ms) if faster else None
     return SpeedComparison(

@@ -89,13 +89,21 @@ def _task_from_dict(data: Mapping[str, Any] | None) -> TaskDelta | None:
         return TaskMetric(str(data["kind"]), str(data["metric"]), float(data["value"]), dict(data.get("details") or {}))
     if "map50" in data:
         return DetectionDelta(
-            int(data["images"]), int(data["reference_boxes"]), int(data["candidate_boxes"]),
-            float(data["precision"]), float(data["recall"]), float(data["map50"]), float(data["map_min_score"]),
-        )  # fmt: skip
+            int(data["images"]),
+            int(data["reference_boxes"]),
+            int(data["candidate_boxes"]),
+            float(data["precision"]),
+            float(data["recall"]),
+            float(data["map50"]),
+            float(data["map_min_score"]),
+        )
     return ClassificationAgreement(
-        int(data["samples"]), float(data["top1_agreement"]), float(data["top5_overlap"]),
-        _float(data["top1_accuracy"]), _float(data.get("reference_top1_accuracy")),
-    )  # fmt: skip
+        int(data["samples"]),
+        float(data["top1_agreement"]),
+        float(data["top5_overlap"]),
+        _float(data["top1_accuracy"]),
+        _float(data.get("reference_top1_accuracy")),
+    )
 
 
 @dataclass
@@ -281,9 +289,13 @@ class LayerDivergence:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LayerDivergence:
         return cls(
-            str(data["node"]), str(data["op_type"]), str(data["tensor"]), float(data["snr_db"]),
-            float(data["snr_lost_db"]), bool(data["graph_output"]),
-        )  # fmt: skip
+            str(data["node"]),
+            str(data["op_type"]),
+            str(data["tensor"]),
+            float(data["snr_db"]),
+            float(data["snr_lost_db"]),
+            bool(data["graph_output"]),
+        )
 
 
 @dataclass

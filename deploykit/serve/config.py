@@ -253,8 +253,11 @@ class ServerSettings:
                 f"--host {self.host} | is not a loopback address; the server would accept other machines.",
                 hint="pass --allow-remote as well to bind it on purpose (and consider --token-file).",
             )
-        for flag, port in (("--http-port", self.http_port), ("--grpc-port", self.grpc_port),
-                           ("--metrics-port", self.metrics_port)):  # fmt: skip
+        for flag, port in (
+            ("--http-port", self.http_port),
+            ("--grpc-port", self.grpc_port),
+            ("--metrics-port", self.metrics_port),
+        ):
             if port is not None and not 0 <= port <= 65535:
                 raise UsageError(f"{flag} {port} | expected a port from 0 to 65535.", hint="0 picks a free port.")
         if self.max_request_bytes < 1024:

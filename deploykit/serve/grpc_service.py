@@ -54,10 +54,18 @@ from deploykit.serve.v2_messages import (
 log = logging.getLogger("deploykit.serve")
 
 _CONTENTS = {
-    "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
-    "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
-    "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents",
-}  # fmt: skip
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+}
 
 
 def grpc_code(error: BaseException) -> grpc.StatusCode:
@@ -129,8 +137,10 @@ def _decode(
         has_contents = tensor.HasField("contents") and any(tensor.contents.ListFields())
         if shared:
             if has_contents:
-                raise RequestError(f"input '{tensor.name}' | names a shared-memory region and also sends contents.",
-                                   hint="send the tensor once.")  # fmt: skip
+                raise RequestError(
+                    f"input '{tensor.name}' | names a shared-memory region and also sends contents.",
+                    hint="send the tensor once.",
+                )
             feeds[tensor.name] = shared_input(regions, check, shape, tensor_parameters)
             continue
         if raw:
@@ -192,8 +202,10 @@ def create_server(
                 return
             given = dict(context.invocation_metadata()).get("authorization", "")
             if not hmac.compare_digest(str(given).encode(), expected):
-                context.abort(grpc.StatusCode.UNAUTHENTICATED, "request | no valid bearer token. "
-                              "Hint: send metadata authorization: Bearer TOKEN.")  # fmt: skip
+                context.abort(
+                    grpc.StatusCode.UNAUTHENTICATED,
+                    "request | no valid bearer token. Hint: send metadata authorization: Bearer TOKEN.",
+                )
 
         def _fail(self, context: Any, exc: BaseException) -> Any:
             if not isinstance(exc, DeployKitError):
@@ -229,9 +241,12 @@ def create_server(
                 return self._fail(context, exc)
             tensor = pb["ModelMetadataResponse.TensorMetadata"]
             return pb["ModelMetadataResponse"](
-                name=data["name"], versions=data["versions"], platform=data["platform"],
-                inputs=[tensor(**t) for t in data["inputs"]], outputs=[tensor(**t) for t in data["outputs"]],
-            )  # fmt: skip
+                name=data["name"],
+                versions=data["versions"],
+                platform=data["platform"],
+                inputs=[tensor(**t) for t in data["inputs"]],
+                outputs=[tensor(**t) for t in data["outputs"]],
+            )
 
         def ModelInfer(self, received: _InferRequest, context: Any) -> Any:
             self._check(context)
@@ -252,8 +267,9 @@ def create_server(
             except Exception as exc:
                 repository.count_failure(runner, exc, arrived)
                 return self._fail(context, exc)
-            response = pb["ModelInferResponse"](model_name=runner.model.name, model_version=runner.model.version,
-                                             id=request.id)  # fmt: skip
+            response = pb["ModelInferResponse"](
+                model_name=runner.model.name, model_version=runner.model.version, id=request.id
+            )
             raw: list[memoryview] = []
             for name in wanted.names:
                 array = outputs[name]
@@ -333,9 +349,12 @@ def create_server(
 
     server = grpc.server(
         ThreadPoolExecutor(max_workers=threads, thread_name_prefix="serve-grpc"),
-        options=[("grpc.max_receive_message_length", max_request_bytes), ("grpc.max_send_message_length", -1),
-                 ("grpc.so_reuseport", 0)],
-    )  # fmt: skip
+        options=[
+            ("grpc.max_receive_message_length", max_request_bytes),
+            ("grpc.max_send_message_length", -1),
+            ("grpc.so_reuseport", 0),
+        ],
+    )
     servicer = Servicer()
     handlers = {
         method: grpc.unary_unary_rpc_method_handler(
@@ -343,11 +362,22 @@ def create_server(
             request_deserializer=pb[f"{method}Request"].FromString,
             response_serializer=pb[f"{method}Response"].SerializeToString,
         )
-        for method in ("ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata",
-                       "SystemSharedMemoryStatus", "SystemSharedMemoryRegister", "SystemSharedMemoryUnregister",
-                       "ModelConfig", "ModelStatistics", "RepositoryIndex", "RepositoryModelLoad",
-                       "RepositoryModelUnload")
-    }  # fmt: skip
+        for method in (
+            "ServerLive",
+            "ServerReady",
+            "ModelReady",
+            "ServerMetadata",
+            "ModelMetadata",
+            "SystemSharedMemoryStatus",
+            "SystemSharedMemoryRegister",
+            "SystemSharedMemoryUnregister",
+            "ModelConfig",
+            "ModelStatistics",
+            "RepositoryIndex",
+            "RepositoryModelLoad",
+            "RepositoryModelUnload",
+        )
+    }
     # ModelInfer's tensors cross as views of the received bytes and are joined once into the reply
     handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
         servicer.ModelInfer, request_deserializer=read_infer, response_serializer=_InferReply.serialize

@@ -79,8 +79,9 @@ def create_app(
             if expected is not None:
                 given = request.headers.get("authorization", "").encode()
                 if not hmac.compare_digest(given, expected):
-                    return _json({"error": "request | no valid bearer token. Hint: send Authorization: Bearer TOKEN."},
-                                 401)  # fmt: skip
+                    return _json(
+                        {"error": "request | no valid bearer token. Hint: send Authorization: Bearer TOKEN."}, 401
+                    )
             try:
                 return await handler(request)
             except Exception as exc:
@@ -146,8 +147,10 @@ def create_app(
         body = await _read_body(request, 64 * 1024)
         ready = parse_json(body, "index request").get("ready", False) if body.strip() else False
         if not isinstance(ready, bool):
-            raise RequestError(f"index request | 'ready' is {ready!r:.40}, expected true or false.",
-                               hint='send {"ready": true} for the ready models only, or no body.')  # fmt: skip
+            raise RequestError(
+                f"index request | 'ready' is {ready!r:.40}, expected true or false.",
+                hint='send {"ready": true} for the ready models only, or no body.',
+            )
         return _json(repository.index(ready))
 
     async def repository_load(request: Request) -> Response:

@@ -44,5 +44,7 @@ def reuse_large_buffers() -> str:
     done = mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
     if not done:
         return "large buffers: unchanged (glibc refused mallopt)"
-    return (f"large buffers: reused (glibc mmap threshold {MMAP_THRESHOLD >> 20} MiB, "
-            f"trim threshold {TRIM_THRESHOLD >> 20} MiB)")  # fmt: skip
+    return (
+        f"large buffers: reused (glibc mmap threshold {MMAP_THRESHOLD >> 20} MiB, "
+        f"trim threshold {TRIM_THRESHOLD >> 20} MiB)"
+    )

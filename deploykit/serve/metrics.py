@@ -123,8 +123,9 @@ class ServerMetrics:
             buckets=BATCH_BUCKETS,
             registry=r,
         )
-        self.pending = Gauge("deploykit_inference_pending_request_count", "Requests waiting in the queue.",
-                             _LABELS, registry=r)  # fmt: skip
+        self.pending = Gauge(
+            "deploykit_inference_pending_request_count", "Requests waiting in the queue.", _LABELS, registry=r
+        )
         self.ready = Gauge("deploykit_model_ready", "1 while the model is ready, else 0.", _LABELS, registry=r)
 
     def for_model(self, model: str, version: str) -> ModelMetrics:
@@ -205,21 +206,30 @@ class ModelMetrics:
 
         ran = self._value("deploykit_inference_queue_time_us_count")
         inference_stats = {
-            "success": duration(self._value("deploykit_inference_request_success_total"),
-                                self._value("deploykit_inference_request_duration_us_total")),
-            "fail": duration(sum(self._by_label(m.failure, "reason").values()),
-                             self._value("deploykit_inference_request_failure_duration_us_total")),
+            "success": duration(
+                self._value("deploykit_inference_request_success_total"),
+                self._value("deploykit_inference_request_duration_us_total"),
+            ),
+            "fail": duration(
+                sum(self._by_label(m.failure, "reason").values()),
+                self._value("deploykit_inference_request_failure_duration_us_total"),
+            ),
             "queue": duration(ran, self._value("deploykit_inference_queue_duration_us_total")),
             "compute_input": duration(ran, self._value("deploykit_inference_compute_input_duration_us_total")),
             "compute_infer": duration(ran, self._value("deploykit_inference_compute_infer_duration_us_total")),
             "compute_output": duration(ran, self._value("deploykit_inference_compute_output_duration_us_total")),
             "cache_hit": duration(0, 0),
             "cache_miss": duration(0, 0),
-        }  # fmt: skip
+        }
         executions = self._by_label(m.batch_executions, "batch_size")
-        phases = {name: self._by_label(metric, "batch_size") for name, metric in
-                  (("compute_input", m.batch_input_us), ("compute_infer", m.batch_infer_us),
-                   ("compute_output", m.batch_output_us))}  # fmt: skip
+        phases = {
+            name: self._by_label(metric, "batch_size")
+            for name, metric in (
+                ("compute_input", m.batch_input_us),
+                ("compute_infer", m.batch_infer_us),
+                ("compute_output", m.batch_output_us),
+            )
+        }
         batch_stats = [
             {"batch_size": int(size), **{name: duration(count, phases[name].get(size, 0.0)) for name in phases}}
             for size, count in sorted(executions.items(), key=lambda item: int(item[0]))

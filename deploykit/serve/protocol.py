@@ -253,8 +253,10 @@ def shared_input(
     """An input that names a shared-memory region, as an array viewing that memory."""
     name = check.spec.name
     if regions is None:
-        raise RequestError(f"input '{name}' | names a shared-memory region; this server offers none.",
-                           hint="send the tensor in the request.")  # fmt: skip
+        raise RequestError(
+            f"input '{name}' | names a shared-memory region; this server offers none.",
+            hint="send the tensor in the request.",
+        )
     raw = regions.read(f"input '{name}'", parameters[REGION], parameters.get(OFFSET), parameters.get(BYTE_SIZE))
     return array_from_bytes(check, shape, raw)
 
@@ -269,8 +271,10 @@ def write_shared_outputs(
         if target is None:
             continue
         if regions is None:
-            raise RequestError(f"output '{name}' | names a shared-memory region; this server offers none.",
-                               hint="ask for the output in the response.")  # fmt: skip
+            raise RequestError(
+                f"output '{name}' | names a shared-memory region; this server offers none.",
+                hint="ask for the output in the response.",
+            )
         region, offset, byte_size = target
         array = results[name]
         regions.write(f"output '{name}'", region, offset, byte_size, array)
@@ -372,8 +376,11 @@ def _outputs_wanted(model: str, request: dict[str, Any], outputs: Sequence[str])
             )
         entry_parameters = entry.get("parameters") or {}
         names.append(name)
-        binary.append(bool(entry_parameters.get("binary_data", default_binary)) if isinstance(
-            entry_parameters, dict) else default_binary)  # fmt: skip
+        binary.append(
+            bool(entry_parameters.get("binary_data", default_binary))
+            if isinstance(entry_parameters, dict)
+            else default_binary
+        )
         shared.append(region_target(entry_parameters))
     return OutputRequest(tuple(names), tuple(binary), identifier, tuple(shared))
 

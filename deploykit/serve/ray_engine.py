@@ -74,8 +74,9 @@ class V2Replica:
 
         # a region registered through the proxy would reach one replica, maybe on another machine
         regions = SharedMemoryRegions(False, "--engine ray spreads requests over replicas")
-        self.repository = Repository(served, inner, ServerMetrics(), load_timeout_s=self.settings.load_timeout_s,
-                                     shared_memory=regions)  # fmt: skip
+        self.repository = Repository(
+            served, inner, ServerMetrics(), load_timeout_s=self.settings.load_timeout_s, shared_memory=regions
+        )
         self.repository.engine_parameters = {"engine": "ray", "replica": _replica_id()}
         # a load through the proxy would reach one replica; the others would keep serving the old set
         self.repository.control_refusal = "--engine ray routes each request to one of its replicas"
@@ -101,8 +102,12 @@ class V2Replica:
     def __serve_build_asgi_app__(self) -> Any:
         from deploykit.serve.http import create_app
 
-        return create_app(self.repository, token=self.settings.token,
-                          max_request_bytes=self.settings.max_request_bytes, submit=self._submit)  # fmt: skip
+        return create_app(
+            self.repository,
+            token=self.settings.token,
+            max_request_bytes=self.settings.max_request_bytes,
+            submit=self._submit,
+        )
 
     async def _submit(self, runner: ModelRunner, feeds: Feeds) -> Feeds:
         rows = next(iter(feeds.values())).shape[0] if feeds and runner.batchable else self.policy.max_batch
@@ -124,9 +129,11 @@ class V2Replica:
 
         async def run(indices: list[int]) -> None:
             members = [requests[i] for i in indices]
-            feeds = members[0].feeds if len(members) == 1 else {
-                name: np.concatenate([m.feeds[name] for m in members]) for name in members[0].feeds
-            }  # fmt: skip
+            feeds = (
+                members[0].feeds
+                if len(members) == 1
+                else {name: np.concatenate([m.feeds[name] for m in members]) for name in members[0].feeds}
+            )
             try:
                 outputs = await asyncio.wrap_future(members[0].runner.submit(feeds))
             except Exception as exc:

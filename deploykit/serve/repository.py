@@ -44,11 +44,23 @@ from deploykit.serve.runner import ModelRunner, open_in_process
 from deploykit.serve.shared_memory import SharedMemoryRegions
 
 SERVER_NAME = "deploykit"
-EXTENSIONS = ("binary_tensor_data", "system_shared_memory", "model_configuration", "statistics",
-              "model_repository", "model_repository(unload_dependents)", "deploykit_pipelines")  # fmt: skip
+EXTENSIONS = (
+    "binary_tensor_data",
+    "system_shared_memory",
+    "model_configuration",
+    "statistics",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "deploykit_pipelines",
+)
 # Triton's state names in the repository index
-_INDEX_STATES = {"loading": "LOADING", "ready": "READY", "unavailable": "UNAVAILABLE", "stopping": "UNAVAILABLE",
-                 "closed": "UNAVAILABLE"}  # fmt: skip
+_INDEX_STATES = {
+    "loading": "LOADING",
+    "ready": "READY",
+    "unavailable": "UNAVAILABLE",
+    "stopping": "UNAVAILABLE",
+    "closed": "UNAVAILABLE",
+}
 _UNLOADED = "it was unloaded (POST /v2/repository/models/NAME/load loads it again)"
 # load parameters Triton defines that deploykit does not take: a configuration override and model files
 _LOAD_OVERRIDES = ("config", "file:")
@@ -232,8 +244,10 @@ class Repository:
                 problem = runner.problem or f"it did not finish loading within {self.load_timeout_s:g} s"
                 runner.close(0)
                 self.load_failures[name] = problem
-                raise ModelLoadError(f"model '{name}' | did not load: {problem}",
-                                     hint="fix the model file; the models already served keep serving.")  # fmt: skip
+                raise ModelLoadError(
+                    f"model '{name}' | did not load: {problem}",
+                    hint="fix the model file; the models already served keep serving.",
+                )
             self.load_failures.pop(name, None)
             self.runners = {**self.runners, name: runner}
             self.unloaded.discard(name)
@@ -260,8 +274,10 @@ class Repository:
 
     def _check_control(self, subject: str) -> None:
         if self.control_refusal is not None:
-            raise UnsupportedRequestError(f"{subject} | is not offered here: {self.control_refusal}.",
-                                          hint="serve with --engine local to load and unload models.")  # fmt: skip
+            raise UnsupportedRequestError(
+                f"{subject} | is not offered here: {self.control_refusal}.",
+                hint="serve with --engine local to load and unload models.",
+            )
 
     def _check_name(self, name: str, action: str) -> None:
         """A name the server serves or its folders hold; a path is refused, an unknown name is NOT_FOUND."""
@@ -298,8 +314,9 @@ class Repository:
             if path.is_dir() or template is None:
                 model = ServedModel.from_path(path, name=name, instances=first.instances, isolate=first.isolate)
             else:
-                model = dataclasses.replace(template, name=name, path=check_model_path(path), precision=None,
-                                            verdict=None)  # fmt: skip
+                model = dataclasses.replace(
+                    template, name=name, path=check_model_path(path), precision=None, verdict=None
+                )
             model.interface()  # an unreadable model is refused here, with the reason
         except DeployKitError as exc:
             self.load_failures[name] = str(exc)

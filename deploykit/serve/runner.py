@@ -122,8 +122,9 @@ class ModelRunner:
         by a thread gets its death signal when that thread ends (``worker``), so it must live on.
         """
         for index in range(self.model.instances):
-            thread = threading.Thread(target=self._instance, args=(index,), name=f"serve-{self.model.name}-{index}",
-                                      daemon=True)  # fmt: skip
+            thread = threading.Thread(
+                target=self._instance, args=(index,), name=f"serve-{self.model.name}-{index}", daemon=True
+            )
             thread.start()
             self._threads.append(thread)
 
@@ -276,9 +277,11 @@ class ModelRunner:
 
     def _run(self, session: SessionLike, batch: list[_Pending]) -> None:
         started = time.perf_counter()
-        feeds = batch[0].feeds if len(batch) == 1 else {
-            name: np.concatenate([p.feeds[name] for p in batch]) for name in batch[0].feeds
-        }  # fmt: skip
+        feeds = (
+            batch[0].feeds
+            if len(batch) == 1
+            else {name: np.concatenate([p.feeds[name] for p in batch]) for name in batch[0].feeds}
+        )
         joined = time.perf_counter()
         try:
             outputs = session.run(feeds)
@@ -367,8 +370,9 @@ def _check_servable(name: str, session: SessionLike) -> None:
 
 def _batch_axis_dynamic(inputs: Mapping[str, TensorSpec], outputs: Mapping[str, TensorSpec]) -> bool:
     specs = [*inputs.values(), *outputs.values()]
-    return bool(specs) and all(s.shape is not None and len(s.shape) > 0 and not isinstance(s.shape[0], int)
-                               for s in specs)  # fmt: skip
+    return bool(specs) and all(
+        s.shape is not None and len(s.shape) > 0 and not isinstance(s.shape[0], int) for s in specs
+    )
 
 
 def _rows(feeds: Mapping[str, np.ndarray]) -> int:

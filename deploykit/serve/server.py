@@ -72,9 +72,13 @@ class Server:
             not self.settings.is_remote, f"it is bound to {self.settings.host}, which other machines reach"
         )
         self.repository = Repository(
-            models, self.policy, self.metrics, load_timeout_s=self.settings.load_timeout_s, shared_memory=regions,
+            models,
+            self.policy,
+            self.metrics,
+            load_timeout_s=self.settings.load_timeout_s,
+            shared_memory=regions,
             unload_timeout_s=self.settings.shutdown_timeout_s,
-        )  # fmt: skip
+        )
         self.http_port: int | None = None
         self.grpc_port: int | None = None
         self.metrics_port: int | None = None
@@ -100,9 +104,12 @@ class Server:
                 from deploykit.serve.grpc_service import create_server
 
                 self._grpc, self.grpc_port = create_server(
-                    self.repository, settings.host, settings.grpc_port, token=settings.token,
+                    self.repository,
+                    settings.host,
+                    settings.grpc_port,
+                    token=settings.token,
                     max_request_bytes=settings.max_request_bytes,
-                )  # fmt: skip
+                )
                 self._grpc.start()
             if settings.metrics_port is not None:
                 self._start_metrics(settings.host, settings.metrics_port)
@@ -119,9 +126,15 @@ class Server:
 
         app = create_app(self.repository, token=self.settings.token, max_request_bytes=self.settings.max_request_bytes)
         config = uvicorn.Config(
-            app, log_level="warning", access_log=False, lifespan="off", http=UVICORN_HTTP, loop=UVICORN_LOOP,
-            timeout_graceful_shutdown=max(1, int(self.settings.shutdown_timeout_s)), timeout_keep_alive=30,
-        )  # fmt: skip
+            app,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            http=UVICORN_HTTP,
+            loop=UVICORN_LOOP,
+            timeout_graceful_shutdown=max(1, int(self.settings.shutdown_timeout_s)),
+            timeout_keep_alive=30,
+        )
         self._uvicorn = uvicorn.Server(config)
         self.http_port = sock.getsockname()[1]
         self._http_thread = threading.Thread(
@@ -175,8 +188,9 @@ class Server:
 
     def problems(self) -> list[str]:
         """Why each model that is not ready is not (for the CLI)."""
-        return [f"model '{r.model.name}': {r.problem or r.state}" for r in self.repository.runners.values()
-                if not r.ready]  # fmt: skip
+        return [
+            f"model '{r.model.name}': {r.problem or r.state}" for r in self.repository.runners.values() if not r.ready
+        ]
 
     def stop(self, timeout_s: float | None = None) -> None:
         """Stop taking requests, finish those in flight (bounded), close the sessions. Idempotent."""

@@ -114,8 +114,11 @@ class SharedMemoryRegions:
                 f"region '{name}' | key {key!r:.80} is not a shared-memory key.",
                 hint="pass the key given to shm_open, e.g. /input0 (one name, no other '/').",
             )
-        _check_sizes(f"region '{name}'", {"offset": offset, "byte_size": byte_size},
-                     "pass the region's offset and byte_size in bytes.")  # fmt: skip
+        _check_sizes(
+            f"region '{name}'",
+            {"offset": offset, "byte_size": byte_size},
+            "pass the region's offset and byte_size in bytes.",
+        )
         if byte_size == 0:
             raise RequestError(f"region '{name}' | byte_size is 0.", hint="register at least one byte.")
         with self._lock:
@@ -176,8 +179,10 @@ class SharedMemoryRegions:
         region = self.region(name)
         offset, byte_size = _check_ints(what, offset, byte_size)
         if array.dtype.kind == "O":
-            raise RequestError(f"{what} | holds strings; shared memory carries numeric tensors.",
-                               hint="ask for it in the response instead.")  # fmt: skip
+            raise RequestError(
+                f"{what} | holds strings; shared memory carries numeric tensors.",
+                hint="ask for it in the response instead.",
+            )
         if array.nbytes > byte_size:
             raise RequestError(
                 f"{what} | needs {array.nbytes} bytes ({math.prod(array.shape)} {array.dtype.name} for shape "
@@ -193,8 +198,11 @@ class SharedMemoryRegions:
 def _check_ints(what: str, offset: Any, byte_size: Any) -> tuple[int, int]:
     """A tensor's ``shared_memory_offset`` (default 0) and ``shared_memory_byte_size``, checked."""
     offset = 0 if offset is None else offset
-    _check_sizes(what, {OFFSET: offset, BYTE_SIZE: byte_size},
-                 f"pass {BYTE_SIZE} (and {OFFSET}, default 0) in bytes with {REGION}.")  # fmt: skip
+    _check_sizes(
+        what,
+        {OFFSET: offset, BYTE_SIZE: byte_size},
+        f"pass {BYTE_SIZE} (and {OFFSET}, default 0) in bytes with {REGION}.",
+    )
     return offset, byte_size
 
 
@@ -217,8 +225,10 @@ def _map(name: str, key: str, offset: int, byte_size: int) -> tuple[mmap.mmap, i
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise RequestError(f"region '{name}' | key '{key}' is not a shared-memory object ({path}).",
-                               hint="pass the key of an object made by shm_open.")  # fmt: skip
+            raise RequestError(
+                f"region '{name}' | key '{key}' is not a shared-memory object ({path}).",
+                hint="pass the key of an object made by shm_open.",
+            )
         if offset + byte_size > info.st_size:
             raise RequestError(
                 f"region '{name}' | offset {offset} + byte_size {byte_size} runs past the end of '{key}' "

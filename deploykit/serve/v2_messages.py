@@ -171,8 +171,23 @@ _MESSAGES: dict[str, tuple[list[str], dict[str, list[str]]]] = {
     "RepositoryModelUnloadResponse": ([], {}),
 }
 # Enums by name, as model_config.proto numbers them: the package's, and one nested in a message.
-_DATA_TYPES = ("INVALID", "BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP16",
-               "FP32", "FP64", "STRING", "BF16")  # fmt: skip
+_DATA_TYPES = (
+    "INVALID",
+    "BOOL",
+    "UINT8",
+    "UINT16",
+    "UINT32",
+    "UINT64",
+    "INT8",
+    "INT16",
+    "INT32",
+    "INT64",
+    "FP16",
+    "FP32",
+    "FP64",
+    "STRING",
+    "BF16",
+)
 _ENUMS: dict[str, list[str]] = {
     "DataType": [f"TYPE_{name}" for name in _DATA_TYPES],
     "ModelInstanceGroup.Kind": ["KIND_AUTO", "KIND_GPU", "KIND_CPU", "KIND_MODEL"],

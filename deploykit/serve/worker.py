@@ -41,13 +41,15 @@ def _worker_main(connection: Any, model: dict[str, Any], parent: int) -> None:
     except BaseException as exc:
         connection.send(("error", _as_data(exc)))
         return
-    connection.send((
-        "ready",
-        [s.to_dict() for s in session.inputs.values()],
-        [s.to_dict() for s in session.outputs.values()],
-        session.info.to_dict(),
-        session.metadata,
-    ))  # fmt: skip
+    connection.send(
+        (
+            "ready",
+            [s.to_dict() for s in session.inputs.values()],
+            [s.to_dict() for s in session.outputs.values()],
+            session.info.to_dict(),
+            session.metadata,
+        )
+    )
     while True:
         try:
             feeds = connection.recv()
@@ -75,9 +77,11 @@ class IsolatedSession:
         self._name = str(model["name"])
         self.model_path = Path(model["path"])
         self._process = context.Process(
-            target=_worker_main, args=(child, dict(model), os.getpid()), name=f"deploykit-serve-{self._name}",
+            target=_worker_main,
+            args=(child, dict(model), os.getpid()),
+            name=f"deploykit-serve-{self._name}",
             daemon=True,
-        )  # fmt: skip
+        )
         self._process.start()
         child.close()
         self._lock = threading.Lock()

@@ -53,8 +53,14 @@ class TaskResult:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TaskResult:
-        return cls(data["kind"], data["metric"], float(data["value"]), float(data["threshold"]),
-                   bool(data["passed"]), dict(data.get("details") or {}))  # fmt: skip
+        return cls(
+            data["kind"],
+            data["metric"],
+            float(data["value"]),
+            float(data["threshold"]),
+            bool(data["passed"]),
+            dict(data.get("details") or {}),
+        )
 
 
 class Task:

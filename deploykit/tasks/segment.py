@@ -109,15 +109,19 @@ class Segmenter(_Pipeline):
         output = next(iter(self.session.outputs.values()))
         shape = output.shape or ()
         if len(shape) != 4 or not isinstance(shape[1], int) or shape[1] < 2:
-            raise UsageError(f"model '{name}' | output {output} is not a segmentation layout.",
-                             hint="a segmenter outputs (batch, classes, height, width) scores.")  # fmt: skip
+            raise UsageError(
+                f"model '{name}' | output {output} is not a segmentation layout.",
+                hint="a segmenter outputs (batch, classes, height, width) scores.",
+            )
         self.labels = _check_label_count(
             _read_labels(labels, self.metadata, name), shape[1], labels or "in the metadata"
         )
         self.preprocess = Preprocess.from_metadata(self.metadata, self.size, "stretch", name, overrides)
         if self.preprocess.resize not in ("stretch", "letterbox"):
-            raise UsageError(f"resize '{self.preprocess.resize}' | is not stretch or letterbox.",
-                             hint="a mask covers the whole image; a centre crop would lose its border.")  # fmt: skip
+            raise UsageError(
+                f"resize '{self.preprocess.resize}' | is not stretch or letterbox.",
+                hint="a mask covers the whole image; a centre crop would lose its border.",
+            )
 
     def _prepare(self, image: Any) -> tuple[np.ndarray, Placement | None]:
         canvas, placement = self.preprocess.place(as_image(image))
@@ -154,9 +158,14 @@ class Segmenter(_Pipeline):
         return result
 
     def stream(
-        self, source: Any, *, max_frames: int | None = None, every: int = 1, timeout_s: float = 10.0,
+        self,
+        source: Any,
+        *,
+        max_frames: int | None = None,
+        every: int = 1,
+        timeout_s: float = 10.0,
         skip: Mapping[str, Collection[str]] | None = None,
-    ) -> Any:  # fmt: skip
+    ) -> Any:
         """Segmentations frame by frame, in overlapping stages; see ``Detector.stream`` for the arguments."""
         return self._stream(source, self._finish, max_frames, every, timeout_s, skip)
 

@@ -182,8 +182,18 @@ def build_helper() -> Path:
     header, library = header_path(), library_dir()
     with scratch_dir(binary) as scratch, resources.as_file(resources.files(__package__).joinpath(SOURCE_NAME)) as c:
         temporary = scratch / binary.name
-        command = [*compiler, "-O2", "-o", str(temporary), str(c), f"-I{header.parent}", f"-L{library}", "-ldarknet",
-                   f"-Wl,-rpath,{library}", "-lm"]  # fmt: skip
+        command = [
+            *compiler,
+            "-O2",
+            "-o",
+            str(temporary),
+            str(c),
+            f"-I{header.parent}",
+            f"-L{library}",
+            "-ldarknet",
+            f"-Wl,-rpath,{library}",
+            "-lm",
+        ]
         try:
             completed = subprocess.run(command, capture_output=True, text=True, errors="replace")
         except OSError as exc:
@@ -208,8 +218,22 @@ def build_helper() -> Path:
 
 # What pjreddie's Darknet (Debian's libdarknet) does not implement: it reads such cfgs without an
 # error and computes something else, so it is no oracle for them.
-_ALEXEYAB_ONLY = ("group_id", "scale_x_y", "new_coords", "mish", "swish", "hard_mish", "hardswish", "gelu", "[sam]",
-                  "[scale_channels]", "[reorg3d]", "[local_avgpool]", "[implicit_", "[conv_lstm]")  # fmt: skip
+_ALEXEYAB_ONLY = (
+    "group_id",
+    "scale_x_y",
+    "new_coords",
+    "mish",
+    "swish",
+    "hard_mish",
+    "hardswish",
+    "gelu",
+    "[sam]",
+    "[scale_channels]",
+    "[reorg3d]",
+    "[local_avgpool]",
+    "[implicit_",
+    "[conv_lstm]",
+)
 
 
 def unsupported_reason(cfg: str | os.PathLike[str]) -> str | None:
@@ -240,8 +264,10 @@ def _checked_layers(layers: object, cfg: Path, count: int) -> list[int]:
         )
     entries = list(layers)
     if not entries:
-        raise OracleError(f"{_SUBJECT} | no layers to read, expected at least one layer index.",
-                          hint="pass the indices of the layers to read, e.g. the [yolo] layers.")  # fmt: skip
+        raise OracleError(
+            f"{_SUBJECT} | no layers to read, expected at least one layer index.",
+            hint="pass the indices of the layers to read, e.g. the [yolo] layers.",
+        )
     for entry in entries:
         if isinstance(entry, (bool, np.bool_)) or not isinstance(entry, (int, np.integer)):
             raise OracleError(
@@ -261,8 +287,10 @@ def _checked_image(image: np.ndarray, cfg: Path, expected: tuple[int, int, int])
     """``image`` as ``(C, H, W)`` of the cfg's ``[net]``: Darknet reads any array of the right size."""
     array = np.asarray(image)
     if not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
-        raise OracleError(f"image | dtype {array.dtype}, expected real numbers (passed to Darknet as float32).",
-                          hint="pass a float32 array, e.g. image.astype(np.float32).")  # fmt: skip
+        raise OracleError(
+            f"image | dtype {array.dtype}, expected real numbers (passed to Darknet as float32).",
+            hint="pass a float32 array, e.g. image.astype(np.float32).",
+        )
     if array.shape in (expected, (1, *expected)):
         return array.reshape(expected)
     channels, height, width = expected
@@ -271,8 +299,10 @@ def _checked_image(image: np.ndarray, cfg: Path, expected: tuple[int, int, int])
     elif array.ndim == 4 and array.shape[0] != 1:
         hint = "pass one image; run Darknet once per image for a batch."
     else:
-        hint = (f"resize the image to {width}x{height} with {channels} channels and lay it out as CHW "
-                "(an HWC image: image.transpose(2, 0, 1)).")  # fmt: skip
+        hint = (
+            f"resize the image to {width}x{height} with {channels} channels and lay it out as CHW "
+            "(an HWC image: image.transpose(2, 0, 1))."
+        )
     raise OracleError(
         f"image | shape {array.shape}, expected {expected} or {(1, *expected)} for '{cfg.name}' "
         "(channels, height, width from its [net]).",
@@ -290,8 +320,10 @@ def _check_weights(weights: Path, network: Network) -> None:
     except DeployKitError as exc:
         raise OracleError(exc.message, hint=exc.hint) from exc
     except OSError as exc:
-        raise OracleError(f"weights '{weights}' | cannot be read ({exc.strerror or exc}), expected a readable file.",
-                          hint="check the file's permissions.") from exc  # fmt: skip
+        raise OracleError(
+            f"weights '{weights}' | cannot be read ({exc.strerror or exc}), expected a readable file.",
+            hint="check the file's permissions.",
+        ) from exc
 
 
 def darknet_outputs(
@@ -331,8 +363,10 @@ def darknet_outputs(
     cfg_path, weights_path = Path(cfg), Path(weights)
     for label, path in (("cfg", cfg_path), ("weights", weights_path)):
         if not path.is_file():
-            raise OracleError(f"{_SUBJECT} | the {label} '{path}' is not a file, expected an existing Darknet {label}.",
-                              hint=f"pass the path of the Darknet .{label} file.")  # fmt: skip
+            raise OracleError(
+                f"{_SUBJECT} | the {label} '{path}' is not a file, expected an existing Darknet {label}.",
+                hint=f"pass the path of the Darknet .{label} file.",
+            )
     unsupported = unsupported_reason(cfg_path)
     if unsupported:
         raise OracleError(

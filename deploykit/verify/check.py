@@ -152,14 +152,18 @@ def expand_candidates(
             judged = precision
             if precision is not None:
                 if precision == "int8" and own != "int8":
-                    notes.append(f"{name}:{device} int8: the model is not quantized (run 'deploykit quantize' "
-                                 "first, then compare the INT8 model)")  # fmt: skip
+                    notes.append(
+                        f"{name}:{device} int8: the model is not quantized (run 'deploykit quantize' "
+                        "first, then compare the INT8 model)"
+                    )
                     continue
                 offered = [*native, *(["int8"] if own == "int8" else [])] if settable else sorted({ran, "f32"})
                 if precision not in offered and available:
                     runs = ", ".join(offered if settable else [ran])
-                    notes.append(f"{name}:{device} {precision}: not supported {where} ({name} on {device} runs "
-                                 f"{runs}{' there' if platform.emulated else ''})")  # fmt: skip
+                    notes.append(
+                        f"{name}:{device} {precision}: not supported {where} ({name} on {device} runs "
+                        f"{runs}{' there' if platform.emulated else ''})"
+                    )
                     continue
                 if settable and precision in native:
                     settings.update(backend.precision_options(precision))
@@ -231,8 +235,15 @@ def prepare_inputs(
     if inputs is not None:
         arrays = {k: np.asarray(v) for k, v in inputs.items()}
         return Inputs([check_given_inputs(specs, arrays)], "arrays", fed_batch(arrays, axes))
-    feeds = make_inputs(interface.inputs, seed=seed, metadata=interface.metadata_props, batch=batch, settings=settings,
-                        batch_axes=batch_axes, model_name=f"'{interface.path.name}'")  # fmt: skip
+    feeds = make_inputs(
+        interface.inputs,
+        seed=seed,
+        metadata=interface.metadata_props,
+        batch=batch,
+        settings=settings,
+        batch_axes=batch_axes,
+        model_name=f"'{interface.path.name}'",
+    )
     return Inputs([feeds], "seeded random", fed_batch(feeds, axes))
 
 
@@ -270,9 +281,18 @@ def run_on_platform(
 
     interpreter = get_platform(candidate.platform).interpreter()
     job = {"repeat_runs": REPEAT_RUNS, **dict(extra or {})}
-    return run_candidate(model, candidate.backend, candidate.device, cases, options=candidate.options,
-                         label=label or candidate.label, timeout_s=timeout_s, isolate=isolate,
-                         interpreter=interpreter, extra=job)  # fmt: skip
+    return run_candidate(
+        model,
+        candidate.backend,
+        candidate.device,
+        cases,
+        options=candidate.options,
+        label=label or candidate.label,
+        timeout_s=timeout_s,
+        isolate=isolate,
+        interpreter=interpreter,
+        extra=job,
+    )
 
 
 def platform_notes(platforms: str | Sequence[str] | None) -> list[str]:
@@ -285,8 +305,10 @@ def platform_notes(platforms: str | Sequence[str] | None) -> list[str]:
     for platform in parse_platforms(platforms):
         if platform.emulated:
             platform.interpreter()
-            notes.append(f"{platform.describe()}: the target's builds of the runtimes, emulated; "
-                         "numbers and precisions are the target's, speed is not the board's")  # fmt: skip
+            notes.append(
+                f"{platform.describe()}: the target's builds of the runtimes, emulated; "
+                "numbers and precisions are the target's, speed is not the board's"
+            )
     return notes
 
 
@@ -315,8 +337,9 @@ def on_platforms(
         if not specs and platform.emulated:
             names = dict.fromkeys(parse_backend_spec(spec)[0] for spec in default_backend_specs())
             chosen = [f"{name}:{get_backend(name).default_device}" for name in names]
-        found, skipped = expand_candidates(chosen, precisions, model_precision=model_precision, options=options,
-                                           platform=platform)  # fmt: skip
+        found, skipped = expand_candidates(
+            chosen, precisions, model_precision=model_precision, options=options, platform=platform
+        )
         expanded += found
         notes += skipped
     return expanded, notes
@@ -411,8 +434,16 @@ def judge_runs(
     order = sorted(range(len(runs)), key=lambda i: is_reduced((runs[i][0].info or {}).get("precision") or runs[i][1]))
     for index in order:
         run, precision = runs[index]
-        verdict = judge_run(run, cases, references, oracle, precision=precision, overrides=overrides,
-                            task=task, task_reference=task_reference)  # fmt: skip
+        verdict = judge_run(
+            run,
+            cases,
+            references,
+            oracle,
+            precision=precision,
+            overrides=overrides,
+            task=task,
+            task_reference=task_reference,
+        )
         if (
             task_reference is None
             and task is not None
@@ -444,9 +475,23 @@ def _no_task_reason(verdict: Verdict, task_reference: tuple[str, Any] | None, or
 
 # The keywords of 0.1's verify_model, now fields of the VerifySettings that compare takes.
 _LEGACY = (
-    MovedKeywords("settings", ("oracle", "precision", "batch", "shapes", "batch_axes", "seed", "thresholds", "options",
-                               "timeout_s", "isolate", "platforms")),
-)  # fmt: skip
+    MovedKeywords(
+        "settings",
+        (
+            "oracle",
+            "precision",
+            "batch",
+            "shapes",
+            "batch_axes",
+            "seed",
+            "thresholds",
+            "options",
+            "timeout_s",
+            "isolate",
+            "platforms",
+        ),
+    ),
+)
 
 
 def compare(
@@ -484,8 +529,13 @@ def compare(
     interface = as_model(model)
     model_path = interface.path
     overrides = settings.thresholds.to_dict()
-    candidates, notes = on_platforms(backends, parse_precisions(settings.precision), platforms,
-                                     model_precision=interface.precision, options=settings.options)  # fmt: skip
+    candidates, notes = on_platforms(
+        backends,
+        parse_precisions(settings.precision),
+        platforms,
+        model_precision=interface.precision,
+        options=settings.options,
+    )
     if not candidates:
         from deploykit.platforms import parse_platforms
 
@@ -496,8 +546,14 @@ def compare(
             hint="'deploykit backends' lists what runs here and 'deploykit platforms list' what a target claims; "
             "f32 runs everywhere.",
         )
-    prepared = prepare_inputs(interface, inputs, batch=settings.batch, shapes=settings.shapes,
-                              batch_axes=settings.batch_axes, seed=settings.seed)  # fmt: skip
+    prepared = prepare_inputs(
+        interface,
+        inputs,
+        batch=settings.batch,
+        shapes=settings.shapes,
+        batch_axes=settings.batch_axes,
+        seed=settings.seed,
+    )
     images = prepared.source == "images"
     task = recognise(interface.output_specs(), interface.metadata_props) if images else None
     if not images:
@@ -513,14 +569,32 @@ def compare(
     emulated = [c.platform != "host" for c in candidates]
     why = uncomparable(interface.proto) if interface.proto is not None else None
     with WorkerPool(isolate, len(candidates) + 1) as pool:
-        submitted = {i: pool.submit(run_on_platform, model_path, c, prepared.cases, timeout_s, isolate)
-                     for i, c in enumerate(candidates) if emulated[i]}  # fmt: skip
+        submitted = {
+            i: pool.submit(run_on_platform, model_path, c, prepared.cases, timeout_s, isolate)
+            for i, c in enumerate(candidates)
+            if emulated[i]
+        }
         # a model no element-wise comparison can judge (metrics.uncomparable) needs no oracle run
-        pending_oracle = None if why else pool.submit(run_oracle, interface, oracle, oracle_cases,
-                                                      timeout_s=timeout_s, isolate=isolate,
-                                                      memory_bytes=settings.oracle_memory_bytes)  # fmt: skip
-        submitted.update({i: pool.submit(run_on_platform, model_path, c, prepared.cases, timeout_s, isolate)
-                          for i, c in enumerate(candidates) if not emulated[i]})  # fmt: skip
+        pending_oracle = (
+            None
+            if why
+            else pool.submit(
+                run_oracle,
+                interface,
+                oracle,
+                oracle_cases,
+                timeout_s=timeout_s,
+                isolate=isolate,
+                memory_bytes=settings.oracle_memory_bytes,
+            )
+        )
+        submitted.update(
+            {
+                i: pool.submit(run_on_platform, model_path, c, prepared.cases, timeout_s, isolate)
+                for i, c in enumerate(candidates)
+                if not emulated[i]
+            }
+        )
         if pending_oracle is None:
             oracle_info, references = OracleInfo("none", False, f"none can judge this model: {why}"), None
         else:
@@ -535,8 +609,11 @@ def compare(
         if reference_run is None:
             oracle_info = OracleInfo("none", False, detail + "no candidate ran")
         else:
-            oracle_info = OracleInfo(reference_run.label, False, detail + f"backends compared with "
-                                     f"{reference_run.label} (no independent oracle)")  # fmt: skip
+            oracle_info = OracleInfo(
+                reference_run.label,
+                False,
+                detail + f"backends compared with {reference_run.label} (no independent oracle)",
+            )
             references = reference_run.outputs
     if oracle_info.detail:
         notes.append(f"oracle: {oracle_info.detail}")
@@ -621,8 +698,9 @@ def run_oracle(
     bound: dict[str, Any] = {"repeat_runs": 1}  # the oracle's numpy is judged by the candidates, not by itself
     if limit:
         bound.update(memory_limit_bytes=limit, limit_subject=f"oracle {label}")
-    run = run_on_platform(model if isinstance(model, Model) else Path(model), spec, cases, timeout_s, isolate,
-                          extra=bound)  # fmt: skip
+    run = run_on_platform(
+        model if isinstance(model, Model) else Path(model), spec, cases, timeout_s, isolate, extra=bound
+    )
     if not run.ok:
         said = run.error_data is not None and run.error_data.get("subject") == f"oracle {label}"
         detail = f"oracle {label} {problem_of(run.error or '')}" if said else f"{label} did not run: {run.error}"
@@ -637,11 +715,18 @@ def unjudged(runs: Sequence[CandidateRun], oracle: OracleInfo, why: str) -> list
     """The verdicts of runs that nothing can judge (``metrics.uncomparable``): ``unverified`` with the
     reason for each run that ran, ``error`` for each that did not."""
     return [
-        Verdict(r.label, "unverified", oracle, precision=(r.info or {}).get("precision"),
-                device=(r.info or {}).get("device"), reason=f"not compared: {why}")
-        if r.ok else error_verdict(r.label, oracle, r.error or "did not run", hint=r.hint)
+        Verdict(
+            r.label,
+            "unverified",
+            oracle,
+            precision=(r.info or {}).get("precision"),
+            device=(r.info or {}).get("device"),
+            reason=f"not compared: {why}",
+        )
+        if r.ok
+        else error_verdict(r.label, oracle, r.error or "did not run", hint=r.hint)
         for r in runs
-    ]  # fmt: skip
+    ]
 
 
 def gate(
@@ -663,8 +748,9 @@ def gate(
     precision, timeout_s, isolate = settings.precision or "f32", settings.timeout_s, settings.isolate
     jobs = gate_candidates(backends, precision, settings.platforms)
     with WorkerPool(isolate, len(jobs)) as pool:
-        runs = pool.results([pool.submit(run_on_platform, Path(model), c, cases, timeout_s, isolate, label)
-                             for c, label in jobs])  # fmt: skip
+        runs = pool.results(
+            [pool.submit(run_on_platform, Path(model), c, cases, timeout_s, isolate, label) for c, label in jobs]
+        )
     proto = as_model(model).proto
     if proto is not None and (why := uncomparable(proto)) is not None:
         return unjudged(runs, OracleInfo("none", False, f"none can judge this model: {why}"), why)
@@ -672,8 +758,9 @@ def gate(
         first = next((r for r in runs if r.ok), None)
         oracle = OracleInfo(first.label if first else "none", False, oracle.detail)
         references = first.outputs if first else None
-    return judge_runs([(r, precision) for r in runs], cases, references, oracle,
-                      overrides=settings.thresholds.to_dict())  # fmt: skip
+    return judge_runs(
+        [(r, precision) for r in runs], cases, references, oracle, overrides=settings.thresholds.to_dict()
+    )
 
 
 def gate_candidates(
@@ -691,7 +778,8 @@ def gate_candidates(
             name = canonical_name(name)
             backend = get_backend(name)
             label = f"{name}:{device}" if device else name
-            candidate = Candidate(name, device or backend.default_device, None, backend.precision_options(precision),
-                                  platform.name)  # fmt: skip
+            candidate = Candidate(
+                name, device or backend.default_device, None, backend.precision_options(precision), platform.name
+            )
             jobs.append((candidate, label if platform.name == "host" else f"{label} on {platform.name}"))
     return jobs

@@ -78,8 +78,15 @@ def probe_model(path: Path) -> Path:
         helper.make_node("Conv", ["act", "w2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
         helper.make_node("Sigmoid", ["c2"], ["y"]),
     ]
-    inits = [init("w1", 8, 3, 3, 3), init("b1", 8), init("scale", 8, low=0.5, high=1.5), init("bias", 8),
-             init("mean", 8), init("var", 8, low=0.5, high=1.5), init("w2", 4, 8, 3, 3)]  # fmt: skip
+    inits = [
+        init("w1", 8, 3, 3, 3),
+        init("b1", 8),
+        init("scale", 8, low=0.5, high=1.5),
+        init("bias", 8),
+        init("mean", 8),
+        init("var", 8, low=0.5, high=1.5),
+        init("w2", 4, 8, 3, 3),
+    ]
     graph = helper.make_graph(
         nodes,
         "deploykit_probe",

@@ -41,14 +41,21 @@ class CandidateRun:
     """The outputs of every later pass over the same input sets in the same session (``repeat_runs``)."""
 
     @classmethod
-    def ran(cls, label: str, result: Mapping[str, Any], outputs: list[dict[str, np.ndarray]],
-            platform: str = "host") -> CandidateRun:  # fmt: skip
+    def ran(
+        cls, label: str, result: Mapping[str, Any], outputs: list[dict[str, np.ndarray]], platform: str = "host"
+    ) -> CandidateRun:
         """The run a worker's ok result and its outputs describe: the first pass, the later ones apart."""
         passes = max(1, int(result.get("repeat_runs") or 1))
         count = len(outputs) // passes
         repeated = [outputs[count * i : count * (i + 1)] for i in range(1, passes)]
-        return cls(label, result.get("info"), outputs[:count], seconds=result.get("seconds") or {}, platform=platform,
-                   repeated=repeated)  # fmt: skip
+        return cls(
+            label,
+            result.get("info"),
+            outputs[:count],
+            seconds=result.get("seconds") or {},
+            platform=platform,
+            repeated=repeated,
+        )
 
     @classmethod
     def failed(cls, label: str, result: Mapping[str, Any], platform: str = "host") -> CandidateRun:

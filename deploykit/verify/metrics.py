@@ -166,14 +166,21 @@ class OutputMetrics:
 
         index = data.get("worst_index")
         return cls(
-            name=data["name"], case=int(data.get("case", 0)), rule=data["rule"], passed=bool(data["passed"]),
+            name=data["name"],
+            case=int(data.get("case", 0)),
+            rule=data["rule"],
+            passed=bool(data["passed"]),
             max_abs_error=number(data.get("max_abs_error"), math.nan),  # type: ignore[arg-type]
             max_rel_error=number(data.get("max_rel_error"), math.nan),  # type: ignore[arg-type]
-            cosine=number(data.get("cosine"), None), snr_db=number(data.get("snr_db"), None),
-            worst_index=None if index is None else tuple(index), worst_value=data.get("worst_value"),
-            worst_reference=data.get("worst_reference"), problem=data.get("problem"),
-            degenerate=data.get("degenerate"), atol_scaled=number(data.get("atol_scaled"), None),
-        )  # fmt: skip
+            cosine=number(data.get("cosine"), None),
+            snr_db=number(data.get("snr_db"), None),
+            worst_index=None if index is None else tuple(index),
+            worst_value=data.get("worst_value"),
+            worst_reference=data.get("worst_reference"),
+            problem=data.get("problem"),
+            degenerate=data.get("degenerate"),
+            atol_scaled=number(data.get("atol_scaled"), None),
+        )
 
 
 def scaled_atol(atol: float, reference: np.ndarray) -> float | None:
@@ -212,8 +219,13 @@ def _compare_text(name: str, actual: np.ndarray, reference: np.ndarray, case: in
             same = False
         if not same:
             where = list(index)
-            return _failed(name, case, "exact", f"element {where} is {one_line(repr(got))}, the reference's "
-                           f"{one_line(repr(expected))} (text is compared exactly)")  # fmt: skip
+            return _failed(
+                name,
+                case,
+                "exact",
+                f"element {where} is {one_line(repr(got))}, the reference's "
+                f"{one_line(repr(expected))} (text is compared exactly)",
+            )
     return OutputMetrics(name, case, "exact", True, 0.0, 0.0, None, None)
 
 

@@ -136,8 +136,13 @@ class VerifySettings:
         normalize(self)
         check_timeout(self.timeout_s)
         if self.oracle_memory_bytes is not None:
-            check_number("--oracle-memory", self.oracle_memory_bytes, low=0.0, low_open=True,
-                         hint="bytes the oracle may take, e.g. --oracle-memory 16GiB.")  # fmt: skip
+            check_number(
+                "--oracle-memory",
+                self.oracle_memory_bytes,
+                low=0.0,
+                low_open=True,
+                hint="bytes the oracle may take, e.g. --oracle-memory 16GiB.",
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return settings_to_dict(self)

@@ -33,8 +33,10 @@ def _geometry(preprocess: Preprocess, height: int, width: int) -> tuple[int, int
     if preprocess.resize == "stretch":
         target_h, target_w = preprocess.size
         return target_h, target_w, 0, 0, Placement(target_w / width, target_h / height, 0.0, 0.0, (height, width))
-    raise UsageError(f"resize '{preprocess.resize}' | cannot be fused into the runtime; letterbox and stretch can.",
-                     hint="stream without fused=True.")  # fmt: skip
+    raise UsageError(
+        f"resize '{preprocess.resize}' | cannot be fused into the runtime; letterbox and stretch can.",
+        hint="stream without fused=True.",
+    )
 
 
 def preprocess_nodes(preprocess: Preprocess, height: int, width: int, output: str, opset: int) -> tuple[list, list]:
@@ -79,8 +81,10 @@ def fuse(model_path: Path, input_name: str, preprocess: Preprocess, height: int,
     model = onnx.load(str(model_path))
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
     if opset < 11:
-        raise UsageError(f"model '{model_path.name}' | uses ONNX opset {opset}; fusing pre-processing needs 11+.",
-                         hint="stream without fused=True, or re-export the model with a newer opset.")  # fmt: skip
+        raise UsageError(
+            f"model '{model_path.name}' | uses ONNX opset {opset}; fusing pre-processing needs 11+.",
+            hint="stream without fused=True, or re-export the model with a newer opset.",
+        )
     graph = model.graph
     nodes, initializers = preprocess_nodes(preprocess, height, width, input_name, opset)
     original = [i for i in graph.input if i.name == input_name]
@@ -158,9 +162,12 @@ def check_fused(detector: Any, image: np.ndarray) -> float:
     height, width = image.shape[:2]
     nodes, initializers = preprocess_nodes(detector.preprocess, height, width, "tensor", 17)
     graph = helper.make_graph(
-        nodes, "preprocess", [helper.make_tensor_value_info(FRAME_INPUT, TensorProto.UINT8, [1, height, width, 3])],
-        [helper.make_tensor_value_info("tensor", TensorProto.FLOAT, [1, 3, *detector.preprocess.size])], initializers,
-    )  # fmt: skip
+        nodes,
+        "preprocess",
+        [helper.make_tensor_value_info(FRAME_INPUT, TensorProto.UINT8, [1, height, width, 3])],
+        [helper.make_tensor_value_info("tensor", TensorProto.FLOAT, [1, 3, *detector.preprocess.size])],
+        initializers,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)  # runtimes of 2022 on
     with tempfile.TemporaryDirectory(prefix="deploykit-fused-") as folder:
         path = Path(folder) / "preprocess.onnx"

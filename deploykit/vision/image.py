@@ -211,8 +211,9 @@ def letterbox(
     new_w, new_h, left, top, placement = letterbox_geometry(height, width, size, center=center)
     # bilinear both ways: INTER_AREA is ~15x slower on non-integer downscales (1280x720 → 416)
     resized = cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
-    canvas = cv2.copyMakeBorder(resized, top, target_h - new_h - top, left, target_w - new_w - left,
-                                cv2.BORDER_CONSTANT, value=(pad_value,) * 3)  # fmt: skip
+    canvas = cv2.copyMakeBorder(
+        resized, top, target_h - new_h - top, left, target_w - new_w - left, cv2.BORDER_CONSTANT, value=(pad_value,) * 3
+    )
     return canvas, placement
 
 
@@ -245,8 +246,11 @@ def center_crop(image: np.ndarray, size: tuple[int, int], resize_ratio: float = 
     target_h, target_w = size
     short = round(min(target_h, target_w) / resize_ratio)
     scale = short / min(height, width)
-    resized = cv2.resize(image, (max(target_w, round(width * scale)), max(target_h, round(height * scale))),
-                         interpolation=cv2.INTER_LINEAR)  # fmt: skip
+    resized = cv2.resize(
+        image,
+        (max(target_w, round(width * scale)), max(target_h, round(height * scale))),
+        interpolation=cv2.INTER_LINEAR,
+    )
     top = (resized.shape[0] - target_h) // 2
     left = (resized.shape[1] - target_w) // 2
     return resized[top : top + target_h, left : left + target_w]
@@ -381,9 +385,13 @@ class Preprocess:
 
     @classmethod
     def from_metadata(
-        cls, metadata: Mapping[str, str], size: tuple[int, int], default_resize: str = "letterbox",
-        model: str = "the model", overrides: PreprocessOverrides | None = None,
-    ) -> Preprocess:  # fmt: skip
+        cls,
+        metadata: Mapping[str, str],
+        size: tuple[int, int],
+        default_resize: str = "letterbox",
+        model: str = "the model",
+        overrides: PreprocessOverrides | None = None,
+    ) -> Preprocess:
         """Settings from a model's ``deploykit.input`` metadata; the ``overrides`` that are set win (their
         ``input_size`` is the caller's: ``size`` is already the one chosen)."""
         from deploykit.metadata import read_metadata

@@ -50,13 +50,16 @@ def _onnxruntime_nms() -> Any:
         return None
     node = helper.make_node("NonMaxSuppression", ["boxes", "scores", "limit", "iou"], ["selected"])
     graph = helper.make_graph(
-        [node], "nms",
-        [helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, None, 4]),
-         helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, None]),
-         helper.make_tensor_value_info("limit", TensorProto.INT64, [1]),
-         helper.make_tensor_value_info("iou", TensorProto.FLOAT, [1])],
+        [node],
+        "nms",
+        [
+            helper.make_tensor_value_info("boxes", TensorProto.FLOAT, [1, None, 4]),
+            helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 1, None]),
+            helper.make_tensor_value_info("limit", TensorProto.INT64, [1]),
+            helper.make_tensor_value_info("iou", TensorProto.FLOAT, [1]),
+        ],
         [helper.make_tensor_value_info("selected", TensorProto.INT64, [None, 3])],
-    )  # fmt: skip
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     options = ort.SessionOptions()
@@ -88,10 +91,15 @@ def nms(
     with _LOCK:
         session = _onnxruntime_nms()
     if session is not None:
-        selected = session.run(None, {
-            "boxes": boxes[None], "scores": scores[None, None],
-            "limit": np.array([max_detections], np.int64), "iou": np.array([iou], np.float32),
-        })[0]  # fmt: skip
+        selected = session.run(
+            None,
+            {
+                "boxes": boxes[None],
+                "scores": scores[None, None],
+                "limit": np.array([max_detections], np.int64),
+                "iou": np.array([iou], np.float32),
+            },
+        )[0]
         return selected[:, 2].astype(np.int64)
     try:
         import cv2

@@ -36,8 +36,10 @@ def check_video_output(path: Path, option: str = "--draw") -> None:
 def check_image_folder_output(path: Path, option: str = "--draw") -> None:
     """Refuse a file (or a name with an image or video extension) where a folder of drawn images goes."""
     if path.exists() and not path.is_dir():
-        raise UsageError(f"{option} '{shown(path)}' | is a file; several images are drawn into a folder.",
-                         hint="pass a folder, e.g. --draw drawn/.")  # fmt: skip
+        raise UsageError(
+            f"{option} '{shown(path)}' | is a file; several images are drawn into a folder.",
+            hint="pass a folder, e.g. --draw drawn/.",
+        )
     if path.suffix.lower() in IMAGE_SUFFIXES + tuple(VIDEO_CODECS):
         raise UsageError(
             f"{option} '{shown(path)}' | names a file, but several images are drawn into a folder, one image each.",
@@ -73,16 +75,20 @@ class VideoWriter:
         try:
             handle, name = tempfile.mkstemp(prefix=f".{self.path.stem}.", suffix=self.path.suffix, dir=directory)
         except OSError as exc:
-            raise OutputError(f"--draw '{shown(self.path)}' | cannot create a file in '{directory}' ({exc.strerror}).",
-                              hint="choose a folder you can write to.") from exc  # fmt: skip
+            raise OutputError(
+                f"--draw '{shown(self.path)}' | cannot create a file in '{directory}' ({exc.strerror}).",
+                hint="choose a folder you can write to.",
+            ) from exc
         self._temporary = Path(name)  # first: an interrupt from here on is cleaned up by close()
         os.close(handle)
         fourcc = cv2.VideoWriter_fourcc(*VIDEO_CODECS[self.path.suffix.lower()])
         writer = cv2.VideoWriter(name, cv2.CAP_FFMPEG, fourcc, self.fps, size)
         if not writer.isOpened():
             self._temporary.unlink(missing_ok=True)
-            raise OutputError(f"--draw '{shown(self.path)}' | OpenCV's FFmpeg backend cannot write this video.",
-                              hint="try .avi (MJPG) or .mp4.")  # fmt: skip
+            raise OutputError(
+                f"--draw '{shown(self.path)}' | OpenCV's FFmpeg backend cannot write this video.",
+                hint="try .avi (MJPG) or .mp4.",
+            )
         self._writer, self._size = writer, size
 
     def close(self) -> None:
@@ -100,8 +106,11 @@ class VideoWriter:
             os.chmod(temporary, plain_write_mode(self.path))  # mkstemp made it 0600: the mode open() would give
             os.replace(temporary, self.path)
         except OSError as exc:
-            raise OutputError(f"--draw '{shown(self.path)}' | cannot be written ({exc.strerror or exc}); the video "
-                              f"so far is in '{temporary}'.", hint="choose another path.") from exc  # fmt: skip
+            raise OutputError(
+                f"--draw '{shown(self.path)}' | cannot be written ({exc.strerror or exc}); the video "
+                f"so far is in '{temporary}'.",
+                hint="choose another path.",
+            ) from exc
 
     def __enter__(self) -> VideoWriter:
         return self
@@ -127,5 +136,7 @@ def make_folder(path: Path) -> None:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise OutputError(f"--draw '{shown(path)}' | cannot create the folder ({exc.strerror or exc}).",
-                          hint="choose a folder you can write to.") from exc  # fmt: skip
+        raise OutputError(
+            f"--draw '{shown(path)}' | cannot create the folder ({exc.strerror or exc}).",
+            hint="choose a folder you can write to.",
+        ) from exc

@@ -153,9 +153,12 @@ def check_thresholds(*, conf: float | None, iou: float | None, prefix: str = "")
 
 class _Pipeline:
     def __init__(
-        self, model: Model | str | os.PathLike[str] | Session, backend: str | None, device: str | None,
+        self,
+        model: Model | str | os.PathLike[str] | Session,
+        backend: str | None,
+        device: str | None,
         options: dict[str, OptionValue],
-    ) -> None:  # fmt: skip
+    ) -> None:
         from deploykit.sessions import load
 
         if isinstance(model, Session):  # an open session (the server's queued one): backend and options are its own
@@ -164,8 +167,9 @@ class _Pipeline:
         else:
             options = dict(options)
             fallback = bool(options.pop("allow_fallback", False))
-            self.session = load(model if isinstance(model, Model) else Path(model), backend, device,
-                                allow_fallback=fallback, **options)  # fmt: skip
+            self.session = load(
+                model if isinstance(model, Model) else Path(model), backend, device, allow_fallback=fallback, **options
+            )
             self.model_path = Path(self.session.model_path)  # a bundle's model file, not its folder
         self.metadata = self.session.metadata
         self.input = _input_spec(self.session)
@@ -200,13 +204,20 @@ class _Pipeline:
         return self._run({self.input.name: tensor})
 
     def _stream(
-        self, source: Any, finish: Any, max_frames: int | None, every: int, timeout_s: float, skip: Any,
+        self,
+        source: Any,
+        finish: Any,
+        max_frames: int | None,
+        every: int,
+        timeout_s: float,
+        skip: Any,
         stages: Any = None,
-    ) -> Any:  # fmt: skip
+    ) -> Any:
         from deploykit.vision.stream import Stream, as_sources
 
-        return Stream(stages or self, as_sources(source, timeout_s), finish, max_frames=max_frames, every=every,
-                      skip=skip)  # fmt: skip
+        return Stream(
+            stages or self, as_sources(source, timeout_s), finish, max_frames=max_frames, every=every, skip=skip
+        )
 
     def _dynamic_batch(self) -> bool:
         assert self.input.shape is not None
@@ -273,8 +284,10 @@ class Detector(_Pipeline):
             self.metadata, self.size, "letterbox", self.model_path.name, overrides
         )
         if self.preprocess.resize not in ("letterbox", "stretch"):
-            raise UsageError(f"resize '{self.preprocess.resize}' | is not letterbox or stretch.",
-                             hint="letterbox keeps the aspect ratio; stretch does not.")  # fmt: skip
+            raise UsageError(
+                f"resize '{self.preprocess.resize}' | is not letterbox or stretch.",
+                hint="letterbox keeps the aspect ratio; stretch does not.",
+            )
 
     def _layout(self) -> tuple[str, int]:
         found = require_layout(self.session.outputs, self.metadata, self.model_path.name)
@@ -286,8 +299,9 @@ class Detector(_Pipeline):
         """Per image: boxes (cx, cy, w, h in input pixels) and class scores."""
         return candidates(self._decoding, outputs, self.size)
 
-    def _postprocess(self, boxes: np.ndarray, scores: np.ndarray, placement: Placement | None, conf: float,
-                     iou: float) -> list[Detection]:  # fmt: skip
+    def _postprocess(
+        self, boxes: np.ndarray, scores: np.ndarray, placement: Placement | None, conf: float, iou: float
+    ) -> list[Detection]:
         assert placement is not None, "a Detector letterboxes or stretches, so boxes can be mapped back"
         xyxy, best, class_ids = select(
             boxes, scores, conf=conf, iou=iou, agnostic=self.agnostic, max_detections=self.max_detections
@@ -426,8 +440,10 @@ class Classifier(_Pipeline):
             self.metadata, self.size, "center-crop", self.model_path.name, overrides
         )
         if softmax not in ("auto", "always", "never"):
-            raise UsageError(f"softmax '{softmax}' | is not auto, always or never.",
-                             hint="auto applies it unless the outputs already are probabilities.")  # fmt: skip
+            raise UsageError(
+                f"softmax '{softmax}' | is not auto, always or never.",
+                hint="auto applies it unless the outputs already are probabilities.",
+            )
         self.softmax = softmax
 
     def _probabilities(self, scores: np.ndarray) -> np.ndarray:
@@ -454,9 +470,15 @@ class Classifier(_Pipeline):
         return self.batch([image], top_k=top_k)[0]
 
     def stream(
-        self, source: Any, *, top_k: int = 5, max_frames: int | None = None, every: int = 1, timeout_s: float = 10.0,
+        self,
+        source: Any,
+        *,
+        top_k: int = 5,
+        max_frames: int | None = None,
+        every: int = 1,
+        timeout_s: float = 10.0,
         skip: Mapping[str, Collection[str]] | None = None,
-    ) -> Any:  # fmt: skip
+    ) -> Any:
         """The ``top_k`` classes frame by frame, in overlapping stages; see ``Detector.stream`` for the arguments
         and what it returns."""
         check_number("top_k", top_k, low=1, integer=True, hint="ask for 1 or more classes, e.g. top_k=5.")

@@ -67,6 +67,7 @@ def draw(image: np.ndarray, detections: Sequence[Detection], *, thickness: int =
         (text_w, text_h), baseline = cv2.getTextSize(caption, cv2.FONT_HERSHEY_SIMPLEX, 0.5, 1)
         top = max(y1 - text_h - baseline - 2, 0)
         cv2.rectangle(canvas, (x1, top), (x1 + text_w + 2, top + text_h + baseline + 2), colour, -1)
-        cv2.putText(canvas, caption, (x1 + 1, top + text_h + 1), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 1,
-                    cv2.LINE_AA)  # fmt: skip
+        cv2.putText(
+            canvas, caption, (x1 + 1, top + text_h + 1), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 1, cv2.LINE_AA
+        )
     return canvas

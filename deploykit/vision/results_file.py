@@ -125,8 +125,10 @@ class ResultsFile:
         try:
             os.truncate(self.path, size)
         except OSError as exc:
-            raise OutputError(f"{self._subject()} | its torn last line cannot be cut off ({exc.strerror or exc}).",
-                              hint="check its permissions, or choose another file.") from exc  # fmt: skip
+            raise OutputError(
+                f"{self._subject()} | its torn last line cannot be cut off ({exc.strerror or exc}).",
+                hint="check its permissions, or choose another file.",
+            ) from exc
 
     def write(self, row: Mapping[str, Any]) -> None:
         """Append one frame's line (the header first, on a new file), whole or not at all.
@@ -142,8 +144,10 @@ class ResultsFile:
             try:
                 self._handle = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
             except OSError as exc:
-                raise OutputError(f"{self._subject()} | cannot be opened for writing ({exc.strerror or exc}).",
-                                  hint="choose a file you can write to.") from exc  # fmt: skip
+                raise OutputError(
+                    f"{self._subject()} | cannot be opened for writing ({exc.strerror or exc}).",
+                    hint="choose a file you can write to.",
+                ) from exc
         before = os.fstat(self._handle).st_size
         try:
             written = 0

@@ -370,8 +370,10 @@ class MJPEGStream(LiveSource):
                 data, buffer = buffer[start : end + 2], buffer[end + 2 :]
                 yield decode_image(data, self.spec)
             if len(buffer) > 64 * 2**20:
-                raise InputError(f"stream '{self.spec}' | sent 64 MiB without a complete JPEG.",
-                                 hint="check that the URL serves MJPEG.")  # fmt: skip
+                raise InputError(
+                    f"stream '{self.spec}' | sent 64 MiB without a complete JPEG.",
+                    hint="check that the URL serves MJPEG.",
+                )
 
     def close(self) -> None:
         self._stop.set()
@@ -388,8 +390,7 @@ def _open_http(spec: str, timeout_s: float) -> Source:
     try:
         response = urllib.request.urlopen(request, timeout=timeout_s)
     except urllib.error.HTTPError as exc:
-        raise InputError(f"URL '{spec}' | answered HTTP {exc.code} {exc.reason}.",
-                         hint="check the URL.") from exc  # fmt: skip
+        raise InputError(f"URL '{spec}' | answered HTTP {exc.code} {exc.reason}.", hint="check the URL.") from exc
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         raise InputError(
@@ -435,8 +436,10 @@ def _files(spec: str) -> list[Source]:
         images = list_images(path, screen=False)  # open_sources screens the images of every source at once
         videos = sorted(p for p in path.iterdir() if p.suffix.lower() in VIDEO_SUFFIXES and p.is_file())
         if not images and not videos:
-            raise InputError(f"folder '{shown(path)}' | holds no images or videos.",
-                             hint=f"image files end in {', '.join(IMAGE_SUFFIXES)}.")  # fmt: skip
+            raise InputError(
+                f"folder '{shown(path)}' | holds no images or videos.",
+                hint=f"image files end in {', '.join(IMAGE_SUFFIXES)}.",
+            )
         opened: list[Source] = [ImageFiles(spec, images)] if images else []
         return opened + [VideoFile(str(v), v) for v in videos]
     if path.exists():
@@ -447,8 +450,10 @@ def _files(spec: str) -> list[Source]:
         matches = sorted(Path(p) for p in glob.glob(spec, recursive=True))
         files = [p for p in matches if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES + VIDEO_SUFFIXES]
         if not files:
-            raise InputError(f"glob '{spec}' | matches no image or video files.",
-                             hint="quote the pattern so the shell leaves it to deploykit: 'photos/*.jpg'.")  # fmt: skip
+            raise InputError(
+                f"glob '{spec}' | matches no image or video files.",
+                hint="quote the pattern so the shell leaves it to deploykit: 'photos/*.jpg'.",
+            )
         found: list[Source] = [VideoFile(str(p), p) for p in files if p.suffix.lower() in VIDEO_SUFFIXES]
         images = [p for p in files if p.suffix.lower() in IMAGE_SUFFIXES]
         return ([ImageFiles(spec, images)] if images else []) + found
@@ -474,8 +479,10 @@ def open_source(spec: str | os.PathLike[str] | int, *, timeout_s: float = DEFAUL
     if lowered.startswith(STREAM_SCHEMES):
         return [CaptureSource(text, text, timeout_s, "stream")]
     if "://" in text:
-        raise InputError(f"source '{text}' | uses a scheme deploykit does not read.",
-                         hint=f"use one of {', '.join(s[:-3] for s in STREAM_SCHEMES)}.")  # fmt: skip
+        raise InputError(
+            f"source '{text}' | uses a scheme deploykit does not read.",
+            hint=f"use one of {', '.join(s[:-3] for s in STREAM_SCHEMES)}.",
+        )
     if _is_camera(text):
         return [_camera(text, timeout_s)]
     return _files(text)

@@ -42,8 +42,13 @@ class StageTiming:
     wait_ms: float
 
     def to_dict(self) -> dict[str, float]:
-        return {"decode_ms": self.decode_ms, "pre_ms": self.pre_ms, "infer_ms": self.infer_ms,
-                "post_ms": self.post_ms, "wait_ms": self.wait_ms}  # fmt: skip
+        return {
+            "decode_ms": self.decode_ms,
+            "pre_ms": self.pre_ms,
+            "infer_ms": self.infer_ms,
+            "post_ms": self.post_ms,
+            "wait_ms": self.wait_ms,
+        }
 
 
 @dataclass(frozen=True)
@@ -95,8 +100,11 @@ class StreamStats:
         for name, values in self.samples_ms.items():
             if values:
                 p50, p90 = (float(v) for v in np.percentile(values, [50, 90]))
-                stages[name] = {"mean_ms": round(float(np.mean(values)), 3), "p50_ms": round(p50, 3),
-                                "p90_ms": round(p90, 3)}  # fmt: skip
+                stages[name] = {
+                    "mean_ms": round(float(np.mean(values)), 3),
+                    "p50_ms": round(p50, 3),
+                    "p90_ms": round(p90, 3),
+                }
         infer = self.samples_ms["infer"]
         return {
             "frames": self.frames,
@@ -189,8 +197,14 @@ class Stream:
         steps = [self._prepare, self._infer, self._post]
         self._threads = [threading.Thread(target=self._decode, args=(boxes[0],), name="deploykit-decode", daemon=True)]
         for number, step in enumerate(steps):
-            self._threads.append(threading.Thread(target=self._stage, args=(step, boxes[number], boxes[number + 1]),
-                                                  name=f"deploykit-{STAGES[number + 1]}", daemon=True))  # fmt: skip
+            self._threads.append(
+                threading.Thread(
+                    target=self._stage,
+                    args=(step, boxes[number], boxes[number + 1]),
+                    name=f"deploykit-{STAGES[number + 1]}",
+                    daemon=True,
+                )
+            )
         start = time.perf_counter()
         for thread in self._threads:
             thread.start()

@@ -253,9 +253,17 @@ def convert_darknet(
             if verify_backends:
                 gate_start = time.perf_counter()
                 report.verdicts, report.oracle = verify(
-                    candidate, net, heads, cfg_path, weights_path, verify_backends, (native.width, native.height),
-                    export, checks, batch=batch_size or 1,
-                )  # fmt: skip
+                    candidate,
+                    net,
+                    heads,
+                    cfg_path,
+                    weights_path,
+                    verify_backends,
+                    (native.width, native.height),
+                    export,
+                    checks,
+                    batch=batch_size or 1,
+                )
                 report.notes += [f"oracle: {report.oracle.name} — {report.oracle.detail}", *emulation_notes]
                 report.gate_seconds = round(time.perf_counter() - gate_start, 3)
             report.written = report.passed or keep_on_mismatch

@@ -58,8 +58,10 @@ def opencv_darknet_outputs(
         result = outcome.result
         if result is None or result["status"] == "error":
             reason = outcome.error if result is None else result["error"]
-            raise OracleError(f"OpenCV's Darknet importer | failed on '{Path(cfg).name}': {reason}.",
-                              hint="this cfg may use layers OpenCV's importer does not know.")  # fmt: skip
+            raise OracleError(
+                f"OpenCV's Darknet importer | failed on '{Path(cfg).name}': {reason}.",
+                hint="this cfg may use layers OpenCV's importer does not know.",
+            )
         if result["status"] == "missing":
             return None
         return read_arrays(outputs_path), str(result["version"])
@@ -147,8 +149,9 @@ def _cfg_at_size(cfg: Path, directory: Path, size: tuple[int, int]) -> Path:
     return path
 
 
-def _darknet_rows(cfg: Path, weights: Path, image: np.ndarray, heads: list[dict[str, Any]], net: Network,
-                  native_size: tuple[int, int]) -> np.ndarray:  # fmt: skip
+def _darknet_rows(
+    cfg: Path, weights: Path, image: np.ndarray, heads: list[dict[str, Any]], net: Network, native_size: tuple[int, int]
+) -> np.ndarray:
     """Darknet's own outputs on ``image``: the heads decoded like ours (``decode_heads``), or a
     classifier's final output as one row."""
     from deploykit.testing.darknet import darknet_outputs
@@ -157,16 +160,22 @@ def _darknet_rows(cfg: Path, weights: Path, image: np.ndarray, heads: list[dict[
     layers = [h["layer"] for h in heads] or [net.layers[-1].index]
     with tempfile.TemporaryDirectory(prefix="deploykit-oracle-") as directory:
         size = (net.width, net.height)
-        raw = darknet_outputs(cfg if size == native_size else _cfg_at_size(cfg, Path(directory), size),
-                              weights, image, layers, network=net)  # fmt: skip
+        raw = darknet_outputs(
+            cfg if size == native_size else _cfg_at_size(cfg, Path(directory), size),
+            weights,
+            image,
+            layers,
+            network=net,
+        )
     if not heads:
         return raw[layers[0]].reshape(1, -1)
     named = [{**h, "output": f"{h['type']}_{h['layer']}"} for h in heads]
     return decode_heads({h["output"]: raw[h["layer"]].reshape(1, -1, *h["grid"]) for h in named}, named)
 
 
-def _opencv(cfg: Path, weights: Path, image: np.ndarray, heads: list[dict[str, Any]],
-            same_size: bool) -> tuple[OracleOutputs | None, str]:  # fmt: skip
+def _opencv(
+    cfg: Path, weights: Path, image: np.ndarray, heads: list[dict[str, Any]], same_size: bool
+) -> tuple[OracleOutputs | None, str]:
     """OpenCV 4.x's importer on ``image``, or (None, why it cannot be the oracle)."""
     if not heads:
         return None, "OpenCV's importer is compared on detector heads, and this cfg has none"
@@ -183,8 +192,15 @@ def _opencv(cfg: Path, weights: Path, image: np.ndarray, heads: list[dict[str, A
     return OracleOutputs(info, opencv=outputs), ""
 
 
-def _darknet(choice: DarknetOracle, cfg: Path, weights: Path, image: np.ndarray, heads: list[dict[str, Any]],
-             net: Network, native_size: tuple[int, int]) -> tuple[OracleOutputs | None, str]:  # fmt: skip
+def _darknet(
+    choice: DarknetOracle,
+    cfg: Path,
+    weights: Path,
+    image: np.ndarray,
+    heads: list[dict[str, Any]],
+    net: Network,
+    native_size: tuple[int, int],
+) -> tuple[OracleOutputs | None, str]:
     """Darknet's own forward pass, or (None, why not). ``auto`` never compiles the helper;
     ``darknet`` builds it when needed and raises ``OracleError`` when it cannot run."""
     from deploykit.testing import darknet
@@ -202,8 +218,10 @@ def _darknet(choice: DarknetOracle, cfg: Path, weights: Path, image: np.ndarray,
         if problem:
             return None, problem
         if not darknet.is_built():
-            return None, (f"Darknet's own forward pass is not built here: pass --oracle darknet (oracle='darknet') "
-                          f"to build it into {darknet.cache_dir()}")  # fmt: skip
+            return None, (
+                f"Darknet's own forward pass is not built here: pass --oracle darknet (oracle='darknet') "
+                f"to build it into {darknet.cache_dir()}"
+            )
         try:
             rows = _darknet_rows(cfg, weights, image, heads, net, native_size)
         except OracleError as exc:  # pjreddie's Darknet does not run every cfg
@@ -211,24 +229,34 @@ def _darknet(choice: DarknetOracle, cfg: Path, weights: Path, image: np.ndarray,
     return OracleOutputs(OracleInfo("darknet", True, "Darknet's own forward pass (libdarknet)"), rows=rows), ""
 
 
-def oracle_outputs(choice: DarknetOracle, cfg: Path, weights: Path, image: np.ndarray, heads: list[dict[str, Any]],
-                   net: Network, native_size: tuple[int, int]) -> OracleOutputs:  # fmt: skip
+def oracle_outputs(
+    choice: DarknetOracle,
+    cfg: Path,
+    weights: Path,
+    image: np.ndarray,
+    heads: list[dict[str, Any]],
+    net: Network,
+    native_size: tuple[int, int],
+) -> OracleOutputs:
     """The chosen oracle's outputs on ``image``; without one, why none ran (``info.detail``).
 
     Raises:
         OracleError: ``opencv`` or ``darknet`` was asked for and cannot run here or on this cfg.
     """
     if choice == "none":
-        return OracleOutputs(OracleInfo("none", False, "no oracle asked for (oracle 'none'); backends compared "
-                                                       "with each other"))  # fmt: skip
+        return OracleOutputs(
+            OracleInfo("none", False, "no oracle asked for (oracle 'none'); backends compared with each other")
+        )
     reasons = []
     if choice in ("auto", "opencv"):
         found, reason = _opencv(cfg, weights, image, heads, native_size == (net.width, net.height))
         if found:
             return found
         if choice == "opencv":
-            raise OracleError(f"oracle 'opencv' | {reason}, expected OpenCV 4.x's readNetFromDarknet to run this cfg.",
-                              hint=f"{_NO_OPENCV4}, or use --oracle darknet or --oracle auto.")  # fmt: skip
+            raise OracleError(
+                f"oracle 'opencv' | {reason}, expected OpenCV 4.x's readNetFromDarknet to run this cfg.",
+                hint=f"{_NO_OPENCV4}, or use --oracle darknet or --oracle auto.",
+            )
         reasons.append(reason)
     found, reason = _darknet(choice, cfg, weights, image, heads, net, native_size)
     if found:
@@ -275,8 +303,11 @@ def verify(
         run = run_on_platform(candidate, spec, [feeds], checks.timeout_s, checks.isolate, label)
         info = run.info or {}
         if not run.ok:
-            verdicts.append(error_verdict(run.label, reference.info, run.error or "did not run",
-                                          device=info.get("device"), hint=run.hint))  # fmt: skip
+            verdicts.append(
+                error_verdict(
+                    run.label, reference.info, run.error or "did not run", device=info.get("device"), hint=run.hint
+                )
+            )
             continue
         first = {key: value[:1] for key, value in run.outputs[0].items()}
         ours = _decoded(first, heads, head) if heads else next(iter(first.values()))
@@ -290,6 +321,14 @@ def verify(
             # Darknet's classifier output comes flat; another size fails below as a shape mismatch
             expected = rows.reshape(ours.shape) if rows.size == ours.size else rows
             metrics = [compare_array(DETECTIONS_NAME if heads else "output", ours, expected, limits, reduced=False)]
-        verdicts.append(judge(run.label, metrics, reference.info, limits, precision=info.get("precision") or "f32",
-                              device=info.get("device")))  # fmt: skip
+        verdicts.append(
+            judge(
+                run.label,
+                metrics,
+                reference.info,
+                limits,
+                precision=info.get("precision") or "f32",
+                device=info.get("device"),
+            )
+        )
     return verdicts, reference.info
