@@ -19,6 +19,7 @@ import pytest
 from deploykit.errors import OutputError
 from deploykit.io import atomic_path, check_outputs
 from tests.assets.paths import REPO
+from tests.assets.signals import default_signals
 from tests.fuzz.harness import copy_assets, invoke_checked, temporary_leftovers
 
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -211,7 +212,10 @@ _SCRATCH_SCRIPT = textwrap.dedent(
 def test_signals_remove_temporary_files(tmp_path, signum):
     target = tmp_path / "out.onnx"
     process = subprocess.Popen(
-        [sys.executable, "-c", _SCRATCH_SCRIPT, str(target)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, "-c", _SCRATCH_SCRIPT, str(target)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=default_signals,
     )
     assert process.stdout is not None and process.stdout.readline().strip() == b"ready"
     assert temporary_leftovers([tmp_path]), "the script should hold temporary files now"

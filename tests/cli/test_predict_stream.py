@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from deploykit.cli.main import app
 from tests.assets.paths import darknet_image, nudenet_model
 from tests.assets.rtsp import rtsp_server
+from tests.assets.signals import default_signals
 from tests.assets.videos import http_file_server, http_server, pan_zoom_frames, read_video, write_video
 
 CLI = [sys.executable, "-m", "deploykit.cli.main"]
@@ -180,7 +181,8 @@ def test_ctrl_c_or_sigterm_mid_video_leaves_a_playable_video_and_whole_json_line
     video = write_video(tmp_path / "long.mp4", dog_frames)  # 120 frames: still running when the signal comes
     out = tmp_path / "drawn.mp4"
     process = subprocess.Popen([*CLI, "predict", model, str(video), "--draw", str(out), "--json", "-"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=default_signals)  # fmt: skip
     try:
         first = process.stdout.readline()  # blocks until the first frame is out (bounded by the 600 s below)
         assert first.startswith("{"), process.stderr.read()
