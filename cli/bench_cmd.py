@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from deploykit.bench.config import parse_int_list
 from deploykit.bench.plan import BenchPlan
@@ -18,7 +17,7 @@ from deploykit.verify.verdict import Verdict, VerificationReport
 
 from . import options as opt
 from .bench_view import print_bench_report
-from .console import console, err_console, print_json
+from .console import console, err_console, print_json, step_bar
 from .paths import folder_out, path_in
 from .platforms_cmd import PLATFORM_OPTION, print_emulated
 from .verify_view import input_settings
@@ -238,15 +237,7 @@ def bench(
             return
     if scenario == "offline" and batch in (None, "1"):
         err_console.print("note: offline scenario with batch 1; pass --batch 16 (or more) for throughput")
-    progress = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-        disable=as_json,
-    )
+    progress = step_bar(disable=as_json)
     with progress:
         task = progress.add_task("benchmark", total=None)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -13,6 +13,9 @@ from rich.text import Text
 
 from deploykit.errors import UsageError
 from deploykit.io import CONTROL_PICTURES
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 # The console keeps newline and tab (its own output has lines and columns); one-line fields from
 # files go through deploykit.io.one_line, which pictures those too.
@@ -94,3 +97,19 @@ def input_files(values: list[str]) -> dict[str, str]:
         except OSError:  # a name the OS refuses: the input parser reports it
             continue
     return files
+
+
+def step_bar(disable: bool = False) -> Progress:
+    """The bar a command shows while it works through counted steps (description, bar, done/total, time),
+    on stderr, gone when it ends; ``disable`` for ``--json``."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+        disable=disable,
+    )

@@ -13,7 +13,7 @@ from deploykit.bench.config import parse_int_list
 from deploykit.bench.load import BackgroundLoad
 
 from . import options as opt
-from .console import console, err_console, print_json
+from .console import console, err_console, print_json, step_bar
 from .paths import folder_out, path_in
 
 if TYPE_CHECKING:  # the CLI imports the optimize package (and its runtimes) only when it runs
@@ -128,20 +128,10 @@ def optimize(
     as_json: opt.Json = False,
 ) -> None:
     """Find the fastest configuration that still gives the right answer; write it as a bundle."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from deploykit.optimize import OptimizePlan
     from deploykit.optimize import optimize as run_optimize
 
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        console=err_console,
-        transient=True,
-        disable=as_json,
-    )
+    bar = step_bar(disable=as_json)
     with bar:
         task = bar.add_task("preparing", total=None)
 
