@@ -71,19 +71,28 @@ def features(onnx_node_cases: list[NodeCase]) -> dict[str, set[str]]:
     return {case.name: case_features(case) for case in onnx_node_cases}
 
 
-RECHECKS = 4
-"""How many more times a case deploykit lost runs on the raw side before the loss counts."""
+RECHECKS = 8
+"""How many more times a case deploykit lost runs on both sides before the loss counts."""
 
 
-def _raw_unsteady(backend: str, cases: list[NodeCase]) -> set[str]:
-    """The cases among ``cases`` (each passed raw once, failed through deploykit) that the raw runtime
-    fails in one of ``RECHECKS`` more runs: a runtime that computes a case differently from run to run
-    (MNN 3.6.1's causal attention on an AMX Xeon passed about one run in three) passed it by luck, so
-    deploykit is not judged on it; a case the raw runtime passes every time stays lost."""
+def _unsteady(backend: str, cases: list[NodeCase]) -> set[str]:
+    """The cases among ``cases`` (each passed raw once, failed through deploykit) whose outcome the
+    runtime does not repeat in ``RECHECKS`` more runs of both sides: the raw side fails once, or the
+    deploykit side passes once. Such a runtime computes the case differently from run to run (MNN
+    3.6.1's causal attention with different query and key lengths passes in one fresh process and
+    fails in the next, raw as well; on CI the raw side once passed five runs in a row), so one failure
+    through deploykit is luck, not a loss. For a case that passes with any chance q on each side, the
+    chance that all rechecks miss it is q**8 * (1 - q)**8, at most 1 in 65,536. A case the raw runtime
+    passes every time and deploykit fails every time stays lost: the rule still rejects a deploykit
+    that computes it wrong."""
     unsteady: set[str] = set()
-    for _ in range(RECHECKS if cases else 0):
-        unsteady |= {result.name for result in sweep(backend, cases, deploykit_options(backend))
-                     if not result.raw.passed}  # fmt: skip
+    for _ in range(RECHECKS):
+        steady = [case for case in cases if case.name not in unsteady]
+        if not steady:
+            break
+        for result in sweep(backend, steady, deploykit_options(backend)):
+            if not result.raw.passed or result.deploykit.passed:
+                unsteady.add(result.name)
     return unsteady
 
 
@@ -115,9 +124,11 @@ def test_deploykit_passes_every_case_the_raw_runtime_passes(
 
     assert row.raw_passes > 0, f"the raw {backend} passed no case: the harness is broken, not the runtime"
     lost = {r.name: r.deploykit.detail for r in results if r.raw.passed and not r.deploykit.passed}
-    unsteady = _raw_unsteady(backend, [case for case in onnx_node_cases if case.name in lost])
+    unsteady = _unsteady(backend, [case for case in onnx_node_cases if case.name in lost])
     if unsteady:
-        print(f"{backend}: the raw runtime is not steady on {sorted(unsteady)} (a fail in {RECHECKS} more runs)")
+        print(
+            f"{backend}: the runtime is not steady on {sorted(unsteady)} (its outcome changed in {RECHECKS} more runs)"
+        )
     lost = {name: detail for name, detail in lost.items() if name not in unsteady}
     assert not lost, f"deploykit lost {len(lost)} case(s) the raw {backend} passes (in {RECHECKS + 1} runs): {lost}"
     badly_said = {}
