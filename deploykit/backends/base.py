@@ -452,19 +452,34 @@ class Backend(abc.ABC):
     def read_model(self, model: Model | str | os.PathLike[str]) -> Model:
         """The ``Model`` this backend opens: a ``Model`` as given; a path read once with ``Model.open``,
         except a file in one of the backend's native formats (``formats`` other than ``.onnx``), which is
-        its runtime's to read: the default ``Model`` of such a file has its path, format and hash, and
-        the session supplies the interface. A backend that can say the interface of its own format
-        without loading it overrides this (OpenCV reads a Darknet ``.cfg``'s).
+        its runtime's to read: its ``Model`` has the interface ``recorded_interface`` finds beside it, else
+        only its path, format and hash, and the session supplies the interface. A backend that can say
+        the interface of its own format otherwise overrides this (OpenCV reads a Darknet ``.cfg``'s).
 
         Raises:
             ModelNotFoundError, InvalidModelError: as ``Model.open``.
+            ModelError: ``recorded_interface`` found a file it cannot read.
         """
-        if isinstance(model, Model):
+        if isinstance(model, Model) and (model.inputs or model.format not in self.native_formats()):
             return model
-        path = Path(model)
-        if path.suffix.lower() in self.native_formats():
-            return Model.native(path)
-        return as_model(path)
+        path = model.path if isinstance(model, Model) else Path(model)
+        if path.suffix.lower() not in self.native_formats():
+            return as_model(path)
+        recorded = self.recorded_interface(path) if path.is_file() else None
+        if recorded is None:
+            return model if isinstance(model, Model) else Model.native(path)
+        specs_in, specs_out, metadata_props = recorded
+        return Model.native(path, tuple(specs_in), tuple(specs_out), metadata_props=metadata_props)
+
+    def recorded_interface(self, path: Path) -> tuple[list[TensorSpec], list[TensorSpec], dict[str, str]] | None:
+        """The ONNX inputs, outputs and metadata recorded beside a native file by deploykit's export of it
+        (``interface_file(path)``), None when nothing is recorded; read without loading the runtime. The
+        default records nothing; a converting backend whose files lose the ONNX interface overrides it.
+
+        Raises:
+            ModelError: a recorded interface is there but cannot be read.
+        """
+        return None
 
     def native_formats(self) -> set[str]:
         """The suffixes of ``formats`` that are the runtime's own (not ``.onnx``), lower case."""

@@ -31,6 +31,7 @@ from deploykit.backends.litert_layout import LiteRtLayout, io_ports, match, own_
 from deploykit.backends.options import OptionSpec
 from deploykit.errors import InputError, ModelNotFoundError, UnsupportedModelError, UsageError
 from deploykit.model import Model
+from deploykit.tensors import TensorSpec
 
 WEIGHTS = ("f32", "f16", "int8")
 
@@ -83,19 +84,15 @@ class LiteRtBackend(Backend):
         self.import_runtime()
         return ["cpu"]
 
-    def read_model(self, model: Model | str | os.PathLike[str]) -> Model:
-        """A ``.tflite`` with the ``.json`` that ``export litert`` (or a bundle) writes beside it has the ONNX
-        interface and metadata without loading it; alone, only its runtime can say it."""
-        read = super().read_model(model)
-        if read.format != ".tflite" or read.inputs or not read.path.is_file():
-            return read
-        io = read_io(read.path)
+    def recorded_interface(self, path: Path) -> tuple[list[TensorSpec], list[TensorSpec], dict[str, str]] | None:
+        """The ONNX interface and metadata in the ``.json`` that ``export litert`` (or a bundle) writes beside
+        a ``.tflite``; alone, only its runtime can say it."""
+        io = read_io(path)
         if io is None:
-            return read
+            return None
         specs_in, _ = io_ports(io, "inputs")
         specs_out, _ = io_ports(io, "outputs")
-        metadata_props = {str(k): str(v) for k, v in (io.get("metadata") or {}).items()}
-        return Model.native(read.path, tuple(specs_in), tuple(specs_out), metadata_props=metadata_props)
+        return specs_in, specs_out, {str(k): str(v) for k, v in (io.get("metadata") or {}).items()}
 
     def converted_file(self, model: Model, options: Mapping[str, Any]) -> Path | None:
         """The cached ``.tflite`` of an ``.onnx`` model with the ``weights`` option's weights (None: a ``.tflite``)."""

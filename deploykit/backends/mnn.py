@@ -181,17 +181,10 @@ class MnnBackend(Backend):
         self.import_runtime()
         return ["cpu"]
 
-    def read_model(self, model: Model | str | os.PathLike[str]) -> Model:
-        """A ``.mnn`` with the ``.json`` that ``export mnn`` (or a bundle) writes beside it has the ONNX
-        interface and metadata without loading it; alone, only MNN can say it."""
-        read = super().read_model(model)
-        if read.format != ".mnn" or read.inputs or not read.path.is_file():
-            return read
-        recorded = _recorded_interface(read.path)
-        if recorded is None:
-            return read
-        specs_in, specs_out, metadata_props = recorded
-        return Model.native(read.path, tuple(specs_in), tuple(specs_out), metadata_props=metadata_props)
+    def recorded_interface(self, path: Path) -> tuple[list[TensorSpec], list[TensorSpec], dict[str, str]] | None:
+        """The ONNX interface and metadata in the ``.json`` that ``export mnn`` (or a bundle) writes beside a
+        ``.mnn``; alone, only MNN can say it."""
+        return _recorded_interface(path)
 
     def converted_file(self, model: Model, options: Mapping[str, Any]) -> Path | None:
         """The cached ``.mnn`` of an ``.onnx`` model (None for a ``.mnn`` file)."""
