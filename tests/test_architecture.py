@@ -1,5 +1,6 @@
 """The shape of the house, checked: no import cycles, nothing imports the package top, no backend
-names outside the backends, and one lock between processes.
+names and no backend module or runtime import outside the backends, and one lock between
+processes (OpenCV is the image library too: its imports are not counted).
 
 The layer order itself is import-linter's (``.importlinter``, run by ``make lint``); these checks use
 grimp (the graph import-linter builds) on every import, function-level ones included.
@@ -206,3 +207,67 @@ def test_the_library_keeps_no_formatting_exemption():
         if "# fmt: skip" in line or "# fmt: off" in line
     ]
     assert not exempt, exempt
+
+
+# The backends' own modules and the runtimes' packages, imported outside deploykit/backends: each with
+# why. The list only shrinks: an import that is gone must leave it too.
+BACKEND_IMPORTS_ELSEWHERE: dict[tuple[str, str], str] = {
+    ("deploykit/export.py", "deploykit.backends.ncnn"): "export ncnn writes pnnx's .param/.bin with the ncnn layout",
+    ("deploykit/export.py", "deploykit.backends.ncnn_layout"): "export ncnn records the ONNX layout of each port",
+    ("deploykit/export_mnn.py", "deploykit.backends.mnn"): "export mnn is the MNN backend's carry, verified",
+    ("deploykit/export_mnn.py", "deploykit.backends.mnn_convert"): "export mnn reports the converter's version",
+    ("deploykit/export_litert.py", "deploykit.backends.litert"): "export litert takes the backend's weight types",
+    ("deploykit/export_litert.py", "deploykit.backends.litert_convert"): "export litert converts under its timeout",
+    ("deploykit/quantize/calibration.py", "onnxruntime"): "ONNX Runtime's quantizer is a quantization engine",
+    ("deploykit/quantize/engines.py", "onnxruntime"): "ONNX Runtime's quantizer is a quantization engine",
+    ("deploykit/quantize/engines.py", "openvino"): "NNCF's INT8 engine hands its model to OpenVINO to save",
+    ("deploykit/vision/nms.py", "onnxruntime"): "greedy NMS through ONNX Runtime's NonMaxSuppression kernel",
+}
+_RUNTIME_PACKAGES = {"onnxruntime", "openvino", "ncnn", "pnnx", "MNN", "_tools", "ai_edge_litert"}
+_SHARED_BACKEND_MODULES = {"base", "registry", "options", "values", "validation", "converted"}
+
+
+def _backend_imports(path: Path) -> set[str]:
+    """The backend modules (``deploykit.backends.X`` other than the shared ones) and runtime packages a
+    file imports, function-level imports included."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        for name in names:
+            parts = name.split(".")
+            if parts[0] in _RUNTIME_PACKAGES:
+                found.add(parts[0])
+            elif parts[:2] == ["deploykit", "backends"] and len(parts) > 2 and parts[2] not in _SHARED_BACKEND_MODULES:
+                found.add(".".join(parts[:3]))
+    return found
+
+
+def test_backend_modules_and_runtimes_are_imported_only_by_the_backends():
+    """Backend knowledge outside deploykit/backends shows as an import of a backend's module or its
+    runtime's package, whatever strings the file holds; the registry and the base are the way in."""
+    found, used = [], set()
+    for folder in ("deploykit", "cli"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            if relative.startswith("deploykit/backends/"):
+                continue
+            for module in sorted(_backend_imports(path)):
+                if (relative, module) in BACKEND_IMPORTS_ELSEWHERE:
+                    used.add((relative, module))
+                else:
+                    found.append(f"{relative}: imports {module}")
+    assert not found, "go through deploykit.backends.registry (get_backend) and the Backend hooks:\n" + "\n".join(found)
+    assert not set(BACKEND_IMPORTS_ELSEWHERE) - used, (
+        f"no longer needed: {sorted(set(BACKEND_IMPORTS_ELSEWHERE) - used)}"
+    )
+
+
+def test_the_import_check_sees_function_level_imports(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text(
+        "def f():\n    from deploykit.backends.mnn import MnnBackend\n    import onnxruntime as ort\n"
+        "from deploykit.backends.registry import get_backend\n"
+    )
+    assert _backend_imports(path) == {"deploykit.backends.mnn", "onnxruntime"}
