@@ -6,8 +6,10 @@ adapter its documentation describes (one ``InferenceSession`` with ONNX Runtime'
 deploykit's default; the same onnxruntime version as this environment), bound to 127.0.0.1. One server
 runs at a time; rounds go through the servers in turn. Per server and transport it records throughput
 with N clients (MobileNetV2, batch 1), p50 and p99 under that load, CPU per request of the server's
-process tree, and seconds from launch to ready. MLServer's HTTP has no binary tensor extension, so its
-HTTP rows send JSON tensors (tritonclient's ``binary_data=False``); the others get binary tensors.
+process tree, CPU per request of the clients (this process), and seconds from launch to ready.
+MLServer's HTTP has no binary tensor extension, so its HTTP rows send JSON tensors (tritonclient's
+``binary_data=False``); the others get binary tensors. deploykit runs twice: with its defaults, and as
+``deploykit-tuned`` with one single-thread session per CPU and no batching (``TUNED_OPTIONS``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ from pathlib import Path
 import numpy as np
 
 PEERS = {"mlserver": ["mlserver==1.7.1"], "kserve": ["kserve==0.21.0"]}
+# deploykit configured for throughput on a CPU: one single-thread session per core taking requests as
+# they come (no intra-op threads to wake or spin, no batch to assemble); a second deploykit row
+TUNED = "deploykit-tuned"
+TUNED_OPTIONS = ("--instances", str(os.cpu_count() or 1), "-O", "threads=1", "--max-batch", "1")
 MODEL = "mobilenet"
 
 # The adapters, as the peers' documentation writes a custom runtime / model: load a session, run it.
@@ -233,28 +239,31 @@ def peers(mobilenet: Path, seconds: float, clients: int, rounds: int, emit: Call
     """The rounds: every server in turn (the order rotating), each transport's load on it, then the rows."""
     from deploykit.bench.stats import latency_stats
 
-    servers = ["deploykit", *PEERS]
+    servers = ["deploykit", TUNED, *PEERS]
     totals: dict[tuple[str, str], dict] = {}
     startups: dict[str, list[float]] = {s: [] for s in servers}
     for round_index in range(rounds):
         shift = round_index % len(servers)
         for server in servers[shift:] + servers[:shift]:
             with tempfile.TemporaryDirectory() as folder:
-                if server == "deploykit":
-                    process, ports, ready_s = start_deploykit(mobilenet, Path(folder))
+                if server in ("deploykit", TUNED):
+                    options = TUNED_OPTIONS if server == TUNED else ()
+                    process, ports, ready_s = start_deploykit(mobilenet, Path(folder), options)
                 else:
                     process, ports, ready_s = start_peer(server, mobilenet, Path(folder))
                 startups[server].append(ready_s)
                 try:
                     for transport in ("http", "grpc"):
                         binary = not (server == "mlserver" and transport == "http")
-                        before = tree_cpu_s(process.pid, cpu_s)
+                        before, client_before = tree_cpu_s(process.pid, cpu_s), time.process_time()
                         started = time.perf_counter()
                         latencies, failed = load(ports, transport, binary, seconds, clients)
                         elapsed = time.perf_counter() - started
                         used = tree_cpu_s(process.pid, cpu_s) - before
                         row = totals.setdefault((server, transport), {"latencies": [], "failed": 0, "seconds": 0.0,
-                                                                      "cpu_s": 0.0, "binary": binary})  # fmt: skip
+                                                                      "cpu_s": 0.0, "client_cpu_s": 0.0,
+                                                                      "binary": binary})  # fmt: skip
+                        row["client_cpu_s"] += time.process_time() - client_before
                         row["latencies"] += latencies
                         row["failed"] += failed
                         row["seconds"] += elapsed
@@ -273,14 +282,19 @@ def peers(mobilenet: Path, seconds: float, clients: int, rounds: int, emit: Call
               "ratio_to_best_peer": round(rates[(server, transport)] / best_peer, 2),
               "p50_ms": round(stats.p50_ms, 2), "p99_ms": round(stats.p99_ms, 2),
               "server_cpu_ms_per_request": round(1000 * row["cpu_s"] / max(1, requests), 2),
+              "client_cpu_ms_per_request": round(1000 * row["client_cpu_s"] / max(1, requests), 2),
+              "options": " ".join(TUNED_OPTIONS) if server == TUNED else "defaults",
               "startup_s_median": round(float(np.median(startups[server])), 2)})  # fmt: skip
+    emit({"benchmark": "peers-machine-after", "load_1min": os.getloadavg()[0]})
 
 
-def start_deploykit(mobilenet: Path, folder: Path) -> tuple[subprocess.Popen[bytes], dict[str, int], float]:
-    """``deploykit serve`` with its defaults (batches of up to 8 rows, 2 ms), as the peers are run with theirs."""
+def start_deploykit(mobilenet: Path, folder: Path, options: tuple[str, ...] = ()
+                    ) -> tuple[subprocess.Popen[bytes], dict[str, int], float]:  # fmt: skip
+    """``deploykit serve`` with its defaults (batches of up to 8 rows, 2 ms), as the peers are run with
+    theirs, or with ``options`` added."""
     ports = {"http": free_port(), "grpc": free_port()}
     command = [sys.executable, "-m", "deploykit.cli.main", "serve", f"{MODEL}={mobilenet}", "--http-port",
-               str(ports["http"]), "--grpc-port", str(ports["grpc"]), "--metrics-port", "none"]  # fmt: skip
+               str(ports["http"]), "--grpc-port", str(ports["grpc"]), "--metrics-port", "none", *options]  # fmt: skip
     started = time.perf_counter()
     process = subprocess.Popen(command, cwd=Path(__file__).resolve().parents[1], stdout=subprocess.DEVNULL,
                                stderr=open(folder / "log.txt", "wb"), start_new_session=True)  # fmt: skip

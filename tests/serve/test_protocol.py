@@ -10,6 +10,7 @@ import pytest
 
 import deploykit
 from deploykit.serve import BatchPolicy, ServedModel, Server, ServerSettings
+from deploykit.serve.protocol import v2_datatype
 from tests.assets.paths import require_module
 
 httpclient = require_module("tritonclient.http", "pip install 'tritonclient[http,grpc]'")
@@ -166,3 +167,27 @@ def test_grpc_typed_contents_are_read_as_well_as_raw_ones(server):
         with pytest.raises(grpc_library.RpcError) as caught:
             stub.CudaSharedMemoryStatus(unimplemented)
         assert caught.value.code() == grpc_library.StatusCode.UNIMPLEMENTED
+
+
+@pytest.mark.parametrize(
+    ("dtype", "expected"),
+    [
+        (np.dtype("float32"), "FP32"),
+        (np.dtype(">f4"), "FP32"),  # byte-swapped: no entry of its own, found by name
+        (np.float32, "FP32"),  # a scalar type, not a dtype
+        ("int64", "INT64"),
+        (np.dtype("uint16"), "UINT16"),
+        (np.dtype("bool"), "BOOL"),
+        (np.dtype("float16"), "FP16"),
+        (np.dtype("O"), "BYTES"),
+        (np.dtype("U5"), "BYTES"),
+        (np.dtype("complex64"), "BYTES"),
+    ],
+)
+def test_every_spelling_of_a_dtype_gets_the_protocols_datatype(dtype, expected):
+    assert v2_datatype(dtype) == expected
+
+
+def test_bfloat16_is_bf16():
+    ml_dtypes = require_module("ml_dtypes", "pip install ml_dtypes")
+    assert v2_datatype(np.dtype(ml_dtypes.bfloat16)) == "BF16"
