@@ -1,8 +1,9 @@
 """Where the Detector's time around inference goes: YOLOv4-tiny 416 with the official Darknet weights on
 Darknet's seven photos, each resized to 1280×720, stage by stage, next to OpenVINO INT8 inference.
 
-Per frame, interleaved in each round (wall ms, this process, one thread of Python; medians over frames ×
-rounds; a stage written ``a − b`` is the difference of two medians measured on the same inputs):
+Per frame, interleaved in each round, the two paths in alternating order (wall ms, and this thread's CPU
+ms; medians over frames × rounds; a stage written ``a − b`` is the difference of two medians measured on
+the same inputs):
 
 - pre, as before (``Preprocess.place`` + ``tensor``): resize, the padding copy (``copyMakeBorder``),
   colour/layout/normalise (``blobFromImages`` over the whole padded canvas);
@@ -86,16 +87,25 @@ class _Clock:
         return statistics.median(self.ms[self.kind][stage])
 
 
-def _pre(clock: _Clock, detector: deploykit.Detector, frame: np.ndarray) -> tuple[np.ndarray, Any]:
+def _pre(clock: _Clock, detector: deploykit.Detector, frame: np.ndarray, now_first: bool) -> tuple[np.ndarray, Any]:
+    """Both paths on one frame; which goes first alternates (the first one meets colder caches and OpenCV's
+    thread pool asleep)."""
     preprocess = detector.preprocess
-    tensor, placement = clock.time("now_prepare", lambda: preprocess.prepare(frame))
     new_w, new_h, left, top, _ = letterbox_geometry(*frame.shape[:2], preprocess.size)
-    resized = clock.time("resize", lambda: cv2.resize(frame, (new_w, new_h), interpolation=cv2.INTER_LINEAR))
     (height, width), pad = preprocess.size, (preprocess.pad_value,) * 3
     borders = (top, height - new_h - top, left, width - new_w - left)
-    canvas = clock.time("pad_copy", lambda: cv2.copyMakeBorder(resized, *borders, cv2.BORDER_CONSTANT, value=pad))
-    before = clock.time("before_blob", lambda: preprocess.tensor([canvas]))
-    assert np.array_equal(before, tensor), "the two pre-processing paths differ"
+
+    def before() -> np.ndarray:
+        resized = clock.time("resize", lambda: cv2.resize(frame, (new_w, new_h), interpolation=cv2.INTER_LINEAR))
+        canvas = clock.time("pad_copy", lambda: cv2.copyMakeBorder(resized, *borders, cv2.BORDER_CONSTANT, value=pad))
+        return clock.time("before_blob", lambda: preprocess.tensor([canvas]))
+
+    if not now_first:
+        canvas_tensor = before()
+    tensor, placement = clock.time("now_prepare", lambda: preprocess.prepare(frame))
+    if now_first:
+        canvas_tensor = before()
+    assert np.array_equal(canvas_tensor, tensor), "the two pre-processing paths differ"
     return tensor, placement
 
 
@@ -145,9 +155,9 @@ def measure(rounds: int) -> dict[str, Any]:
             for frame in photos:  # warm-up
                 detector(frame)
                 reference(frame)
-            for _ in range(rounds):
-                for frame in photos:
-                    tensor, placement = _pre(clock, detector, frame)
+            for round_index in range(rounds):
+                for index, frame in enumerate(photos):
+                    tensor, placement = _pre(clock, detector, frame, (round_index + index) % 2 == 0)
                     outputs = clock.time(
                         "infer_openvino_int8", lambda t=tensor: detector.session.run({detector.input.name: t})
                     )
