@@ -12,8 +12,9 @@ the same inputs):
 - inference: OpenVINO INT8 (``deploykit.quantize``: ONNX Runtime static QDQ, calibrated on the same seven
   photos) with the runtime's default threads, and ONNX Runtime f32 for scale;
 - reading outputs (the Detector's NaN/inf check of every output);
-- post, as before: full decode of every anchor per head (``decode_head``), the confidence filter over every
-  row (``select`` − NMS), NMS, result building (what ``_postprocess`` does after ``select``);
+- post, as before: full decode of every anchor per head (``decode_head_as_before``, the former
+  ``decode_head`` for ``[yolo]`` heads, kept here as the baseline), the confidence filter over every row
+  (``select`` − NMS), NMS, result building (what ``_postprocess`` does after ``select``);
 - post, as now: per head the anchors whose best score can pass (``reachable_anchors``: the pre-filter),
   decoding only those (``decode_anchors``), filter (``select`` − NMS), NMS, result building.
 
@@ -46,7 +47,7 @@ import deploykit  # noqa: E402
 from deploykit.vision.decode import select  # noqa: E402
 from deploykit.vision.image import letterbox_geometry  # noqa: E402
 from deploykit.vision.nms import nms  # noqa: E402
-from deploykit.vision.yolo import decode_anchors, decode_head, head_grid, reachable_anchors  # noqa: E402
+from deploykit.vision.yolo import decode_anchors, head_grid, reachable_anchors  # noqa: E402
 from tests.assets.paths import darknet_image, official_darknet  # noqa: E402
 
 PHOTOS = ("dog.jpg", "eagle.jpg", "giraffe.jpg", "horses.jpg", "kite.jpg", "person.jpg", "scream.jpg")
@@ -67,6 +68,24 @@ def _models(folder: Path) -> tuple[Path, Path]:
     int8 = folder / "yolov4-tiny.int8.onnx"
     deploykit.quantize(f32, int8, deploykit.QuantizeSettings(measure_speed=False, held_out=0.3), calibrate=photos)
     return f32, int8
+
+
+def decode_head_as_before(raw: np.ndarray, head: dict[str, Any]) -> np.ndarray:
+    """The baseline: ``decode_head`` as the Detector ran it on every frame before candidates came first
+    (every anchor, whole-grid numpy, a float32 copy of the output)."""
+    batch, _, h, w = raw.shape
+    anchors = np.asarray(head["anchors"], dtype=np.float32)
+    count, classes = len(anchors), int(head["classes"])
+    grid = raw.reshape(batch, count, 5 + classes, h, w).astype(np.float32)
+    cols, rows = np.meshgrid(np.arange(w, dtype=np.float32), np.arange(h, dtype=np.float32))
+    cx, cy = (grid[:, :, 0] + cols) / w, (grid[:, :, 1] + rows) / h
+    net_h, net_w = head["input_size"]
+    bw = np.exp(grid[:, :, 2]) * (anchors[:, 0] / net_w)[None, :, None, None]
+    bh = np.exp(grid[:, :, 3]) * (anchors[:, 1] / net_h)[None, :, None, None]
+    objectness = grid[:, :, 4]
+    scores = grid[:, :, 5:] * objectness[:, :, None]
+    decoded = np.concatenate([np.stack([cx, cy, bw, bh, objectness], axis=2), scores], axis=2)
+    return decoded.transpose(0, 3, 4, 1, 2).reshape(batch, h * w * count, 5 + classes)
 
 
 class _Clock:
@@ -115,7 +134,9 @@ def _post(clock: _Clock, detector: deploykit.Detector, outputs: dict[str, np.nda
     full, chosen = [], []
     for index, head in enumerate(detector.heads):
         raw = outputs[head["output"]]
-        full.append(clock.time(f"before_decode_head{index}", lambda raw=raw, head=head: decode_head(raw, head)[0]))
+        full.append(
+            clock.time(f"before_decode_head{index}", lambda raw=raw, head=head: decode_head_as_before(raw, head)[0])
+        )
         grid = head_grid(raw, head)[0]
         anchors = clock.time(f"now_prefilter_head{index}", lambda grid=grid: reachable_anchors(grid, CONF))
         chosen.append(clock.time(f"now_decode_head{index}", lambda g=grid, h=head, a=anchors: decode_anchors(g, h, *a)))
