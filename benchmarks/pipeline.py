@@ -5,11 +5,14 @@
    run at 640). Median pre / infer / post over N calls on each backend (f32). Target: pre + post
    ≤ 15% of the best backend's inference.
 2. NMS on 10 000 random candidate boxes, 80 classes. Target ≤ 1 ms.
-Prints one JSON line each. Run: ``.venv/bin/python benchmarks/pipeline.py``.
+3. Stage by stage on real weights and photos, next to OpenVINO INT8 inference (``pipeline_stages.py``:
+   YOLOv4-tiny with the official Darknet weights, Darknet's photos at 1280×720; before and now).
+Prints one JSON line each. Run: ``.venv/bin/python benchmarks/pipeline.py [--stage-rounds 20]``.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import statistics
@@ -22,6 +25,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
 
 import deploykit  # noqa: E402
 from deploykit.vision.nms import nms  # noqa: E402
@@ -99,9 +103,16 @@ def nms_cost(boxes_count: int = 10_000, calls: int = 50) -> dict:
 
 
 def main() -> int:
+    from pipeline_stages import measure as stage_costs
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stage-rounds", type=int, default=20, help="rounds of the stage breakdown (0: skip it)")
+    arguments = parser.parse_args()
     for line in pipeline_costs():
         print(json.dumps(line), flush=True)
     print(json.dumps(nms_cost()), flush=True)
+    if arguments.stage_rounds:
+        print(json.dumps(stage_costs(arguments.stage_rounds)), flush=True)
     return 0
 
 

@@ -18,7 +18,7 @@ from deploykit.errors import UsageError
 from deploykit.metadata import read_metadata
 from deploykit.tensors import TensorSpec
 from deploykit.vision.nms import nms
-from deploykit.vision.yolo import decode_heads
+from deploykit.vision.yolo import decode_heads, head_candidates
 
 LAYOUTS = {
     "darknet-raw": "raw [yolo]/[region] heads of a deploykit Darknet conversion (metadata deploykit.darknet.heads)",
@@ -70,10 +70,19 @@ def require_layout(outputs: Mapping[str, TensorSpec], metadata: Mapping[str, str
 
 
 def candidates(
-    layout: DetectionLayout, outputs: Mapping[str, np.ndarray], size: tuple[int, int]
+    layout: DetectionLayout, outputs: Mapping[str, np.ndarray], size: tuple[int, int], conf: float | None = None
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per image: boxes (cx, cy, w, h in input pixels) and class scores."""
+    """Per image: boxes (cx, cy, w, h in input pixels) and class scores.
+
+    With ``conf``, raw Darknet heads decode only the anchors whose best score can exceed it (``select``
+    keeps the same boxes either way, in the same order); other layouts give every row.
+    """
     height, width = size
+    if layout.name == "darknet-raw" and conf is not None:
+        per_head = [head_candidates(outputs[head["output"]], head, conf) for head in layout.heads]
+        scale = np.array([width, height, width, height], np.float32)
+        per_image = [np.concatenate(rows) for rows in zip(*per_head, strict=True)]
+        return [(rows[:, :4] * scale, rows[:, 5:]) for rows in per_image]
     if layout.name == "darknet-raw":
         rows = decode_heads(dict(outputs), layout.heads)
     elif layout.name == "darknet-decoded":
@@ -116,7 +125,7 @@ def decode_detections(
 
     names = list(labels) if labels else [f"class_{i}" for i in range(layout.classes)]
     results = []
-    for boxes, scores in candidates(layout, outputs, size):
+    for boxes, scores in candidates(layout, outputs, size, conf):
         xyxy, best, class_ids = select(boxes, scores, conf=conf, iou=iou)
         results.append(
             [

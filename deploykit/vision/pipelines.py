@@ -295,9 +295,9 @@ class Detector(_Pipeline):
         self.heads = found.heads
         return found.name, found.classes
 
-    def _candidates(self, outputs: dict[str, np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per image: boxes (cx, cy, w, h in input pixels) and class scores."""
-        return candidates(self._decoding, outputs, self.size)
+    def _candidates(self, outputs: dict[str, np.ndarray], conf: float) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per image: boxes (cx, cy, w, h in input pixels) and class scores, of the rows that can pass ``conf``."""
+        return candidates(self._decoding, outputs, self.size, conf)
 
     def _postprocess(
         self, boxes: np.ndarray, scores: np.ndarray, placement: Placement | None, conf: float, iou: float
@@ -314,8 +314,7 @@ class Detector(_Pipeline):
 
     def _prepare(self, image: Any) -> tuple[np.ndarray, Placement | None]:
         """The pre-processing stage: one image → its input tensor and where the image sits in it."""
-        canvas, placement = self.preprocess.place(as_image(image))
-        return self.preprocess.tensor([canvas]), placement
+        return self.preprocess.prepare(as_image(image))
 
     def __call__(self, image: Any, *, conf: float | None = None, iou: float | None = None) -> list[Detection]:
         """Detect objects in one BGR image (array or path); boxes in the image's own pixels."""
@@ -357,7 +356,7 @@ class Detector(_Pipeline):
         chosen_iou = self.iou if iou is None else iou
 
         def finish(outputs: dict[str, np.ndarray], placement: Placement | None) -> list[Detection]:
-            ((boxes, scores),) = self._candidates(outputs)
+            ((boxes, scores),) = self._candidates(outputs, chosen_conf)
             return self._postprocess(boxes, scores, placement, chosen_conf, chosen_iou)
 
         if not fused:
@@ -383,11 +382,10 @@ class Detector(_Pipeline):
         else:
             outputs_list = [self._infer(tensor) for tensor in tensors]
         infer = time.perf_counter()
-        candidates = [c for outputs in outputs_list for c in self._candidates(outputs)]
+        chosen_conf, chosen_iou = self.conf if conf is None else conf, self.iou if iou is None else iou
+        candidates = [c for outputs in outputs_list for c in self._candidates(outputs, chosen_conf)]
         results = [
-            self._postprocess(
-                boxes, scores, placement, self.conf if conf is None else conf, self.iou if iou is None else iou
-            )
+            self._postprocess(boxes, scores, placement, chosen_conf, chosen_iou)
             for (boxes, scores), (_, placement) in zip(candidates, prepared, strict=True)
         ]
         self._local.timing = Timing((pre - start) * 1e3, (infer - pre) * 1e3, (time.perf_counter() - infer) * 1e3)
@@ -456,7 +454,7 @@ class Classifier(_Pipeline):
 
     def _prepare(self, image: Any) -> tuple[np.ndarray, None]:
         """The pre-processing stage: one image → its input tensor."""
-        return self.preprocess.tensor([self.preprocess.place(as_image(image))[0]]), None
+        return self.preprocess.prepare(as_image(image))[0], None
 
     def _top(self, scores: np.ndarray, top_k: int) -> list[list[Classification]]:
         results = []

@@ -99,6 +99,43 @@ def test_every_nms_engine_gives_the_same_answer(monkeypatch):
     assert list(nms(boxes, scores, classes, max_detections=1000)) == expected  # numpy
 
 
+def test_nms_ties_keep_the_lower_index_on_every_engine(monkeypatch):
+    """Equal scores: the box given first wins, whichever engine runs (the order callers rely on)."""
+    from deploykit.vision import nms as module
+
+    boxes = np.array([[0, 0, 10, 10], [1, 1, 11, 11], [50, 50, 60, 60], [0, 0, 10, 10], [51, 51, 61, 61]], np.float32)
+    scores = np.array([0.5, 0.5, 0.5, 0.9, 0.5], np.float32)
+    classes = np.array([0, 0, 1, 1, 1])
+    expected = [3, 0, 2]
+    assert list(nms(boxes, scores, classes)) == expected  # ONNX Runtime's kernel
+    monkeypatch.setattr(module, "_onnxruntime_nms", lambda: None)
+    assert list(nms(boxes, scores, classes)) == expected  # OpenCV
+    monkeypatch.setitem(__import__("sys").modules, "cv2", None)
+    assert list(nms(boxes, scores, classes)) == expected  # numpy
+
+
+@pytest.mark.parametrize("name", ["dog.jpg", "person.jpg", "scream.jpg"])
+def test_prepare_equals_the_padded_canvas_path_bit_for_bit(name):
+    """``Preprocess.prepare`` writes the resized pixels straight into the tensor; the tensor is the one that
+    padding a canvas (OpenCV) and converting it whole (``blobFromImages``) gives, for every setting."""
+    from deploykit.vision.image import Preprocess
+
+    photo = load_image(darknet_image(name))
+    frames = [photo, cv2.resize(photo, (1280, 720)), np.ascontiguousarray(photo.transpose(1, 0, 2))]
+    settings = [
+        Preprocess((416, 416)),
+        Preprocess((320, 640), pad_value=0, channel_order="BGR", scale=1.0),
+        Preprocess((224, 224), "stretch", mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)),
+    ]
+    for frame in frames:
+        for preprocess in settings:
+            canvas, placement = preprocess.place(frame)
+            tensor, prepared_placement = preprocess.prepare(frame)
+            assert tensor.shape == (1, 3, *preprocess.size) and tensor.dtype == np.float32
+            assert np.array_equal(tensor, preprocess.tensor([canvas])), (frame.shape, preprocess)
+            assert prepared_placement == placement
+
+
 def test_image_checks(tmp_path):
     gray = check_image(np.full((4, 5), 9, np.uint8))
     assert gray.shape == (4, 5, 3)
