@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deploykit.backends.options import OptionValue
 from deploykit.bench.config import SCENARIOS
@@ -19,6 +19,12 @@ from deploykit.errors import UsageError
 from deploykit.inputs import InputSetting
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S
 from deploykit.verify.settings import ThresholdOverrides, check_timeout, known_fields, normalize, settings_to_dict
+
+if TYPE_CHECKING:
+    from deploykit.optimize.bundle import Bundle
+
+#: The settings a bundle's chosen configuration fixes (``BenchPlan.from_bundle``).
+BUNDLE_SETTINGS = ("backends", "batch", "threads", "precision")
 
 
 def _sweep(value: Any, what: str) -> tuple[Any, ...] | None:
@@ -131,3 +137,49 @@ class BenchPlan:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BenchPlan:
         return cls(**known_fields(cls, data))
+
+    @classmethod
+    def from_bundle(cls, bundle: Bundle, base: BenchPlan | None = None) -> BenchPlan:
+        """The plan that measures exactly a bundle's chosen configuration: its backend and device, its
+        batch, its threads (None: the runtime's own), the precision it opens (an INT8 bundle pins its
+        float layers' precision in its options) and its other session options, over ``base``'s other
+        settings (iterations, oracle, rounds ...).
+
+        Args:
+            bundle: a bundle folder as ``deploykit.optimize.read_bundle`` reads it.
+            base: the settings besides the configuration; default ``BenchPlan()``.
+
+        Raises:
+            UsageError: ``base`` sets one of ``BUNDLE_SETTINGS``, or an option the bundle sets: either
+                would change the configuration the bundle chose.
+        """
+        base = base or cls()
+        manifest = bundle.manifest
+        changed = [name for name in BUNDLE_SETTINGS if getattr(base, name) is not None]
+        if changed:
+            raise UsageError(
+                f"plan {', '.join(changed)} | a bundle is measured in the configuration it chose "
+                f"({manifest.spec}); these settings would change it.",
+                hint=f"leave them unset, or benchmark '{bundle.model_path}' itself to try other settings.",
+            )
+        options = bundle_options(bundle)
+        twice = [name for name in base.options if name in options]
+        if twice:
+            raise UsageError(
+                f"plan options {', '.join(repr(name) for name in twice)} | the bundle's configuration sets them "
+                f"({', '.join(f'{name}={options[name]!r}' for name in twice)}); expected each option once.",
+                hint="leave the bundle's own options out of the plan.",
+            )
+        return base.replace(
+            backends=(manifest.spec,),
+            batch=(manifest.batch,),
+            threads=(manifest.threads,) if manifest.threads else None,
+            precision=manifest.options.get("precision") or manifest.precision or None,
+            options={**base.options, **options},
+        )
+
+
+def bundle_options(bundle: Bundle) -> dict[str, OptionValue]:
+    """The session options a bundle's configuration sets besides its threads and precision (which are
+    the plan's own settings)."""
+    return {k: v for k, v in bundle.manifest.options.items() if k not in ("threads", "precision")}
