@@ -21,7 +21,6 @@ from deploykit.bench.plan import BenchPlan, bundle_options
 from deploykit.bench.report import BenchmarkReport
 from deploykit.bench.report_files import check_report_dir, write_report
 from deploykit.errors import UsageError
-from deploykit.verify.settings import VerifySettings
 from deploykit.verify.verdict import Verdict, VerificationReport
 
 from . import options as opt
@@ -325,18 +324,7 @@ def bench_platforms(model: Path, platforms: str, plan: BenchPlan, inputs: Path |
 def _verify_emulated(model: Path, targets: list[str], plan: BenchPlan, inputs: Path | None) -> VerificationReport:
     from deploykit.verify import compare
 
-    settings = VerifySettings(
-        oracle=plan.oracle,
-        precision=plan.precision,
-        shapes=plan.shapes,
-        batch_axes=plan.batch_axes,
-        seed=plan.seed,
-        thresholds=plan.thresholds,
-        options=plan.options,
-        timeout_s=plan.timeout_s,
-        platforms=",".join(targets),
-        oracle_memory_bytes=plan.oracle_memory_bytes,
-    )
+    settings = plan.verify_settings(platforms=",".join(targets))
     return compare(model, list(plan.backends or []) or None, settings, inputs=inputs)
 
 

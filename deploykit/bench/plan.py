@@ -18,7 +18,14 @@ from deploykit.bench.load import check_background_load
 from deploykit.errors import UsageError
 from deploykit.inputs import InputSetting
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S
-from deploykit.verify.settings import ThresholdOverrides, check_timeout, known_fields, normalize, settings_to_dict
+from deploykit.verify.settings import (
+    ThresholdOverrides,
+    VerifySettings,
+    check_timeout,
+    known_fields,
+    normalize,
+    settings_to_dict,
+)
 
 if TYPE_CHECKING:
     from deploykit.optimize.bundle import Bundle
@@ -137,6 +144,22 @@ class BenchPlan:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BenchPlan:
         return cls(**known_fields(cls, data))
+
+    def verify_settings(self, platforms: str | None = None) -> VerifySettings:
+        """How ``deploykit.compare`` verifies what this plan measures (oracle, precision, inputs, thresholds,
+        options, time and memory bounds), on ``platforms`` (``bench --platform``'s emulated targets)."""
+        return VerifySettings(
+            oracle=self.oracle,
+            precision=self.precision,
+            shapes=self.shapes,
+            batch_axes=self.batch_axes,
+            seed=self.seed,
+            thresholds=self.thresholds,
+            options=self.options,
+            timeout_s=self.timeout_s,
+            platforms=platforms,
+            oracle_memory_bytes=self.oracle_memory_bytes,
+        )
 
     @classmethod
     def from_bundle(cls, bundle: Bundle, base: BenchPlan | None = None) -> BenchPlan:

@@ -78,3 +78,15 @@ def test_bench_on_a_bundle_names_the_flags(bundle):
 def test_bench_recheck_needs_a_bundle(classifier_path):
     result = CliRunner().invoke(app, ["bench", str(classifier_path), "--recheck"])
     assert result.exit_code == 1 and "--recheck | compares a bundle's recorded choice" in result.output
+
+
+def test_a_plan_says_how_compare_verifies_what_it_measures():
+    plan = BenchPlan(
+        oracle="none", precision="f32,int8", shapes={"x": (1, 3, 8, 8)}, batch_axes={"x": 0}, seed=3,
+        thresholds={"atol": 1e-3}, options={"threads": 2}, timeout_s=60, oracle_memory_bytes=2**30,
+    )  # fmt: skip
+    settings = plan.verify_settings(platforms="linux/arm64")
+    for name in ("oracle", "precision", "shapes", "batch_axes", "seed", "thresholds", "options", "timeout_s"):
+        assert getattr(settings, name) == getattr(plan, name), name
+    assert settings.oracle_memory_bytes == 2**30 and settings.platforms == "linux/arm64"
+    assert BenchPlan().verify_settings().platforms is None
