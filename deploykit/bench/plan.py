@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from deploykit.backends.options import OptionValue
-from deploykit.bench.config import SCENARIOS
+from deploykit.bench.config import check_timing
 from deploykit.bench.load import check_background_load
 from deploykit.errors import UsageError
 from deploykit.inputs import InputSetting
@@ -39,7 +39,7 @@ def _sweep(value: Any, what: str) -> tuple[Any, ...] | None:
         return None
     values = (value,) if isinstance(value, int) else tuple(value)
     if not values or any(v is not None and (not isinstance(v, int) or v < 1) for v in values):
-        raise UsageError(f"{what} {value!r} | expected positive integers.", hint=f"e.g. --{what} 1,4,8.")
+        raise UsageError(f"{what} {value!r} | expected positive integers.", hint=f"e.g. {what}=(1, 4, 8).")
     return values
 
 
@@ -72,7 +72,8 @@ class BenchPlan:
             of the memory available when it starts (``deploykit.verify.limits``).
 
     Raises:
-        UsageError: a setting that cannot be used (checked when the plan is made).
+        UsageError: a setting that cannot be used (checked when the plan is made); the message names the
+            setting (the command line names its flag before a plan is made).
     """
 
     backends: tuple[str, ...] | None = None
@@ -103,8 +104,8 @@ class BenchPlan:
         check_background_load(self.background_load)
         if self.rounds < 1:
             raise UsageError(
-                f"--rounds {self.rounds} | expected 1 or more.",
-                hint="--rounds 5 gives the ranking rule the evidence to call one configuration faster.",
+                f"rounds {self.rounds} | expected 1 or more.",
+                hint="rounds=5 gives the ranking rule the evidence to call one configuration faster.",
             )
         if isinstance(self.backends, str):
             object.__setattr__(self, "backends", (self.backends,))
@@ -112,24 +113,11 @@ class BenchPlan:
             object.__setattr__(self, "backends", tuple(self.backends) or None)
         object.__setattr__(self, "batch", _sweep(self.batch, "batch"))
         object.__setattr__(self, "threads", _sweep(self.threads, "threads"))
-        if self.scenario not in SCENARIOS:
-            raise UsageError(
-                f"scenario '{self.scenario}' | is not one of {', '.join(SCENARIOS)}.",
-                hint="singlestream: one query at a time; offline: big batches; multistream: K streams.",
-            )
-        if self.duration_s is None and (self.iterations is None or self.iterations < 1):
-            raise UsageError(
-                f"iterations {self.iterations} | at least 1 timed iteration is needed.",
-                hint="use --iterations 100 (or --duration 10s).",
-            )
-        if self.warmup < 0:
-            raise UsageError(f"warmup {self.warmup} | cannot be negative.", hint="use --warmup 0 to skip it.")
-        if self.scenario == "multistream" and self.streams < 1:
-            raise UsageError(f"streams {self.streams} | at least 1 stream is needed.", hint="e.g. --streams 4.")
+        check_timing(self.scenario, self.streams, self.warmup, self.iterations, self.duration_s)
         if self.max_drop is not None and not 0 <= self.max_drop <= 1:
             raise UsageError(
-                f"--max-drop {self.max_drop:g} | expected a share from 0 to 1 (or a percentage: 1%).",
-                hint="e.g. --max-drop 1% (or 0.01).",
+                f"max_drop {self.max_drop:g} | expected a share from 0 to 1.",
+                hint="e.g. max_drop=0.01 (a drop of one point).",
             )
         check_timeout(self.timeout_s)
 

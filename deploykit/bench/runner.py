@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from deploykit.bench import judging
-from deploykit.bench.config import SCENARIOS, BenchConfig
+from deploykit.bench.config import BenchConfig, check_timing
 from deploykit.bench.fingerprint import fingerprint
 from deploykit.bench.load import BackgroundLoad, background_load
 from deploykit.bench.measure import measure
@@ -58,20 +58,7 @@ def expand_configs(
     duration_s: float | None = None,
 ) -> list[BenchConfig]:
     """Every combination of candidate × batch × threads, validated before anything runs."""
-    if scenario not in SCENARIOS:
-        raise UsageError(
-            f"scenario '{scenario}' | is not one of {', '.join(SCENARIOS)}.",
-            hint="singlestream: one query at a time; offline: big batches; multistream: K streams.",
-        )
-    if duration_s is None and (iterations is None or iterations < 1):
-        raise UsageError(
-            f"iterations {iterations} | at least 1 timed iteration is needed.",
-            hint="use --iterations 100 (or --duration 10s).",
-        )
-    if warmup < 0:
-        raise UsageError(f"warmup {warmup} | cannot be negative.", hint="use --warmup 0 to skip it.")
-    if scenario == "multistream" and streams < 1:
-        raise UsageError(f"streams {streams} | at least 1 stream is needed.", hint="e.g. --streams 4.")
+    check_timing(scenario, streams, warmup, iterations, duration_s)
     return [
         BenchConfig(
             backend=candidate.backend,

@@ -90,3 +90,20 @@ def test_a_plan_says_how_compare_verifies_what_it_measures():
         assert getattr(settings, name) == getattr(plan, name), name
     assert settings.oracle_memory_bytes == 2**30 and settings.platforms == "linux/arm64"
     assert BenchPlan().verify_settings().platforms is None
+
+
+@pytest.mark.parametrize(
+    "settings, subject",
+    [
+        ({"rounds": 0}, "rounds 0"),
+        ({"max_drop": 2.0}, "max_drop 2"),
+        ({"warmup": -1}, "warmup -1"),
+        ({"scenario": "multistream", "streams": 0}, "streams 0"),
+        ({"iterations": 0}, "iterations 0"),
+        ({"batch": (0,)}, "batch (0,)"),
+    ],
+)
+def test_a_bad_setting_is_named_as_the_plan_names_it(settings, subject):
+    with pytest.raises(UsageError) as caught:
+        BenchPlan(**settings)
+    assert caught.value.subject == subject and "--" not in str(caught.value)
