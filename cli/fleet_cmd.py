@@ -28,6 +28,7 @@ from .console import console, err_console, print_json
 
 if TYPE_CHECKING:
     from deploykit.bench.plan import BenchPlan
+    from deploykit.distributed.settings import Execution
 
 fleet_app = typer.Typer(help="Ray clusters of devices: join one, so `bench --fleet` measures this device too.")
 
@@ -57,20 +58,18 @@ def predict_dataset(
     model: Path,
     source: Path,
     out: str | None,
+    execution: Execution,
     *,
     task: str,
-    engine: str,
-    address: str | None,
-    actors: int | None,
-    cpus_per_actor: float | None,
     backend: str | None,
     device: str | None,
     top_k: int,
     cli_options: dict[str, Any],
 ) -> None:
     """``predict`` over a folder or bucket: rows into ``out``, a progress bar, a summary line."""
-    from deploykit.distributed import Execution, PredictSettings, predict
+    from deploykit.distributed import PredictSettings, predict
 
+    engine = execution.engine
     if out is None:
         raise UsageError(
             f"--engine {engine} | needs --output FOLDER for the result rows.", hint="e.g. --output results/."
@@ -86,7 +85,6 @@ def predict_dataset(
             progress.update(bar, completed=done, total=total, rate=f"{speed:.1f} rows/s" if speed else "")
 
         settings = PredictSettings(task=task, backend=backend, device=device, top_k=top_k, pipeline_options=options)
-        execution = Execution(engine=engine, address=address, actors=actors, cpus_per_actor=cpus_per_actor)
         summary = predict(model, source_text(source), out, settings, execution, progress=report)
     if summary.skipped == summary.total:
         console.print(f"nothing to do: all {summary.total} inputs already have a row in {summary.out}")

@@ -166,6 +166,8 @@ def predict(
     settings = {"labels": labels, "conf": conf, "iou": iou, "agnostic": agnostic, "imagenet": imagenet, "top_k": top_k}
     json_path = out if out is not None and out.rstrip("/").lower().endswith(".json") else None  # one image's JSON
     if engine != "local" or (out is not None and json_path is None and not out.endswith(".jsonl")):  # rows per image
+        from deploykit.distributed import Execution
+
         from .fleet_cmd import predict_dataset
 
         # a bundle travels whole: deploykit.distributed opens its backend, device, precision and threads
@@ -173,11 +175,8 @@ def predict(
             model,
             _one_path(sources, "--output FOLDER"),
             out,
+            Execution(engine=engine, address=address, actors=actors, cpus_per_actor=cpus_per_actor),
             task=kind,
-            engine=engine,
-            address=address,
-            actors=actors,
-            cpus_per_actor=cpus_per_actor,
             backend=backend,
             device=device,
             top_k=top_k,

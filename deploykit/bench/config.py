@@ -56,6 +56,29 @@ class BenchConfig:
         return cls(**known)
 
 
+def check_timing(scenario: str, streams: int, warmup: int, iterations: int | None, duration_s: float | None) -> None:
+    """How each configuration is timed, checked once for ``BenchPlan`` and ``expand_configs``.
+
+    Raises:
+        UsageError: an unknown scenario, no timed iteration, a negative warmup, or a multistream scenario
+            without a stream; the message names the setting.
+    """
+    if scenario not in SCENARIOS:
+        raise UsageError(
+            f"scenario '{scenario}' | is not one of {', '.join(SCENARIOS)}.",
+            hint="singlestream: one query at a time; offline: big batches; multistream: K streams.",
+        )
+    if duration_s is None and (iterations is None or iterations < 1):
+        raise UsageError(
+            f"iterations {iterations} | at least 1 timed iteration is needed.",
+            hint="e.g. iterations=100 (or duration_s=10).",
+        )
+    if warmup < 0:
+        raise UsageError(f"warmup {warmup} | cannot be negative.", hint="warmup=0 skips it.")
+    if scenario == "multistream" and streams < 1:
+        raise UsageError(f"streams {streams} | at least 1 stream is needed.", hint="e.g. streams=4.")
+
+
 def parse_int_list(text: str, what: str) -> list[int]:
     try:
         values = [int(part) for part in text.split(",") if part.strip()]

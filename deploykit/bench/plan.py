@@ -10,15 +10,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deploykit.backends.options import OptionValue
-from deploykit.bench.config import SCENARIOS
+from deploykit.bench.config import check_timing
 from deploykit.bench.load import check_background_load
 from deploykit.errors import UsageError
 from deploykit.inputs import InputSetting
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S
-from deploykit.verify.settings import ThresholdOverrides, check_timeout, known_fields, normalize, settings_to_dict
+from deploykit.verify.settings import (
+    ThresholdOverrides,
+    VerifySettings,
+    check_timeout,
+    known_fields,
+    normalize,
+    settings_to_dict,
+)
+
+if TYPE_CHECKING:
+    from deploykit.optimize.bundle import Bundle
+
+#: The settings a bundle's chosen configuration fixes (``BenchPlan.from_bundle``).
+BUNDLE_SETTINGS = ("backends", "batch", "threads", "precision")
 
 
 def _sweep(value: Any, what: str) -> tuple[Any, ...] | None:
@@ -26,7 +39,7 @@ def _sweep(value: Any, what: str) -> tuple[Any, ...] | None:
         return None
     values = (value,) if isinstance(value, int) else tuple(value)
     if not values or any(v is not None and (not isinstance(v, int) or v < 1) for v in values):
-        raise UsageError(f"{what} {value!r} | expected positive integers.", hint=f"e.g. --{what} 1,4,8.")
+        raise UsageError(f"{what} {value!r} | expected positive integers.", hint=f"e.g. {what}=(1, 4, 8).")
     return values
 
 
@@ -59,7 +72,8 @@ class BenchPlan:
             of the memory available when it starts (``deploykit.verify.limits``).
 
     Raises:
-        UsageError: a setting that cannot be used (checked when the plan is made).
+        UsageError: a setting that cannot be used (checked when the plan is made); the message names the
+            setting (the command line names its flag before a plan is made).
     """
 
     backends: tuple[str, ...] | None = None
@@ -90,8 +104,8 @@ class BenchPlan:
         check_background_load(self.background_load)
         if self.rounds < 1:
             raise UsageError(
-                f"--rounds {self.rounds} | expected 1 or more.",
-                hint="--rounds 5 gives the ranking rule the evidence to call one configuration faster.",
+                f"rounds {self.rounds} | expected 1 or more.",
+                hint="rounds=5 gives the ranking rule the evidence to call one configuration faster.",
             )
         if isinstance(self.backends, str):
             object.__setattr__(self, "backends", (self.backends,))
@@ -99,24 +113,11 @@ class BenchPlan:
             object.__setattr__(self, "backends", tuple(self.backends) or None)
         object.__setattr__(self, "batch", _sweep(self.batch, "batch"))
         object.__setattr__(self, "threads", _sweep(self.threads, "threads"))
-        if self.scenario not in SCENARIOS:
-            raise UsageError(
-                f"scenario '{self.scenario}' | is not one of {', '.join(SCENARIOS)}.",
-                hint="singlestream: one query at a time; offline: big batches; multistream: K streams.",
-            )
-        if self.duration_s is None and (self.iterations is None or self.iterations < 1):
-            raise UsageError(
-                f"iterations {self.iterations} | at least 1 timed iteration is needed.",
-                hint="use --iterations 100 (or --duration 10s).",
-            )
-        if self.warmup < 0:
-            raise UsageError(f"warmup {self.warmup} | cannot be negative.", hint="use --warmup 0 to skip it.")
-        if self.scenario == "multistream" and self.streams < 1:
-            raise UsageError(f"streams {self.streams} | at least 1 stream is needed.", hint="e.g. --streams 4.")
+        check_timing(self.scenario, self.streams, self.warmup, self.iterations, self.duration_s)
         if self.max_drop is not None and not 0 <= self.max_drop <= 1:
             raise UsageError(
-                f"--max-drop {self.max_drop:g} | expected a share from 0 to 1 (or a percentage: 1%).",
-                hint="e.g. --max-drop 1% (or 0.01).",
+                f"max_drop {self.max_drop:g} | expected a share from 0 to 1.",
+                hint="e.g. max_drop=0.01 (a drop of one point).",
             )
         check_timeout(self.timeout_s)
 
@@ -131,3 +132,65 @@ class BenchPlan:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BenchPlan:
         return cls(**known_fields(cls, data))
+
+    def verify_settings(self, platforms: str | None = None) -> VerifySettings:
+        """How ``deploykit.compare`` verifies what this plan measures (oracle, precision, inputs, thresholds,
+        options, time and memory bounds), on ``platforms`` (``bench --platform``'s emulated targets)."""
+        return VerifySettings(
+            oracle=self.oracle,
+            precision=self.precision,
+            shapes=self.shapes,
+            batch_axes=self.batch_axes,
+            seed=self.seed,
+            thresholds=self.thresholds,
+            options=self.options,
+            timeout_s=self.timeout_s,
+            platforms=platforms,
+            oracle_memory_bytes=self.oracle_memory_bytes,
+        )
+
+    @classmethod
+    def from_bundle(cls, bundle: Bundle, base: BenchPlan | None = None) -> BenchPlan:
+        """The plan that measures exactly a bundle's chosen configuration: its backend and device, its
+        batch, its threads (None: the runtime's own), the precision it opens (an INT8 bundle pins its
+        float layers' precision in its options) and its other session options, over ``base``'s other
+        settings (iterations, oracle, rounds ...).
+
+        Args:
+            bundle: a bundle folder as ``deploykit.optimize.read_bundle`` reads it.
+            base: the settings besides the configuration; default ``BenchPlan()``.
+
+        Raises:
+            UsageError: ``base`` sets one of ``BUNDLE_SETTINGS``, or an option the bundle sets: either
+                would change the configuration the bundle chose.
+        """
+        base = base or cls()
+        manifest = bundle.manifest
+        changed = [name for name in BUNDLE_SETTINGS if getattr(base, name) is not None]
+        if changed:
+            raise UsageError(
+                f"plan {', '.join(changed)} | a bundle is measured in the configuration it chose "
+                f"({manifest.spec}); these settings would change it.",
+                hint=f"leave them unset, or benchmark '{bundle.model_path}' itself to try other settings.",
+            )
+        options = bundle_options(bundle)
+        twice = [name for name in base.options if name in options]
+        if twice:
+            raise UsageError(
+                f"plan options {', '.join(repr(name) for name in twice)} | the bundle's configuration sets them "
+                f"({', '.join(f'{name}={options[name]!r}' for name in twice)}); expected each option once.",
+                hint="leave the bundle's own options out of the plan.",
+            )
+        return base.replace(
+            backends=(manifest.spec,),
+            batch=(manifest.batch,),
+            threads=(manifest.threads,) if manifest.threads else None,
+            precision=manifest.options.get("precision") or manifest.precision or None,
+            options={**base.options, **options},
+        )
+
+
+def bundle_options(bundle: Bundle) -> dict[str, OptionValue]:
+    """The session options a bundle's configuration sets besides its threads and precision (which are
+    the plan's own settings)."""
+    return {k: v for k, v in bundle.manifest.options.items() if k not in ("threads", "precision")}

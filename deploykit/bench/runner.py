@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from deploykit.bench import judging
-from deploykit.bench.config import SCENARIOS, BenchConfig
+from deploykit.bench.config import BenchConfig, check_timing
 from deploykit.bench.fingerprint import fingerprint
 from deploykit.bench.load import BackgroundLoad, background_load
 from deploykit.bench.measure import measure
@@ -58,20 +58,7 @@ def expand_configs(
     duration_s: float | None = None,
 ) -> list[BenchConfig]:
     """Every combination of candidate × batch × threads, validated before anything runs."""
-    if scenario not in SCENARIOS:
-        raise UsageError(
-            f"scenario '{scenario}' | is not one of {', '.join(SCENARIOS)}.",
-            hint="singlestream: one query at a time; offline: big batches; multistream: K streams.",
-        )
-    if duration_s is None and (iterations is None or iterations < 1):
-        raise UsageError(
-            f"iterations {iterations} | at least 1 timed iteration is needed.",
-            hint="use --iterations 100 (or --duration 10s).",
-        )
-    if warmup < 0:
-        raise UsageError(f"warmup {warmup} | cannot be negative.", hint="use --warmup 0 to skip it.")
-    if scenario == "multistream" and streams < 1:
-        raise UsageError(f"streams {streams} | at least 1 stream is needed.", hint="e.g. --streams 4.")
+    check_timing(scenario, streams, warmup, iterations, duration_s)
     return [
         BenchConfig(
             backend=candidate.backend,
@@ -150,48 +137,6 @@ def measure_resident(
     if outcome.result is None:
         return Row.from_failure(config, outcome.error or "the resident worker gave no result")
     return Row.from_dict(outcome.result)
-
-
-def _another_round(
-    rows: list[Row],
-    number: int,
-    plan: BenchPlan,
-    model_path: Path,
-    interface: Model,
-    inputs_paths: Mapping[int, Path],
-    feeds_by_batch: Mapping[int, dict[str, np.ndarray]],
-    scratch: Path,
-    residents: dict[int, ResidentWorker],
-) -> None:
-    """One more measurement of every configuration that ran, in a rotated order (interleaved with the
-    others, so a slow minute of the machine falls on all of them); its blocks join the row's. Isolated
-    rounds run in the configuration's resident worker (``residents``, by row; started at its first extra
-    round, kept open by the caller). A configuration that fails in a later round loses its row to the failure."""
-    ok = [index for index, row in enumerate(rows) if row.ok]
-    shift = number % len(ok) if ok else 0
-    for index in ok[shift:] + ok[:shift]:
-        config = rows[index].config
-        if plan.isolate:
-            worker = residents.get(index)
-            if worker is None:
-                worker = residents[index] = ResidentWorker("deploykit.bench.worker", config.label())
-            again = measure_resident(
-                worker,
-                model_path,
-                config,
-                inputs_paths[config.batch],
-                scratch / f"outputs-{index}-round{number}.npz",
-                plan.timeout_s,
-            )
-        else:
-            try:
-                again, _, _ = measure(interface, config, feeds_by_batch[config.batch], cost_per_hour=plan.cost_per_hour)
-            except DeployKitError as exc:
-                again = Row.from_failure(config, exc)
-        if again.ok:
-            rows[index].add_round(again)
-        else:
-            rows[index] = again
 
 
 # The keywords of 0.1's benchmark, now fields of the BenchPlan it takes.
@@ -369,62 +314,117 @@ def measure_all(
     ``plan.rounds - 1`` more interleaved rounds, all under the plan's background load."""
     runs = MeasuredRuns()
     with tempfile.TemporaryDirectory(prefix="deploykit-bench-") as scratch_dir:
-        scratch = Path(scratch_dir)
-        inputs_paths, check_paths = {}, []
-        for b, arrays in feeds.feeds_by_batch.items():
-            inputs_paths[b] = scratch / f"inputs-b{b}.npz"
-            write_arrays(inputs_paths[b], arrays)
-        for index, case in enumerate(feeds.checks):
-            check_paths.append(scratch / f"check-{index}.npz")
-            write_arrays(check_paths[-1], case)
+        staged = _stage(Path(scratch_dir), feeds)
         with background_load(BackgroundLoad(plan.background_load)):  # every timed run under the same load
             for index, config in enumerate(configs):
                 if progress:
                     progress(index, len(configs), config.label())
-                if plan.isolate:
-                    row, outputs, checked = measure_isolated(
-                        interface.path,
-                        config,
-                        inputs_paths[config.batch],
-                        scratch / f"outputs-{index}.npz",
-                        check_paths,
-                        plan.cost_per_hour,
-                        plan.timeout_s,
-                    )
-                else:
-                    try:
-                        row, outputs, checked = measure(
-                            interface,
-                            config,
-                            feeds.feeds_by_batch[config.batch],
-                            cost_per_hour=plan.cost_per_hour,
-                            check_cases=feeds.checks,
-                        )
-                    except DeployKitError as exc:
-                        row, outputs, checked = Row.from_failure(config, exc), None, []
+                row, outputs, checked = _measure_first(interface, plan, config, index, feeds, staged)
                 runs.rows.append(row)
                 runs.outputs.append(outputs)
                 runs.checked.append(checked)
-            residents: dict[int, ResidentWorker] = {}
-            try:
-                for number in range(2, plan.rounds + 1):
-                    _another_round(
-                        runs.rows,
-                        number,
-                        plan,
-                        interface.path,
-                        interface,
-                        inputs_paths,
-                        feeds.feeds_by_batch,
-                        scratch,
-                        residents,
-                    )
-            finally:  # decided, failed or interrupted: no resident worker outlives the rounds
-                for worker in residents.values():
-                    worker.close()
+            _more_rounds(runs.rows, interface, plan, feeds, staged)
         if progress:
             progress(len(configs), len(configs), "verifying")
     return runs
+
+
+@dataclass(frozen=True)
+class _Staged:
+    """The inputs written once into a benchmark's scratch folder, where every worker reads them."""
+
+    scratch: Path
+    inputs_by_batch: dict[int, Path]
+    checks: list[Path]
+
+
+def _stage(scratch: Path, feeds: BenchInputs) -> _Staged:
+    inputs_by_batch = {b: scratch / f"inputs-b{b}.npz" for b in feeds.feeds_by_batch}
+    for b, arrays in feeds.feeds_by_batch.items():
+        write_arrays(inputs_by_batch[b], arrays)
+    checks = [scratch / f"check-{index}.npz" for index in range(len(feeds.checks))]
+    for path, case in zip(checks, feeds.checks, strict=True):
+        write_arrays(path, case)
+    return _Staged(scratch, inputs_by_batch, checks)
+
+
+def _measure_first(
+    interface: Model, plan: BenchPlan, config: BenchConfig, index: int, feeds: BenchInputs, staged: _Staged
+) -> tuple[Row, dict[str, np.ndarray] | None, list[dict[str, np.ndarray]]]:
+    """A configuration's first measurement: its row, its outputs and its outputs on the check cases."""
+    if plan.isolate:
+        return measure_isolated(
+            interface.path,
+            config,
+            staged.inputs_by_batch[config.batch],
+            staged.scratch / f"outputs-{index}.npz",
+            staged.checks,
+            plan.cost_per_hour,
+            plan.timeout_s,
+        )
+    try:
+        return measure(
+            interface,
+            config,
+            feeds.feeds_by_batch[config.batch],
+            cost_per_hour=plan.cost_per_hour,
+            check_cases=feeds.checks,
+        )
+    except DeployKitError as exc:
+        return Row.from_failure(config, exc), None, []
+
+
+def _more_rounds(rows: list[Row], interface: Model, plan: BenchPlan, feeds: BenchInputs, staged: _Staged) -> None:
+    """Rounds 2 to ``plan.rounds``; isolated rounds run in each configuration's resident worker (started at
+    its first extra round), and no resident worker outlives them: decided, failed or interrupted."""
+    residents: dict[int, ResidentWorker] = {}
+    try:
+        for number in range(2, plan.rounds + 1):
+            _another_round(rows, number, interface, plan, feeds, staged, residents)
+    finally:
+        for worker in residents.values():
+            worker.close()
+
+
+def _another_round(
+    rows: list[Row],
+    number: int,
+    interface: Model,
+    plan: BenchPlan,
+    feeds: BenchInputs,
+    staged: _Staged,
+    residents: dict[int, ResidentWorker],
+) -> None:
+    """One more measurement of every configuration that ran, in a rotated order (interleaved with the
+    others, so a slow minute of the machine falls on all of them); its blocks join the row's. A
+    configuration that fails in a later round loses its row to the failure."""
+    ok = [index for index, row in enumerate(rows) if row.ok]
+    shift = number % len(ok) if ok else 0
+    for index in ok[shift:] + ok[:shift]:
+        config = rows[index].config
+        if plan.isolate:
+            worker = residents.get(index)
+            if worker is None:
+                worker = residents[index] = ResidentWorker("deploykit.bench.worker", config.label())
+            again = measure_resident(
+                worker,
+                interface.path,
+                config,
+                staged.inputs_by_batch[config.batch],
+                staged.scratch / f"outputs-{index}-round{number}.npz",
+                plan.timeout_s,
+            )
+        else:
+            try:
+                again, _, _ = measure(
+                    interface, config, feeds.feeds_by_batch[config.batch], cost_per_hour=plan.cost_per_hour
+                )
+            except DeployKitError as exc:
+                again = Row.from_failure(config, exc)
+        if again.ok:
+            rows[index].add_round(again)
+        else:
+            rows[index] = again
 
 
 def judge_measured(
@@ -434,17 +434,11 @@ def judge_measured(
     returns the notes on how it was judged."""
     notes: list[str] = []
     task = None
-    rows = runs.rows
     if feeds.image_source:
         from deploykit.tasks.registry import recognise
 
         task = recognise(interface.output_specs(), interface.metadata_props)
-        groups = {0: (list(range(len(rows))), feeds.checks)}
-    else:
-        groups = {
-            b: ([i for i, c in enumerate(configs) if c.batch == b], [feeds.feeds_by_batch[b]]) for b in feeds.batches
-        }
-    for members, cases in groups.values():
+    for members, cases in _judged_together(configs, feeds):
         # every image: the task metric of every row is measured against the oracle
         info, references = run_oracle(
             interface,
@@ -454,16 +448,7 @@ def judge_measured(
             isolate=plan.isolate,
             memory_bytes=plan.oracle_memory_bytes,
         )
-        candidates = []
-        for i in members:
-            first_outputs = runs.outputs[i]
-            produced = runs.checked[i] if feeds.image_source else ([first_outputs] if first_outputs is not None else [])
-            error = None if rows[i].ok and produced else (rows[i].error or "no outputs")
-            ran = rows[i].session
-            run = CandidateRun(
-                configs[i].label(), None if ran is None else ran.to_dict(), produced, error, hint=rows[i].hint
-            )
-            candidates.append((run, configs[i].precision))
+        candidates = [_candidate(runs, configs[i], i, feeds.image_source) for i in members]
         if references is None:
             first = next((run for run, _ in candidates if run.ok), None)
             if first is not None:
@@ -474,11 +459,37 @@ def judge_measured(
             notes.append(f"oracle: {info.detail}")
         verdicts = judge_runs(candidates, cases, references, info, overrides=plan.thresholds.to_dict(), task=task)
         for i, verdict in zip(members, verdicts, strict=True):
-            if rows[i].ok:
-                rows[i].set_verdict(verdict)
+            if runs.rows[i].ok:
+                runs.rows[i].set_verdict(verdict)
     if feeds.image_source and task is None:
         notes.append("no task metric: the model is neither a classifier nor a detector deploykit recognises")
     return notes
+
+
+def _judged_together(
+    configs: Sequence[BenchConfig], feeds: BenchInputs
+) -> list[tuple[list[int], list[dict[str, np.ndarray]]]]:
+    """The rows judged against one oracle run, with its cases: all of them on the real images, else the
+    rows of each batch size (once, however often the sweep names it) on that batch's inputs."""
+    if feeds.image_source:
+        return [(list(range(len(configs))), feeds.checks)]
+    return [
+        ([i for i, c in enumerate(configs) if c.batch == b], [feeds.feeds_by_batch[b]])
+        for b in dict.fromkeys(feeds.batches)
+    ]
+
+
+def _candidate(
+    runs: MeasuredRuns, config: BenchConfig, index: int, image_source: bool
+) -> tuple[CandidateRun, str | None]:
+    """One row's outputs as verification judges them (with its precision), or the reason it has none."""
+    row = runs.rows[index]
+    first_outputs = runs.outputs[index]
+    produced = runs.checked[index] if image_source else ([first_outputs] if first_outputs is not None else [])
+    error = None if row.ok and produced else (row.error or "no outputs")
+    ran = row.session
+    run = CandidateRun(config.label(), None if ran is None else ran.to_dict(), produced, error, hint=row.hint)
+    return run, config.precision
 
 
 def assemble_report(

@@ -6,7 +6,7 @@ had already connected: a library call must not leave a Ray instance or its proce
 ``ray.init`` replaces the process's SIGTERM handler (its own exits with code 15, after its native
 handler prints a stack dump); the caller's handlers are put back once Ray is up, so ``deploykit``
 still ends with 143 and a library user's handler still runs. SIGINT, SIGTERM and SIGHUP that come while
-``ray.init`` runs wait for it to return (``_signals_deferred``); if one then ends the call, the Ray it
+``ray.init`` runs wait for it to return (``deploykit.signals.DeferredSignals``); if one then ends the call, the Ray it
 started is shut down first. A local Ray that cannot start under
 this process's limits (open files, address space, file size, a full temporary folder) is refused
 up front with the limit named, instead of Ray's tracebacks half a minute later.
@@ -35,6 +35,7 @@ from typing import Any
 
 from deploykit.distributed.reaper import start_reaper
 from deploykit.errors import BackendError, BackendUnavailableError, UsageError
+from deploykit.signals import TERMINATING, DeferredSignals
 
 #: Custom Ray resource a device node carries: ``deploykit-device:<name>`` with capacity 1.
 DEVICE_RESOURCE_PREFIX = "deploykit-device:"
@@ -174,8 +175,10 @@ def start(ray: Any, address: str | None = None, num_cpus: int | None = None) -> 
     # A local Ray's processes must die with this driver even when it is killed with SIGKILL, also
     # while ray.init is still starting them: the watchdog starts first.
     reaper = start_reaper(os.path.dirname(ray.__file__)) if address is None else None
+    # SIGINT, SIGTERM and SIGHUP wait for ray.init to return; handled below, once the caller's handlers are back
+    deferred = DeferredSignals(TERMINATING, deliver_on_exit=False)
     try:
-        with _signals_deferred() as held:
+        with _ray_installs_no_signal_handlers(), deferred:
             if address is None:
                 with loopback_only():
                     # "local": a Ray of our own, even where another local cluster runs (ray.init would join it)
@@ -194,8 +197,7 @@ def start(ray: Any, address: str | None = None, num_cpus: int | None = None) -> 
         if reaper is not None:
             reaper.kill()
             reaper.wait()
-        if held:  # the signal came first: it, not the failed start, ends the command
-            signal.raise_signal(held[0])
+        deferred.deliver()  # a signal that came first, not the failed start, ends the command
         if address is None:
             raise BackendError(
                 f"ray (local) | could not start a local Ray: {exc}",
@@ -213,9 +215,10 @@ def start(ray: Any, address: str | None = None, num_cpus: int | None = None) -> 
             reaper.kill()
             reaper.wait()
 
-    if held:  # a Ctrl-C or SIGTERM came during ray.init: handled now, and Ray shut down in order if it ends the call
+    # a Ctrl-C or SIGTERM that came during ray.init is handled now, and Ray shut down in order if it ends the call
+    if deferred.held:
         try:
-            signal.raise_signal(held[0])
+            deferred.deliver()
         except BaseException:
             stop()
             raise
@@ -289,7 +292,6 @@ def check_loopback(ray: Any) -> None:
         )
 
 
-_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
 MIN_OPEN_FILES = 1024
 MIN_ADDRESS_SPACE = 16 * 2**30  # Ray's processes reserve several GiB of virtual memory each
 MIN_FILE_SIZE = 2**30
@@ -297,43 +299,33 @@ MIN_TEMP_FREE = 256 * 2**20
 
 
 @contextlib.contextmanager
-def _signals_deferred() -> Iterator[list[int]]:
-    """SIGINT, SIGTERM and SIGHUP only recorded (in the list yielded) while ``ray.init`` runs in the block, in
-    the main thread; the caller handles them once it has returned. A KeyboardInterrupt inside ``ray.init``,
-    once its local instance had started, left a half-made driver that Ray's own exit hook then shut down
-    into a SIGSEGV; a SIGTERM met the handlers ``ray.init`` installs as it goes (one exits at once, one
-    kills the node) or its driver's native failure handler (a stack dump, then death by the signal). So for
-    the block Ray installs no SIGTERM handler, and the driver's core worker, made in it, no native failure
-    handler (this driver prints no native stack dump, also on a crash later). An ignored or default
-    disposition is left alone."""
-    held: list[int] = []
+def _ray_installs_no_signal_handlers() -> Iterator[None]:
+    """While ``ray.init`` runs in the block, Ray installs no SIGTERM handler, and the driver's core worker,
+    made in it, no native failure handler (this driver prints no native stack dump, also on a crash
+    later). Beside ``DeferredSignals``: a SIGTERM in ``ray.init`` met the handlers it installs as it goes
+    (one exits at once, one kills the node) or its driver's native failure handler (a stack dump, then
+    death by the signal); a KeyboardInterrupt there, once its local instance had started, left a
+    half-made driver that Ray's own exit hook then shut down into a SIGSEGV."""
     if threading.current_thread() is not threading.main_thread():
-        yield held
+        yield
         return
-    saved = {signum: signal.getsignal(signum) for signum in _SIGNALS}
     utils: Any = importlib.import_module("ray._private.utils")
     ray_sets_sigterm = utils.set_sigterm_handler
-    for signum, handler in saved.items():
-        if callable(handler):
-            signal.signal(signum, lambda received, _frame: held.append(received))
     utils.set_sigterm_handler = lambda handler: None  # the caller's handlers are put back after ray.init anyway
     constants: Any = importlib.import_module("ray._private.ray_constants")
     saved_native = constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER
     constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
     try:
-        yield held
+        yield
     finally:
         constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = saved_native
         utils.set_sigterm_handler = ray_sets_sigterm
-        for signum, handler in saved.items():
-            if callable(handler):
-                signal.signal(signum, handler)
 
 
 def _signal_handlers() -> dict[int, Any]:
     if threading.current_thread() is not threading.main_thread():
         return {}
-    return {signum: signal.getsignal(signum) for signum in _SIGNALS}
+    return {signum: signal.getsignal(signum) for signum in TERMINATING}
 
 
 def _restore(handlers: dict[int, Any]) -> None:
