@@ -88,6 +88,12 @@ def parse_int_list(text: str, what: str) -> list[int]:
         raise UsageError(
             f"{what} '{text}' | expected positive integers separated by commas.", hint=f"e.g. --{what} 1,4,8."
         )
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:
+        raise UsageError(
+            f"{what} '{text}' | names {', '.join(map(str, twice))} more than once; a sweep measures each size once.",
+            hint=f"e.g. --{what} {','.join(map(str, dict.fromkeys(values)))}.",
+        )
     return values
 
 

@@ -101,9 +101,18 @@ def test_a_plan_says_how_compare_verifies_what_it_measures():
         ({"scenario": "multistream", "streams": 0}, "streams 0"),
         ({"iterations": 0}, "iterations 0"),
         ({"batch": (0,)}, "batch (0,)"),
+        ({"batch": (1, 1, 2)}, "batch (1, 1, 2)"),
+        ({"threads": (2, 1, 2)}, "threads (2, 1, 2)"),
     ],
 )
 def test_a_bad_setting_is_named_as_the_plan_names_it(settings, subject):
     with pytest.raises(UsageError) as caught:
         BenchPlan(**settings)
     assert caught.value.subject == subject and "--" not in str(caught.value)
+
+
+def test_a_sweep_naming_a_size_twice_is_a_usage_error_on_the_command_line(classifier_path):
+    result = CliRunner().invoke(app, ["bench", str(classifier_path), "-b", "onnxruntime", "--batch", "1,1,2"])
+    assert result.exit_code == 1, result.output  # a DeployKitError, as --batch 0
+    assert "batch '1,1,2' | names 1 more than once" in result.output and "--batch 1,2" in result.output
+    assert "Traceback" not in result.output
