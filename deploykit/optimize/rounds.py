@@ -36,7 +36,7 @@ from deploykit.optimize.candidates import (
 from deploykit.optimize.finalists import FinalistRounds
 from deploykit.optimize.ranking import precision_rank
 from deploykit.optimize.results import RoundResult
-from deploykit.optimize.schedule import MIN_CALLS
+from deploykit.optimize.schedule import CLOSING_S, MIN_CALLS
 from deploykit.verify.verdict import OracleInfo
 from deploykit.workers import ResidentWorker
 
@@ -45,6 +45,9 @@ from deploykit.workers import ResidentWorker
 SCREEN_GRACE = 0.25
 ROUNDS_SHARE = 0.4  # of the time budget: the thread and batch variants' screening stops before it
 SCREEN_GRACE_MIN_S = 30.0  # ... and at least this long, for budgets too short to screen one class each
+# screening leaves the finalists' minimum this much more than its estimate from one screening round
+# each (a busy device's next rounds run slower than its last), and the time to write the answer
+RESERVE_SLACK = 1.25
 WORKER_TIMEOUT_S = 600.0
 
 
@@ -351,16 +354,39 @@ class Search(FinalistRounds):
         # the precision classes' own allowance starts when screening does: quantizing and the oracle
         # are counted in the time budget but cannot eat it
         self.grace_deadline = max(self.deadline, time.perf_counter()) + self.grace_s
-        for index, state in enumerate(self.states):
+        for index, state in enumerate(self.states):  # a promotion only reorders the states after ``index``
             stop = None if index == 0 else self._did_not_run_before(state) or self._no_time_to_screen(state)
-            if stop is not None:
+            if stop is None:
+                self.report("screening", index, total, state.label)
+                self._measure(state, screening=True)
+            else:
                 state.stopped = stop
-                self._check_reference(exact)
-                continue
-            self.report("screening", index, total, state.label)
-            self._measure(state, screening=True)
             self._check_reference(exact)
+            out_of_time = stop is not None and stop.startswith("over the")
+            if state.first_of_precision and not (state.accurate and state.alive) and not out_of_time:
+                self._promote_next_of_precision(index)
         self.report("screening", total, total)
+
+    def _promote_next_of_precision(self, index: int) -> None:
+        """The first look at a backend's precision (``states[index]``) did not run or failed its
+        verdict: the next class of the same backend, device and precision (another INT8 engine, other
+        float layers) is screened next, as that precision's first look, so a precision the device
+        offers gets a candidate that can win before the second looks at the others."""
+        failed = self.states[index]
+        same = (failed.config.backend, failed.config.device, failed.config.precision)
+        later = [
+            position
+            for position in range(index + 1, len(self.states))
+            if self.states[position].representative
+            and (self.states[position].config.backend, self.states[position].config.device) == same[:2]
+            and self.states[position].config.precision == same[2]
+        ]
+        if not later or any(self.states[p].first_of_precision for p in later):
+            return
+        # another model file first: the same file failed to convert, or was quantized too coarsely
+        chosen = min(later, key=lambda p: (self.states[p].variant.name == failed.variant.name, p))
+        self.states[chosen].first_of_precision = True
+        self.states.insert(index + 1, self.states.pop(chosen))
 
     def _no_time_to_screen(self, state: CandidateState) -> str | None:
         """Why ``state`` is not screened, or None. Its screening round (as long as the typical one so
@@ -372,7 +398,7 @@ class Search(FinalistRounds):
         screened = [s.start_s for s in self.states if s.rounds]
         now, next_s = time.perf_counter(), float(np.median(screened)) if screened else 0.0
         reduced = state.representative and precision_rank(state.config.precision) > 0
-        reserve = self.reserve_s(core=reduced)
+        reserve = self.reserve_s(core=reduced) * RESERVE_SLACK + CLOSING_S
         whose = "the core finalists'" if reduced else "the finalists'"
         needs = f"its round (about {next_s:.1f} s) and {whose} minimum evidence ({reserve:.1f} s)"
         if state.representative:
