@@ -60,6 +60,7 @@ class CandidateState:
     top1_accuracy: float | None = None  # against the class folders, when they give the true classes
     delta_interval: DeltaInterval | None = None  # the accuracy delta's interval over the held-out images
     representative: bool = False  # its precision class's first look: screened whatever the time budget
+    first_of_precision: bool = False  # the first look at its backend × device × precision (before other variants)
     screened_out: bool = False  # not a finalist: one short screening round, a search choice
     outranked: bool = False  # stopped because its interval separates from the leader's: the rule's claim
 
@@ -427,11 +428,14 @@ def screening_order(states: Sequence[CandidateState]) -> list[CandidateState]:
     """The order candidates are screened in: the biggest expected gain on this device first.
 
     One representative of every precision class (model variant × backend × device × precision; the
-    most threads, the first batch) comes before any thread or batch variant. Among representatives,
-    the reference first (the default backend's float f32: every verdict and the speedup are judged
+    most threads, the first batch) comes before any thread or batch variant, and among them one of
+    every precision a backend offers on its device (``Backend.precisions``: int8, bf16, f16, f32)
+    comes before a second model variant or float-layer precision of the same one, so that many INT8
+    variants cannot use up the time the bf16/f16 classes need. Within each of those tiers, the
+    reference first (the default backend's float f32: every verdict and the speedup are judged
     against it), then by the precision's expected gain — int8, then bf16/f16, then f32, which is
-    what ``Backend.precisions`` offers only where the device has the units for it — then the
-    order of ``--backend``. The thread and batch variants follow in the same class order.
+    what ``Backend.precisions`` offers only where the device has the units for it — then the order
+    of ``--backend``. The thread and batch variants follow in the same class order.
     """
     from deploykit.backends.registry import DEFAULT_BACKEND
     from deploykit.optimize.ranking import precision_rank
@@ -442,14 +446,20 @@ def screening_order(states: Sequence[CandidateState]) -> list[CandidateState]:
     representatives: dict[tuple[str, str, str | None, str | None, str | None], CandidateState] = {}
     for state in sorted(states, key=lambda s: (s.config.batch, threads(s), s.order)):
         representatives.setdefault(state.precision_class, state)
+    offered: dict[tuple[str, str | None, str | None], CandidateState] = {}
+    for state in representatives.values():
+        offered.setdefault((state.config.backend, state.config.device, state.config.precision), state)
+    firsts = {id(s) for s in offered.values()}
 
-    def gain(state: CandidateState) -> tuple[int, int, int]:
+    def gain(state: CandidateState) -> tuple[int, int, int, int]:
         reference = state.exact and state.config.backend == DEFAULT_BACKEND
-        return (0 if reference else 1, -precision_rank(state.config.precision), state.order)
+        tier = 0 if id(state) in firsts else 1
+        return (0 if reference else 1, tier, -precision_rank(state.config.precision), state.order)
 
     first = sorted(representatives.values(), key=gain)
     for state in first:
         state.representative = True
+        state.first_of_precision = id(state) in firsts
     class_rank = {state.precision_class: index for index, state in enumerate(first)}
     chosen = {id(s) for s in first}
     rest = sorted((s for s in states if id(s) not in chosen), key=lambda s: (class_rank[s.precision_class], s.order))

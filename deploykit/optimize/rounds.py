@@ -1,10 +1,9 @@
 """The rounds of ``optimize``'s search: the held-out inputs and the oracle, one short screening
 round per candidate (each in its own bench worker, judged by the verification subsystem; one
-candidate of every precision class first, ``candidates.screening_order``), then the finalists'
-rounds: interleaved until every finalist has the rule's evidence (``ranking.MIN_ROUNDS``) and the
-leader's interval separates from the others', or the time budget ends. The finalists' minimum
-evidence is reserved before anything optional is screened, and each round is sized from the
-finalists' measured costs (``schedule``). Candidates stopped on the way say why. The progress
+candidate of every precision class first, ``candidates.screening_order``), and how one round of a
+finalist is measured in its resident worker; who the finalists are and how their rounds are
+scheduled is ``finalists``' (``Search`` is its one subclass). The finalists' minimum evidence is
+reserved before anything optional is screened. Candidates stopped on the way say why. The progress
 events a bar shows come from here too.
 
 Timing is bench's (``bench.runner.measure_isolated``); verdicts are verify's (``judge_run``). What
@@ -26,19 +25,18 @@ from deploykit.bench.rows import Row, accuracy_delta
 from deploykit.errors import InputError, ParityError, UsageError
 from deploykit.optimize.accuracy import DeltaInterval, min_images, share_interval
 from deploykit.optimize.accuracy import bootstrap_interval as bootstrap_delta
-from deploykit.optimize.candidates import SCREEN_DURATION_S, WARMUP, CandidateState, link_folder, users_paths
-from deploykit.optimize.manifest import WAIT_OPTION
-from deploykit.optimize.ranking import Interval, bootstrap_interval, precision_rank
-from deploykit.optimize.results import RoundResult
-from deploykit.optimize.schedule import (
-    MAX_ROUNDS,
-    MIN_CALLS,
-    FinalistCost,
-    RoundPlan,
-    minimum_evidence_s,
-    plan_round,
-    round_overhead_s,
+from deploykit.optimize.candidates import (
+    SCREEN_DURATION_S,
+    WARMUP,
+    CandidateState,
+    float_layers,
+    link_folder,
+    users_paths,
 )
+from deploykit.optimize.finalists import FinalistRounds
+from deploykit.optimize.ranking import precision_rank
+from deploykit.optimize.results import RoundResult
+from deploykit.optimize.schedule import CLOSING_S, MIN_CALLS
 from deploykit.verify.verdict import OracleInfo
 from deploykit.workers import ResidentWorker
 
@@ -47,8 +45,9 @@ from deploykit.workers import ResidentWorker
 SCREEN_GRACE = 0.25
 ROUNDS_SHARE = 0.4  # of the time budget: the thread and batch variants' screening stops before it
 SCREEN_GRACE_MIN_S = 30.0  # ... and at least this long, for budgets too short to screen one class each
-FINALISTS = 4  # the closest screening estimates that get rounds (and the reference, for the speedup)
-CLOSE = 1.10  # a screening estimate within this factor of the leader's is close enough to be simpler
+# screening leaves the finalists' minimum this much more than its estimate from one screening round
+# each (a busy device's next rounds run slower than its last), and the time to write the answer
+RESERVE_SLACK = 1.25
 WORKER_TIMEOUT_S = 600.0
 
 
@@ -94,7 +93,7 @@ def _short(text: str | None, limit: int = 160) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-class Search:
+class Search(FinalistRounds):
     """The screening round and the halving rounds of one ``optimize`` call (``answer`` ranks what they measured)."""
 
     def __init__(
@@ -191,10 +190,6 @@ class Search:
                 self.task_reference = (self.oracle.name, list(self.references))
 
     # --- progress --------------------------------------------------------------------------
-    def admissible(self) -> list[CandidateState]:
-        """Candidates still in the search that are verified and within the accuracy budget."""
-        return [s for s in self.states if s.rounds and s.accurate and s.stopped is None]
-
     def _leader(self) -> tuple[str | None, float | None]:
         alive = self.admissible()
         if not alive:
@@ -344,9 +339,10 @@ class Search:
         """Every candidate once, with the held-out images, in ``screening_order``: one candidate of
         every precision class first (screened even past the time budget, by up to ``SCREEN_GRACE``
         of it, so quantizing cannot starve them), then the thread and batch variants while the
-        budget lasts. Each leaves the finalists their minimum evidence (``reserve_s``, from what
-        screening measured; a reduced-precision class only the core finalists'): screened in the time
-        the finalists' rounds needed, it would only end the search inconclusive (``_no_time_to_screen``)."""
+        budget lasts, and only if no precision class was left out for time. Each leaves the finalists
+        their minimum evidence (``reserve_s``, from what screening measured; a reduced-precision class
+        only the core finalists'): screened in the time the finalists' rounds needed, it would only
+        end the search inconclusive (``_no_time_to_screen``)."""
         total = len(self.states)
         exact = [s for s in self.states if s.exact]
         if not exact:
@@ -358,16 +354,39 @@ class Search:
         # the precision classes' own allowance starts when screening does: quantizing and the oracle
         # are counted in the time budget but cannot eat it
         self.grace_deadline = max(self.deadline, time.perf_counter()) + self.grace_s
-        for index, state in enumerate(self.states):
-            stop = None if index == 0 else self._no_time_to_screen(state)  # the reference always runs
-            if stop is not None:
+        for index, state in enumerate(self.states):  # a promotion only reorders the states after ``index``
+            stop = None if index == 0 else self._did_not_run_before(state) or self._no_time_to_screen(state)
+            if stop is None:
+                self.report("screening", index, total, state.label)
+                self._measure(state, screening=True)
+            else:
                 state.stopped = stop
-                self._check_reference(exact)
-                continue
-            self.report("screening", index, total, state.label)
-            self._measure(state, screening=True)
             self._check_reference(exact)
+            out_of_time = stop is not None and stop.startswith("over the")
+            if state.first_of_precision and not (state.accurate and state.alive) and not out_of_time:
+                self._promote_next_of_precision(index)
         self.report("screening", total, total)
+
+    def _promote_next_of_precision(self, index: int) -> None:
+        """The first look at a backend's precision (``states[index]``) did not run or failed its
+        verdict: the next class of the same backend, device and precision (another INT8 engine, other
+        float layers) is screened next, as that precision's first look, so a precision the device
+        offers gets a candidate that can win before the second looks at the others."""
+        failed = self.states[index]
+        same = (failed.config.backend, failed.config.device, failed.config.precision)
+        later = [
+            position
+            for position in range(index + 1, len(self.states))
+            if self.states[position].representative
+            and (self.states[position].config.backend, self.states[position].config.device) == same[:2]
+            and self.states[position].config.precision == same[2]
+        ]
+        if not later or any(self.states[p].first_of_precision for p in later):
+            return
+        # another model file first: the same file failed to convert, or was quantized too coarsely
+        chosen = min(later, key=lambda p: (self.states[p].variant.name == failed.variant.name, p))
+        self.states[chosen].first_of_precision = True
+        self.states.insert(index + 1, self.states.pop(chosen))
 
     def _no_time_to_screen(self, state: CandidateState) -> str | None:
         """Why ``state`` is not screened, or None. Its screening round (as long as the typical one so
@@ -379,7 +398,7 @@ class Search:
         screened = [s.start_s for s in self.states if s.rounds]
         now, next_s = time.perf_counter(), float(np.median(screened)) if screened else 0.0
         reduced = state.representative and precision_rank(state.config.precision) > 0
-        reserve = self.reserve_s(core=reduced)
+        reserve = self.reserve_s(core=reduced) * RESERVE_SLACK + CLOSING_S
         whose = "the core finalists'" if reduced else "the finalists'"
         needs = f"its round (about {next_s:.1f} s) and {whose} minimum evidence ({reserve:.1f} s)"
         if state.representative:
@@ -388,6 +407,17 @@ class Search:
             return (
                 "over the time budget before its screening round: the allowance the precision classes have past it "
                 f"({SCREEN_GRACE:.0%} of it, at least {SCREEN_GRACE_MIN_S:.0f} s) has no room for {needs}"
+                + self._precision_screened_as(state)
+            )
+        left_out = [
+            s.label
+            for s in self.states
+            if s.representative and s.stopped is not None and s.stopped.startswith("over the time budget")
+        ]
+        if left_out:
+            return (
+                "not screened: thread and batch variants come after every precision class, and a class was left "
+                f"out for time ({', '.join(left_out[:3])}{' ...' if len(left_out) > 3 else ''})"
             )
         if now <= self.variants_deadline and now + next_s + reserve <= self.deadline:
             return None
@@ -396,6 +426,34 @@ class Search:
             f"over the screening share of the time budget (the last {ROUNDS_SHARE:.0%} is the finalists', and it "
             f"must hold {needs}) before its screening round; its precision class was screened as {first}"
         )
+
+    def _did_not_run_before(self, state: CandidateState) -> str | None:
+        """Why ``state`` is not screened when a candidate of the same model file, backend, device and
+        precision did not run, with its float layers at a precision as exact or more (another
+        thread count, wait policy or float-layer precision of one that cannot open the file: a
+        conversion that fails fails again, and costs as long); None otherwise."""
+
+        def layers(candidate: CandidateState) -> int:
+            return precision_rank(float_layers(candidate.config) or "f32")
+
+        for other in self.states:
+            if other is state or other.rounds or not (other.stopped or "").startswith("did not run"):
+                continue
+            same = (other.variant.name, other.config.backend, other.config.device, other.config.precision)
+            mine = (state.variant.name, state.config.backend, state.config.device, state.config.precision)
+            if same == mine and layers(other) <= layers(state):
+                return f"not screened: {other.label} {other.stopped}"
+        return None
+
+    def _precision_screened_as(self, state: CandidateState) -> str:
+        """``; int8 on openvino:CPU was screened as LABEL``: another class of the same backend, device
+        and precision that was screened (a first look at what the device offers), or nothing."""
+        config = state.config
+        for other in self.states:
+            same = (other.config.backend, other.config.device, other.config.precision)
+            if other.rounds and other.representative and same == (config.backend, config.device, config.precision):
+                return f"; {config.precision} on {config.backend}:{config.device} was screened as {other.label}"
+        return ""
 
     def _check_reference(self, exact: Sequence[CandidateState]) -> None:
         """No f32 configuration of the float model gives the right answer: nothing else can be judged."""
@@ -407,158 +465,5 @@ class Search:
             hint="'deploykit compare MODEL --inputs photos/' shows each backend's verdict; no bundle was written.",
         )
 
-    def intervals(self, states: Sequence[CandidateState]) -> dict[str, Interval]:
-        return {
-            s.label: bootstrap_interval([list(r.blocks) for r in s.rounds], calls=sum(r.samples for r in s.rounds))
-            for s in states
-        }
-
-    def score(self, interval: Interval) -> float:
-        return -interval.estimate if self.scenario == "offline" else interval.estimate
-
-    def reference(self, among: Sequence[CandidateState] | None = None) -> CandidateState | None:
-        """The default backend's best float f32 candidate (of ``among``, default every candidate):
-        the speedup's baseline."""
-        from deploykit.backends.registry import DEFAULT_BACKEND
-
-        pool = [
-            s
-            for s in (self.states if among is None else among)
-            if s.exact
-            and s.rounds
-            and s.config.backend == DEFAULT_BACKEND
-            and s.accurate
-            and s.config.options.get(WAIT_OPTION) is not False
-        ]
-        return min(pool, key=lambda s: self.score(self.intervals([s])[s.label]), default=None)
-
-    def _finalists(self, alive: Sequence[CandidateState], *, core: bool = False) -> list[CandidateState]:
-        """Who gets rounds: the ``FINALISTS`` best screening estimates, the simplest candidate within
-        ``CLOSE`` of the leader and the reference (the speedup's baseline), best first; ``core``: only
-        the leader, that simplest candidate and the reference, what a decision cannot do without."""
-        if not alive:
-            return []
-        intervals = self.intervals(alive)
-        ranked = sorted(alive, key=lambda s: self.score(intervals[s.label]))
-        lead = intervals[ranked[0].label].estimate
-
-        def close(state: CandidateState) -> bool:
-            mine = intervals[state.label].estimate
-            return mine >= lead / CLOSE if self.scenario == "offline" else mine <= lead * CLOSE
-
-        simplest = min((s for s in ranked if close(s)), key=lambda s: s.entry().simplicity)
-        best = ranked[: 1 if core else FINALISTS]
-        keep = {id(s) for s in best} | {id(simplest)} | {id(s) for s in [self.reference()] if s}
-        return [s for s in ranked if id(s) in keep]
-
-    def _cost(self, state: CandidateState) -> FinalistCost:
-        """What the candidate's next rounds cost, from its measurements (``schedule.FinalistCost``)."""
-        from deploykit.bench.worker import SETTLE_S
-
-        overhead = state.overhead_s
-        if overhead is None:  # no round in a running worker yet: its warm-up, settle and exchange
-            overhead = round_overhead_s(state.call_s, WARMUP, SETTLE_S)
-        start = 0.0 if state.label in self.residents else state.start_s
-        return FinalistCost(state.label, state.call_s, overhead, start, len(state.rounds))
-
-    def reserve_s(self, *, core: bool = False) -> float:
-        """The finalists' (``core``: the core finalists') minimum evidence as screening stands so far:
-        the least time screening must leave them."""
-        return minimum_evidence_s([self._cost(s) for s in self._finalists(self.admissible(), core=core)])
-
-    def _shortlist(self) -> None:
-        """After screening: the finalists (``_finalists``) get rounds; the rest stop (a search
-        choice on one short block, not a claim that they are slower)."""
-        alive = self.admissible()
-        if not alive:
-            return
-        intervals = self.intervals(alive)
-        finalists = self._finalists(alive)
-        leader, lead = finalists[0], intervals[finalists[0].label].estimate
-        unit = "samples/s" if self.scenario == "offline" else "ms"
-        keep = {id(s) for s in finalists}
-        for state in alive:
-            if id(state) not in keep:
-                state.screened_out = True
-                state.stopped = (
-                    f"not a finalist: screening estimate {intervals[state.label].estimate:.4g} {unit} against "
-                    f"{leader.label}'s {lead:.4g} {unit} (one short round: a search choice, not a claim of speed)"
-                )
-
-    def _cull(self, stage: str) -> None:
-        """Stop the finalists whose interval separates from the leader's on the slow side: both rest
-        on the rule's evidence, so this is a claim the report can make."""
-        alive = [s for s in self.states if s.alive and s.rounds]
-        if len(alive) < 2:
-            return
-        intervals = self.intervals(alive)
-        alive.sort(key=lambda s: self.score(intervals[s.label]))
-        leader, lead = alive[0], intervals[alive[0].label]
-        unit = "samples/s" if self.scenario == "offline" else "ms"
-        for state in alive[1:]:
-            mine = intervals[state.label]
-            if mine.separated_from(lead):
-                state.outranked = True
-                state.stopped = (
-                    f"slower than {leader.label}: {mine.describe(unit)} vs {lead.describe(unit)} (intervals "
-                    f"separate; {mine.evidence()} vs {lead.evidence()})"
-                )
-                state.stage = stage
-
-    def _decided(self, alive: Sequence[CandidateState]) -> bool:
-        """One finalist left with the rule's evidence: nothing more to measure."""
-        return len(alive) <= 1 and all(i.sufficient for i in self.intervals(alive).values())
-
-    def _fit_budget(self, alive: list[CandidateState], stage: str) -> tuple[list[CandidateState], RoundPlan | None]:
-        """The candidates whose next round fits and the round's plan (``schedule.plan_round``, from
-        their measured costs): the time budget left sizes the round, and while a finalist is short of
-        the rule's minimum evidence the allowance past the budget (``SCREEN_GRACE``) may pay for it.
-        The slowest stop first until it fits, never the leader, the simplest candidate tied with it or
-        the reference (the speedup's baseline); if even they do not fit, none is measured again."""
-        intervals = self.intervals(alive)
-        ranked = sorted(alive, key=lambda s: self.score(intervals[s.label]))
-        lead = intervals[ranked[0].label]
-        tied = [s for s in ranked if not intervals[s.label].separated_from(lead)]
-        keep = {ranked[0].label, min(tied, key=lambda s: s.entry().simplicity).label}
-        keep |= {s.label for s in [self.reference(ranked)] if s is not None}  # the one in the rounds
-        now = time.perf_counter()
-        while True:
-            plan = plan_round([self._cost(s) for s in ranked], self.deadline - now, self.grace_deadline - now)
-            if plan is not None:
-                return ranked, plan
-            slowest = next((s for s in reversed(ranked) if s.label not in keep), None)
-            if slowest is None:
-                return [], None
-            slowest.stopped = f"over the time budget: no time for another round after {stage}"
-            slowest.stage = stage
-            ranked.remove(slowest)
-
-    def halve(self) -> None:
-        """The finalists' rounds, interleaved (a rotated order each round), until one finalist is
-        left with the rule's evidence, ``MAX_ROUNDS`` are done or the next round does not fit
-        (``_fit_budget``: then the decision may be inconclusive, and says so)."""
-        self._shortlist()
-        try:
-            self._rounds()
-        finally:  # however the rounds end (decided, out of time, Ctrl-C): no resident worker stays
-            for worker in self.residents.values():
-                worker.close()
-            self.residents.clear()
-
-    def _rounds(self) -> None:
-        for number in range(2, MAX_ROUNDS + 1):
-            alive = [s for s in self.states if s.alive and s.rounds]
-            if not alive or self._decided(alive):
-                return
-            alive, plan = self._fit_budget(alive, f"round {number - 1}")
-            if plan is None:
-                return
-            stage = f"round {number}"
-            order = alive[number % len(alive) :] + alive[: number % len(alive)]
-            for index, state in enumerate(order):
-                self.report(stage, index, len(order), state.label)
-                self._measure(state, screening=False, duration_s=plan.duration_s)
-                if not state.alive:
-                    state.stage = stage
-            self.report(stage, len(order), len(order))
-            self._cull(stage)
+    def measure_round(self, state: CandidateState, duration_s: float) -> None:
+        self._measure(state, screening=False, duration_s=duration_s)

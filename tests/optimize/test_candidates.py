@@ -1,4 +1,5 @@
-"""The screening order: one candidate of every precision class before any thread variant, the
+"""The screening order: one candidate of every precision class before any thread variant, one of
+every precision a backend offers (``Backend.precisions``) before a second INT8 variant, the
 reference first, then by expected gain (int8, then bf16/f16, then f32); and which backends a default
 search takes (LiteRT only once its converter environment is ready)."""
 
@@ -11,7 +12,7 @@ import pytest
 from deploykit.backends.registry import get_backend
 from deploykit.bench.config import BenchConfig
 from deploykit.cache import cache_dir
-from deploykit.optimize.candidates import CandidateState, screening_order, search_specs
+from deploykit.optimize.candidates import CandidateState, expand, screening_order, search_specs
 from deploykit.optimize.results import Variant
 from deploykit.verify.check import default_backend_specs
 
@@ -43,8 +44,34 @@ def test_every_precision_class_is_screened_before_any_thread_variant():
     assert all(s.config.threads == 2 for s in first) and all(s.config.threads == 1 for s in rest)
     assert first[0].config.backend == "onnxruntime" and first[0].exact  # the reference: every verdict needs it
     gains = [s.config.precision for s in first[1:]]
-    assert gains == ["int8", "int8", "int8", "bf16", "f32"]
+    assert gains == ["int8", "int8", "bf16", "f32", "int8"]  # a second INT8 class of openvino after its others
     assert [s.precision_class for s in rest] == [s.precision_class for s in first]  # then thread variants alike
+
+
+def test_every_precision_a_backend_offers_comes_before_a_second_int8_variant():
+    """Two INT8 variants and FP16 on ONNX Runtime and OpenVINO: every precision each backend offers
+    here (``Backend.precisions``, and int8) has its first look before any second variant or
+    float-layer precision of a precision already looked at, so many INT8 classes cannot use up the
+    time a bf16/f16 class needs."""
+    variants = [
+        (FLOAT, Path("m.onnx")),
+        (INT8, Path("m.int8-ort.onnx")),
+        (Variant("int8-nncf", "m.int8-nncf.onnx", "int8"), Path("m.int8-nncf.onnx")),
+        (Variant("fp16", "m.fp16.onnx", "f16"), Path("m.fp16.onnx")),
+    ]
+    specs = ["onnxruntime", "openvino:CPU"]
+    states, _ = expand(variants, specs, scenario="singlestream", threads=[1, 2], batches=[1])
+    offered = {
+        (name, device, precision)
+        for name, device in (("onnxruntime", "cpu"), ("openvino", "CPU"))
+        for precision in [*get_backend(name).precisions(device), "int8"]
+    }
+    representatives = [s for s in states if s.representative]
+    firsts = [s for s in representatives if s.first_of_precision]
+    assert {(s.config.backend, s.config.device, s.config.precision) for s in firsts} == offered
+    assert representatives[: len(firsts)] == firsts  # every offered precision before a second look at one
+    assert states[: len(representatives)] == representatives  # every class before any thread variant
+    assert firsts[0].exact and firsts[0].config.backend == "onnxruntime"
 
 
 def test_litert_without_its_converter_environment_is_listed_as_not_searched_with_the_command(tmp_path, monkeypatch):
