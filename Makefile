@@ -96,7 +96,7 @@ typecheck: setup
 
 # pytest exits 5 when it collects no test: that is a failure here, never a pass.
 pytest: setup system-deps platforms
-	DEPLOYKIT_REQUIRE_ASSETS=1 $(PY) -m pytest -m "not opencv4 and not docker" --durations=25 \
+	DEPLOYKIT_REQUIRE_ASSETS=1 $(PY) -m pytest -m "not opencv4 and not docker" --durations=60 \
 		|| { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
 
 # The OpenCV backend contract and the OpenCV-4 Darknet oracle, with OpenCV 4.14 first on the path.

@@ -172,6 +172,7 @@ def measure(rounds: int) -> dict[str, Any]:
         with (
             deploykit.Detector(f32, "onnxruntime", conf=CONF, iou=IOU) as reference,
             deploykit.Detector(int8, "openvino", conf=CONF, iou=IOU, precision="f32") as detector,
+            deploykit.Detector(int8, "openvino", conf=CONF, iou=IOU) as default,  # float layers: OpenVINO's own
         ):
             for frame in photos:  # warm-up
                 detector(frame)
@@ -185,27 +186,36 @@ def measure(rounds: int) -> dict[str, Any]:
                     clock.time(
                         "infer_onnxruntime_f32", lambda t=tensor: reference.session.run({reference.input.name: t})
                     )
+                    clock.time(
+                        "infer_openvino_int8_default", lambda t=tensor: default.session.run({default.input.name: t})
+                    )
                     _post(clock, detector, outputs, placement)
-            ran = detector.session.info
-    return _line(clock, rounds, f"{ran.backend} {ran.device} {ran.precision}")
+            ran, also = detector.session.info, default.session.info
+    return _line(clock, rounds, f"{ran.backend} {ran.device} {ran.precision_label}", also.precision_label)
 
 
-def _line(clock: _Clock, rounds: int, ran: str) -> dict[str, Any]:
+def _line(clock: _Clock, rounds: int, ran: str, default_ran: str) -> dict[str, Any]:
     line = {
         "benchmark": "pipeline_stages", "model": "yolov4-tiny 416 (official weights, raw heads)",
         "frames": f"{len(PHOTOS)} Darknet photos resized to 1280x720", "rounds": rounds, "conf": CONF, "iou": IOU,
-        "int8_ran": ran, "cpus": os.cpu_count(), "load_average_1min": round(os.getloadavg()[0], 2),
+        "int8_ran": ran, "int8_default_ran": default_ran,
+        "cpus": os.cpu_count(), "load_average_1min": round(os.getloadavg()[0], 2),
         "results_identical": True, "target": 0.15,
     }  # fmt: skip
     clock.kind = "wall"
     infer = {
         "openvino_int8": clock.median("infer_openvino_int8"),
         "onnxruntime_f32": clock.median("infer_onnxruntime_f32"),
+        "openvino_int8_default_float_layers": clock.median("infer_openvino_int8_default"),
     }
     line["infer_wall_ms"] = {k: round(v, 3) for k, v in infer.items()}
     for kind in ("wall", "thread_cpu"):
         clock.kind = kind
         line[kind] = _stages(clock, infer["openvino_int8"])
+        pre_post = line[kind]["pre_ms"]["now"] + line[kind]["post_ms"]["now"]
+        line[kind]["pre_post_over_int8_default_infer"] = round(
+            pre_post / infer["openvino_int8_default_float_layers"], 3
+        )
     return line
 
 

@@ -178,174 +178,183 @@ def _wanted(runner: ModelRunner, request: Any) -> OutputRequest:
     return OutputRequest(tuple(names), (True,) * len(names), request.id or None, tuple(shared))
 
 
+class _Servicer:
+    """The v2 ``GRPCInferenceService`` methods on ``repository``: each checks the bearer token when the
+    server has one, and answers the protocol's error (``grpc_code``) with the house's text."""
+
+    def __init__(self, repository: Repository, pb: dict[str, Any], token: str | None) -> None:
+        self._repository = repository
+        self._pb = pb
+        self._expected = f"Bearer {token}".encode() if token else None
+
+    def read_infer(self, data: bytes) -> _InferRequest:
+        """A ``ModelInferRequest`` whose raw inputs stay views of ``data`` (or why it is not one)."""
+        from google.protobuf.message import DecodeError
+
+        try:
+            rest, raw = split_field(data, RAW_INPUT_FIELD)
+            return _InferRequest(self._pb["ModelInferRequest"].FromString(rest), raw)
+        except (WireError, DecodeError) as exc:
+            return _InferRequest(None, [], f"request | is not a ModelInferRequest message ({exc}).")
+
+    def _check(self, context: Any) -> None:
+        if self._expected is None:
+            return
+        given = dict(context.invocation_metadata()).get("authorization", "")
+        if not hmac.compare_digest(str(given).encode(), self._expected):
+            context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                "request | no valid bearer token. Hint: send metadata authorization: Bearer TOKEN.",
+            )
+
+    def _fail(self, context: Any, exc: BaseException) -> Any:
+        if not isinstance(exc, DeployKitError):
+            log.exception("unexpected error while answering a gRPC request", exc_info=exc)
+        # the text may quote the request (a model name, a version): one line, controls shown, as in a terminal
+        context.abort(grpc_code(exc), one_line(error_text(exc), None))
+
+    def ServerLive(self, request: Any, context: Any) -> Any:
+        self._check(context)
+        return self._pb["ServerLiveResponse"](live=True)
+
+    def ServerReady(self, request: Any, context: Any) -> Any:
+        self._check(context)
+        return self._pb["ServerReadyResponse"](ready=self._repository.ready)
+
+    def ModelReady(self, request: Any, context: Any) -> Any:
+        self._check(context)
+        try:
+            runner = self._repository.runner(request.name, request.version)
+        except DeployKitError as exc:
+            return self._fail(context, exc)
+        return self._pb["ModelReadyResponse"](ready=runner.ready)
+
+    def ServerMetadata(self, request: Any, context: Any) -> Any:
+        self._check(context)
+        return self._pb["ServerMetadataResponse"](**self._repository.server_metadata())
+
+    def ModelMetadata(self, request: Any, context: Any) -> Any:
+        self._check(context)
+        try:
+            data = self._repository.model_metadata(request.name, request.version)
+        except DeployKitError as exc:
+            return self._fail(context, exc)
+        tensor = self._pb["ModelMetadataResponse.TensorMetadata"]
+        return self._pb["ModelMetadataResponse"](
+            name=data["name"],
+            versions=data["versions"],
+            platform=data["platform"],
+            inputs=[tensor(**t) for t in data["inputs"]],
+            outputs=[tensor(**t) for t in data["outputs"]],
+        )
+
+    def ModelInfer(self, received: _InferRequest, context: Any) -> Any:
+        self._check(context)
+        arrived = time.perf_counter()
+        runner: ModelRunner | None = None
+        request = received.message
+        try:
+            if received.error is not None:
+                raise RequestError(received.error, hint="send a ModelInferRequest of the v2 grpc_service.proto.")
+            runner = self._repository.runner(request.model_name, request.model_version)
+            regions = self._repository.shared_memory
+            feeds = _decode(runner, request, received.raw, regions)
+            wanted = _wanted(runner, request)
+            outputs = runner.run_now(feeds)
+            if outputs is None:
+                outputs = self._repository.submit(runner, feeds).result()
+            shared = write_shared_outputs(regions, outputs, wanted)
+        except Exception as exc:
+            self._repository.count_failure(runner, exc, arrived)
+            return self._fail(context, exc)
+        response = self._pb["ModelInferResponse"](
+            model_name=runner.model.name, model_version=runner.model.version, id=request.id
+        )
+        raw: list[memoryview] = []
+        for name in wanted.names:
+            array = outputs[name]
+            tensor = response.outputs.add(name=name, datatype=datatype_of(array.dtype), shape=list(array.shape))
+            if name in shared:  # written to the client's region: only its description travels, and an
+                # empty raw entry, because clients (tritonclient) find an output's bytes by its index
+                tensor.parameters[REGION].string_param = shared[name][REGION]
+                tensor.parameters[BYTE_SIZE].int64_param = shared[name][BYTE_SIZE]
+                raw.append(memoryview(b""))
+            else:
+                raw.append(_raw_view(array))
+        self._repository.count_success(runner, arrived)
+        return _InferReply(response, raw)
+
+    def _answer(self, context: Any, message: str, produce: Callable[[], Any]) -> Any:
+        """``message`` parsed from the dict ``produce`` returns (the HTTP front end's JSON), or the
+        protocol's error."""
+        from google.protobuf import json_format
+
+        self._check(context)
+        try:
+            return json_format.ParseDict(produce(), self._pb[message]())
+        except Exception as exc:  # anything unexpected is INTERNAL with the house text, logged
+            return self._fail(context, exc)
+
+    def ModelConfig(self, request: Any, context: Any) -> Any:
+        produce = lambda: {"config": self._repository.model_config(request.name, request.version)}  # noqa: E731
+        return self._answer(context, "ModelConfigResponse", produce)
+
+    def ModelStatistics(self, request: Any, context: Any) -> Any:
+        produce = lambda: self._repository.statistics(request.name, request.version)  # noqa: E731
+        return self._answer(context, "ModelStatisticsResponse", produce)
+
+    def RepositoryIndex(self, request: Any, context: Any) -> Any:
+        produce = lambda: {"models": self._repository.index(request.ready)}  # noqa: E731
+        return self._answer(context, "RepositoryIndexResponse", produce)
+
+    def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
+        def produce() -> dict[str, Any]:
+            self._repository.load(request.model_name, _parameters(request.parameters))
+            return {}
+
+        return self._answer(context, "RepositoryModelLoadResponse", produce)
+
+    def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
+        def produce() -> dict[str, Any]:
+            self._repository.unload(request.model_name)
+            return {}
+
+        return self._answer(context, "RepositoryModelUnloadResponse", produce)
+
+    def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        self._check(context)
+        try:
+            regions = self._repository.shared_memory.status(request.name or None)
+        except DeployKitError as exc:
+            return self._fail(context, exc)
+        status = self._pb["SystemSharedMemoryStatusResponse.RegionStatus"]
+        response = self._pb["SystemSharedMemoryStatusResponse"]()
+        for region in regions:
+            response.regions[region["name"]].CopyFrom(status(**region))
+        return response
+
+    def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        self._check(context)
+        try:
+            self._repository.shared_memory.register(request.name, request.key, request.offset, request.byte_size)
+        except DeployKitError as exc:
+            return self._fail(context, exc)
+        return self._pb["SystemSharedMemoryRegisterResponse"]()
+
+    def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        self._check(context)
+        try:
+            self._repository.shared_memory.unregister(request.name or None)
+        except DeployKitError as exc:
+            return self._fail(context, exc)
+        return self._pb["SystemSharedMemoryUnregisterResponse"]()
+
+
 def create_server(
     repository: Repository, host: str, port: int, *, token: str | None, max_request_bytes: int, threads: int = 32
 ) -> tuple[grpc.Server, int]:
     """A started-later gRPC server for ``repository`` and the port it bound."""
-    from google.protobuf import json_format
-    from google.protobuf.message import DecodeError
-
     pb = messages()
-
-    def read_infer(data: bytes) -> _InferRequest:
-        try:
-            rest, raw = split_field(data, RAW_INPUT_FIELD)
-            return _InferRequest(pb["ModelInferRequest"].FromString(rest), raw)
-        except (WireError, DecodeError) as exc:
-            return _InferRequest(None, [], f"request | is not a ModelInferRequest message ({exc}).")
-
-    expected = f"Bearer {token}".encode() if token else None
-
-    class Servicer:
-        def _check(self, context: Any) -> None:
-            if expected is None:
-                return
-            given = dict(context.invocation_metadata()).get("authorization", "")
-            if not hmac.compare_digest(str(given).encode(), expected):
-                context.abort(
-                    grpc.StatusCode.UNAUTHENTICATED,
-                    "request | no valid bearer token. Hint: send metadata authorization: Bearer TOKEN.",
-                )
-
-        def _fail(self, context: Any, exc: BaseException) -> Any:
-            if not isinstance(exc, DeployKitError):
-                log.exception("unexpected error while answering a gRPC request", exc_info=exc)
-            # the text may quote the request (a model name, a version): one line, controls shown, as in a terminal
-            context.abort(grpc_code(exc), one_line(error_text(exc), None))
-
-        def ServerLive(self, request: Any, context: Any) -> Any:
-            self._check(context)
-            return pb["ServerLiveResponse"](live=True)
-
-        def ServerReady(self, request: Any, context: Any) -> Any:
-            self._check(context)
-            return pb["ServerReadyResponse"](ready=repository.ready)
-
-        def ModelReady(self, request: Any, context: Any) -> Any:
-            self._check(context)
-            try:
-                runner = repository.runner(request.name, request.version)
-            except DeployKitError as exc:
-                return self._fail(context, exc)
-            return pb["ModelReadyResponse"](ready=runner.ready)
-
-        def ServerMetadata(self, request: Any, context: Any) -> Any:
-            self._check(context)
-            return pb["ServerMetadataResponse"](**repository.server_metadata())
-
-        def ModelMetadata(self, request: Any, context: Any) -> Any:
-            self._check(context)
-            try:
-                data = repository.model_metadata(request.name, request.version)
-            except DeployKitError as exc:
-                return self._fail(context, exc)
-            tensor = pb["ModelMetadataResponse.TensorMetadata"]
-            return pb["ModelMetadataResponse"](
-                name=data["name"],
-                versions=data["versions"],
-                platform=data["platform"],
-                inputs=[tensor(**t) for t in data["inputs"]],
-                outputs=[tensor(**t) for t in data["outputs"]],
-            )
-
-        def ModelInfer(self, received: _InferRequest, context: Any) -> Any:
-            self._check(context)
-            arrived = time.perf_counter()
-            runner: ModelRunner | None = None
-            request = received.message
-            try:
-                if received.error is not None:
-                    raise RequestError(received.error, hint="send a ModelInferRequest of the v2 grpc_service.proto.")
-                runner = repository.runner(request.model_name, request.model_version)
-                regions = repository.shared_memory
-                feeds = _decode(runner, request, received.raw, regions)
-                wanted = _wanted(runner, request)
-                outputs = runner.run_now(feeds)
-                if outputs is None:
-                    outputs = repository.submit(runner, feeds).result()
-                shared = write_shared_outputs(regions, outputs, wanted)
-            except Exception as exc:
-                repository.count_failure(runner, exc, arrived)
-                return self._fail(context, exc)
-            response = pb["ModelInferResponse"](
-                model_name=runner.model.name, model_version=runner.model.version, id=request.id
-            )
-            raw: list[memoryview] = []
-            for name in wanted.names:
-                array = outputs[name]
-                tensor = response.outputs.add(name=name, datatype=datatype_of(array.dtype), shape=list(array.shape))
-                if name in shared:  # written to the client's region: only its description travels, and an
-                    # empty raw entry, because clients (tritonclient) find an output's bytes by its index
-                    tensor.parameters[REGION].string_param = shared[name][REGION]
-                    tensor.parameters[BYTE_SIZE].int64_param = shared[name][BYTE_SIZE]
-                    raw.append(memoryview(b""))
-                else:
-                    raw.append(_raw_view(array))
-            repository.count_success(runner, arrived)
-            return _InferReply(response, raw)
-
-        def _answer(self, context: Any, message: str, produce: Callable[[], Any]) -> Any:
-            """``message`` parsed from the dict ``produce`` returns (the HTTP front end's JSON), or the
-            protocol's error."""
-            self._check(context)
-            try:
-                return json_format.ParseDict(produce(), pb[message]())
-            except Exception as exc:  # anything unexpected is INTERNAL with the house text, logged
-                return self._fail(context, exc)
-
-        def ModelConfig(self, request: Any, context: Any) -> Any:
-            produce = lambda: {"config": repository.model_config(request.name, request.version)}  # noqa: E731
-            return self._answer(context, "ModelConfigResponse", produce)
-
-        def ModelStatistics(self, request: Any, context: Any) -> Any:
-            produce = lambda: repository.statistics(request.name, request.version)  # noqa: E731
-            return self._answer(context, "ModelStatisticsResponse", produce)
-
-        def RepositoryIndex(self, request: Any, context: Any) -> Any:
-            produce = lambda: {"models": repository.index(request.ready)}  # noqa: E731
-            return self._answer(context, "RepositoryIndexResponse", produce)
-
-        def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
-            def produce() -> dict[str, Any]:
-                repository.load(request.model_name, _parameters(request.parameters))
-                return {}
-
-            return self._answer(context, "RepositoryModelLoadResponse", produce)
-
-        def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
-            def produce() -> dict[str, Any]:
-                repository.unload(request.model_name)
-                return {}
-
-            return self._answer(context, "RepositoryModelUnloadResponse", produce)
-
-        def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-            self._check(context)
-            try:
-                regions = repository.shared_memory.status(request.name or None)
-            except DeployKitError as exc:
-                return self._fail(context, exc)
-            status = pb["SystemSharedMemoryStatusResponse.RegionStatus"]
-            response = pb["SystemSharedMemoryStatusResponse"]()
-            for region in regions:
-                response.regions[region["name"]].CopyFrom(status(**region))
-            return response
-
-        def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-            self._check(context)
-            try:
-                repository.shared_memory.register(request.name, request.key, request.offset, request.byte_size)
-            except DeployKitError as exc:
-                return self._fail(context, exc)
-            return pb["SystemSharedMemoryRegisterResponse"]()
-
-        def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-            self._check(context)
-            try:
-                repository.shared_memory.unregister(request.name or None)
-            except DeployKitError as exc:
-                return self._fail(context, exc)
-            return pb["SystemSharedMemoryUnregisterResponse"]()
 
     server = grpc.server(
         ThreadPoolExecutor(max_workers=threads, thread_name_prefix="serve-grpc"),
@@ -355,7 +364,7 @@ def create_server(
             ("grpc.so_reuseport", 0),
         ],
     )
-    servicer = Servicer()
+    servicer = _Servicer(repository, pb, token)
     handlers = {
         method: grpc.unary_unary_rpc_method_handler(
             getattr(servicer, method),
@@ -380,7 +389,7 @@ def create_server(
     }
     # ModelInfer's tensors cross as views of the received bytes and are joined once into the reply
     handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
-        servicer.ModelInfer, request_deserializer=read_infer, response_serializer=_InferReply.serialize
+        servicer.ModelInfer, request_deserializer=servicer.read_infer, response_serializer=_InferReply.serialize
     )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
     try:  # grpcio returns 0 for a port it cannot bind, or (newer releases) raises RuntimeError
