@@ -21,6 +21,8 @@ from typing import Any
 
 import grpc
 import numpy as np
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 
 from deploykit.errors import DeployKitError, RequestError
 from deploykit.io import one_line
@@ -189,8 +191,6 @@ class _Servicer:
 
     def read_infer(self, data: bytes) -> _InferRequest:
         """A ``ModelInferRequest`` whose raw inputs stay views of ``data`` (or why it is not one)."""
-        from google.protobuf.message import DecodeError
-
         try:
             rest, raw = split_field(data, RAW_INPUT_FIELD)
             return _InferRequest(self._pb["ModelInferRequest"].FromString(rest), raw)
@@ -287,8 +287,6 @@ class _Servicer:
     def _answer(self, context: Any, message: str, produce: Callable[[], Any]) -> Any:
         """``message`` parsed from the dict ``produce`` returns (the HTTP front end's JSON), or the
         protocol's error."""
-        from google.protobuf import json_format
-
         self._check(context)
         try:
             return json_format.ParseDict(produce(), self._pb[message]())
