@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -88,13 +88,18 @@ def parse_int_list(text: str, what: str) -> list[int]:
         raise UsageError(
             f"{what} '{text}' | expected positive integers separated by commas.", hint=f"e.g. --{what} 1,4,8."
         )
-    twice = sorted({v for v in values if values.count(v) > 1})
-    if twice:
+    problem = repeated_sizes(values)
+    if problem:
         raise UsageError(
-            f"{what} '{text}' | names {', '.join(map(str, twice))} more than once; a sweep measures each size once.",
-            hint=f"e.g. --{what} {','.join(map(str, dict.fromkeys(values)))}.",
+            f"{what} '{text}' | {problem}", hint=f"e.g. --{what} {','.join(map(str, dict.fromkeys(values)))}."
         )
     return values
+
+
+def repeated_sizes(values: Sequence[int | None]) -> str | None:
+    """What is wrong with a sweep that names a size more than once (None when each is named once)."""
+    twice = sorted({v for v in values if v is not None and values.count(v) > 1})
+    return f"names {', '.join(map(str, twice))} more than once; a sweep measures each size once." if twice else None
 
 
 def parse_duration(text: str, name: str = "duration") -> float:

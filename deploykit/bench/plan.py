@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from deploykit.backends.options import OptionValue
-from deploykit.bench.config import check_timing
+from deploykit.bench.config import check_timing, repeated_sizes
 from deploykit.bench.load import check_background_load
 from deploykit.errors import UsageError
 from deploykit.inputs import InputSetting
@@ -40,11 +40,10 @@ def _sweep(value: Any, what: str) -> tuple[Any, ...] | None:
     values = (value,) if isinstance(value, int) else tuple(value)
     if not values or any(v is not None and (not isinstance(v, int) or v < 1) for v in values):
         raise UsageError(f"{what} {value!r} | expected positive integers.", hint=f"e.g. {what}=(1, 4, 8).")
-    twice = sorted({v for v in values if v is not None and values.count(v) > 1})
-    if twice:
+    problem = repeated_sizes(values)
+    if problem:
         raise UsageError(
-            f"{what} {value!r} | names {', '.join(map(str, twice))} more than once; a sweep measures each size once.",
-            hint=f"give each size once, e.g. {what}={tuple(dict.fromkeys(values))}.",
+            f"{what} {value!r} | {problem}", hint=f"give each size once, e.g. {what}={tuple(dict.fromkeys(values))}."
         )
     return values
 
