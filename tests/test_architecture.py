@@ -89,15 +89,20 @@ def test_nothing_in_the_library_imports_the_package_top():
     assert importers == [], "import from the defining submodule (deploykit.sessions.load, ...), not `deploykit`"
 
 
-def _imported_modules(path: Path) -> set[str]:
-    """The top-level names of every module a file imports, function-level imports included."""
+def _imported_names(path: Path) -> set[str]:
+    """The dotted name of every module a file imports absolutely, function-level imports included."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
+            found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.add(node.module.split(".")[0])
+            found.add(node.module)
     return found
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """The top-level names of every module a file imports, function-level imports included."""
+    return {name.split(".")[0] for name in _imported_names(path)}
 
 
 def test_every_lock_between_processes_is_io_file_lock():
@@ -231,16 +236,12 @@ def _backend_imports(path: Path) -> set[str]:
     """The backend modules (``deploykit.backends.X`` other than the shared ones) and runtime packages a
     file imports, function-level imports included."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module]
-        for name in names:
-            parts = name.split(".")
-            if parts[0] in _RUNTIME_PACKAGES:
-                found.add(parts[0])
-            elif parts[:2] == ["deploykit", "backends"] and len(parts) > 2 and parts[2] not in _SHARED_BACKEND_MODULES:
-                found.add(".".join(parts[:3]))
+    for name in _imported_names(path):
+        parts = name.split(".")
+        if parts[0] in _RUNTIME_PACKAGES:
+            found.add(parts[0])
+        elif parts[:2] == ["deploykit", "backends"] and len(parts) > 2 and parts[2] not in _SHARED_BACKEND_MODULES:
+            found.add(".".join(parts[:3]))
     return found
 
 

@@ -25,17 +25,22 @@ def _state(variant: Variant, layers: str, threads: int) -> CandidateState:
     return CandidateState(label, variant, Path(variant.file), config, 0)
 
 
-def test_a_sibling_of_a_candidate_that_did_not_run_is_not_screened_again(classifier_path, tmp_path):
-    search = Search(
-        classifier_path,
-        read_interface(classifier_path),
-        tmp_path,
+def _search(model: Path, folder: Path) -> Search:
+    """A search over ``model`` with a minute to go, whose states a test sets by hand."""
+    return Search(
+        model,
+        read_interface(model),
+        folder,
         scenario="singlestream",
         max_drop=0.01,
         deadline=time.perf_counter() + 60,
         timeout_s=60,
         progress=None,
     )
+
+
+def test_a_sibling_of_a_candidate_that_did_not_run_is_not_screened_again(classifier_path, tmp_path):
+    search = _search(classifier_path, tmp_path)
     failed = _state(ORT_INT8, "f32", 2)
     failed.stopped = FAILURE
     bf16_layers, fewer_threads, other_file = (
@@ -59,16 +64,7 @@ def test_a_first_look_that_fails_hands_its_precision_to_another_model_file_next(
     """The first look at ncnn's INT8 did not run: the next candidate screened is ncnn's INT8 of the
     other model file (promoted before the other precisions' second looks), not a float-layer sibling
     of the file that failed."""
-    search = Search(
-        classifier_path,
-        read_interface(classifier_path),
-        tmp_path,
-        scenario="singlestream",
-        max_drop=0.01,
-        deadline=time.perf_counter() + 60,
-        timeout_s=60,
-        progress=None,
-    )
+    search = _search(classifier_path, tmp_path)
     failed, same_file, other_file = _state(ORT_INT8, "f32", 2), _state(ORT_INT8, "bf16", 2), _state(NNCF_INT8, "f32", 2)
     bf16 = BenchConfig("ncnn", "cpu", threads=2, precision="bf16")
     between = CandidateState("ncnn:cpu t2 bf16 float", Variant("float", "m.onnx", "f32"), Path("m.onnx"), bf16, 0)
