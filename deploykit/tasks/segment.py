@@ -26,7 +26,7 @@ from deploykit.errors import UsageError
 from deploykit.io import one_line
 from deploykit.tasks.base import Outputs, ResultTable, Task
 from deploykit.tensors import TensorSpec, normalize_precision
-from deploykit.vision.image import Placement, Preprocess, as_image
+from deploykit.vision.image import Placement, Preprocess, TensorRing, as_image
 from deploykit.vision.pipelines import _check_label_count, _input_size, _overrides, _Pipeline, _read_labels
 from deploykit.vision.preprocess import PreprocessOverrides
 from deploykit.vision.results import Timing, _colour
@@ -123,9 +123,8 @@ class Segmenter(_Pipeline):
                 hint="a mask covers the whole image; a centre crop would lose its border.",
             )
 
-    def _prepare(self, image: Any) -> tuple[np.ndarray, Placement | None]:
-        canvas, placement = self.preprocess.place(as_image(image))
-        return self.preprocess.tensor([canvas]), placement
+    def _prepare(self, image: Any, ring: TensorRing | None = None) -> tuple[np.ndarray, Placement | None]:
+        return self.preprocess.prepare(as_image(image), ring)
 
     def _finish(self, outputs: dict[str, np.ndarray], placement: Placement | None) -> Segmentation:
         assert placement is not None, "a Segmenter stretches or letterboxes, so the mask maps back"

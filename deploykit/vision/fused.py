@@ -131,7 +131,8 @@ class FusedStages:
                 self._sessions[(height, width)] = (session, placement)
             return self._sessions[(height, width)]
 
-    def _prepare(self, image: Any) -> tuple[Any, Placement]:
+    def _prepare(self, image: Any, ring: Any = None) -> tuple[Any, Placement]:
+        """The frame itself (``ring`` is unused: the runtime writes the input tensor)."""
         frame = np.ascontiguousarray(as_image(image))
         session, placement = self.session_for(frame.shape[0], frame.shape[1])
         return (session, frame[None]), placement

@@ -17,6 +17,7 @@ import numpy as np
 from deploykit.errors import InputError
 from deploykit.io import regular_file_problem, shown
 from deploykit.metadata import RESIZES
+from deploykit.validation import check_number
 from deploykit.vision.preprocess import PreprocessOverrides
 
 if TYPE_CHECKING:
@@ -430,12 +431,15 @@ class Preprocess:
     def tensor(self, canvases: Sequence[np.ndarray]) -> np.ndarray:
         return to_tensor(canvases, channel_order=self.channel_order, scale=self.scale, mean=self.mean, std=self.std)
 
-    def prepare(self, image: np.ndarray) -> tuple[np.ndarray, Placement | None]:
+    def prepare(self, image: np.ndarray, ring: TensorRing | None = None) -> tuple[np.ndarray, Placement | None]:
         """One image → its (1, 3, H, W) input tensor and placement: ``tensor([place(image)[0]])``, bit for bit.
 
         Letterbox and stretch write the resized pixels straight into the tensor, channel by channel, and the
         padding as one constant, instead of padding a canvas and converting all of it (a 1280×720 frame in a
-        416×416 input: 44 % of the input is padding).
+        416×416 input: 44 % of the input is padding). With a ``ring``, the tensor and the resize buffers are
+        the ring's next slot, reused: no allocation, and the padding is written only when the slot last held
+        another geometry. The caller must be done with the tensor a slot handed out before it comes round
+        again (see ``TensorRing``).
         """
         if self.resize == "center-crop":
             canvas, placement = self.place(image)
@@ -448,19 +452,69 @@ class Preprocess:
         else:
             new_w, new_h, left, top = target_w, target_h, 0, 0
             placement = Placement(target_w / width, target_h / height, 0.0, 0.0, (height, width))
-        resized = cv2.resize(image, (new_w, new_h), interpolation=cv2.INTER_LINEAR)
-        scale = np.float32(self.scale)
-        tensor = np.empty((1, 3, target_h, target_w), np.float32)
-        pad = np.multiply(np.uint8(self.pad_value), scale, dtype=np.float32)
-        tensor[:, :, :top] = pad
-        tensor[:, :, top + new_h :] = pad
-        tensor[:, :, top : top + new_h, :left] = pad
-        tensor[:, :, top : top + new_h, left + new_w :] = pad
-        planes = cv2.split(resized)  # contiguous planes: the multiply below runs over unit strides
+        slot = (ring or TensorRing(1)).take(self, (new_w, new_h, left, top))
+        resized = cv2.resize(image, (new_w, new_h), dst=slot.resized, interpolation=cv2.INTER_LINEAR)
+        planes = cv2.split(resized, slot.planes)  # contiguous planes: the multiply below runs over unit strides
         order = planes[::-1] if self.channel_order.upper() == "RGB" else planes
+        region = slot.tensor[:, :, top : top + new_h, left : left + new_w]
+        scale = np.float32(self.scale)
         for channel, plane in enumerate(order):
-            np.multiply(plane, scale, out=tensor[0, channel, top : top + new_h, left : left + new_w], dtype=np.float32)
-        return _normalise(tensor, self.mean, self.std), placement
+            np.multiply(plane, scale, out=region[0, channel], dtype=np.float32)
+        _normalise(region, self.mean, self.std)
+        return slot.tensor, placement
+
+    def padding(self) -> np.ndarray:
+        """The padding's value per channel, (1, 3, 1, 1) float32: the pad byte scaled and normalised as pixels are."""
+        pad = np.multiply(np.uint8(self.pad_value), np.float32(self.scale), dtype=np.float32)
+        return _normalise(np.full((1, 3, 1, 1), pad, np.float32), self.mean, self.std)
+
+
+@dataclass
+class TensorSlot:
+    """One reusable input tensor, the geometry whose padding it holds, and the buffers its frames resize into."""
+
+    geometry: tuple[Any, ...]
+    tensor: np.ndarray
+    resized: np.ndarray
+    planes: tuple[np.ndarray, ...]
+
+
+class TensorRing:
+    """``slots`` input tensors handed out in turn (``Preprocess.prepare(image, ring)``), so a stream of frames
+    allocates nothing per frame and writes the padding once per slot and frame size.
+
+    A slot is written again ``slots`` calls after it was handed out: the caller must hold fewer than
+    ``slots`` tensors at once (the stream bounds this by its queues: see ``deploykit.vision.stream``).
+    One thread takes from a ring.
+    """
+
+    def __init__(self, slots: int) -> None:
+        check_number("slots", slots, low=1, integer=True, hint="at least one tensor.")
+        self._slots: list[TensorSlot | None] = [None] * slots
+        self._next = 0
+
+    def take(self, preprocess: Preprocess, placement: tuple[int, int, int, int]) -> TensorSlot:
+        """The next slot, its padding filled for ``placement`` (new_w, new_h, left, top) in ``preprocess``."""
+        index, self._next = self._next, (self._next + 1) % len(self._slots)
+        geometry = (preprocess, *placement)
+        slot = self._slots[index]
+        if slot is None or slot.geometry != geometry:
+            slot = self._slots[index] = _new_slot(preprocess, geometry)
+        return slot
+
+
+def _new_slot(preprocess: Preprocess, geometry: tuple[Any, ...]) -> TensorSlot:
+    """A slot whose tensor holds the padding around the (new_w, new_h, left, top) region."""
+    new_w, new_h, left, top = geometry[1:]
+    target_h, target_w = preprocess.size
+    tensor = np.empty((1, 3, target_h, target_w), np.float32)
+    pad = preprocess.padding()
+    tensor[:, :, :top] = pad
+    tensor[:, :, top + new_h :] = pad
+    tensor[:, :, top : top + new_h, :left] = pad
+    tensor[:, :, top : top + new_h, left + new_w :] = pad
+    planes = tuple(np.empty((new_h, new_w), np.uint8) for _ in range(3))
+    return TensorSlot(geometry, tensor, np.empty((new_h, new_w, 3), np.uint8), planes)
 
 
 def _image_source(

@@ -27,7 +27,7 @@ from deploykit.model import Model
 from deploykit.tensors import TensorSpec
 from deploykit.validation import check_number
 from deploykit.vision.decode import candidates, require_layout, select
-from deploykit.vision.image import Placement, Preprocess, as_image
+from deploykit.vision.image import Placement, Preprocess, TensorRing, as_image
 from deploykit.vision.preprocess import FIELDS, PreprocessOverrides
 from deploykit.vision.results import Classification, Detection, Timing
 
@@ -312,9 +312,10 @@ class Detector(_Pipeline):
             for box, s, c in zip(original, best, class_ids, strict=True)
         ]
 
-    def _prepare(self, image: Any) -> tuple[np.ndarray, Placement | None]:
-        """The pre-processing stage: one image → its input tensor and where the image sits in it."""
-        return self.preprocess.prepare(as_image(image))
+    def _prepare(self, image: Any, ring: TensorRing | None = None) -> tuple[np.ndarray, Placement | None]:
+        """The pre-processing stage: one image → its input tensor (the ring's next one, if given) and where the
+        image sits in it."""
+        return self.preprocess.prepare(as_image(image), ring)
 
     def __call__(self, image: Any, *, conf: float | None = None, iou: float | None = None) -> list[Detection]:
         """Detect objects in one BGR image (array or path); boxes in the image's own pixels."""
@@ -452,9 +453,9 @@ class Classifier(_Pipeline):
         shifted = np.exp(scores - scores.max(axis=1, keepdims=True))
         return shifted / shifted.sum(axis=1, keepdims=True)
 
-    def _prepare(self, image: Any) -> tuple[np.ndarray, None]:
-        """The pre-processing stage: one image → its input tensor."""
-        return self.preprocess.prepare(as_image(image))[0], None
+    def _prepare(self, image: Any, ring: TensorRing | None = None) -> tuple[np.ndarray, None]:
+        """The pre-processing stage: one image → its input tensor (the ring's next one, if given)."""
+        return self.preprocess.prepare(as_image(image), ring)[0], None
 
     def _top(self, scores: np.ndarray, top_k: int) -> list[list[Classification]]:
         results = []

@@ -23,10 +23,15 @@ from typing import Any
 import numpy as np
 
 from deploykit.validation import check_number
+from deploykit.vision.image import TensorRing
 from deploykit.vision.sources import DEFAULT_TIMEOUT_S, Frame, Source, open_sources
 
 QUEUE_SIZE = 2
 """Items each queue between two stages holds: enough to keep every stage busy, little enough memory."""
+TENSOR_SLOTS = QUEUE_SIZE + 2
+"""Input tensors the pre-processing stage reuses in turn: at most one being written, ``QUEUE_SIZE`` queued
+for inference and one being read by the runtime are in use at once, so a slot comes round again only
+after inference is done with it."""
 STAGES = ("decode", "pre", "infer", "post")
 _POLL_S = 0.05
 
@@ -185,6 +190,7 @@ class Stream:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._started = False
+        self._ring = TensorRing(TENSOR_SLOTS)
 
     def __iter__(self) -> Iterator[FrameResult]:
         if self._started:
@@ -223,7 +229,7 @@ class Stream:
             self.close()
 
     def _prepare(self, image: Any, state: Any) -> tuple[Any, Any]:
-        return self.pipeline._prepare(image)
+        return self.pipeline._prepare(image, self._ring)
 
     def _infer(self, tensor: Any, state: Any) -> tuple[Any, Any]:
         return self.pipeline._infer(tensor), state

@@ -105,9 +105,9 @@ class _SlowDetector(deploykit.Detector):
 
     delay_s = 0.1
 
-    def _prepare(self, image):
+    def _prepare(self, image, ring=None):
         time.sleep(self.delay_s)
-        return super()._prepare(image)
+        return super()._prepare(image, ring)
 
     def _postprocess(self, *args, **kwargs):
         time.sleep(self.delay_s)
@@ -166,3 +166,41 @@ def test_a_damaged_video_streams_the_frames_before_the_damage_then_raises(tmp_pa
             for result in detector.stream(cut):
                 received.append(result)
     assert received and f"frame {len(received)} of the 40" in str(caught.value)
+
+
+class _SlowInference(deploykit.Detector):
+    """A Detector whose inference stage waits before running, so pre-processing runs ahead and fills every
+    queue; it records whether the tensor it was handed changed while it waited."""
+
+    changed: list[int]
+
+    def _infer(self, tensor: np.ndarray) -> dict[str, np.ndarray]:
+        before = tensor.copy()
+        time.sleep(0.03)
+        self.changed.append(int(not np.array_equal(before, tensor)))
+        return super()._infer(tensor)
+
+
+def _slow_stream(clip, slots: int, monkeypatch) -> tuple[list, list[int], list]:
+    monkeypatch.setattr("deploykit.vision.stream.TENSOR_SLOTS", slots)
+    with _SlowInference(nudenet_model(), **SETTINGS) as detector:
+        detector.changed = []
+        results = list(detector.stream(clip, max_frames=16))
+        changed = list(detector.changed)
+        singles = [detector(frame) for frame in read_video(clip)[:16]]
+    return results, changed, singles
+
+
+def test_reused_input_tensors_are_never_written_while_inference_reads_them(person_clip, monkeypatch):
+    results, changed, singles = _slow_stream(person_clip, QUEUE_SIZE + 2, monkeypatch)
+    assert changed == [0] * 16
+    assert [r.results for r in results] == singles
+    assert sum(1 for r in results if r.results) >= 8
+
+
+def test_a_ring_smaller_than_the_queues_allow_would_overwrite_a_tensor_in_use(person_clip, monkeypatch):
+    """The test above can fail: with one slot fewer, pre-processing overwrites tensors before or while the
+    runtime reads them, and frames get another frame's answer."""
+    results, changed, singles = _slow_stream(person_clip, QUEUE_SIZE + 1, monkeypatch)
+    wrong = [int(r.results != single) for r, single in zip(results, singles, strict=True)]
+    assert sum(max(pair) for pair in zip(changed, wrong, strict=True)) >= 8

@@ -117,8 +117,9 @@ def test_nms_ties_keep_the_lower_index_on_every_engine(monkeypatch):
 @pytest.mark.parametrize("name", ["dog.jpg", "person.jpg", "scream.jpg"])
 def test_prepare_equals_the_padded_canvas_path_bit_for_bit(name):
     """``Preprocess.prepare`` writes the resized pixels straight into the tensor; the tensor is the one that
-    padding a canvas (OpenCV) and converting it whole (``blobFromImages``) gives, for every setting."""
-    from deploykit.vision.image import Preprocess
+    padding a canvas (OpenCV) and converting it whole (``blobFromImages``) gives, for every setting, and
+    the same when the tensor is a reused one from a ring."""
+    from deploykit.vision.image import Preprocess, TensorRing
 
     photo = load_image(darknet_image(name))
     frames = [photo, cv2.resize(photo, (1280, 720)), np.ascontiguousarray(photo.transpose(1, 0, 2))]
@@ -127,13 +128,16 @@ def test_prepare_equals_the_padded_canvas_path_bit_for_bit(name):
         Preprocess((320, 640), pad_value=0, channel_order="BGR", scale=1.0),
         Preprocess((224, 224), "stretch", mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)),
     ]
-    for frame in frames:
-        for preprocess in settings:
-            canvas, placement = preprocess.place(frame)
-            tensor, prepared_placement = preprocess.prepare(frame)
-            assert tensor.shape == (1, 3, *preprocess.size) and tensor.dtype == np.float32
-            assert np.array_equal(tensor, preprocess.tensor([canvas])), (frame.shape, preprocess)
-            assert prepared_placement == placement
+    ring = TensorRing(2)  # reused across frames and settings: a slot's padding must follow its geometry
+    for _ in range(2):
+        for frame in frames:
+            for preprocess in settings:
+                canvas, placement = preprocess.place(frame)
+                expected = preprocess.tensor([canvas])
+                for tensor, prepared_placement in (preprocess.prepare(frame), preprocess.prepare(frame, ring)):
+                    assert tensor.shape == (1, 3, *preprocess.size) and tensor.dtype == np.float32
+                    assert np.array_equal(tensor, expected), (frame.shape, preprocess)
+                    assert prepared_placement == placement
 
 
 def test_image_checks(tmp_path):
