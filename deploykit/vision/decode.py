@@ -74,8 +74,9 @@ def candidates(
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per image: boxes (cx, cy, w, h in input pixels) and class scores.
 
-    With ``conf``, raw Darknet heads decode only the anchors whose best score can exceed it (``select``
-    keeps the same boxes either way, in the same order); other layouts give every row.
+    With ``conf``, only the rows whose best score can exceed it (``select`` keeps the same boxes either way,
+    in the same order): raw Darknet heads decode only those anchors, Ultralytics and YOLOv5 rows are
+    picked before their scores are read row by row; Darknet's decoded rows are given whole.
     """
     height, width = size
     if layout.name == "darknet-raw" and conf is not None:
@@ -93,9 +94,30 @@ def candidates(
         boxes = rows[..., :4] * np.array([width, height, width, height], np.float32)
         return [(boxes[i], rows[i, :, 5:]) for i in range(rows.shape[0])]
     if layout.name == "ultralytics":
-        rows = rows.transpose(0, 2, 1)
-        return [(rows[i, :, :4], rows[i, :, 4:]) for i in range(rows.shape[0])]
-    return [(rows[i, :, :4], rows[i, :, 5:] * rows[i, :, 4:5]) for i in range(rows.shape[0])]
+        return [_ultralytics_rows(image, conf) for image in rows]
+    return [_yolov5_rows(image, conf) for image in rows]
+
+
+def _ultralytics_rows(image: np.ndarray, conf: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """Boxes and class scores of one image's [4 + classes, N] output, as N rows; with ``conf``, only the
+    anchors whose best class score exceeds it: exactly the rows ``select`` keeps (a NaN score drops the
+    row either way), found by one reduction over the contiguous class planes instead of row by row."""
+    if conf is not None:
+        image = image[:, image[4:].max(axis=0) > conf]
+    rows = image.T
+    return rows[:, :4], rows[:, 4:]
+
+
+def _yolov5_rows(image: np.ndarray, conf: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """Boxes and scores (objectness × class probability) of one image's [N, 5 + classes] rows; with ``conf``,
+    only the rows whose best score can exceed it. A row's scores are at most objectness × the image's
+    largest class probability (its smallest where objectness is negative), and float32 rounding keeps that
+    order, so no row ``select`` would keep is left out; the kept rows' scores are the same products."""
+    if conf is not None:
+        probabilities, objectness = image[:, 5:], image[:, 4]
+        largest, smallest = probabilities.max(), probabilities.min()
+        image = image[(objectness * largest > conf) | (objectness * smallest > conf)]
+    return image[:, :4], image[:, 5:] * image[:, 4:5]
 
 
 def select(

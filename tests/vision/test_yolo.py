@@ -56,6 +56,11 @@ def _iou(a: tuple[float, ...], b: tuple[float, ...]) -> float:
 
 def _reference_detections(outputs: dict, heads: list[dict], conf: float, iou: float) -> list[tuple]:
     rows = [row for head in heads for row in _reference_rows(outputs[head["output"]], head, conf)]
+    return reference_nms(rows, iou)
+
+
+def reference_nms(rows: list[tuple], iou: float) -> list[tuple]:
+    """Greedy per-class suppression of (cx, cy, w, h, score, class) rows: (x1, y1, x2, y2, score, class) kept."""
     boxes = [(cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2, score, c) for cx, cy, w, h, score, c in rows]
     order = sorted(range(len(boxes)), key=lambda i: (-boxes[i][4], i))
     kept: list[tuple] = []
