@@ -1,7 +1,7 @@
 """Where the Detector's time around inference goes: YOLOv4-tiny 416 with the official Darknet weights on
 Darknet's seven photos, each resized to 1280×720, stage by stage, next to OpenVINO INT8 inference.
 
-Per frame, interleaved in each round, the two paths in alternating order (wall ms, and this thread's CPU
+Per frame, interleaved in each round, the pre-processing paths in turning order (wall ms, and this thread's CPU
 ms; medians over frames × rounds; a stage written ``a − b`` is the difference of two medians measured on
 the same inputs):
 
@@ -9,8 +9,13 @@ the same inputs):
   colour/layout/normalise (``blobFromImages`` over the whole padded canvas);
 - pre, as now (``Preprocess.prepare``): resize, then colour/layout/normalise of the resized pixels only,
   straight into the tensor, and the padding as a constant (prepare − resize); no canvas copy;
-- inference: OpenVINO INT8 (``deploykit.quantize``: ONNX Runtime static QDQ, calibrated on the same seven
-  photos) with the runtime's default threads, and ONNX Runtime f32 for scale;
+- pre, as the stream runs it (``Preprocess.prepare(frame, ring)``): the same into a reused tensor of a
+  ``TensorRing`` (no allocation, the padding already there), bit for bit the same tensor;
+- inference: with ``--bundle DIR`` (a ``deploykit optimize`` bundle of this model: the configuration
+  optimize chose) the bundle's session, as ``Detector(DIR)`` opens it; without, OpenVINO INT8
+  (``deploykit.quantize``'s default: ONNX Runtime static QDQ, calibrated on the same seven photos, not the
+  configuration optimize chooses) with float layers f32 and with OpenVINO's default; ONNX Runtime f32 for
+  scale; the line's ``int8`` says which;
 - reading outputs (the Detector's NaN/inf check of every output);
 - post, as before: full decode of every anchor per head (``decode_head_as_before``, the former
   ``decode_head`` for ``[yolo]`` heads, kept here as the baseline), the confidence filter over every row
@@ -19,7 +24,9 @@ the same inputs):
   decoding only those (``decode_anchors``), filter (``select`` − NMS), NMS, result building.
 
 Results of the two paths are compared frame by frame (same boxes, scores, classes, bit for bit). Prints
-one JSON line. Run: ``.venv/bin/python benchmarks/pipeline_stages.py [--rounds 20]``.
+one JSON line. Run: ``.venv/bin/python benchmarks/pipeline_stages.py [--rounds 20] [--bundle DIR]``, where
+``deploykit optimize yolov4-tiny.onnx --images photos/ -o DIR`` made ``DIR`` from the official YOLOv4-tiny
+converted with ``--head raw``.
 """
 
 from __future__ import annotations
@@ -44,8 +51,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import deploykit  # noqa: E402
+from deploykit.optimize.bundle import read_bundle  # noqa: E402
 from deploykit.vision.decode import select  # noqa: E402
-from deploykit.vision.image import letterbox_geometry  # noqa: E402
+from deploykit.vision.image import TensorRing, letterbox_geometry  # noqa: E402
 from deploykit.vision.nms import nms  # noqa: E402
 from deploykit.vision.yolo import decode_anchors, head_grid, reachable_anchors  # noqa: E402
 from tests.assets.paths import darknet_image, official_darknet  # noqa: E402
@@ -106,9 +114,11 @@ class _Clock:
         return statistics.median(self.ms[self.kind][stage])
 
 
-def _pre(clock: _Clock, detector: deploykit.Detector, frame: np.ndarray, now_first: bool) -> tuple[np.ndarray, Any]:
-    """Both paths on one frame; which goes first alternates (the first one meets colder caches and OpenCV's
-    thread pool asleep)."""
+def _pre(
+    clock: _Clock, detector: deploykit.Detector, frame: np.ndarray, turn: int, ring: TensorRing
+) -> tuple[np.ndarray, Any]:
+    """The three paths on one frame; which goes first turns round (the first one meets colder caches, OpenCV's
+    thread pool asleep and the runtime's threads still spinning after inference)."""
     preprocess = detector.preprocess
     new_w, new_h, left, top, _ = letterbox_geometry(*frame.shape[:2], preprocess.size)
     (height, width), pad = preprocess.size, (preprocess.pad_value,) * 3
@@ -119,13 +129,18 @@ def _pre(clock: _Clock, detector: deploykit.Detector, frame: np.ndarray, now_fir
         canvas = clock.time("pad_copy", lambda: cv2.copyMakeBorder(resized, *borders, cv2.BORDER_CONSTANT, value=pad))
         return clock.time("before_blob", lambda: preprocess.tensor([canvas]))
 
-    if not now_first:
-        canvas_tensor = before()
-    tensor, placement = clock.time("now_prepare", lambda: preprocess.prepare(frame))
-    if now_first:
-        canvas_tensor = before()
-    assert np.array_equal(canvas_tensor, tensor), "the two pre-processing paths differ"
-    return tensor, placement
+    paths = {
+        "before": before,
+        "now": lambda: clock.time("now_prepare", lambda: preprocess.prepare(frame)),
+        "stream": lambda: clock.time("ring_prepare", lambda: preprocess.prepare(frame, ring)),
+    }
+    names = list(paths)
+    order = names[turn % 3 :] + names[: turn % 3]
+    made = {name: paths[name]() for name in order}
+    (tensor, placement), (reused, _) = made["now"], made["stream"]
+    assert np.array_equal(made["before"], tensor), "the two pre-processing paths differ"
+    assert np.array_equal(reused, tensor), "a reused tensor differs from a new one"
+    return reused, placement
 
 
 def _post(clock: _Clock, detector: deploykit.Detector, outputs: dict[str, np.ndarray], placement: Any) -> None:
@@ -164,58 +179,84 @@ def _detections(detector: deploykit.Detector, placement: Any, xyxy: Any, scores:
     ]
 
 
-def measure(rounds: int) -> dict[str, Any]:
+def _detectors(folder: Path, bundle: Path | None) -> dict[str, deploykit.Detector]:
+    """The timed sessions: ``int8`` first (the bundle's configuration, or ``quantize``'s default INT8 model on
+    OpenVINO with float layers f32), then the others, by the name their inference row gets."""
+    f32 = folder / "yolov4-tiny.onnx"
+    if bundle is not None:
+        from deploykit.convert.darknet.convert import DarknetExportSettings, convert_darknet
+
+        cfg, weights, _ = official_darknet("yolov4-tiny")
+        convert_darknet(cfg, weights, f32, verify_backends=[], export=DarknetExportSettings(head="raw"))
+        chosen = deploykit.Detector(bundle, conf=CONF, iou=IOU)
+        if chosen._decoding.name != "darknet-raw":
+            raise SystemExit(f"--bundle {bundle}: its model has a {chosen._decoding.name} layout, not raw heads")
+        return {"int8": chosen, "onnxruntime_f32": deploykit.Detector(f32, "onnxruntime", conf=CONF, iou=IOU)}
+    f32, int8 = _models(folder)
+    return {
+        "int8": deploykit.Detector(int8, "openvino", conf=CONF, iou=IOU, precision="f32"),
+        "onnxruntime_f32": deploykit.Detector(f32, "onnxruntime", conf=CONF, iou=IOU),
+        "int8_default_float_layers": deploykit.Detector(int8, "openvino", conf=CONF, iou=IOU),  # OpenVINO's own
+    }
+
+
+def _describe(detectors: dict[str, deploykit.Detector], bundle: Path | None) -> dict[str, str]:
+    """Which INT8 ran: the bundle's configuration, or ``quantize``'s default model (said so)."""
+    info = detectors["int8"].session.info
+    ran = f"{info.backend} {info.device} {info.precision_label}, threads {info.options.get('threads', 'default')}"
+    if bundle is not None:
+        variant = read_bundle(bundle).manifest.variant
+        return {"int8": f"bundle {bundle} ({variant}): the configuration deploykit optimize chose", "int8_ran": ran}
+    also = detectors["int8_default_float_layers"].session.info.precision_label
+    return {
+        "int8": "deploykit.quantize's default INT8 model (ONNX Runtime static QDQ), not the configuration "
+        "deploykit optimize chooses: pass --bundle DIR for that",
+        "int8_ran": ran, "int8_default_ran": also,
+    }  # fmt: skip
+
+
+def measure(rounds: int, bundle: Path | None) -> dict[str, Any]:
     photos = [cv2.resize(cv2.imread(str(darknet_image(name))), (1280, 720)) for name in PHOTOS]
-    clock = _Clock()
+    clock, ring = _Clock(), TensorRing(4)
     with tempfile.TemporaryDirectory() as directory:
-        f32, int8 = _models(Path(directory))
-        with (
-            deploykit.Detector(f32, "onnxruntime", conf=CONF, iou=IOU) as reference,
-            deploykit.Detector(int8, "openvino", conf=CONF, iou=IOU, precision="f32") as detector,
-            deploykit.Detector(int8, "openvino", conf=CONF, iou=IOU) as default,  # float layers: OpenVINO's own
-        ):
+        detectors = _detectors(Path(directory), bundle)
+        detector = detectors["int8"]
+        try:
             for frame in photos:  # warm-up
-                detector(frame)
-                reference(frame)
+                for warm in detectors.values():
+                    warm(frame)
             for round_index in range(rounds):
                 for index, frame in enumerate(photos):
-                    tensor, placement = _pre(clock, detector, frame, (round_index + index) % 2 == 0)
-                    outputs = clock.time(
-                        "infer_openvino_int8", lambda t=tensor: detector.session.run({detector.input.name: t})
-                    )
-                    clock.time(
-                        "infer_onnxruntime_f32", lambda t=tensor: reference.session.run({reference.input.name: t})
-                    )
-                    clock.time(
-                        "infer_openvino_int8_default", lambda t=tensor: default.session.run({default.input.name: t})
-                    )
+                    tensor, placement = _pre(clock, detector, frame, round_index + index, ring)
+                    runs = {
+                        name: clock.time(f"infer_{name}", lambda t=tensor, d=timed: d.session.run({d.input.name: t}))
+                        for name, timed in detectors.items()
+                    }
+                    outputs = runs["int8"]
                     _post(clock, detector, outputs, placement)
-            ran, also = detector.session.info, default.session.info
-    return _line(clock, rounds, f"{ran.backend} {ran.device} {ran.precision_label}", also.precision_label)
+            described = _describe(detectors, bundle)
+        finally:
+            for each in detectors.values():
+                each.close()
+    return _line(clock, rounds, described, list(detectors))
 
 
-def _line(clock: _Clock, rounds: int, ran: str, default_ran: str) -> dict[str, Any]:
+def _line(clock: _Clock, rounds: int, described: dict[str, str], timed: list[str]) -> dict[str, Any]:
     line = {
         "benchmark": "pipeline_stages", "model": "yolov4-tiny 416 (official weights, raw heads)",
         "frames": f"{len(PHOTOS)} Darknet photos resized to 1280x720", "rounds": rounds, "conf": CONF, "iou": IOU,
-        "int8_ran": ran, "int8_default_ran": default_ran,
-        "cpus": os.cpu_count(), "load_average_1min": round(os.getloadavg()[0], 2),
+        **described, "cpus": os.cpu_count(), "load_average_1min": round(os.getloadavg()[0], 2),
         "results_identical": True, "target": 0.15,
     }  # fmt: skip
     clock.kind = "wall"
-    infer = {
-        "openvino_int8": clock.median("infer_openvino_int8"),
-        "onnxruntime_f32": clock.median("infer_onnxruntime_f32"),
-        "openvino_int8_default_float_layers": clock.median("infer_openvino_int8_default"),
-    }
+    infer = {name: clock.median(f"infer_{name}") for name in timed}
     line["infer_wall_ms"] = {k: round(v, 3) for k, v in infer.items()}
     for kind in ("wall", "thread_cpu"):
         clock.kind = kind
-        line[kind] = _stages(clock, infer["openvino_int8"])
-        pre_post = line[kind]["pre_ms"]["now"] + line[kind]["post_ms"]["now"]
-        line[kind]["pre_post_over_int8_default_infer"] = round(
-            pre_post / infer["openvino_int8_default_float_layers"], 3
-        )
+        line[kind] = _stages(clock, infer["int8"])
+        if "int8_default_float_layers" in infer:
+            pre_post = line[kind]["pre_ms"]["stream"] + line[kind]["post_ms"]["now"]
+            line[kind]["pre_post_over_int8_default_infer"] = round(pre_post / infer["int8_default_float_layers"], 3)
     return line
 
 
@@ -231,6 +272,7 @@ def _stages(clock: _Clock, infer: float) -> dict[str, Any]:
     }  # fmt: skip
     now = {
         "resize": m("resize"), "colour_layout_normalise_pad": m("now_prepare") - m("resize"),
+        "stream_colour_layout_normalise": m("ring_prepare") - m("resize"),
         "read_outputs": m("read_outputs"), **{f"prefilter_head{h}": m(f"now_prefilter_head{h}") for h in heads},
         **{f"decode_head{h}": m(f"now_decode_head{h}") for h in heads},
         "filter": m("now_select") - m("now_nms"), "nms": m("now_nms"), "results": m("now_results"),
@@ -244,18 +286,20 @@ def _stages(clock: _Clock, infer: float) -> dict[str, Any]:
     post_now += m("now_select") + m("now_results")
     return {
         "before_ms": {k: round(v, 3) for k, v in before.items()}, "now_ms": {k: round(v, 3) for k, v in now.items()},
-        "pre_ms": {"before": round(pre_before, 3), "now": round(pre_now, 3)},
+        "pre_ms": {"before": round(pre_before, 3), "now": round(pre_now, 3), "stream": round(m("ring_prepare"), 3)},
         "post_ms": {"before": round(post_before, 3), "now": round(post_now, 3)},
         "pre_post_over_int8_infer": {"before": round((pre_before + post_before) / infer, 3),
-                                     "now": round((pre_now + post_now) / infer, 3)},
+                                     "now": round((pre_now + post_now) / infer, 3),
+                                     "stream": round((m("ring_prepare") + post_now) / infer, 3)},
     }  # fmt: skip
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--bundle", type=Path, help="a deploykit optimize bundle of YOLOv4-tiny (raw heads)")
     arguments = parser.parse_args()
-    print(json.dumps(measure(arguments.rounds)), flush=True)
+    print(json.dumps(measure(arguments.rounds, arguments.bundle)), flush=True)
     return 0
 
 

@@ -25,6 +25,10 @@ average). Prints JSON lines. Run:
 ``.venv/bin/python benchmarks/stream.py [--rounds 2] [--frames 60] [--model yolov4] [--loads 0,1]
 [--precisions f32,int8] [--backends onnxruntime,openvino]``.
 
+``--bundle DIR`` measures instead the configuration a ``deploykit optimize`` bundle holds (``Detector(DIR)``:
+its model file, backend, device, precision and threads), per load; without it, the INT8 rows are
+``deploykit.quantize``'s default model, not what ``optimize`` chooses, and their ``int8`` field says so.
+
 ``--peers`` measures instead nudenet's YOLOv8n on the same video through Ultralytics'
 ``YOLO(model).predict(video, stream=True)`` and through ``Detector.stream`` with ONNX Runtime f32 (the same
 backend) and OpenVINO INT8 (``--precisions f32`` leaves it out), in interleaved rounds: see ``stream_peers.py``.
@@ -54,10 +58,15 @@ from pipeline import nudenet_yolov8n  # noqa: E402
 
 import deploykit  # noqa: E402
 from deploykit.bench.load import BackgroundLoad, background_load  # noqa: E402
+from deploykit.optimize.bundle import read_bundle  # noqa: E402
 from tests.assets.paths import darknet_image  # noqa: E402
 from tests.assets.videos import pan_zoom_frames, read_video, write_video  # noqa: E402
 
 PHOTOS = ("dog.jpg", "eagle.jpg", "giraffe.jpg", "horses.jpg", "kite.jpg", "person.jpg", "scream.jpg")
+QUANTIZE_DEFAULT = (
+    "deploykit.quantize's default INT8 model (ONNX Runtime static QDQ), not the configuration deploykit optimize "
+    "chooses: pass --bundle DIR for that"
+)
 BACKEND_OPTIONS = {"onnxruntime": {}, "openvino": {"precision": "f32"}}  # OpenVINO's own bf16 hint off: f32 is f32
 
 
@@ -161,6 +170,26 @@ def run_peers(arguments: argparse.Namespace) -> None:
         peers(model, int8, video, folder, arguments.rounds, lambda line: print(json.dumps(line), flush=True))
 
 
+def run_bundle(arguments: argparse.Namespace) -> Iterator[dict]:
+    """``--bundle DIR``: the configuration ``deploykit optimize`` chose (``Detector(DIR)``), per load."""
+    manifest = read_bundle(arguments.bundle).manifest
+    name = f"bundle {arguments.bundle}: {manifest.model_file}"
+    with tempfile.TemporaryDirectory() as directory:
+        photo = cv2.imread(str(darknet_image("dog.jpg")))
+        video = write_video(Path(directory) / "dog-720p.mp4", pan_zoom_frames(photo, arguments.frames))
+        first = read_video(video)[0]
+        for threads in arguments.loads:
+            load = BackgroundLoad(threads)
+            with deploykit.Detector(arguments.bundle, conf=0.25) as detector:
+                with background_load(load):
+                    measured = measure(detector, video, first, arguments.rounds, arguments.frames)
+                    load_average = os.getloadavg()[0]
+                line = _line(
+                    name, manifest.variant, manifest.backend, detector, load, load_average, measured, arguments
+                )
+                yield {**line, "int8": "the bundle's configuration, as deploykit optimize chose it"}
+
+
 def run(arguments: argparse.Namespace) -> Iterator[dict]:
     with tempfile.TemporaryDirectory() as directory:
         folder = Path(directory)
@@ -183,7 +212,8 @@ def run(arguments: argparse.Namespace) -> Iterator[dict]:
                             with background_load(load):
                                 measured = measure(d, video, first, arguments.rounds, arguments.frames)
                                 load_average = os.getloadavg()[0]
-                            yield _line(name, precision, backend, d, load, load_average, measured, arguments)
+                            line = _line(name, precision, backend, d, load, load_average, measured, arguments)
+                            yield {**line, **({"int8": QUANTIZE_DEFAULT} if precision == "int8" else {})}
 
 
 def _stage_means(summaries: list[dict], stages: tuple[str, ...]) -> dict[str, float]:
@@ -246,13 +276,15 @@ def main() -> int:
                         help="busy threads during the measurement, e.g. 0,1")  # fmt: skip
     parser.add_argument("--precisions", type=_list, default=["f32", "int8"])
     parser.add_argument("--backends", type=_list, default=list(BACKEND_OPTIONS))
+    parser.add_argument("--bundle", type=Path,
+                        help="instead: the configuration of this deploykit optimize bundle")  # fmt: skip
     parser.add_argument("--peers", action="store_true",
                         help="instead: YOLOv8n beside Ultralytics (stream_peers.py)")  # fmt: skip
     arguments = parser.parse_args()
     if arguments.peers:
         run_peers(arguments)
         return 0
-    for line in run(arguments):
+    for line in run_bundle(arguments) if arguments.bundle else run(arguments):
         print(json.dumps(line), flush=True)
     return 0
 
