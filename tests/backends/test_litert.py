@@ -293,3 +293,24 @@ def test_reduced_weights_convert_and_say_so(
     expected = _onnxruntime(source, _feeds())
     cosine = float(np.dot(got.ravel(), expected.ravel()) / np.linalg.norm(got) / np.linalg.norm(expected))
     assert cosine > 0.999
+
+
+@pytest.mark.converter
+@pytest.mark.slow
+def test_converting_a_dynamic_batch_model_leaves_the_users_file_as_it_was(converter: None, tmp_path: Path) -> None:
+    # onnx2tf writes the shape-fixed model back to the path it converts: that path must be deploykit's copy
+    import hashlib
+
+    from tests.assets.catalog import mlp_dynamic_batch
+
+    source = tmp_path / "mlp_dynamic_batch.onnx"
+    model = mlp_dynamic_batch()
+    model.doc_string = f"converted by this test only: {tmp_path}"  # never in the conversion cache yet
+    onnx.save(model, source)
+    before = hashlib.sha256(source.read_bytes()).hexdigest()
+    with deploykit.load(source, backend="litert") as session:
+        assert [str(s) for s in session.inputs.values()] == ["x: float32(batch, 8)"]
+    assert hashlib.sha256(source.read_bytes()).hexdigest() == before
+    assert not source.is_symlink() and [p.name for p in tmp_path.iterdir()] == [source.name]
+    with deploykit.load(source, backend="onnxruntime") as session:
+        assert [str(s) for s in session.inputs.values()] == ["x: float32(batch, 8)"]

@@ -76,8 +76,9 @@ def convert(job: dict[str, Any]) -> dict[str, Any]:
     os.chdir(work)
     write_sample(work)
     model = Path(job["model"])
+    # a copy, never a link: onnx2tf writes the model back to its input path when it fixes input shapes
     source = work / "model.onnx"
-    source.symlink_to(model)
+    shutil.copyfile(model, source)
     log = out / "onnx2tf.log"
     shapes = [f"{name}:{','.join(str(d) for d in shape)}" for name, shape in job["shapes"].items()]
     caught: BaseException | None = None
