@@ -190,7 +190,7 @@ def runtime_versions() -> tuple[RuntimeVersion, ...]:
         except DeployKitError as exc:  # a plug-in that cannot load is one row, never the whole report
             rows.append(RuntimeVersion(name, {}, False, reason=str(exc)))
             continue
-        distributions = _distributions(backend.distributions or (backend.module,))
+        distributions = _distributions(backend.runtime.packages())
         reason = backend.unavailable_reason()
         if reason is not None:
             rows.append(RuntimeVersion(backend.name, distributions, False, reason=reason))

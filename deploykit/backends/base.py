@@ -17,14 +17,15 @@ from typing import Any, ClassVar
 import numpy as np
 
 from deploykit.backends.converted import Carried
+from deploykit.backends.legacy import OldBackendNames
 from deploykit.backends.options import OptionSpec, validate_options
+from deploykit.backends.traits import LoadWording, OraclePolicy, RuntimePackage, SearchTraits, last_meaningful_line
 from deploykit.backends.validation import FastCheck, validate_feeds
-from deploykit.backends.values import kind_refusal, last_meaningful_line, owned_output, sentence
+from deploykit.backends.values import kind_refusal, owned_output, sentence
 from deploykit.errors import (
     BackendError,
     BackendUnavailableError,
     DeployKitError,
-    DeviceUnavailableError,
     InputError,
     InvalidModelError,
     PrecisionUnavailableError,
@@ -300,6 +301,31 @@ def _non_utf8_string_tensors(model: Model) -> list[str]:
     return found
 
 
+def _load_error(backend: Backend, model: Model, exc: BaseException) -> DeployKitError:
+    """A runtime exception while loading, as one deploykit error: an ONNX file that fails the ONNX
+    checker gets the same message on every backend (``check_onnx``, on the model already read);
+    anything else the runtime cannot load is an ``UnsupportedModelError`` worded by the backend's ``wording``."""
+    from deploykit.model import check_onnx
+
+    if model.proto is not None:
+        try:
+            check_onnx(model)
+        except DeployKitError as broken:
+            return broken
+    if isinstance(exc, UnicodeDecodeError):  # the model's text, not the runtime's failure
+        named = ", ".join(f"'{n}'" for n in _non_utf8_string_tensors(model)) or "a string tensor"
+        return InvalidModelError(
+            f"model '{model.path.name}' | {named} holds bytes that are not UTF-8 text ({exc.reason} at byte "
+            f"{exc.start}); ONNX strings are UTF-8, so {backend.subject()} cannot read it.",
+            hint="fix the model's string values (its initializers or Constant nodes).",
+        )
+    wording = backend.wording
+    return UnsupportedModelError(
+        f"{backend.subject()} | cannot {wording.verb} '{model.path.name}': {sentence(wording.explain(exc))}",
+        hint=wording.hint_about(exc),
+    )
+
+
 def _registered(name: str) -> Backend | None:
     """The registered backend a session belongs to (None for a backend class no registry lists)."""
     from deploykit.backends.registry import get_backend
@@ -310,7 +336,7 @@ def _registered(name: str) -> Backend | None:
         return None
 
 
-class Backend(abc.ABC):
+class Backend(OldBackendNames, abc.ABC):
     """A runtime plug-in: stateless, cheap to construct, imports its runtime lazily.
 
     Subclasses set ``name``, ``aliases``, ``pip_extra``, ``module`` and ``options``
@@ -321,36 +347,15 @@ class Backend(abc.ABC):
     """How the registry recognises a plug-in's class without importing this module (which looks backends up there)."""
     name: ClassVar[str]
     aliases: ClassVar[tuple[str, ...]] = ()
-    pip_extra: ClassVar[str]
-    module: ClassVar[str]
+    runtime: ClassVar[RuntimePackage]
+    """The package that provides the runtime: the module imported, the pip extra, the distributions."""
     default_device: ClassVar[str] = "cpu"
-    virtual_devices: ClassVar[tuple[str, ...]] = ()
-    """Device names that choose among the real devices (OpenVINO's ``AUTO``): a default sweep over
-    every device leaves them out, since the devices they choose among are listed themselves."""
-    independent_oracle: ClassVar[bool] = False
-    """True when the backend shares no code with the runtimes it may check (the verification
-    subsystem then treats its outputs as an independent oracle, not as another candidate)."""
-    distributions: ClassVar[tuple[str, ...]] = ()
-    """Package names that provide the runtime (for the device fingerprint); default: ``module``."""
-
-    def oracle_label(self, device: str) -> str:
-        """How a verification names this backend when it is the oracle (``onnxruntime:cpu``)."""
-        return f"{self.name}:{device}"
-
-    def oracle_blind_spot(self, model: Model) -> str | None:
-        """Why this backend must not judge ``model`` as an oracle: a construct it is known to compute
-        wrongly (the verification then says ``unverified`` with this reason); None when there is none."""
-        return None
-
-    cpu_distribution: ClassVar[str | None] = None
-    """The package of the runtime's CPU-only build, which emulated targets (``deploykit.platforms``)
-    install; default: the package installed here."""
-    default_candidate: ClassVar[bool] = True
-    """False keeps the backend out of the default backend × device sweeps (bench, compare)."""
-    searched_when_ready: ClassVar[bool] = False
-    """True for a backend left out of the default sweeps only because opening an ``.onnx`` model needs
-    something the user creates (``onnx_unavailable_reason``: LiteRT's converter environment): ``optimize``
-    searches it once that is ready and says why not otherwise, and emulated targets install its runtime."""
+    oracle: ClassVar[OraclePolicy] = OraclePolicy()
+    """How verification treats the backend as an oracle: independent or a candidate, its label, its blind spots."""
+    search: ClassVar[SearchTraits] = SearchTraits()
+    """Which default backend × device sweeps (bench, compare, optimize) take the backend, and on which devices."""
+    wording: ClassVar[LoadWording] = LoadWording()
+    """How a failure to load a model is worded: the failing step, the hint, the runtime exceptions translated."""
     options: ClassVar[Mapping[str, OptionSpec | str]] = {}
     """Option name → ``OptionSpec`` (type, range, default, doc), validated by ``open`` before loading."""
     formats: ClassVar[tuple[str, ...]] = (".onnx",)
@@ -365,11 +370,12 @@ class Backend(abc.ABC):
         import importlib
 
         try:
-            return importlib.import_module(self.module)
+            return importlib.import_module(self.runtime.module)
         except Exception as exc:
             raise BackendUnavailableError(
-                f"backend '{self.name}' | cannot import '{self.module}' ({type(exc).__name__}: {exception_line(exc)}).",
-                hint=f"pip install 'deploykit[{self.pip_extra}]'.",
+                f"backend '{self.name}' | cannot import '{self.runtime.module}' "
+                f"({type(exc).__name__}: {exception_line(exc)}).",
+                hint=f"pip install 'deploykit[{self.runtime.pip_extra}]'.",
             ) from exc
 
     def unavailable_reason(self) -> str | None:
@@ -519,7 +525,7 @@ class Backend(abc.ABC):
         except (DeployKitError, MemoryError):
             raise
         except Exception as exc:  # the runtime's own exception, translated in one place for every backend
-            raise self.load_error(read, exc) from exc
+            raise _load_error(self, read, exc) from exc
         session.info.precision_requested = requested
         # the weights' precision as the session found it in the file (LiteRT's int8 weights), else the model's
         session.info.model_precision = session.info.model_precision or getattr(read, "precision", None) or None
@@ -549,41 +555,9 @@ class Backend(abc.ABC):
             "allow_fallback=True (--allow-fallback) to let the runtime choose and have the substitute reported.",
         )
 
-    load_verb: ClassVar[str] = "load"
-    """How the message names the failing step: ``cannot load`` (ORT), ``cannot read`` (OpenVINO) ..."""
-    load_hint: ClassVar[str] = "try another backend, or 'deploykit inspect' the model for unusual ops."
-
-    def explain(self, exc: BaseException) -> str:
-        """The runtime's reason in one line: the backend's translation table for its exceptions
-        (the default keeps the last line that says something, where most runtimes put the reason)."""
-        return last_meaningful_line(exc)
-
     def subject(self) -> str:
         """How messages name the backend: ``backend 'openvino'``."""
         return f"backend '{self.name}'"
-
-    def load_error(self, model: Model, exc: BaseException) -> DeployKitError:
-        """A runtime exception while loading, as one deploykit error: an ONNX file that fails the ONNX
-        checker gets the same message on every backend (``check_onnx``, on the model already read);
-        anything else the runtime cannot load is an ``UnsupportedModelError`` with the backend's ``explain``."""
-        from deploykit.model import check_onnx
-
-        if model.proto is not None:
-            try:
-                check_onnx(model)
-            except DeployKitError as broken:
-                return broken
-        if isinstance(exc, UnicodeDecodeError):  # the model's text, not the runtime's failure
-            named = ", ".join(f"'{n}'" for n in _non_utf8_string_tensors(model)) or "a string tensor"
-            return InvalidModelError(
-                f"model '{model.path.name}' | {named} holds bytes that are not UTF-8 text ({exc.reason} at byte "
-                f"{exc.start}); ONNX strings are UTF-8, so {self.subject()} cannot read it.",
-                hint="fix the model's string values (its initializers or Constant nodes).",
-            )
-        return UnsupportedModelError(
-            f"{self.subject()} | cannot {self.load_verb} '{model.path.name}': {sentence(self.explain(exc))}",
-            hint=self.load_hint,
-        )
 
     @abc.abstractmethod
     def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
@@ -603,9 +577,3 @@ class Backend(abc.ABC):
         refusal = kind_refusal(self.subject(), self.name, model_path, inputs, outputs, self.value_kinds)
         if refusal is not None:
             raise refusal
-
-    def _device_error(self, device: str, reason: str, hint: str) -> DeviceUnavailableError:
-        return DeviceUnavailableError(
-            f"backend '{self.name}' | device '{device}' cannot be used: {reason}",
-            hint=hint,
-        )

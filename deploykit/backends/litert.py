@@ -29,6 +29,7 @@ from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.converted import Carried
 from deploykit.backends.litert_layout import LiteRtLayout, io_ports, match, own_specs, read_io, signature_ports
 from deploykit.backends.options import OptionSpec
+from deploykit.backends.traits import LoadWording, RuntimePackage, SearchTraits
 from deploykit.errors import InputError, ModelNotFoundError, UnsupportedModelError, UsageError
 from deploykit.model import Model
 from deploykit.tensors import TensorSpec
@@ -41,14 +42,11 @@ class LiteRtBackend(Backend):
 
     name = "litert"
     aliases = ("tflite", "tensorflow-lite")
-    pip_extra = "litert"
-    module = "ai_edge_litert.interpreter"
-    distributions = ("ai-edge-litert",)
+    runtime = RuntimePackage(module="ai_edge_litert.interpreter", pip_extra="litert", distributions=("ai-edge-litert",))
     formats = (".onnx", ".tflite")
     # Opening an .onnx model needs the converter environment, which only the user creates: a default
     # sweep (compare, bench) must not stop at a missing environment, so LiteRT is asked for by name.
-    default_candidate = False
-    searched_when_ready = True
+    search = SearchTraits(default_candidate=False, searched_when_ready=True)
     options: ClassVar[Mapping[str, OptionSpec | str]] = {
         "threads": OptionSpec("interpreter threads (0 = LiteRT's default)", "int", 0, low=0, per_cpu=True),
         "xnnpack": OptionSpec("XNNPACK kernels (false: LiteRT's reference builtin kernels)", "bool", True),
@@ -59,7 +57,7 @@ class LiteRtBackend(Backend):
             choices=WEIGHTS,
         ),
     }
-    load_hint = "try another backend, or 'deploykit inspect' the model for ops onnx2tf or LiteRT lack."
+    wording = LoadWording(hint="try another backend, or 'deploykit inspect' the model for ops onnx2tf or LiteRT lack.")
     converted_weights: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         "int8": {"weights": "int8"},  # dynamic range: int8 weights, float activations
         "f16": {"weights": "f16"},

@@ -35,6 +35,7 @@ from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.converted import Carried
 from deploykit.backends.mnn_convert import CONVERTER_VARIABLE
 from deploykit.backends.options import OptionSpec, cpu_count
+from deploykit.backends.traits import LoadWording, RuntimePackage
 from deploykit.errors import InputError, ModelError, ModelNotFoundError, UnsupportedModelError, UsageError
 from deploykit.model import Model
 from deploykit.tensors import TensorSpec
@@ -140,9 +141,7 @@ class MnnBackend(Backend):
     converting ONNX models."""
 
     name = "mnn"
-    pip_extra = "mnn"
-    module = "MNN"
-    distributions = ("mnn",)
+    runtime = RuntimePackage(module="MNN", pip_extra="mnn", distributions=("mnn",))
     formats = (".onnx", ".mnn")
     options: ClassVar[Mapping[str, OptionSpec | str]] = {
         "precision": OptionSpec(
@@ -165,11 +164,11 @@ class MnnBackend(Backend):
             False,
         ),
     }
-    load_hint = "try another backend, or 'deploykit inspect' the model for ops MNN lacks."
+    wording = LoadWording(hint="try another backend, or 'deploykit inspect' the model for ops MNN lacks.")
 
     def import_runtime(self) -> Any:
-        if self.module in sys.modules:
-            return sys.modules[self.module]
+        if self.runtime.module in sys.modules:
+            return sys.modules[self.runtime.module]
         with captured_stdout():
             return super().import_runtime()
 
@@ -253,7 +252,7 @@ class MnnBackend(Backend):
         if module is None:
             reason = " ".join(line.strip() for line in "".join(said).splitlines() if "device supports" not in line)
             raise UnsupportedModelError(
-                f"backend 'mnn' | cannot load '{model.path.name}': {reason or failure}.", hint=self.load_hint
+                f"backend 'mnn' | cannot load '{model.path.name}': {reason or failure}.", hint=self.wording.hint
             )
         feed_types = _feed_types(module, specs_in, model.path.name)
         precision_note = None if asked in (None, ran) else f"MNN runs {ran} here, not {asked}"

@@ -119,9 +119,9 @@ def runtime_info() -> dict[str, Any]:
 
     runtimes: dict[str, Any] = {}
     for backend in all_backends():
-        entry: dict[str, Any] = {"distributions": _installed(backend.distributions or (backend.module,))}
+        entry: dict[str, Any] = {"distributions": _installed(backend.runtime.packages())}
         runtimes[backend.name] = entry
-        if backend.module not in sys.modules:
+        if backend.runtime.module not in sys.modules:
             continue
         reason = backend.unavailable_reason()
         if reason:

@@ -276,7 +276,7 @@ def make_variants(
 def search_specs(given: Sequence[str] | None) -> tuple[list[str], list[str]]:
     """The backend specs ``optimize`` searches, and a note for each backend it leaves out: the given
     ones; else every default candidate, and every backend searched once the user has made it ready
-    (``Backend.searched_when_ready``: LiteRT with its converter environment) when it is, named with the
+    (``Backend.search.searched_when_ready``: LiteRT with its converter environment) when it is, named with the
     reason and the command that readies it when it is not. Nothing is created here."""
     from deploykit.backends.registry import backend_names, get_backend
     from deploykit.verify.check import default_backend_specs
@@ -286,13 +286,13 @@ def search_specs(given: Sequence[str] | None) -> tuple[list[str], list[str]]:
     specs, notes = default_backend_specs(), []
     for name in backend_names():
         backend = get_backend(name)
-        if backend.default_candidate or not backend.searched_when_ready or not backend.is_available():
+        if backend.search.default_candidate or not backend.search.searched_when_ready or not backend.is_available():
             continue
         reason = backend.onnx_unavailable_reason()
         if reason is not None:
             notes.append(f"{name}: not searched ({reason})")
             continue
-        specs += [f"{name}:{device}" for device in backend.devices() if device.upper() not in backend.virtual_devices]
+        specs += [f"{name}:{device}" for device in backend.search.swept_devices(backend.devices())]
     return specs, notes
 
 

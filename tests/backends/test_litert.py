@@ -127,8 +127,8 @@ def test_the_backend_is_registered_for_tflite_and_asked_for_by_name() -> None:
     assert ".tflite" in backend.formats
     assert backend.devices() == ["cpu"]
     assert backend.precisions("cpu") == ["f32"]
-    assert backend.default_candidate is False  # a default sweep must not need the converter environment
-    assert backend.searched_when_ready is True  # optimize searches it once that environment is ready
+    assert backend.search.default_candidate is False  # a default sweep must not need the converter environment
+    assert backend.search.searched_when_ready is True  # optimize searches it once that environment is ready
 
 
 def test_a_json_of_another_tflite_is_refused(tmp_path: Path) -> None:
