@@ -196,7 +196,9 @@ def runtime_versions() -> tuple[RuntimeVersion, ...]:
             rows.append(RuntimeVersion(backend.name, distributions, False, reason=reason))
             continue
         try:
-            rows.append(RuntimeVersion(backend.name, distributions, True, backend.version(), backend.build_info()))
+            rows.append(
+                RuntimeVersion(backend.name, distributions, True, backend.version(), backend.runtime.build_info())
+            )
         except Exception as exc:  # a runtime that imports but cannot say its version or build
             rows.append(RuntimeVersion(backend.name, distributions, False, reason=f"{type(exc).__name__}: {exc}"))
     return tuple(rows)

@@ -16,10 +16,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from deploykit.backends.converted import Carried
 from deploykit.backends.legacy import OldBackendNames
 from deploykit.backends.options import OptionSpec, validate_options
-from deploykit.backends.traits import LoadWording, OraclePolicy, RuntimePackage, SearchTraits, last_meaningful_line
+from deploykit.backends.traits import (
+    Conversion,
+    LoadWording,
+    OraclePolicy,
+    RuntimePackage,
+    SearchTraits,
+    last_meaningful_line,
+)
 from deploykit.backends.validation import FastCheck, validate_feeds
 from deploykit.backends.values import kind_refusal, owned_output, sentence
 from deploykit.errors import (
@@ -354,6 +360,8 @@ class Backend(OldBackendNames, abc.ABC):
     """How verification treats the backend as an oracle: independent or a candidate, its label, its blind spots."""
     search: ClassVar[SearchTraits] = SearchTraits()
     """Which default backend × device sweeps (bench, compare, optimize) take the backend, and on which devices."""
+    conversion: ClassVar[Conversion] = Conversion()
+    """How a backend that converts ONNX into its runtime's own format reaches bundles, caches and ``optimize``."""
     wording: ClassVar[LoadWording] = LoadWording()
     """How a failure to load a model is worded: the failing step, the hint, the runtime exceptions translated."""
     options: ClassVar[Mapping[str, OptionSpec | str]] = {}
@@ -389,33 +397,6 @@ class Backend(OldBackendNames, abc.ABC):
     def is_available(self) -> bool:
         return self.unavailable_reason() is None
 
-    converted_weights: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
-    """Reduced-precision files the backend's own converter makes from a float ``.onnx`` model, by the
-    precision they are judged at (``int8``, ``f16``), with the options that open them (LiteRT's
-    ``weights``): ``optimize`` searches each as a model variant of this backend alone."""
-
-    def converted_file(self, model: Model, options: Mapping[str, Any]) -> Path | None:
-        """The file in the runtime's own format that this backend runs for the ``.onnx`` ``model`` with
-        ``options``, converted now (into the converted-model cache) when it is not there yet; None for a
-        backend that runs the ``.onnx`` file itself (the default).
-
-        Raises:
-            BackendUnavailableError: the converter is not installed (or its environment not created).
-            UnsupportedModelError: the converter cannot take the model.
-        """
-        return None
-
-    def carry(self, model: Model, options: Mapping[str, Any], folder: Path, stem: str) -> Carried | None:
-        """Write the converted file of ``model`` (see ``converted_file``) and what opens it with the ONNX
-        interface (the ``.json`` beside it) into ``folder`` as ``stem.*``, for a bundle that must open
-        where nothing converts; None for a backend that runs the ``.onnx`` file itself (the default)."""
-        return None
-
-    def onnx_unavailable_reason(self) -> str | None:
-        """Why the backend cannot open ``.onnx`` models here although its runtime imports (a converter
-        environment the user has not created yet), with the hint that fixes it; None when it can."""
-        return None
-
     @abc.abstractmethod
     def version(self) -> str:
         """Runtime package and version, e.g. ``openvino 2026.4.1``."""
@@ -426,16 +407,6 @@ class Backend(OldBackendNames, abc.ABC):
 
     def unavailable_devices(self) -> dict[str, str]:
         """Devices the backend knows but this machine cannot use, with the reason (for ``backends``)."""
-        return {}
-
-    def emulated_environment(self) -> dict[str, str]:
-        """Variables a worker of this backend needs when it runs under emulation on another
-        architecture (``deploykit.platforms``): a host program it calls, for instance, since the
-        target's build of that program cannot be started without the kernel's binfmt set up."""
-        return {}
-
-    def build_info(self) -> dict[str, Any]:
-        """Build details of the imported runtime worth recording in a report (providers, CPU features)."""
         return {}
 
     def precisions(self, device: str | None = None) -> list[str]:
@@ -458,38 +429,25 @@ class Backend(OldBackendNames, abc.ABC):
     def read_model(self, model: Model | str | os.PathLike[str]) -> Model:
         """The ``Model`` this backend opens: a ``Model`` as given; a path read once with ``Model.open``,
         except a file in one of the backend's native formats (``formats`` other than ``.onnx``), which is
-        its runtime's to read: its ``Model`` has the interface ``recorded_interface`` finds beside it, else
+        its runtime's to read: its ``Model`` has the interface ``conversion.recorded_interface`` finds beside it, else
         only its path, format and hash, and the session supplies the interface. A backend that can say
         the interface of its own format otherwise overrides this (OpenCV reads a Darknet ``.cfg``'s).
 
         Raises:
             ModelNotFoundError, InvalidModelError: as ``Model.open``.
-            ModelError: ``recorded_interface`` found a file it cannot read.
+            ModelError: ``conversion.recorded_interface`` found a file it cannot read.
         """
-        if isinstance(model, Model) and (model.inputs or model.format not in self.native_formats()):
+        native = {suffix.lower() for suffix in self.formats} - {".onnx"}
+        if isinstance(model, Model) and (model.inputs or model.format not in native):
             return model
         path = model.path if isinstance(model, Model) else Path(model)
-        if path.suffix.lower() not in self.native_formats():
+        if path.suffix.lower() not in native:
             return as_model(path)
-        recorded = self.recorded_interface(path) if path.is_file() else None
+        recorded = self.conversion.recorded_interface(path) if path.is_file() else None
         if recorded is None:
             return model if isinstance(model, Model) else Model.native(path)
         specs_in, specs_out, metadata_props = recorded
         return Model.native(path, tuple(specs_in), tuple(specs_out), metadata_props=metadata_props)
-
-    def recorded_interface(self, path: Path) -> tuple[list[TensorSpec], list[TensorSpec], dict[str, str]] | None:
-        """The ONNX inputs, outputs and metadata recorded beside a native file by deploykit's export of it
-        (``interface_file(path)``), None when nothing is recorded; read without loading the runtime. The
-        default records nothing; a converting backend whose files lose the ONNX interface overrides it.
-
-        Raises:
-            ModelError: a recorded interface is there but cannot be read.
-        """
-        return None
-
-    def native_formats(self) -> set[str]:
-        """The suffixes of ``formats`` that are the runtime's own (not ``.onnx``), lower case."""
-        return {suffix.lower() for suffix in self.formats} - {".onnx"}
 
     def open(
         self,

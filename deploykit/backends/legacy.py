@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from deploykit.backends.traits import LoadWording, OraclePolicy, RuntimePackage, SearchTraits, device_error
+from deploykit.backends.traits import Conversion, LoadWording, OraclePolicy, RuntimePackage, SearchTraits, device_error
 from deploykit.deprecation import warn_deprecated
 
 
@@ -32,6 +32,7 @@ _VALUES: dict[str, type] = {
     "search": SearchTraits,
     "wording": LoadWording,
     "runtime": RuntimePackage,
+    "conversion": Conversion,
 }
 
 MOVED: dict[str, _Moved] = {
@@ -48,6 +49,13 @@ MOVED: dict[str, _Moved] = {
     "pip_extra": _Moved("runtime", "pip_extra"),
     "distributions": _Moved("runtime", "distributions"),
     "cpu_distribution": _Moved("runtime", "cpu_distribution"),
+    "emulated_environment": _Moved("runtime", "emulated_environment", hook=True),
+    "build_info": _Moved("runtime", "build_info", hook=True),
+    "converted_weights": _Moved("conversion", "weights"),
+    "converted_file": _Moved("conversion", "converted_file", hook=True),
+    "carry": _Moved("conversion", "carry", hook=True),
+    "recorded_interface": _Moved("conversion", "recorded_interface", hook=True),
+    "onnx_unavailable_reason": _Moved("conversion", "onnx_unavailable_reason", hook=True),
 }
 
 

@@ -87,11 +87,25 @@ def applied_precisions() -> tuple[str, ...]:
     return tuple(found)
 
 
+def _emulated_environment() -> dict[str, str]:
+    """pnnx only converts the file (the same on every architecture); under emulation the worker
+    runs the host's pnnx natively, since the target's pnnx executable cannot be started there
+    without binfmt. ncnn itself, which computes, is the target's build."""
+    from deploykit.backends.ncnn_convert import PNNX_VARIABLE, pnnx_executable
+
+    try:
+        return {PNNX_VARIABLE: str(pnnx_executable())}
+    except DeployKitError:
+        return {}
+
+
 class NcnnBackend(Backend):
     """Tencent ncnn through its Python bindings, with pnnx converting ONNX models."""
 
     name = "ncnn"
-    runtime = RuntimePackage(module="ncnn", pip_extra="ncnn", distributions=("ncnn", "pnnx"))
+    runtime = RuntimePackage(
+        module="ncnn", pip_extra="ncnn", distributions=("ncnn", "pnnx"), emulated_environment=_emulated_environment
+    )
     formats = (".onnx", ".param")
     options: ClassVar[Mapping[str, OptionSpec | str]] = {
         "precision": OptionSpec(
@@ -121,17 +135,6 @@ class NcnnBackend(Backend):
     def unavailable_devices(self) -> dict[str, str]:
         self.import_runtime()
         return {} if gpu_count() else {"vulkan": "ncnn finds no Vulkan device (no GPU, driver or libvulkan)"}
-
-    def emulated_environment(self) -> dict[str, str]:
-        """pnnx only converts the file (the same on every architecture); under emulation the worker
-        runs the host's pnnx natively, since the target's pnnx executable cannot be started there
-        without binfmt. ncnn itself, which computes, is the target's build."""
-        from deploykit.backends.ncnn_convert import PNNX_VARIABLE, pnnx_executable
-
-        try:
-            return {PNNX_VARIABLE: str(pnnx_executable())}
-        except DeployKitError:
-            return {}
 
     def precisions(self, device: str | None = None) -> list[str]:
         """On the CPU: f32, and f16/bf16 where ncnn really stores activations so here (see

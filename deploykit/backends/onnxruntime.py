@@ -113,13 +113,21 @@ def _ir_version_hint(exc: BaseException) -> str | None:
     )
 
 
+def _build_info() -> dict[str, Any]:
+    return {"build_providers": OnnxRuntimeBackend().import_runtime().get_available_providers()}
+
+
 class OnnxRuntimeBackend(Backend):
     """ONNX Runtime with its CPU, CUDA and TensorRT execution providers."""
 
     name = "onnxruntime"
     aliases = ("ort",)
     runtime = RuntimePackage(
-        module="onnxruntime", pip_extra="onnxruntime", distributions=_DISTRIBUTIONS, cpu_distribution="onnxruntime"
+        module="onnxruntime",
+        pip_extra="onnxruntime",
+        distributions=_DISTRIBUTIONS,
+        cpu_distribution="onnxruntime",
+        build_info=_build_info,
     )
     options: ClassVar[Mapping[str, OptionSpec | str]] = {
         "threads": OptionSpec("intra-op threads (0 = runtime default)", "int", 0, low=0, per_cpu=True),
@@ -149,9 +157,6 @@ class OnnxRuntimeBackend(Backend):
             elif (problem := _provider_library_problem(provider)) is not None:
                 problems[kind] = problem
         return problems
-
-    def build_info(self) -> dict[str, Any]:
-        return {"build_providers": self.import_runtime().get_available_providers()}
 
     def devices(self) -> list[str]:
         ort = self.import_runtime()

@@ -51,6 +51,12 @@ def _cv_message(exc: BaseException) -> str:
     return " ".join(" ".join(line for line in lines if line).split())
 
 
+def _build_info() -> dict[str, Any]:
+    build = OpenCvBackend().import_runtime().getBuildInformation()
+    keys = ("Parallel framework", "CPU/HW features", "Baseline", "OpenCL:", "CUDA:")
+    return {"build": [" ".join(line.split()) for line in build.splitlines() if any(k in line for k in keys)][:8]}
+
+
 class OpenCvBackend(Backend):
     """OpenCV's DNN module with its own CPU kernels, OpenCL or CUDA."""
 
@@ -66,6 +72,7 @@ class OpenCvBackend(Backend):
             "opencv-contrib-python",
         ),
         cpu_distribution="opencv-python-headless",
+        build_info=_build_info,
     )  # an emulated target installs the headless build
     formats = (".onnx", ".cfg")
     options: ClassVar[Mapping[str, OptionSpec | str]] = {
@@ -83,11 +90,6 @@ class OpenCvBackend(Backend):
 
     def subject(self) -> str:
         return f"backend 'opencv' ({self.import_runtime().__version__})"
-
-    def build_info(self) -> dict[str, Any]:
-        build = self.import_runtime().getBuildInformation()
-        keys = ("Parallel framework", "CPU/HW features", "Baseline", "OpenCL:", "CUDA:")
-        return {"build": [" ".join(line.split()) for line in build.splitlines() if any(k in line for k in keys)][:8]}
 
     def version(self) -> str:
         cv2 = self.import_runtime()

@@ -1,23 +1,30 @@
 """What a backend declares about itself besides opening models, one small frozen value per concern:
 how verification treats it as an oracle (``OraclePolicy``), which default sweeps include it
-(``SearchTraits``), how its load failures are worded (``LoadWording``) and which package provides its
-runtime (``RuntimePackage``), with the wording the values share (a runtime's reason as one line, an unusable
-device). A ``Backend`` subclass sets one attribute per concern
-(``oracle = OraclePolicy(independent=True)``); the fields it leaves out keep their defaults.
+(``SearchTraits``), how its load failures are worded (``LoadWording``), which package provides its
+runtime (``RuntimePackage``) and how it converts ONNX into its runtime's own format (``Conversion``);
+with the wording the values share (a runtime's reason as one line, an unusable device). A ``Backend``
+subclass sets one attribute per concern (``oracle = OraclePolicy(independent=True)``); the fields it
+leaves out keep their defaults.
 
 Nothing here imports a runtime or the registry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from deploykit.backends.converted import Carried
 from deploykit.errors import DeviceUnavailableError
+from deploykit.tensors import TensorSpec
 
 if TYPE_CHECKING:
     from deploykit.model import Model
+
+Interface = tuple[list[TensorSpec], list[TensorSpec], dict[str, str]]
+"""The ONNX inputs, outputs and metadata recorded beside a file in a runtime's own format."""
 
 DEFAULT_LOAD_HINT = "try another backend, or 'deploykit inspect' the model for unusual ops."
 
@@ -119,13 +126,56 @@ class RuntimePackage:
         distributions: the package names that provide it (for the device fingerprint); default: ``module``.
         cpu_distribution: the package of the runtime's CPU-only build, which emulated targets
             (``deploykit.platforms``) install; default: the package installed here.
+        emulated_environment: the variables a worker of the backend needs when it runs under emulation on
+            another architecture: a host program it calls, for instance, since the target's build of that
+            program cannot be started without the kernel's binfmt set up. Called only when the runtime imports.
+        build_info: build details of the imported runtime worth recording in a report (providers, CPU
+            features). Called only when the runtime imports.
     """
 
     module: str
     pip_extra: str
     distributions: tuple[str, ...] = ()
     cpu_distribution: str | None = None
+    emulated_environment: Callable[[], dict[str, str]] = dict
+    build_info: Callable[[], dict[str, Any]] = dict
 
     def packages(self) -> tuple[str, ...]:
         """The distributions to look for: ``distributions``, or the module's name when none is listed."""
         return self.distributions or (self.module,)
+
+
+def _runs_onnx_itself(*_: Any) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Conversion:
+    """How a backend that converts ONNX into its runtime's own format (MNN, LiteRT) reaches every place the
+    others are; the default is a backend that runs the ``.onnx`` file itself. Each hook is a function of
+    its arguments alone (backends are stateless).
+
+    Attributes:
+        converted_file: ``(model, options)`` → the file in the runtime's format that the backend runs for the
+            ``.onnx`` ``model`` with ``options``, converted now (into the converted-model cache) when it is
+            not there yet; None for a model the runtime reads itself. Raises ``BackendUnavailableError``
+            when the converter is not installed, ``UnsupportedModelError`` when it cannot take the model.
+        carry: ``(model, options, folder, stem)`` → the converted file and what opens it with the ONNX
+            interface (the ``.json`` beside it) written into ``folder`` as ``stem.*``, for a bundle that must
+            open where nothing converts; None when nothing needs carrying.
+        recorded_interface: ``(path)`` → the ONNX inputs, outputs and metadata recorded beside a native file
+            by deploykit's export of it, None when nothing is recorded; read without loading the runtime.
+            Raises ``ModelError`` when a recorded interface is there but cannot be read.
+        onnx_unavailable_reason: ``()`` → why the backend cannot open ``.onnx`` models here although its
+            runtime imports (a converter environment the user has not created yet), with the hint that fixes
+            it; None when it can.
+        weights: reduced-precision files the converter makes from a float ``.onnx`` model, by the precision
+            they are judged at (``int8``, ``f16``), with the options that open them (LiteRT's ``weights``):
+            ``optimize`` searches each as a model variant of this backend alone.
+    """
+
+    converted_file: Callable[[Model, Mapping[str, Any]], Path | None] = _runs_onnx_itself
+    carry: Callable[[Model, Mapping[str, Any], Path, str], Carried | None] = _runs_onnx_itself
+    recorded_interface: Callable[[Path], Interface | None] = _runs_onnx_itself
+    onnx_unavailable_reason: Callable[[], str | None] = _runs_onnx_itself
+    weights: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)

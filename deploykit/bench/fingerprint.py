@@ -128,7 +128,7 @@ def runtime_info() -> dict[str, Any]:
             entry.update(available=False, reason=reason)
             continue
         entry.update(available=True, version=backend.version(), devices=backend.devices())
-        entry.update(backend.build_info())
+        entry.update(backend.runtime.build_info())
         runtimes[backend.name] = entry
     return runtimes
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import warnings
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -37,6 +37,10 @@ def _old_style_backend() -> type[Backend]:
         default_candidate = False
         load_verb = "parse"
         load_hint = "ask the old plug-in's author."
+        converted_weights: ClassVar[dict[str, dict[str, Any]]] = {"int8": {"weights": "int8"}}
+
+        def build_info(self) -> dict[str, Any]:
+            return {"built": "by hand"}
 
         def oracle_blind_spot(self, model: Model) -> str | None:
             return f"{model.path.name} is beyond it"
@@ -70,15 +74,18 @@ def test_a_plugin_with_the_old_names_warns_once_naming_the_replacements():
     assert deprecations[0].filename == __file__, "the warning points at the plug-in's class statement"
     assert message.startswith(
         "Backend independent_oracle, oracle_blind_spot, default_candidate, load_verb, load_hint, explain, module, "
-        "pip_extra (set by tests.backends.test_legacy_names._old_style_backend.<locals>.OldStyle) is deprecated"
+        "pip_extra, build_info, converted_weights (set by tests.backends.test_legacy_names._old_style_backend.<locals>.OldStyle) is deprecated"
     )
     assert "set oracle = OraclePolicy(independent=..., blind_spot=...)" in message
     assert "search = SearchTraits(default_candidate=...)" in message
     assert "wording = LoadWording(verb=..., hint=..., explain=...)" in message
-    assert "runtime = RuntimePackage(module=..., pip_extra=...)" in message
+    assert "runtime = RuntimePackage(module=..., pip_extra=..., build_info=...)" in message
+    assert "conversion = Conversion(weights=...)" in message
     assert old_style.oracle.independent is True
     assert old_style.search.default_candidate is False
     assert old_style.runtime.pip_extra == "old-extra"
+    assert old_style.runtime.build_info() == {"built": "by hand"}
+    assert old_style.conversion.weights == {"int8": {"weights": "int8"}}
 
 
 def test_a_plugin_with_the_old_names_works_as_before(tiny, tmp_path):
@@ -168,7 +175,8 @@ def test_the_builtin_backends_use_no_old_name(tmp_path):
         "    from deploykit.backends.registry import BUILTIN_BACKENDS, get_backend\n"
         "    for name in BUILTIN_BACKENDS:\n"
         "        backend = get_backend(name)\n"
-        "        backend.oracle, backend.search, backend.wording, backend.runtime, backend.is_available()\n"
+        "        backend.oracle, backend.search, backend.wording, backend.runtime, backend.conversion\n"
+        "        backend.is_available()\n"
         "print([str(w.message) for w in caught if 'next release' in str(w.message)])\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
