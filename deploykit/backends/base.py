@@ -307,6 +307,20 @@ def _non_utf8_string_tensors(model: Model) -> list[str]:
     return found
 
 
+def _check_precision(backend: Backend, device: str, requested: str, allow_fallback: bool) -> None:
+    """A precision the device does not compute natively is refused before loading, unless a
+    fallback is allowed (then the runtime chooses and the session reports what ran)."""
+    native = backend.precisions(device)
+    if requested in native or allow_fallback:
+        return
+    raise PrecisionUnavailableError(
+        f"{backend.subject()} | device '{device}' does not compute {requested} natively; "
+        f"it runs {', '.join(native)} here.",
+        hint=f"ask for one of {', '.join(native)} ('deploykit backends --check' shows what runs), or pass "
+        "allow_fallback=True (--allow-fallback) to let the runtime choose and have the substitute reported.",
+    )
+
+
 def _load_error(backend: Backend, model: Model, exc: BaseException) -> DeployKitError:
     """A runtime exception while loading, as one deploykit error: an ONNX file that fails the ONNX
     checker gets the same message on every backend (``check_onnx``, on the model already read);
@@ -476,7 +490,7 @@ class Backend(OldBackendNames, abc.ABC):
         device = device or self.default_device
         requested = self.requested_precision(checked)
         if requested is not None:
-            self._check_precision(device, requested, allow_fallback)
+            _check_precision(self, device, requested, allow_fallback)
         read = self.read_model(model)
         try:
             session = self._open(read, device, allow_fallback, checked)
@@ -499,19 +513,6 @@ class Backend(OldBackendNames, abc.ABC):
         """The precision the caller asked for through the ``precision`` option (normalised), or None."""
         value = options.get("precision") if "precision" in self.options else None
         return None if value is None else normalize_precision(str(value))
-
-    def _check_precision(self, device: str, requested: str, allow_fallback: bool) -> None:
-        """A precision the device does not compute natively is refused before loading, unless a
-        fallback is allowed (then the runtime chooses and the session reports what ran)."""
-        native = self.precisions(device)
-        if requested in native or allow_fallback:
-            return
-        raise PrecisionUnavailableError(
-            f"{self.subject()} | device '{device}' does not compute {requested} natively; "
-            f"it runs {', '.join(native)} here.",
-            hint=f"ask for one of {', '.join(native)} ('deploykit backends --check' shows what runs), or pass "
-            "allow_fallback=True (--allow-fallback) to let the runtime choose and have the substitute reported.",
-        )
 
     def subject(self) -> str:
         """How messages name the backend: ``backend 'openvino'``."""
