@@ -102,7 +102,7 @@ class OldBackendNames:
 
         def __getattr__(self, name: str) -> Any:
             if name == "_device_error":
-                warn_deprecated("Backend._device_error", "call deploykit.backends.values.device_error(name, ...)")
+                warn_deprecated("Backend._device_error", "call deploykit.backends.traits.device_error(name, ...)")
                 return lambda device, reason, hint: device_error(self.name, device, reason, hint)
             moved = MOVED.get(name)
             if moved is None:

@@ -117,6 +117,11 @@ def test_reading_an_old_name_warns_and_answers_from_the_value():
         "Backend.independent_oracle is deprecated and goes in the next release; read oracle.independent.",
         "Backend.load_hint is deprecated and goes in the next release; read wording.hint.",
     ]
+    with pytest.warns(DeprecationWarning, match=r"call deploykit\.backends\.traits\.device_error"):
+        refused = backend._device_error("gpu", "the evaluator runs on the CPU only.", "use device cpu.")
+    assert str(refused) == (
+        "backend 'reference' | device 'gpu' cannot be used: the evaluator runs on the CPU only. Hint: use device cpu."
+    )
     with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
         backend.no_such_name  # noqa: B018
 
