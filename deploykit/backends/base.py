@@ -359,8 +359,10 @@ def _registered(name: str) -> Backend | None:
 class Backend(OldBackendNames, abc.ABC):
     """A runtime plug-in: stateless, cheap to construct, imports its runtime lazily.
 
-    Subclasses set ``name``, ``aliases``, ``pip_extra``, ``module`` and ``options``
-    and implement ``version``, ``devices`` and ``_open``.
+    Subclasses set ``name``, ``aliases``, ``runtime`` (a ``RuntimePackage``) and ``options`` and implement
+    ``version``, ``devices`` and ``_open``; what else a backend says about itself is one value per concern
+    (``oracle``, ``search``, ``wording``, ``conversion``: ``deploykit.backends.traits``), set only where the
+    default does not fit. The old attribute names still work, with a warning (``legacy``).
     """
 
     is_deploykit_backend: ClassVar[bool] = True

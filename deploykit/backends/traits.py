@@ -77,7 +77,7 @@ class SearchTraits:
     Attributes:
         default_candidate: False keeps the backend out of the default sweeps.
         searched_when_ready: True for a backend left out of the default sweeps only because opening an
-            ``.onnx`` model needs something the user creates (``onnx_unavailable_reason``: LiteRT's converter
+            ``.onnx`` model needs something the user creates (``Conversion.onnx_unavailable_reason``: LiteRT's converter
             environment): ``optimize`` searches it once that is ready and says why not otherwise, and
             emulated targets install its runtime.
         virtual_devices: device names that choose among the real devices (OpenVINO's ``AUTO``): a sweep over
