@@ -136,7 +136,7 @@ def _detect_everywhere(model: Path, photos: list[Path], output: Path) -> list[st
     from deploykit.io import atomic_path
     from deploykit.vision.image import load_image
 
-    backends = [b for b in all_backends() if b.default_candidate and b.is_available()]
+    backends = [b for b in all_backends() if b.search.default_candidate and b.is_available()]
     problems: list[str] = []
     drawn = []
     for photo in photos:

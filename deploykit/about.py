@@ -190,13 +190,15 @@ def runtime_versions() -> tuple[RuntimeVersion, ...]:
         except DeployKitError as exc:  # a plug-in that cannot load is one row, never the whole report
             rows.append(RuntimeVersion(name, {}, False, reason=str(exc)))
             continue
-        distributions = _distributions(backend.distributions or (backend.module,))
+        distributions = _distributions(backend.runtime.packages())
         reason = backend.unavailable_reason()
         if reason is not None:
             rows.append(RuntimeVersion(backend.name, distributions, False, reason=reason))
             continue
         try:
-            rows.append(RuntimeVersion(backend.name, distributions, True, backend.version(), backend.build_info()))
+            rows.append(
+                RuntimeVersion(backend.name, distributions, True, backend.version(), backend.runtime.build_info())
+            )
         except Exception as exc:  # a runtime that imports but cannot say its version or build
             rows.append(RuntimeVersion(backend.name, distributions, False, reason=f"{type(exc).__name__}: {exc}"))
     return tuple(rows)

@@ -10,6 +10,7 @@ takes, and says once, in one warning, what to write instead. An unknown keyword 
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import os
 import sys
@@ -63,7 +64,8 @@ def _callers_level() -> int:
     return level
 
 
-_SKIPPED = (str(Path(__file__).parent) + os.sep, contextlib.__file__)
+# a class statement runs ABCMeta.__new__ (abc's frozen code) before a plug-in base's __init_subclass__
+_SKIPPED = (str(Path(__file__).parent) + os.sep, contextlib.__file__, abc.ABCMeta.__new__.__code__.co_filename)
 
 
 def _same(value: Any) -> Any:
@@ -100,3 +102,13 @@ def fold_keywords(
         stacklevel=_callers_level(),
     )
     return folded
+
+
+def warn_deprecated(old: str, replacement: str) -> None:
+    """Warn once that ``old`` is deprecated and goes in the next release, naming ``replacement``, at the
+    line of the user's code (a class statement, for a class that still uses old names)."""
+    warnings.warn(
+        f"{old} is deprecated and goes in the next release; {replacement}.",
+        DeprecationWarning,
+        stacklevel=_callers_level(),
+    )

@@ -97,7 +97,7 @@ def export_litert(
     converted(source, weights, timeout_s=timeout_s)  # the conversion under this call's limit; carry finds it cached
     prepared = prepare_inputs(source, images)
     with scratch_dir(tflite) as scratch:
-        carried = backend.carry(source, {"weights": weights}, scratch, "model")
+        carried = backend.conversion.carry(source, {"weights": weights}, scratch, "model")
         assert carried is not None  # an .onnx model always converts (or raises)
         written, written_io = carried.files
         document = json.loads(written_io.read_text())

@@ -78,10 +78,10 @@ def export_mnn(
     backend = MnnBackend()
     backend.import_runtime()
     onnx_model = Model.open(model_path)
-    backend.converted_file(onnx_model, {})  # converted (or refused) before the inputs are prepared
+    backend.conversion.converted_file(onnx_model, {})  # converted (or refused) before the inputs are prepared
     prepared = prepare_inputs(model_path, images)
     with scratch_dir(target) as scratch:
-        carried = backend.carry(onnx_model, {}, scratch, "model")
+        carried = backend.conversion.carry(onnx_model, {}, scratch, "model")
         assert carried is not None  # an .onnx model always converts (or raises)
         written, written_io = carried.files
         oracle, references = run_oracle(model_path, "auto", prepared.cases, timeout_s=timeout_s)

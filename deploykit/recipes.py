@@ -197,7 +197,7 @@ def default_verify_backends() -> list[str]:
     from deploykit.backends.registry import backend_names, get_backend
 
     backends = [get_backend(name) for name in backend_names()]
-    return [backend.name for backend in backends if backend.default_candidate and backend.is_available()]
+    return [backend.name for backend in backends if backend.search.default_candidate and backend.is_available()]
 
 
 @output_scope()  # the outputs it checks stay this run's until it returns

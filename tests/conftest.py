@@ -51,7 +51,7 @@ def backend_name(request: pytest.FixtureRequest) -> str:
     if reason:
         missing_asset(f"the {request.param} backend's runtime", reason)
     # a converter environment is the user's to create (gigabytes, on request): its absence is said, not failed
-    reason = get_backend(request.param).onnx_unavailable_reason()
+    reason = get_backend(request.param).conversion.onnx_unavailable_reason()
     if reason:
         pytest.skip(f"{request.param} opens no ONNX model here: {reason}")
     return request.param

@@ -139,7 +139,7 @@ def _backend_words() -> set[str]:
         words.add(name)
         words.update(get_backend(name).aliases)
     for backend in all_backends():
-        words.update(backend.virtual_devices)
+        words.update(backend.search.virtual_devices)
     return words
 
 
@@ -187,7 +187,7 @@ def test_no_backend_name_literal_outside_the_backends():
                     found.append(f"{relative}:{line}: {text!r}")
     assert not found, (
         "backend names belong to deploykit/backends (use the registry: DEFAULT_BACKEND, REFERENCE_BACKEND, "
-        "a backend's name, virtual_devices, oracle_label):\n" + "\n".join(found)
+        "a backend's name, search.virtual_devices, oracle.label):\n" + "\n".join(found)
     )
     assert not set(NOT_BACKEND_NAMES) - used, f"no longer needed: {sorted(set(NOT_BACKEND_NAMES) - used)}"
 

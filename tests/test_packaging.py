@@ -174,7 +174,7 @@ def test_demo_end_to_end(tmp_path):
     for photo, objects in {"dog.jpg": ("dog", "bicycle"), "bus.jpg": ("bus", "person")}.items():
         line = next(line for line in out.splitlines() if line.strip().startswith(f"{photo}:"))
         assert all(name in line for name in objects), line
-    agreeing = ", ".join(b.name for b in all_backends() if b.default_candidate and b.is_available())
+    agreeing = ", ".join(b.name for b in all_backends() if b.search.default_candidate and b.is_available())
     assert out.count(f"{agreeing} find the same") == 2, agreeing
     drawn = cv2.imread(str(tmp_path / "detections.jpg"))
     assert drawn is not None and drawn.shape[0] >= 400 and drawn.shape[1] > drawn.shape[0]

@@ -1,7 +1,21 @@
-"""Runtime backends behind one interface; see ``base`` for the contract."""
+"""Runtime backends behind one interface; see ``base`` for the contract and ``traits`` for what a
+backend declares about itself besides opening models."""
 
 from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.options import OptionSpec
 from deploykit.backends.registry import all_backends, backend_names, get_backend
+from deploykit.backends.traits import LoadWording, OraclePolicy, RuntimePackage, SearchTraits
 
-__all__ = ["Backend", "OptionSpec", "Session", "SessionInfo", "all_backends", "backend_names", "get_backend"]
+__all__ = [
+    "Backend",
+    "LoadWording",
+    "OptionSpec",
+    "OraclePolicy",
+    "RuntimePackage",
+    "SearchTraits",
+    "Session",
+    "SessionInfo",
+    "all_backends",
+    "backend_names",
+    "get_backend",
+]

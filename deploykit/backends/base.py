@@ -16,15 +16,22 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from deploykit.backends.converted import Carried
+from deploykit.backends.legacy import OldBackendNames
 from deploykit.backends.options import OptionSpec, validate_options
+from deploykit.backends.traits import (
+    Conversion,
+    LoadWording,
+    OraclePolicy,
+    RuntimePackage,
+    SearchTraits,
+    last_meaningful_line,
+)
 from deploykit.backends.validation import FastCheck, validate_feeds
-from deploykit.backends.values import kind_refusal, last_meaningful_line, owned_output, sentence
+from deploykit.backends.values import kind_refusal, owned_output, sentence
 from deploykit.errors import (
     BackendError,
     BackendUnavailableError,
     DeployKitError,
-    DeviceUnavailableError,
     InputError,
     InvalidModelError,
     PrecisionUnavailableError,
@@ -300,6 +307,45 @@ def _non_utf8_string_tensors(model: Model) -> list[str]:
     return found
 
 
+def _check_precision(backend: Backend, device: str, requested: str, allow_fallback: bool) -> None:
+    """A precision the device does not compute natively is refused before loading, unless a
+    fallback is allowed (then the runtime chooses and the session reports what ran)."""
+    native = backend.precisions(device)
+    if requested in native or allow_fallback:
+        return
+    raise PrecisionUnavailableError(
+        f"{backend.subject()} | device '{device}' does not compute {requested} natively; "
+        f"it runs {', '.join(native)} here.",
+        hint=f"ask for one of {', '.join(native)} ('deploykit backends --check' shows what runs), or pass "
+        "allow_fallback=True (--allow-fallback) to let the runtime choose and have the substitute reported.",
+    )
+
+
+def _load_error(backend: Backend, model: Model, exc: BaseException) -> DeployKitError:
+    """A runtime exception while loading, as one deploykit error: an ONNX file that fails the ONNX
+    checker gets the same message on every backend (``check_onnx``, on the model already read);
+    anything else the runtime cannot load is an ``UnsupportedModelError`` worded by the backend's ``wording``."""
+    from deploykit.model import check_onnx
+
+    if model.proto is not None:
+        try:
+            check_onnx(model)
+        except DeployKitError as broken:
+            return broken
+    if isinstance(exc, UnicodeDecodeError):  # the model's text, not the runtime's failure
+        named = ", ".join(f"'{n}'" for n in _non_utf8_string_tensors(model)) or "a string tensor"
+        return InvalidModelError(
+            f"model '{model.path.name}' | {named} holds bytes that are not UTF-8 text ({exc.reason} at byte "
+            f"{exc.start}); ONNX strings are UTF-8, so {backend.subject()} cannot read it.",
+            hint="fix the model's string values (its initializers or Constant nodes).",
+        )
+    wording = backend.wording
+    return UnsupportedModelError(
+        f"{backend.subject()} | cannot {wording.verb} '{model.path.name}': {sentence(wording.explain(exc))}",
+        hint=wording.hint_about(exc),
+    )
+
+
 def _registered(name: str) -> Backend | None:
     """The registered backend a session belongs to (None for a backend class no registry lists)."""
     from deploykit.backends.registry import get_backend
@@ -310,47 +356,30 @@ def _registered(name: str) -> Backend | None:
         return None
 
 
-class Backend(abc.ABC):
+class Backend(OldBackendNames, abc.ABC):
     """A runtime plug-in: stateless, cheap to construct, imports its runtime lazily.
 
-    Subclasses set ``name``, ``aliases``, ``pip_extra``, ``module`` and ``options``
-    and implement ``version``, ``devices`` and ``_open``.
+    Subclasses set ``name``, ``aliases``, ``runtime`` (a ``RuntimePackage``) and ``options`` and implement
+    ``version``, ``devices`` and ``_open``; what else a backend says about itself is one value per concern
+    (``oracle``, ``search``, ``wording``, ``conversion``: ``deploykit.backends.traits``), set only where the
+    default does not fit. The old attribute names still work, with a warning (``legacy``).
     """
 
     is_deploykit_backend: ClassVar[bool] = True
     """How the registry recognises a plug-in's class without importing this module (which looks backends up there)."""
     name: ClassVar[str]
     aliases: ClassVar[tuple[str, ...]] = ()
-    pip_extra: ClassVar[str]
-    module: ClassVar[str]
+    runtime: ClassVar[RuntimePackage]
+    """The package that provides the runtime: the module imported, the pip extra, the distributions."""
     default_device: ClassVar[str] = "cpu"
-    virtual_devices: ClassVar[tuple[str, ...]] = ()
-    """Device names that choose among the real devices (OpenVINO's ``AUTO``): a default sweep over
-    every device leaves them out, since the devices they choose among are listed themselves."""
-    independent_oracle: ClassVar[bool] = False
-    """True when the backend shares no code with the runtimes it may check (the verification
-    subsystem then treats its outputs as an independent oracle, not as another candidate)."""
-    distributions: ClassVar[tuple[str, ...]] = ()
-    """Package names that provide the runtime (for the device fingerprint); default: ``module``."""
-
-    def oracle_label(self, device: str) -> str:
-        """How a verification names this backend when it is the oracle (``onnxruntime:cpu``)."""
-        return f"{self.name}:{device}"
-
-    def oracle_blind_spot(self, model: Model) -> str | None:
-        """Why this backend must not judge ``model`` as an oracle: a construct it is known to compute
-        wrongly (the verification then says ``unverified`` with this reason); None when there is none."""
-        return None
-
-    cpu_distribution: ClassVar[str | None] = None
-    """The package of the runtime's CPU-only build, which emulated targets (``deploykit.platforms``)
-    install; default: the package installed here."""
-    default_candidate: ClassVar[bool] = True
-    """False keeps the backend out of the default backend × device sweeps (bench, compare)."""
-    searched_when_ready: ClassVar[bool] = False
-    """True for a backend left out of the default sweeps only because opening an ``.onnx`` model needs
-    something the user creates (``onnx_unavailable_reason``: LiteRT's converter environment): ``optimize``
-    searches it once that is ready and says why not otherwise, and emulated targets install its runtime."""
+    oracle: ClassVar[OraclePolicy] = OraclePolicy()
+    """How verification treats the backend as an oracle: independent or a candidate, its label, its blind spots."""
+    search: ClassVar[SearchTraits] = SearchTraits()
+    """Which default backend × device sweeps (bench, compare, optimize) take the backend, and on which devices."""
+    conversion: ClassVar[Conversion] = Conversion()
+    """How a backend that converts ONNX into its runtime's own format reaches bundles, caches and ``optimize``."""
+    wording: ClassVar[LoadWording] = LoadWording()
+    """How a failure to load a model is worded: the failing step, the hint, the runtime exceptions translated."""
     options: ClassVar[Mapping[str, OptionSpec | str]] = {}
     """Option name → ``OptionSpec`` (type, range, default, doc), validated by ``open`` before loading."""
     formats: ClassVar[tuple[str, ...]] = (".onnx",)
@@ -365,11 +394,12 @@ class Backend(abc.ABC):
         import importlib
 
         try:
-            return importlib.import_module(self.module)
+            return importlib.import_module(self.runtime.module)
         except Exception as exc:
             raise BackendUnavailableError(
-                f"backend '{self.name}' | cannot import '{self.module}' ({type(exc).__name__}: {exception_line(exc)}).",
-                hint=f"pip install 'deploykit[{self.pip_extra}]'.",
+                f"backend '{self.name}' | cannot import '{self.runtime.module}' "
+                f"({type(exc).__name__}: {exception_line(exc)}).",
+                hint=f"pip install 'deploykit[{self.runtime.pip_extra}]'.",
             ) from exc
 
     def unavailable_reason(self) -> str | None:
@@ -383,33 +413,6 @@ class Backend(abc.ABC):
     def is_available(self) -> bool:
         return self.unavailable_reason() is None
 
-    converted_weights: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
-    """Reduced-precision files the backend's own converter makes from a float ``.onnx`` model, by the
-    precision they are judged at (``int8``, ``f16``), with the options that open them (LiteRT's
-    ``weights``): ``optimize`` searches each as a model variant of this backend alone."""
-
-    def converted_file(self, model: Model, options: Mapping[str, Any]) -> Path | None:
-        """The file in the runtime's own format that this backend runs for the ``.onnx`` ``model`` with
-        ``options``, converted now (into the converted-model cache) when it is not there yet; None for a
-        backend that runs the ``.onnx`` file itself (the default).
-
-        Raises:
-            BackendUnavailableError: the converter is not installed (or its environment not created).
-            UnsupportedModelError: the converter cannot take the model.
-        """
-        return None
-
-    def carry(self, model: Model, options: Mapping[str, Any], folder: Path, stem: str) -> Carried | None:
-        """Write the converted file of ``model`` (see ``converted_file``) and what opens it with the ONNX
-        interface (the ``.json`` beside it) into ``folder`` as ``stem.*``, for a bundle that must open
-        where nothing converts; None for a backend that runs the ``.onnx`` file itself (the default)."""
-        return None
-
-    def onnx_unavailable_reason(self) -> str | None:
-        """Why the backend cannot open ``.onnx`` models here although its runtime imports (a converter
-        environment the user has not created yet), with the hint that fixes it; None when it can."""
-        return None
-
     @abc.abstractmethod
     def version(self) -> str:
         """Runtime package and version, e.g. ``openvino 2026.4.1``."""
@@ -420,16 +423,6 @@ class Backend(abc.ABC):
 
     def unavailable_devices(self) -> dict[str, str]:
         """Devices the backend knows but this machine cannot use, with the reason (for ``backends``)."""
-        return {}
-
-    def emulated_environment(self) -> dict[str, str]:
-        """Variables a worker of this backend needs when it runs under emulation on another
-        architecture (``deploykit.platforms``): a host program it calls, for instance, since the
-        target's build of that program cannot be started without the kernel's binfmt set up."""
-        return {}
-
-    def build_info(self) -> dict[str, Any]:
-        """Build details of the imported runtime worth recording in a report (providers, CPU features)."""
         return {}
 
     def precisions(self, device: str | None = None) -> list[str]:
@@ -452,38 +445,25 @@ class Backend(abc.ABC):
     def read_model(self, model: Model | str | os.PathLike[str]) -> Model:
         """The ``Model`` this backend opens: a ``Model`` as given; a path read once with ``Model.open``,
         except a file in one of the backend's native formats (``formats`` other than ``.onnx``), which is
-        its runtime's to read: its ``Model`` has the interface ``recorded_interface`` finds beside it, else
+        its runtime's to read: its ``Model`` has the interface ``conversion.recorded_interface`` finds beside it, else
         only its path, format and hash, and the session supplies the interface. A backend that can say
         the interface of its own format otherwise overrides this (OpenCV reads a Darknet ``.cfg``'s).
 
         Raises:
             ModelNotFoundError, InvalidModelError: as ``Model.open``.
-            ModelError: ``recorded_interface`` found a file it cannot read.
+            ModelError: ``conversion.recorded_interface`` found a file it cannot read.
         """
-        if isinstance(model, Model) and (model.inputs or model.format not in self.native_formats()):
+        native = {suffix.lower() for suffix in self.formats} - {".onnx"}
+        if isinstance(model, Model) and (model.inputs or model.format not in native):
             return model
         path = model.path if isinstance(model, Model) else Path(model)
-        if path.suffix.lower() not in self.native_formats():
+        if path.suffix.lower() not in native:
             return as_model(path)
-        recorded = self.recorded_interface(path) if path.is_file() else None
+        recorded = self.conversion.recorded_interface(path) if path.is_file() else None
         if recorded is None:
             return model if isinstance(model, Model) else Model.native(path)
         specs_in, specs_out, metadata_props = recorded
         return Model.native(path, tuple(specs_in), tuple(specs_out), metadata_props=metadata_props)
-
-    def recorded_interface(self, path: Path) -> tuple[list[TensorSpec], list[TensorSpec], dict[str, str]] | None:
-        """The ONNX inputs, outputs and metadata recorded beside a native file by deploykit's export of it
-        (``interface_file(path)``), None when nothing is recorded; read without loading the runtime. The
-        default records nothing; a converting backend whose files lose the ONNX interface overrides it.
-
-        Raises:
-            ModelError: a recorded interface is there but cannot be read.
-        """
-        return None
-
-    def native_formats(self) -> set[str]:
-        """The suffixes of ``formats`` that are the runtime's own (not ``.onnx``), lower case."""
-        return {suffix.lower() for suffix in self.formats} - {".onnx"}
 
     def open(
         self,
@@ -512,14 +492,14 @@ class Backend(abc.ABC):
         device = device or self.default_device
         requested = self.requested_precision(checked)
         if requested is not None:
-            self._check_precision(device, requested, allow_fallback)
+            _check_precision(self, device, requested, allow_fallback)
         read = self.read_model(model)
         try:
             session = self._open(read, device, allow_fallback, checked)
         except (DeployKitError, MemoryError):
             raise
         except Exception as exc:  # the runtime's own exception, translated in one place for every backend
-            raise self.load_error(read, exc) from exc
+            raise _load_error(self, read, exc) from exc
         session.info.precision_requested = requested
         # the weights' precision as the session found it in the file (LiteRT's int8 weights), else the model's
         session.info.model_precision = session.info.model_precision or getattr(read, "precision", None) or None
@@ -536,54 +516,9 @@ class Backend(abc.ABC):
         value = options.get("precision") if "precision" in self.options else None
         return None if value is None else normalize_precision(str(value))
 
-    def _check_precision(self, device: str, requested: str, allow_fallback: bool) -> None:
-        """A precision the device does not compute natively is refused before loading, unless a
-        fallback is allowed (then the runtime chooses and the session reports what ran)."""
-        native = self.precisions(device)
-        if requested in native or allow_fallback:
-            return
-        raise PrecisionUnavailableError(
-            f"{self.subject()} | device '{device}' does not compute {requested} natively; "
-            f"it runs {', '.join(native)} here.",
-            hint=f"ask for one of {', '.join(native)} ('deploykit backends --check' shows what runs), or pass "
-            "allow_fallback=True (--allow-fallback) to let the runtime choose and have the substitute reported.",
-        )
-
-    load_verb: ClassVar[str] = "load"
-    """How the message names the failing step: ``cannot load`` (ORT), ``cannot read`` (OpenVINO) ..."""
-    load_hint: ClassVar[str] = "try another backend, or 'deploykit inspect' the model for unusual ops."
-
-    def explain(self, exc: BaseException) -> str:
-        """The runtime's reason in one line: the backend's translation table for its exceptions
-        (the default keeps the last line that says something, where most runtimes put the reason)."""
-        return last_meaningful_line(exc)
-
     def subject(self) -> str:
         """How messages name the backend: ``backend 'openvino'``."""
         return f"backend '{self.name}'"
-
-    def load_error(self, model: Model, exc: BaseException) -> DeployKitError:
-        """A runtime exception while loading, as one deploykit error: an ONNX file that fails the ONNX
-        checker gets the same message on every backend (``check_onnx``, on the model already read);
-        anything else the runtime cannot load is an ``UnsupportedModelError`` with the backend's ``explain``."""
-        from deploykit.model import check_onnx
-
-        if model.proto is not None:
-            try:
-                check_onnx(model)
-            except DeployKitError as broken:
-                return broken
-        if isinstance(exc, UnicodeDecodeError):  # the model's text, not the runtime's failure
-            named = ", ".join(f"'{n}'" for n in _non_utf8_string_tensors(model)) or "a string tensor"
-            return InvalidModelError(
-                f"model '{model.path.name}' | {named} holds bytes that are not UTF-8 text ({exc.reason} at byte "
-                f"{exc.start}); ONNX strings are UTF-8, so {self.subject()} cannot read it.",
-                hint="fix the model's string values (its initializers or Constant nodes).",
-            )
-        return UnsupportedModelError(
-            f"{self.subject()} | cannot {self.load_verb} '{model.path.name}': {sentence(self.explain(exc))}",
-            hint=self.load_hint,
-        )
 
     @abc.abstractmethod
     def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
@@ -603,9 +538,3 @@ class Backend(abc.ABC):
         refusal = kind_refusal(self.subject(), self.name, model_path, inputs, outputs, self.value_kinds)
         if refusal is not None:
             raise refusal
-
-    def _device_error(self, device: str, reason: str, hint: str) -> DeviceUnavailableError:
-        return DeviceUnavailableError(
-            f"backend '{self.name}' | device '{device}' cannot be used: {reason}",
-            hint=hint,
-        )

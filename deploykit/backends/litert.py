@@ -29,6 +29,7 @@ from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.converted import Carried
 from deploykit.backends.litert_layout import LiteRtLayout, io_ports, match, own_specs, read_io, signature_ports
 from deploykit.backends.options import OptionSpec
+from deploykit.backends.traits import Conversion, LoadWording, RuntimePackage, SearchTraits
 from deploykit.errors import InputError, ModelNotFoundError, UnsupportedModelError, UsageError
 from deploykit.model import Model
 from deploykit.tensors import TensorSpec
@@ -36,19 +37,67 @@ from deploykit.tensors import TensorSpec
 WEIGHTS = ("f32", "f16", "int8")
 
 
+def _onnx_unavailable_reason() -> str | None:
+    """An ``.onnx`` model needs the ``litert`` converter environment (``deploykit converters add litert``)."""
+    from deploykit.converters import get_environment
+    from deploykit.errors import DeployKitError
+
+    try:
+        get_environment("litert").require("converting ONNX to LiteRT (onnx2tf)")
+    except DeployKitError as exc:
+        return str(exc)
+    return None
+
+
+def _recorded_interface(path: Path) -> tuple[list[TensorSpec], list[TensorSpec], dict[str, str]] | None:
+    """The ONNX interface and metadata in the ``.json`` that ``export litert`` (or a bundle) writes beside
+    a ``.tflite``; alone, only its runtime can say it."""
+    io = read_io(path)
+    if io is None:
+        return None
+    specs_in, _ = io_ports(io, "inputs")
+    specs_out, _ = io_ports(io, "outputs")
+    return specs_in, specs_out, {str(k): str(v) for k, v in (io.get("metadata") or {}).items()}
+
+
+def _converted_file(model: Model, options: Mapping[str, Any]) -> Path | None:
+    """The cached ``.tflite`` of an ``.onnx`` model with the ``weights`` option's weights (None: a ``.tflite``)."""
+    if model.format != ".onnx":
+        return None
+    from deploykit.backends.litert_convert import converted
+
+    return converted(model, str(options.get("weights", "f32")))
+
+
+def _carry(model: Model, options: Mapping[str, Any], folder: Path, stem: str) -> Carried | None:
+    """``stem.tflite`` and ``stem.json`` (the ONNX names, the NHWC ↔ NCHW permutation of each port, the
+    metadata, the source's and the file's SHA-256): what ``deploykit export litert`` writes."""
+    import dataclasses
+    import json
+    import shutil
+
+    cached = _converted_file(model, options)
+    if cached is None:
+        return None
+    target = folder / f"{stem}.tflite"
+    shutil.copyfile(cached, target)
+    layout = dataclasses.replace(layout_for(model, cached), tflite=target)
+    document = layout.io_document(model.path, str(options.get("weights", "f32")))
+    io = target.with_suffix(".json")
+    io.write_text(json.dumps(document, indent=1) + "\n")
+    return Carried(target, (target, io), ("weights",))
+
+
 class LiteRtBackend(Backend):
     """LiteRT's interpreter (``ai-edge-litert``), with onnx2tf converting ONNX models in its own environment."""
 
     name = "litert"
     aliases = ("tflite", "tensorflow-lite")
-    pip_extra = "litert"
-    module = "ai_edge_litert.interpreter"
-    distributions = ("ai-edge-litert",)
+    runtime = RuntimePackage(module="ai_edge_litert.interpreter", pip_extra="litert", distributions=("ai-edge-litert",))
     formats = (".onnx", ".tflite")
     # Opening an .onnx model needs the converter environment, which only the user creates: a default
     # sweep (compare, bench) must not stop at a missing environment, so LiteRT is asked for by name.
-    default_candidate = False
-    searched_when_ready = True
+    search = SearchTraits(default_candidate=False, searched_when_ready=True)
     options: ClassVar[Mapping[str, OptionSpec | str]] = {
         "threads": OptionSpec("interpreter threads (0 = LiteRT's default)", "int", 0, low=0, per_cpu=True),
         "xnnpack": OptionSpec("XNNPACK kernels (false: LiteRT's reference builtin kernels)", "bool", True),
@@ -59,66 +108,25 @@ class LiteRtBackend(Backend):
             choices=WEIGHTS,
         ),
     }
-    load_hint = "try another backend, or 'deploykit inspect' the model for ops onnx2tf or LiteRT lack."
-    converted_weights: ClassVar[Mapping[str, Mapping[str, Any]]] = {
-        "int8": {"weights": "int8"},  # dynamic range: int8 weights, float activations
-        "f16": {"weights": "f16"},
-    }
+    wording = LoadWording(hint="try another backend, or 'deploykit inspect' the model for ops onnx2tf or LiteRT lack.")
+    conversion = Conversion(
+        converted_file=_converted_file,
+        carry=_carry,
+        recorded_interface=_recorded_interface,
+        onnx_unavailable_reason=_onnx_unavailable_reason,
+        weights={
+            "int8": {"weights": "int8"},  # dynamic range: int8 weights, float activations
+            "f16": {"weights": "f16"},
+        },
+    )
 
     def version(self) -> str:
         self.import_runtime()
         return f"ai-edge-litert {metadata.version('ai-edge-litert')}"
 
-    def onnx_unavailable_reason(self) -> str | None:
-        """An ``.onnx`` model needs the ``litert`` converter environment (``deploykit converters add litert``)."""
-        from deploykit.converters import get_environment
-        from deploykit.errors import DeployKitError
-
-        try:
-            get_environment("litert").require("converting ONNX to LiteRT (onnx2tf)")
-        except DeployKitError as exc:
-            return str(exc)
-        return None
-
     def devices(self) -> list[str]:
         self.import_runtime()
         return ["cpu"]
-
-    def recorded_interface(self, path: Path) -> tuple[list[TensorSpec], list[TensorSpec], dict[str, str]] | None:
-        """The ONNX interface and metadata in the ``.json`` that ``export litert`` (or a bundle) writes beside
-        a ``.tflite``; alone, only its runtime can say it."""
-        io = read_io(path)
-        if io is None:
-            return None
-        specs_in, _ = io_ports(io, "inputs")
-        specs_out, _ = io_ports(io, "outputs")
-        return specs_in, specs_out, {str(k): str(v) for k, v in (io.get("metadata") or {}).items()}
-
-    def converted_file(self, model: Model, options: Mapping[str, Any]) -> Path | None:
-        """The cached ``.tflite`` of an ``.onnx`` model with the ``weights`` option's weights (None: a ``.tflite``)."""
-        if model.format != ".onnx":
-            return None
-        from deploykit.backends.litert_convert import converted
-
-        return converted(model, str(options.get("weights", "f32")))
-
-    def carry(self, model: Model, options: Mapping[str, Any], folder: Path, stem: str) -> Carried | None:
-        """``stem.tflite`` and ``stem.json`` (the ONNX names, the NHWC ↔ NCHW permutation of each port, the
-        metadata, the source's and the file's SHA-256): what ``deploykit export litert`` writes."""
-        import dataclasses
-        import json
-        import shutil
-
-        cached = self.converted_file(model, options)
-        if cached is None:
-            return None
-        target = folder / f"{stem}.tflite"
-        shutil.copyfile(cached, target)
-        layout = dataclasses.replace(layout_for(model, cached), tflite=target)
-        document = layout.io_document(model.path, str(options.get("weights", "f32")))
-        io = target.with_suffix(".json")
-        io.write_text(json.dumps(document, indent=1) + "\n")
-        return Carried(target, (target, io), ("weights",))
 
     def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
@@ -158,7 +166,7 @@ class LiteRtBackend(Backend):
         return session
 
     def _tflite(self, model: Model, options: Mapping[str, Any]) -> Path:
-        converted = self.converted_file(model, options)
+        converted = _converted_file(model, options)
         if converted is not None:
             return converted
         if not model.path.is_file():

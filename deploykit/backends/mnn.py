@@ -35,6 +35,7 @@ from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.converted import Carried
 from deploykit.backends.mnn_convert import CONVERTER_VARIABLE
 from deploykit.backends.options import OptionSpec, cpu_count
+from deploykit.backends.traits import Conversion, LoadWording, RuntimePackage
 from deploykit.errors import InputError, ModelError, ModelNotFoundError, UnsupportedModelError, UsageError
 from deploykit.model import Model
 from deploykit.tensors import TensorSpec
@@ -135,14 +136,80 @@ def _host(expr: Any, variable: Any) -> np.ndarray:
     return np.array(variable.read(), copy=True)
 
 
+def _recorded_interface(path: Path) -> tuple[list[TensorSpec], list[TensorSpec], dict[str, str]] | None:
+    """The ONNX inputs, outputs and metadata the ``.json`` beside a ``.mnn`` records; None without one.
+
+    Raises:
+        ModelError: the ``.json`` is there but cannot be read as deploykit's MNN interface file.
+    """
+    io_path = path.with_suffix(".json")
+    if not io_path.is_file():
+        return None
+    try:
+        io = json.loads(io_path.read_text())
+        if io.get("format") != IO_FORMAT:
+            raise ValueError(f"format is {io.get('format')!r}")
+        specs_in = [TensorSpec.from_dict(s) for s in io["inputs"]]
+        specs_out = [TensorSpec.from_dict(s) for s in io["outputs"]]
+        return specs_in, specs_out, {str(k): str(v) for k, v in io.get("metadata", {}).items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ModelError(
+            f"model '{path.name}' | its interface file {io_path.name} cannot be read ({exc}).",
+            hint=f"write it again with deploykit export mnn, or remove {io_path.name} to open the file alone.",
+        ) from exc
+
+
+def _converted_file(model: Model, options: Mapping[str, Any]) -> Path | None:
+    """The cached ``.mnn`` of an ``.onnx`` model (None for a ``.mnn`` file)."""
+    if model.format != ".onnx":
+        return None
+    from deploykit.backends.mnn_convert import MODEL_NAME, convert
+
+    MnnBackend().refuse_unsupported_kinds(model.path, model.inputs, model.outputs)
+    return convert(model).path(MODEL_NAME)
+
+
+def _carry(model: Model, options: Mapping[str, Any], folder: Path, stem: str) -> Carried | None:
+    """``stem.mnn`` and ``stem.json`` (the ONNX inputs, outputs and metadata, the converter's version and
+    the source's SHA-256): what ``deploykit export mnn`` writes."""
+    import shutil
+
+    from deploykit.backends.mnn_convert import converter_version
+
+    cached = _converted_file(model, options)
+    if cached is None:
+        return None
+    target = folder / f"{stem}.mnn"
+    shutil.copyfile(cached, target)
+    document = {
+        "format": IO_FORMAT,
+        "source": model.path.name,
+        "source_sha256": model.sha256,
+        "converter": converter_version(),
+        "inputs": [spec.to_dict() for spec in model.inputs],
+        "outputs": [spec.to_dict() for spec in model.outputs],
+        "metadata": dict(model.metadata_props),
+    }
+    io = target.with_suffix(".json")
+    io.write_text(json.dumps(document, indent=1) + "\n")
+    return Carried(target, (target, io))
+
+
+def _emulated_environment() -> dict[str, str]:
+    """The converter only writes a file (the same on every architecture); under emulation the
+    worker runs it with the host's interpreter, since the target's cannot be started as a child
+    without the kernel's binfmt set up. MNN itself, which computes, is the target's build."""
+    return {CONVERTER_VARIABLE: sys.executable}
+
+
 class MnnBackend(Backend):
     """Alibaba MNN through its Python binding, with MNN's converter (its binding, in a child process)
     converting ONNX models."""
 
     name = "mnn"
-    pip_extra = "mnn"
-    module = "MNN"
-    distributions = ("mnn",)
+    runtime = RuntimePackage(
+        module="MNN", pip_extra="mnn", distributions=("mnn",), emulated_environment=_emulated_environment
+    )
     formats = (".onnx", ".mnn")
     options: ClassVar[Mapping[str, OptionSpec | str]] = {
         "precision": OptionSpec(
@@ -165,11 +232,12 @@ class MnnBackend(Backend):
             False,
         ),
     }
-    load_hint = "try another backend, or 'deploykit inspect' the model for ops MNN lacks."
+    conversion = Conversion(converted_file=_converted_file, carry=_carry, recorded_interface=_recorded_interface)
+    wording = LoadWording(hint="try another backend, or 'deploykit inspect' the model for ops MNN lacks.")
 
     def import_runtime(self) -> Any:
-        if self.module in sys.modules:
-            return sys.modules[self.module]
+        if self.runtime.module in sys.modules:
+            return sys.modules[self.runtime.module]
         with captured_stdout():
             return super().import_runtime()
 
@@ -180,51 +248,6 @@ class MnnBackend(Backend):
     def devices(self) -> list[str]:
         self.import_runtime()
         return ["cpu"]
-
-    def recorded_interface(self, path: Path) -> tuple[list[TensorSpec], list[TensorSpec], dict[str, str]] | None:
-        """The ONNX interface and metadata in the ``.json`` that ``export mnn`` (or a bundle) writes beside a
-        ``.mnn``; alone, only MNN can say it."""
-        return _recorded_interface(path)
-
-    def converted_file(self, model: Model, options: Mapping[str, Any]) -> Path | None:
-        """The cached ``.mnn`` of an ``.onnx`` model (None for a ``.mnn`` file)."""
-        if model.format != ".onnx":
-            return None
-        from deploykit.backends.mnn_convert import MODEL_NAME, convert
-
-        self.refuse_unsupported_kinds(model.path, model.inputs, model.outputs)
-        return convert(model).path(MODEL_NAME)
-
-    def carry(self, model: Model, options: Mapping[str, Any], folder: Path, stem: str) -> Carried | None:
-        """``stem.mnn`` and ``stem.json`` (the ONNX inputs, outputs and metadata, the converter's version and
-        the source's SHA-256): what ``deploykit export mnn`` writes."""
-        import shutil
-
-        from deploykit.backends.mnn_convert import converter_version
-
-        cached = self.converted_file(model, options)
-        if cached is None:
-            return None
-        target = folder / f"{stem}.mnn"
-        shutil.copyfile(cached, target)
-        document = {
-            "format": IO_FORMAT,
-            "source": model.path.name,
-            "source_sha256": model.sha256,
-            "converter": converter_version(),
-            "inputs": [spec.to_dict() for spec in model.inputs],
-            "outputs": [spec.to_dict() for spec in model.outputs],
-            "metadata": dict(model.metadata_props),
-        }
-        io = target.with_suffix(".json")
-        io.write_text(json.dumps(document, indent=1) + "\n")
-        return Carried(target, (target, io))
-
-    def emulated_environment(self) -> dict[str, str]:
-        """The converter only writes a file (the same on every architecture); under emulation the
-        worker runs it with the host's interpreter, since the target's cannot be started as a child
-        without the kernel's binfmt set up. MNN itself, which computes, is the target's build."""
-        return {CONVERTER_VARIABLE: sys.executable}
 
     def precisions(self, device: str | None = None) -> list[str]:
         """f32, and f16/bf16 where MNN really stores activations so here (see ``applied_precisions``)."""
@@ -240,7 +263,7 @@ class MnnBackend(Backend):
         if model.format == ".mnn":
             path, specs_in, specs_out, metadata_props, typed = _native_interface(model.path)
         else:
-            path = self.converted_file(model, options) or model.path
+            path = _converted_file(model, options) or model.path
             specs_in, specs_out, typed = list(model.inputs), list(model.outputs), True
             metadata_props = dict(model.metadata_props)
         threads = int(options.get("threads") or 0) or cpu_count()
@@ -253,7 +276,7 @@ class MnnBackend(Backend):
         if module is None:
             reason = " ".join(line.strip() for line in "".join(said).splitlines() if "device supports" not in line)
             raise UnsupportedModelError(
-                f"backend 'mnn' | cannot load '{model.path.name}': {reason or failure}.", hint=self.load_hint
+                f"backend 'mnn' | cannot load '{model.path.name}': {reason or failure}.", hint=self.wording.hint
             )
         feed_types = _feed_types(module, specs_in, model.path.name)
         precision_note = None if asked in (None, ran) else f"MNN runs {ran} here, not {asked}"
@@ -329,29 +352,6 @@ def _feed_types(module: Any, specs_in: list[TensorSpec], name: str) -> list[tupl
             )
         found.append((np.dtype(_NUMPY_TYPES[kind]), variable.data_format))
     return found
-
-
-def _recorded_interface(path: Path) -> tuple[list[TensorSpec], list[TensorSpec], dict[str, str]] | None:
-    """The ONNX inputs, outputs and metadata the ``.json`` beside a ``.mnn`` records; None without one.
-
-    Raises:
-        ModelError: the ``.json`` is there but cannot be read as deploykit's MNN interface file.
-    """
-    io_path = path.with_suffix(".json")
-    if not io_path.is_file():
-        return None
-    try:
-        io = json.loads(io_path.read_text())
-        if io.get("format") != IO_FORMAT:
-            raise ValueError(f"format is {io.get('format')!r}")
-        specs_in = [TensorSpec.from_dict(s) for s in io["inputs"]]
-        specs_out = [TensorSpec.from_dict(s) for s in io["outputs"]]
-        return specs_in, specs_out, {str(k): str(v) for k, v in io.get("metadata", {}).items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ModelError(
-            f"model '{path.name}' | its interface file {io_path.name} cannot be read ({exc}).",
-            hint=f"write it again with deploykit export mnn, or remove {io_path.name} to open the file alone.",
-        ) from exc
 
 
 def _native_interface(path: Path) -> tuple[Path, list[TensorSpec], list[TensorSpec], dict[str, str], bool]:

@@ -29,6 +29,7 @@ import numpy as np
 from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.ncnn_layout import NcnnLayout, check_layers, native_layout, onnx_layout
 from deploykit.backends.options import OptionSpec
+from deploykit.backends.traits import LoadWording, RuntimePackage, device_error
 from deploykit.errors import DeployKitError, InputError, ModelError, UnsupportedModelError, UsageError
 from deploykit.model import Model
 
@@ -86,13 +87,25 @@ def applied_precisions() -> tuple[str, ...]:
     return tuple(found)
 
 
+def _emulated_environment() -> dict[str, str]:
+    """pnnx only converts the file (the same on every architecture); under emulation the worker
+    runs the host's pnnx natively, since the target's pnnx executable cannot be started there
+    without binfmt. ncnn itself, which computes, is the target's build."""
+    from deploykit.backends.ncnn_convert import PNNX_VARIABLE, pnnx_executable
+
+    try:
+        return {PNNX_VARIABLE: str(pnnx_executable())}
+    except DeployKitError:
+        return {}
+
+
 class NcnnBackend(Backend):
     """Tencent ncnn through its Python bindings, with pnnx converting ONNX models."""
 
     name = "ncnn"
-    pip_extra = "ncnn"
-    module = "ncnn"
-    distributions = ("ncnn", "pnnx")
+    runtime = RuntimePackage(
+        module="ncnn", pip_extra="ncnn", distributions=("ncnn", "pnnx"), emulated_environment=_emulated_environment
+    )
     formats = (".onnx", ".param")
     options: ClassVar[Mapping[str, OptionSpec | str]] = {
         "precision": OptionSpec(
@@ -109,7 +122,7 @@ class NcnnBackend(Backend):
             "fixed shapes for dynamic inputs, NAME:SHAPE;NAME:SHAPE (pnnx converts at fixed shapes)", "str"
         ),
     }
-    load_hint = "try another backend, or 'deploykit inspect' the model for ops ncnn lacks."
+    wording = LoadWording(hint="try another backend, or 'deploykit inspect' the model for ops ncnn lacks.")
 
     def version(self) -> str:
         self.import_runtime()
@@ -122,17 +135,6 @@ class NcnnBackend(Backend):
     def unavailable_devices(self) -> dict[str, str]:
         self.import_runtime()
         return {} if gpu_count() else {"vulkan": "ncnn finds no Vulkan device (no GPU, driver or libvulkan)"}
-
-    def emulated_environment(self) -> dict[str, str]:
-        """pnnx only converts the file (the same on every architecture); under emulation the worker
-        runs the host's pnnx natively, since the target's pnnx executable cannot be started there
-        without binfmt. ncnn itself, which computes, is the target's build."""
-        from deploykit.backends.ncnn_convert import PNNX_VARIABLE, pnnx_executable
-
-        try:
-            return {PNNX_VARIABLE: str(pnnx_executable())}
-        except DeployKitError:
-            return {}
 
     def precisions(self, device: str | None = None) -> list[str]:
         """On the CPU: f32, and f16/bf16 where ncnn really stores activations so here (see
@@ -156,7 +158,8 @@ class NcnnBackend(Backend):
                 else f"ncnn finds only {gpu_count()} Vulkan device(s) (vulkan:0 to vulkan:{gpu_count() - 1})"
             )
             if not allow_fallback:
-                raise self._device_error(
+                raise device_error(
+                    self.name,
                     device,
                     fallback_reason + ".",
                     hint="install the GPU's Vulkan driver and loader, use device 'cpu', or pass "
@@ -188,7 +191,7 @@ class NcnnBackend(Backend):
         if net.load_param(str(layout.param)) != 0:
             raise UnsupportedModelError(
                 f"backend 'ncnn' | cannot read {layout.subject}: ncnn refused its .param file {layout.param}.",
-                hint=self.load_hint,
+                hint=self.wording.hint,
             )
         if net.load_model(str(layout.bin)) != 0:
             raise ModelError(
@@ -197,7 +200,9 @@ class NcnnBackend(Backend):
                 hint="pass the .bin written together with this .param (deploykit export ncnn writes both).",
             )
         if kind == "vulkan" and not opt.use_vulkan_compute:
-            raise self._device_error(device, "ncnn turned Vulkan compute off while loading.", hint="use device 'cpu'.")
+            raise device_error(
+                self.name, device, "ncnn turned Vulkan compute off while loading.", hint="use device 'cpu'."
+            )
         blobs = {"inputs": list(net.input_names()), "outputs": list(net.output_names())}
         for side, ports in (("inputs", layout.inputs), ("outputs", layout.outputs)):
             missing = [p.blob for p in ports if p.blob not in blobs[side]]

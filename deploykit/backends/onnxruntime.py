@@ -17,7 +17,8 @@ import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.options import OptionSpec
-from deploykit.errors import DeployKitError, InvalidModelError, UnsupportedModelError, UsageError
+from deploykit.backends.traits import LoadWording, RuntimePackage, device_error
+from deploykit.errors import InvalidModelError, UsageError
 from deploykit.model import Model
 from deploykit.tensors import KINDS
 
@@ -52,7 +53,7 @@ _ORT_LOAD_FROM = re.compile(r"^Load model from .*? failed:\s*", re.S)
 def ort_reason(exc: BaseException) -> str:
     """ONNX Runtime's reason in one line: its first line that says something (without the status
     prefix) and the detail lines under it, not the closing "Please fix ..." that names nothing."""
-    from deploykit.backends.values import last_meaningful_line
+    from deploykit.backends.traits import last_meaningful_line
 
     match = _IR_VERSION.search(str(exc))
     if match:
@@ -99,13 +100,35 @@ def _openvino_device_type(device: str) -> str:
     return device.partition(":")[2].upper() or "CPU"
 
 
+def _ir_version_hint(exc: BaseException) -> str | None:
+    """The hint for a model whose IR version this runtime is too old for, or None for another failure."""
+    match = _IR_VERSION.search(str(exc))
+    if match is None:
+        return None
+    newest = match.group(2)
+    if newest is None:
+        return "re-save it with an older ir_version (onnx.save after model.ir_version = N), or upgrade onnxruntime."
+    return (
+        f"re-save it with ir_version ≤ {newest} (onnx.save after model.ir_version = {newest}), or upgrade onnxruntime."
+    )
+
+
+def _build_info() -> dict[str, Any]:
+    return {"build_providers": OnnxRuntimeBackend().import_runtime().get_available_providers()}
+
+
 class OnnxRuntimeBackend(Backend):
     """ONNX Runtime with its CPU, CUDA and TensorRT execution providers."""
 
     name = "onnxruntime"
     aliases = ("ort",)
-    pip_extra = "onnxruntime"
-    module = "onnxruntime"
+    runtime = RuntimePackage(
+        module="onnxruntime",
+        pip_extra="onnxruntime",
+        distributions=_DISTRIBUTIONS,
+        cpu_distribution="onnxruntime",
+        build_info=_build_info,
+    )
     options: ClassVar[Mapping[str, OptionSpec | str]] = {
         "threads": OptionSpec("intra-op threads (0 = runtime default)", "int", 0, low=0, per_cpu=True),
         "inter_op_threads": OptionSpec("inter-op threads (0 = runtime default)", "int", 0, low=0, per_cpu=True),
@@ -116,33 +139,12 @@ class OnnxRuntimeBackend(Backend):
         ),
     }
 
-    distributions = _DISTRIBUTIONS
     value_kinds = frozenset(KINDS)  # lists for sequences, None for empty optionals, both ways
-    cpu_distribution = "onnxruntime"
+    wording = LoadWording(explain=ort_reason, hint_for=_ir_version_hint)
 
     def version(self) -> str:
         self.import_runtime()
         return _distribution()
-
-    def explain(self, exc: BaseException) -> str:
-        """The runtime's reason (``ort_reason``); for a too new IR version only its sentence."""
-        return ort_reason(exc)
-
-    def load_error(self, model: Model, exc: BaseException) -> DeployKitError:
-        """As the base class's, with a hint that fits a model whose IR version this runtime is too old for."""
-        error = super().load_error(model, exc)
-        match = _IR_VERSION.search(str(exc))
-        if match is None or not isinstance(error, UnsupportedModelError):
-            return error
-        newest = match.group(2)
-        if newest is None:
-            hint = "re-save it with an older ir_version (onnx.save after model.ir_version = N), or upgrade onnxruntime."
-        else:
-            hint = (
-                f"re-save it with ir_version ≤ {newest} (onnx.save after model.ir_version = {newest}), "
-                "or upgrade onnxruntime."
-            )
-        return UnsupportedModelError(error.message, hint=hint)
 
     def unavailable_devices(self) -> dict[str, str]:
         ort = self.import_runtime()
@@ -155,9 +157,6 @@ class OnnxRuntimeBackend(Backend):
             elif (problem := _provider_library_problem(provider)) is not None:
                 problems[kind] = problem
         return problems
-
-    def build_info(self) -> dict[str, Any]:
-        return {"build_providers": self.import_runtime().get_available_providers()}
 
     def devices(self) -> list[str]:
         ort = self.import_runtime()
@@ -227,7 +226,8 @@ class OnnxRuntimeBackend(Backend):
 
     def _refuse_or_fallback(self, device: str, reason: str, allow_fallback: bool) -> None:
         if not allow_fallback:
-            raise self._device_error(
+            raise device_error(
+                self.name,
                 device,
                 reason + ".",
                 hint=(

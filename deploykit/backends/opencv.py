@@ -18,6 +18,7 @@ import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.options import OptionSpec
+from deploykit.backends.traits import LoadWording, RuntimePackage, device_error
 from deploykit.backends.values import sentence
 from deploykit.errors import ModelError, UnsupportedModelError, UsageError
 from deploykit.model import Model, check_model_path
@@ -40,13 +41,39 @@ def has_opencl(cv2: Any) -> bool:
         return False
 
 
+def _cv_message(exc: BaseException) -> str:
+    """OpenCV's reason on one line: after its ``OpenCV(version) file:line: error:`` prefix, with the
+    ``>`` that starts each continuation line dropped (a lone one ended the message)."""
+    text = str(exc).strip()
+    if "error:" in text:
+        text = text.split("error:", 1)[1]
+    lines = [line.strip().lstrip(">").strip() for line in text.splitlines()]
+    return " ".join(" ".join(line for line in lines if line).split())
+
+
+def _build_info() -> dict[str, Any]:
+    build = OpenCvBackend().import_runtime().getBuildInformation()
+    keys = ("Parallel framework", "CPU/HW features", "Baseline", "OpenCL:", "CUDA:")
+    return {"build": [" ".join(line.split()) for line in build.splitlines() if any(k in line for k in keys)][:8]}
+
+
 class OpenCvBackend(Backend):
     """OpenCV's DNN module with its own CPU kernels, OpenCL or CUDA."""
 
     name = "opencv"
     aliases = ("cv", "cv2")
-    pip_extra = "opencv"
-    module = "cv2"
+    runtime = RuntimePackage(
+        module="cv2",
+        pip_extra="opencv",
+        distributions=(
+            "opencv-python-headless",
+            "opencv-python",
+            "opencv-contrib-python-headless",
+            "opencv-contrib-python",
+        ),
+        cpu_distribution="opencv-python-headless",
+        build_info=_build_info,
+    )  # an emulated target installs the headless build
     formats = (".onnx", ".cfg")
     options: ClassVar[Mapping[str, OptionSpec | str]] = {
         "threads": OptionSpec(
@@ -55,27 +82,14 @@ class OpenCvBackend(Backend):
         "weights": OptionSpec("Darknet .weights file, when the model is a Darknet .cfg (OpenCV 4.x only)", "path"),
     }
 
-    distributions = (
-        "opencv-python-headless",
-        "opencv-python",
-        "opencv-contrib-python-headless",
-        "opencv-contrib-python",
+    wording = LoadWording(
+        verb="import",
+        hint="OpenCV DNN supports fewer ops than ONNX Runtime or OpenVINO; try backend 'onnxruntime' or 'openvino'.",
+        explain=_cv_message,
     )
-    cpu_distribution = "opencv-python-headless"  # an emulated target gets the headless build of the same version
-
-    load_verb = "import"
-    load_hint = "OpenCV DNN supports fewer ops than ONNX Runtime or OpenVINO; try backend 'onnxruntime' or 'openvino'."
-
-    def explain(self, exc: BaseException) -> str:
-        return _cv_message(exc)
 
     def subject(self) -> str:
         return f"backend 'opencv' ({self.import_runtime().__version__})"
-
-    def build_info(self) -> dict[str, Any]:
-        build = self.import_runtime().getBuildInformation()
-        keys = ("Parallel framework", "CPU/HW features", "Baseline", "OpenCL:", "CUDA:")
-        return {"build": [" ".join(line.split()) for line in build.splitlines() if any(k in line for k in keys)][:8]}
 
     def version(self) -> str:
         cv2 = self.import_runtime()
@@ -125,7 +139,8 @@ class OpenCvBackend(Backend):
         fallback_reason = self._target_problem(cv2, target)
         if fallback_reason:
             if not allow_fallback:
-                raise self._device_error(
+                raise device_error(
+                    self.name,
                     device,
                     fallback_reason,
                     hint="use device 'cpu', install an OpenCV built with that target, or pass "
@@ -202,16 +217,6 @@ class OpenCvBackend(Backend):
                 hint="check that the .weights file belongs to this .cfg.",
             ) from exc
         return net
-
-
-def _cv_message(exc: BaseException) -> str:
-    """OpenCV's reason on one line: after its ``OpenCV(version) file:line: error:`` prefix, with the
-    ``>`` that starts each continuation line dropped (a lone one ended the message)."""
-    text = str(exc).strip()
-    if "error:" in text:
-        text = text.split("error:", 1)[1]
-    lines = [line.strip().lstrip(">").strip() for line in text.splitlines()]
-    return " ".join(" ".join(line for line in lines if line).split())
 
 
 def _graph_shaped(array: Any, spec: TensorSpec) -> Any:

@@ -21,6 +21,7 @@ import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.options import OptionSpec
+from deploykit.backends.traits import LoadWording, RuntimePackage, SearchTraits, device_error
 from deploykit.errors import UnsupportedModelError
 from deploykit.model import Model
 from deploykit.tensors import TensorSpec
@@ -59,15 +60,31 @@ def precision_name(element_type: Any) -> str:
     return {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}.get(text, text)
 
 
+def _last_line(exc: BaseException) -> str:
+    """The reason in an OpenVINO exception: for a failed ONNX conversion, each failed operation with
+    the last line of its own message (the summary alone names the ops, not why); else the last
+    line that says something (OpenVINO ends some messages with a lone ';', AUTO's)."""
+    text = str(exc).strip()
+    failed = re.findall(r"^-- (\S+) with a message:\n(.*?)(?=^-- |^Summary:|\Z)", text, re.M | re.S)
+    if failed:
+        reasons = []
+        for operation, message in failed:
+            said = [line.strip() for line in message.splitlines() if any(c.isalnum() for c in line)]
+            reasons.append(f"{operation}: {said[-1] if said else 'no reason given'}")
+        return "conversion failed for " + "; ".join(reasons)
+    lines = [line.strip() for line in text.splitlines() if any(c.isalnum() for c in line)]
+    useful = [line for line in lines if not line.startswith(("Check ", "File ", "at "))]
+    return (useful or lines or [type(exc).__name__])[-1]
+
+
 class OpenVinoBackend(Backend):
     """Intel OpenVINO: CPU (oneDNN/MKL-class kernels), GPU, NPU and the AUTO plug-in."""
 
     name = "openvino"
     aliases = ("ov",)
-    pip_extra = "openvino"
-    module = "openvino"
+    runtime = RuntimePackage(module="openvino", pip_extra="openvino", distributions=("openvino",))
     default_device = "CPU"
-    virtual_devices = _VIRTUAL_DEVICES
+    search = SearchTraits(virtual_devices=_VIRTUAL_DEVICES)
     options: ClassVar[Mapping[str, OptionSpec | str]] = {
         "precision": OptionSpec(
             "compute precision (default: the device's own)", "str", None, choices=tuple(_PRECISIONS)
@@ -89,12 +106,7 @@ class OpenVinoBackend(Backend):
         ),
     }
 
-    distributions = ("openvino",)
-
-    load_verb = "read"
-
-    def explain(self, exc: BaseException) -> str:
-        return _last_line(exc)
+    wording = LoadWording(verb="read", explain=_last_line)
 
     def version(self) -> str:
         ov = self.import_runtime()
@@ -150,7 +162,8 @@ class OpenVinoBackend(Backend):
                 return f"{base}:{','.join(present)}", reason
             if allow_fallback:
                 return "CPU", reason
-            raise self._device_error(
+            raise device_error(
+                self.name,
                 device,
                 reason + ".",
                 hint="install the device's OpenVINO plug-in and driver, list only devices that exist, "
@@ -158,7 +171,8 @@ class OpenVinoBackend(Backend):
             )
         if base in _VIRTUAL_DEVICES or name in available or base in bases:
             return name, None
-        raise self._device_error(
+        raise device_error(
+            self.name,
             device,
             f"OpenVINO on this machine offers {', '.join([*available, 'AUTO'])}.",
             hint="install the device's OpenVINO plug-in and driver (e.g. the Intel GPU "
@@ -230,23 +244,6 @@ def _compiled_precision(compiled: Any, execution_devices: list[str]) -> str | No
     if len(set(found.values())) == 1:
         return next(iter(found.values()))
     return ", ".join(f"{device} {precision}" for device, precision in found.items()) or None
-
-
-def _last_line(exc: BaseException) -> str:
-    """The reason in an OpenVINO exception: for a failed ONNX conversion, each failed operation with
-    the last line of its own message (the summary alone names the ops, not why); else the last
-    line that says something (OpenVINO ends some messages with a lone ';', AUTO's)."""
-    text = str(exc).strip()
-    failed = re.findall(r"^-- (\S+) with a message:\n(.*?)(?=^-- |^Summary:|\Z)", text, re.M | re.S)
-    if failed:
-        reasons = []
-        for operation, message in failed:
-            said = [line.strip() for line in message.splitlines() if any(c.isalnum() for c in line)]
-            reasons.append(f"{operation}: {said[-1] if said else 'no reason given'}")
-        return "conversion failed for " + "; ".join(reasons)
-    lines = [line.strip() for line in text.splitlines() if any(c.isalnum() for c in line)]
-    useful = [line for line in lines if not line.startswith(("Check ", "File ", "at "))]
-    return (useful or lines or [type(exc).__name__])[-1]
 
 
 def _port_indices(ports: Any, names: list[str], direction: str) -> list[int]:

@@ -18,8 +18,16 @@ import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.options import OptionSpec
+from deploykit.backends.traits import LoadWording, OraclePolicy, RuntimePackage, SearchTraits, device_error
 from deploykit.model import Model, has_external_data, load_onnx
 from deploykit.tensors import KINDS, OPTIONAL
+
+
+def _blind_spot(model: Model) -> str | None:
+    """A construct of ``model`` the evaluator is known to compute wrongly (``reference_ops``), or None."""
+    from deploykit.backends.reference_ops import blind_spot
+
+    return blind_spot(model.proto) if model.proto is not None else None
 
 
 class ReferenceBackend(Backend):
@@ -27,11 +35,9 @@ class ReferenceBackend(Backend):
 
     name = "reference"
     aliases = ("ref", "onnx-reference")
-    pip_extra = "onnx"
-    module = "onnx.reference"
-    distributions = ("onnx",)
-    independent_oracle = True
-    default_candidate = False
+    runtime = RuntimePackage(module="onnx.reference", pip_extra="onnx", distributions=("onnx",))
+    oracle = OraclePolicy(independent=True, label="onnx-reference", blind_spot=_blind_spot)
+    search = SearchTraits(default_candidate=False)
     value_kinds = frozenset(KINDS)  # lists for sequences, None for empty optionals, both ways
     options: ClassVar[Mapping[str, OptionSpec | str]] = {
         "precision": OptionSpec(
@@ -39,18 +45,10 @@ class ReferenceBackend(Backend):
         ),
     }
 
-    load_hint = "onnx's reference evaluator lacks some ops (and contrib domains); use another oracle."
-
-    def oracle_label(self, device: str) -> str:
-        return "onnx-reference"
+    wording = LoadWording(hint="onnx's reference evaluator lacks some ops (and contrib domains); use another oracle.")
 
     def version(self) -> str:
         return f"onnx {metadata.version('onnx')} (reference evaluator)"
-
-    def oracle_blind_spot(self, model: Model) -> str | None:
-        from deploykit.backends.reference_ops import blind_spot
-
-        return blind_spot(model.proto) if model.proto is not None else None
 
     def devices(self) -> list[str]:
         return ["cpu"]
@@ -72,7 +70,9 @@ class ReferenceBackend(Backend):
         from deploykit.backends.reference_ops import REFERENCE_OPS
 
         if device.lower() != "cpu":
-            raise self._device_error(device, "the reference evaluator runs on the CPU only.", hint="use device cpu.")
+            raise device_error(
+                self.name, device, "the reference evaluator runs on the CPU only.", hint="use device cpu."
+            )
         precision = str(options.get("precision", "f32"))
         # the evaluator needs the weights too: the Model's proto leaves external data out
         proto = model.proto

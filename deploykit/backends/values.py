@@ -1,7 +1,7 @@
 """What crosses between the caller and a runtime, apart from feeds (``validation``): outputs made
 the caller's own with the runtime's exact shape and dtype, the kinds of values a backend runs
-(tensors, sequences, optionals) and the refusal of the others by name, and a runtime's reason as
-the one line a message ends with. ``Session`` and ``Backend`` call these; nothing here imports a
+(tensors, sequences, optionals) and the refusal of the others by name, and a reason as the end of a
+message. ``Session`` and ``Backend`` call these; nothing here imports a
 runtime.
 """
 
@@ -66,13 +66,6 @@ def kind_refusal(
                 else "export the model with tensor inputs and outputs.",
             )
     return None
-
-
-def last_meaningful_line(exc: BaseException) -> str:
-    """The last line of an exception's text that has a letter or digit (where most runtimes put
-    the reason; a lone ``)`` or ``;`` closing the message is no reason), or the exception's type."""
-    lines = [line.strip() for line in str(exc).strip().splitlines() if any(c.isalnum() for c in line)]
-    return lines[-1] if lines else type(exc).__name__
 
 
 def sentence(reason: str) -> str:

@@ -119,16 +119,16 @@ def runtime_info() -> dict[str, Any]:
 
     runtimes: dict[str, Any] = {}
     for backend in all_backends():
-        entry: dict[str, Any] = {"distributions": _installed(backend.distributions or (backend.module,))}
+        entry: dict[str, Any] = {"distributions": _installed(backend.runtime.packages())}
         runtimes[backend.name] = entry
-        if backend.module not in sys.modules:
+        if backend.runtime.module not in sys.modules:
             continue
         reason = backend.unavailable_reason()
         if reason:
             entry.update(available=False, reason=reason)
             continue
         entry.update(available=True, version=backend.version(), devices=backend.devices())
-        entry.update(backend.build_info())
+        entry.update(backend.runtime.build_info())
         runtimes[backend.name] = entry
     return runtimes
 

@@ -276,7 +276,7 @@ def make_variants(
 def search_specs(given: Sequence[str] | None) -> tuple[list[str], list[str]]:
     """The backend specs ``optimize`` searches, and a note for each backend it leaves out: the given
     ones; else every default candidate, and every backend searched once the user has made it ready
-    (``Backend.searched_when_ready``: LiteRT with its converter environment) when it is, named with the
+    (``Backend.search.searched_when_ready``: LiteRT with its converter environment) when it is, named with the
     reason and the command that readies it when it is not. Nothing is created here."""
     from deploykit.backends.registry import backend_names, get_backend
     from deploykit.verify.check import default_backend_specs
@@ -286,13 +286,13 @@ def search_specs(given: Sequence[str] | None) -> tuple[list[str], list[str]]:
     specs, notes = default_backend_specs(), []
     for name in backend_names():
         backend = get_backend(name)
-        if backend.default_candidate or not backend.searched_when_ready or not backend.is_available():
+        if backend.search.default_candidate or not backend.search.searched_when_ready or not backend.is_available():
             continue
-        reason = backend.onnx_unavailable_reason()
+        reason = backend.conversion.onnx_unavailable_reason()
         if reason is not None:
             notes.append(f"{name}: not searched ({reason})")
             continue
-        specs += [f"{name}:{device}" for device in backend.devices() if device.upper() not in backend.virtual_devices]
+        specs += [f"{name}:{device}" for device in backend.search.swept_devices(backend.devices())]
     return specs, notes
 
 
@@ -301,7 +301,7 @@ def converted_variants(
 ) -> tuple[list[tuple[Variant, Path]], list[str], list[str]]:
     """What the backends that convert need before their candidates run, made now and timed (a conversion
     is never a screening run that ran out of time): each one's conversion of the float model and, with
-    ``quantize``, the reduced-weight files its own converter makes (``Backend.converted_weights``), as
+    ``quantize``, the reduced-weight files its own converter makes (``Backend.conversion.weights``), as
     variants of that backend alone. A reduced file the device computes no faster (f16 weights where
     ``Backend.precisions`` has no f16) is not made, and said so; a conversion that fails is a note.
 
@@ -325,14 +325,14 @@ def converted_variants(
         done.add((backend.name, device or ""))
         source = source or Model.open(model)
         try:
-            if backend.converted_file(source, {}) is None:
+            if backend.conversion.converted_file(source, {}) is None:
                 continue
         except DeployKitError as exc:
             notes.append(f"{backend.name}: not searched (converting {model.name}: {exc.message})")
             failed.append(spec)
             continue
         native = backend.precisions(device or backend.default_device)
-        for precision, options in backend.converted_weights.items() if quantize else ():
+        for precision, options in backend.conversion.weights.items() if quantize else ():
             label = f"{precision}-{backend.name}"
             if precision not in ("int8", *native):
                 notes.append(
@@ -342,7 +342,7 @@ def converted_variants(
                 continue
             started = time.perf_counter()
             try:
-                backend.converted_file(source, options)
+                backend.conversion.converted_file(source, options)
             except DeployKitError as exc:
                 notes.append(f"variant {label}: not made ({exc.message})")
                 continue
@@ -385,7 +385,7 @@ def expand(
             device = device or backend.default_device
             if variant.backend is not None and variant.backend != backend.name:
                 continue
-            if variant.quantized and variant.backend is None and backend.converted_weights:
+            if variant.quantized and variant.backend is None and backend.conversion.weights:
                 notes.append(
                     f"{backend.name}:{device} {variant.name}: not run ({backend.name} runs the reduced "
                     "files its own converter makes from the float model)"

@@ -215,7 +215,7 @@ def bundle_file_name(model: Path) -> str:
 
 def carry_model(report: OptimizeReport, source: Path, folder: Path) -> Carried:
     """Put the chosen model into the bundle ``folder``: the file its backend converted it into with the
-    ``.json`` that opens it with the ONNX interface (``Backend.carry``: LiteRT's ``.tflite``, MNN's
+    ``.json`` that opens it with the ONNX interface (``Backend.conversion.carry``: LiteRT's ``.tflite``, MNN's
     ``.mnn``), so the bundle opens where nothing converts; else the model file itself."""
     from deploykit.backends.converted import Carried
     from deploykit.backends.registry import get_backend
@@ -226,7 +226,7 @@ def carry_model(report: OptimizeReport, source: Path, folder: Path) -> Carried:
         stem = "model"
     config = report.best.config
     backend = get_backend(config.backend)
-    carried = backend.carry(backend.read_model(source), config.session_options(), folder, stem)
+    carried = backend.conversion.carry(backend.read_model(source), config.session_options(), folder, stem)
     if carried is not None:
         return carried
     shutil.copyfile(source, folder / name)

@@ -123,7 +123,7 @@ class HostPlatform(Platform):
         runtimes = {}
         for name in backend_names():
             backend = get_backend(name)
-            if (backend.default_candidate or backend.searched_when_ready) and backend.is_available():
+            if (backend.search.default_candidate or backend.search.searched_when_ready) and backend.is_available():
                 runtimes[name] = backend.version()
         return PlatformStatus(
             self.name,

@@ -58,7 +58,7 @@ def _emulated_environment(name: str) -> dict[str, str]:
 
     try:
         backend = get_backend(name)
-        return backend.emulated_environment() if backend.is_available() else {}
+        return backend.runtime.emulated_environment() if backend.is_available() else {}
     except DeployKitError:
         return {}
 

@@ -81,13 +81,13 @@ def host_requirements() -> list[Requirement]:
     requirements = [Requirement(name, _installed(name)) for name in CORE_DISTRIBUTIONS]
     for name in backend_names():
         backend = get_backend(name)
-        if not (backend.default_candidate or backend.searched_when_ready) or not backend.is_available():
+        if not (backend.search.default_candidate or backend.search.searched_when_ready) or not backend.is_available():
             continue
-        installed = [d for d in backend.distributions or (backend.module,) if _installed(d)]
+        installed = [d for d in backend.runtime.packages() if _installed(d)]
         if not installed:
             continue
-        if backend.cpu_distribution:  # one runtime in several builds (onnxruntime-gpu → onnxruntime)
-            requirements.append(Requirement(backend.cpu_distribution, _installed(installed[0]), name))
+        if backend.runtime.cpu_distribution:  # one runtime in several builds (onnxruntime-gpu → onnxruntime)
+            requirements.append(Requirement(backend.runtime.cpu_distribution, _installed(installed[0]), name))
             continue
         # every installed distribution the backend names: a runtime may need several (ncnn and pnnx)
         requirements += [Requirement(d, _installed(d), name) for d in installed]

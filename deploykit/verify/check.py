@@ -86,9 +86,9 @@ def default_backend_specs() -> list[str]:
     specs = []
     for name in backend_names():
         backend = get_backend(name)
-        if not backend.default_candidate or not backend.is_available():
+        if not backend.search.default_candidate or not backend.is_available():
             continue
-        specs += [f"{name}:{device}" for device in backend.devices() if device.upper() not in backend.virtual_devices]
+        specs += [f"{name}:{device}" for device in backend.search.swept_devices(backend.devices())]
     return specs
 
 
@@ -687,14 +687,14 @@ def run_oracle(
     backend = get_backend(name)
     device = device or backend.default_device
     spec = Candidate(name, device, None, backend.precision_options("f32"))
-    label = backend.oracle_label(device)
-    if backend.independent_oracle:
+    label = backend.oracle.label_for(backend.name, device)
+    if backend.oracle.independent:
         model = as_model(model)
-        if blind := backend.oracle_blind_spot(model):
+        if blind := backend.oracle.blind_spot_in(model):
             return OracleInfo(label, False, f"{label} is not used as the oracle: {blind}"), None
     # the default bounds the numpy oracles (onnx's evaluator), which grow without a bound of their own; a
     # runtime used as the oracle (--oracle openvino) reserves address space freely and is bounded only when asked
-    limit = memory_bytes or (default_memory_bytes() if backend.independent_oracle else None)
+    limit = memory_bytes or (default_memory_bytes() if backend.oracle.independent else None)
     bound: dict[str, Any] = {"repeat_runs": 1}  # the oracle's numpy is judged by the candidates, not by itself
     if limit:
         bound.update(memory_limit_bytes=limit, limit_subject=f"oracle {label}")
@@ -704,11 +704,11 @@ def run_oracle(
     if not run.ok:
         said = run.error_data is not None and run.error_data.get("subject") == f"oracle {label}"
         detail = f"oracle {label} {problem_of(run.error or '')}" if said else f"{label} did not run: {run.error}"
-        return OracleInfo(label, backend.independent_oracle, detail), None
+        return OracleInfo(label, backend.oracle.independent, detail), None
     detail = (
-        backend.version() if backend.independent_oracle else f"{label} is another backend, not an independent oracle"
+        backend.version() if backend.oracle.independent else f"{label} is another backend, not an independent oracle"
     )
-    return OracleInfo(label, backend.independent_oracle, detail), run.outputs
+    return OracleInfo(label, backend.oracle.independent, detail), run.outputs
 
 
 def unjudged(runs: Sequence[CandidateRun], oracle: OracleInfo, why: str) -> list[Verdict]:

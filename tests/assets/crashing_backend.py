@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.backends.base import Backend, Session
+from deploykit.backends.traits import RuntimePackage
 from deploykit.model import Model
 
 
 class CrashingBackend(Backend):
     name = "crasher"
-    pip_extra = "none"
-    module = "os"
+    runtime = RuntimePackage(module="os", pip_extra="none")
 
     def version(self) -> str:
         return "crasher 0"
@@ -29,8 +29,7 @@ class HangingBackend(Backend):
     """A backend whose loading never ends: timeouts and interruptions must kill its worker."""
 
     name = "hanger"
-    pip_extra = "none"
-    module = "os"
+    runtime = RuntimePackage(module="os", pip_extra="none")
 
     def version(self) -> str:
         return "hanger 0"
@@ -53,8 +52,7 @@ class RaisingBackend(Backend):
 
     name = "raiser"
     aliases = ("rz",)
-    pip_extra = "none"
-    module = "os"
+    runtime = RuntimePackage(module="os", pip_extra="none")
 
     def version(self) -> str:
         return "raiser 0"

@@ -9,6 +9,7 @@ import numpy as np
 
 from deploykit.backends.base import Backend, Session
 from deploykit.backends.registry import get_backend
+from deploykit.backends.traits import RuntimePackage
 from deploykit.model import Model
 
 
@@ -40,8 +41,7 @@ class FlakyBackend(Backend):
     """ONNX Runtime, except that every second run of a session adds noise to its outputs."""
 
     name = "flaky"
-    pip_extra = "onnxruntime"
-    module = "onnxruntime"
+    runtime = RuntimePackage(module="onnxruntime", pip_extra="onnxruntime")
 
     def version(self) -> str:
         return "flaky 0"

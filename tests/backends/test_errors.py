@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 
 import numpy as np
 import onnx
@@ -79,7 +80,8 @@ def test_aliases_resolve(catalog_paths):
 
 def test_missing_runtime_names_the_extra(monkeypatch, catalog_paths):
     backend = deploykit.get_backend("openvino")
-    monkeypatch.setattr(type(backend), "module", "openvino_not_installed_here")
+    missing = replace(backend.runtime, module="openvino_not_installed_here")
+    monkeypatch.setattr(type(backend), "runtime", missing)
     with pytest.raises(BackendUnavailableError, match=r"pip install 'deploykit\[openvino\]'"):
         deploykit.load(catalog_paths["multi_io"], "openvino")
 

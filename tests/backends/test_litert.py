@@ -127,8 +127,8 @@ def test_the_backend_is_registered_for_tflite_and_asked_for_by_name() -> None:
     assert ".tflite" in backend.formats
     assert backend.devices() == ["cpu"]
     assert backend.precisions("cpu") == ["f32"]
-    assert backend.default_candidate is False  # a default sweep must not need the converter environment
-    assert backend.searched_when_ready is True  # optimize searches it once that environment is ready
+    assert backend.search.default_candidate is False  # a default sweep must not need the converter environment
+    assert backend.search.searched_when_ready is True  # optimize searches it once that environment is ready
 
 
 def test_a_json_of_another_tflite_is_refused(tmp_path: Path) -> None:
@@ -181,7 +181,7 @@ def test_an_onnx_model_without_the_converter_environment_names_the_command(
         ".tflite files). Hint: create it once with 'deploykit converters add litert' (downloads the pinned "
         "packages once: about 2.6 GB, several minutes), then run this again."
     )
-    assert get_backend("litert").onnx_unavailable_reason() == str(raised.value)
+    assert get_backend("litert").conversion.onnx_unavailable_reason() == str(raised.value)
     assert not (tmp_path / "cache").exists()  # nothing was created behind the user's back
 
 
@@ -259,7 +259,7 @@ def test_a_dynamic_axis_after_the_batch_is_refused_by_name(tmp_path: Path) -> No
 
 @pytest.fixture
 def converter() -> None:
-    reason = get_backend("litert").onnx_unavailable_reason()
+    reason = get_backend("litert").conversion.onnx_unavailable_reason()
     if reason:
         pytest.skip(f"no litert converter environment: {reason}")
 

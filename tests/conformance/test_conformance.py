@@ -109,7 +109,7 @@ def test_deploykit_passes_every_case_the_raw_runtime_passes(
     reason = get_backend(backend).unavailable_reason()
     if reason:
         missing_asset(f"the {backend} backend's runtime", reason)
-    reason = get_backend(backend).onnx_unavailable_reason()
+    reason = get_backend(backend).conversion.onnx_unavailable_reason()
     if reason:  # a converter environment is the user's to create: its absence is said, not failed
         pytest.skip(f"{backend} opens no ONNX model here: {reason}")
     for name, value in worker_environment().items():

@@ -32,7 +32,7 @@ from tests.assets.paths import (
 PHOTOS = {"dog.jpg": {"dog", "bicycle"}, "bus.jpg": {"bus", "person"}}
 CONF, NMS_IOU = 0.25, 0.45
 # the runtimes a user deploys on (the reference evaluator is an oracle, and far too slow for these models)
-RUNTIMES = [name for name in BUILTIN_BACKENDS if get_backend(name).default_candidate]
+RUNTIMES = [name for name in BUILTIN_BACKENDS if get_backend(name).search.default_candidate]
 
 
 def _photo(name: str) -> Path:

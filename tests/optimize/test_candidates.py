@@ -93,8 +93,8 @@ def test_litert_without_its_converter_environment_is_listed_as_not_searched_with
 def test_litert_with_its_converter_environment_is_a_default_candidate(monkeypatch):
     monkeypatch.setenv("DEPLOYKIT_CACHE_DIR", str(CACHE))
     backend = get_backend("litert")
-    if backend.unavailable_reason() or backend.onnx_unavailable_reason():
-        pytest.skip(f"no litert converter environment: {backend.onnx_unavailable_reason()}")
+    if backend.unavailable_reason() or backend.conversion.onnx_unavailable_reason():
+        pytest.skip(f"no litert converter environment: {backend.conversion.onnx_unavailable_reason()}")
     specs, notes = search_specs(None)
     assert "litert:cpu" in specs and not [n for n in notes if n.startswith("litert")]
     assert default_backend_specs() == [s for s in specs if s != "litert:cpu"]  # compare/bench sweeps unchanged

@@ -221,8 +221,8 @@ def test_a_litert_choice_travels_as_its_tflite_and_opens_where_nothing_converts(
     """LiteRT searched with its own dynamic-range INT8 file as a variant of LiteRT alone; the bundle carries
     the chosen .tflite (the weights option spent) and opens with the converter environment hidden."""
     monkeypatch.setenv("DEPLOYKIT_CACHE_DIR", str(CACHE))
-    if get_backend("litert").unavailable_reason() or get_backend("litert").onnx_unavailable_reason():
-        pytest.skip(f"no litert converter environment: {get_backend('litert').onnx_unavailable_reason()}")
+    if get_backend("litert").unavailable_reason() or get_backend("litert").conversion.onnx_unavailable_reason():
+        pytest.skip(f"no litert converter environment: {get_backend('litert').conversion.onnx_unavailable_reason()}")
     plan = OptimizePlan(backends=["litert"], threads=[1], time_budget="40s", max_drop="50%", engines=("ort",))
     report = optimize(classifier_path, photos, plan, output=tmp_path / "deploy")
     made = {v.name: v for v in report.variants}
@@ -236,7 +236,7 @@ def test_a_litert_choice_travels_as_its_tflite_and_opens_where_nothing_converts(
     assert manifest.backend == "litert" and "weights" not in manifest.options
     _check_carried(manifest, tmp_path / "deploy", ".tflite")
     _hidden_converters(monkeypatch, tmp_path)
-    assert get_backend("litert").onnx_unavailable_reason() is not None
+    assert get_backend("litert").conversion.onnx_unavailable_reason() is not None
     _opens_where_nothing_converts(tmp_path / "deploy", tmp_path / "copy", next(photos.glob("*.jpg")))
 
 
@@ -245,9 +245,9 @@ def test_a_litert_choice_travels_as_its_tflite_and_opens_where_nothing_converts(
 def test_litert_carries_its_int8_file_with_the_weights_option_spent(classifier_path, tmp_path, monkeypatch):
     monkeypatch.setenv("DEPLOYKIT_CACHE_DIR", str(CACHE))
     backend = get_backend("litert")
-    if backend.unavailable_reason() or backend.onnx_unavailable_reason():
-        pytest.skip(f"no litert converter environment: {backend.onnx_unavailable_reason()}")
-    carried = backend.carry(Model.open(classifier_path), {"weights": "int8", "threads": 1}, tmp_path, "m")
+    if backend.unavailable_reason() or backend.conversion.onnx_unavailable_reason():
+        pytest.skip(f"no litert converter environment: {backend.conversion.onnx_unavailable_reason()}")
+    carried = backend.conversion.carry(Model.open(classifier_path), {"weights": "int8", "threads": 1}, tmp_path, "m")
     assert carried is not None and carried.spent == ("weights",)
     assert [f.name for f in carried.files] == ["m.tflite", "m.json"]
     _hidden_converters(monkeypatch, tmp_path)

@@ -215,7 +215,7 @@ def test_compare_runs_mnn_under_emulation_and_litert_too_where_its_converter_is_
     through the host's interpreter, onnx2tf in its environment), the aarch64 runtime computes, element-wise."""
     path, feeds = catalog_models["conv_bn_act"]
     backends = [name for name in ("mnn", "litert") if get_backend(name).is_available()]
-    if "litert" in backends and get_backend("litert").onnx_unavailable_reason():
+    if "litert" in backends and get_backend("litert").conversion.onnx_unavailable_reason():
         backends.remove("litert")
     if not backends:
         pytest.skip("neither mnn nor litert (with its converter environment) is ready here")

@@ -10,6 +10,7 @@ import numpy as np
 
 from deploykit.backends.base import Backend, Session
 from deploykit.backends.registry import get_backend
+from deploykit.backends.traits import RuntimePackage
 from deploykit.model import Model
 
 ABORT_VALUE = 666.0
@@ -37,8 +38,7 @@ class AbortOnRunBackend(Backend):
     """ONNX Runtime, except that a request holding the value 666 aborts the process."""
 
     name = "aborter"
-    pip_extra = "onnxruntime"
-    module = "onnxruntime"
+    runtime = RuntimePackage(module="onnxruntime", pip_extra="onnxruntime")
 
     def version(self) -> str:
         return "aborter 0"
