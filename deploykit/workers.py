@@ -1,7 +1,8 @@
 """Worker processes: starting one, the job/result protocol, npz job files, exit codes and signals.
 
 Every worker deploykit starts (verification and bench candidates, the torch stage, the Darknet
-oracles, emulated platforms' probes) goes through ``run_worker``: a fresh interpreter that does not
+oracles, emulated platforms' probes) goes through ``run_worker``, or ``ResidentWorker`` for one that
+stays for many jobs (a search's finalists, serving replicas): a fresh interpreter that does not
 import from the current directory (an unrelated ``onnx.py`` there must not shadow the real
 package), in its own process group (so a timeout, Ctrl-C or SIGTERM of the parent kills the worker
 and anything it started), with a time limit. The protocol, for both sides:
@@ -101,17 +102,6 @@ class Interpreter:
 HOST = Interpreter()
 
 
-def die_with_parent(parent: int) -> None:
-    """In a worker started some other way (``multiprocessing``: serving replicas), what ``_BOOTSTRAP``
-    does: ask Linux to SIGKILL this process when ``parent`` dies, and exit at once if it already has."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the parent died before prctl: no signal will ever come
-        os._exit(3)
-
-
 def read_job() -> dict[str, Any]:
     """The job a worker was started with (JSON on its stdin)."""
     job: dict[str, Any] = json.loads(sys.stdin.read())
@@ -196,6 +186,7 @@ class WorkerOutcome:
     result: dict[str, Any] | None
     error: str | None = None
     stderr_tail: str = ""
+    timed_out: bool = False  # the worker ran past its time limit and was killed (``error`` says so)
 
 
 def describe_exit(code: int) -> str:
@@ -299,7 +290,8 @@ def run_worker(
         stdout, stderr = process.communicate(json.dumps(dict(job)), timeout=timeout_s)
     except subprocess.TimeoutExpired:
         _kill_group(process)
-        return WorkerOutcome(None, f"did not finish within {timeout_s:g} s and was killed (--timeout to change)")
+        reason = f"did not finish within {timeout_s:g} s and was killed (--timeout to change)"
+        return WorkerOutcome(None, reason, timed_out=True)
     except BaseException:
         _kill_group(process)
         raise
@@ -384,7 +376,8 @@ class ResidentWorker:
                     continue  # a runtime's own print: not the answer
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return self._end(f"did not answer within {timeout_s:g} s and was killed (--timeout to change)")
+                    reason = f"did not answer within {timeout_s:g} s and was killed (--timeout to change)"
+                    return self._end(reason, timed_out=True)
                 if not selector.select(timeout=min(left, 0.2)):  # short waits: the main thread handles signals
                     continue
                 block = os.read(descriptor, 65536)
@@ -392,7 +385,12 @@ class ResidentWorker:
                     return self._end(None)
                 self._buffer += block
 
-    def _end(self, reason: str | None) -> WorkerOutcome:
+    @property
+    def exit_code(self) -> int | None:
+        """The worker's exit code once it has ended (negative: the signal that ended it), else None."""
+        return self._process.poll()
+
+    def _end(self, reason: str | None, *, timed_out: bool = False) -> WorkerOutcome:
         _kill_group(self._process)
         tail = self._stderr_tail()
         if reason is None:
@@ -400,7 +398,7 @@ class ResidentWorker:
             reason += f"; last output: {tail}" if tail else ""
         self.ended = reason
         self.close()
-        return WorkerOutcome(None, reason, tail)
+        return WorkerOutcome(None, reason, tail, timed_out)
 
     def _stderr_tail(self) -> str:
         try:
