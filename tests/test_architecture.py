@@ -226,7 +226,6 @@ BACKEND_IMPORTS_ELSEWHERE: dict[tuple[str, str], str] = {
     ("deploykit/quantize/calibration.py", "onnxruntime"): "ONNX Runtime's quantizer is a quantization engine",
     ("deploykit/quantize/engines.py", "onnxruntime"): "ONNX Runtime's quantizer is a quantization engine",
     ("deploykit/quantize/engines.py", "openvino"): "NNCF's INT8 engine hands its model to OpenVINO to save",
-    ("deploykit/vision/nms.py", "onnxruntime"): "greedy NMS through ONNX Runtime's NonMaxSuppression kernel",
 }
 _RUNTIME_PACKAGES = {"onnxruntime", "openvino", "ncnn", "pnnx", "MNN", "_tools", "ai_edge_litert"}
 _SHARED_BACKEND_MODULES = {"base", "registry", "options", "values", "validation", "converted"}
