@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from deploykit.backends.converted import Carried
+from deploykit.backends.converted import Carried, interface_file
 from deploykit.backends.options import OptionSpec, validate_options
 from deploykit.backends.validation import FastCheck, validate_feeds
 from deploykit.backends.values import kind_refusal, last_meaningful_line, owned_output, sentence
@@ -473,13 +473,23 @@ class Backend(abc.ABC):
 
     def recorded_interface(self, path: Path) -> tuple[list[TensorSpec], list[TensorSpec], dict[str, str]] | None:
         """The ONNX inputs, outputs and metadata recorded beside a native file by deploykit's export of it
-        (``interface_file(path)``), None when nothing is recorded; read without loading the runtime. The
+        (``converted.interface_file(path)``), None when nothing is recorded; read without loading the runtime. The
         default records nothing; a converting backend whose files lose the ONNX interface overrides it.
 
         Raises:
             ModelError: a recorded interface is there but cannot be read.
         """
         return None
+
+    def model_files(self, path: Path, options: Mapping[str, Any]) -> list[Path]:
+        """Every file the model at ``path`` is made of when this backend opens it with ``options``, ``path``
+        first: what must travel with it to another machine (Ray's workers, a fleet's devices). By default
+        the file and, for a file in a native format, the recorded interface beside it when there is one
+        (``interface_file``, which ``recorded_interface`` reads). A format of several files overrides it."""
+        interface = interface_file(path)
+        if path.suffix.lower() in self.native_formats() and interface.is_file():
+            return [path, interface]
+        return [path]
 
     def native_formats(self) -> set[str]:
         """The suffixes of ``formats`` that are the runtime's own (not ``.onnx``), lower case."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from deploykit.backends.converted import interface_file
 from deploykit.backends.ncnn_convert import (
     NO_BATCH,
     Conversion,
@@ -341,7 +342,7 @@ def native_layout(param: Path) -> NcnnLayout:
             "and a .bin with the same name.",
             hint="put the .bin written with this .param next to it (deploykit export ncnn writes both).",
         )
-    io_path = param.with_suffix(".json")
+    io_path = interface_file(param)
     subject = f"'{param.name}'"
     if not io_path.is_file():
         net = ncnn.Net()

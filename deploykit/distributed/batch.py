@@ -17,7 +17,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -77,15 +77,13 @@ class PredictSummary:
         return {**asdict(self), "images_per_s": self.images_per_s}
 
 
-def model_files(model: Path) -> dict[str, bytes]:
-    """What a worker needs of the model, by file name: the file, and for an exported ``.mnn`` or ``.tflite``
-    (``export mnn|litert``, or a bundle that chose MNN or LiteRT) the ``.json`` of the same name beside it,
-    which records the ONNX model's names, types and metadata (the size and labels the pipeline reads)."""
-    files = {model.name: model.read_bytes()}
-    interface = model.with_suffix(".json")
-    if model.suffix.lower() != ".onnx" and interface.is_file():
-        files[interface.name] = interface.read_bytes()
-    return files
+def model_files(model: Path, backend: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, bytes]:
+    """What a worker needs of the model, by file name: every file it is made of as ``backend`` opens it
+    with ``options`` (``deploykit.backends.registry.model_files``: an exported ``.mnn`` or ``.tflite``
+    with the ``.json`` beside it that records the ONNX names, types and metadata ...)."""
+    from deploykit.backends.registry import model_files as files_of
+
+    return {path.name: path.read_bytes() for path in files_of(model, backend, options)}
 
 
 def model_on_this_node(files: dict[str, bytes], name: str) -> Path:
@@ -158,7 +156,7 @@ def _ray_batches(
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False  # deploykit draws one bar for the whole job
     quiet_console("ray.data")  # its execution plan and "progress bars disabled" notes, on every run
-    model_ref = ray.put(model_files(model))
+    model_ref = ray.put(model_files(model, settings["backend"], settings["backend_options"]))
     # Reading files is I/O: read tasks reserve no CPU, else they would wait for the cores the actors hold.
     dataset = ray.data.read_binary_files(paths, include_paths=True, num_cpus=0, concurrency=actors)
     # Ray Data restarts a crashed actor and retries its batch (max_restarts/max_task_retries -1 by default).

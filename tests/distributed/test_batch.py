@@ -305,3 +305,22 @@ def test_an_exported_mnn_model_runs_on_ray_with_its_interface_file(local_ray, de
     assert local_rows.keys() == ray_rows.keys()
     for path, row in local_rows.items():
         assert [r["label"] for r in ray_rows[path]["results"]] == [r["label"] for r in row["results"]], path
+
+
+def test_the_files_that_travel_are_the_ones_the_backend_reads(tmp_path):
+    """One rule for ".json beside a native file": the file the MNN backend reads the interface from is
+    the one that travels with the model; beside an .onnx it is not the model's and stays."""
+    from deploykit.backends.converted import interface_file
+    from deploykit.backends.registry import get_backend
+    from deploykit.distributed.batch import model_files
+    from deploykit.errors import ModelError
+
+    native, onnx_file = tmp_path / "m.mnn", tmp_path / "n.onnx"
+    for path in (native, onnx_file):
+        path.write_bytes(b"model")
+        interface_file(path).write_text("not json")
+    assert list(model_files(native, "mnn")) == ["m.mnn", "m.json"]
+    assert list(model_files(native)) == ["m.mnn", "m.json"]  # no backend named: the backends that read .mnn
+    assert list(model_files(onnx_file, "onnxruntime")) == ["n.onnx"]
+    with pytest.raises(ModelError, match=r"its interface file m\.json cannot be read"):
+        get_backend("mnn").recorded_interface(native)
