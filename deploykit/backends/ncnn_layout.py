@@ -327,6 +327,11 @@ def check_layers(param: Path, subject: str) -> None:
         raise _unknown_layers_error(subject, unknown)
 
 
+def weights_file(param: Path) -> Path:
+    """An ncnn model's weights: the ``.bin`` of the same name beside its ``.param``."""
+    return param.with_suffix(".bin")
+
+
 def native_layout(param: Path) -> NcnnLayout:
     """A ``.param`` + ``.bin`` pair; the ONNX names and shapes from the ``.json`` beside it when there is one."""
     import ncnn
@@ -335,7 +340,7 @@ def native_layout(param: Path) -> NcnnLayout:
         raise ModelNotFoundError(
             f"model '{param}' | does not exist or is not a file.", hint="check the path (and the .param suffix)."
         )
-    bin_path = param.with_suffix(".bin")
+    bin_path = weights_file(param)
     if not bin_path.is_file():
         raise ModelNotFoundError(
             f"model '{param.name}' | has no weights file {bin_path.name} beside it; an ncnn model is a .param "

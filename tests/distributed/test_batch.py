@@ -322,6 +322,10 @@ def test_the_files_that_travel_are_the_ones_the_backend_reads(tmp_path):
     assert list(model_files(native, "mnn")) == ["m.mnn", "m.json"]
     assert list(model_files(native)) == ["m.mnn", "m.json"]  # no backend named: the backends that read .mnn
     assert list(model_files(onnx_file, "onnxruntime")) == ["n.onnx"]
+    param = tmp_path / "p.param"
+    for path in (param, param.with_suffix(".bin"), interface_file(param)):
+        path.write_bytes(b"ncnn")
+    assert list(model_files(param, "ncnn")) == ["p.param", "p.bin", "p.json"]
     with pytest.raises(ModelError, match=r"its interface file m\.json cannot be read"):
         get_backend("mnn").recorded_interface(native)
 
