@@ -8,7 +8,8 @@ package), in its own process group (so a timeout, Ctrl-C or SIGTERM of the paren
 and anything it started), with a time limit. The protocol, for both sides:
 
 - the parent sends one JSON job on stdin; arrays travel as ``.npz`` files named in the job
-  (``write_arrays`` / ``read_arrays``);
+  (``write_arrays`` / ``read_arrays``), or, for a resident worker's many small jobs, as bare bytes
+  with their layout in the job (``write_raw_arrays`` / ``read_raw_arrays``);
 - the worker (``read_job``) answers with one result line (``send_result``); anything else it prints
   is kept for the error;
 - a ``DeployKitError`` crosses as data (``error_result`` in the worker, ``rebuild_error`` in the
@@ -152,6 +153,34 @@ def write_arrays(path: str | os.PathLike[str], arrays: Mapping[str, Any]) -> Non
     if long_names:
         stored[_LONG_NAMES] = np.array(long_names, dtype=str)
     np.savez(path, **stored)
+
+
+def write_raw_arrays(path: str | os.PathLike[str], arrays: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Write tensors by name as their bare bytes, one after another, and return the layout the reader
+    needs (name, dtype, shape of each, in order): for a resident worker that answers many small jobs,
+    where an ``.npz`` (a zip, its checksums) costs more than the job. Text arrays travel as numpy text;
+    anything else not a fixed-size array (a sequence, an object array) is refused with ``TypeError``."""
+    layout = []
+    with open(path, "wb") as stream:
+        for name, value in arrays.items():
+            array = np.require(_without_objects(value), requirements="C")  # keeps a 0-d array 0-d
+            if not isinstance(value, np.ndarray) or array.dtype.hasobject:
+                raise TypeError(f"'{name}' is not a tensor of fixed-size items ({type(value).__name__})")
+            stream.write(array.reshape(-1).view(np.uint8).data)
+            layout.append({"name": name, "dtype": array.dtype.str, "shape": list(array.shape)})
+    return layout
+
+
+def read_raw_arrays(path: str | os.PathLike[str], layout: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """The tensors ``write_raw_arrays`` wrote, by name, as its ``layout`` describes them."""
+    arrays = {}
+    with open(path, "rb") as stream:
+        for item in layout:
+            array = np.empty(item["shape"], dtype=np.dtype(item["dtype"]))
+            if array.size and stream.readinto(array.reshape(-1).view(np.uint8).data) != array.nbytes:
+                raise ValueError(f"'{item['name']}': the file ends before its {array.nbytes} bytes")
+            arrays[str(item["name"])] = array
+    return arrays
 
 
 _MEMBER_NAME_BYTES = 60000

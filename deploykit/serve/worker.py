@@ -2,7 +2,7 @@
 
 The replica is a resident worker of ``deploykit.workers`` (the one protocol every worker speaks):
 its first job loads the model, each later job runs one request's feeds, arrays travelling as
-``.npz`` files in a scratch folder of the parent's (in memory where the system has ``/dev/shm``).
+bare bytes in a scratch folder of the parent's (in memory where the system has ``/dev/shm``).
 A backend that aborts or segfaults ends only the worker: the parent sees it gone, with its signal,
 and the model's runner marks the model not ready. Errors cross the boundary as data
 (``error_result`` / ``rebuild_error``). The worker runs in its own session (a Ctrl-C at the
@@ -30,11 +30,11 @@ from deploykit.tensors import TensorSpec
 from deploykit.workers import (
     ResidentWorker,
     error_result,
-    read_arrays,
+    read_raw_arrays,
     rebuild_error,
     resident_jobs,
     send_result,
-    write_arrays,
+    write_raw_arrays,
 )
 
 MODULE = "deploykit.serve.worker"
@@ -56,8 +56,8 @@ def _answer(session: Any, job: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
             "info": session.info.to_dict(),
             "metadata": dict(session.metadata),
         }
-    write_arrays(job["outputs"], session.run(read_arrays(job["feeds"])))
-    return session, {"status": "ok"}
+    outputs = session.run(read_raw_arrays(job["feeds"], job["layout"]))
+    return session, {"status": "ok", "layout": write_raw_arrays(job["outputs"], outputs)}
 
 
 def resident() -> int:
@@ -130,12 +130,16 @@ class IsolatedSession:
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         with self._lock:
-            job = {"feeds": str(self._scratch / "feeds.npz"), "outputs": str(self._scratch / "outputs.npz")}
-            write_arrays(job["feeds"], feeds)
+            feeds_path, outputs_path = self._scratch / "feeds.bin", self._scratch / "outputs.bin"
+            job = {
+                "feeds": str(feeds_path),
+                "layout": write_raw_arrays(feeds_path, feeds),
+                "outputs": str(outputs_path),
+            }
             # a request has no time limit of its own here: the server's request timeout answers the client
             outcome = self._worker.ask(job, float("inf"))
-            self._result(outcome.result, "while running a request")
-            return read_arrays(job["outputs"])
+            result = self._result(outcome.result, "while running a request")
+            return read_raw_arrays(outputs_path, result["layout"])
 
     def close(self) -> None:
         self._worker.close()
