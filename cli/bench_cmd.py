@@ -9,7 +9,7 @@ the one ``BenchPlan`` and dispatches; the modes share how a result is shown and 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -295,7 +295,7 @@ def bench_pipeline(model: Path, task: str, images: Path | None, plan: BenchPlan,
     if images is None:
         raise UsageError("--pipeline | needs --images DIR.", hint="e.g. --pipeline detect --images photos/.")
     result = benchmark_pipeline(model, task, images, plan=plan)
-    _show(result, replace(output, allow_failures=False))
+    _show(result, output)
 
 
 def bench_platforms(model: Path, platforms: str, plan: BenchPlan, inputs: Path | None, output: BenchOutput) -> None:

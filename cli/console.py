@@ -100,15 +100,25 @@ def input_files(values: list[str]) -> dict[str, str]:
 
 
 def step_bar(disable: bool = False) -> Progress:
-    """The bar a command shows while it works through counted steps (description, bar, done/total, time),
-    on stderr, gone when it ends; ``disable`` for ``--json``."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    """The one bar a command shows while it works through counted steps (description, bar, done/total,
+    time taken and left), on stderr, gone when it ends; ``disable`` for ``--json``. A command with a rate
+    to show says it in the description."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
+        MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
         console=err_console,
         transient=True,
         disable=disable,

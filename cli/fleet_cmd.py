@@ -17,35 +17,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from deploykit.bench.report_files import check_report_dir
 from deploykit.errors import BackendUnavailableError, UsageError
 
 from . import options as opt
 from .bench_view import fleet_table
-from .console import console, err_console, print_json
+from .console import console, err_console, print_json, step_bar
 
 if TYPE_CHECKING:
     from deploykit.bench.plan import BenchPlan
     from deploykit.distributed.settings import Execution
 
 fleet_app = typer.Typer(help="Ray clusters of devices: join one, so `bench --fleet` measures this device too.")
-
-
-def _progress_bar(disable: bool = False) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]}"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-        console=err_console,
-        transient=True,
-        disable=disable,
-    )
 
 
 def source_text(source: Path) -> str:
@@ -77,12 +61,13 @@ def predict_dataset(
     from deploykit.tasks.registry import pipeline_tasks, task_class
 
     options = task_class(task).pipeline_options(cli_options) if task in pipeline_tasks() else {}
-    with _progress_bar() as progress:
-        bar = progress.add_task(f"predict ({engine})", total=None, rate="")
+    with step_bar() as progress:
+        bar = progress.add_task(f"predict ({engine})", total=None)
 
         def report(done: int, total: int) -> None:
             speed = progress.tasks[0].speed
-            progress.update(bar, completed=done, total=total, rate=f"{speed:.1f} rows/s" if speed else "")
+            rate = f" {speed:.1f} rows/s" if speed else ""
+            progress.update(bar, completed=done, total=total, description=f"predict ({engine}){rate}")
 
         settings = PredictSettings(task=task, backend=backend, device=device, top_k=top_k, pipeline_options=options)
         summary = predict(model, source_text(source), out, settings, execution, progress=report)
@@ -112,8 +97,8 @@ def bench_fleet(
     if report_dir is not None:
         check_report_dir(report_dir, inputs=[model])
     names = [n.strip() for n in devices.split(",") if n.strip()] if devices else None
-    with _progress_bar(disable=as_json) as progress:
-        bar = progress.add_task("fleet bench", total=None, rate="")
+    with step_bar(disable=as_json) as progress:
+        bar = progress.add_task("fleet bench", total=None)
 
         def report(done: int, total: int, name: str) -> None:
             progress.update(bar, completed=done, total=total, description=f"fleet bench ({name} finished)")

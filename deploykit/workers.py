@@ -1,13 +1,15 @@
 """Worker processes: starting one, the job/result protocol, npz job files, exit codes and signals.
 
 Every worker deploykit starts (verification and bench candidates, the torch stage, the Darknet
-oracles, emulated platforms' probes) goes through ``run_worker``: a fresh interpreter that does not
+oracles, emulated platforms' probes) goes through ``run_worker``, or ``ResidentWorker`` for one that
+stays for many jobs (a search's finalists, serving replicas): a fresh interpreter that does not
 import from the current directory (an unrelated ``onnx.py`` there must not shadow the real
 package), in its own process group (so a timeout, Ctrl-C or SIGTERM of the parent kills the worker
 and anything it started), with a time limit. The protocol, for both sides:
 
 - the parent sends one JSON job on stdin; arrays travel as ``.npz`` files named in the job
-  (``write_arrays`` / ``read_arrays``);
+  (``write_arrays`` / ``read_arrays``), or, for a resident worker's many small jobs, as bare bytes
+  with their layout in the job (``write_raw_arrays`` / ``read_raw_arrays``);
 - the worker (``read_job``) answers with one result line (``send_result``); anything else it prints
   is kept for the error;
 - a ``DeployKitError`` crosses as data (``error_result`` in the worker, ``rebuild_error`` in the
@@ -101,17 +103,6 @@ class Interpreter:
 HOST = Interpreter()
 
 
-def die_with_parent(parent: int) -> None:
-    """In a worker started some other way (``multiprocessing``: serving replicas), what ``_BOOTSTRAP``
-    does: ask Linux to SIGKILL this process when ``parent`` dies, and exit at once if it already has."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    if os.getppid() != parent:  # the parent died before prctl: no signal will ever come
-        os._exit(3)
-
-
 def read_job() -> dict[str, Any]:
     """The job a worker was started with (JSON on its stdin)."""
     job: dict[str, Any] = json.loads(sys.stdin.read())
@@ -164,6 +155,34 @@ def write_arrays(path: str | os.PathLike[str], arrays: Mapping[str, Any]) -> Non
     np.savez(path, **stored)
 
 
+def write_raw_arrays(path: str | os.PathLike[str], arrays: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Write tensors by name as their bare bytes, one after another, and return the layout the reader
+    needs (name, dtype, shape of each, in order): for a resident worker that answers many small jobs,
+    where an ``.npz`` (a zip, its checksums) costs more than the job. Text arrays travel as numpy text;
+    anything else not a fixed-size array (a sequence, an object array) is refused with ``TypeError``."""
+    layout = []
+    with open(path, "wb") as stream:
+        for name, value in arrays.items():
+            array = np.require(_without_objects(value), requirements="C")  # keeps a 0-d array 0-d
+            if not isinstance(value, np.ndarray) or array.dtype.hasobject:
+                raise TypeError(f"'{name}' is not a tensor of fixed-size items ({type(value).__name__})")
+            stream.write(array.reshape(-1).view(np.uint8).data)
+            layout.append({"name": name, "dtype": array.dtype.str, "shape": list(array.shape)})
+    return layout
+
+
+def read_raw_arrays(path: str | os.PathLike[str], layout: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """The tensors ``write_raw_arrays`` wrote, by name, as its ``layout`` describes them."""
+    arrays = {}
+    with open(path, "rb") as stream:
+        for item in layout:
+            array = np.empty(item["shape"], dtype=np.dtype(item["dtype"]))
+            if array.size and stream.readinto(array.reshape(-1).view(np.uint8).data) != array.nbytes:
+                raise ValueError(f"'{item['name']}': the file ends before its {array.nbytes} bytes")
+            arrays[str(item["name"])] = array
+    return arrays
+
+
 _MEMBER_NAME_BYTES = 60000
 _LONG_NAME, _LONG_NAMES = "__deploykit_long_name_", "__deploykit_long_names__"
 
@@ -196,6 +215,7 @@ class WorkerOutcome:
     result: dict[str, Any] | None
     error: str | None = None
     stderr_tail: str = ""
+    timed_out: bool = False  # the worker ran past its time limit and was killed (``error`` says so)
 
 
 def describe_exit(code: int) -> str:
@@ -299,7 +319,8 @@ def run_worker(
         stdout, stderr = process.communicate(json.dumps(dict(job)), timeout=timeout_s)
     except subprocess.TimeoutExpired:
         _kill_group(process)
-        return WorkerOutcome(None, f"did not finish within {timeout_s:g} s and was killed (--timeout to change)")
+        reason = f"did not finish within {timeout_s:g} s and was killed (--timeout to change)"
+        return WorkerOutcome(None, reason, timed_out=True)
     except BaseException:
         _kill_group(process)
         raise
@@ -384,7 +405,8 @@ class ResidentWorker:
                     continue  # a runtime's own print: not the answer
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return self._end(f"did not answer within {timeout_s:g} s and was killed (--timeout to change)")
+                    reason = f"did not answer within {timeout_s:g} s and was killed (--timeout to change)"
+                    return self._end(reason, timed_out=True)
                 if not selector.select(timeout=min(left, 0.2)):  # short waits: the main thread handles signals
                     continue
                 block = os.read(descriptor, 65536)
@@ -392,7 +414,12 @@ class ResidentWorker:
                     return self._end(None)
                 self._buffer += block
 
-    def _end(self, reason: str | None) -> WorkerOutcome:
+    @property
+    def exit_code(self) -> int | None:
+        """The worker's exit code once it has ended (negative: the signal that ended it), else None."""
+        return self._process.poll()
+
+    def _end(self, reason: str | None, *, timed_out: bool = False) -> WorkerOutcome:
         _kill_group(self._process)
         tail = self._stderr_tail()
         if reason is None:
@@ -400,7 +427,7 @@ class ResidentWorker:
             reason += f"; last output: {tail}" if tail else ""
         self.ended = reason
         self.close()
-        return WorkerOutcome(None, reason, tail)
+        return WorkerOutcome(None, reason, tail, timed_out)
 
     def _stderr_tail(self) -> str:
         try:

@@ -226,7 +226,6 @@ BACKEND_IMPORTS_ELSEWHERE: dict[tuple[str, str], str] = {
     ("deploykit/quantize/calibration.py", "onnxruntime"): "ONNX Runtime's quantizer is a quantization engine",
     ("deploykit/quantize/engines.py", "onnxruntime"): "ONNX Runtime's quantizer is a quantization engine",
     ("deploykit/quantize/engines.py", "openvino"): "NNCF's INT8 engine hands its model to OpenVINO to save",
-    ("deploykit/vision/nms.py", "onnxruntime"): "greedy NMS through ONNX Runtime's NonMaxSuppression kernel",
 }
 _RUNTIME_PACKAGES = {"onnxruntime", "openvino", "ncnn", "pnnx", "MNN", "_tools", "ai_edge_litert"}
 _SHARED_BACKEND_MODULES = {"base", "registry", "options", "values", "validation", "converted"}
@@ -272,3 +271,17 @@ def test_the_import_check_sees_function_level_imports(tmp_path):
         "from deploykit.backends.registry import get_backend\n"
     )
     assert _backend_imports(path) == {"deploykit.backends.mnn", "onnxruntime"}
+
+
+def test_no_task_is_named_in_a_comparison_outside_the_tasks():
+    """``quantize/`` (like the commands) asks the task plug-in (``task_class(name).reduced_delta``,
+    its traits) instead of branching on ``task == "detect"``: a new task is one module."""
+    from deploykit.tasks import TASKS
+
+    found = []
+    for path in sorted((ROOT / "deploykit" / "quantize").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Compare):
+                named = [c.value for c in [node.left, *node.comparators] if isinstance(c, ast.Constant)]
+                found += [f"{path.relative_to(ROOT)}:{node.lineno}: {name!r}" for name in named if name in TASKS]
+    assert not found, "ask the task (deploykit.tasks) instead:\n" + "\n".join(found)

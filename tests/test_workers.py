@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import json
 
+import numpy as np
 import pytest
 
 from deploykit import errors
@@ -52,3 +53,27 @@ def test_a_workers_error_is_raised_again_in_the_parent_as_the_same_error(tmp_pat
 def test_exit_codes_and_signals_in_words():
     assert describe_exit(-11) == "killed by signal SIGSEGV (exit code -11)"
     assert describe_exit(3) == "exited with code 3"
+
+
+def test_raw_arrays_come_back_as_written_and_refuse_what_is_no_tensor(tmp_path):
+    """A resident worker's bare-bytes arrays: every fixed-size dtype, 0-d and empty arrays, text, odd names."""
+    from deploykit.workers import read_raw_arrays, write_raw_arrays
+
+    arrays = {
+        "f": np.arange(6, dtype=np.float32).reshape(2, 3),
+        "strided": np.arange(8, dtype=np.float16)[::2],
+        "b": np.array([True, False]),
+        "empty": np.zeros((0, 4), np.int64),
+        "scalar": np.array(3.5),
+        "text": np.array(["ab", "c"], dtype=object),
+        "x/y:0": np.ones((1, 2), np.uint8),
+    }
+    path = tmp_path / "a.bin"
+    back = read_raw_arrays(path, write_raw_arrays(path, arrays))
+    assert list(back) == list(arrays)
+    for name, array in arrays.items():
+        assert back[name].shape == array.shape, name
+        assert back[name].tolist() == array.tolist(), name
+        assert array.dtype == object or back[name].dtype == array.dtype, name
+    with pytest.raises(TypeError, match="'mixed' is not a tensor of fixed-size items"):
+        write_raw_arrays(path, {"mixed": np.array([1, "a"], dtype=object)})

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from deploykit.backends.converted import interface_file
 from deploykit.backends.legacy import OldBackendNames
 from deploykit.backends.options import OptionSpec, validate_options
 from deploykit.backends.traits import (
@@ -453,7 +454,7 @@ class Backend(OldBackendNames, abc.ABC):
             ModelNotFoundError, InvalidModelError: as ``Model.open``.
             ModelError: ``conversion.recorded_interface`` found a file it cannot read.
         """
-        native = {suffix.lower() for suffix in self.formats} - {".onnx"}
+        native = self._native_formats()
         if isinstance(model, Model) and (model.inputs or model.format not in native):
             return model
         path = model.path if isinstance(model, Model) else Path(model)
@@ -464,6 +465,19 @@ class Backend(OldBackendNames, abc.ABC):
             return model if isinstance(model, Model) else Model.native(path)
         specs_in, specs_out, metadata_props = recorded
         return Model.native(path, tuple(specs_in), tuple(specs_out), metadata_props=metadata_props)
+
+    def model_files(self, path: Path, options: Mapping[str, Any]) -> list[Path]:
+        """Every file the model at ``path`` is made of when this backend opens it with ``options``, ``path``
+        first: what must travel with it to another machine (Ray's workers, a fleet's devices). By default
+        the file and, for a file in a native format, the recorded interface beside it when there is one
+        (``interface_file``, which ``conversion.recorded_interface`` reads). A format of several files overrides it."""
+        interface = interface_file(path)
+        if path.suffix.lower() in self._native_formats() and interface.is_file():
+            return [path, interface]
+        return [path]
+
+    def _native_formats(self) -> set[str]:
+        return {suffix.lower() for suffix in self.formats} - {".onnx"}
 
     def open(
         self,

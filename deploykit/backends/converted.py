@@ -53,6 +53,13 @@ class CachedConversion:
         return self.directory / name
 
 
+def interface_file(model_file: Path) -> Path:
+    """Where deploykit records a native model file's ONNX interface (names, types, shapes, metadata):
+    the ``.json`` of the same name beside it, as ``export`` and bundles write it and the backends that
+    read the format look for it."""
+    return model_file.with_suffix(".json")
+
+
 @dataclass(frozen=True)
 class Carried:
     """A converted model written out to travel (in a bundle), so that it opens where nothing converts.

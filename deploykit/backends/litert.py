@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
-from deploykit.backends.converted import Carried
+from deploykit.backends.converted import Carried, interface_file
 from deploykit.backends.litert_layout import LiteRtLayout, io_ports, match, own_specs, read_io, signature_ports
 from deploykit.backends.options import OptionSpec
 from deploykit.backends.traits import Conversion, LoadWording, RuntimePackage, SearchTraits
@@ -83,7 +83,7 @@ def _carry(model: Model, options: Mapping[str, Any], folder: Path, stem: str) ->
     shutil.copyfile(cached, target)
     layout = dataclasses.replace(layout_for(model, cached), tflite=target)
     document = layout.io_document(model.path, str(options.get("weights", "f32")))
-    io = target.with_suffix(".json")
+    io = interface_file(target)
     io.write_text(json.dumps(document, indent=1) + "\n")
     return Carried(target, (target, io), ("weights",))
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from deploykit.backends.converted import interface_file
 from deploykit.errors import ModelError, UnsupportedModelError
 from deploykit.io import file_sha256
 from deploykit.tensors import TensorSpec
@@ -193,7 +194,7 @@ def read_io(tflite: Path) -> dict[str, Any] | None:
     Raises:
         ModelError: it is there but is not such a file, or it belongs to another ``.tflite``.
     """
-    io_path = tflite.with_suffix(".json")
+    io_path = interface_file(tflite)
     if not io_path.is_file():
         return None
     try:

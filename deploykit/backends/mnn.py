@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
-from deploykit.backends.converted import Carried
+from deploykit.backends.converted import Carried, interface_file
 from deploykit.backends.mnn_convert import CONVERTER_VARIABLE
 from deploykit.backends.options import OptionSpec, cpu_count
 from deploykit.backends.traits import Conversion, LoadWording, RuntimePackage
@@ -142,7 +142,7 @@ def _recorded_interface(path: Path) -> tuple[list[TensorSpec], list[TensorSpec],
     Raises:
         ModelError: the ``.json`` is there but cannot be read as deploykit's MNN interface file.
     """
-    io_path = path.with_suffix(".json")
+    io_path = interface_file(path)
     if not io_path.is_file():
         return None
     try:
@@ -190,7 +190,7 @@ def _carry(model: Model, options: Mapping[str, Any], folder: Path, stem: str) ->
         "outputs": [spec.to_dict() for spec in model.outputs],
         "metadata": dict(model.metadata_props),
     }
-    io = target.with_suffix(".json")
+    io = interface_file(target)
     io.write_text(json.dumps(document, indent=1) + "\n")
     return Carried(target, (target, io))
 

@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
-from deploykit.backends.ncnn_layout import NcnnLayout, check_layers, native_layout, onnx_layout
+from deploykit.backends.ncnn_layout import NcnnLayout, check_layers, native_layout, onnx_layout, weights_file
 from deploykit.backends.options import OptionSpec
 from deploykit.backends.traits import LoadWording, RuntimePackage, device_error
 from deploykit.errors import DeployKitError, InputError, ModelError, UnsupportedModelError, UsageError
@@ -143,6 +143,11 @@ class NcnnBackend(Backend):
         self.import_runtime()
         kind, _ = _parse_device(device or self.default_device)
         return list(applied_precisions()) if kind == "cpu" else ["f32"]
+
+    def model_files(self, path: Path, options: Mapping[str, Any]) -> list[Path]:
+        """A ``.param`` with its ``.bin`` (and the ``.json`` beside them, when there is one)."""
+        files = super().model_files(path, options)
+        return [files[0], weights_file(path), *files[1:]] if path.suffix.lower() == ".param" else files
 
     def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         import ncnn

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from deploykit.backends.converted import interface_file
 from deploykit.backends.ncnn_convert import (
     NO_BATCH,
     Conversion,
@@ -326,6 +327,11 @@ def check_layers(param: Path, subject: str) -> None:
         raise _unknown_layers_error(subject, unknown)
 
 
+def weights_file(param: Path) -> Path:
+    """An ncnn model's weights: the ``.bin`` of the same name beside its ``.param``."""
+    return param.with_suffix(".bin")
+
+
 def native_layout(param: Path) -> NcnnLayout:
     """A ``.param`` + ``.bin`` pair; the ONNX names and shapes from the ``.json`` beside it when there is one."""
     import ncnn
@@ -334,14 +340,14 @@ def native_layout(param: Path) -> NcnnLayout:
         raise ModelNotFoundError(
             f"model '{param}' | does not exist or is not a file.", hint="check the path (and the .param suffix)."
         )
-    bin_path = param.with_suffix(".bin")
+    bin_path = weights_file(param)
     if not bin_path.is_file():
         raise ModelNotFoundError(
             f"model '{param.name}' | has no weights file {bin_path.name} beside it; an ncnn model is a .param "
             "and a .bin with the same name.",
             hint="put the .bin written with this .param next to it (deploykit export ncnn writes both).",
         )
-    io_path = param.with_suffix(".json")
+    io_path = interface_file(param)
     subject = f"'{param.name}'"
     if not io_path.is_file():
         net = ncnn.Net()

@@ -128,6 +128,14 @@ class OpenCvBackend(Backend):
         channels = section.integer("channels", 3)
         return Model.native(cfg_path, inputs=(TensorSpec("data", np.dtype(np.float32), (1, channels, height, width)),))
 
+    def model_files(self, path: Path, options: Mapping[str, Any]) -> list[Path]:
+        """A Darknet ``.cfg`` with the ``.weights`` file its ``weights`` option names."""
+        files = super().model_files(path, options)
+        weights = options.get("weights")
+        if path.suffix.lower() == ".cfg" and weights:
+            files.append(Path(weights))
+        return files
+
     def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         cv2 = self.import_runtime()
         target = device.strip().lower()

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from deploykit.errors import BackendError, UnknownBackendError
 
@@ -146,6 +148,16 @@ def default_backend() -> Backend:
     """The backend used where none is named: the first built-in one, ONNX Runtime (it runs every
     standard ONNX graph, QDQ INT8 and float16 included, on the CPU of any machine)."""
     return get_backend(next(iter(BUILTIN_BACKENDS)))
+
+
+def model_files(path: Path, backend: str | None = None, options: Mapping[str, Any] | None = None) -> list[Path]:
+    """Every file the model at ``path`` is made of, ``path`` first: as ``backend`` opens it with ``options``
+    (``Backend.model_files``), or, with no backend named, as any registered backend that reads its format does."""
+    chosen = [get_backend(backend)] if backend else [b for b in all_backends() if path.suffix.lower() in b.formats]
+    files = [path]
+    for found in chosen:
+        files += [file for file in found.model_files(path, options or {}) if file not in files]
+    return files
 
 
 def all_backends() -> list[Backend]:

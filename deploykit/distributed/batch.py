@@ -17,7 +17,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -77,15 +77,42 @@ class PredictSummary:
         return {**asdict(self), "images_per_s": self.images_per_s}
 
 
-def model_files(model: Path) -> dict[str, bytes]:
-    """What a worker needs of the model, by file name: the file, and for an exported ``.mnn`` or ``.tflite``
-    (``export mnn|litert``, or a bundle that chose MNN or LiteRT) the ``.json`` of the same name beside it,
-    which records the ONNX model's names, types and metadata (the size and labels the pipeline reads)."""
-    files = {model.name: model.read_bytes()}
-    interface = model.with_suffix(".json")
-    if model.suffix.lower() != ".onnx" and interface.is_file():
-        files[interface.name] = interface.read_bytes()
-    return files
+def model_files(model: Path, backend: str | None = None, options: Mapping[str, Any] | None = None) -> dict[str, bytes]:
+    """What a worker needs of the model, by file name: every file it is made of as ``backend`` opens it
+    with ``options`` (``deploykit.backends.registry.model_files``: an exported ``.mnn`` or ``.tflite``
+    with the ``.json`` beside it that records the ONNX names, types and metadata, a Darknet ``.cfg`` with
+    the ``.weights`` its option names ...). They travel into one folder, so their names must differ.
+
+    Raises:
+        UsageError: two of the files have the same name.
+    """
+    from deploykit.backends.registry import model_files as files_of
+
+    paths = files_of(model, backend, options)
+    names = [path.name for path in paths]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise UsageError(
+            f"model '{model.name}' | its files travel to the workers into one folder, and {', '.join(twice)} "
+            f"names two of them ({', '.join(str(p) for p in paths if p.name in twice)}).",
+            hint="rename one of them.",
+        )
+    return {path.name: path.read_bytes() for path in paths}
+
+
+def options_naming_files(options: Mapping[str, Any], files: Mapping[str, bytes], model: Path) -> dict[str, str]:
+    """The options whose value is the path of one of the model's other files (OpenCV's Darknet ``weights``),
+    with that file's name: on a node they name its copy beside the model's (``options_on_this_node``)."""
+    return {
+        key: Path(value).name
+        for key, value in options.items()
+        if isinstance(value, (str, os.PathLike)) and Path(value).name in files and Path(value).name != model.name
+    }
+
+
+def options_on_this_node(options: Mapping[str, Any], named: Mapping[str, str], model_here: Path) -> dict[str, Any]:
+    """``options`` with each option of ``named`` pointing to the copy of its file on this node."""
+    return {**options, **{key: str(model_here.parent / name) for key, name in named.items()}}
 
 
 def model_on_this_node(files: dict[str, bytes], name: str) -> Path:
@@ -109,12 +136,14 @@ def model_on_this_node(files: dict[str, bytes], name: str) -> Path:
 class _RayPredictActor:
     """A Ray Data callable class: one pipeline per actor, one JSON row per image."""
 
-    def __init__(self, model: Any, model_name: str, settings: dict[str, Any]) -> None:
+    def __init__(self, model: Any, model_name: str, settings: dict[str, Any], named: dict[str, str]) -> None:
         import ray
 
         files = ray.get(model[0])  # the reference is wrapped in a list so Ray does not resolve it eagerly
         restarted = ray.get_runtime_context().was_current_actor_reconstructed
-        self.predictor = Predictor(model_on_this_node(files, model_name), restarted=restarted, **settings)
+        here = model_on_this_node(files, model_name)
+        options = options_on_this_node(settings["backend_options"], named, here)
+        self.predictor = Predictor(here, restarted=restarted, **{**settings, "backend_options": options})
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         import numpy as np
@@ -158,13 +187,15 @@ def _ray_batches(
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False  # deploykit draws one bar for the whole job
     quiet_console("ray.data")  # its execution plan and "progress bars disabled" notes, on every run
-    model_ref = ray.put(model_files(model))
+    files = model_files(model, settings["backend"], settings["backend_options"])
+    named = options_naming_files(settings["backend_options"], files, model)
+    model_ref = ray.put(files)
     # Reading files is I/O: read tasks reserve no CPU, else they would wait for the cores the actors hold.
     dataset = ray.data.read_binary_files(paths, include_paths=True, num_cpus=0, concurrency=actors)
     # Ray Data restarts a crashed actor and retries its batch (max_restarts/max_task_retries -1 by default).
     dataset = dataset.map_batches(
         _RayPredictActor,
-        fn_constructor_kwargs={"model": [model_ref], "model_name": model.name, "settings": settings},
+        fn_constructor_kwargs={"model": [model_ref], "model_name": model.name, "settings": settings, "named": named},
         batch_size=batch_size,
         batch_format="numpy",
         compute=ray.data.ActorPoolStrategy(size=actors),

@@ -29,11 +29,11 @@ from deploykit.quantize.calibration import (
 )
 from deploykit.quantize.results import AccuracyDelta, QuantizeReport
 from deploykit.quantize.settings import QuantizeSettings
+from deploykit.tasks.registry import task_class
 from deploykit.vision.image import Preprocess
 
 METADATA_KEY = "deploykit.quantize"
 RANDOM_SAMPLES = 4
-REDUCED = "the reduced model"  # how a refusal of the quantized (or float16) candidate names it
 
 
 def parse_drop(value: str | float | None) -> float | None:
@@ -62,7 +62,7 @@ def pipeline_facts(model: Model | Path) -> tuple[str | None, Preprocess | None, 
     registry's order: detector first), with its pre-processing and labels. A model whose metadata names
     a task without a pipeline of its own (``embed``) keeps that task, with the image pre-processing the
     first pipeline that opens it reads."""
-    from deploykit.tasks.registry import pipeline_tasks, task_class
+    from deploykit.tasks.registry import pipeline_tasks
 
     loaded = as_model(model)  # read once: every pipeline tried opens this Model
     stated = loaded.metadata.task
@@ -242,7 +242,8 @@ def quantize(
         held_out=settings.held_out,
         seed=settings.seed,
     )
-    if budget is not None and (task is None or (task == "detect" and data.preprocess is None)):
+    needs_images = task is not None and task_class(task).quantize_budget_needs_images
+    if budget is not None and (task is None or (needs_images and data.preprocess is None)):
         raise UsageError(
             "--max-drop | needs INT8 and a task metric: a classifier or detector with calibration images.",
             hint="drop --max-drop, or give images of the model's task.",
@@ -319,13 +320,14 @@ def _quantize_in(
     base_path = engine.prepare(float_model, scratch, notes)
     base = prepared if base_path == float_model.path else onnx.load(str(base_path))
     user = graph.check_node_names(base, exclude)
-    head = graph.head_nodes(base) if task == "detect" and not quantize_head else []
+    keeps_head = task is not None and task_class(task).quantize_keeps_head_float
+    head = graph.head_nodes(base) if keeps_head and not quantize_head else []
     excluded = list(dict.fromkeys([*head, *user]))
     reference = evaluate.run_all(float_model, data, data.held_out, judge, subject=f"model '{model_path.name}'")
     quantized_path = scratch / "quantized.onnx"
     started = time.perf_counter()
     steered = engine.accuracy_control and budget is not None
-    validate = _validator(scratch, float_model, data, task, labels, reference, judge) if steered else None
+    validate = _validator(scratch, float_model, data, task, labels, reference, judge) if steered and task else None
     job = engines.EngineJob(
         base_path,
         quantized_path,
@@ -408,7 +410,7 @@ def _accuracy(
     notes: list[str],
     judge: str | None,
 ) -> AccuracyDelta:
-    candidate = evaluate.run_all(quantized_path, data, data.held_out, judge, subject=REDUCED)
+    candidate = evaluate.run_all(quantized_path, data, data.held_out, judge, subject=evaluate.REDUCED)
     accuracy = AccuracyDelta(
         samples=len(data.held_out),
         backend=evaluate.judge_label(judge),
@@ -416,13 +418,12 @@ def _accuracy(
     )
     if not data.held_out:
         notes.append("no held-out samples (--held-out 0): no accuracy delta")
-    elif task == "classify":
-        accuracy.task, accuracy.drop, more = evaluate.classification_delta(reference, candidate, data.held_out, labels)
-        notes += more
-    elif task == "detect" and data.preprocess is not None:
-        accuracy.task, accuracy.drop = evaluate.detection_delta(float_model, quantized_path, data.held_out, judge)
     elif task is not None:
-        accuracy.task, accuracy.drop = evaluate.task_delta(float_model, data, reference, candidate)
+        evidence = evaluate.reduced_model_evidence(
+            float_model, quantized_path, data, labels, reference, judge, candidate
+        )
+        accuracy.task, accuracy.drop, more = task_class(task).reduced_delta(evidence)
+        notes += more
     return accuracy
 
 
@@ -430,7 +431,7 @@ def _validator(
     scratch: Path,
     float_model: Model,
     data: CalibrationData,
-    task: str | None,
+    task: str,
     labels: list[str],
     reference: list[dict[str, np.ndarray]],
     judge: str | None,
@@ -439,19 +440,12 @@ def _validator(
     import onnx
 
     def validate(candidate: Any) -> float:
-        if task == "classify":
-            outputs = evaluate.run_all(candidate, data, data.held_out, judge, subject=REDUCED)
-            _, drop, _ = evaluate.classification_delta(reference, outputs, data.held_out, labels)
-            return 1.0 - drop
-        if task != "detect":  # another registered task: its Task plug-in measures the outputs
-            outputs = evaluate.run_all(candidate, data, data.held_out, judge, subject=REDUCED)
-            metric, _ = evaluate.task_delta(float_model, data, reference, outputs)
-            return metric.value if metric is not None else 0.0
-        path = scratch / "candidate.onnx"  # the Detector reads a file, with the float model's metadata
+        path = scratch / "candidate.onnx"  # a task's pipeline reads a file, with the float model's metadata
         onnx.save(candidate, str(path))
         _copy_metadata(float_model.proto, path)
-        _, drop = evaluate.detection_delta(float_model, path, data.held_out, judge)
-        return 1.0 - drop
+        evidence = evaluate.reduced_model_evidence(float_model, path, data, labels, reference, judge)
+        _, drop, _ = task_class(task).reduced_delta(evidence)
+        return 1.0 - drop if drop is not None else 0.0
 
     return validate
 

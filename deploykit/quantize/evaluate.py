@@ -1,8 +1,8 @@
 """What a quantized model costs and gains: accuracy delta on held-out data, per-layer divergence, speedup.
 
 The accuracy delta compares the quantized model with the float model it came from, on the
-held-out samples, with the task metrics of ``deploykit.tasks`` (top-1 agreement for
-classifiers, mAP@0.5 against the float detections for detectors) plus cosine and SNR per output.
+held-out samples, with the task metric the model's task measures (``Task.reduced_delta``: top-1 agreement for
+classifiers, mAP@0.5 against the float detections for detectors ...) plus cosine and SNR per output.
 Both models run through a ``Session`` of one judge backend: the registry's default (ONNX Runtime
 on the CPU, which executes QDQ graphs in int8) unless another is named.
 """
@@ -21,23 +21,21 @@ import numpy as np
 from deploykit.errors import DeployKitError
 from deploykit.quantize.calibration import CalibrationData, Sample
 from deploykit.quantize.results import (
-    MAP_MIN_SCORE,
-    DetectionDelta,
     LayerDivergence,
     OutputSimilarity,
     SpeedComparison,
     SpeedRounds,
     SpeedRow,
-    TaskMetric,
 )
+from deploykit.tasks.base import ReducedModelEvidence
 from deploykit.verify.metrics import cosine_snr
 
 if TYPE_CHECKING:
     from deploykit.backends.base import Backend
     from deploykit.bench.rows import Row
     from deploykit.model import Model
-    from deploykit.tasks.classify import ClassificationAgreement
 
+REDUCED = "the reduced model"  # how a refusal of the quantized (or float16) candidate names it
 DEBUG_LAYER_SAMPLES = 8
 TOP_LAYERS = 10
 
@@ -115,93 +113,43 @@ def output_similarity(
     return rows
 
 
-def _scores(outputs: Sequence[Mapping[str, np.ndarray]]) -> np.ndarray:
-    first = next(iter(outputs[0]))
-    return np.concatenate([o[first].reshape(o[first].shape[0], -1) for o in outputs])
-
-
-def class_indices(samples: Sequence[Sample], labels: Sequence[str]) -> tuple[list[int] | None, str | None]:
-    """True classes from the held-out images' folder names, matched to the model's labels
-    (exactly, ignoring case and '_' versus ' ', or as an integer index); None and why when any is unknown."""
-    if not samples or any(s.label is None for s in samples):
-        return None, "top-1 accuracy not measured: the held-out images are not in folder/<class>/ sub-folders"
-    from deploykit.labels import class_index
-
-    found = []
-    for sample in samples:
-        assert sample.label is not None
-        index = class_index(sample.label, labels)
-        if index is None:
-            return None, f"top-1 accuracy not measured: class folder '{sample.label}' is not one of the model's labels"
-        found.append(index)
-    return found, None
-
-
-def classification_delta(
-    reference: Sequence[Mapping[str, np.ndarray]],
-    candidate: Sequence[Mapping[str, np.ndarray]],
-    samples: Sequence[Sample],
-    labels: Sequence[str],
-) -> tuple[ClassificationAgreement, float, list[str]]:
-    """The classifier's agreement, its drop (1 − top-1 agreement, or the accuracy drop with labels), notes."""
-    from deploykit.tasks.classify import classification_agreement
-
-    truth, note = class_indices(samples, labels)
-    agreement = classification_agreement(_scores(reference), _scores(candidate), truth)
-    if agreement.top1_accuracy is not None and agreement.reference_top1_accuracy is not None:
-        drop = agreement.reference_top1_accuracy - agreement.top1_accuracy
-    else:
-        drop = 1.0 - agreement.top1_agreement
-    return agreement, round(drop, 9), [note] if note else []
-
-
-def detection_delta(
-    reference_model: Model, candidate_model: Path, samples: Sequence[Sample], judge: str | None = None
-) -> tuple[DetectionDelta, float]:
-    """The candidate's detections against the reference's on the held-out images; drop = 1 − mAP@0.5.
-
-    The reference's detections at the Detector's confidence threshold are the truth. Precision
-    and recall compare the candidate at that same threshold (what an app sees); mAP ranks all the
-    candidate's detections down to ``MAP_MIN_SCORE``, as mAP is defined, so a box that scores
-    0.24 instead of 0.26 lowers the AP a little instead of counting as missed.
-    """
-    from dataclasses import asdict
-
-    from deploykit.tasks.detect import detection_agreement
-    from deploykit.vision.pipelines import Detector
-
-    images = [s.image for s in samples if s.image is not None]
-    backend = judge_backend(judge)
-    f32 = backend.precision_options("f32")
-    with (
-        Detector(reference_model, backend.name, **f32) as reference,
-        Detector(candidate_model, backend.name, **f32) as candidate,
-    ):
-        truth = reference.batch(images)
-        at_threshold = detection_agreement(truth, candidate.batch(images))
-        ranked = detection_agreement(truth, candidate.batch(images, conf=MAP_MIN_SCORE))
-    delta = DetectionDelta(**{**asdict(at_threshold), "map50": ranked.map50}, map_min_score=MAP_MIN_SCORE)
-    return delta, round(1.0 - delta.map50, 9)
-
-
-def task_delta(
+def reduced_model_evidence(
     float_model: Model,
+    reduced_path: Path,
     data: CalibrationData,
+    labels: Sequence[str],
     reference: Sequence[Mapping[str, np.ndarray]],
-    candidate: Sequence[Mapping[str, np.ndarray]],
-) -> tuple[TaskMetric | None, float | None]:
-    """Any other registered task's metric (``embed``: embedding cosine), measured by its ``Task``
-    plug-in on the held-out outputs; drop = 1 − value. None when the task does not recognise the model
-    (the float model as read: its outputs and metadata)."""
-    from deploykit.tasks.registry import recognise
+    judge: str | None,
+    reduced_outputs: Sequence[Mapping[str, np.ndarray]] | None = None,
+) -> ReducedModelEvidence:
+    """What the task measures a reduced model with (``Task.reduced_delta``): both models' held-out
+    outputs (the reduced model's run on first ask, unless given), the images and their class folders,
+    and the judge backend with its f32 options."""
+    from functools import cache
+
     from deploykit.verify.metrics import thresholds_for
 
-    task = recognise(float_model.output_specs(), float_model.metadata_props)
-    if task is None:
-        return None, None
-    cases = list(data.iter_feeds(data.held_out))
-    result = task.judge(cases, reference, candidate, thresholds_for("int8"), "int8")
-    return TaskMetric(result.kind, result.metric, result.value, result.details), round(1.0 - result.value, 9)
+    backend = judge_backend(judge)
+
+    @cache
+    def outputs() -> Sequence[Mapping[str, np.ndarray]]:
+        if reduced_outputs is not None:
+            return reduced_outputs
+        return run_all(reduced_path, data, data.held_out, judge, subject=REDUCED)
+
+    return ReducedModelEvidence(
+        float_model=float_model,
+        reduced_model=reduced_path,
+        cases=list(data.iter_feeds(data.held_out)),
+        reference=reference,
+        reduced_outputs=outputs,
+        images=[s.image for s in data.held_out if s.image is not None],
+        image_classes=[s.label for s in data.held_out],
+        labels=list(labels),
+        judge_backend=backend.name,
+        judge_options=backend.precision_options("f32"),
+        thresholds=thresholds_for("int8"),
+    )
 
 
 def _float_tensors(model: Any) -> dict[str, Any]:

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+# the task metrics are the tasks' (``Task.reduced_delta`` measures them); the report holds them
+from deploykit.tasks.base import TaskMetric
 from deploykit.tasks.classify import ClassificationAgreement
-from deploykit.tasks.detect import DetectionAgreement
-
-MAP_MIN_SCORE = 0.001  # COCO evaluations rank predictions down to this score
+from deploykit.tasks.detect import DetectionDelta
 
 SpeedStatus = Literal["ok", "slower than f32", "error"]
 
@@ -44,39 +44,6 @@ class OutputSimilarity:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> OutputSimilarity:
         return cls(str(data["output"]), float(data["cosine"]), float(data["snr_db"]))
-
-
-@dataclass(frozen=True)
-class DetectionDelta(DetectionAgreement):
-    """A detector's agreement with the float model, as ``DetectionAgreement`` measures it.
-
-    Attributes:
-        map_min_score: the lowest score of the reduced model's detections that ``map50`` ranks
-            (precision and recall count only those above the Detector's threshold).
-    """
-
-    map_min_score: float = MAP_MIN_SCORE
-
-
-@dataclass(frozen=True)
-class TaskMetric:
-    """The metric of a task quantize has no delta of its own for (``embed`` ...), as its ``Task``
-    plug-in measures it: the reduced model's answers against the float model's.
-
-    Attributes:
-        kind: the task (``deploykit.tasks``).
-        metric: its metric's name (``embedding cosine``).
-        value: the metric's value; the drop is 1 − value.
-        details: what the task reports beside it (samples, worst and mean ...).
-    """
-
-    kind: str
-    metric: str
-    value: float
-    details: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 TaskDelta = ClassificationAgreement | DetectionDelta | TaskMetric

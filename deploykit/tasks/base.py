@@ -5,15 +5,16 @@ against the threshold, return a ``TaskResult``); a task writes only its hooks, t
 writes only ``_run``. A task with an app pipeline also says how that pipeline is made from the
 ``predict`` settings, which keywords each call takes, and how one image's results render: as JSON
 (``predict``, ``serve``, Ray rows), as a table, as one line of a stream and as a drawing. Callers
-(``cli/``, ``serve/``, ``distributed/``) ask the task; none of them names one. It must not import
+(``cli/``, ``serve/``, ``distributed/``, ``quantize/``) ask the task; none of them names one. It must not import
 verification (verification imports it).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -63,6 +64,60 @@ class TaskResult:
         )
 
 
+@dataclass(frozen=True)
+class TaskMetric:
+    """A task's metric of a reduced model against its float one, as the task's ``judge`` measures it
+    (``embed``, ``segment`` ...: the tasks without a measure of their own for ``quantize``).
+
+    Attributes:
+        kind: the task (``deploykit.tasks``).
+        metric: its metric's name (``embedding cosine``).
+        value: the metric's value; the drop is 1 − value.
+        details: what the task reports beside it (samples, worst and mean ...).
+    """
+
+    kind: str
+    metric: str
+    value: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ReducedModelEvidence:
+    """What ``quantize`` hands a task to measure a reduced (INT8, FP16) model against the float model
+    it came from, on the held-out samples (``Task.reduced_delta``).
+
+    Attributes:
+        float_model: the float ``Model`` the engines read.
+        reduced_model: the reduced model's file, with the float model's metadata.
+        cases: the held-out feeds, one input set per sample.
+        reference: the float model's outputs for each case.
+        reduced_outputs: the reduced model's outputs for each case (run when first asked for).
+        images: the held-out image files (none when the samples are arrays).
+        image_classes: each held-out sample's class folder name, or None (arrays, a flat folder).
+        labels: the model's class labels.
+        judge_backend: the backend both models run on, and ``judge_options`` its options (f32 inference).
+        thresholds: the verification thresholds of the reduced precision (``judge`` holds the metric to them).
+        precision: the reduced precision the thresholds are for.
+    """
+
+    float_model: Any
+    reduced_model: Path
+    cases: Sequence[Outputs]
+    reference: Sequence[Outputs]
+    reduced_outputs: Callable[[], Sequence[Outputs]]
+    images: Sequence[Path]
+    image_classes: Sequence[str | None]
+    labels: Sequence[str]
+    judge_backend: str
+    judge_options: Mapping[str, Any]
+    thresholds: Any
+    precision: str = "int8"
+
+
 class Task:
     """One kind of model answer. Subclasses set the class attributes and write the hooks.
 
@@ -78,6 +133,10 @@ class Task:
             from the request's query).
         json_key: the field of ``serve``'s image answer that holds the results.
         drawing: what ``--draw`` draws (``"boxes"``), or None when the task draws nothing.
+        quantize_keeps_head_float: ``quantize`` leaves the model's decoding head (the nodes after the
+            last convolution: ``quantize.graph.head_nodes``) in float unless asked to quantize it.
+        quantize_budget_needs_images: the metric ``--max-drop`` bounds needs images (the app pipeline
+            runs on them): arrays give no budget to hold.
     """
 
     name: ClassVar[str]
@@ -88,6 +147,8 @@ class Task:
     call_parameters: ClassVar[tuple[tuple[str, type], ...]] = ()
     json_key: ClassVar[str] = "results"
     drawing: ClassVar[str | None] = None
+    quantize_keeps_head_float: ClassVar[bool] = False
+    quantize_budget_needs_images: ClassVar[bool] = False
 
     @classmethod
     def recognise(
@@ -128,6 +189,20 @@ class Task:
         value, details = self.agreement(expected, found)
         minimum = self.threshold(thresholds, precision)
         return TaskResult(self.name, self.metric, value, minimum, value >= minimum, details)
+
+    @classmethod
+    def reduced_delta(cls, evidence: ReducedModelEvidence) -> tuple[Any, float | None, list[str]]:
+        """The task metric of a reduced model against its float one, its drop (what ``--max-drop``
+        bounds) and notes for the report. By default the task judges the outputs as verification
+        does (drop = 1 − value); None and None when the task does not recognise the float model."""
+        model = evidence.float_model
+        task = cls.recognise(model.output_specs(), model.metadata_props, cls.name)  # quantize chose this task
+        if task is None:
+            return None, None, []
+        outputs = evidence.reduced_outputs()
+        result = task.judge(evidence.cases, evidence.reference, outputs, evidence.thresholds, evidence.precision)
+        metric = TaskMetric(result.kind, result.metric, result.value, result.details)
+        return metric, round(1.0 - result.value, 9), []
 
     @classmethod
     def pipeline_class(cls) -> Any:

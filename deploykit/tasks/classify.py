@@ -16,7 +16,7 @@ import numpy as np
 
 from deploykit.errors import InputError
 from deploykit.io import one_line
-from deploykit.tasks.base import Outputs, ResultTable, Task
+from deploykit.tasks.base import Outputs, ReducedModelEvidence, ResultTable, Task
 from deploykit.tensors import TensorSpec
 
 MIN_CLASSES = 5
@@ -105,6 +105,28 @@ def classification_agreement(
     return ClassificationAgreement(samples, agreement, float(overlap), accuracy, reference_accuracy)
 
 
+def class_indices(classes: Sequence[str | None], labels: Sequence[str]) -> tuple[list[int] | None, str | None]:
+    """True classes from the held-out images' folder names, matched to the model's labels
+    (exactly, ignoring case and '_' versus ' ', or as an integer index); None and why when any is unknown."""
+    if not classes or any(name is None for name in classes):
+        return None, "top-1 accuracy not measured: the held-out images are not in folder/<class>/ sub-folders"
+    from deploykit.labels import class_index
+
+    found = []
+    for name in classes:
+        assert name is not None
+        index = class_index(name, labels)
+        if index is None:
+            return None, f"top-1 accuracy not measured: class folder '{name}' is not one of the model's labels"
+        found.append(index)
+    return found, None
+
+
+def _score_rows(outputs: Sequence[Outputs]) -> np.ndarray:
+    first = next(iter(outputs[0]))
+    return np.concatenate([o[first].reshape(o[first].shape[0], -1) for o in outputs])
+
+
 class ClassifyTask(Task):
     """Classifiers: top-1 agreement with the reference, at least ``Thresholds.min_top1_agreement``."""
 
@@ -139,6 +161,19 @@ class ClassifyTask(Task):
     def agreement(self, reference: Sequence[Any], candidate: Sequence[Any]) -> tuple[float, dict[str, Any]]:
         measured = classification_agreement(np.concatenate(reference), np.concatenate(candidate))
         return measured.top1_agreement, measured.to_dict()
+
+    @classmethod
+    def reduced_delta(cls, evidence: ReducedModelEvidence) -> tuple[ClassificationAgreement, float, list[str]]:
+        """Top-1 agreement with the float model; with class folders matching the labels the drop is
+        the fall in top-1 accuracy, else 1 − top-1 agreement."""
+        truth, note = class_indices(evidence.image_classes, evidence.labels)
+        reference, reduced = _score_rows(evidence.reference), _score_rows(evidence.reduced_outputs())
+        agreement = classification_agreement(reference, reduced, truth)
+        if agreement.top1_accuracy is not None and agreement.reference_top1_accuracy is not None:
+            drop = agreement.reference_top1_accuracy - agreement.top1_accuracy
+        else:
+            drop = 1.0 - agreement.top1_agreement
+        return agreement, round(drop, 9), [note] if note else []
 
     @classmethod
     def results_agree(cls, ours: Sequence[Any], theirs: Sequence[Any]) -> bool:

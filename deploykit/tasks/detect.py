@@ -19,7 +19,7 @@ import numpy as np
 
 from deploykit.errors import BackendUnavailableError, InputError
 from deploykit.io import one_line
-from deploykit.tasks.base import Outputs, ResultTable, Task
+from deploykit.tasks.base import Outputs, ReducedModelEvidence, ResultTable, Task
 from deploykit.tensors import TensorSpec
 from deploykit.vision.results import Detection
 from deploykit.vision.results import draw as draw_detections
@@ -111,6 +111,18 @@ class DetectionAgreement:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class DetectionDelta(DetectionAgreement):
+    """A reduced detector's agreement with the float model, as ``DetectionAgreement`` measures it.
+
+    Attributes:
+        map_min_score: the lowest score of the reduced model's detections that ``map50`` ranks
+            (precision and recall count only those above the Detector's threshold).
+    """
+
+    map_min_score: float = RANKING_CONF
 
 
 def _cocoeval() -> tuple[Any, Any]:
@@ -221,6 +233,8 @@ class DetectTask(Task):
     call_parameters = (("conf", float), ("iou", float))
     json_key = "detections"
     drawing = "boxes"
+    quantize_keeps_head_float = True
+    quantize_budget_needs_images = True
 
     def __init__(self, layout: Any, labels: Sequence[str] | None) -> None:
         self.layout, self.labels = layout, labels
@@ -254,6 +268,32 @@ class DetectTask(Task):
         found = [image for batch in candidate for image in batch]
         measured = detection_agreement(expected, found)
         return measured.map50, measured.to_dict()
+
+    @classmethod
+    def reduced_delta(cls, evidence: ReducedModelEvidence) -> tuple[Any, float | None, list[str]]:
+        """On images: the reduced model's detections against the float model's, both through the
+        Detector; drop = 1 − mAP@0.5. On arrays: the outputs judged as verification does.
+
+        The float model's detections at the Detector's confidence threshold are the truth. Precision
+        and recall compare the reduced model at that same threshold (what an app sees); mAP ranks all
+        its detections down to ``RANKING_CONF``, as mAP is defined, so a box that scores 0.24 instead
+        of 0.26 lowers the AP a little instead of counting as missed.
+        """
+        if not evidence.images:
+            return super().reduced_delta(evidence)
+        from deploykit.vision.pipelines import Detector
+
+        images = list(evidence.images)
+        backend, options = evidence.judge_backend, dict(evidence.judge_options)
+        with (
+            Detector(evidence.float_model, backend, **options) as reference,
+            Detector(evidence.reduced_model, backend, **options) as reduced,
+        ):
+            truth = reference.batch(images)
+            at_threshold = detection_agreement(truth, reduced.batch(images))
+            ranked = detection_agreement(truth, reduced.batch(images, conf=RANKING_CONF))
+        delta = DetectionDelta(**{**asdict(at_threshold), "map50": ranked.map50}, map_min_score=RANKING_CONF)
+        return delta, round(1.0 - delta.map50, 9), []
 
     @classmethod
     def results_agree(cls, ours: Sequence[Any], theirs: Sequence[Any]) -> bool:

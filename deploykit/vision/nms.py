@@ -1,5 +1,9 @@
-"""Non-maximum suppression, exact greedy: ONNX Runtime's C++ NonMaxSuppression kernel where
-onnxruntime is installed, OpenCV's ``NMSBoxes`` otherwise, numpy as the last resort.
+"""Non-maximum suppression, exact greedy: the ONNX ``NonMaxSuppression`` operator in a session of
+the default backend (ONNX Runtime) where it is installed, OpenCV's ``NMSBoxes`` otherwise, numpy as the last
+resort. The answer is the same on every engine: boxes are taken best score first, equal scores in
+the order they were given (the lower index is kept), and a box is suppressed by a kept one when
+their IoU is above ``iou``. The engines differ only in speed (the compiled kernels are 10-100x
+faster than the numpy loop on a few hundred candidates).
 
 Class-aware NMS offsets each class into its own region of the plane, so one pass serves all
 classes. Every candidate takes part in the suppression; only the output is cut to ``max_detections``.
@@ -7,11 +11,16 @@ classes. Every candidate takes part in the suppression; only the output is cut t
 
 from __future__ import annotations
 
+import tempfile
 import threading
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from deploykit.backends.base import Session
+from deploykit.model import Model
 
 _LOCK = threading.Lock()
 
@@ -41,13 +50,16 @@ def _numpy_nms(boxes: np.ndarray, scores: np.ndarray, iou: float, limit: int) ->
 
 
 @cache
-def _onnxruntime_nms() -> Any:
-    """A one-node ONNX Runtime session running the NonMaxSuppression kernel, or None."""
-    try:
-        import onnxruntime as ort
-        from onnx import TensorProto, helper
-    except ImportError:
+def _onnxruntime_nms() -> Session | None:
+    """A one-node ``NonMaxSuppression`` model open on the default backend (ONNX Runtime), or None
+    without it."""
+    from deploykit.backends.registry import DEFAULT_BACKEND, get_backend
+
+    backend = get_backend(DEFAULT_BACKEND)
+    if not backend.is_available():
         return None
+    from onnx import TensorProto, helper
+
     node = helper.make_node("NonMaxSuppression", ["boxes", "scores", "limit", "iou"], ["selected"])
     graph = helper.make_graph(
         [node],
@@ -60,12 +72,10 @@ def _onnxruntime_nms() -> Any:
         ],
         [helper.make_tensor_value_info("selected", TensorProto.INT64, [None, 3])],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    proto.ir_version = 8
+    with tempfile.TemporaryDirectory(prefix="deploykit-nms-") as folder:  # the runtime reads it at open
+        return backend.open(Model.written(proto, Path(folder) / "nms.onnx"), "cpu", threads=1)
 
 
 def nms(
@@ -91,15 +101,13 @@ def nms(
     with _LOCK:
         session = _onnxruntime_nms()
     if session is not None:
-        selected = session.run(
-            None,
-            {
-                "boxes": boxes[None],
-                "scores": scores[None, None],
-                "limit": np.array([max_detections], np.int64),
-                "iou": np.array([iou], np.float32),
-            },
-        )[0]
+        feeds = {
+            "boxes": boxes[None],
+            "scores": scores[None, None],
+            "limit": np.array([max_detections], np.int64),
+            "iou": np.array([iou], np.float32),
+        }
+        selected = session.run(feeds)["selected"]
         return selected[:, 2].astype(np.int64)
     try:
         import cv2

@@ -81,3 +81,30 @@ def test_the_cli_passes_every_option(classifier_path, photos):
         app, ["bench", str(classifier_path), "--pipeline", "classify", "--images", str(photos), "--batch", "2"]
     )
     assert result.exit_code == 1 and "a pipeline times one image per call" in result.output
+
+
+def test_allow_failures_lets_a_pipeline_bench_with_a_failed_backend_exit_0(classifier_path, photos, monkeypatch):
+    """As every bench: a configuration that fails is a row and exit 1, or exit 0 with a note under --allow-failures."""
+    monkeypatch.setenv("DEPLOYKIT_BACKENDS", "raiser=tests.assets.crashing_backend:RaisingBackend")
+    args = [
+        "bench",
+        str(classifier_path),
+        "--pipeline",
+        "classify",
+        "--images",
+        str(photos),
+        "-b",
+        "onnxruntime",
+        "-b",
+        "raiser",
+        "--iterations",
+        "3",
+        "--warmup",
+        "1",
+    ]
+    failed = CliRunner().invoke(app, args)
+    assert failed.exit_code == 1, failed.output
+    assert "error: 1 configuration(s) failed or did not verify" in failed.output
+    allowed = CliRunner().invoke(app, [*args, "--allow-failures"])
+    assert allowed.exit_code == 0, allowed.output
+    assert "1 configuration(s) failed or did not verify (exit 0 because of --allow-failures)" in allowed.output

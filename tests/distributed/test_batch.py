@@ -305,3 +305,63 @@ def test_an_exported_mnn_model_runs_on_ray_with_its_interface_file(local_ray, de
     assert local_rows.keys() == ray_rows.keys()
     for path, row in local_rows.items():
         assert [r["label"] for r in ray_rows[path]["results"]] == [r["label"] for r in row["results"]], path
+
+
+def test_the_files_that_travel_are_the_ones_the_backend_reads(tmp_path):
+    """One rule for ".json beside a native file": the file the MNN backend reads the interface from is
+    the one that travels with the model; beside an .onnx it is not the model's and stays."""
+    from deploykit.backends.converted import interface_file
+    from deploykit.backends.registry import get_backend
+    from deploykit.distributed.batch import model_files
+    from deploykit.errors import ModelError
+
+    native, onnx_file = tmp_path / "m.mnn", tmp_path / "n.onnx"
+    for path in (native, onnx_file):
+        path.write_bytes(b"model")
+        interface_file(path).write_text("not json")
+    assert list(model_files(native, "mnn")) == ["m.mnn", "m.json"]
+    assert list(model_files(native)) == ["m.mnn", "m.json"]  # no backend named: the backends that read .mnn
+    assert list(model_files(onnx_file, "onnxruntime")) == ["n.onnx"]
+    param = tmp_path / "p.param"
+    for path in (param, param.with_suffix(".bin"), interface_file(param)):
+        path.write_bytes(b"ncnn")
+    assert list(model_files(param, "ncnn")) == ["p.param", "p.bin", "p.json"]
+    with pytest.raises(ModelError, match=r"its interface file m\.json cannot be read"):
+        get_backend("mnn").conversion.recorded_interface(native)
+
+
+def test_a_darknet_cfg_travels_to_ray_with_its_weights(local_ray, tmp_path):
+    """A .cfg's weights are part of its file set (OpenCV's ``weights`` option names them): they travel with
+    it, and on the node the option names the copy beside the .cfg's, not the driver's path."""
+    from deploykit.distributed.batch import model_files, model_on_this_node, options_naming_files, options_on_this_node
+    from tests.backends.test_errors import _tiny_darknet
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "trained").mkdir()
+    cfg, blob, _, _ = _tiny_darknet(tmp_path / "model")
+    weights = blob.rename(tmp_path / "trained" / blob.name)  # the weights live apart from the .cfg
+    options = {"weights": str(weights), "threads": 1}
+    files = model_files(cfg, "opencv", options)
+    assert sorted(files) == ["tiny.cfg", "tiny.weights"]
+    named = options_naming_files(options, files, cfg)
+    assert named == {"weights": "tiny.weights"}
+
+    def on_node(model: list, named: dict) -> tuple[str, dict, bytes]:
+        here = model_on_this_node(local_ray.get(model[0]), cfg.name)
+        there = options_on_this_node(options, named, here)
+        return str(here), there, Path(there["weights"]).read_bytes()
+
+    here, there, data = local_ray.get(local_ray.remote(on_node).remote([local_ray.put(files)], named))
+    assert Path(there["weights"]) == Path(here).parent / "tiny.weights" and there["threads"] == 1
+    assert Path(here).read_bytes() == cfg.read_bytes() and data == weights.read_bytes()
+
+
+def test_two_model_files_of_one_name_cannot_travel_together(tmp_path):
+    from deploykit.distributed.batch import model_files
+
+    (tmp_path / "a").mkdir()
+    cfg = tmp_path / "a" / "yolo.cfg"
+    cfg.write_text("[net]\n")
+    said = r"model 'yolo\.cfg' \| its files travel to the workers into one folder, and yolo\.cfg names two of them"
+    with pytest.raises(UsageError, match=said):
+        model_files(cfg, "opencv", {"weights": str(tmp_path / "yolo.cfg")})

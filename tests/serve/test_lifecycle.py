@@ -28,6 +28,8 @@ TENSOR = {"name": "x", "datatype": "FP32", "shape": [1, 8], "data": [0.5] * 8}
 @pytest.fixture
 def plugins(monkeypatch):
     monkeypatch.setenv("DEPLOYKIT_BACKENDS", PLUGINS)
+    # an isolated replica is a fresh interpreter that does not import from the current directory
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
 
 
 def _infer(base: str, model: str, value: float = 0.5) -> httpx.Response:
@@ -239,3 +241,27 @@ def test_a_full_queue_refuses_with_503_and_counts_it(catalog_paths, plugins):
         assert "model 'slow' | its queue is full (1 waiting, the --max-queue bound)" in refused.json()["error"]
         text = httpx.get(f"http://127.0.0.1:{server.metrics_port}/metrics").text
         assert 'deploykit_inference_request_failure_total{model="slow",reason="unavailable",version="1"} 1.0' in text
+
+
+def test_an_isolated_replica_says_a_load_error_as_the_server_itself_would(catalog_paths, plugins):
+    """The error crosses the process boundary as data: the same class, message and hint."""
+    mlp = catalog_paths["mlp_dynamic_batch"]
+    models = [ServedModel.from_path(mlp, name="here", options={"no_such_option": 1}),
+              ServedModel.from_path(mlp, name="there", options={"no_such_option": 1}, isolate=True)]  # fmt: skip
+    with Server(models, settings=ServerSettings(http_port=0, grpc_port=None, metrics_port=None)) as server:
+        assert not server.wait_ready(30)
+        here, there = server.repository.runner("here").problem, server.repository.runner("there").problem
+        assert here and "no_such_option" in here
+        assert there == here
+
+
+def test_an_isolated_replica_answers_as_the_server_itself_would(catalog_paths, plugins):
+    mlp = catalog_paths["mlp_dynamic_batch"]
+    models = [ServedModel.from_path(mlp, name="here"), ServedModel.from_path(mlp, name="there", isolate=True)]
+    with Server(models, settings=ServerSettings(http_port=0, grpc_port=None, metrics_port=None)) as server:
+        assert server.wait_ready(60)
+        base = f"http://127.0.0.1:{server.http_port}"
+        for value in (0.5, -2.0):
+            here, there = _infer(base, "here", value).json(), _infer(base, "there", value).json()
+            assert there["outputs"] == here["outputs"]
+            assert here["outputs"][0]["shape"] == [1, 4]
