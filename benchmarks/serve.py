@@ -31,9 +31,10 @@ here. Prints JSON lines:
   ``--engine ray --replicas 2`` on a local Ray, in alternating periods of one run: served samples/s of
   each, the ratio to the local server, failures and p50/p99.
 
-- ``peers`` (``--peers``, or ``--parts peers``): deploykit beside Seldon MLServer and KServe's Python
-  server under the same tritonclient load, each peer in a virtual environment the script creates
-  (``serve_peers``): throughput, p50/p99, server CPU per request and start-up, by transport.
+- ``peers`` (``--peers``, or ``--parts peers``): deploykit (defaults, tuned, and on Ray Serve over HTTP)
+  beside Seldon MLServer and KServe's Python server under the same tritonclient load, each peer in a
+  virtual environment the script creates (``serve_peers``): throughput, p50/p99, server CPU per request
+  (the whole process tree: Ray's too) and start-up, by transport.
 
 Run: ``.venv/bin/python benchmarks/serve.py [--load-seconds 60] [--rounds 5] [--calls 20]
 [--parts startup,overhead,throughput,ray-throughput,peers] [--replicas 2] [--peers]``.

@@ -8,8 +8,10 @@ runs at a time; rounds go through the servers in turn. Per server and transport 
 with N clients (MobileNetV2, batch 1), p50 and p99 under that load, CPU per request of the server's
 process tree, CPU per request of the clients (this process), and seconds from launch to ready.
 MLServer's HTTP has no binary tensor extension, so its HTTP rows send JSON tensors (tritonclient's
-``binary_data=False``); the others get binary tensors. deploykit runs twice: with its defaults, and as
-``deploykit-tuned`` with one single-thread session per CPU and no batching (``TUNED_OPTIONS``).
+``binary_data=False``); the others get binary tensors. deploykit runs three times: with its defaults, as
+``deploykit-tuned`` with one single-thread session per CPU and no batching (``TUNED_OPTIONS``), and as
+``deploykit-ray`` on Ray Serve with one such replica per CPU (``RAY_OPTIONS``; HTTP only, Ray's whole
+process tree — GCS, raylet, controller, proxy, replicas — counted as the server's CPU).
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ PEERS = {"mlserver": ["mlserver==1.7.1"], "kserve": ["kserve==0.21.0"]}
 # they come (no intra-op threads to wake or spin, no batch to assemble); a second deploykit row
 TUNED = "deploykit-tuned"
 TUNED_OPTIONS = ("--instances", str(os.cpu_count() or 1), "-O", "threads=1", "--max-batch", "1")
+# deploykit on Ray Serve (``--engine ray``, a local Ray it starts and stops), as tuned: one replica of one
+# single-thread session per core. Ray Serve's proxy speaks HTTP only, so this row has no gRPC.
+RAY = "deploykit-ray"
+RAY_OPTIONS = ("--engine", "ray", "--replicas", str(os.cpu_count() or 1), "-O", "threads=1", "--max-batch", "1")
 MODEL = "mobilenet"
 
 # The adapters, as the peers' documentation writes a custom runtime / model: load a session, run it.
@@ -239,21 +245,21 @@ def peers(mobilenet: Path, seconds: float, clients: int, rounds: int, emit: Call
     """The rounds: every server in turn (the order rotating), each transport's load on it, then the rows."""
     from deploykit.bench.stats import latency_stats
 
-    servers = ["deploykit", TUNED, *PEERS]
+    servers = ["deploykit", TUNED, RAY, *PEERS]
     totals: dict[tuple[str, str], dict] = {}
     startups: dict[str, list[float]] = {s: [] for s in servers}
     for round_index in range(rounds):
         shift = round_index % len(servers)
         for server in servers[shift:] + servers[:shift]:
             with tempfile.TemporaryDirectory() as folder:
-                if server in ("deploykit", TUNED):
-                    options = TUNED_OPTIONS if server == TUNED else ()
+                if server in ("deploykit", TUNED, RAY):
+                    options = {TUNED: TUNED_OPTIONS, RAY: RAY_OPTIONS}.get(server, ())
                     process, ports, ready_s = start_deploykit(mobilenet, Path(folder), options)
                 else:
                     process, ports, ready_s = start_peer(server, mobilenet, Path(folder))
                 startups[server].append(ready_s)
                 try:
-                    for transport in ("http", "grpc"):
+                    for transport in ("http",) if server == RAY else ("http", "grpc"):
                         binary = not (server == "mlserver" and transport == "http")
                         before, client_before = tree_cpu_s(process.pid, cpu_s), time.process_time()
                         started = time.perf_counter()
@@ -273,6 +279,7 @@ def peers(mobilenet: Path, seconds: float, clients: int, rounds: int, emit: Call
     rates = {key: len(row["latencies"]) / row["seconds"] for key, row in totals.items()}
     for (server, transport), row in totals.items():
         best_peer = max(rates[(peer, transport)] for peer in PEERS)
+        options = {TUNED: TUNED_OPTIONS, RAY: RAY_OPTIONS}.get(server)
         stats = latency_stats(row["latencies"])
         requests = len(row["latencies"])
         emit({"benchmark": "peers", "server": server, "transport": transport,
@@ -283,7 +290,7 @@ def peers(mobilenet: Path, seconds: float, clients: int, rounds: int, emit: Call
               "p50_ms": round(stats.p50_ms, 2), "p99_ms": round(stats.p99_ms, 2),
               "server_cpu_ms_per_request": round(1000 * row["cpu_s"] / max(1, requests), 2),
               "client_cpu_ms_per_request": round(1000 * row["client_cpu_s"] / max(1, requests), 2),
-              "options": " ".join(TUNED_OPTIONS) if server == TUNED else "defaults",
+              "options": " ".join(options) if options else "defaults",
               "startup_s_median": round(float(np.median(startups[server])), 2)})  # fmt: skip
     emit({"benchmark": "peers-machine-after", "load_1min": os.getloadavg()[0]})
 
@@ -291,10 +298,11 @@ def peers(mobilenet: Path, seconds: float, clients: int, rounds: int, emit: Call
 def start_deploykit(mobilenet: Path, folder: Path, options: tuple[str, ...] = ()
                     ) -> tuple[subprocess.Popen[bytes], dict[str, int], float]:  # fmt: skip
     """``deploykit serve`` with its defaults (batches of up to 8 rows, 2 ms), as the peers are run with
-    theirs, or with ``options`` added."""
+    theirs, or with ``options`` added (with ``--engine ray``, no gRPC or metrics port)."""
     ports = {"http": free_port(), "grpc": free_port()}
+    local = () if "ray" in options else ("--grpc-port", str(ports["grpc"]), "--metrics-port", "none")
     command = [sys.executable, "-m", "deploykit.cli.main", "serve", f"{MODEL}={mobilenet}", "--http-port",
-               str(ports["http"]), "--grpc-port", str(ports["grpc"]), "--metrics-port", "none", *options]  # fmt: skip
+               str(ports["http"]), *local, *options]  # fmt: skip
     started = time.perf_counter()
     process = subprocess.Popen(command, cwd=Path(__file__).resolve().parents[1], stdout=subprocess.DEVNULL,
                                stderr=open(folder / "log.txt", "wb"), start_new_session=True)  # fmt: skip
