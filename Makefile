@@ -94,9 +94,13 @@ docs: setup
 typecheck: setup
 	$(VENV)/bin/mypy
 
-# pytest exits 5 when it collects no test: that is a failure here, never a pass.
+# pytest exits 5 when it collects no test: that is a failure here, never a pass. The main pass runs on
+# PYTEST_WORKERS pytest-xdist workers (2: CI's cores), a test file's tests on one worker, Ray's files on one
+# (tests/conftest.py); PYTEST_WORKERS=0 runs it in this process.
+PYTEST_WORKERS ?= 2
 pytest: setup system-deps platforms
 	DEPLOYKIT_REQUIRE_ASSETS=1 $(PY) -m pytest -m "not opencv4 and not docker" --durations=60 \
+		-n $(PYTEST_WORKERS) --dist loadgroup \
 		|| { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
 
 # The OpenCV backend contract and the OpenCV-4 Darknet oracle, with OpenCV 4.14 first on the path.

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -24,7 +25,28 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"{REQUIRE_VARIABLE} is off: a missing external asset skips its test (the reason names it)"
 
 
+# `make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`). Each test file is one group, so
+# a file's module and session fixtures are built once; every file that starts Ray shares one group, so two
+# Ray clusters never run at once (the Ray tests count and stop Ray's processes).
+_STARTS_RAY = re.compile(
+    r'ray\.init|"--engine", "ray"|engine="ray"|^import ray|importorskip\("ray"|require_module\("ray"|ray_module'
+    r"|deploykit\.ray|serve\.ray_engine",
+    re.M,
+)
+
+
+def _xdist_group(path: Path, cache: dict[Path, str]) -> str:
+    if path not in cache:
+        starts_ray = path.parent.name == "distributed" or bool(_STARTS_RAY.search(path.read_text()))
+        cache[path] = "ray" if starts_ray else path.as_posix()
+    return cache[path]
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    groups: dict[Path, str] = {}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_xdist_group(item.path, groups)))
     if has_cuda_gpu():
         return
     skip = pytest.mark.skip(reason="gpu: no CUDA GPU on this machine")
