@@ -85,7 +85,7 @@ def print_optimize_report(report: OptimizeReport, output: Path | None, limit: in
     console.print(table)
     if len(report.candidates) > limit:
         console.print(f"... {len(report.candidates) - limit} more in report.json")
-    console.print(f"Pareto front (headline vs accuracy delta): {', '.join(report.pareto) or '-'}")
+    console.print(f"Pareto front (headline vs accuracy delta): {_pareto_line(report)}", soft_wrap=True)
     console.print(f"rule: {report.decision.rule}", soft_wrap=True)
     for note in report.notes:
         console.print(f"note: {note}", soft_wrap=True)
@@ -161,3 +161,20 @@ def optimize(
     if report.partial:
         err_console.print(f"interrupted: {output} holds the best configuration so far, marked partial")
         raise typer.Exit(INTERRUPTED_EXIT)
+
+
+def _pareto_line(report: OptimizeReport) -> str:
+    """The front's labels, each one that is not a verified answer followed by why (a failed verification,
+    a headline from too few rounds to rank): the front shows what reduced precision would cost, not
+    what may be chosen."""
+    by_label = {c.label: c for c in report.candidates}
+    shown = []
+    for label in report.pareto:
+        candidate = by_label.get(label)
+        why = []
+        if candidate is not None and candidate.verdict is not None and candidate.verdict.status != "pass":
+            why.append(f"verification {candidate.verdict.status}")
+        if candidate is not None and candidate.headline is not None and not candidate.headline.sufficient:
+            why.append("too few rounds to rank")
+        shown.append(f"{label} ({'; '.join(why)})" if why else label)
+    return ", ".join(shown) or "-"

@@ -423,3 +423,21 @@ def test_a_pinned_precision_this_device_cannot_run_is_the_precision_contracts_er
     (copy / "deploykit.json").write_text(json.dumps(data))
     with pytest.raises(PrecisionUnavailableError, match=f"does not compute {missing[0]} natively"):
         deploykit.load(copy)
+
+
+def test_the_printed_pareto_front_says_which_entries_are_not_answers(searched):
+    """The front shows what reduced precision would cost; an entry that failed verification or was
+    ranked on too few rounds says so beside its label."""
+    import dataclasses
+
+    from cli.optimize_cmd import _pareto_line
+
+    report, _ = searched
+    first = next(c for c in report.candidates if c.label == report.pareto[0])
+    assert _pareto_line(report).split(", ")[0].startswith(first.label)
+    failed = dataclasses.replace(first, verdict=dataclasses.replace(first.verdict, status="fail"))
+    headline = dataclasses.replace(first.headline, rounds=1, low=None, high=None)  # one screening round
+    changed = dataclasses.replace(failed, headline=headline)
+    candidates = tuple(changed if c.label == first.label else c for c in report.candidates)
+    line = _pareto_line(dataclasses.replace(report, candidates=candidates))
+    assert line.split(", ")[0] == f"{first.label} (verification fail; too few rounds to rank)"
