@@ -27,6 +27,7 @@ import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.converted import Carried, interface_file
+from deploykit.backends.devices import DeviceNames
 from deploykit.backends.litert_layout import LiteRtLayout, io_ports, match, own_specs, read_io, signature_ports
 from deploykit.backends.options import OptionSpec
 from deploykit.backends.traits import Conversion, LoadWording, RuntimePackage, SearchTraits
@@ -35,6 +36,7 @@ from deploykit.model import Model
 from deploykit.tensors import TensorSpec
 
 WEIGHTS = ("f32", "f16", "int8")
+_DEVICE_NAMES = DeviceNames(kinds=frozenset({"cpu"}), expected="cpu", problem="is not a device of this backend")
 
 
 def _onnx_unavailable_reason() -> str | None:
@@ -131,11 +133,7 @@ class LiteRtBackend(Backend):
     def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-        if device.strip().lower() != "cpu":
-            raise UsageError(
-                f"backend 'litert' | device '{device}' is not a device of this backend; expected cpu.",
-                hint="'deploykit backends' lists the devices this machine offers.",
-            )
+        _DEVICE_NAMES.parse(self.name, device)
         tflite = self._tflite(model, options)
         threads = int(options.get("threads", 0))
         xnnpack = bool(options.get("xnnpack", True))

@@ -33,6 +33,7 @@ import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
 from deploykit.backends.converted import Carried, interface_file
+from deploykit.backends.devices import DeviceNames
 from deploykit.backends.mnn_convert import CONVERTER_VARIABLE
 from deploykit.backends.options import OptionSpec, cpu_count
 from deploykit.backends.traits import Conversion, LoadWording, RuntimePackage
@@ -43,6 +44,9 @@ from deploykit.tensors import TensorSpec
 IO_FORMAT = "deploykit-mnn-io"
 """The ``format`` field of the ``.json`` beside an exported ``.mnn`` file."""
 _PRECISIONS = ("f32", "f16", "bf16")
+_DEVICE_NAMES = DeviceNames(
+    kinds=frozenset({"cpu"}), expected="cpu", problem="is not a device MNN's Python package runs on"
+)
 _MODES = {"f32": "Normal", "f16": "Low", "bf16": "Low_BF16"}
 _LEVELS = ("low", "normal", "high")
 # MNN's BackendConfig enums (MNN/MNNForwardType.h), which its runtime configuration takes as numbers
@@ -252,11 +256,11 @@ class MnnBackend(Backend):
     def precisions(self, device: str | None = None) -> list[str]:
         """f32, and f16/bf16 where MNN really stores activations so here (see ``applied_precisions``)."""
         self.import_runtime()
-        _check_device(device or self.default_device)
+        _DEVICE_NAMES.parse(self.name, device or self.default_device)
         return list(applied_precisions())
 
     def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
-        _check_device(device)
+        _DEVICE_NAMES.parse(self.name, device)
         asked = options.get("precision")
         offered = self.precisions("cpu")
         ran = asked if asked in offered else "f32"
@@ -323,14 +327,6 @@ def _load(
     return nn.load_module_from_file(
         str(path), [s.name for s in specs_in], [s.name for s in specs_out], runtime_manager=runtime
     )
-
-
-def _check_device(device: str) -> None:
-    if device.strip().lower() != "cpu":
-        raise UsageError(
-            f"backend 'mnn' | device '{device}' is not a device MNN's Python package runs on; expected cpu.",
-            hint="'deploykit backends' lists the devices this machine offers.",
-        )
 
 
 def _feed_types(module: Any, specs_in: list[TensorSpec], name: str) -> list[tuple[np.dtype[Any], Any]]:

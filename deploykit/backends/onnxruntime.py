@@ -16,9 +16,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.devices import DeviceNames
 from deploykit.backends.options import OptionSpec
 from deploykit.backends.traits import LoadWording, RuntimePackage, device_error
-from deploykit.errors import InvalidModelError, UsageError
+from deploykit.errors import InvalidModelError
 from deploykit.model import Model
 from deploykit.tensors import KINDS
 
@@ -31,6 +32,13 @@ _PROVIDERS = {
 # ORT's OpenVINO execution provider ships in the onnxruntime-openvino package (which replaces the
 # onnxruntime module); ``openvino:GPU`` picks its device_type, ``openvino`` means its CPU.
 _OPENVINO_DEVICE_TYPES = ("CPU", "GPU", "NPU", "AUTO")
+_DEVICE_NAMES = DeviceNames(
+    kinds=frozenset(_PROVIDERS),
+    expected="cpu, cuda, cuda:N, tensorrt, tensorrt:N, openvino or openvino:CPU|GPU|NPU",
+    indexed=frozenset(_PROVIDERS) - {"openvino"},
+    details={"openvino": frozenset(_OPENVINO_DEVICE_TYPES)},
+    aliases={"gpu": "cuda"},
+)
 _PROVIDER_LIBRARIES = {
     "CUDAExecutionProvider": "libonnxruntime_providers_cuda.so",
     "TensorrtExecutionProvider": "libonnxruntime_providers_tensorrt.so",
@@ -79,25 +87,6 @@ def _distribution() -> str:
         except metadata.PackageNotFoundError:
             continue
     return "onnxruntime (unknown distribution)"
-
-
-def parse_device(device: str) -> tuple[str, int]:
-    """``cuda:1`` → (``cuda``, 1); ``cpu`` → (``cpu``, 0)."""
-    kind, _, index = device.strip().lower().partition(":")
-    if kind == "gpu":
-        kind = "cuda"
-    valid_index = index.upper() in _OPENVINO_DEVICE_TYPES if kind == "openvino" else index.isdigit()
-    if kind not in _PROVIDERS or (index and not valid_index):
-        raise UsageError(
-            f"backend 'onnxruntime' | device '{device}' is not a device name; expected "
-            "cpu, cuda, cuda:N, tensorrt, tensorrt:N, openvino or openvino:CPU|GPU|NPU.",
-            hint="'deploykit backends' lists the devices this machine offers.",
-        )
-    return kind, int(index) if index.isdigit() else 0
-
-
-def _openvino_device_type(device: str) -> str:
-    return device.partition(":")[2].upper() or "CPU"
 
 
 def _ir_version_hint(exc: BaseException) -> str | None:
@@ -169,7 +158,8 @@ class OnnxRuntimeBackend(Backend):
 
     def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         ort = self.import_runtime()
-        kind, index = parse_device(device)
+        parsed = _DEVICE_NAMES.parse(self.name, device)
+        kind, index = parsed.kind, parsed.number
         model_path = model.path
         wanted = _PROVIDERS[kind]
         fallback_reason: str | None = None
@@ -196,7 +186,7 @@ class OnnxRuntimeBackend(Backend):
 
         providers: list[Any] = []
         if kind == "openvino":
-            providers.append((wanted, {"device_type": _openvino_device_type(device)}))
+            providers.append((wanted, {"device_type": parsed.detail.upper() or "CPU"}))
         if kind == "tensorrt":
             providers.append((wanted, {"device_id": index}))
         if kind in ("tensorrt", "cuda"):

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.devices import Device, DeviceNames
 from deploykit.backends.options import OptionSpec
 from deploykit.backends.traits import LoadWording, RuntimePackage, device_error
 from deploykit.backends.values import sentence
@@ -25,6 +26,9 @@ from deploykit.model import Model, check_model_path
 from deploykit.tensors import TensorSpec
 
 _TARGETS = ("cpu", "opencl", "opencl_fp16", "cuda", "cuda_fp16")
+_DEVICE_NAMES = DeviceNames(
+    kinds=frozenset(_TARGETS), expected=f"one of {', '.join(_TARGETS)}", problem="is not a target", listed="targets"
+)
 
 
 def cuda_device_count(cv2: Any) -> int:
@@ -106,12 +110,12 @@ class OpenCvBackend(Backend):
 
     def precisions(self, device: str | None = None) -> list[str]:
         """The ``_fp16`` targets compute f16; the others the model's own precision (f32 for a float model)."""
-        return ["f16"] if (device or self.default_device).strip().lower().endswith("_fp16") else ["f32"]
+        return ["f16"] if Device.parse(device or self.default_device).kind.endswith("_fp16") else ["f32"]
 
     def model_precision(self, own: str, device: str | None = None) -> str:
         """OpenCV's importer widens f16/bf16 weights to f32, and its cpu/opencl/cuda targets compute
         f32; only the ``_fp16`` targets compute f16."""
-        if (device or self.default_device).strip().lower().endswith("_fp16"):
+        if Device.parse(device or self.default_device).kind.endswith("_fp16"):
             return "f16"
         return "f32" if own in ("f16", "bf16") else own
 
@@ -138,12 +142,7 @@ class OpenCvBackend(Backend):
 
     def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         cv2 = self.import_runtime()
-        target = device.strip().lower()
-        if target not in _TARGETS:
-            raise UsageError(
-                f"backend 'opencv' | device '{device}' is not a target; expected one of {', '.join(_TARGETS)}.",
-                hint="'deploykit backends' lists the targets this machine offers.",
-            )
+        target = _DEVICE_NAMES.parse(self.name, device).kind
         fallback_reason = self._target_problem(cv2, target)
         if fallback_reason:
             if not allow_fallback:

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.devices import Device
 from deploykit.backends.options import OptionSpec
 from deploykit.backends.traits import LoadWording, RuntimePackage, SearchTraits, device_error
 from deploykit.errors import UnsupportedModelError
@@ -119,11 +120,11 @@ class OpenVinoBackend(Backend):
     def precisions(self, device: str | None = None) -> list[str]:
         """f32 everywhere; bf16/f16 where the device's plug-in says it computes them natively."""
         self.import_runtime()
-        name = (device or self.default_device).strip().upper()
-        base = name.split(":")[0].split(".")[0]
+        parsed = Device.parse(device or self.default_device, index_separator=".")
+        base = parsed.kind.upper()
         available = {d.split(".")[0] for d in _core().available_devices}
         if base in _VIRTUAL_DEVICES:  # AUTO/MULTI/HETERO may run on any device they list: what all of them run
-            listed = [d.strip().split(".")[0] for d in name.partition(":")[2].split(",") if d.strip()]
+            listed = [d.strip().split(".")[0] for d in parsed.detail.upper().split(",") if d.strip()]
             members = [d for d in (listed or sorted(available)) if d in available]
             offered = [self.precisions(d) for d in members]
             return [p for p in offered[0] if all(p in other for other in offered)] if offered else ["f32"]
@@ -143,11 +144,12 @@ class OpenVinoBackend(Backend):
         list by design, but needs at least one listed device that exists.
         """
         name = device.strip().upper()
-        base = name.split(":")[0].split(".")[0]
+        parsed = Device.parse(name, index_separator=".")
+        base = parsed.kind.upper()
         available = list(_core().available_devices)
         bases = {d.split(".")[0] for d in available}
         if base in _VIRTUAL_DEVICES and ":" in name:
-            listed = [d.strip() for d in name.split(":", 1)[1].split(",") if d.strip()]
+            listed = [d.strip() for d in parsed.detail.split(",") if d.strip()]
             missing = [d for d in listed if d not in available and d.split(".")[0] not in bases]
             present = [d for d in listed if d not in missing]
             if not missing:

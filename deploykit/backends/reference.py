@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.devices import Device
 from deploykit.backends.options import OptionSpec
 from deploykit.backends.traits import LoadWording, OraclePolicy, RuntimePackage, SearchTraits, device_error
 from deploykit.model import Model, has_external_data, load_onnx
@@ -69,7 +70,7 @@ class ReferenceBackend(Backend):
 
         from deploykit.backends.reference_ops import REFERENCE_OPS
 
-        if device.lower() != "cpu":
+        if not Device.parse(device).is_bare("cpu"):
             raise device_error(
                 self.name, device, "the reference evaluator runs on the CPU only.", hint="use device cpu."
             )
