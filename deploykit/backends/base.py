@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from deploykit.backends.converted import interface_file
-from deploykit.backends.legacy import OldBackendNames
+from deploykit.backends.legacy import MADE_FUNCTIONS, OldBackendNames
 from deploykit.backends.options import OptionSpec, validate_options
 from deploykit.backends.traits import (
     Conversion,
@@ -132,7 +132,7 @@ class Session(abc.ABC):
         self._fast_checks = [FastCheck.of(spec) for spec in self.inputs.values()]
         backend = _registered(info.backend)
         if backend is not None:
-            backend.refuse_unsupported_kinds(model_path, inputs, outputs)
+            refuse_unsupported_kinds(backend, model_path, inputs, outputs)
 
     def _settle_precision(self, ran: str) -> None:
         """Record the precision the runtime computes in (backends that learn it late, e.g. on the first
@@ -315,7 +315,7 @@ def _check_precision(backend: Backend, device: str, requested: str, allow_fallba
     if requested in native or allow_fallback:
         return
     raise PrecisionUnavailableError(
-        f"{backend.subject()} | device '{device}' does not compute {requested} natively; "
+        f"{backend.wording.subject_for(backend.name)} | device '{device}' does not compute {requested} natively; "
         f"it runs {', '.join(native)} here.",
         hint=f"ask for one of {', '.join(native)} ('deploykit backends --check' shows what runs), or pass "
         "allow_fallback=True (--allow-fallback) to let the runtime choose and have the substitute reported.",
@@ -337,12 +337,13 @@ def _load_error(backend: Backend, model: Model, exc: BaseException) -> DeployKit
         named = ", ".join(f"'{n}'" for n in _non_utf8_string_tensors(model)) or "a string tensor"
         return InvalidModelError(
             f"model '{model.path.name}' | {named} holds bytes that are not UTF-8 text ({exc.reason} at byte "
-            f"{exc.start}); ONNX strings are UTF-8, so {backend.subject()} cannot read it.",
+            f"{exc.start}); ONNX strings are UTF-8, so {backend.wording.subject_for(backend.name)} cannot read it.",
             hint="fix the model's string values (its initializers or Constant nodes).",
         )
     wording = backend.wording
+    reason = sentence(wording.explain(exc))
     return UnsupportedModelError(
-        f"{backend.subject()} | cannot {wording.verb} '{model.path.name}': {sentence(wording.explain(exc))}",
+        f"{wording.subject_for(backend.name)} | cannot {wording.verb} '{model.path.name}': {reason}",
         hint=wording.hint_about(exc),
     )
 
@@ -454,7 +455,7 @@ class Backend(OldBackendNames, abc.ABC):
             ModelNotFoundError, InvalidModelError: as ``Model.open``.
             ModelError: ``conversion.recorded_interface`` found a file it cannot read.
         """
-        native = self._native_formats()
+        native = native_formats(self)
         if isinstance(model, Model) and (model.inputs or model.format not in native):
             return model
         path = model.path if isinstance(model, Model) else Path(model)
@@ -472,12 +473,9 @@ class Backend(OldBackendNames, abc.ABC):
         the file and, for a file in a native format, the recorded interface beside it when there is one
         (``interface_file``, which ``conversion.recorded_interface`` reads). A format of several files overrides it."""
         interface = interface_file(path)
-        if path.suffix.lower() in self._native_formats() and interface.is_file():
+        if path.suffix.lower() in native_formats(self) and interface.is_file():
             return [path, interface]
         return [path]
-
-    def _native_formats(self) -> set[str]:
-        return {suffix.lower() for suffix in self.formats} - {".onnx"}
 
     def open(
         self,
@@ -530,25 +528,31 @@ class Backend(OldBackendNames, abc.ABC):
         value = options.get("precision") if "precision" in self.options else None
         return None if value is None else normalize_precision(str(value))
 
-    def subject(self) -> str:
-        """How messages name the backend: ``backend 'openvino'``."""
-        return f"backend '{self.name}'"
-
     @abc.abstractmethod
     def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
         """Load ``model`` (its file is ``model.path``; its interface, read once, ``model.inputs`` and
         ``model.outputs``) and return a session whose ``info`` says what runs it."""
 
-    def refuse_unsupported_kinds(
-        self, model_path: Path, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]
-    ) -> None:
-        """Refuse, by name, a model whose inputs or outputs are of a kind this backend does not run
-        (``value_kinds``): every session checks it when it is made; a backend calls it before its
-        runtime reads the model to refuse before the runtime tries.
 
-        Raises:
-            UnsupportedModelError: naming the value, its kind and the backends that run it.
-        """
-        refusal = kind_refusal(self.subject(), self.name, model_path, inputs, outputs, self.value_kinds)
-        if refusal is not None:
-            raise refusal
+def native_formats(backend: Backend) -> set[str]:
+    """The suffixes of the formats of its own that ``backend``'s runtime reads (``formats`` but ``.onnx``)."""
+    return {suffix.lower() for suffix in backend.formats} - {".onnx"}
+
+
+def refuse_unsupported_kinds(
+    backend: Backend, model_path: Path, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]
+) -> None:
+    """Refuse, by name, a model whose inputs or outputs are of a kind ``backend`` does not run
+    (``value_kinds``): every session checks it when it is made; a backend calls it before its
+    runtime reads the model to refuse before the runtime tries.
+
+    Raises:
+        UnsupportedModelError: naming the value, its kind and the backends that run it.
+    """
+    subject = backend.wording.subject_for(backend.name)
+    refusal = kind_refusal(subject, backend.name, model_path, inputs, outputs, backend.value_kinds)
+    if refusal is not None:
+        raise refusal
+
+
+MADE_FUNCTIONS["refuse_unsupported_kinds"] = refuse_unsupported_kinds

@@ -45,6 +45,7 @@ MOVED: dict[str, _Moved] = {
     "load_verb": _Moved("wording", "verb"),
     "load_hint": _Moved("wording", "hint"),
     "explain": _Moved("wording", "explain", hook=True),
+    "subject": _Moved("wording", "subject", hook=True),
     "module": _Moved("runtime", "module"),
     "pip_extra": _Moved("runtime", "pip_extra"),
     "distributions": _Moved("runtime", "distributions"),
@@ -57,6 +58,11 @@ MOVED: dict[str, _Moved] = {
     "recorded_interface": _Moved("conversion", "recorded_interface", hook=True),
     "onnx_unavailable_reason": _Moved("conversion", "onnx_unavailable_reason", hook=True),
 }
+
+
+MADE_FUNCTIONS: dict[str, Callable[..., Any]] = {}
+"""Old method name → the module function that replaced it, taking the backend first; filled in by
+``deploykit.backends.base`` (which imports this module, so this one cannot import it)."""
 
 
 def _hook(cls: type, name: str) -> Callable[..., Any]:
@@ -104,6 +110,10 @@ class OldBackendNames:
             if name == "_device_error":
                 warn_deprecated("Backend._device_error", "call deploykit.backends.traits.device_error(name, ...)")
                 return lambda device, reason, hint: device_error(self.name, device, reason, hint)
+            function = MADE_FUNCTIONS.get(name)
+            if function is not None:
+                warn_deprecated(f"Backend.{name}", f"call {function.__module__}.{function.__name__}(backend, ...)")
+                return lambda *args: function(self, *args)
             moved = MOVED.get(name)
             if moved is None:
                 raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -113,4 +123,6 @@ class OldBackendNames:
                 return lambda device: value.label_for(self.name, device)
             if name == "oracle_blind_spot":
                 return value.blind_spot_in
+            if name == "subject":
+                return lambda: value.subject_for(self.name)
             return getattr(value, moved.field)

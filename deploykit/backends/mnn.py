@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.base import Backend, Session, SessionInfo, refuse_unsupported_kinds
 from deploykit.backends.converted import Carried, interface_file
 from deploykit.backends.devices import DeviceNames
 from deploykit.backends.mnn_convert import CONVERTER_VARIABLE
@@ -169,7 +169,7 @@ def _converted_file(model: Model, options: Mapping[str, Any]) -> Path | None:
         return None
     from deploykit.backends.mnn_convert import MODEL_NAME, convert
 
-    MnnBackend().refuse_unsupported_kinds(model.path, model.inputs, model.outputs)
+    refuse_unsupported_kinds(MnnBackend(), model.path, model.inputs, model.outputs)
     return convert(model).path(MODEL_NAME)
 
 

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.base import Backend, Session, SessionInfo, refuse_unsupported_kinds
 from deploykit.backends.devices import Device, DeviceNames
 from deploykit.backends.options import OptionSpec
 from deploykit.backends.traits import LoadWording, RuntimePackage, device_error
@@ -61,6 +61,11 @@ def _build_info() -> dict[str, Any]:
     return {"build": [" ".join(line.split()) for line in build.splitlines() if any(k in line for k in keys)][:8]}
 
 
+def _subject() -> str:
+    """Messages name OpenCV with its version: what it can import differs much between releases."""
+    return f"backend 'opencv' ({OpenCvBackend().import_runtime().__version__})"
+
+
 class OpenCvBackend(Backend):
     """OpenCV's DNN module with its own CPU kernels, OpenCL or CUDA."""
 
@@ -90,10 +95,8 @@ class OpenCvBackend(Backend):
         verb="import",
         hint="OpenCV DNN supports fewer ops than ONNX Runtime or OpenVINO; try backend 'onnxruntime' or 'openvino'.",
         explain=_cv_message,
+        subject=_subject,
     )
-
-    def subject(self) -> str:
-        return f"backend 'opencv' ({self.import_runtime().__version__})"
 
     def version(self) -> str:
         cv2 = self.import_runtime()
@@ -163,7 +166,7 @@ class OpenCvBackend(Backend):
             net = self._read_darknet(cv2, model_path, options)
             outputs = tuple(TensorSpec(name, np.dtype(np.float32), None) for name in net.getUnconnectedOutLayersNames())
         else:
-            self.refuse_unsupported_kinds(model_path, inputs, outputs)
+            refuse_unsupported_kinds(self, model_path, inputs, outputs)
             net = cv2.dnn.readNetFromONNX(str(model_path))
         backend_id, target_id = {
             "cpu": (cv2.dnn.DNN_BACKEND_OPENCV, cv2.dnn.DNN_TARGET_CPU),

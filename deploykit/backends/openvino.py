@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.base import Backend, Session, SessionInfo, refuse_unsupported_kinds
 from deploykit.backends.devices import Device
 from deploykit.backends.options import OptionSpec
 from deploykit.backends.traits import LoadWording, RuntimePackage, SearchTraits, device_error
@@ -201,7 +201,7 @@ class OpenVinoBackend(Backend):
         config = self._config(options)
         reshape = str(options.get("reshape", "auto")).lower()
         model_path, interface = model.path, model
-        self.refuse_unsupported_kinds(model_path, interface.inputs, interface.outputs)
+        refuse_unsupported_kinds(self, model_path, interface.inputs, interface.outputs)
         compiled_from = _core().read_model(str(model_path))
         session = OpenVinoSession(
             model_path,

@@ -13,7 +13,7 @@ import pytest
 
 from deploykit.backends.base import Backend, Session
 from deploykit.backends.registry import get_backend
-from deploykit.backends.traits import DEFAULT_LOAD_HINT, OraclePolicy
+from deploykit.backends.traits import DEFAULT_LOAD_HINT, OraclePolicy, RuntimePackage
 from deploykit.errors import BackendUnavailableError, UnsupportedModelError
 from deploykit.model import Model
 from tests.assets.tiny import build_all
@@ -186,3 +186,40 @@ def test_the_builtin_backends_use_no_old_name(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_the_methods_that_became_values_or_functions_still_answer_with_a_warning(tiny):
+    """``subject`` moved into ``wording.subject`` and ``refuse_unsupported_kinds`` became a module function."""
+    backend = get_backend("opencv")
+    with pytest.warns(DeprecationWarning, match=r"Backend\.subject is deprecated .*read wording\.subject"):
+        subject = backend.subject()
+    assert subject == backend.wording.subject_for("opencv") and subject.startswith("backend 'opencv' (")
+    model = Model.open(tiny["dynamic"])
+    with pytest.warns(DeprecationWarning, match=r"call deploykit\.backends\.base\.refuse_unsupported_kinds"):
+        assert get_backend("onnxruntime").refuse_unsupported_kinds(model.path, model.inputs, model.outputs) is None
+
+
+def test_a_plugin_that_names_itself_with_the_old_method_keeps_its_name(tiny):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+
+        class Named(Backend):
+            name = "named"
+            runtime = RuntimePackage(module="onnxruntime", pip_extra="onnxruntime")
+
+            def subject(self) -> str:
+                return "backend 'named' (built by hand)"
+
+            def version(self) -> str:
+                return "0"
+
+            def devices(self) -> list[str]:
+                return ["cpu"]
+
+            def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+                raise RuntimeError("the runtime says no")
+
+    assert "set wording = LoadWording(subject=...)" in str(_deprecations(caught)[0].message)
+    assert Named.wording.subject_for("named") == "backend 'named' (built by hand)"
+    with pytest.raises(UnsupportedModelError, match=r"^backend 'named' \(built by hand\) \| cannot load"):
+        Named().open(tiny["dynamic"])
