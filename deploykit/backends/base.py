@@ -100,6 +100,29 @@ class SessionInfo:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
+@dataclass(frozen=True)
+class OpenRequest:
+    """What ``Backend.open`` was asked for, checked: the backend's ``_open`` reads the device, the fallback
+    and the options from it and hands it to the session it makes, which settles the precision it runs
+    against it (an error, or with ``allow_fallback`` a reported fallback).
+
+    Attributes:
+        backend: the backend that opens the session (its name, value kinds and wording).
+        device: the device asked for (the backend's default when none was).
+        options: the backend options, validated against its schema.
+        allow_fallback: run on another device or precision when the asked one cannot be used, and say so.
+        precision: the precision asked for (the ``precision`` option, normalised), None for the runtime's default.
+        model_precision: the precision of the model's weights as read (``int8`` for a quantized model), if known.
+    """
+
+    backend: Backend
+    device: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    allow_fallback: bool = False
+    precision: str | None = None
+    model_precision: str | None = None
+
+
 class Session(abc.ABC):
     """A loaded model on one backend and device.
 
@@ -121,7 +144,17 @@ class Session(abc.ABC):
         outputs: Sequence[TensorSpec],
         info: SessionInfo,
         metadata: Mapping[str, str] | None = None,
+        *,
+        request: OpenRequest | None = None,
     ) -> None:
+        """A session of a model on its backend: ``request`` is what ``Backend.open`` was asked (None for a
+        session that wraps another one, which was settled when it was made).
+
+        Raises:
+            UnsupportedModelError: an input or output of a kind the backend does not run.
+            PrecisionUnavailableError: the runtime computes another precision than asked, and no
+                fallback was allowed.
+        """
         self.model_path = model_path
         self.metadata: dict[str, str] = dict(metadata or {})
         self.inputs: dict[str, TensorSpec] = {spec.name: spec for spec in inputs}
@@ -130,9 +163,27 @@ class Session(abc.ABC):
         self._closed = False
         self._allow_fallback = False
         self._fast_checks = [FastCheck.of(spec) for spec in self.inputs.values()]
-        backend = _registered(info.backend)
-        if backend is not None:
-            refuse_unsupported_kinds(backend, model_path, inputs, outputs)
+        self._request: OpenRequest | None = None
+        if request is not None:
+            self._take(request)
+
+    def _take(self, request: OpenRequest) -> None:
+        """Check the model's value kinds against the backend, record what was asked, and settle the precision
+        (when the runtime has said it: OpenVINO settles on its first compile). Called once: when the session
+        is made, or by ``Backend.open`` for a plug-in that made its session without the request."""
+        if self._request is not None:
+            return
+        self._request = request
+        refuse_unsupported_kinds(
+            request.backend, self.model_path, list(self.inputs.values()), list(self.outputs.values())
+        )
+        info = self.info
+        info.precision_requested = request.precision
+        # the weights' precision as the session found it in the file (LiteRT's int8 weights), else the model's
+        info.model_precision = info.model_precision or request.model_precision
+        self._allow_fallback = request.allow_fallback
+        if info.precision:
+            self._settle_precision(info.precision)
 
     def _settle_precision(self, ran: str) -> None:
         """Record the precision the runtime computes in (backends that learn it late, e.g. on the first
@@ -348,16 +399,6 @@ def _load_error(backend: Backend, model: Model, exc: BaseException) -> DeployKit
     )
 
 
-def _registered(name: str) -> Backend | None:
-    """The registered backend a session belongs to (None for a backend class no registry lists)."""
-    from deploykit.backends.registry import get_backend
-
-    try:
-        return get_backend(name)
-    except DeployKitError:
-        return None
-
-
 class Backend(OldBackendNames, abc.ABC):
     """A runtime plug-in: stateless, cheap to construct, imports its runtime lazily.
 
@@ -506,18 +547,17 @@ class Backend(OldBackendNames, abc.ABC):
         if requested is not None:
             _check_precision(self, device, requested, allow_fallback)
         read = self.read_model(model)
+        request = OpenRequest(
+            self, device, checked, allow_fallback, requested, getattr(read, "precision", None) or None
+        )
         try:
-            session = self._open(read, device, allow_fallback, checked)
+            session = self._open(read, request)
         except (DeployKitError, MemoryError):
             raise
         except Exception as exc:  # the runtime's own exception, translated in one place for every backend
             raise _load_error(self, read, exc) from exc
-        session.info.precision_requested = requested
-        # the weights' precision as the session found it in the file (LiteRT's int8 weights), else the model's
-        session.info.model_precision = session.info.model_precision or getattr(read, "precision", None) or None
-        session._allow_fallback = allow_fallback
         try:
-            session._settle_precision(session.info.precision)
+            session._take(request)  # a no-op for a session made with the request
         except DeployKitError:
             session.close()
             raise
@@ -529,9 +569,17 @@ class Backend(OldBackendNames, abc.ABC):
         return None if value is None else normalize_precision(str(value))
 
     @abc.abstractmethod
-    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+    def _open(self, model: Model, request: OpenRequest) -> Session:
         """Load ``model`` (its file is ``model.path``; its interface, read once, ``model.inputs`` and
-        ``model.outputs``) and return a session whose ``info`` says what runs it."""
+        ``model.outputs``) on ``request.device`` with ``request.options``, and return a session made with
+        ``request`` whose ``info`` says what runs it."""
+
+
+def _running(kind: str) -> list[str]:
+    """The registered backends that run values of ``kind``."""
+    from deploykit.backends.registry import all_backends
+
+    return [other.name for other in all_backends() if kind in other.value_kinds]
 
 
 def native_formats(backend: Backend) -> set[str]:
@@ -550,7 +598,7 @@ def refuse_unsupported_kinds(
         UnsupportedModelError: naming the value, its kind and the backends that run it.
     """
     subject = backend.wording.subject_for(backend.name)
-    refusal = kind_refusal(subject, backend.name, model_path, inputs, outputs, backend.value_kinds)
+    refusal = kind_refusal(subject, backend.name, model_path, inputs, outputs, backend.value_kinds, _running)
     if refusal is not None:
         raise refusal
 

@@ -2,13 +2,15 @@
 working for one minor release: a plug-in class that still sets an old name (``independent_oracle = True``,
 ``load_hint = "..."``, ``pip_extra = "x"``) or defines an old hook (``oracle_blind_spot``, ``explain``)
 has it folded into the value that replaces it when the class is made, with one ``DeprecationWarning``
-naming the replacement; reading an old name from a backend warns and answers from the value.
+naming the replacement; reading an old name from a backend warns and answers from the value. An
+``_open(model, device, allow_fallback, options)`` is adapted to ``_open(model, request)`` the same way.
 
 This module goes with the next minor release; nothing in deploykit uses the old names.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -79,6 +81,26 @@ def _replacement(attribute: str, names: list[str]) -> str:
     return f"{attribute} = {_VALUES[attribute].__name__}({inner})"
 
 
+def fold_old_open(cls: type) -> None:
+    """An ``_open(model, device, allow_fallback, options)`` that ``cls`` itself defines becomes the
+    ``_open(model, request)`` that ``Backend.open`` calls, with one warning (``Backend.open`` settles the
+    session such an ``_open`` makes without the request)."""
+    method = vars(cls).get("_open")
+    if method is None or len(inspect.signature(method).parameters) != 5:
+        return
+
+    def _open(self: Any, model: Any, request: Any) -> Any:
+        return method(self, model, request.device, request.allow_fallback, dict(request.options))
+
+    _open.__doc__ = method.__doc__
+    cls._open = _open  # type: ignore[attr-defined]
+    warn_deprecated(
+        f"Backend._open(model, device, allow_fallback, options) (defined by {cls.__module__}.{cls.__qualname__})",
+        "define _open(model, request: OpenRequest), read request.device, request.allow_fallback and "
+        "request.options, and pass request=request to the Session you make",
+    )
+
+
 def fold_old_names(cls: type) -> None:
     """Fold the old names ``cls`` itself sets into the values that replace them, and warn once."""
     old = [name for name in MOVED if name in vars(cls)]
@@ -103,6 +125,7 @@ class OldBackendNames:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         fold_old_names(cls)
+        fold_old_open(cls)
 
     if not TYPE_CHECKING:  # the type checker must not take every name for an attribute
 

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from deploykit.backends.base import Backend, Session, SessionInfo, refuse_unsupported_kinds
+from deploykit.backends.base import Backend, OpenRequest, Session, SessionInfo, refuse_unsupported_kinds
 from deploykit.backends.converted import Carried, interface_file
 from deploykit.backends.devices import DeviceNames
 from deploykit.backends.mnn_convert import CONVERTER_VARIABLE
@@ -259,7 +259,8 @@ class MnnBackend(Backend):
         _DEVICE_NAMES.parse(self.name, device or self.default_device)
         return list(applied_precisions())
 
-    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+    def _open(self, model: Model, request: OpenRequest) -> Session:
+        device, options = request.device, dict(request.options)
         _DEVICE_NAMES.parse(self.name, device)
         asked = options.get("precision")
         offered = self.precisions("cpu")
@@ -300,7 +301,7 @@ class MnnBackend(Backend):
             fallback_reason=precision_note,
             options=dict(options),
         )
-        return MnnSession(model.path, specs_in, specs_out, info, metadata_props, module, feed_types, typed)
+        return MnnSession(model.path, specs_in, specs_out, info, metadata_props, module, feed_types, typed, request)
 
 
 def _load(
@@ -393,8 +394,9 @@ class MnnSession(Session):
         module: Any,
         feed_types: list[tuple[np.dtype[Any], Any]],
         typed: bool,
+        request: OpenRequest,
     ) -> None:
-        super().__init__(model_path, specs_in, specs_out, info, metadata_props)
+        super().__init__(model_path, specs_in, specs_out, info, metadata_props, request=request)
         self._module = module
         self._feed_types = feed_types
         self._typed = typed

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.base import Backend, OpenRequest, Session, SessionInfo
 from deploykit.backends.devices import DeviceNames
 from deploykit.backends.ncnn_layout import NcnnLayout, check_layers, native_layout, onnx_layout, weights_file
 from deploykit.backends.options import OptionSpec
@@ -153,9 +153,10 @@ class NcnnBackend(Backend):
         files = super().model_files(path, options)
         return [files[0], weights_file(path), *files[1:]] if path.suffix.lower() == ".param" else files
 
-    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+    def _open(self, model: Model, request: OpenRequest) -> Session:
         import ncnn
 
+        device, allow_fallback, options = request.device, request.allow_fallback, dict(request.options)
         model_path = model.path
 
         parsed = _DEVICE_NAMES.parse(self.name, device)
@@ -242,14 +243,14 @@ class NcnnBackend(Backend):
             fallback_reason="; ".join(r for r in (fallback_reason, precision_note) if r) or None,
             options=dict(options),
         )
-        return NcnnSession(model_path, layout, info, net)
+        return NcnnSession(model_path, layout, info, net, request)
 
 
 class NcnnSession(Session):
     """One ``ncnn.Net``; each run makes its own ``Extractor`` (ncnn runs extractors of one net in parallel)."""
 
-    def __init__(self, model_path: Path, layout: NcnnLayout, info: SessionInfo, net: Any) -> None:
-        super().__init__(model_path, layout.specs_in, layout.specs_out, info, layout.metadata)
+    def __init__(self, model_path: Path, layout: NcnnLayout, info: SessionInfo, net: Any, request: OpenRequest) -> None:
+        super().__init__(model_path, layout.specs_in, layout.specs_out, info, layout.metadata, request=request)
         self._layout = layout
         self._net = net
         self._lock = threading.Lock()

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.base import Backend, OpenRequest, Session, SessionInfo
 from deploykit.backends.devices import DeviceNames
 from deploykit.backends.options import OptionSpec
 from deploykit.backends.traits import LoadWording, RuntimePackage, device_error
@@ -156,7 +156,8 @@ class OnnxRuntimeBackend(Backend):
             if provider in available and _provider_library_problem(provider) is None
         ]
 
-    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+    def _open(self, model: Model, request: OpenRequest) -> Session:
+        device, allow_fallback, options = request.device, request.allow_fallback, dict(request.options)
         ort = self.import_runtime()
         parsed = _DEVICE_NAMES.parse(self.name, device)
         kind, index = parsed.kind, parsed.number
@@ -212,7 +213,7 @@ class OnnxRuntimeBackend(Backend):
             fallback_reason=fallback_reason,
             options=dict(options),
         )
-        return OnnxRuntimeSession(model_path, model.inputs, model.outputs, info, session, model.metadata_props)
+        return OnnxRuntimeSession(model_path, model.inputs, model.outputs, info, session, model.metadata_props, request)
 
     def _refuse_or_fallback(self, device: str, reason: str, allow_fallback: bool) -> None:
         if not allow_fallback:
@@ -256,9 +257,16 @@ def _provider_failure(provider: str) -> str:
 
 class OnnxRuntimeSession(Session):
     def __init__(
-        self, model_path: Path, inputs: Any, outputs: Any, info: SessionInfo, session: Any, metadata: Any = None
+        self,
+        model_path: Path,
+        inputs: Any,
+        outputs: Any,
+        info: SessionInfo,
+        session: Any,
+        metadata: Any = None,
+        request: OpenRequest | None = None,
     ) -> None:
-        super().__init__(model_path, inputs, outputs, info, metadata)
+        super().__init__(model_path, inputs, outputs, info, metadata, request=request)
         self._session = session
         self._output_names = [o.name for o in session.get_outputs()]
 

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from deploykit.backends.base import Backend, Session, SessionInfo, refuse_unsupported_kinds
+from deploykit.backends.base import Backend, OpenRequest, Session, SessionInfo, refuse_unsupported_kinds
 from deploykit.backends.devices import Device, DeviceNames
 from deploykit.backends.options import OptionSpec
 from deploykit.backends.traits import LoadWording, RuntimePackage, device_error
@@ -143,7 +143,8 @@ class OpenCvBackend(Backend):
             files.append(Path(weights))
         return files
 
-    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+    def _open(self, model: Model, request: OpenRequest) -> Session:
+        device, allow_fallback, options = request.device, request.allow_fallback, dict(request.options)
         cv2 = self.import_runtime()
         target = _DEVICE_NAMES.parse(self.name, device).kind
         fallback_reason = self._target_problem(cv2, target)
@@ -189,7 +190,7 @@ class OpenCvBackend(Backend):
             fallback_reason=fallback_reason,
             options=dict(options),
         )
-        return OpenCvSession(model_path, inputs, outputs, info, net, dict(metadata))
+        return OpenCvSession(model_path, inputs, outputs, info, net, dict(metadata), request)
 
     @staticmethod
     def _target_problem(cv2: Any, target: str) -> str | None:
@@ -250,8 +251,9 @@ class OpenCvSession(Session):
         info: SessionInfo,
         net: Any,
         metadata: dict[str, str] | None = None,
+        request: OpenRequest | None = None,
     ) -> None:
-        super().__init__(model_path, inputs, outputs, info, metadata)
+        super().__init__(model_path, inputs, outputs, info, metadata, request=request)
         self._net = net
         self._lock = threading.Lock()
         self._output_names = list(self.outputs)

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from deploykit.backends.base import Backend, Session, SessionInfo, refuse_unsupported_kinds
+from deploykit.backends.base import Backend, OpenRequest, Session, SessionInfo, refuse_unsupported_kinds
 from deploykit.backends.devices import Device
 from deploykit.backends.options import OptionSpec
 from deploykit.backends.traits import LoadWording, RuntimePackage, SearchTraits, device_error
@@ -196,10 +196,10 @@ class OpenVinoBackend(Backend):
             config["CACHE_DIR"] = str(options["cache_dir"])
         return config
 
-    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+    def _open(self, model: Model, request: OpenRequest) -> Session:
+        device, allow_fallback, options = request.device, request.allow_fallback, dict(request.options)
         ov_device, fallback_reason = self._normalize_device(device, allow_fallback)
         config = self._config(options)
-        reshape = str(options.get("reshape", "auto")).lower()
         model_path, interface = model.path, model
         refuse_unsupported_kinds(self, model_path, interface.inputs, interface.outputs)
         compiled_from = _core().read_model(str(model_path))
@@ -220,9 +220,8 @@ class OpenVinoBackend(Backend):
             model=compiled_from,
             device=ov_device,
             config=config,
-            reshape=reshape == "auto",
-            shape_cache=int(options.get("shape_cache", _SHAPE_CACHE_SIZE)),
             metadata=dict(interface.metadata_props),
+            request=request,
         )
         return session
 
@@ -408,12 +407,14 @@ class OpenVinoSession(Session):
         model: Any,
         device: str,
         config: dict[str, Any],
-        reshape: bool,
         metadata: dict[str, str] | None = None,
-        shape_cache: int = _SHAPE_CACHE_SIZE,
+        request: OpenRequest,
     ) -> None:
-        super().__init__(model_path, inputs, outputs, info, metadata)
-        self._shape_cache = shape_cache
+        """``request.options`` say whether a dynamic model is reshaped to each feed (``reshape``) and how many
+        shapes stay compiled (``shape_cache``)."""
+        super().__init__(model_path, inputs, outputs, info, metadata, request=request)
+        reshape = str(request.options.get("reshape", "auto")).lower() == "auto"
+        self._shape_cache = int(request.options.get("shape_cache", _SHAPE_CACHE_SIZE))
         self._evicted: set[tuple[Any, ...]] = set()
         self._model = model
         self._device = device
@@ -424,9 +425,8 @@ class OpenVinoSession(Session):
         self._static: _Compiled | None = None
         self._last: tuple[tuple[Any, ...], _Compiled | None] = ((), None)
         if self._dynamic:
-            hint = config.get("INFERENCE_PRECISION_HINT")
-            info.precision = hint or self._device_default_precision()
             info.providers = [device]
+            self._settle_precision(config.get("INFERENCE_PRECISION_HINT") or self._device_default_precision())
         else:
             self._static = self._compile(model)
 
