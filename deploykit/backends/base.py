@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from deploykit.backends.converted import interface_file
-from deploykit.backends.legacy import OldBackendNames
+from deploykit.backends.legacy import MADE_FUNCTIONS, OldBackendNames
 from deploykit.backends.options import OptionSpec, validate_options
 from deploykit.backends.traits import (
     Conversion,
@@ -100,6 +100,29 @@ class SessionInfo:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
+@dataclass(frozen=True)
+class OpenRequest:
+    """What ``Backend.open`` was asked for, checked: the backend's ``_open`` reads the device, the fallback
+    and the options from it and hands it to the session it makes, which settles the precision it runs
+    against it (an error, or with ``allow_fallback`` a reported fallback).
+
+    Attributes:
+        backend: the backend that opens the session (its name, value kinds and wording).
+        device: the device asked for (the backend's default when none was).
+        options: the backend options, validated against its schema.
+        allow_fallback: run on another device or precision when the asked one cannot be used, and say so.
+        precision: the precision asked for (the ``precision`` option, normalised), None for the runtime's default.
+        model_precision: the precision of the model's weights as read (``int8`` for a quantized model), if known.
+    """
+
+    backend: Backend
+    device: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    allow_fallback: bool = False
+    precision: str | None = None
+    model_precision: str | None = None
+
+
 class Session(abc.ABC):
     """A loaded model on one backend and device.
 
@@ -121,7 +144,17 @@ class Session(abc.ABC):
         outputs: Sequence[TensorSpec],
         info: SessionInfo,
         metadata: Mapping[str, str] | None = None,
+        *,
+        request: OpenRequest | None = None,
     ) -> None:
+        """A session of a model on its backend: ``request`` is what ``Backend.open`` was asked (None for a
+        session that wraps another one, which was settled when it was made).
+
+        Raises:
+            UnsupportedModelError: an input or output of a kind the backend does not run.
+            PrecisionUnavailableError: the runtime computes another precision than asked, and no
+                fallback was allowed.
+        """
         self.model_path = model_path
         self.metadata: dict[str, str] = dict(metadata or {})
         self.inputs: dict[str, TensorSpec] = {spec.name: spec for spec in inputs}
@@ -130,9 +163,27 @@ class Session(abc.ABC):
         self._closed = False
         self._allow_fallback = False
         self._fast_checks = [FastCheck.of(spec) for spec in self.inputs.values()]
-        backend = _registered(info.backend)
-        if backend is not None:
-            backend.refuse_unsupported_kinds(model_path, inputs, outputs)
+        self._request: OpenRequest | None = None
+        if request is not None:
+            self._take(request)
+
+    def _take(self, request: OpenRequest) -> None:
+        """Check the model's value kinds against the backend, record what was asked, and settle the precision
+        (when the runtime has said it: OpenVINO settles on its first compile). Called once: when the session
+        is made, or by ``Backend.open`` for a plug-in that made its session without the request."""
+        if self._request is not None:
+            return
+        self._request = request
+        refuse_unsupported_kinds(
+            request.backend, self.model_path, list(self.inputs.values()), list(self.outputs.values())
+        )
+        info = self.info
+        info.precision_requested = request.precision
+        # the weights' precision as the session found it in the file (LiteRT's int8 weights), else the model's
+        info.model_precision = info.model_precision or request.model_precision
+        self._allow_fallback = request.allow_fallback
+        if info.precision:
+            self._settle_precision(info.precision)
 
     def _settle_precision(self, ran: str) -> None:
         """Record the precision the runtime computes in (backends that learn it late, e.g. on the first
@@ -315,7 +366,7 @@ def _check_precision(backend: Backend, device: str, requested: str, allow_fallba
     if requested in native or allow_fallback:
         return
     raise PrecisionUnavailableError(
-        f"{backend.subject()} | device '{device}' does not compute {requested} natively; "
+        f"{backend.wording.subject_for(backend.name)} | device '{device}' does not compute {requested} natively; "
         f"it runs {', '.join(native)} here.",
         hint=f"ask for one of {', '.join(native)} ('deploykit backends --check' shows what runs), or pass "
         "allow_fallback=True (--allow-fallback) to let the runtime choose and have the substitute reported.",
@@ -337,24 +388,15 @@ def _load_error(backend: Backend, model: Model, exc: BaseException) -> DeployKit
         named = ", ".join(f"'{n}'" for n in _non_utf8_string_tensors(model)) or "a string tensor"
         return InvalidModelError(
             f"model '{model.path.name}' | {named} holds bytes that are not UTF-8 text ({exc.reason} at byte "
-            f"{exc.start}); ONNX strings are UTF-8, so {backend.subject()} cannot read it.",
+            f"{exc.start}); ONNX strings are UTF-8, so {backend.wording.subject_for(backend.name)} cannot read it.",
             hint="fix the model's string values (its initializers or Constant nodes).",
         )
     wording = backend.wording
+    reason = sentence(wording.explain(exc))
     return UnsupportedModelError(
-        f"{backend.subject()} | cannot {wording.verb} '{model.path.name}': {sentence(wording.explain(exc))}",
+        f"{wording.subject_for(backend.name)} | cannot {wording.verb} '{model.path.name}': {reason}",
         hint=wording.hint_about(exc),
     )
-
-
-def _registered(name: str) -> Backend | None:
-    """The registered backend a session belongs to (None for a backend class no registry lists)."""
-    from deploykit.backends.registry import get_backend
-
-    try:
-        return get_backend(name)
-    except DeployKitError:
-        return None
 
 
 class Backend(OldBackendNames, abc.ABC):
@@ -454,7 +496,7 @@ class Backend(OldBackendNames, abc.ABC):
             ModelNotFoundError, InvalidModelError: as ``Model.open``.
             ModelError: ``conversion.recorded_interface`` found a file it cannot read.
         """
-        native = self._native_formats()
+        native = native_formats(self)
         if isinstance(model, Model) and (model.inputs or model.format not in native):
             return model
         path = model.path if isinstance(model, Model) else Path(model)
@@ -472,12 +514,9 @@ class Backend(OldBackendNames, abc.ABC):
         the file and, for a file in a native format, the recorded interface beside it when there is one
         (``interface_file``, which ``conversion.recorded_interface`` reads). A format of several files overrides it."""
         interface = interface_file(path)
-        if path.suffix.lower() in self._native_formats() and interface.is_file():
+        if path.suffix.lower() in native_formats(self) and interface.is_file():
             return [path, interface]
         return [path]
-
-    def _native_formats(self) -> set[str]:
-        return {suffix.lower() for suffix in self.formats} - {".onnx"}
 
     def open(
         self,
@@ -508,18 +547,17 @@ class Backend(OldBackendNames, abc.ABC):
         if requested is not None:
             _check_precision(self, device, requested, allow_fallback)
         read = self.read_model(model)
+        request = OpenRequest(
+            self, device, checked, allow_fallback, requested, getattr(read, "precision", None) or None
+        )
         try:
-            session = self._open(read, device, allow_fallback, checked)
+            session = self._open(read, request)
         except (DeployKitError, MemoryError):
             raise
         except Exception as exc:  # the runtime's own exception, translated in one place for every backend
             raise _load_error(self, read, exc) from exc
-        session.info.precision_requested = requested
-        # the weights' precision as the session found it in the file (LiteRT's int8 weights), else the model's
-        session.info.model_precision = session.info.model_precision or getattr(read, "precision", None) or None
-        session._allow_fallback = allow_fallback
         try:
-            session._settle_precision(session.info.precision)
+            session._take(request)  # a no-op for a session made with the request
         except DeployKitError:
             session.close()
             raise
@@ -530,25 +568,39 @@ class Backend(OldBackendNames, abc.ABC):
         value = options.get("precision") if "precision" in self.options else None
         return None if value is None else normalize_precision(str(value))
 
-    def subject(self) -> str:
-        """How messages name the backend: ``backend 'openvino'``."""
-        return f"backend '{self.name}'"
-
     @abc.abstractmethod
-    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+    def _open(self, model: Model, request: OpenRequest) -> Session:
         """Load ``model`` (its file is ``model.path``; its interface, read once, ``model.inputs`` and
-        ``model.outputs``) and return a session whose ``info`` says what runs it."""
+        ``model.outputs``) on ``request.device`` with ``request.options``, and return a session made with
+        ``request`` whose ``info`` says what runs it."""
 
-    def refuse_unsupported_kinds(
-        self, model_path: Path, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]
-    ) -> None:
-        """Refuse, by name, a model whose inputs or outputs are of a kind this backend does not run
-        (``value_kinds``): every session checks it when it is made; a backend calls it before its
-        runtime reads the model to refuse before the runtime tries.
 
-        Raises:
-            UnsupportedModelError: naming the value, its kind and the backends that run it.
-        """
-        refusal = kind_refusal(self.subject(), self.name, model_path, inputs, outputs, self.value_kinds)
-        if refusal is not None:
-            raise refusal
+def _running(kind: str) -> list[str]:
+    """The registered backends that run values of ``kind``."""
+    from deploykit.backends.registry import all_backends
+
+    return [other.name for other in all_backends() if kind in other.value_kinds]
+
+
+def native_formats(backend: Backend) -> set[str]:
+    """The suffixes of the formats of its own that ``backend``'s runtime reads (``formats`` but ``.onnx``)."""
+    return {suffix.lower() for suffix in backend.formats} - {".onnx"}
+
+
+def refuse_unsupported_kinds(
+    backend: Backend, model_path: Path, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec]
+) -> None:
+    """Refuse, by name, a model whose inputs or outputs are of a kind ``backend`` does not run
+    (``value_kinds``): every session checks it when it is made; a backend calls it before its
+    runtime reads the model to refuse before the runtime tries.
+
+    Raises:
+        UnsupportedModelError: naming the value, its kind and the backends that run it.
+    """
+    subject = backend.wording.subject_for(backend.name)
+    refusal = kind_refusal(subject, backend.name, model_path, inputs, outputs, backend.value_kinds, _running)
+    if refusal is not None:
+        raise refusal
+
+
+MADE_FUNCTIONS["refuse_unsupported_kinds"] = refuse_unsupported_kinds

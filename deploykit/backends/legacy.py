@@ -2,13 +2,15 @@
 working for one minor release: a plug-in class that still sets an old name (``independent_oracle = True``,
 ``load_hint = "..."``, ``pip_extra = "x"``) or defines an old hook (``oracle_blind_spot``, ``explain``)
 has it folded into the value that replaces it when the class is made, with one ``DeprecationWarning``
-naming the replacement; reading an old name from a backend warns and answers from the value.
+naming the replacement; reading an old name from a backend warns and answers from the value. An
+``_open(model, device, allow_fallback, options)`` is adapted to ``_open(model, request)`` the same way.
 
 This module goes with the next minor release; nothing in deploykit uses the old names.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -45,6 +47,7 @@ MOVED: dict[str, _Moved] = {
     "load_verb": _Moved("wording", "verb"),
     "load_hint": _Moved("wording", "hint"),
     "explain": _Moved("wording", "explain", hook=True),
+    "subject": _Moved("wording", "subject", hook=True),
     "module": _Moved("runtime", "module"),
     "pip_extra": _Moved("runtime", "pip_extra"),
     "distributions": _Moved("runtime", "distributions"),
@@ -59,6 +62,11 @@ MOVED: dict[str, _Moved] = {
 }
 
 
+MADE_FUNCTIONS: dict[str, Callable[..., Any]] = {}
+"""Old method name → the module function that replaced it, taking the backend first; filled in by
+``deploykit.backends.base`` (which imports this module, so this one cannot import it)."""
+
+
 def _hook(cls: type, name: str) -> Callable[..., Any]:
     """The old method ``name`` of ``cls`` as a function of its arguments alone (backends are stateless)."""
 
@@ -71,6 +79,26 @@ def _hook(cls: type, name: str) -> Callable[..., Any]:
 def _replacement(attribute: str, names: list[str]) -> str:
     inner = ", ".join(f"{MOVED[name].field}=..." for name in names)
     return f"{attribute} = {_VALUES[attribute].__name__}({inner})"
+
+
+def fold_old_open(cls: type) -> None:
+    """An ``_open(model, device, allow_fallback, options)`` that ``cls`` itself defines becomes the
+    ``_open(model, request)`` that ``Backend.open`` calls, with one warning (``Backend.open`` settles the
+    session such an ``_open`` makes without the request)."""
+    method = vars(cls).get("_open")
+    if method is None or len(inspect.signature(method).parameters) != 5:
+        return
+
+    def _open(self: Any, model: Any, request: Any) -> Any:
+        return method(self, model, request.device, request.allow_fallback, dict(request.options))
+
+    _open.__doc__ = method.__doc__
+    cls._open = _open  # type: ignore[attr-defined]
+    warn_deprecated(
+        f"Backend._open(model, device, allow_fallback, options) (defined by {cls.__module__}.{cls.__qualname__})",
+        "define _open(model, request: OpenRequest), read request.device, request.allow_fallback and "
+        "request.options, and pass request=request to the Session you make",
+    )
 
 
 def fold_old_names(cls: type) -> None:
@@ -97,6 +125,7 @@ class OldBackendNames:
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         fold_old_names(cls)
+        fold_old_open(cls)
 
     if not TYPE_CHECKING:  # the type checker must not take every name for an attribute
 
@@ -104,6 +133,10 @@ class OldBackendNames:
             if name == "_device_error":
                 warn_deprecated("Backend._device_error", "call deploykit.backends.traits.device_error(name, ...)")
                 return lambda device, reason, hint: device_error(self.name, device, reason, hint)
+            function = MADE_FUNCTIONS.get(name)
+            if function is not None:
+                warn_deprecated(f"Backend.{name}", f"call {function.__module__}.{function.__name__}(backend, ...)")
+                return lambda *args: function(self, *args)
             moved = MOVED.get(name)
             if moved is None:
                 raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
@@ -113,4 +146,6 @@ class OldBackendNames:
                 return lambda device: value.label_for(self.name, device)
             if name == "oracle_blind_spot":
                 return value.blind_spot_in
+            if name == "subject":
+                return lambda: value.subject_for(self.name)
             return getattr(value, moved.field)

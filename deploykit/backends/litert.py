@@ -25,8 +25,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.base import Backend, OpenRequest, Session, SessionInfo
 from deploykit.backends.converted import Carried, interface_file
+from deploykit.backends.devices import DeviceNames
 from deploykit.backends.litert_layout import LiteRtLayout, io_ports, match, own_specs, read_io, signature_ports
 from deploykit.backends.options import OptionSpec
 from deploykit.backends.traits import Conversion, LoadWording, RuntimePackage, SearchTraits
@@ -35,6 +36,7 @@ from deploykit.model import Model
 from deploykit.tensors import TensorSpec
 
 WEIGHTS = ("f32", "f16", "int8")
+_DEVICE_NAMES = DeviceNames(kinds=frozenset({"cpu"}), expected="cpu", problem="is not a device of this backend")
 
 
 def _onnx_unavailable_reason() -> str | None:
@@ -128,14 +130,11 @@ class LiteRtBackend(Backend):
         self.import_runtime()
         return ["cpu"]
 
-    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+    def _open(self, model: Model, request: OpenRequest) -> Session:
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-        if device.strip().lower() != "cpu":
-            raise UsageError(
-                f"backend 'litert' | device '{device}' is not a device of this backend; expected cpu.",
-                hint="'deploykit backends' lists the devices this machine offers.",
-            )
+        device, options = request.device, dict(request.options)
+        _DEVICE_NAMES.parse(self.name, device)
         tflite = self._tflite(model, options)
         threads = int(options.get("threads", 0))
         xnnpack = bool(options.get("xnnpack", True))
@@ -161,7 +160,7 @@ class LiteRtBackend(Backend):
             options=dict(options),
             model_precision=None if weights == "f32" else weights,
         )
-        session = LiteRtSession(model.path, layout, info, call)
+        session = LiteRtSession(model.path, layout, info, call, request)
         session.weights = weights
         return session
 
@@ -280,8 +279,10 @@ class LiteRtSession(Session):
 
     weights = "f32"
 
-    def __init__(self, model_path: Path, layout: LiteRtLayout, info: SessionInfo, runner: Any) -> None:
-        super().__init__(model_path, layout.specs_in, layout.specs_out, info, layout.metadata)
+    def __init__(
+        self, model_path: Path, layout: LiteRtLayout, info: SessionInfo, runner: Any, request: OpenRequest
+    ) -> None:
+        super().__init__(model_path, layout.specs_in, layout.specs_out, info, layout.metadata, request=request)
         self._layout = layout
         self._runner = runner
         self._lock = threading.Lock()

@@ -31,8 +31,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.base import Backend, OpenRequest, Session, SessionInfo, refuse_unsupported_kinds
 from deploykit.backends.converted import Carried, interface_file
+from deploykit.backends.devices import DeviceNames
 from deploykit.backends.mnn_convert import CONVERTER_VARIABLE
 from deploykit.backends.options import OptionSpec, cpu_count
 from deploykit.backends.traits import Conversion, LoadWording, RuntimePackage
@@ -43,6 +44,9 @@ from deploykit.tensors import TensorSpec
 IO_FORMAT = "deploykit-mnn-io"
 """The ``format`` field of the ``.json`` beside an exported ``.mnn`` file."""
 _PRECISIONS = ("f32", "f16", "bf16")
+_DEVICE_NAMES = DeviceNames(
+    kinds=frozenset({"cpu"}), expected="cpu", problem="is not a device MNN's Python package runs on"
+)
 _MODES = {"f32": "Normal", "f16": "Low", "bf16": "Low_BF16"}
 _LEVELS = ("low", "normal", "high")
 # MNN's BackendConfig enums (MNN/MNNForwardType.h), which its runtime configuration takes as numbers
@@ -165,7 +169,7 @@ def _converted_file(model: Model, options: Mapping[str, Any]) -> Path | None:
         return None
     from deploykit.backends.mnn_convert import MODEL_NAME, convert
 
-    MnnBackend().refuse_unsupported_kinds(model.path, model.inputs, model.outputs)
+    refuse_unsupported_kinds(MnnBackend(), model.path, model.inputs, model.outputs)
     return convert(model).path(MODEL_NAME)
 
 
@@ -252,11 +256,12 @@ class MnnBackend(Backend):
     def precisions(self, device: str | None = None) -> list[str]:
         """f32, and f16/bf16 where MNN really stores activations so here (see ``applied_precisions``)."""
         self.import_runtime()
-        _check_device(device or self.default_device)
+        _DEVICE_NAMES.parse(self.name, device or self.default_device)
         return list(applied_precisions())
 
-    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
-        _check_device(device)
+    def _open(self, model: Model, request: OpenRequest) -> Session:
+        device, options = request.device, dict(request.options)
+        _DEVICE_NAMES.parse(self.name, device)
         asked = options.get("precision")
         offered = self.precisions("cpu")
         ran = asked if asked in offered else "f32"
@@ -296,7 +301,7 @@ class MnnBackend(Backend):
             fallback_reason=precision_note,
             options=dict(options),
         )
-        return MnnSession(model.path, specs_in, specs_out, info, metadata_props, module, feed_types, typed)
+        return MnnSession(model.path, specs_in, specs_out, info, metadata_props, module, feed_types, typed, request)
 
 
 def _load(
@@ -323,14 +328,6 @@ def _load(
     return nn.load_module_from_file(
         str(path), [s.name for s in specs_in], [s.name for s in specs_out], runtime_manager=runtime
     )
-
-
-def _check_device(device: str) -> None:
-    if device.strip().lower() != "cpu":
-        raise UsageError(
-            f"backend 'mnn' | device '{device}' is not a device MNN's Python package runs on; expected cpu.",
-            hint="'deploykit backends' lists the devices this machine offers.",
-        )
 
 
 def _feed_types(module: Any, specs_in: list[TensorSpec], name: str) -> list[tuple[np.dtype[Any], Any]]:
@@ -397,8 +394,9 @@ class MnnSession(Session):
         module: Any,
         feed_types: list[tuple[np.dtype[Any], Any]],
         typed: bool,
+        request: OpenRequest,
     ) -> None:
-        super().__init__(model_path, specs_in, specs_out, info, metadata_props)
+        super().__init__(model_path, specs_in, specs_out, info, metadata_props, request=request)
         self._module = module
         self._feed_types = feed_types
         self._typed = typed

@@ -26,7 +26,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.base import Backend, OpenRequest, Session, SessionInfo
+from deploykit.backends.devices import DeviceNames
 from deploykit.backends.ncnn_layout import NcnnLayout, check_layers, native_layout, onnx_layout, weights_file
 from deploykit.backends.options import OptionSpec
 from deploykit.backends.traits import LoadWording, RuntimePackage, device_error
@@ -34,6 +35,9 @@ from deploykit.errors import DeployKitError, InputError, ModelError, Unsupported
 from deploykit.model import Model
 
 _PRECISIONS = ("f32", "f16", "bf16")
+_DEVICE_NAMES = DeviceNames(
+    kinds=frozenset({"cpu", "vulkan"}), expected="cpu, vulkan or vulkan:N", indexed=frozenset({"vulkan"})
+)
 _PROBE_PARAM = "7767517\n2 2\nInput in0 0 1 in0\nAbsVal abs 1 1 in0 out0\n"
 
 
@@ -141,7 +145,7 @@ class NcnnBackend(Backend):
         ``applied_precisions``). On a Vulkan device f32 only: ncnn's Python binding does not say
         whether a device stores fp16, and ncnn would quietly keep f32 where it does not."""
         self.import_runtime()
-        kind, _ = _parse_device(device or self.default_device)
+        kind = _DEVICE_NAMES.parse(self.name, device or self.default_device).kind
         return list(applied_precisions()) if kind == "cpu" else ["f32"]
 
     def model_files(self, path: Path, options: Mapping[str, Any]) -> list[Path]:
@@ -149,12 +153,14 @@ class NcnnBackend(Backend):
         files = super().model_files(path, options)
         return [files[0], weights_file(path), *files[1:]] if path.suffix.lower() == ".param" else files
 
-    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+    def _open(self, model: Model, request: OpenRequest) -> Session:
         import ncnn
 
+        device, allow_fallback, options = request.device, request.allow_fallback, dict(request.options)
         model_path = model.path
 
-        kind, index = _parse_device(device)
+        parsed = _DEVICE_NAMES.parse(self.name, device)
+        kind, index = parsed.kind, parsed.number
         fallback_reason = None
         if kind == "vulkan" and index >= gpu_count():
             fallback_reason = (
@@ -237,24 +243,14 @@ class NcnnBackend(Backend):
             fallback_reason="; ".join(r for r in (fallback_reason, precision_note) if r) or None,
             options=dict(options),
         )
-        return NcnnSession(model_path, layout, info, net)
-
-
-def _parse_device(device: str) -> tuple[str, int]:
-    kind, _, index = device.strip().lower().partition(":")
-    if kind not in ("cpu", "vulkan") or (index and not index.isdigit()) or (kind == "cpu" and index):
-        raise UsageError(
-            f"backend 'ncnn' | device '{device}' is not a device name; expected cpu, vulkan or vulkan:N.",
-            hint="'deploykit backends' lists the devices this machine offers.",
-        )
-    return kind, int(index or 0)
+        return NcnnSession(model_path, layout, info, net, request)
 
 
 class NcnnSession(Session):
     """One ``ncnn.Net``; each run makes its own ``Extractor`` (ncnn runs extractors of one net in parallel)."""
 
-    def __init__(self, model_path: Path, layout: NcnnLayout, info: SessionInfo, net: Any) -> None:
-        super().__init__(model_path, layout.specs_in, layout.specs_out, info, layout.metadata)
+    def __init__(self, model_path: Path, layout: NcnnLayout, info: SessionInfo, net: Any, request: OpenRequest) -> None:
+        super().__init__(model_path, layout.specs_in, layout.specs_out, info, layout.metadata, request=request)
         self._layout = layout
         self._net = net
         self._lock = threading.Lock()

@@ -15,10 +15,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.base import Backend, OpenRequest, Session, SessionInfo
+from deploykit.backends.devices import DeviceNames
 from deploykit.backends.options import OptionSpec
 from deploykit.backends.traits import LoadWording, RuntimePackage, device_error
-from deploykit.errors import InvalidModelError, UsageError
+from deploykit.errors import InvalidModelError
 from deploykit.model import Model
 from deploykit.tensors import KINDS
 
@@ -31,6 +32,13 @@ _PROVIDERS = {
 # ORT's OpenVINO execution provider ships in the onnxruntime-openvino package (which replaces the
 # onnxruntime module); ``openvino:GPU`` picks its device_type, ``openvino`` means its CPU.
 _OPENVINO_DEVICE_TYPES = ("CPU", "GPU", "NPU", "AUTO")
+_DEVICE_NAMES = DeviceNames(
+    kinds=frozenset(_PROVIDERS),
+    expected="cpu, cuda, cuda:N, tensorrt, tensorrt:N, openvino or openvino:CPU|GPU|NPU",
+    indexed=frozenset(_PROVIDERS) - {"openvino"},
+    details={"openvino": frozenset(_OPENVINO_DEVICE_TYPES)},
+    aliases={"gpu": "cuda"},
+)
 _PROVIDER_LIBRARIES = {
     "CUDAExecutionProvider": "libonnxruntime_providers_cuda.so",
     "TensorrtExecutionProvider": "libonnxruntime_providers_tensorrt.so",
@@ -79,25 +87,6 @@ def _distribution() -> str:
         except metadata.PackageNotFoundError:
             continue
     return "onnxruntime (unknown distribution)"
-
-
-def parse_device(device: str) -> tuple[str, int]:
-    """``cuda:1`` → (``cuda``, 1); ``cpu`` → (``cpu``, 0)."""
-    kind, _, index = device.strip().lower().partition(":")
-    if kind == "gpu":
-        kind = "cuda"
-    valid_index = index.upper() in _OPENVINO_DEVICE_TYPES if kind == "openvino" else index.isdigit()
-    if kind not in _PROVIDERS or (index and not valid_index):
-        raise UsageError(
-            f"backend 'onnxruntime' | device '{device}' is not a device name; expected "
-            "cpu, cuda, cuda:N, tensorrt, tensorrt:N, openvino or openvino:CPU|GPU|NPU.",
-            hint="'deploykit backends' lists the devices this machine offers.",
-        )
-    return kind, int(index) if index.isdigit() else 0
-
-
-def _openvino_device_type(device: str) -> str:
-    return device.partition(":")[2].upper() or "CPU"
 
 
 def _ir_version_hint(exc: BaseException) -> str | None:
@@ -167,9 +156,11 @@ class OnnxRuntimeBackend(Backend):
             if provider in available and _provider_library_problem(provider) is None
         ]
 
-    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+    def _open(self, model: Model, request: OpenRequest) -> Session:
+        device, allow_fallback, options = request.device, request.allow_fallback, dict(request.options)
         ort = self.import_runtime()
-        kind, index = parse_device(device)
+        parsed = _DEVICE_NAMES.parse(self.name, device)
+        kind, index = parsed.kind, parsed.number
         model_path = model.path
         wanted = _PROVIDERS[kind]
         fallback_reason: str | None = None
@@ -196,7 +187,7 @@ class OnnxRuntimeBackend(Backend):
 
         providers: list[Any] = []
         if kind == "openvino":
-            providers.append((wanted, {"device_type": _openvino_device_type(device)}))
+            providers.append((wanted, {"device_type": parsed.detail.upper() or "CPU"}))
         if kind == "tensorrt":
             providers.append((wanted, {"device_id": index}))
         if kind in ("tensorrt", "cuda"):
@@ -222,7 +213,7 @@ class OnnxRuntimeBackend(Backend):
             fallback_reason=fallback_reason,
             options=dict(options),
         )
-        return OnnxRuntimeSession(model_path, model.inputs, model.outputs, info, session, model.metadata_props)
+        return OnnxRuntimeSession(model_path, model.inputs, model.outputs, info, session, model.metadata_props, request)
 
     def _refuse_or_fallback(self, device: str, reason: str, allow_fallback: bool) -> None:
         if not allow_fallback:
@@ -266,9 +257,16 @@ def _provider_failure(provider: str) -> str:
 
 class OnnxRuntimeSession(Session):
     def __init__(
-        self, model_path: Path, inputs: Any, outputs: Any, info: SessionInfo, session: Any, metadata: Any = None
+        self,
+        model_path: Path,
+        inputs: Any,
+        outputs: Any,
+        info: SessionInfo,
+        session: Any,
+        metadata: Any = None,
+        request: OpenRequest | None = None,
     ) -> None:
-        super().__init__(model_path, inputs, outputs, info, metadata)
+        super().__init__(model_path, inputs, outputs, info, metadata, request=request)
         self._session = session
         self._output_names = [o.name for o in session.get_outputs()]
 

@@ -16,7 +16,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.base import Backend, OpenRequest, Session, SessionInfo, refuse_unsupported_kinds
+from deploykit.backends.devices import Device, DeviceNames
 from deploykit.backends.options import OptionSpec
 from deploykit.backends.traits import LoadWording, RuntimePackage, device_error
 from deploykit.backends.values import sentence
@@ -25,6 +26,9 @@ from deploykit.model import Model, check_model_path
 from deploykit.tensors import TensorSpec
 
 _TARGETS = ("cpu", "opencl", "opencl_fp16", "cuda", "cuda_fp16")
+_DEVICE_NAMES = DeviceNames(
+    kinds=frozenset(_TARGETS), expected=f"one of {', '.join(_TARGETS)}", problem="is not a target", listed="targets"
+)
 
 
 def cuda_device_count(cv2: Any) -> int:
@@ -57,6 +61,11 @@ def _build_info() -> dict[str, Any]:
     return {"build": [" ".join(line.split()) for line in build.splitlines() if any(k in line for k in keys)][:8]}
 
 
+def _subject() -> str:
+    """Messages name OpenCV with its version: what it can import differs much between releases."""
+    return f"backend 'opencv' ({OpenCvBackend().import_runtime().__version__})"
+
+
 class OpenCvBackend(Backend):
     """OpenCV's DNN module with its own CPU kernels, OpenCL or CUDA."""
 
@@ -86,10 +95,8 @@ class OpenCvBackend(Backend):
         verb="import",
         hint="OpenCV DNN supports fewer ops than ONNX Runtime or OpenVINO; try backend 'onnxruntime' or 'openvino'.",
         explain=_cv_message,
+        subject=_subject,
     )
-
-    def subject(self) -> str:
-        return f"backend 'opencv' ({self.import_runtime().__version__})"
 
     def version(self) -> str:
         cv2 = self.import_runtime()
@@ -106,12 +113,12 @@ class OpenCvBackend(Backend):
 
     def precisions(self, device: str | None = None) -> list[str]:
         """The ``_fp16`` targets compute f16; the others the model's own precision (f32 for a float model)."""
-        return ["f16"] if (device or self.default_device).strip().lower().endswith("_fp16") else ["f32"]
+        return ["f16"] if Device.parse(device or self.default_device).kind.endswith("_fp16") else ["f32"]
 
     def model_precision(self, own: str, device: str | None = None) -> str:
         """OpenCV's importer widens f16/bf16 weights to f32, and its cpu/opencl/cuda targets compute
         f32; only the ``_fp16`` targets compute f16."""
-        if (device or self.default_device).strip().lower().endswith("_fp16"):
+        if Device.parse(device or self.default_device).kind.endswith("_fp16"):
             return "f16"
         return "f32" if own in ("f16", "bf16") else own
 
@@ -136,14 +143,10 @@ class OpenCvBackend(Backend):
             files.append(Path(weights))
         return files
 
-    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+    def _open(self, model: Model, request: OpenRequest) -> Session:
+        device, allow_fallback, options = request.device, request.allow_fallback, dict(request.options)
         cv2 = self.import_runtime()
-        target = device.strip().lower()
-        if target not in _TARGETS:
-            raise UsageError(
-                f"backend 'opencv' | device '{device}' is not a target; expected one of {', '.join(_TARGETS)}.",
-                hint="'deploykit backends' lists the targets this machine offers.",
-            )
+        target = _DEVICE_NAMES.parse(self.name, device).kind
         fallback_reason = self._target_problem(cv2, target)
         if fallback_reason:
             if not allow_fallback:
@@ -164,7 +167,7 @@ class OpenCvBackend(Backend):
             net = self._read_darknet(cv2, model_path, options)
             outputs = tuple(TensorSpec(name, np.dtype(np.float32), None) for name in net.getUnconnectedOutLayersNames())
         else:
-            self.refuse_unsupported_kinds(model_path, inputs, outputs)
+            refuse_unsupported_kinds(self, model_path, inputs, outputs)
             net = cv2.dnn.readNetFromONNX(str(model_path))
         backend_id, target_id = {
             "cpu": (cv2.dnn.DNN_BACKEND_OPENCV, cv2.dnn.DNN_TARGET_CPU),
@@ -187,7 +190,7 @@ class OpenCvBackend(Backend):
             fallback_reason=fallback_reason,
             options=dict(options),
         )
-        return OpenCvSession(model_path, inputs, outputs, info, net, dict(metadata))
+        return OpenCvSession(model_path, inputs, outputs, info, net, dict(metadata), request)
 
     @staticmethod
     def _target_problem(cv2: Any, target: str) -> str | None:
@@ -248,8 +251,9 @@ class OpenCvSession(Session):
         info: SessionInfo,
         net: Any,
         metadata: dict[str, str] | None = None,
+        request: OpenRequest | None = None,
     ) -> None:
-        super().__init__(model_path, inputs, outputs, info, metadata)
+        super().__init__(model_path, inputs, outputs, info, metadata, request=request)
         self._net = net
         self._lock = threading.Lock()
         self._output_names = list(self.outputs)

@@ -19,7 +19,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.base import Backend, OpenRequest, Session, SessionInfo, refuse_unsupported_kinds
+from deploykit.backends.devices import Device
 from deploykit.backends.options import OptionSpec
 from deploykit.backends.traits import LoadWording, RuntimePackage, SearchTraits, device_error
 from deploykit.errors import UnsupportedModelError
@@ -119,11 +120,11 @@ class OpenVinoBackend(Backend):
     def precisions(self, device: str | None = None) -> list[str]:
         """f32 everywhere; bf16/f16 where the device's plug-in says it computes them natively."""
         self.import_runtime()
-        name = (device or self.default_device).strip().upper()
-        base = name.split(":")[0].split(".")[0]
+        parsed = Device.parse(device or self.default_device, index_separator=".")
+        base = parsed.kind.upper()
         available = {d.split(".")[0] for d in _core().available_devices}
         if base in _VIRTUAL_DEVICES:  # AUTO/MULTI/HETERO may run on any device they list: what all of them run
-            listed = [d.strip().split(".")[0] for d in name.partition(":")[2].split(",") if d.strip()]
+            listed = [d.strip().split(".")[0] for d in parsed.detail.upper().split(",") if d.strip()]
             members = [d for d in (listed or sorted(available)) if d in available]
             offered = [self.precisions(d) for d in members]
             return [p for p in offered[0] if all(p in other for other in offered)] if offered else ["f32"]
@@ -143,11 +144,12 @@ class OpenVinoBackend(Backend):
         list by design, but needs at least one listed device that exists.
         """
         name = device.strip().upper()
-        base = name.split(":")[0].split(".")[0]
+        parsed = Device.parse(name, index_separator=".")
+        base = parsed.kind.upper()
         available = list(_core().available_devices)
         bases = {d.split(".")[0] for d in available}
         if base in _VIRTUAL_DEVICES and ":" in name:
-            listed = [d.strip() for d in name.split(":", 1)[1].split(",") if d.strip()]
+            listed = [d.strip() for d in parsed.detail.split(",") if d.strip()]
             missing = [d for d in listed if d not in available and d.split(".")[0] not in bases]
             present = [d for d in listed if d not in missing]
             if not missing:
@@ -194,12 +196,12 @@ class OpenVinoBackend(Backend):
             config["CACHE_DIR"] = str(options["cache_dir"])
         return config
 
-    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+    def _open(self, model: Model, request: OpenRequest) -> Session:
+        device, allow_fallback, options = request.device, request.allow_fallback, dict(request.options)
         ov_device, fallback_reason = self._normalize_device(device, allow_fallback)
         config = self._config(options)
-        reshape = str(options.get("reshape", "auto")).lower()
         model_path, interface = model.path, model
-        self.refuse_unsupported_kinds(model_path, interface.inputs, interface.outputs)
+        refuse_unsupported_kinds(self, model_path, interface.inputs, interface.outputs)
         compiled_from = _core().read_model(str(model_path))
         session = OpenVinoSession(
             model_path,
@@ -218,9 +220,8 @@ class OpenVinoBackend(Backend):
             model=compiled_from,
             device=ov_device,
             config=config,
-            reshape=reshape == "auto",
-            shape_cache=int(options.get("shape_cache", _SHAPE_CACHE_SIZE)),
             metadata=dict(interface.metadata_props),
+            request=request,
         )
         return session
 
@@ -406,12 +407,14 @@ class OpenVinoSession(Session):
         model: Any,
         device: str,
         config: dict[str, Any],
-        reshape: bool,
         metadata: dict[str, str] | None = None,
-        shape_cache: int = _SHAPE_CACHE_SIZE,
+        request: OpenRequest,
     ) -> None:
-        super().__init__(model_path, inputs, outputs, info, metadata)
-        self._shape_cache = shape_cache
+        """``request.options`` say whether a dynamic model is reshaped to each feed (``reshape``) and how many
+        shapes stay compiled (``shape_cache``)."""
+        super().__init__(model_path, inputs, outputs, info, metadata, request=request)
+        reshape = str(request.options.get("reshape", "auto")).lower() == "auto"
+        self._shape_cache = int(request.options.get("shape_cache", _SHAPE_CACHE_SIZE))
         self._evicted: set[tuple[Any, ...]] = set()
         self._model = model
         self._device = device
@@ -422,9 +425,8 @@ class OpenVinoSession(Session):
         self._static: _Compiled | None = None
         self._last: tuple[tuple[Any, ...], _Compiled | None] = ((), None)
         if self._dynamic:
-            hint = config.get("INFERENCE_PRECISION_HINT")
-            info.precision = hint or self._device_default_precision()
             info.providers = [device]
+            self._settle_precision(config.get("INFERENCE_PRECISION_HINT") or self._device_default_precision())
         else:
             self._static = self._compile(model)
 

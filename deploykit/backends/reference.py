@@ -16,7 +16,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from deploykit.backends.base import Backend, Session, SessionInfo
+from deploykit.backends.base import Backend, OpenRequest, Session, SessionInfo
+from deploykit.backends.devices import Device
 from deploykit.backends.options import OptionSpec
 from deploykit.backends.traits import LoadWording, OraclePolicy, RuntimePackage, SearchTraits, device_error
 from deploykit.model import Model, has_external_data, load_onnx
@@ -64,12 +65,13 @@ class ReferenceBackend(Backend):
         """f64 widens floating inputs; anything else runs the model's own types (f32 for an f32 model)."""
         return {"precision": "f64"} if precision == "f64" else {}
 
-    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+    def _open(self, model: Model, request: OpenRequest) -> Session:
         from onnx.reference import ReferenceEvaluator
 
         from deploykit.backends.reference_ops import REFERENCE_OPS
 
-        if device.lower() != "cpu":
+        device, options = request.device, dict(request.options)
+        if not Device.parse(device).is_bare("cpu"):
             raise device_error(
                 self.name, device, "the reference evaluator runs on the CPU only.", hint="use device cpu."
             )
@@ -89,7 +91,7 @@ class ReferenceBackend(Backend):
             options=dict(options),
         )
         return ReferenceSession(
-            model.path, model.inputs, model.outputs, info, evaluator, precision == "f64", model.metadata_props
+            model.path, model.inputs, model.outputs, info, evaluator, precision == "f64", model.metadata_props, request
         )
 
 
@@ -103,8 +105,9 @@ class ReferenceSession(Session):
         evaluator: Any,
         widen: bool,
         metadata: Any = None,
+        request: OpenRequest | None = None,
     ) -> None:
-        super().__init__(model_path, inputs, outputs, info, metadata)
+        super().__init__(model_path, inputs, outputs, info, metadata, request=request)
         self._evaluator = evaluator
         self._widen = widen
 

@@ -104,12 +104,19 @@ class LoadWording:
         explain: the runtime's reason in one line: the backend's translation table for its exceptions (the
             default keeps the last line that says something, where most runtimes put the reason).
         hint_for: a hint that fits a particular exception better than ``hint`` (None: ``hint`` fits).
+        subject: how messages name the backend, when ``backend '<name>'`` says too little: a function of
+            nothing (OpenCV's names its version), called only when a message is worded.
     """
 
     verb: str = "load"
     hint: str = DEFAULT_LOAD_HINT
     explain: Callable[[BaseException], str] = last_meaningful_line
     hint_for: Callable[[BaseException], str | None] | None = None
+    subject: Callable[[], str] | None = None
+
+    def subject_for(self, backend: str) -> str:
+        """How messages name ``backend``: ``backend 'openvino'``, or what ``subject`` says."""
+        return self.subject() if self.subject is not None else f"backend '{backend}'"
 
     def hint_about(self, exc: BaseException) -> str:
         """The hint for a load that failed with ``exc``."""

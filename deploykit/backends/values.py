@@ -47,16 +47,15 @@ def kind_refusal(
     inputs: Sequence[TensorSpec],
     outputs: Sequence[TensorSpec],
     kinds: frozenset[str],
+    running: Callable[[str], list[str]],
 ) -> UnsupportedModelError | None:
-    """The error for the first input or output whose kind is not in ``kinds``, naming the
-    registered backends that run it (None when every value is of a kind the backend runs)."""
+    """The error for the first input or output whose kind is not in ``kinds``, naming the backends
+    that run it (``running(kind)``, asked only then), or None when every value is of a kind the backend runs."""
     for direction, specs in (("input", inputs), ("output", outputs)):
         for spec in specs:
             if spec.kind in kinds:
                 continue
-            from deploykit.backends.registry import all_backends
-
-            others = [other.name for other in all_backends() if spec.kind in other.value_kinds]
+            others = running(spec.kind)
             who = f"{' and '.join(others)} {'does' if len(others) == 1 else 'do'}." if others else "no backend does."
             return UnsupportedModelError(
                 f"{subject} | cannot run '{model_path.name}': {backend} does not run {_KIND_WORDS[spec.kind]} "

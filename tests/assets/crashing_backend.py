@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
-from deploykit.backends.base import Backend, Session
+from deploykit.backends.base import Backend, OpenRequest, Session
 from deploykit.backends.traits import RuntimePackage
 from deploykit.model import Model
 
@@ -21,7 +20,7 @@ class CrashingBackend(Backend):
     def devices(self) -> list[str]:
         return ["cpu"]
 
-    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+    def _open(self, model: Model, request: OpenRequest) -> Session:
         os.abort()
 
 
@@ -37,7 +36,7 @@ class HangingBackend(Backend):
     def devices(self) -> list[str]:
         return ["cpu"]
 
-    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+    def _open(self, model: Model, request: OpenRequest) -> Session:
         marker = os.environ.get("DEPLOYKIT_HANGER_PIDFILE")
         if marker:
             Path(marker).write_text(str(os.getpid()))
@@ -60,7 +59,7 @@ class RaisingBackend(Backend):
     def devices(self) -> list[str]:
         return ["cpu"]
 
-    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+    def _open(self, model: Model, request: OpenRequest) -> Session:
         raise RuntimeError("runtime internals\nop Foo is not implemented")
 
 

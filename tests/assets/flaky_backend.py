@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 
-from deploykit.backends.base import Backend, Session
+from deploykit.backends.base import Backend, OpenRequest, Session
 from deploykit.backends.registry import get_backend
 from deploykit.backends.traits import RuntimePackage
 from deploykit.model import Model
@@ -49,5 +48,5 @@ class FlakyBackend(Backend):
     def devices(self) -> list[str]:
         return ["cpu"]
 
-    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
-        return _FlakySession(get_backend("onnxruntime").open(model, device))
+    def _open(self, model: Model, request: OpenRequest) -> Session:
+        return _FlakySession(get_backend("onnxruntime").open(model, request.device))

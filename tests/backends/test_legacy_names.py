@@ -7,14 +7,15 @@ from __future__ import annotations
 import subprocess
 import sys
 import warnings
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import pytest
 
-from deploykit.backends.base import Backend, Session
+from deploykit.backends.base import Backend, OpenRequest, Session
 from deploykit.backends.registry import get_backend
-from deploykit.backends.traits import DEFAULT_LOAD_HINT, OraclePolicy
-from deploykit.errors import BackendUnavailableError, UnsupportedModelError
+from deploykit.backends.traits import DEFAULT_LOAD_HINT, OraclePolicy, RuntimePackage
+from deploykit.errors import BackendUnavailableError, PrecisionUnavailableError, UnsupportedModelError
 from deploykit.model import Model
 from tests.assets.tiny import build_all
 
@@ -54,10 +55,10 @@ def _old_style_backend() -> type[Backend]:
         def devices(self) -> list[str]:
             return ["cpu"]
 
-        def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+        def _open(self, model: Model, request: OpenRequest) -> Session:
             if model.path.stem == "broken":
                 raise RuntimeError("a runtime's long story\nthat nobody reads")
-            session = get_backend("onnxruntime").open(model, device)
+            session = get_backend("onnxruntime").open(model, request.device)
             session.info.backend = self.name
             return session
 
@@ -141,7 +142,7 @@ def test_an_old_plugin_without_its_runtime_names_its_old_extra():
             def devices(self) -> list[str]:
                 return ["cpu"]
 
-            def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+            def _open(self, model: Model, request: OpenRequest) -> Session:
                 raise AssertionError("never opened")
 
     with pytest.raises(BackendUnavailableError) as raised:
@@ -163,7 +164,7 @@ def test_a_new_style_plugin_warns_nothing():
             def devices(self) -> list[str]:
                 return ["cpu"]
 
-            def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+            def _open(self, model: Model, request: OpenRequest) -> Session:
                 raise AssertionError("never opened")
 
     assert _deprecations(caught) == []
@@ -186,3 +187,75 @@ def test_the_builtin_backends_use_no_old_name(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_the_methods_that_became_values_or_functions_still_answer_with_a_warning(tiny):
+    """``subject`` moved into ``wording.subject`` and ``refuse_unsupported_kinds`` became a module function."""
+    backend = get_backend("opencv")
+    with pytest.warns(DeprecationWarning, match=r"Backend\.subject is deprecated .*read wording\.subject"):
+        subject = backend.subject()
+    assert subject == backend.wording.subject_for("opencv") and subject.startswith("backend 'opencv' (")
+    model = Model.open(tiny["dynamic"])
+    with pytest.warns(DeprecationWarning, match=r"call deploykit\.backends\.base\.refuse_unsupported_kinds"):
+        assert get_backend("onnxruntime").refuse_unsupported_kinds(model.path, model.inputs, model.outputs) is None
+
+
+def test_a_plugin_that_names_itself_with_the_old_method_keeps_its_name(tiny):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+
+        class Named(Backend):
+            name = "named"
+            runtime = RuntimePackage(module="onnxruntime", pip_extra="onnxruntime")
+
+            def subject(self) -> str:
+                return "backend 'named' (built by hand)"
+
+            def version(self) -> str:
+                return "0"
+
+            def devices(self) -> list[str]:
+                return ["cpu"]
+
+            def _open(self, model: Model, request: OpenRequest) -> Session:
+                raise RuntimeError("the runtime says no")
+
+    assert "set wording = LoadWording(subject=...)" in str(_deprecations(caught)[0].message)
+    assert Named.wording.subject_for("named") == "backend 'named' (built by hand)"
+    with pytest.raises(UnsupportedModelError, match=r"^backend 'named' \(built by hand\) \| cannot load"):
+        Named().open(tiny["dynamic"])
+
+
+def test_an_open_with_the_old_arguments_is_adapted_and_its_session_settled(tiny):
+    """``_open(model, device, allow_fallback, options)`` still runs, with a warning when the class is made; the
+    session it makes without the request is settled by ``Backend.open`` as before."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+
+        class OldOpen(Backend):
+            name = "old-open"
+            runtime = RuntimePackage(module="onnxruntime", pip_extra="onnxruntime")
+            options: ClassVar[dict[str, Any]] = {"precision": "compute precision"}
+
+            def version(self) -> str:
+                return "0"
+
+            def devices(self) -> list[str]:
+                return ["cpu"]
+
+            def precisions(self, device: str | None = None) -> list[str]:
+                return ["f32", "f16"]
+
+            def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
+                inner = get_backend("onnxruntime").open(model, device)
+                return type(inner)(model.path, model.inputs, model.outputs, replace(inner.info), inner._session)
+
+    messages = [str(w.message) for w in _deprecations(caught)]
+    assert len(messages) == 1 and messages[0].startswith("Backend._open(model, device, allow_fallback, options)")
+    assert "define _open(model, request: OpenRequest)" in messages[0]
+    with OldOpen().open(tiny["dynamic"], precision="f32") as session:
+        assert session.info.precision_requested == "f32"
+    with pytest.raises(PrecisionUnavailableError, match=r"asked for f16 on 'cpu', but the runtime compiled"):
+        OldOpen().open(tiny["dynamic"], precision="f16")
+    with OldOpen().open(tiny["dynamic"], precision="f16", allow_fallback=True) as session:
+        assert session.info.fallback and session.info.precision_label == "f16 → f32"

@@ -188,7 +188,7 @@ def test_a_backend_without_sequences_refuses_them_by_name(backend: str, tmp_path
         pytest.skip(str(get_backend(backend).unavailable_reason()))
     with pytest.raises(UnsupportedModelError) as refused:
         deploykit.load(_sequence_model(tmp_path), backend)
-    subject = get_backend(backend).subject()
+    subject = get_backend(backend).wording.subject_for(backend)
     assert refused.value.message == (
         f"{subject} | cannot run 'sequences.onnx': {backend} does not run sequence inputs "
         "(input 'seq' is sequence<float32(unknown rank)>); onnxruntime and reference do."

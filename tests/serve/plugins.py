@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
 
 import numpy as np
 
-from deploykit.backends.base import Backend, Session
+from deploykit.backends.base import Backend, OpenRequest, Session
 from deploykit.backends.registry import get_backend
 from deploykit.backends.traits import RuntimePackage
 from deploykit.model import Model
@@ -46,8 +45,8 @@ class AbortOnRunBackend(Backend):
     def devices(self) -> list[str]:
         return ["cpu"]
 
-    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
-        return _AbortingSession(get_backend("onnxruntime").open(model, device))
+    def _open(self, model: Model, request: OpenRequest) -> Session:
+        return _AbortingSession(get_backend("onnxruntime").open(model, request.device))
 
 
 class _SlowSession(_AbortingSession):
@@ -68,5 +67,5 @@ class SlowBackend(AbortOnRunBackend):
 
     name = "slow"
 
-    def _open(self, model: Model, device: str, allow_fallback: bool, options: dict[str, Any]) -> Session:
-        return _SlowSession(get_backend("onnxruntime").open(model, device))
+    def _open(self, model: Model, request: OpenRequest) -> Session:
+        return _SlowSession(get_backend("onnxruntime").open(model, request.device))
