@@ -10,10 +10,9 @@ extensions; ``/v2/models/stats`` for every model), ``/v2/repository/index`` and
 ``{"error": "..."}`` body with the protocol's status; no traceback ever leaves the server.
 
 With ``raw_infer`` the infer route is answered as plain ASGI before Starlette's routing, middleware,
-``Request`` and ``Response``: the same checks, counters and error bodies, the body read into one buffer
-of its declared length, and the reply sent as its JSON header and then each binary output's own bytes,
-with no join. It sends memoryviews, which uvicorn writes as they are; an ASGI server that must pickle
-its messages (Ray Serve's proxy) gets the Starlette route.
+``Request`` and ``Response``, with the same checks, counters and error bodies; ``http_bodies`` reads its
+body and sends its reply. An ASGI server that must pickle its messages (Ray Serve's proxy) gets the
+Starlette route.
 """
 
 from __future__ import annotations
@@ -35,7 +34,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from deploykit.errors import DeployKitError, RequestError, RequestTooLargeError
+from deploykit.errors import DeployKitError, RequestError
+from deploykit.serve.http_bodies import first_headers, read_body, receive_body, send_reply
 from deploykit.serve.protocol import (
     HEADER_LENGTH,
     decode_http,
@@ -153,7 +153,7 @@ def create_app(
     async def answer(
         name: str,
         version: str | None,
-        read_body: Callable[[], Awaitable[bytes | memoryview]],
+        read: Callable[[], Awaitable[bytes | memoryview]],
         header_length: str | None,
     ) -> tuple[bytes, list[memoryview]]:
         """One infer request, counted: the reply's JSON header and its binary outputs (none: JSON only)."""
@@ -161,7 +161,7 @@ def create_app(
         runner: ModelRunner | None = None
         try:
             runner = repository.runner(name, version)
-            body = await read_body()
+            body = await read()
             regions = repository.shared_memory
             decode = (runner.model.name, runner.checks, list(runner.outputs), body, header_length, regions)
             if header_length is None and len(body) > _JSON_INLINE_BYTES:
@@ -181,7 +181,7 @@ def create_app(
         header, buffers = await answer(
             params["name"],
             params.get("version"),
-            lambda: _read_body(request, max_request_bytes),
+            lambda: read_body(request, max_request_bytes),
             request.headers.get(HEADER_LENGTH),
         )
         if not buffers:
@@ -191,7 +191,7 @@ def create_app(
         return Response(content, media_type="application/octet-stream", headers={HEADER_LENGTH: str(len(header))})
 
     async def infer_asgi(scope: Scope, receive: Receive, send: Send, name: str, version: str | None) -> None:
-        headers = _first_headers(scope, ("authorization", "content-length", HEADER_LENGTH.lower()))
+        headers = first_headers(scope, ("authorization", "content-length", HEADER_LENGTH.lower()))
         if not authorized(headers.get("authorization", "")):
             await _json({"error": _UNAUTHORIZED}, 401)(scope, receive, send)
             return
@@ -199,13 +199,13 @@ def create_app(
             header, buffers = await answer(
                 name,
                 version,
-                lambda: _receive_body(scope, receive, headers.get("content-length"), max_request_bytes),
+                lambda: receive_body(scope, receive, headers.get("content-length"), max_request_bytes),
                 headers.get(HEADER_LENGTH.lower()),
             )
         except Exception as exc:
             await error_response(exc)(scope, receive, send)
             return
-        await _send_reply(send, header, buffers)
+        await send_reply(send, header, buffers)
 
     async def model_config(request: Request) -> Response:
         params = request.path_params
@@ -216,7 +216,7 @@ def create_app(
         return _json(repository.statistics(params.get("name"), params.get("version")))
 
     async def repository_index(request: Request) -> Response:
-        body = await _read_body(request, 64 * 1024)
+        body = await read_body(request, 64 * 1024)
         ready = parse_json(body, "index request").get("ready", False) if body.strip() else False
         if not isinstance(ready, bool):
             raise RequestError(
@@ -226,13 +226,13 @@ def create_app(
         return _json(repository.index(ready))
 
     async def repository_load(request: Request) -> Response:
-        body = await _read_body(request, max_request_bytes)
+        body = await read_body(request, max_request_bytes)
         parameters = _load_parameters(parse_json(body, "load request") if body.strip() else {})
         await run_in_threadpool(repository.load, request.path_params["name"], parameters)
         return _json({})
 
     async def repository_unload(request: Request) -> Response:
-        body = await _read_body(request, 64 * 1024)
+        body = await read_body(request, 64 * 1024)
         _load_parameters(parse_json(body, "unload request") if body.strip() else {})
         await run_in_threadpool(repository.unload, request.path_params["name"])
         return _json({})
@@ -241,7 +241,7 @@ def create_app(
         return _json(repository.shared_memory.status(request.path_params.get("region")))
 
     async def shm_register(request: Request) -> Response:
-        body = parse_json(await _read_body(request, 64 * 1024), "register request")
+        body = parse_json(await read_body(request, 64 * 1024), "register request")
         repository.shared_memory.register(
             request.path_params["region"], body.get("key"), body.get("offset", 0), body.get("byte_size")
         )
@@ -260,7 +260,7 @@ def create_app(
     ]
     from deploykit.serve.pipelines import image_route
 
-    model_routes.append(("/image", image_route(repository, max_request_bytes, _read_body), "POST"))
+    model_routes.append(("/image", image_route(repository, max_request_bytes, read_body), "POST"))
     routes = [
         Route("/v2/health/live", guarded(live), methods=["GET"]),
         Route("/v2/health/ready", guarded(ready), methods=["GET"]),
@@ -303,95 +303,3 @@ def _load_parameters(request: dict[str, Any]) -> dict[str, Any]:
             hint='send {"parameters": {...}} or an empty body.',
         )
     return parameters
-
-
-def _declared_size(declared: str | None, limit: int) -> int | None:
-    """The Content-Length header's size, refused when it is larger than ``limit`` (None: no header)."""
-    if declared is None:
-        return None
-    try:
-        size = int(declared)
-    except ValueError:
-        raise RequestError("header Content-Length | is not a number.") from None
-    if size > limit:
-        raise _too_large(size, limit)
-    return size
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The body, refused as soon as it is larger than ``limit`` bytes (before reading it all)."""
-    _declared_size(request.headers.get("content-length"), limit)
-    chunks: list[bytes] = []
-    received = 0
-    async for chunk in request.stream():
-        received += len(chunk)
-        if received > limit:
-            raise _too_large(received, limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _too_large(size: int, limit: int) -> RequestTooLargeError:
-    return RequestTooLargeError(
-        f"request | body of {size} bytes or more exceeds the server's limit of {limit} bytes.",
-        hint="send smaller tensors, or start the server with a larger --max-request-size.",
-    )
-
-
-def _first_headers(scope: Scope, names: tuple[str, ...]) -> dict[str, str]:
-    """The first value of each of ``names`` among the request's headers (as Starlette's ``Headers.get``)."""
-    found: dict[str, str] = {}
-    for raw_name, raw_value in scope["headers"]:
-        name = raw_name.decode("latin-1").lower()
-        if name in names and name not in found:
-            found[name] = raw_value.decode("latin-1")
-    return found
-
-
-async def _receive_body(scope: Scope, receive: Receive, declared: str | None, limit: int) -> bytes | memoryview:
-    """The body, read into one buffer of its declared length (a body that fits one message is not copied);
-    refused before reading when the declared length is larger than ``limit``. The buffer is not zeroed
-    first (``bytearray(size)`` would write every byte once more before the copy)."""
-    size = _declared_size(declared, limit)
-    if size is None:  # chunked: no length to allocate for
-        return await _read_body(Request(scope, receive), limit)
-    from starlette.requests import ClientDisconnect
-
-    buffer: np.ndarray | None = None
-    received = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnect()
-        chunk = message.get("body", b"")
-        more = message.get("more_body", False)
-        if received == 0 and not more and len(chunk) == size:
-            return chunk
-        if received + len(chunk) > size:
-            raise RequestError(f"request | body runs past its Content-Length of {size} bytes.")
-        if buffer is None:
-            buffer = np.empty(size, np.uint8)
-        buffer[received : received + len(chunk)] = np.frombuffer(chunk, np.uint8)
-        received += len(chunk)
-        if not more:
-            break
-    if received != size:
-        raise RequestError(f"request | body has {received} bytes, its Content-Length says {size}.")
-    return buffer.data if buffer is not None else b""
-
-
-async def _send_reply(send: Send, header: bytes, buffers: list[memoryview]) -> None:
-    """A 200 reply: the JSON header, then each binary output's bytes as its own body message (no join)."""
-    length = len(header) + sum(buffer.nbytes for buffer in buffers)
-    headers = [(b"content-length", str(length).encode())]
-    if buffers:
-        headers += [
-            (b"content-type", b"application/octet-stream"),
-            (HEADER_LENGTH.lower().encode(), str(len(header)).encode()),
-        ]
-    else:
-        headers.append((b"content-type", b"application/json"))
-    await send({"type": "http.response.start", "status": 200, "headers": headers})
-    parts: list[bytes | memoryview] = [header, *buffers]
-    for index, part in enumerate(parts):
-        await send({"type": "http.response.body", "body": part, "more_body": index < len(parts) - 1})

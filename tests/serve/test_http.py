@@ -1,5 +1,5 @@
 """The HTTP app's two forms of the infer route: Starlette's route and the plain ASGI one the server uses
-answer every request alike (status, headers, body, counters), and the ASGI one reads a body in pieces."""
+answer every request alike (status, headers, body, counters)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import httpx
 import numpy as np
 import pytest
 
-from deploykit.errors import RequestError
 from deploykit.serve import BatchPolicy, ServedModel, Server, ServerSettings
-from deploykit.serve.http import _receive_body, create_app
+from deploykit.serve.http import create_app
 
 TOKEN = "s3cret"
 
@@ -85,32 +84,3 @@ def test_the_asgi_infer_route_answers_as_the_starlette_route(server):
 def _counts(server: Server) -> tuple[int, int]:
     (stats,) = server.repository.statistics("multi_io")["model_stats"]
     return stats["inference_stats"]["success"]["count"], stats["inference_stats"]["fail"]["count"]
-
-
-def _receive(*pieces: bytes):
-    messages = [{"type": "http.request", "body": p, "more_body": i < len(pieces) - 1} for i, p in enumerate(pieces)]
-
-    async def receive():
-        return messages.pop(0)
-
-    return receive
-
-
-def _read(declared: str | None, *pieces: bytes):
-    scope = {"type": "http", "headers": []}
-    return asyncio.run(_receive_body(scope, _receive(*pieces), declared, 1 << 20))
-
-
-def test_a_body_in_pieces_is_read_into_one_buffer_of_its_length():
-    assert bytes(_read("9", b"abc", b"def", b"ghi")) == b"abcdefghi"
-    assert _read("3", b"abc") == b"abc"  # one piece: taken as it is
-    assert bytes(_read(None, b"ab", b"c")) == b"abc"  # chunked: no length to allocate for
-
-
-def test_a_body_that_disagrees_with_its_content_length_is_refused():
-    with pytest.raises(RequestError, match="runs past its Content-Length of 4 bytes"):
-        _read("4", b"abc", b"de")
-    with pytest.raises(RequestError, match="has 3 bytes, its Content-Length says 5"):
-        _read("5", b"abc")
-    with pytest.raises(RequestError, match=r"Content-Length \| is not a number"):
-        _read("five", b"abc")
