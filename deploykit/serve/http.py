@@ -8,6 +8,11 @@ extensions; ``/v2/models/stats`` for every model), ``/v2/repository/index`` and
 ``/v2/systemsharedmemory/...`` (register, unregister, status), and the pipeline route
 ``/v2/models/{name}[/versions/{v}]/image`` (see ``pipelines``). Every failure is a
 ``{"error": "..."}`` body with the protocol's status; no traceback ever leaves the server.
+
+With ``raw_infer`` the infer route is answered as plain ASGI before Starlette's routing, middleware,
+``Request`` and ``Response``, with the same checks, counters and error bodies; ``http_bodies`` reads its
+body and sends its reply. An ASGI server that must pickle its messages (Ray Serve's proxy) gets the
+Starlette route.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import asyncio
 import hmac
 import json
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -26,9 +32,18 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
 
-from deploykit.errors import DeployKitError, RequestError, RequestTooLargeError
-from deploykit.serve.protocol import HEADER_LENGTH, decode_http, encode_http, error_text, http_status, parse_json
+from deploykit.errors import DeployKitError, RequestError
+from deploykit.serve.http_bodies import first_headers, read_body, receive_body, send_reply
+from deploykit.serve.protocol import (
+    HEADER_LENGTH,
+    decode_http,
+    encode_http_parts,
+    error_text,
+    http_status,
+    parse_json,
+)
 from deploykit.serve.repository import Repository
 from deploykit.serve.runner import ModelRunner
 
@@ -37,8 +52,13 @@ Handler = Callable[[Request], Awaitable[Response]]
 Feeds = dict[str, np.ndarray]
 #: How a checked request reaches a session: the runner's queue (default) or the Ray engine's ``@serve.batch``.
 Submit = Callable[[ModelRunner, Feeds], Awaitable[Feeds]]
+#: The infer route as plain ASGI: (scope, receive, send, model name, version or None).
+RawInfer = Callable[[Scope, Receive, Send, str, "str | None"], Awaitable[None]]
 # Decoding a large JSON body takes milliseconds: off the event loop, so other requests keep flowing.
 _JSON_INLINE_BYTES = 64 * 1024
+# Starlette's {name} and {version} match [^/]+ in the decoded path, and so does this
+_INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/infer")
+_UNAUTHORIZED = "request | no valid bearer token. Hint: send Authorization: Bearer TOKEN."
 
 
 def _json(data: Any, status: int = 200) -> Response:
@@ -56,16 +76,36 @@ def error_response(exc: BaseException) -> Response:
     return _json({"error": error_text(exc)}, http_status(exc))
 
 
+class V2App(Starlette):
+    """Starlette, with ``POST /v2/models/{name}[/versions/{v}]/infer`` handed to ``raw_infer`` (when
+    given) before Starlette's routing and middleware; every other request goes through Starlette."""
+
+    def __init__(self, *, raw_infer: RawInfer | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.raw_infer = raw_infer
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.raw_infer is not None and scope["type"] == "http" and scope["method"] == "POST":
+            match = _INFER_PATH.fullmatch(scope["path"]) if not scope.get("root_path") else None
+            if match is not None:
+                await self.raw_infer(scope, receive, send, match[1], match[2])
+                return
+        await super().__call__(scope, receive, send)
+
+
 def create_app(
     repository: Repository,
     *,
     token: str | None = None,
     max_request_bytes: int = 64 << 20,
     submit: Submit | None = None,
-) -> Starlette:
+    raw_infer: bool = False,
+) -> V2App:
     """The ASGI app serving ``repository`` (bounded bodies, an optional bearer token).
 
     ``submit`` runs a checked request; by default it queues it on the model's runner (its batcher).
+    ``raw_infer`` answers the infer route as plain ASGI, sending the outputs as memoryviews (see the
+    module's docstring): for uvicorn, not for an ASGI server that pickles its messages.
     """
     expected = f"Bearer {token}".encode() if token else None
 
@@ -74,14 +114,13 @@ def create_app(
 
     run = submit or queued
 
+    def authorized(given: str) -> bool:
+        return expected is None or hmac.compare_digest(given.encode(), expected)
+
     def guarded(handler: Handler) -> Handler:
         async def endpoint(request: Request) -> Response:
-            if expected is not None:
-                given = request.headers.get("authorization", "").encode()
-                if not hmac.compare_digest(given, expected):
-                    return _json(
-                        {"error": "request | no valid bearer token. Hint: send Authorization: Bearer TOKEN."}, 401
-                    )
+            if not authorized(request.headers.get("authorization", "")):
+                return _json({"error": _UNAUTHORIZED}, 401)
             try:
                 return await handler(request)
             except Exception as exc:
@@ -111,14 +150,18 @@ def create_app(
             body["error"] = runner.problem
         return _json(body, 200 if runner.ready else 503)
 
-    async def infer(request: Request) -> Response:
+    async def answer(
+        name: str,
+        version: str | None,
+        read: Callable[[], Awaitable[bytes | memoryview]],
+        header_length: str | None,
+    ) -> tuple[bytes, list[memoryview]]:
+        """One infer request, counted: the reply's JSON header and its binary outputs (none: JSON only)."""
         arrived = time.perf_counter()
-        params = request.path_params
         runner: ModelRunner | None = None
         try:
-            runner = repository.runner(params["name"], params.get("version"))
-            body = await _read_body(request, max_request_bytes)
-            header_length = request.headers.get(HEADER_LENGTH)
+            runner = repository.runner(name, version)
+            body = await read()
             regions = repository.shared_memory
             decode = (runner.model.name, runner.checks, list(runner.outputs), body, header_length, regions)
             if header_length is None and len(body) > _JSON_INLINE_BYTES:
@@ -126,14 +169,43 @@ def create_app(
             else:
                 feeds, wanted = decode_http(*decode)
             outputs = await run(runner, feeds)
-            content, json_length = encode_http(runner.model.name, runner.model.version, outputs, wanted, regions)
+            reply = encode_http_parts(runner.model.name, runner.model.version, outputs, wanted, regions)
         except Exception as exc:
             repository.count_failure(runner, exc, arrived)
             raise
         repository.count_success(runner, arrived)
-        if json_length is None:
-            return Response(content, media_type="application/json")
-        return Response(content, media_type="application/octet-stream", headers={HEADER_LENGTH: str(json_length)})
+        return reply
+
+    async def infer(request: Request) -> Response:
+        params = request.path_params
+        header, buffers = await answer(
+            params["name"],
+            params.get("version"),
+            lambda: read_body(request, max_request_bytes),
+            request.headers.get(HEADER_LENGTH),
+        )
+        if not buffers:
+            return Response(header, media_type="application/json")
+        # the join copies each output once, straight from its buffer
+        content = b"".join([header, *buffers])
+        return Response(content, media_type="application/octet-stream", headers={HEADER_LENGTH: str(len(header))})
+
+    async def infer_asgi(scope: Scope, receive: Receive, send: Send, name: str, version: str | None) -> None:
+        headers = first_headers(scope, ("authorization", "content-length", HEADER_LENGTH.lower()))
+        if not authorized(headers.get("authorization", "")):
+            await _json({"error": _UNAUTHORIZED}, 401)(scope, receive, send)
+            return
+        try:
+            header, buffers = await answer(
+                name,
+                version,
+                lambda: receive_body(scope, receive, headers.get("content-length"), max_request_bytes),
+                headers.get(HEADER_LENGTH.lower()),
+            )
+        except Exception as exc:
+            await error_response(exc)(scope, receive, send)
+            return
+        await send_reply(send, header, buffers)
 
     async def model_config(request: Request) -> Response:
         params = request.path_params
@@ -144,7 +216,7 @@ def create_app(
         return _json(repository.statistics(params.get("name"), params.get("version")))
 
     async def repository_index(request: Request) -> Response:
-        body = await _read_body(request, 64 * 1024)
+        body = await read_body(request, 64 * 1024)
         ready = parse_json(body, "index request").get("ready", False) if body.strip() else False
         if not isinstance(ready, bool):
             raise RequestError(
@@ -154,13 +226,13 @@ def create_app(
         return _json(repository.index(ready))
 
     async def repository_load(request: Request) -> Response:
-        body = await _read_body(request, max_request_bytes)
+        body = await read_body(request, max_request_bytes)
         parameters = _load_parameters(parse_json(body, "load request") if body.strip() else {})
         await run_in_threadpool(repository.load, request.path_params["name"], parameters)
         return _json({})
 
     async def repository_unload(request: Request) -> Response:
-        body = await _read_body(request, 64 * 1024)
+        body = await read_body(request, 64 * 1024)
         _load_parameters(parse_json(body, "unload request") if body.strip() else {})
         await run_in_threadpool(repository.unload, request.path_params["name"])
         return _json({})
@@ -169,7 +241,7 @@ def create_app(
         return _json(repository.shared_memory.status(request.path_params.get("region")))
 
     async def shm_register(request: Request) -> Response:
-        body = parse_json(await _read_body(request, 64 * 1024), "register request")
+        body = parse_json(await read_body(request, 64 * 1024), "register request")
         repository.shared_memory.register(
             request.path_params["region"], body.get("key"), body.get("offset", 0), body.get("byte_size")
         )
@@ -188,7 +260,7 @@ def create_app(
     ]
     from deploykit.serve.pipelines import image_route
 
-    model_routes.append(("/image", image_route(repository, max_request_bytes, _read_body), "POST"))
+    model_routes.append(("/image", image_route(repository, max_request_bytes, read_body), "POST"))
     routes = [
         Route("/v2/health/live", guarded(live), methods=["GET"]),
         Route("/v2/health/ready", guarded(ready), methods=["GET"]),
@@ -215,7 +287,11 @@ def create_app(
     async def not_allowed(request: Request, exc: Exception) -> Response:
         return _json({"error": f"route '{request.url.path:.200}' | does not take {request.method}."}, 405)
 
-    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
+    return V2App(
+        routes=routes,
+        exception_handlers={404: not_found, 405: not_allowed},
+        raw_infer=infer_asgi if raw_infer else None,
+    )
 
 
 def _load_parameters(request: dict[str, Any]) -> dict[str, Any]:
@@ -227,30 +303,3 @@ def _load_parameters(request: dict[str, Any]) -> dict[str, Any]:
             hint='send {"parameters": {...}} or an empty body.',
         )
     return parameters
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The body, refused as soon as it is larger than ``limit`` bytes (before reading it all)."""
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        try:
-            size = int(declared)
-        except ValueError:
-            raise RequestError("header Content-Length | is not a number.") from None
-        if size > limit:
-            raise _too_large(size, limit)
-    chunks: list[bytes] = []
-    received = 0
-    async for chunk in request.stream():
-        received += len(chunk)
-        if received > limit:
-            raise _too_large(received, limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _too_large(size: int, limit: int) -> RequestTooLargeError:
-    return RequestTooLargeError(
-        f"request | body of {size} bytes or more exceeds the server's limit of {limit} bytes.",
-        hint="send smaller tensors, or start the server with a larger --max-request-size.",
-    )

@@ -210,7 +210,7 @@ def array_from_list(check: InputCheck, shape: tuple[int, ...], data: Any) -> np.
     return converted
 
 
-def parse_json(body: bytes | memoryview, what: str = "request") -> dict[str, Any]:
+def parse_json(body: bytes | bytearray | memoryview, what: str = "request") -> dict[str, Any]:
     """A JSON object, or a protocol error that says where it broke."""
     try:
         value = json.loads(bytes(body))
@@ -291,7 +291,7 @@ def decode_http(
     model: str,
     checks: Mapping[str, InputCheck],
     outputs: Sequence[str],
-    body: bytes,
+    body: bytes | memoryview,
     header_length: str | None,
     regions: SharedMemoryRegions | None = None,
 ) -> tuple[dict[str, np.ndarray], OutputRequest]:
@@ -399,6 +399,22 @@ def encode_http(
 ) -> tuple[bytes, int | None]:
     """The infer response body and, when any output is binary, the JSON header's length. Outputs
     asked for in shared memory are written there first (``write_shared_outputs``)."""
+    header, buffers = encode_http_parts(model, version, results, wanted, regions)
+    if not buffers:
+        return header, None
+    # the join copies each output once, straight from its buffer (tobytes first would copy it twice)
+    return b"".join([header, *buffers]), len(header)
+
+
+def encode_http_parts(
+    model: str,
+    version: str,
+    results: Mapping[str, np.ndarray],
+    wanted: OutputRequest,
+    regions: SharedMemoryRegions | None = None,
+) -> tuple[bytes, list[memoryview]]:
+    """The infer response as its JSON header and the binary outputs' bytes (flat views of the arrays, in
+    the header's order, not copied): a front end that can send them one after the other joins nothing."""
     shared = write_shared_outputs(regions, results, wanted)
     tensors: list[dict[str, Any]] = []
     arrays: list[np.ndarray] = []
@@ -423,7 +439,4 @@ def encode_http(
     if wanted.request_id:
         response["id"] = wanted.request_id
     header = json.dumps(response, separators=(",", ":")).encode()
-    if not arrays:
-        return header, None
-    # the join copies each output once, straight from its buffer (tobytes first would copy it twice)
-    return b"".join([header, *(np.ascontiguousarray(a).reshape(-1).view(np.uint8).data for a in arrays)]), len(header)
+    return header, [np.ascontiguousarray(a).reshape(-1).view(np.uint8).data for a in arrays]

@@ -124,7 +124,12 @@ class Server:
 
         from deploykit.serve.http import create_app
 
-        app = create_app(self.repository, token=self.settings.token, max_request_bytes=self.settings.max_request_bytes)
+        app = create_app(
+            self.repository,
+            token=self.settings.token,
+            max_request_bytes=self.settings.max_request_bytes,
+            raw_infer=True,  # uvicorn writes the replies' memoryviews as they are
+        )
         config = uvicorn.Config(
             app,
             log_level="warning",
