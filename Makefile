@@ -100,7 +100,7 @@ typecheck: setup
 PYTEST_WORKERS ?= 2
 pytest: setup system-deps platforms
 	DEPLOYKIT_REQUIRE_ASSETS=1 $(PY) -m pytest -m "not opencv4 and not docker" --durations=60 \
-		-n $(PYTEST_WORKERS) --dist loadgroup \
+		-n $(PYTEST_WORKERS) --dist loadscope \
 		|| { rc=$$?; [ $$rc -eq 5 ] && echo "pytest collected no tests" >&2; exit $$rc; }
 
 # The OpenCV backend contract and the OpenCV-4 Darknet oracle, with OpenCV 4.14 first on the path.

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import onnx
 import pytest
@@ -25,9 +26,12 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"{REQUIRE_VARIABLE} is off: a missing external asset skips its test (the reason names it)"
 
 
-# `make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`). Each test file is one group, so
-# a file's module and session fixtures are built once; every file that starts Ray shares one group, so two
-# Ray clusters never run at once (the Ray tests count and stop Ray's processes).
+# `make test` runs the suite on two pytest-xdist workers. Each test file is one scope, so a file's module and
+# session fixtures are built once and its tests run in order on one worker; every file that starts Ray shares
+# one scope, so two Ray clusters never run at once (the Ray tests count and stop Ray's processes). The scopes
+# come from the scheduler below, not from xdist_group marks: pytest 9.2 no longer lets pytest-xdist 3.8 carry a
+# mark's group in the node id, and --dist loadgroup then spreads a group's tests over every worker, silently
+# (pytest-dev/pytest-xdist#1386).
 _STARTS_RAY = re.compile(
     r'ray\.init|"--engine", "ray"|engine="ray"|^import ray|importorskip\("ray"|require_module\("ray"|ray_module'
     r"|deploykit\.ray|serve\.ray_engine",
@@ -35,18 +39,28 @@ _STARTS_RAY = re.compile(
 )
 
 
-def _xdist_group(path: Path, cache: dict[Path, str]) -> str:
+def _file_scope(path: Path, cache: dict[Path, str]) -> str:
+    """The worker scope of a test file: ``ray`` for every file that starts Ray, else the file itself."""
     if path not in cache:
         starts_ray = path.parent.name == "distributed" or bool(_STARTS_RAY.search(path.read_text()))
         cache[path] = "ray" if starts_ray else path.as_posix()
     return cache[path]
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    scopes: dict[Path, str] = {}
+
+    class FileScopes(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return _file_scope(config.rootpath / nodeid.split("::", 1)[0], scopes)
+
+    return FileScopes(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    groups: dict[Path, str] = {}
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_xdist_group(item.path, groups)))
     if has_cuda_gpu():
         return
     skip = pytest.mark.skip(reason="gpu: no CUDA GPU on this machine")

@@ -85,22 +85,30 @@ def test_predict_rows_on_a_full_disk_keep_whole_rows_and_resume(tiny, full_disk,
     """Issue 21 sweep: a part file was cut mid-row and '.run.json.*.tmp' was left; now the part ends at its last
     whole row, the message says how many rows are kept, and the same command resumes after them."""
     import json
+    import tempfile
+    from pathlib import Path
 
-    photos = tmp_path / "photos"
-    photos.mkdir()
-    for index in range(80):  # ~300 bytes a row: more than 16 KiB
-        (photos / f"i{index:02d}.jpg").write_bytes(tiny["image"].read_bytes())
-    rows = full_disk / "rows"
-    result = runner.invoke(app, ["predict", str(tiny["classifier"]), str(photos), "--out", str(rows)])
-    assert result.exit_code == 1, result.output
-    shown = " ".join(result.stderr.split())
-    assert f"output {rows} | could not be written: the disk is full" in shown and "whole rows written before" in shown
-    kept = [json.loads(line) for part in rows.glob("part-*.jsonl") for line in part.read_text().splitlines()]
-    assert 0 < len(kept) < 80 and not list(rows.glob(".*.tmp"))  # every line is a whole row
-    subprocess.run(["mount", "-o", "remount,size=64k", str(full_disk)], check=True)
-    again = runner.invoke(app, ["predict", str(tiny["classifier"]), str(photos), "--out", str(rows)])
-    assert again.exit_code == 0, again.output
-    assert f"{len(kept)} of 80 inputs done before" in again.output
+    # the run file beside the parts lists every input: photos under a short path of their own keep its size
+    # the same however long pytest's tmp_path is (a worker's is longer), so the 16 KiB hold it and some rows
+    photos = Path(tempfile.mkdtemp(prefix="dk-"))
+    try:
+        for index in range(80):  # ~300 bytes a row: more than 16 KiB
+            (photos / f"i{index:02d}.jpg").write_bytes(tiny["image"].read_bytes())
+        rows = full_disk / "rows"
+        result = runner.invoke(app, ["predict", str(tiny["classifier"]), str(photos), "--out", str(rows)])
+        assert result.exit_code == 1, result.output
+        shown = " ".join(result.stderr.split())
+        assert (
+            f"output {rows} | could not be written: the disk is full" in shown and "whole rows written before" in shown
+        )
+        kept = [json.loads(line) for part in rows.glob("part-*.jsonl") for line in part.read_text().splitlines()]
+        assert 0 < len(kept) < 80 and not list(rows.glob(".*.tmp"))  # every line is a whole row
+        subprocess.run(["mount", "-o", "remount,size=64k", str(full_disk)], check=True)
+        again = runner.invoke(app, ["predict", str(tiny["classifier"]), str(photos), "--out", str(rows)])
+        assert again.exit_code == 0, again.output
+        assert f"{len(kept)} of 80 inputs done before" in again.output
+    finally:
+        shutil.rmtree(photos, ignore_errors=True)
 
 
 def test_predict_onto_a_disk_already_full_leaves_no_empty_folder(tiny, full_disk, tmp_path):
