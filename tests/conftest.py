@@ -53,7 +53,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     scopes: dict[Path, str] = {}
 
-    class FileScopes(LoadScopeScheduling):  # type: ignore[misc]
+    class FileScopes(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             return _file_scope(config.rootpath / nodeid.split("::", 1)[0], scopes)
 
