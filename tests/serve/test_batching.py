@@ -139,14 +139,17 @@ def test_a_bounded_load_has_no_failed_request(server):
     def work(index: int) -> int:
         client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
         count = 0
-        while time.monotonic() < stop_at and count < 400:
-            tensor = httpclient.InferInput("images", [1, 3, 224, 224], "FP32")
-            tensor.set_data_from_numpy(x)
-            start = time.perf_counter()
-            client.infer("mobilenet", [tensor])
-            with lock:
-                latencies.append((time.perf_counter() - start) * 1e3)
-            count += 1
+        try:
+            while time.monotonic() < stop_at and count < 400:
+                tensor = httpclient.InferInput("images", [1, 3, 224, 224], "FP32")
+                tensor.set_data_from_numpy(x)
+                start = time.perf_counter()
+                client.infer("mobilenet", [tensor])
+                with lock:
+                    latencies.append((time.perf_counter() - start) * 1e3)
+                count += 1
+        finally:  # in this thread: gevent's pool behind the client cannot be joined from another thread's GC
+            client.close()
         return count
 
     before = metrics(server)

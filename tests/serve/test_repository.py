@@ -53,6 +53,17 @@ def _clients(server):
             grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc}"))  # fmt: skip
 
 
+def _in_own_client(server, action):
+    """``action`` with an HTTP client of this thread's own, closed here: tritonclient's HTTP client serves
+    one thread, and its gevent pool cannot be joined from another thread's garbage collection."""
+    clients = _clients(server)
+    try:
+        return action(clients[0])
+    finally:
+        for client in clients:
+            client.close()
+
+
 def _infer_multi_io(client):
     module = httpclient if isinstance(client, httpclient.InferenceServerClient) else grpcclient
     inputs = []
@@ -170,7 +181,7 @@ def test_an_unload_lets_requests_in_flight_finish_and_refuses_new_ones(server):
         in_flight = [pool.submit(_infer_multi_io, grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc}"))
                      for _ in range(3)]  # fmt: skip
         _wait_for(lambda: _in_server(server, "multi_io") == 3)  # all three taken: one runs, two wait
-        unloading = pool.submit(lambda: _clients(server)[0].unload_model("multi_io"))  # a client per thread
+        unloading = pool.submit(_in_own_client, server, lambda http_client: http_client.unload_model("multi_io"))
         _wait_for(lambda: _index(http)["multi_io"][0] == "UNLOADING")
         _refused(lambda: _infer_multi_io(http), "503", "model 'multi_io' | it was unloaded")
         _refused(lambda: _infer_multi_io(grpc), "StatusCode.UNAVAILABLE", "model 'multi_io' | it was unloaded")
@@ -188,9 +199,13 @@ def test_loads_and_unloads_of_one_model_at_once_run_one_at_a_time(server):
     start = threading.Barrier(len(calls))
 
     def call(transport: int, action: str) -> None:
-        client = _clients(server)[transport]  # tritonclient's HTTP client serves one thread
-        start.wait(timeout=60)
-        getattr(client, f"{action}_model")("embed")
+        clients = _clients(server)  # tritonclient's HTTP client serves one thread
+        try:
+            start.wait(timeout=60)
+            getattr(clients[transport], f"{action}_model")("embed")
+        finally:  # closed in the thread that made them: gevent's pool cannot be joined from another thread's GC
+            for client in clients:
+                client.close()
 
     with ThreadPoolExecutor(len(calls)) as pool:
         for future in [pool.submit(call, *c) for c in calls]:
