@@ -167,10 +167,9 @@ def _pareto_line(report: OptimizeReport) -> str:
     """The front's labels, each one that is not a verified answer followed by why (a failed verification,
     a headline from too few rounds to rank): the front shows what reduced precision would cost, not
     what may be chosen."""
-    by_label = {c.label: c for c in report.candidates}
     shown = []
     for label in report.pareto:
-        candidate = by_label.get(label)
+        candidate = report.candidate(label)
         why = []
         if candidate is not None and candidate.verdict is not None and candidate.verdict.status != "pass":
             why.append(f"verification {candidate.verdict.status}")

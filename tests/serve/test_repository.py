@@ -53,12 +53,13 @@ def _clients(server):
             grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc}"))  # fmt: skip
 
 
-def _in_own_client(server, action):
-    """``action`` with an HTTP client of this thread's own, closed here: tritonclient's HTTP client serves
-    one thread, and its gevent pool cannot be joined from another thread's garbage collection."""
+def _in_own_client(server, action, transport=0):
+    """``action`` with a client of this thread's own (``transport`` 0: HTTP, 1: gRPC), closed here:
+    tritonclient's HTTP client serves one thread, and its gevent pool cannot be joined from another
+    thread's garbage collection."""
     clients = _clients(server)
     try:
-        return action(clients[0])
+        return action(clients[transport])
     finally:
         for client in clients:
             client.close()
@@ -199,13 +200,11 @@ def test_loads_and_unloads_of_one_model_at_once_run_one_at_a_time(server):
     start = threading.Barrier(len(calls))
 
     def call(transport: int, action: str) -> None:
-        clients = _clients(server)  # tritonclient's HTTP client serves one thread
-        try:
+        def act(client) -> None:
             start.wait(timeout=60)
-            getattr(clients[transport], f"{action}_model")("embed")
-        finally:  # closed in the thread that made them: gevent's pool cannot be joined from another thread's GC
-            for client in clients:
-                client.close()
+            getattr(client, f"{action}_model")("embed")
+
+        _in_own_client(server, act, transport)
 
     with ThreadPoolExecutor(len(calls)) as pool:
         for future in [pool.submit(call, *c) for c in calls]:
