@@ -15,6 +15,25 @@ from deploykit.signals import DeferredSignals
 
 from .launch import _NAMES
 
+#: Compiled modules whose import a held signal ended, never freed (see ``_deliver``).
+_KEPT: list[ModuleType] = []
+
+
+def _deliver(held: DeferredSignals, module: ModuleType | None) -> None:
+    """Hand a signal held while ``module`` initialised to its handler. The handler may raise (Ctrl-C once
+    the command runs), and the import then drops the module it has just made; freeing a compiled module
+    right after its start crashed the process (onnx's: SIGSEGV in its module's dealloc, no line, exit 139,
+    found on CI's loaded machine). So such a module is kept, with a reference nothing ever releases."""
+    if held.held and module is not None:
+        _KEPT.append(module)  # alive while the command unwinds
+        try:  # and through the interpreter's teardown, which would free the list (numpy has loaded ctypes)
+            import ctypes
+
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(module))
+        except (ImportError, AttributeError):  # ctypes missing, or mid-import itself under a second signal
+            pass
+    held.deliver()
+
 
 class _HoldingLoader(importlib.abc.Loader):
     """A compiled module's loader, run with the signals held."""
@@ -23,12 +42,15 @@ class _HoldingLoader(importlib.abc.Loader):
         self._loader = loader
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        with held_signals():
-            return self._loader.create_module(spec)
+        with held_signals(deliver_on_exit=False) as held:
+            module = self._loader.create_module(spec)
+        _deliver(held, module)
+        return module
 
     def exec_module(self, module: ModuleType) -> None:
-        with held_signals():
+        with held_signals(deliver_on_exit=False) as held:
             self._loader.exec_module(module)
+        _deliver(held, module)
 
     def __getattr__(self, name: str) -> Any:  # get_filename, is_package ... as the real loader
         return getattr(self._loader, name)
@@ -59,7 +81,8 @@ def hold_signals_while_compiled_modules_load() -> None:
         sys.meta_path.insert(0, _HoldingFinder())
 
 
-def held_signals() -> DeferredSignals:
+def held_signals(*, deliver_on_exit: bool = True) -> DeferredSignals:
     """A block during which the command's signals are held (``deploykit.signals.DeferredSignals``): their
-    handlers only record them, and the first one is handled the moment the block ends."""
-    return DeferredSignals(_NAMES)
+    handlers only record them, and the first one is handled the moment the block ends (with
+    ``deliver_on_exit``; else when ``deliver`` is called)."""
+    return DeferredSignals(_NAMES, deliver_on_exit=deliver_on_exit)

@@ -50,6 +50,42 @@ def install_start_policy() -> None:
             signal.signal(signum, stop_at_once)
 
 
+def leave_to_the_kernel() -> None:
+    """From now on SIGINT, SIGTERM and SIGHUP get the kernel's default action (the process ends with the
+    shell's code for the signal), unless the caller ignores them. For the end of the command: a Python
+    handler runs only between bytecodes, and the interpreter's last steps after its last bytecode would
+    leave a signal recorded and never handled (the command exited 0 though the signal had come).
+
+    A signal already recorded is handled by its Python handler as ``signal.signal`` begins (it checks for
+    pending signals first); one that arrives while the handlers are switched is seen through the wakeup
+    file and raised again, now with the default action."""
+    signums = [signum for signum in _NAMES if signal.getsignal(signum) is not signal.SIG_IGN]
+    try:
+        read_end, write_end = os.pipe()
+        os.set_blocking(read_end, False)
+        os.set_blocking(write_end, False)
+        previous = signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    except (OSError, ValueError):  # no file descriptor left, or not the main thread: no safety net
+        for signum in signums:
+            signal.signal(signum, signal.SIG_DFL)
+        return
+    try:
+        for signum in signums:
+            signal.signal(signum, signal.SIG_DFL)
+    finally:
+        signal.set_wakeup_fd(previous)
+    try:
+        arrived = os.read(read_end, 256)
+    except OSError:  # nothing came
+        arrived = b""
+    os.close(read_end)
+    os.close(write_end)
+    for signum in arrived:
+        if signum in signums:
+            os.kill(os.getpid(), signum)
+            os._exit(128 + signum)  # were the default action somehow not at once
+
+
 def main() -> None:
     install_start_policy()
     from deploykit.cli.holding import hold_signals_while_compiled_modules_load

@@ -244,6 +244,9 @@ def main() -> None:
             raise SystemExit(BROKEN_PIPE_EXIT) from None
         raise
     finally:
+        # The work is done: a signal from here on ends the command at once with the shell's code, never
+        # a KeyboardInterrupt inside the flush or a teardown hook (the one line while Python still runs).
+        launch.install_start_policy()
         try:  # what is still buffered goes out now, while a broken pipe can still end quietly
             sys.stdout.flush()
         except BrokenPipeError:
@@ -251,9 +254,9 @@ def main() -> None:
         finally:
             if original is not None:
                 os.close(original)
-            # The work is done: a signal during the interpreter's exit (atexit, module teardown) ends it
-            # with the one line and the shell's code, never a KeyboardInterrupt inside a teardown hook.
-            launch.install_start_policy()
+            # The interpreter's exit runs steps after its last bytecode, where a Python handler would
+            # never run (the signal lost, exit 0): the kernel's default action takes over.
+            launch.leave_to_the_kernel()
 
 
 def _is_devnull() -> bool:
