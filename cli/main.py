@@ -8,6 +8,7 @@ with one line and 130, SIGTERM with 143 (``launch`` holds the policy while this 
 
 from __future__ import annotations
 
+import _thread
 import os
 import select
 import signal
@@ -197,22 +198,60 @@ app.add_typer(fleet_app, name="fleet")
 app.add_typer(platforms_app, name="platforms")
 
 
+class _SignalExit(SystemExit):
+    """The exit a SIGTERM or SIGHUP raises (its ``signum`` says which)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(128 + signum)
+        self.signum = signum
+
+
+class _Interrupted(KeyboardInterrupt):
+    """The KeyboardInterrupt a Ctrl-C raises."""
+
+    signum = signal.SIGINT
+
+
 def _exit_on_signal(signum: int, frame: object) -> None:
     # SIGTERM/SIGHUP become an exit that unwinds: finally blocks remove temporary files and kill
     # isolated workers (bench, compare, convert), instead of leaving them behind as SIG_DFL would.
-    raise SystemExit(128 + signum)
+    raise _SignalExit(signum)
 
 
 def _interrupt(signum: int, frame: object) -> None:
     # The first Ctrl-C unwinds (finally blocks remove temporary files and stop workers); a second one,
     # while that runs, leaves at once as during start-up.
     signal.signal(signal.SIGINT, launch.stop_at_once)
-    raise KeyboardInterrupt
+    raise _Interrupted
+
+
+def _signal_met_a_callback(unraisable: Any) -> None:
+    """``sys.unraisablehook``: a Python handler runs at whatever bytecode comes next, and that may be a
+    weakref callback, a ``__del__`` or a garbage-collector callback, where Python prints "Exception
+    ignored" and goes on: the signal was lost (``backends`` exited 0 after a SIGTERM met importlib's
+    module-lock callback). The signal is sent again from another thread, so that its handler runs once
+    the main thread has left the callback; other unraisable exceptions go to the previous hook."""
+    signum = getattr(unraisable.exc_value, "signum", None)
+    if not isinstance(unraisable.exc_value, _SignalExit | _Interrupted) or signum is None:
+        _previous_unraisablehook(unraisable)
+        return
+    if signum == signal.SIGINT:  # the first Ctrl-C did not unwind: the next one still should
+        signal.signal(signal.SIGINT, _interrupt)
+    # A raw thread, which start_new_thread does not wait for (Thread.start does, and the handler then ran
+    # inside this hook): it needs the GIL to send, which this thread gives up after leaving the callback.
+    try:
+        _thread.start_new_thread(os.kill, (os.getpid(), signum))
+    except RuntimeError:  # no new thread at the interpreter's exit: the handler runs at the next bytecode
+        os.kill(os.getpid(), signum)
+
+
+_previous_unraisablehook = sys.unraisablehook
 
 
 def _install_signal_policy() -> None:
     """Ctrl-C raises KeyboardInterrupt (one line and 130 at the top, see ``_Group``); SIGTERM/SIGHUP become
     an exit that unwinds. A signal the caller ignores (nohup, trap '' INT) stays ignored."""
+    sys.unraisablehook = _signal_met_a_callback
     for signum, handler in (
         (signal.SIGINT, _interrupt),
         (signal.SIGTERM, _exit_on_signal),

@@ -264,3 +264,45 @@ def test_a_ctrl_c_held_through_a_compiled_modules_start_unwinds_without_a_crash(
     )
     assert done.stdout.split() == ["interrupted", "1", "unwound"], f"exit {done.returncode}\n{done.stdout}{done.stderr}"
     assert done.returncode == 0, done.stderr
+
+
+_IN_A_CALLBACK = r"""
+import os, signal, sys, time, weakref
+from deploykit.cli import main
+
+
+class Thing:
+    pass
+
+
+def callback(reference):  # a signal handled here raises into a callback, where Python ignores it
+    os.kill(os.getpid(), int(sys.argv[1]))
+    sum(range(10_000))
+
+
+main._install_signal_policy()
+thing = Thing()
+reference = weakref.ref(thing, callback)
+try:
+    del thing
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # the command's work goes on
+        time.sleep(0.01)
+    print("lost", flush=True)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    raise SystemExit(130)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_handled_inside_a_callback_still_ends_the_command(signum: int) -> None:
+    """A Python handler runs at the next bytecode, which can be a weakref callback or a ``__del__``; the
+    exception it raises there is "ignored" by Python and the command went on to exit 0 (``backends``,
+    SIGTERM during importlib's module-lock callback). The signal is sent again and ends the command."""
+    done = subprocess.run(
+        [sys.executable, "-c", _IN_A_CALLBACK, str(signum)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 128 + signum, f"exit {done.returncode}\n{done.stdout}{done.stderr}"
+    assert "lost" not in done.stdout and "Exception ignored" not in done.stderr, done.stdout + done.stderr
+    assert done.stdout.split() == (["interrupted"] if signum == signal.SIGINT else []), done.stdout
