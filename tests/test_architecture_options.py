@@ -7,7 +7,8 @@ In ``deploykit/backends/`` an option is read only through ``OpenRequest.option(n
 - ``.get(...)`` on an options mapping (``options``, ``request.options``, or a name bound to one of them):
   ``options.get("threads", 0)`` writes a second default, and ``options.get("threads")`` reads around the spec;
 - indexing an options mapping (``options["threads"]``);
-- ``option(...) or <literal>`` (a default written again after the read).
+- ``option(...) or <literal>`` (a default written again after the read);
+- a parameter named after an option with a default other than None (``converted(model, weights="f32")``).
 
 ``Backend.option_value`` itself, the one place that reads the mapping, is exempt. Asking whether an option
 was given (``"precision" in options``) is not a read and stays allowed. Each option name read must be in the
@@ -18,8 +19,10 @@ from __future__ import annotations
 
 import ast
 import importlib
+from collections.abc import Collection
 from pathlib import Path
 
+from deploykit.backends.base import Backend
 from deploykit.backends.options import as_spec
 from deploykit.backends.registry import BUILTIN_BACKENDS
 
@@ -90,10 +93,29 @@ def _violation(node: ast.AST, bound: set[str]) -> str | None:
     return None
 
 
-def option_default_violations(source: str, relative: str) -> list[str]:
-    """``relative:line: code (what to do)`` for each option read around the spec in one module's source."""
+def _literal_parameter_defaults(tree: ast.Module, option_names: Collection[str]) -> list[tuple[int, str]]:
+    """Parameters named after an option that default to a value (``weights: str = "f32"``): a second default."""
     found = []
-    for qualified, nodes in _scopes(ast.parse(source)).items():
+    for function in ast.walk(tree):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        args = function.args
+        positional = [*args.posonlyargs, *args.args]
+        pairs = [*zip(positional[len(positional) - len(args.defaults) :], args.defaults, strict=True)]
+        pairs += [(arg, default) for arg, default in zip(args.kwonlyargs, args.kw_defaults, strict=True) if default]
+        for arg, default in pairs:
+            if arg.arg in option_names and not (isinstance(default, ast.Constant) and default.value is None):
+                text = f"{function.name}({arg.arg}={ast.unparse(default)}) (the default belongs in the OptionSpec)"
+                found.append((function.lineno, text))
+    return found
+
+
+def option_default_violations(source: str, relative: str, option_names: Collection[str] = ()) -> list[str]:
+    """``relative:line: code (what to do)`` for each option read around the spec in one module's source;
+    ``option_names``: the options whose names a parameter may not give a default."""
+    tree = ast.parse(source)
+    found = [(line, f"{relative}:{line}: {text}") for line, text in _literal_parameter_defaults(tree, option_names)]
+    for qualified, nodes in _scopes(tree).items():
         if f"{relative}:{qualified}" in READERS:
             continue
         bound = _bound_to_options(nodes)
@@ -104,12 +126,21 @@ def option_default_violations(source: str, relative: str) -> list[str]:
     return [text for _, text in sorted(found)]
 
 
+def _backend_classes() -> list[type[Backend]]:
+    classes = []
+    for target in BUILTIN_BACKENDS.values():
+        module, _, name = target.partition(":")
+        classes.append(getattr(importlib.import_module(module), name))
+    return classes
+
+
 def violations_under(root: Path) -> list[str]:
     """Every option read around the spec in ``root``'s ``deploykit/backends/``."""
+    option_names = {name for backend in _backend_classes() for name in backend.options}
     found: list[str] = []
     for path in sorted((root / BACKENDS).rglob("*.py")):
         relative = path.relative_to(root).as_posix()
-        found += option_default_violations(path.read_text(encoding="utf-8"), relative)
+        found += option_default_violations(path.read_text(encoding="utf-8"), relative, option_names)
     return found
 
 
@@ -120,25 +151,22 @@ def test_backends_read_options_only_through_the_spec_defaults():
 
 def test_each_option_read_is_in_its_modules_backend_schema():
     schemas: dict[str, set[str]] = {}
-    for target in BUILTIN_BACKENDS.values():
-        module, _, name = target.partition(":")
-        backend = getattr(importlib.import_module(module), name)
-        schemas.setdefault(module, set()).update(backend.options)
+    for backend in _backend_classes():
+        schemas.setdefault(backend.__module__, set()).update(backend.options)
     found = []
     for module, names in schemas.items():
         path = ROOT / (module.replace(".", "/") + ".py")
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if _is_option_read(node) and isinstance(node, ast.Call):
+            if isinstance(node, ast.Call) and _is_option_read(node):
                 read = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
                 found += [f"{module}:{node.lineno}: {r!r}" for r in read if r not in names]
     assert not found, "not an option of the module's backend:\n" + "\n".join(found)
 
 
-def test_every_builtin_backend_option_has_a_spec_with_its_default():
-    for target in BUILTIN_BACKENDS.values():
-        module, _, name = target.partition(":")
-        backend = getattr(importlib.import_module(module), name)
-        assert all(as_spec(spec).type != "any" for spec in backend.options.values()), f"{name}: a typed OptionSpec"
+def test_every_builtin_backend_option_is_a_typed_spec():
+    for backend in _backend_classes():
+        untyped = [name for name, spec in backend.options.items() if as_spec(spec).type == "any"]
+        assert not untyped, f"{backend.name}: {untyped} need an OptionSpec (type, default, doc)"
 
 
 def test_the_check_refuses_each_way_around_the_spec():
@@ -155,9 +183,12 @@ def test_the_check_refuses_each_way_around_the_spec():
         "    f = kept['sgemm']\n"
         "def helper(model, options):\n"
         "    return str(options.get('weights', 'f32'))\n"
+        "def converted(model, weights='f32', *, threads=0, precision=None):\n"
+        "    return model\n"
     )
-    found = option_default_violations(source, "m.py")
-    assert [line.split(":")[1] for line in found] == ["3", "4", "5", "6", "8", "10", "12"]
+    found = option_default_violations(source, "m.py", {"weights", "threads", "precision"})
+    assert [line.split(":")[1] for line in found] == ["3", "4", "5", "6", "8", "10", "12", "13", "13"]
+    assert "converted(threads=0)" in found[-2] and "converted(weights='f32')" in found[-1]
 
 
 def test_the_check_lets_the_one_way_through():

@@ -588,7 +588,7 @@ class Backend(OldBackendNames, abc.ABC):
         so the default ``deploykit backends --options`` documents is the one that runs.
 
         Raises:
-            KeyError: ``name`` is not in ``options`` of the schema (a backend's own mistake).
+            KeyError: ``name`` is not in the backend's schema, ``options`` (a backend's own mistake).
             UsageError: a given value its spec refuses.
         """
         if name not in cls.options:
@@ -602,8 +602,8 @@ class Backend(OldBackendNames, abc.ABC):
     @abc.abstractmethod
     def _open(self, model: Model, request: OpenRequest) -> Session:
         """Load ``model`` (its file is ``model.path``; its interface, read once, ``model.inputs`` and
-        ``model.outputs``) on ``request.device`` with ``request.options``, and return a session made with
-        ``request`` whose ``info`` says what runs it."""
+        ``model.outputs``) on ``request.device`` with the options ``request.option(name)`` reads, and return
+        a session made with ``request`` whose ``info`` says what runs it."""
 
 
 def _running(kind: str) -> list[str]:

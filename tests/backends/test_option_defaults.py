@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import deploykit
 from deploykit.backends.base import Backend, Session
 from deploykit.backends.options import as_spec, cpu_count
 from deploykit.backends.registry import BUILTIN_BACKENDS, get_backend
+from deploykit.errors import UsageError
 from tests.assets.catalog import conv_bn_act, mlp_dynamic_batch
 from tests.assets.paths import missing_asset
 
@@ -77,19 +79,16 @@ def _opencv_threads() -> int:
     return cv2.getNumThreads() + 1
 
 
+@dataclass(frozen=True)
 class Case:
-    """How one backend's options are seen: the model it opens, what its runtime shows of a session, a
-    value other than the default for each option that shows, and why each other option with a default
-    does not show."""
+    """How one backend's options are seen: the model it opens (``static``, ``dynamic``, ``tflite``), what its
+    runtime shows of a session, a value other than the default for each option that shows (or a function
+    that gives one here), and why each other option with a default does not show."""
 
-    def __init__(
-        self,
-        model: str,
-        observe: Callable[[Session], dict[str, Any]],
-        other: dict[str, Any],
-        unseen: dict[str, str] | None = None,
-    ) -> None:
-        self.model, self.observe, self.other, self.unseen = model, observe, other, unseen or {}
+    model: str
+    observe: Callable[[Session], dict[str, Any]]
+    other: dict[str, Any]
+    unseen: dict[str, str] = field(default_factory=dict)
 
 
 CASES: dict[str, Case] = {
@@ -220,3 +219,25 @@ def test_ncnn_defaults_reach_its_option(models: dict[str, Path]) -> None:
     assert seen["use_winograd_convolution"] is seen["use_winograd23_convolution"] is defaults["winograd"]
     assert seen["use_sgemm_convolution"] is defaults["sgemm"]
     assert seen["precision"] == defaults["precision"]
+
+
+def test_a_session_records_only_the_options_it_was_given(models: dict[str, Path]) -> None:
+    """Reports, bundles and ``session.info`` echo what the caller gave, not the defaults filled in."""
+    _backend("onnxruntime")
+    with deploykit.load(models["static"], backend="onnxruntime") as session:
+        assert session.info.options == {}
+    with deploykit.load(models["static"], backend="onnxruntime", threads="1") as session:
+        assert session.info.options == {"threads": 1}
+
+
+def test_option_value_reads_a_callers_mapping_through_the_spec() -> None:
+    backend = get_backend("onnxruntime")
+    assert backend.option_value({}, "graph_optimization") == "all"
+    assert backend.option_value({"graph_optimization": "BASIC"}, "graph_optimization") == "basic"
+    with pytest.raises(UsageError) as caught:
+        backend.option_value({"threads": "many"}, "threads")
+    assert caught.value.message == "backend 'onnxruntime' | option threads='many' is not an integer; expected an " + (
+        f"integer (0 to {4 * cpu_count()} (4 × {cpu_count()} CPUs))."
+    )
+    with pytest.raises(KeyError, match="backend 'onnxruntime' has no option 'thread' in its schema"):
+        backend.option_value({}, "thread")
