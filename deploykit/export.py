@@ -121,7 +121,7 @@ def export_ncnn(
     thresholds_for("f32", **overrides)  # bad values fail before anything runs
     NcnnBackend().import_runtime()
     shape_option = {"shape": ";".join(shapes)} if shapes else {}
-    layout = onnx_layout(model_path, shape_option, fp16_weights=fp16)
+    layout = onnx_layout(model_path, shape_option.get("shape"), fp16_weights=fp16)
     settings = {text.partition(":")[0]: text for text in shapes}
     prepared = prepare_inputs(
         model_path,

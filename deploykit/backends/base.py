@@ -18,7 +18,7 @@ import numpy as np
 
 from deploykit.backends.converted import interface_file
 from deploykit.backends.legacy import MADE_FUNCTIONS, OldBackendNames
-from deploykit.backends.options import OptionSpec, validate_options
+from deploykit.backends.options import OptionSpec, as_spec, validate_options
 from deploykit.backends.traits import (
     Conversion,
     LoadWording,
@@ -121,6 +121,16 @@ class OpenRequest:
     allow_fallback: bool = False
     precision: str | None = None
     model_precision: str | None = None
+
+    def option(self, name: str) -> Any:
+        """The value of backend option ``name`` for this session: as the caller gave it (validated), else
+        its spec's ``default``, the one place a default is written (``deploykit backends --options``
+        shows it). ``options`` stays what the caller gave: reports, bundles and ``session.info`` echo it.
+
+        Raises:
+            KeyError: ``name`` is not in the backend's schema (a backend's own mistake, never the caller's).
+        """
+        return self.backend.option_value(self.options, name)
 
 
 class Session(abc.ABC):
@@ -564,15 +574,36 @@ class Backend(OldBackendNames, abc.ABC):
         return session
 
     def requested_precision(self, options: Mapping[str, Any]) -> str | None:
-        """The precision the caller asked for through the ``precision`` option (normalised), or None."""
-        value = options.get("precision") if "precision" in self.options else None
+        """The precision the caller asked for through the ``precision`` option (normalised), or None
+        when none was given: the option's default is the runtime's own precision, not a request."""
+        if "precision" not in self.options or "precision" not in options:
+            return None
+        value = self.option_value(options, "precision")
         return None if value is None else normalize_precision(str(value))
+
+    @classmethod
+    def option_value(cls, options: Mapping[str, Any], name: str) -> Any:
+        """Option ``name`` read from ``options`` (what a caller gave): the given value checked against its
+        spec, else the spec's ``default``. Backends read every option through this (or ``OpenRequest.option``),
+        so the default ``deploykit backends --options`` documents is the one that runs.
+
+        Raises:
+            KeyError: ``name`` is not in the backend's schema, ``options`` (a backend's own mistake).
+            UsageError: a given value its spec refuses.
+        """
+        if name not in cls.options:
+            raise KeyError(f"backend '{cls.name}' has no option {name!r} in its schema; it has {sorted(cls.options)}")
+        spec = as_spec(cls.options[name])
+        if name not in options:
+            return spec.default
+        value = options[name]
+        return value if spec.type == "any" else spec.validate(cls.name, name, value)
 
     @abc.abstractmethod
     def _open(self, model: Model, request: OpenRequest) -> Session:
         """Load ``model`` (its file is ``model.path``; its interface, read once, ``model.inputs`` and
-        ``model.outputs``) on ``request.device`` with ``request.options``, and return a session made with
-        ``request`` whose ``info`` says what runs it."""
+        ``model.outputs``) on ``request.device`` with the options ``request.option(name)`` reads, and return
+        a session made with ``request`` whose ``info`` says what runs it."""
 
 
 def _running(kind: str) -> list[str]:

@@ -68,7 +68,7 @@ def _converted_file(model: Model, options: Mapping[str, Any]) -> Path | None:
         return None
     from deploykit.backends.litert_convert import converted
 
-    return converted(model, str(options.get("weights", "f32")))
+    return converted(model, LiteRtBackend.option_value(options, "weights"))
 
 
 def _carry(model: Model, options: Mapping[str, Any], folder: Path, stem: str) -> Carried | None:
@@ -84,7 +84,7 @@ def _carry(model: Model, options: Mapping[str, Any], folder: Path, stem: str) ->
     target = folder / f"{stem}.tflite"
     shutil.copyfile(cached, target)
     layout = dataclasses.replace(layout_for(model, cached), tflite=target)
-    document = layout.io_document(model.path, str(options.get("weights", "f32")))
+    document = layout.io_document(model.path, LiteRtBackend.option_value(options, "weights"))
     io = interface_file(target)
     io.write_text(json.dumps(document, indent=1) + "\n")
     return Carried(target, (target, io), ("weights",))
@@ -133,11 +133,11 @@ class LiteRtBackend(Backend):
     def _open(self, model: Model, request: OpenRequest) -> Session:
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-        device, options = request.device, dict(request.options)
+        device = request.device
         _DEVICE_NAMES.parse(self.name, device)
-        tflite = self._tflite(model, options)
-        threads = int(options.get("threads", 0))
-        xnnpack = bool(options.get("xnnpack", True))
+        tflite = self._tflite(model, request.options)
+        threads = request.option("threads")
+        xnnpack = request.option("xnnpack")
         resolver = OpResolverType.AUTO if xnnpack else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES
         with _quiet_native_log():  # the delegate is made when the tensors are first allocated
             interpreter = Interpreter(
@@ -157,7 +157,7 @@ class LiteRtBackend(Backend):
                 f"{threads or 'default'} thread(s)",
                 f"{weights} weights",
             ],
-            options=dict(options),
+            options=dict(request.options),
             model_precision=None if weights == "f32" else weights,
         )
         session = LiteRtSession(model.path, layout, info, call, request)

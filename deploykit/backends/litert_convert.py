@@ -63,7 +63,7 @@ def entry_key(model: Model, weights: str, pins_sha256: str) -> dict[str, Any]:
     }
 
 
-def converted(model: Model, weights: str = "f32", *, timeout_s: float = CONVERT_TIMEOUT_S) -> Path:
+def converted(model: Model, weights: str, *, timeout_s: float = CONVERT_TIMEOUT_S) -> Path:
     """The cached ``.tflite`` of ``model`` with ``weights`` (``f32``, ``f16`` or ``int8`` dynamic range),
     converted now if it is not cached yet.
 

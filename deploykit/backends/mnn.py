@@ -260,9 +260,9 @@ class MnnBackend(Backend):
         return list(applied_precisions())
 
     def _open(self, model: Model, request: OpenRequest) -> Session:
-        device, options = request.device, dict(request.options)
+        device, options = request.device, request.options
         _DEVICE_NAMES.parse(self.name, device)
-        asked = options.get("precision")
+        asked = request.precision  # None when none was given: the default f32 is no request to report against
         offered = self.precisions("cpu")
         ran = asked if asked in offered else "f32"
         if model.format == ".mnn":
@@ -271,8 +271,8 @@ class MnnBackend(Backend):
             path = _converted_file(model, options) or model.path
             specs_in, specs_out, typed = list(model.inputs), list(model.outputs), True
             metadata_props = dict(model.metadata_props)
-        threads = int(options.get("threads") or 0) or cpu_count()
-        winograd = bool(options.get("winograd", False))
+        threads = request.option("threads") or cpu_count()
+        winograd = request.option("winograd")
         with captured_stdout() as said:
             try:
                 module = _load(path, specs_in, specs_out, ran, threads, winograd, options)
@@ -319,8 +319,8 @@ def _load(
         "backend": "CPU",
         "precision": _PRECISION_NUMBERS[_MODES[precision]],
         "numThread": threads,
-        "memory": _LEVEL_NUMBERS[str(options.get("memory", "normal"))],
-        "power": _LEVEL_NUMBERS[str(options.get("power", "normal"))],
+        "memory": _LEVEL_NUMBERS[MnnBackend.option_value(options, "memory")],
+        "power": _LEVEL_NUMBERS[MnnBackend.option_value(options, "power")],
     }
     runtime = nn.create_runtime_manager((config,))
     if not winograd:

@@ -156,7 +156,7 @@ class NcnnBackend(Backend):
     def _open(self, model: Model, request: OpenRequest) -> Session:
         import ncnn
 
-        device, allow_fallback, options = request.device, request.allow_fallback, dict(request.options)
+        device, allow_fallback = request.device, request.allow_fallback
         model_path = model.path
 
         parsed = _DEVICE_NAMES.parse(self.name, device)
@@ -177,23 +177,23 @@ class NcnnBackend(Backend):
                     "allow_fallback=True (--allow-fallback) to run on the CPU and have it reported.",
                 )
             kind = "cpu"
-        asked = options.get("precision")
+        asked = request.precision  # None when none was given: the default f32 is no request to report against
         offered = self.precisions(f"vulkan:{index}" if kind == "vulkan" else "cpu")
         ran = asked if asked in offered else "f32"
         if model.format == ".param":
             layout = native_layout(model_path)
         else:
-            layout = onnx_layout(model, options, fp16_weights=ran == "f16")
+            layout = onnx_layout(model, request.option("shape"), fp16_weights=ran == "f16")
         net = ncnn.Net()
         opt = net.opt
         _set_precision(opt, ran)
-        if int(options.get("threads", 0)):
-            opt.num_threads = int(options["threads"])
-        opt.lightmode = bool(options.get("light_mode", True))
-        winograd = bool(options.get("winograd", True))
+        if threads := request.option("threads"):
+            opt.num_threads = threads
+        opt.lightmode = request.option("light_mode")
+        winograd = request.option("winograd")
         opt.use_winograd_convolution = winograd
         opt.use_winograd23_convolution = opt.use_winograd43_convolution = opt.use_winograd63_convolution = winograd
-        opt.use_sgemm_convolution = bool(options.get("sgemm", True))
+        opt.use_sgemm_convolution = request.option("sgemm")
         if kind == "vulkan":
             opt.use_vulkan_compute = True
             net.set_vulkan_device(index)
@@ -241,7 +241,7 @@ class NcnnBackend(Backend):
             ],
             fallback=fallback_reason is not None or precision_note is not None,
             fallback_reason="; ".join(r for r in (fallback_reason, precision_note) if r) or None,
-            options=dict(options),
+            options=dict(request.options),
         )
         return NcnnSession(model_path, layout, info, net, request)
 

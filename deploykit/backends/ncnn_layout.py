@@ -9,7 +9,7 @@ interface, layer types ncnn has, attributes pnnx dropped, a ``.bin`` that belong
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,12 +90,11 @@ class NcnnLayout:
         }
 
 
-def _shape_settings(options: Mapping[str, Any]) -> list[str]:
-    text = str(options.get("shape") or "")
-    return [part.strip() for part in text.split(";") if part.strip()]
+def _shape_settings(shape: str | None) -> list[str]:
+    return [part.strip() for part in (shape or "").split(";") if part.strip()]
 
 
-def onnx_layout(model: Model | Path, options: Mapping[str, Any], *, fp16_weights: bool) -> NcnnLayout:
+def onnx_layout(model: Model | Path, shape: str | None, *, fp16_weights: bool) -> NcnnLayout:
     interface = as_model(model)
     model_path = interface.path
     subject = f"'{model_path.name}'"
@@ -104,7 +103,7 @@ def onnx_layout(model: Model | Path, options: Mapping[str, Any], *, fp16_weights
         plan = plan_inputs(
             interface.inputs,
             interface.metadata_props,
-            settings=parse_input_settings(_shape_settings(options)),
+            settings=parse_input_settings(_shape_settings(shape)),
             model_name=subject,
         )
     except UsageError as exc:

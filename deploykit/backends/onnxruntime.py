@@ -157,7 +157,7 @@ class OnnxRuntimeBackend(Backend):
         ]
 
     def _open(self, model: Model, request: OpenRequest) -> Session:
-        device, allow_fallback, options = request.device, request.allow_fallback, dict(request.options)
+        device, allow_fallback = request.device, request.allow_fallback
         ort = self.import_runtime()
         parsed = _DEVICE_NAMES.parse(self.name, device)
         kind, index = parsed.kind, parsed.number
@@ -172,12 +172,12 @@ class OnnxRuntimeBackend(Backend):
             kind, wanted = "cpu", _PROVIDERS["cpu"]
 
         session_options = ort.SessionOptions()
-        session_options.intra_op_num_threads = int(options.get("threads", 0))
-        session_options.inter_op_num_threads = int(options.get("inter_op_threads", 0))
-        session_options.log_severity_level = int(options.get("log_level", 3))
-        if not options.get("spinning", True):
+        session_options.intra_op_num_threads = request.option("threads")
+        session_options.inter_op_num_threads = request.option("inter_op_threads")
+        session_options.log_severity_level = request.option("log_level")
+        if not request.option("spinning"):
             session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        level = str(options.get("graph_optimization", "all"))
+        level = request.option("graph_optimization")
         session_options.graph_optimization_level = {
             "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
             "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -211,7 +211,7 @@ class OnnxRuntimeBackend(Backend):
             providers=list(active),
             fallback=fallback_reason is not None,
             fallback_reason=fallback_reason,
-            options=dict(options),
+            options=dict(request.options),
         )
         return OnnxRuntimeSession(model_path, model.inputs, model.outputs, info, session, model.metadata_props, request)
 

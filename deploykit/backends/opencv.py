@@ -138,13 +138,13 @@ class OpenCvBackend(Backend):
     def model_files(self, path: Path, options: Mapping[str, Any]) -> list[Path]:
         """A Darknet ``.cfg`` with the ``.weights`` file its ``weights`` option names."""
         files = super().model_files(path, options)
-        weights = options.get("weights")
+        weights = self.option_value(options, "weights")
         if path.suffix.lower() == ".cfg" and weights:
             files.append(Path(weights))
         return files
 
     def _open(self, model: Model, request: OpenRequest) -> Session:
-        device, allow_fallback, options = request.device, request.allow_fallback, dict(request.options)
+        device, allow_fallback = request.device, request.allow_fallback
         cv2 = self.import_runtime()
         target = _DEVICE_NAMES.parse(self.name, device).kind
         fallback_reason = self._target_problem(cv2, target)
@@ -158,13 +158,13 @@ class OpenCvBackend(Backend):
                     "allow_fallback=True (--allow-fallback) to run on the CPU and have it reported.",
                 )
             target = "cpu"
-        if int(options.get("threads", 0)):
-            cv2.setNumThreads(int(options["threads"]))
+        if threads := request.option("threads"):
+            cv2.setNumThreads(threads)
 
         model_path = model.path
         inputs, outputs, precision, metadata = model.inputs, model.outputs, model.precision, model.metadata_props
         if model.format == ".cfg":
-            net = self._read_darknet(cv2, model_path, options)
+            net = self._read_darknet(cv2, model_path, request.option("weights"))
             outputs = tuple(TensorSpec(name, np.dtype(np.float32), None) for name in net.getUnconnectedOutLayersNames())
         else:
             refuse_unsupported_kinds(self, model_path, inputs, outputs)
@@ -188,7 +188,7 @@ class OpenCvBackend(Backend):
             providers=[f"DNN_BACKEND_{'CUDA' if 'cuda' in target else 'OPENCV'}", target],
             fallback=fallback_reason is not None,
             fallback_reason=fallback_reason,
-            options=dict(options),
+            options=dict(request.options),
         )
         return OpenCvSession(model_path, inputs, outputs, info, net, dict(metadata), request)
 
@@ -205,7 +205,7 @@ class OpenCvBackend(Backend):
             return "OpenCV finds no OpenCL platform/device on this machine."
         return None
 
-    def _read_darknet(self, cv2: Any, cfg_path: Path, options: dict[str, Any]) -> Any:
+    def _read_darknet(self, cv2: Any, cfg_path: Path, weights: str | None) -> Any:
         if not hasattr(cv2.dnn, "readNetFromDarknet"):
             raise UnsupportedModelError(
                 f"backend 'opencv' ({cv2.__version__}) | cannot read Darknet '{cfg_path.name}': "
@@ -213,7 +213,6 @@ class OpenCvBackend(Backend):
                 hint="convert it first: deploykit convert darknet MODEL.cfg MODEL.weights "
                 "-o model.onnx, then run the .onnx on any backend.",
             )
-        weights = options.get("weights")
         if not weights:
             raise UsageError(
                 f"backend 'opencv' | Darknet model '{cfg_path.name}' needs its .weights file.",

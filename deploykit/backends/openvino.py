@@ -181,25 +181,26 @@ class OpenVinoBackend(Backend):
             "compute runtime for GPU), or pick one of the listed devices.",
         )
 
-    def _config(self, options: dict[str, Any]) -> dict[str, Any]:
+    def _config(self, request: OpenRequest) -> dict[str, Any]:
+        """The compile properties the options set; an option left at its default (None, 0) leaves the
+        property to OpenVINO."""
         config: dict[str, Any] = {}
-        # Values were checked against ``options`` (the schema) by Backend.open.
-        if "precision" in options:
-            config["INFERENCE_PRECISION_HINT"] = _PRECISIONS[options["precision"]]
-        if "performance_hint" in options:
-            config["PERFORMANCE_HINT"] = _HINTS[options["performance_hint"]]
-        if "streams" in options:
-            config["NUM_STREAMS"] = str(int(options["streams"]))
-        if int(options.get("threads", 0)):
-            config["INFERENCE_NUM_THREADS"] = int(options["threads"])
-        if options.get("cache_dir"):
-            config["CACHE_DIR"] = str(options["cache_dir"])
+        if (precision := request.option("precision")) is not None:
+            config["INFERENCE_PRECISION_HINT"] = _PRECISIONS[precision]
+        if (hint := request.option("performance_hint")) is not None:
+            config["PERFORMANCE_HINT"] = _HINTS[hint]
+        if (streams := request.option("streams")) is not None:
+            config["NUM_STREAMS"] = str(streams)
+        if threads := request.option("threads"):
+            config["INFERENCE_NUM_THREADS"] = threads
+        if cache_dir := request.option("cache_dir"):
+            config["CACHE_DIR"] = str(cache_dir)
         return config
 
     def _open(self, model: Model, request: OpenRequest) -> Session:
-        device, allow_fallback, options = request.device, request.allow_fallback, dict(request.options)
+        device, allow_fallback = request.device, request.allow_fallback
         ov_device, fallback_reason = self._normalize_device(device, allow_fallback)
-        config = self._config(options)
+        config = self._config(request)
         model_path, interface = model.path, model
         refuse_unsupported_kinds(self, model_path, interface.inputs, interface.outputs)
         compiled_from = _core().read_model(str(model_path))
@@ -215,7 +216,7 @@ class OpenVinoBackend(Backend):
                 precision="",
                 fallback=fallback_reason is not None,
                 fallback_reason=fallback_reason,
-                options=dict(options),
+                options=dict(request.options),
             ),
             model=compiled_from,
             device=ov_device,
@@ -413,8 +414,8 @@ class OpenVinoSession(Session):
         """``request.options`` say whether a dynamic model is reshaped to each feed (``reshape``) and how many
         shapes stay compiled (``shape_cache``)."""
         super().__init__(model_path, inputs, outputs, info, metadata, request=request)
-        reshape = str(request.options.get("reshape", "auto")).lower() == "auto"
-        self._shape_cache = int(request.options.get("shape_cache", _SHAPE_CACHE_SIZE))
+        reshape = request.option("reshape") == "auto"
+        self._shape_cache = request.option("shape_cache")
         self._evicted: set[tuple[Any, ...]] = set()
         self._model = model
         self._device = device

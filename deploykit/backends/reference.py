@@ -42,7 +42,10 @@ class ReferenceBackend(Backend):
     value_kinds = frozenset(KINDS)  # lists for sequences, None for empty optionals, both ways
     options: ClassVar[Mapping[str, OptionSpec | str]] = {
         "precision": OptionSpec(
-            "f32: the model's own types; f64: floating inputs computed in float64", choices=("f32", "f64")
+            "f32: the model's own types; f64: floating inputs computed in float64",
+            "str",
+            "f32",
+            choices=("f32", "f64"),
         ),
     }
 
@@ -59,7 +62,7 @@ class ReferenceBackend(Backend):
 
     def requested_precision(self, options: Mapping[str, Any]) -> str | None:
         """Only f64 is a request: ``precision=f32`` means the model's own types (f16 for an f16 model)."""
-        return "f64" if str(options.get("precision", "")).lower() == "f64" else None
+        return "f64" if self.option_value(options, "precision") == "f64" else None
 
     def precision_options(self, precision: str) -> dict[str, Any]:
         """f64 widens floating inputs; anything else runs the model's own types (f32 for an f32 model)."""
@@ -70,12 +73,12 @@ class ReferenceBackend(Backend):
 
         from deploykit.backends.reference_ops import REFERENCE_OPS
 
-        device, options = request.device, dict(request.options)
+        device = request.device
         if not Device.parse(device).is_bare("cpu"):
             raise device_error(
                 self.name, device, "the reference evaluator runs on the CPU only.", hint="use device cpu."
             )
-        precision = str(options.get("precision", "f32"))
+        precision = request.option("precision")
         # the evaluator needs the weights too: the Model's proto leaves external data out
         proto = model.proto
         if has_external_data(proto):
@@ -88,7 +91,7 @@ class ReferenceBackend(Backend):
             device="cpu",
             precision="f64" if precision == "f64" else model.precision,
             providers=["onnx.reference.ReferenceEvaluator"],
-            options=dict(options),
+            options=dict(request.options),
         )
         return ReferenceSession(
             model.path, model.inputs, model.outputs, info, evaluator, precision == "f64", model.metadata_props, request
