@@ -119,6 +119,48 @@ _LEGACY = (
 
 
 @output_scope()  # the outputs it checks stay this run's until it returns
+def _checked_settings(
+    export: DarknetExportSettings, checks: VerifySettings, verify_backends: Sequence[str]
+) -> int | None:
+    """Every setting checked before any work: the head, the opset, the tolerances, OpenCV's threshold, the
+    seed, the oracle against the backends; returns the batch size (None for a dynamic batch)."""
+    head, opset, batch = export.head, export.opset, export.batch
+    limits = checks.thresholds.of("f32")
+    if head not in HEADS:
+        raise ConversionError(
+            f"head '{head}' | is not one of {', '.join(HEADS)}.",
+            hint="raw keeps each YOLO layer's output; decoded emits one detections tensor.",
+        )
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise ConversionError(
+            f"opset {opset} | the Darknet converter writes opsets {MIN_OPSET} to {MAX_OPSET}.",
+            hint="use --opset 13 for the widest runtime support.",
+        )
+    check_tolerances(atol=limits.atol, rtol=limits.rtol)
+    check_number(
+        "--opencv-threshold", export.opencv_threshold, low=0.0, high=1.0, high_open=True, hint="OpenCV 4.x uses 0.2."
+    )
+    check_number("--seed", checks.seed, low=0, high=2**32 - 1, integer=True)
+    oracle = check_oracle_choice(checks.oracle)
+    if oracle not in ("auto", "none") and not verify_backends:
+        raise UsageError(
+            f"oracle '{oracle}' | asked for with no backends to verify, expected at least one backend.",
+            hint="pass --verify-backends onnxruntime (or verify_backends=['onnxruntime']), or drop --oracle.",
+        )
+    if batch == "dynamic":
+        return None
+    try:
+        batch_size = int(batch)
+    except (TypeError, ValueError):
+        batch_size = 0
+    if not 0 < batch_size <= MAX_BATCH:
+        raise ConversionError(
+            f"batch '{batch}' | expected an integer from 1 to {MAX_BATCH}, or 'dynamic'.",
+            hint="use --batch 1, or --batch dynamic to choose the batch at run time.",
+        )
+    return batch_size
+
+
 def convert_darknet(
     cfg: str | os.PathLike[str],
     weights: str | os.PathLike[str],
@@ -172,48 +214,10 @@ def convert_darknet(
     if legacy:
         folded = fold_keywords("convert_darknet", legacy, {"export": export, "checks": checks}, _LEGACY)
         export, checks = folded["export"], folded["checks"]
-    input_size, batch, head, opset, opencv_threshold = (
-        export.input_size,
-        export.batch,
-        export.head,
-        export.opset,
-        export.opencv_threshold,
-    )
-    limits = checks.thresholds.of("f32")
-    atol, rtol, seed, platforms = limits.atol, limits.rtol, checks.seed, checks.platforms
+    input_size, head, opset, opencv_threshold = export.input_size, export.head, export.opset, export.opencv_threshold
+    batch_size = _checked_settings(export, checks, verify_backends)
+    platforms = checks.platforms
     cfg_path, weights_path, output_path = Path(cfg), Path(weights), Path(output)
-    if head not in HEADS:
-        raise ConversionError(
-            f"head '{head}' | is not one of {', '.join(HEADS)}.",
-            hint="raw keeps each YOLO layer's output; decoded emits one detections tensor.",
-        )
-    if not MIN_OPSET <= opset <= MAX_OPSET:
-        raise ConversionError(
-            f"opset {opset} | the Darknet converter writes opsets {MIN_OPSET} to {MAX_OPSET}.",
-            hint="use --opset 13 for the widest runtime support.",
-        )
-    check_tolerances(atol=atol, rtol=rtol)
-    check_number("--opencv-threshold", opencv_threshold, low=0.0, high=1.0, high_open=True, hint="OpenCV 4.x uses 0.2.")
-    check_number("--seed", seed, low=0, high=2**32 - 1, integer=True)
-    oracle = check_oracle_choice(checks.oracle)
-    if oracle not in ("auto", "none") and not verify_backends:
-        raise UsageError(
-            f"oracle '{oracle}' | asked for with no backends to verify, expected at least one backend.",
-            hint="pass --verify-backends onnxruntime (or verify_backends=['onnxruntime']), or drop --oracle.",
-        )
-    batch_size: int | None
-    if batch == "dynamic":
-        batch_size = None
-    else:
-        try:
-            batch_size = int(batch)
-        except (TypeError, ValueError):
-            batch_size = 0
-        if not 0 < batch_size <= MAX_BATCH:
-            raise ConversionError(
-                f"batch '{batch}' | expected an integer from 1 to {MAX_BATCH}, or 'dynamic'.",
-                hint="use --batch 1, or --batch dynamic to choose the batch at run time.",
-            )
     check_outputs(
         {"output": output_path, "report": report_path},
         inputs={"cfg": cfg_path, "weights": weights_path, "labels": labels},
