@@ -144,6 +144,12 @@ def _pip(tags: Sequence[str], python: str, arguments: Sequence[str]) -> subproce
 
 def _pip_failure(done: subprocess.CompletedProcess[str], what: str) -> PlatformError:
     tail = " | ".join(line.strip() for line in done.stderr.strip().splitlines()[-3:])
+    if "No space left on device" in done.stderr or "Errno 28" in done.stderr:  # not the index's fault
+        return PlatformError(
+            f"target packages | pip could not install {what}: the disk is full ({tail}).",
+            hint="free some space where deploykit's cache lives (DEPLOYKIT_CACHE_DIR) and in TMPDIR, "
+            "then run 'deploykit platforms add' again.",
+        )
     return PlatformError(
         f"target packages | pip could not install {what} ({tail}); expected wheels for the target's platform tags.",
         hint="check access to the package index (pip config), then run 'deploykit platforms add' again.",

@@ -3,13 +3,20 @@ constrained, and another version only where pip says the index has none of the h
 
 from __future__ import annotations
 
+import subprocess
 from importlib import metadata
 
 import pytest
 
 from deploykit.backends.registry import get_backend
 from deploykit.errors import PlatformError
-from deploykit.platforms.wheels import _available_version, host_constraints, host_requirements, platform_tags
+from deploykit.platforms.wheels import (
+    _available_version,
+    _pip_failure,
+    host_constraints,
+    host_requirements,
+    platform_tags,
+)
 
 
 def test_the_constraints_hold_the_hosts_version_of_every_installed_distribution() -> None:
@@ -26,6 +33,19 @@ def test_a_pip_failure_that_is_no_missing_version_is_an_error_not_another_versio
     message = str(caught.value)
     assert "pip could not install numpy>=" in message and "expected wheels for the target's platform tags" in message
     assert "platforms add" in (caught.value.hint or "")
+
+
+def test_a_full_disk_under_pip_is_said_as_a_full_disk_not_as_the_index() -> None:
+    """pip's own last line when the disk filled during 'platforms add' (a fresh clone's CI run here): the
+    message named the package index and its hint said to check access to it."""
+    stderr = (
+        "ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device: "
+        "'/work/x/.ci-cache/deploykit/platforms/linux-arm64/site.partial/onnx'\n"
+    )
+    error = _pip_failure(subprocess.CompletedProcess(["pip"], 1, "", stderr), "onnxruntime==1.31.1")
+    assert "the disk is full" in str(error) and "No space left on device" in str(error)
+    assert "package index" not in str(error) + (error.hint or "")
+    assert "free some space" in (error.hint or "") and "platforms add" in (error.hint or "")
 
 
 def test_the_target_gets_mnn_and_litert_at_the_hosts_versions_but_no_oracle_only_runtime() -> None:
