@@ -286,3 +286,33 @@ def test_no_task_is_named_in_a_comparison_outside_the_tasks():
                 named = [c.value for c in [node.left, *node.comparators] if isinstance(c, ast.Constant)]
                 found += [f"{path.relative_to(ROOT)}:{node.lineno}: {name!r}" for name in named if name in TASKS]
     assert not found, "ask the task (deploykit.tasks) instead:\n" + "\n".join(found)
+
+
+# What the raw runners (``deploykit/backends/raw.py``, the runtimes called as their docs show) may import of
+# deploykit, each with why: nothing that deploykit's backends or sessions run, which they are compared with.
+RAW_MAY_IMPORT: dict[str, str] = {
+    "deploykit.converters": "onnx2tf is installed in the converter environment the user created for LiteRT",
+}
+
+
+def test_the_raw_runners_import_none_of_the_code_they_measure():
+    """The conformance suite measures deploykit against the raw runtimes; a raw runner that called deploykit's
+    backends (or their validation, options or sessions) would measure deploykit against itself."""
+    graph = grimp.build_graph("deploykit", exclude_type_checking_imports=False, cache_dir=None)
+    imported = graph.find_modules_directly_imported_by("deploykit.backends.raw")
+    assert imported <= set(RAW_MAY_IMPORT), f"the raw runners import {sorted(imported - set(RAW_MAY_IMPORT))}"
+    assert set(RAW_MAY_IMPORT) <= imported, f"no longer needed: {sorted(set(RAW_MAY_IMPORT) - imported)}"
+
+
+def test_every_built_in_backend_declares_a_raw_runner_in_the_raw_module():
+    """A backend's raw runner is ``Backend.raw``; the built-in ones all name functions of the raw module, which
+    exist (the strings are resolved here, the runtimes are imported only when a runner is called)."""
+    import importlib
+
+    raw = importlib.import_module("deploykit.backends.raw")
+    for name in BUILTIN_BACKENDS:
+        declared = get_backend(name).raw
+        assert declared is not None, f"backend '{name}' declares no raw runner"
+        for target in filter(None, (declared.run, declared.outside)):
+            module, _, function = target.partition(":")
+            assert module == "deploykit.backends.raw" and callable(getattr(raw, function, None)), target

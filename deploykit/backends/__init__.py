@@ -5,7 +5,7 @@ from deploykit.backends.base import Backend, OpenRequest, Session, SessionInfo
 from deploykit.backends.devices import Device, DeviceNames
 from deploykit.backends.options import OptionSpec
 from deploykit.backends.registry import all_backends, backend_names, get_backend
-from deploykit.backends.traits import LoadWording, OraclePolicy, RuntimePackage, SearchTraits
+from deploykit.backends.traits import LoadWording, OraclePolicy, RawRuntime, RuntimePackage, SearchTraits
 
 __all__ = [
     "Backend",
@@ -15,6 +15,7 @@ __all__ = [
     "OpenRequest",
     "OptionSpec",
     "OraclePolicy",
+    "RawRuntime",
     "RuntimePackage",
     "SearchTraits",
     "Session",

@@ -23,6 +23,7 @@ from deploykit.backends.traits import (
     Conversion,
     LoadWording,
     OraclePolicy,
+    RawRuntime,
     RuntimePackage,
     SearchTraits,
     last_meaningful_line,
@@ -414,8 +415,8 @@ class Backend(OldBackendNames, abc.ABC):
 
     Subclasses set ``name``, ``aliases``, ``runtime`` (a ``RuntimePackage``) and ``options`` and implement
     ``version``, ``devices`` and ``_open``; what else a backend says about itself is one value per concern
-    (``oracle``, ``search``, ``wording``, ``conversion``: ``deploykit.backends.traits``), set only where the
-    default does not fit. The old attribute names still work, with a warning (``legacy``).
+    (``oracle``, ``search``, ``wording``, ``conversion``, ``raw``: ``deploykit.backends.traits``), set only where
+    the default does not fit. The old attribute names still work, with a warning (``legacy``).
     """
 
     is_deploykit_backend: ClassVar[bool] = True
@@ -433,6 +434,9 @@ class Backend(OldBackendNames, abc.ABC):
     """How a backend that converts ONNX into its runtime's own format reaches bundles, caches and ``optimize``."""
     wording: ClassVar[LoadWording] = LoadWording()
     """How a failure to load a model is worded: the failing step, the hint, the runtime exceptions translated."""
+    raw: ClassVar[RawRuntime | None] = None
+    """How the conformance suite calls the runtime itself, to measure deploykit against it (None: the suite
+    cannot measure the backend, and fails saying so)."""
     options: ClassVar[Mapping[str, OptionSpec | str]] = {}
     """Option name → ``OptionSpec`` (type, range, default, doc), validated by ``open`` before loading."""
     formats: ClassVar[tuple[str, ...]] = (".onnx",)

@@ -30,7 +30,7 @@ from deploykit.backends.converted import Carried, interface_file
 from deploykit.backends.devices import DeviceNames
 from deploykit.backends.litert_layout import LiteRtLayout, io_ports, match, own_specs, read_io, signature_ports
 from deploykit.backends.options import OptionSpec
-from deploykit.backends.traits import Conversion, LoadWording, RuntimePackage, SearchTraits
+from deploykit.backends.traits import Conversion, LoadWording, RawRuntime, RuntimePackage, SearchTraits
 from deploykit.errors import InputError, ModelNotFoundError, UnsupportedModelError, UsageError
 from deploykit.model import Model
 from deploykit.tensors import TensorSpec
@@ -111,6 +111,14 @@ class LiteRtBackend(Backend):
         ),
     }
     wording = LoadWording(hint="try another backend, or 'deploykit inspect' the model for ops onnx2tf or LiteRT lack.")
+    # onnx2tf takes seconds a case (TensorFlow starts on each side): a sparser sample than ncnn's
+    raw = RawRuntime(
+        "deploykit.backends.raw:run_litert",
+        {"threads": 1},
+        outside="deploykit.backends.raw:litert_outside",
+        sample_every=40,
+        without_converter={"DEPLOYKIT_CACHE_DIR": "/nonexistent/deploykit-conformance/cache"},
+    )
     conversion = Conversion(
         converted_file=_converted_file,
         carry=_carry,

@@ -36,7 +36,7 @@ from deploykit.backends.converted import Carried, interface_file
 from deploykit.backends.devices import DeviceNames
 from deploykit.backends.mnn_convert import CONVERTER_VARIABLE
 from deploykit.backends.options import OptionSpec, cpu_count
-from deploykit.backends.traits import Conversion, LoadWording, RuntimePackage
+from deploykit.backends.traits import Conversion, LoadWording, RawRuntime, RuntimePackage
 from deploykit.errors import InputError, ModelError, ModelNotFoundError, UnsupportedModelError, UsageError
 from deploykit.model import Model
 from deploykit.tensors import TensorSpec
@@ -238,6 +238,12 @@ class MnnBackend(Backend):
     }
     conversion = Conversion(converted_file=_converted_file, carry=_carry, recorded_interface=_recorded_interface)
     wording = LoadWording(hint="try another backend, or 'deploykit inspect' the model for ops MNN lacks.")
+    raw = RawRuntime(
+        "deploykit.backends.raw:run_mnn",
+        {"threads": 1, "winograd": False},
+        sample_every=10,
+        without_converter={"DEPLOYKIT_MNN_CONVERTER": "off"},
+    )
 
     def import_runtime(self) -> Any:
         if self.runtime.module in sys.modules:

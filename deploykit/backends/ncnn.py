@@ -30,7 +30,7 @@ from deploykit.backends.base import Backend, OpenRequest, Session, SessionInfo
 from deploykit.backends.devices import DeviceNames
 from deploykit.backends.ncnn_layout import NcnnLayout, check_layers, native_layout, onnx_layout, weights_file
 from deploykit.backends.options import OptionSpec
-from deploykit.backends.traits import LoadWording, RuntimePackage, device_error
+from deploykit.backends.traits import LoadWording, RawRuntime, RuntimePackage, device_error
 from deploykit.errors import DeployKitError, InputError, ModelError, UnsupportedModelError, UsageError
 from deploykit.model import Model
 
@@ -127,6 +127,14 @@ class NcnnBackend(Backend):
         ),
     }
     wording = LoadWording(hint="try another backend, or 'deploykit inspect' the model for ops ncnn lacks.")
+    # pnnx converts every case (~0.25 s of CPU, on both sides): its tensor domain, every 10th case of it
+    raw = RawRuntime(
+        "deploykit.backends.raw:run_ncnn",
+        {"threads": 1},
+        outside="deploykit.backends.raw:ncnn_outside",
+        sample_every=10,
+        without_converter={"DEPLOYKIT_PNNX": "/nonexistent/deploykit-conformance/pnnx"},
+    )
 
     def version(self) -> str:
         self.import_runtime()

@@ -18,7 +18,7 @@ import numpy as np
 from deploykit.backends.base import Backend, OpenRequest, Session, SessionInfo
 from deploykit.backends.devices import DeviceNames
 from deploykit.backends.options import OptionSpec
-from deploykit.backends.traits import LoadWording, RuntimePackage, device_error
+from deploykit.backends.traits import LoadWording, RawRuntime, RuntimePackage, device_error
 from deploykit.errors import InvalidModelError
 from deploykit.model import Model
 from deploykit.tensors import KINDS
@@ -130,6 +130,7 @@ class OnnxRuntimeBackend(Backend):
 
     value_kinds = frozenset(KINDS)  # lists for sequences, None for empty optionals, both ways
     wording = LoadWording(explain=ort_reason, hint_for=_ir_version_hint)
+    raw = RawRuntime("deploykit.backends.raw:run_onnxruntime", {"threads": 1})
 
     def version(self) -> str:
         self.import_runtime()

@@ -19,7 +19,7 @@ import numpy as np
 from deploykit.backends.base import Backend, OpenRequest, Session, SessionInfo, refuse_unsupported_kinds
 from deploykit.backends.devices import Device, DeviceNames
 from deploykit.backends.options import OptionSpec
-from deploykit.backends.traits import LoadWording, RuntimePackage, device_error
+from deploykit.backends.traits import LoadWording, RawRuntime, RuntimePackage, device_error
 from deploykit.backends.values import sentence
 from deploykit.errors import ModelError, UnsupportedModelError, UsageError
 from deploykit.model import Model, check_model_path
@@ -97,6 +97,7 @@ class OpenCvBackend(Backend):
         explain=_cv_message,
         subject=_subject,
     )
+    raw = RawRuntime("deploykit.backends.raw:run_opencv")
 
     def version(self) -> str:
         cv2 = self.import_runtime()

@@ -22,7 +22,7 @@ import numpy as np
 from deploykit.backends.base import Backend, OpenRequest, Session, SessionInfo, refuse_unsupported_kinds
 from deploykit.backends.devices import Device
 from deploykit.backends.options import OptionSpec
-from deploykit.backends.traits import LoadWording, RuntimePackage, SearchTraits, device_error
+from deploykit.backends.traits import LoadWording, RawRuntime, RuntimePackage, SearchTraits, device_error
 from deploykit.errors import UnsupportedModelError
 from deploykit.model import Model
 from deploykit.tensors import TensorSpec
@@ -108,6 +108,7 @@ class OpenVinoBackend(Backend):
     }
 
     wording = LoadWording(verb="read", explain=_last_line)
+    raw = RawRuntime("deploykit.backends.raw:run_openvino", {"threads": 1})
 
     def version(self) -> str:
         ov = self.import_runtime()

@@ -19,7 +19,7 @@ import numpy as np
 from deploykit.backends.base import Backend, OpenRequest, Session, SessionInfo
 from deploykit.backends.devices import Device
 from deploykit.backends.options import OptionSpec
-from deploykit.backends.traits import LoadWording, OraclePolicy, RuntimePackage, SearchTraits, device_error
+from deploykit.backends.traits import LoadWording, OraclePolicy, RawRuntime, RuntimePackage, SearchTraits, device_error
 from deploykit.model import Model, has_external_data, load_onnx
 from deploykit.tensors import KINDS, OPTIONAL
 
@@ -50,6 +50,7 @@ class ReferenceBackend(Backend):
     }
 
     wording = LoadWording(hint="onnx's reference evaluator lacks some ops (and contrib domains); use another oracle.")
+    raw = RawRuntime("deploykit.backends.raw:run_reference")
 
     def version(self) -> str:
         return f"onnx {metadata.version('onnx')} (reference evaluator)"

@@ -186,3 +186,47 @@ class Conversion:
     recorded_interface: Callable[[Path], Interface | None] = _runs_onnx_itself
     onnx_unavailable_reason: Callable[[], str | None] = _runs_onnx_itself
     weights: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RawRuntime:
+    """How the conformance suite calls the backend's runtime directly, the way the runtime's own
+    documentation shows, to measure deploykit against it; and the options that configure deploykit alike.
+    The functions are ``module:function`` strings, imported only when the suite calls them, so reading a
+    backend class imports no runtime; a runner calls its runtime's API alone, never deploykit's backends.
+
+    Attributes:
+        run: ``module:function`` of ``(model_path, inputs) -> outputs``: the inputs in graph-input order,
+            the outputs in graph-output order exactly as the runtime hands them back.
+        options: the deploykit options that configure the backend as ``run`` configures the runtime
+            (one thread, f32 settings).
+        outside: ``module:function`` of ``(model_path) -> str | None``: why a model is outside the runtime's
+            domain in the suite (None inside), for a runtime that converts every model first; None: no domain.
+        sample_every: the suite keeps every k-th case inside the domain, by sorted name (a converter that
+            takes seconds a case).
+        without_converter: environment variables that make the backend's converter unavailable: a case
+            outside the domain still goes through deploykit with them, so what it refuses up front is checked.
+    """
+
+    run: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    outside: str | None = None
+    sample_every: int = 1
+    without_converter: Mapping[str, str] = field(default_factory=dict)
+
+    def runner(self) -> Callable[[Path, list[Any]], list[Any]]:
+        """The ``run`` function, imported."""
+        function: Callable[[Path, list[Any]], list[Any]] = _imported(self.run)
+        return function
+
+    def outside_reason(self, model_path: Path) -> str | None:
+        """Why ``model_path`` is outside the runtime's domain (``outside``), or None."""
+        return None if self.outside is None else _imported(self.outside)(model_path)
+
+
+def _imported(target: str) -> Any:
+    """The object a ``module:name`` string names."""
+    import importlib
+
+    module_name, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)

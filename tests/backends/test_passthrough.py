@@ -19,7 +19,6 @@ import deploykit
 from deploykit.backends.registry import get_backend
 from deploykit.errors import DeployKitError
 from tests.assets.reference import run_reference
-from tests.conformance.raw import RAW_RUNNERS
 
 _F = TensorProto.FLOAT
 
@@ -54,8 +53,10 @@ def test_each_call_answers_its_own_input(backend_name: str, name: str, tmp_path:
         np.full(shape, -20.0, np.float32),
     ]
     options = get_backend(backend_name).precision_options("f32")
+    declared = get_backend(backend_name).raw
+    assert declared is not None, f"backend '{backend_name}' declares no raw runner"
     try:
-        raw = RAW_RUNNERS[backend_name].run(path, [calls[0]])
+        raw = declared.runner()(path, [calls[0]])
     except Exception as exc:  # the runtime cannot run it at all (OpenCV 4 has no Einsum '->'): nor can deploykit
         with pytest.raises(DeployKitError):
             deploykit.load(path, backend_name, **options).run({"x": calls[0]})

@@ -1,7 +1,7 @@
 """Nothing is lost between the caller and the runtime: scalars, empty tensors, strings, bools,
 every ONNX element type, sequences and optionals come back as the raw runtime hands them over
 (same shape, 0-d included, same dtype, same values), and what a backend cannot run is refused
-by name. The raw runtimes are the conformance suite's (``tests/conformance/raw.py``)."""
+by name. The raw runtimes are the ones each backend declares for the conformance suite (``Backend.raw``)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ PASS, FAIL, ERROR, NOT_RUN = "pass", "fail", "error", "not run"
 @dataclass(frozen=True)
 class Outcome:
     """``pass``, ``fail`` (ran, wrong answer), ``error`` (did not run) or ``not run`` (left out of
-    the backend's sweep: outside its domain or its sample, ``RawRunner``), with the reason.
+    the backend's sweep: outside its domain or its sample, ``RawRuntime``), with the reason.
 
     ``error_type`` is the exception's class name (for deploykit: which ``DeployKitError``).
     """

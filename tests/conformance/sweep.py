@@ -6,9 +6,9 @@ deploykit's ``WorkerPool``. When a runtime kills a worker, the case it was runni
 a crash with the signal and a new worker takes the rest of the chunk: a crash costs one case.
 
 Asked to (``within_domain``, as the node suite does), a backend whose raw runner states a domain
-(``RawRunner.outside``, ``sample_every``) runs only the cases inside it, and every k-th of those by sorted name; the others are recorded as not run,
+(``RawRuntime.outside``, ``sample_every``) runs only the cases inside it, and every k-th of those by sorted name; the others are recorded as not run,
 with the reason, except that a case outside the domain still goes through deploykit with the
-converter unavailable (``RawRunner.without_converter``), so what deploykit refuses up front is
+converter unavailable (``RawRuntime.without_converter``), so what deploykit refuses up front is
 checked, and only a case that reaches the converter is not run there either.
 """
 
@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from deploykit.backends.options import cpu_count
+from deploykit.backends.registry import get_backend
 from deploykit.verify.pool import WorkerPool
 from deploykit.workers import run_worker
 from tests.conformance.cases import NodeCase
 from tests.conformance.outcome import ERROR, NOT_RUN, Outcome
-from tests.conformance.raw import RAW_RUNNERS
 
 SIDES = ("raw", "deploykit")
 CHUNK_TIMEOUT_S = 600.0
@@ -65,14 +65,14 @@ def sweep(
 def left_out(backend: str, cases: Sequence[NodeCase]) -> tuple[dict[tuple[str, str], Outcome], dict[str, str]]:
     """The outcomes known before any case runs (sides not run, by the runner's domain and sample),
     and why each case outside the domain is outside it (its deploykit side runs without converter)."""
-    runner = RAW_RUNNERS.get(backend)
+    runner = get_backend(backend).raw
     if runner is None or (runner.outside is None and runner.sample_every == 1):
         return {}, {}
     known: dict[tuple[str, str], Outcome] = {}
     outside: dict[str, str] = {}
     inside = []
     for case in cases:
-        reason = runner.outside(case.model_path) if runner.outside is not None else None
+        reason = runner.outside_reason(case.model_path)
         if reason is None:
             inside.append(case.name)
         else:

@@ -1,6 +1,6 @@
 """The ONNX backend node tests through every registered backend: deploykit loses nothing.
 
-Each case runs through the raw runtime (``raw.RAW_RUNNERS``) and through
+Each case runs through the raw runtime (the runner the backend declares: ``Backend.raw``) and through
 ``deploykit.load(...).run(...)``, in chunked worker processes. Per backend, every case the raw
 runtime passes must pass through deploykit, and every case deploykit does not pass must be a
 ``DeployKitError`` whose message carries the runtime's reason (or a crash the raw runtime had
@@ -19,7 +19,6 @@ from deploykit.backends.registry import backend_names, get_backend
 from tests.assets.paths import missing_asset
 from tests.conformance.cases import NodeCase, case_features
 from tests.conformance.outcome import ERROR, Outcome
-from tests.conformance.raw import RAW_RUNNERS
 from tests.conformance.report import backend_row, summary_lines
 from tests.conformance.sweep import sweep, worker_environment
 
@@ -51,19 +50,23 @@ def reason_problem(outcome: Outcome) -> str | None:
 
 
 def require_raw_runner(backend: str) -> None:
-    """Fail (never skip) for a registered backend the suite cannot measure."""
-    if backend not in RAW_RUNNERS:
+    """Fail (never skip) for a registered backend the suite cannot measure: one that declares no raw runner."""
+    if get_backend(backend).raw is None:
         pytest.fail(
-            f"backend '{backend}' is registered but the conformance suite has no raw runner for it: "
-            f"add run_{backend}(model_path, inputs) -> outputs to tests/conformance/raw.py and list it "
-            f"in RAW_RUNNERS as RawRunner(run_{backend}), so its raw runtime is measured against deploykit.",
+            f"backend '{backend}' is registered but declares no raw runner, so the conformance suite cannot "
+            f"measure it: set raw = RawRuntime('module:run_{backend}', options={{...}}) on its Backend class "
+            f"(deploykit.backends.RawRuntime), naming a function run_{backend}(model_path, inputs) -> outputs that "
+            "calls its runtime the way the runtime's documentation shows, and the deploykit options that "
+            "configure the backend alike.",
             pytrace=False,
         )
 
 
 def deploykit_options(backend: str) -> dict[str, Any]:
     """What deploykit is asked for: f32, and the raw runner's configuration (threads)."""
-    return {**get_backend(backend).precision_options("f32"), **RAW_RUNNERS[backend].options}
+    found = get_backend(backend)
+    assert found.raw is not None, f"backend '{backend}' declares no raw runner"
+    return {**found.precision_options("f32"), **found.raw.options}
 
 
 @pytest.fixture(scope="module")

@@ -14,16 +14,17 @@ import sys
 import warnings
 from typing import Any
 
+from deploykit.backends.registry import get_backend
+from deploykit.backends.traits import RawRuntime
 from deploykit.workers import RESULT_PREFIX
 from tests.conformance.cases import NodeCase
 from tests.conformance.outcome import ERROR, FAIL, NOT_RUN, PASS, Outcome, mismatch
-from tests.conformance.raw import RAW_RUNNERS
 
 _DETAIL_CHARS = 400
 
 
 def run_raw(backend: str, case: NodeCase) -> Outcome:
-    runner = RAW_RUNNERS[backend].run
+    runner = _raw(backend).runner()
     for inputs, expected in case.data_sets():
         try:
             produced = runner(case.model_path, inputs)
@@ -60,7 +61,7 @@ def run_deploykit(backend: str, case: NodeCase, options: dict[str, Any]) -> Outc
 def run_deploykit_without_converter(backend: str, case: NodeCase, options: dict[str, Any], outside: str) -> Outcome:
     """A case outside the runner's domain: deploykit with the converter made unavailable, so a
     refusal it makes up front counts, and a case it would have to convert is not run."""
-    environment = RAW_RUNNERS[backend].without_converter
+    environment = _raw(backend).without_converter
     saved = {name: os.environ.get(name) for name in environment}
     os.environ.update(environment)
     try:
@@ -77,6 +78,13 @@ def run_deploykit_without_converter(backend: str, case: NodeCase, options: dict[
     if converter_missing:
         return Outcome(NOT_RUN, f"{outside}; deploykit gets as far as converting it")
     return outcome
+
+
+def _raw(backend: str) -> RawRuntime:
+    raw = get_backend(backend).raw
+    if raw is None:  # the suite fails such a backend before it sends any case
+        raise RuntimeError(f"backend '{backend}' declares no raw runner")
+    return raw
 
 
 def _text(exc: BaseException) -> str:

@@ -1,11 +1,15 @@
-"""The raw runtimes, called the way their own documentation shows, keyed by backend name.
+"""The raw runtimes, called the way their own documentation shows: the built-in backends' raw runners
+(``Backend.raw``, a ``RawRuntime`` naming these functions), which the conformance suite measures deploykit
+against.
 
-Each runner takes a model file and the case's inputs in graph-input order and returns the
-outputs in graph-output order, exactly as the runtime hands them back (no conversion: that is
-what deploykit is measured against). Adding a backend to the conformance suite is one function
-here and one line in ``RAW_RUNNERS``; a registered backend without one fails the suite.
-The runtimes compute in f32, as deploykit is asked to (``Backend.precision_options("f32")``), on
-one thread (two workers share the CPUs), and ``RawRunner.options`` gives deploykit the same.
+Each runner takes a model file and the case's inputs in graph-input order and returns the outputs in
+graph-output order, exactly as the runtime hands them back (no conversion: that is what deploykit is
+measured against). The runtimes compute in f32, as deploykit is asked to (``Backend.precision_options("f32")``),
+on one thread (two workers share the CPUs), and ``RawRuntime.options`` gives deploykit the same.
+
+This module must stay raw: it calls the runtimes' APIs and imports no deploykit module but the converter
+environments (where onnx2tf is installed), never the backends' or sessions' code it is compared with
+(tests/test_architecture.py checks it).
 """
 
 from __future__ import annotations
@@ -14,30 +18,9 @@ import re
 import signal
 import subprocess
 import tempfile
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
-
-
-@dataclass(frozen=True)
-class RawRunner:
-    """How the suite calls a runtime directly, and the deploykit options that configure it alike.
-
-    A runtime that converts every model first (ncnn: pnnx, ~0.25 s of CPU a case, on both sides)
-    is swept over a domain instead of every case: ``outside(model_path)`` says why a case is
-    outside it (None inside), and ``sample_every`` keeps every k-th case inside it, by sorted name.
-    A case outside runs through deploykit only with ``without_converter`` in its environment (the
-    converter made unavailable), so what deploykit refuses up front is still held to the reason
-    rule; a case that gets as far as the converter is not run on either side, and counted.
-    """
-
-    run: Callable[[Path, list[Any]], list[Any]]
-    options: Mapping[str, Any] = field(default_factory=dict)
-    outside: Callable[[Path], str | None] | None = None
-    sample_every: int = 1
-    without_converter: Mapping[str, str] = field(default_factory=dict)
 
 
 def _graph_names(model_path: Path) -> tuple[list[str], list[str]]:
@@ -123,8 +106,15 @@ def run_litert(model_path: Path, inputs: list[Any]) -> list[Any]:
         np.save(out / "calibration_image_sample_data_20x128x128x3_float32.npy", sample)
         command = [str(environment.bin / "onnx2tf"), "-i", str(model_path), "-o", str(out / "saved"), "-osd", "-coion"]
         try:
-            done = subprocess.run(command, cwd=out, env=environment.worker_environment(), stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, timeout=LITERT_TIMEOUT_S, check=False)  # fmt: skip
+            done = subprocess.run(
+                command,
+                cwd=out,
+                env=environment.worker_environment(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=LITERT_TIMEOUT_S,
+                check=False,
+            )
         except subprocess.TimeoutExpired as exc:
             raise RuntimeError(f"onnx2tf did not finish in {LITERT_TIMEOUT_S} s") from exc
         written = out / "saved" / f"{model_path.stem}_float32.tflite"
@@ -272,8 +262,13 @@ def run_mnn(model_path: Path, inputs: list[Any]) -> list[Any]:
     with tempfile.TemporaryDirectory(prefix="raw-mnn-") as scratch:
         target = Path(scratch) / "model.mnn"
         arguments = ["-f", "ONNX", "--modelFile", str(model_path), "--MNNModel", str(target), "--bizCode", "raw"]
-        done = subprocess.run([sys.executable, "-c", _MNN_CONVERTER, *arguments], cwd=scratch, capture_output=True,
-                              timeout=MNN_CONVERT_TIMEOUT_S, check=False)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-c", _MNN_CONVERTER, *arguments],
+            cwd=scratch,
+            capture_output=True,
+            timeout=MNN_CONVERT_TIMEOUT_S,
+            check=False,
+        )
         if not target.is_file():
             said = done.stdout.decode(errors="replace").strip().splitlines()
             raise RuntimeError(f"MNN's converter wrote no model: {said[-2:] if said else done.returncode}")
@@ -281,8 +276,14 @@ def run_mnn(model_path: Path, inputs: list[Any]) -> list[Any]:
         runtime.set_hint(3, 0)  # WINOGRAD_MEMORY_LEVEL 0: no Winograd
         module = nn.load_module_from_file(str(target), input_names, output_names, runtime_manager=runtime)
         declared = module.get_info()["inputs"]
-        types = {"float": np.float32, "int": np.int32, "int64": np.int64, "uint8": np.uint8, "int8": np.int8,
-                 "double": np.float64}  # fmt: skip
+        types = {
+            "float": np.float32,
+            "int": np.int32,
+            "int64": np.int64,
+            "uint8": np.uint8,
+            "int8": np.int8,
+            "double": np.float64,
+        }
         fed = []
         for value, variable in zip(inputs, declared, strict=True):
             kind = str(variable.dtype).rpartition(".")[2]
@@ -294,32 +295,3 @@ def run_mnn(model_path: Path, inputs: list[Any]) -> list[Any]:
                 variable = expr.convert(variable, expr.NCHW)
             results.append(np.array(variable.read(), copy=True))
         return results
-
-
-RAW_RUNNERS: dict[str, RawRunner] = {
-    "onnxruntime": RawRunner(run_onnxruntime, {"threads": 1}),
-    "openvino": RawRunner(run_openvino, {"threads": 1}),
-    "opencv": RawRunner(run_opencv),
-    "reference": RawRunner(run_reference),
-    "ncnn": RawRunner(
-        run_ncnn,
-        {"threads": 1},
-        outside=ncnn_outside,
-        sample_every=10,
-        without_converter={"DEPLOYKIT_PNNX": "/nonexistent/deploykit-conformance/pnnx"},
-    ),
-    "mnn": RawRunner(
-        run_mnn,
-        {"threads": 1, "winograd": False},
-        sample_every=10,
-        without_converter={"DEPLOYKIT_MNN_CONVERTER": "off"},
-    ),
-    # onnx2tf takes seconds a case (TensorFlow starts on each side): a sparser sample than ncnn's
-    "litert": RawRunner(
-        run_litert,
-        {"threads": 1},
-        outside=litert_outside,
-        sample_every=40,
-        without_converter={"DEPLOYKIT_CACHE_DIR": "/nonexistent/deploykit-conformance/cache"},
-    ),
-}
