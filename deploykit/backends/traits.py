@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from deploykit.backends.converted import Carried
-from deploykit.errors import DeviceUnavailableError
+from deploykit.errors import BackendError, DeviceUnavailableError
 from deploykit.tensors import TensorSpec
 
 if TYPE_CHECKING:
@@ -213,6 +213,15 @@ class RawRuntime:
     outside: str | None = None
     sample_every: int = 1
     without_converter: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for target in filter(None, (self.run, self.outside)):
+            module, colon, function = target.partition(":")
+            if not (colon and module and function.isidentifier()):
+                raise BackendError(
+                    f"raw runner '{target}' | is not a 'module:function' import string.",
+                    hint="name the function as 'package.module:run_name', as RawRuntime's run and outside take it.",
+                )
 
     def runner(self) -> Callable[[Path, list[Any]], list[Any]]:
         """The ``run`` function, imported."""

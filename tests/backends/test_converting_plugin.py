@@ -20,6 +20,8 @@ from onnx import TensorProto, helper, numpy_helper
 import deploykit
 from deploykit.backends.converted import ENTRY_NAME
 from deploykit.backends.registry import BUILTIN_BACKENDS, backend_names, get_backend
+from deploykit.backends.traits import RawRuntime
+from deploykit.errors import BackendError
 from deploykit.model import Model
 from tests.assets import toy_converting_backend as toy
 from tests.assets.paths import REPO
@@ -79,6 +81,16 @@ def test_the_toy_converts_once_into_the_cache_and_runs_the_converted_file(cache:
         assert not second.conversion.built and second.conversion.directory == entry.directory
     assert len(toy.BUILDS) == 1, "the second open finds the cache entry"
     assert get_backend("toyconv").conversion.converted_file(Model.open(model), {}) == entry.path(toy.MODEL_NAME)
+
+
+@pytest.mark.parametrize("target", ["tests.assets.toy_converting_backend.run_toyconv", ":run", "module:"])
+def test_a_raw_runner_is_named_by_a_module_function_string(target: str) -> None:
+    with pytest.raises(BackendError) as raised:
+        RawRuntime(target)
+    assert str(raised.value) == (
+        f"raw runner '{target}' | is not a 'module:function' import string. Hint: name the function as "
+        "'package.module:run_name', as RawRuntime's run and outside take it."
+    )
 
 
 _ROW = re.compile(r"^\| toyconv \| (\d+) \| (\d+) / (\d+) \| (\d+) \| (\d+) \| (\d+) \|$", re.M)
