@@ -1,7 +1,8 @@
 """What a backend declares about itself besides opening models, one small frozen value per concern:
 how verification treats it as an oracle (``OraclePolicy``), which default sweeps include it
 (``SearchTraits``), how its load failures are worded (``LoadWording``), which package provides its
-runtime (``RuntimePackage``) and how it converts ONNX into its runtime's own format (``Conversion``);
+runtime (``RuntimePackage``), how it converts ONNX into its runtime's own format (``Conversion``) and how
+the conformance suite calls its runtime directly (``RawRuntime``);
 with the wording the values share (a runtime's reason as one line, an unusable device). A ``Backend``
 subclass sets one attribute per concern (``oracle = OraclePolicy(independent=True)``); the fields it
 leaves out keep their defaults.
