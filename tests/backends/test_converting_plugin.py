@@ -97,15 +97,22 @@ _ROW = re.compile(r"^\| toyconv \| (\d+) \| (\d+) / (\d+) \| (\d+) \| (\d+) \| (
 
 
 @pytest.mark.slow
-def test_the_conformance_suite_measures_the_toy_against_the_raw_runner_it_declares(tmp_path: Path) -> None:
-    """The suite, unchanged, in a fresh pytest with the plug-in registered: it collects the toy, finds its
-    raw runner on the backend, sweeps its sample of the ONNX node cases and loses none."""
-    environment = {**os.environ, "DEPLOYKIT_BACKENDS": PLUGIN, "DEPLOYKIT_CACHE_DIR": str(tmp_path / "cache")}
-    command = [sys.executable, "-m", "pytest", "tests/conformance/test_conformance.py", "-k", "toyconv", "-m", "slow"]
-    command += ["-q", "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "pytest")]
+def test_the_conformance_suite_measures_a_plugin_by_the_raw_runner_it_declares(tmp_path: Path) -> None:
+    """The suite, unchanged, in a fresh pytest with two plug-ins registered: it collects both, measures the
+    toy against the raw runner it declares (its sample of the ONNX node cases) and loses none, and fails the
+    plug-in that declares no raw runner, saying what to declare."""
+    plugins = f"{PLUGIN};raiser=tests.assets.crashing_backend:RaisingBackend"
+    environment = {**os.environ, "DEPLOYKIT_BACKENDS": plugins, "DEPLOYKIT_CACHE_DIR": str(tmp_path / "cache")}
+    command = [sys.executable, "-m", "pytest", "tests/conformance/test_conformance.py", "-k", "toyconv or raiser"]
+    command += ["-m", "slow", "-q", "-rf", "-p", "no:cacheprovider", "--basetemp", str(tmp_path / "pytest")]
     done = subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True, timeout=900)
     said = done.stdout[-3000:] + done.stderr[-2000:]
-    assert done.returncode == 0 and re.search(r"\b1 passed\b", done.stdout), said
+    assert done.returncode == 1 and re.search(r"\b1 failed, 1 passed\b", done.stdout), said
+    assert (
+        "FAILED tests/conformance/test_conformance.py::test_deploykit_passes_every_case_the_raw_runtime_passes[raiser]"
+        in done.stdout
+    ), said
+    assert "backend 'raiser' is registered but declares no raw runner" in done.stdout, said
     row = _ROW.search(done.stdout)
     assert row is not None, said
     cases, raw_run, deploykit_run, raw_passes, deploykit_passes, lost = map(int, row.groups())
