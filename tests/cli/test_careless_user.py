@@ -4,13 +4,15 @@
 - a verification error row wrapped into the converter's error (two hints, "..", a wrong hint);
 - ``deploykit ... | head -1`` (a broken pipe on stdout);
 - ``deploykit models list``;
-- a model whose IR version the installed ONNX Runtime is too old for.
+- a model whose IR version the installed ONNX Runtime is too old for;
+- an input this user may not read.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -219,3 +221,44 @@ def test_an_ir_version_too_new_for_onnxruntime_says_how_to_resave(tmp_path):
     onnx.save(model, path)
     fixed = invoke_checked(["run", path, "-b", "onnxruntime", "-i", "x=random:2"], reads=[path])
     assert fixed.exit_code == 0, fixed.output
+
+
+# --- an input this user may not read ------------------------------------------------------------
+
+SETPRIV = shutil.which("setpriv")
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+# Root reads any file: the command runs without the capabilities that bypass file permissions.
+WITHOUT_OVERRIDE = ["--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-dac_override,-dac_read_search"]
+
+
+@pytest.mark.skipif(IS_ROOT and SETPRIV is None, reason="root reads any file, and setpriv is missing")
+@pytest.mark.parametrize(
+    "command, locked, subject",
+    [
+        (["run", "{classifier}"], "classifier", "model"),
+        (["inspect", "{classifier}"], "classifier", "model"),
+        (["bench", "{classifier}", "-b", "onnxruntime", "-n", "5"], "classifier", "model"),
+        (["predict", "{classifier}", "{image}"], "classifier", "model"),
+        (["convert", "darknet", "{cfg}", "{weights}", "-o", "x.onnx"], "cfg", "cfg"),
+        (["convert", "darknet", "{cfg}", "{weights}", "-o", "x.onnx"], "weights", "weights"),
+    ],
+    ids=["run", "inspect", "bench", "predict", "darknet-cfg", "darknet-weights"],
+)
+def test_an_input_this_user_may_not_read_is_named_as_such(tiny, tmp_path, command, locked, subject):
+    """Not a backend crash with a worker's traceback, not "cannot be parsed as ONNX", not a bare
+    "Permission denied": the file, that this user may not read it, and what to do."""
+    files = {name: tmp_path / path.name for name, path in tiny.items() if path.is_file()}
+    for name, path in files.items():
+        shutil.copy(tiny[name], path)
+    files[locked].chmod(0)
+    args = [part.format(**files) for part in command]
+    prefix = [str(SETPRIV), *WITHOUT_OVERRIDE] if IS_ROOT else []
+    env = {**os.environ, "DEPLOYKIT_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run(
+        [*prefix, *_deploykit(), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    said = f"deploykit {' '.join(args)}: exit {done.returncode}\n{done.stderr}"
+    assert done.returncode == 1, said
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert lines[0].startswith(f"error: {subject} '{files[locked]}' | cannot be read by this user"), said
+    assert "Traceback" not in done.stderr and "crashed" not in done.stderr, said
