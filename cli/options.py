@@ -119,7 +119,21 @@ SHAPE_HELP = "NAME:SHAPE[:LOW..HIGH] for an input's dynamic sizes (and an intege
 BATCH_AXIS_HELP = "NAME:AXIS: the batch axis of an input whose first axis is not the batch, e.g. state:1."
 
 Backends = Annotated[list[str], typer.Option("--backend", "-b", help=BACKEND_HELP)]
-Device = Annotated[str | None, typer.Option("--device", "-d", help="Device (default: the backend's CPU).")]
+
+
+def device_name(text: str) -> str:
+    """``--device``: a device name; an empty one is a usage error, never the backend's default device."""
+    if not text.strip():
+        raise typer.BadParameter(
+            f"{text!r} names no device; expected a device name (cpu, cuda:0, GPU ...). Hint: leave --device out for "
+            "the backend's CPU; 'deploykit backends' lists the devices."
+        )
+    return text
+
+
+Device = Annotated[
+    str | None, typer.Option("--device", "-d", parser=device_name, help="Device (default: the backend's CPU).")
+]
 BackendOptions = Annotated[
     list[str],
     typer.Option("--option", "-O", help="Backend option KEY=VALUE, repeatable (see 'deploykit backends --options')."),

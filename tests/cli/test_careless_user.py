@@ -5,7 +5,8 @@
 - ``deploykit ... | head -1`` (a broken pipe on stdout);
 - ``deploykit models list``;
 - a model whose IR version the installed ONNX Runtime is too old for;
-- an input this user may not read.
+- an input this user may not read;
+- an empty device (``--device ''``, ``-b ort:``), once the backend's default device in silence.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.assets.paths import require_module
-from tests.fuzz.harness import invoke_checked
+from tests.fuzz.harness import invoke_checked, usage_said
 
 REPO = Path(__file__).resolve().parents[2]
 TORCH_MODELS = REPO / "tests" / "assets" / "torch_models.py"
@@ -262,3 +263,27 @@ def test_an_input_this_user_may_not_read_is_named_as_such(tiny, tmp_path, comman
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert lines[0].startswith(f"error: {subject} '{files[locked]}' | cannot be read by this user"), said
     assert "Traceback" not in done.stderr and "crashed" not in done.stderr, said
+
+
+# --- an empty device is no device -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["run", "{classifier}"], ["predict", "{classifier}", "{image}"]])
+@pytest.mark.parametrize("device", ["", " "])
+def test_an_empty_device_is_a_usage_error(tiny, command, device):
+    """``--device ''`` (an unset variable in a script) ran on the backend's CPU and said nothing."""
+    args = [part.format(**tiny) for part in command]
+    result = invoke_checked([*args, "--device", device], reads=[tiny["classifier"]])
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '--device' / '-d': {device!r} names no device" in usage_said(result.output)
+
+
+@pytest.mark.parametrize("command", [["compare", "{classifier}"], ["bench", "{classifier}", "-n", "5"]])
+def test_a_backend_spec_with_a_colon_and_no_device_is_refused(tiny, command):
+    """``-b ort:`` ran on the backend's default device and said nothing."""
+    args = [part.format(**tiny) for part in command]
+    result = invoke_checked([*args, "-b", "onnxruntime:"], reads=[tiny["classifier"]])
+    assert result.exit_code == 1, result.output
+    assert "error: backend 'onnxruntime:' | names no device after ':'; expected BACKEND or BACKEND:DEVICE." in (
+        result.stderr
+    )
