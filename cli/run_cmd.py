@@ -26,7 +26,7 @@ from .paths import file_out, path_in
 
 def run(
     model: Path = typer.Argument(..., parser=path_in, help="The .onnx file."),
-    backend: str = typer.Option(DEFAULT_BACKEND, "--backend", "-b", help="Backend name or alias."),
+    backend: str = typer.Option(DEFAULT_BACKEND, "--backend", "-b", help="Backend name or alias, or BACKEND:DEVICE."),
     device: opt.Device = None,
     inputs: list[str] = typer.Option(
         [],
@@ -56,6 +56,7 @@ def run(
     read: dict[str, str | Path] = {"model": model, **input_files(inputs)}
     check_outputs({"--output": save}, inputs=read)
     backend_options = opt.backend_options(options)
+    backend, device = opt.backend_and_device(backend, device)
     job = {"allow_fallback": allow_fallback, "input_options": list(inputs), "seed": seed}
     run_ = run_candidate(model, backend, device, [], options=backend_options, timeout_s=timeout, extra=job)
     run_.raise_error(model)

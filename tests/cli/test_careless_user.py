@@ -6,7 +6,8 @@
 - ``deploykit models list``;
 - a model whose IR version the installed ONNX Runtime is too old for;
 - an input this user may not read;
-- an empty device (``--device ''``, ``-b ort:``), once the backend's default device in silence.
+- an empty device (``--device ''``, ``-b ort:``), once the backend's default device in silence;
+- ``-b BACKEND:DEVICE`` in run, predict and serve, called an unregistered backend.
 """
 
 from __future__ import annotations
@@ -287,3 +288,23 @@ def test_a_backend_spec_with_a_colon_and_no_device_is_refused(tiny, command):
     assert "error: backend 'onnxruntime:' | names no device after ':'; expected BACKEND or BACKEND:DEVICE." in (
         result.stderr
     )
+
+
+# --- -b BACKEND:DEVICE means one thing in every command -----------------------------------------
+
+
+@pytest.mark.parametrize("command", [["run", "{classifier}"], ["predict", "{classifier}", "{image}"]])
+def test_a_backend_spec_with_its_device_runs_there(tiny, command):
+    """bench and compare read ``-b onnxruntime:cpu``; run and predict said "is not registered"."""
+    args = [part.format(**tiny) for part in command]
+    result = invoke_checked([*args, "-b", "onnxruntime:cpu"], reads=[tiny["classifier"]])
+    assert result.exit_code == 0, result.output
+    assert "is not registered" not in result.output
+
+
+@pytest.mark.parametrize("command", [["run", "{classifier}"], ["predict", "{classifier}", "{image}"]])
+def test_a_device_named_both_ways_must_be_the_same(tiny, command):
+    args = [part.format(**tiny) for part in command]
+    result = invoke_checked([*args, "-b", "onnxruntime:cpu", "--device", "cuda"], reads=[tiny["classifier"]])
+    assert result.exit_code == 1, result.output
+    assert "error: backend 'onnxruntime:cpu' | names device 'cpu', and --device names 'cuda'." in result.stderr
