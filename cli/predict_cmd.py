@@ -12,7 +12,7 @@ from rich.text import Text
 
 from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.errors import UsageError
-from deploykit.io import atomic_path, check_outputs
+from deploykit.io import atomic_path, check_outputs, one_line
 from deploykit.metadata import read_metadata
 from deploykit.tasks import TASKS
 from deploykit.validation import check_number
@@ -321,7 +321,7 @@ def _predict_image(
 
 
 def _table(result: ResultTable) -> Table:
-    table = Table(title=result.title)
+    table = Table(title=Text(one_line(result.title, None)))
     for column in result.columns:
         table.add_column(column)
     for row in result.rows:

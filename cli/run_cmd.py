@@ -20,7 +20,7 @@ from deploykit.validation import check_seed
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, run_candidate
 
 from . import options as opt
-from .console import console, input_files, print_json
+from .console import console, input_files, plain, print_json
 from .paths import file_out, path_in
 
 
@@ -72,7 +72,7 @@ def run(
         return
     fallback = f" [yellow](fell back: {info.fallback_reason})[/]" if info.fallback else ""
     console.print(
-        f"{model.name} on {info.backend} {info.device} ({info.precision}, "
+        f"{plain(model.name)} on {info.backend} {info.device} ({info.precision}, "
         f"{info.backend_version}){fallback}: first run {elapsed_ms:.2f} ms"
     )
     table = Table()

@@ -7,7 +7,8 @@
 - a model whose IR version the installed ONNX Runtime is too old for;
 - an input this user may not read;
 - an empty device (``--device ''``, ``-b ort:``), once the backend's default device in silence;
-- ``-b BACKEND:DEVICE`` in run, predict and serve, called an unregistered backend.
+- ``-b BACKEND:DEVICE`` in run, predict and serve, called an unregistered backend;
+- a file name with brackets, read as terminal markup (``model[v2].onnx`` printed as ``model.onnx``).
 """
 
 from __future__ import annotations
@@ -308,3 +309,27 @@ def test_a_device_named_both_ways_must_be_the_same(tiny, command):
     result = invoke_checked([*args, "-b", "onnxruntime:cpu", "--device", "cuda"], reads=[tiny["classifier"]])
     assert result.exit_code == 1, result.output
     assert "error: backend 'onnxruntime:cpu' | names device 'cpu', and --device names 'cuda'." in result.stderr
+
+
+# --- a file name is printed as it is ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command, said",
+    [
+        (["run", "{model}"], "model[v2].onnx on onnxruntime cpu"),
+        (["bench", "{model}", "-b", "onnxruntime", "-n", "5"], "/model[v2].onnx', backend='onnxruntime'"),
+        (["compare", "{model}", "-b", "onnxruntime"], "model[v2].onnx against"),
+        (["predict", "{model}", "{image}"], "top 5 for image[v2].jpg"),
+    ],
+    ids=["run", "bench", "compare", "predict"],
+)
+def test_a_file_name_with_brackets_is_printed_as_it_is(tiny, tmp_path, command, said):
+    """Brackets are rich's markup: ``model[v2].onnx`` was printed as ``model.onnx``, and bench recommended
+    ``deploykit.load('model.onnx', ...)``, another file."""
+    model, image = tmp_path / "model[v2].onnx", tmp_path / "image[v2].jpg"
+    shutil.copy(tiny["classifier"], model)
+    shutil.copy(tiny["image"], image)
+    result = invoke_checked([part.format(model=model, image=image) for part in command], reads=[model, image])
+    assert result.exit_code == 0, result.output
+    assert said in result.stdout, result.stdout
