@@ -321,15 +321,22 @@ def test_a_device_named_both_ways_must_be_the_same(tiny, command):
         (["bench", "{model}", "-b", "onnxruntime", "-n", "5"], "/model[v2].onnx', backend='onnxruntime'"),
         (["compare", "{model}", "-b", "onnxruntime"], "model[v2].onnx against"),
         (["predict", "{model}", "{image}"], "top 5 for image[v2].jpg"),
+        (
+            ["optimize", "{model}", "--no-quantize", "-b", "onnxruntime", "--time-budget", "5s", "-o", "{bundle}"],
+            "[v2]/bundle[v2]') or deploykit predict",
+        ),
     ],
-    ids=["run", "bench", "compare", "predict"],
+    ids=["run", "bench", "compare", "predict", "optimize"],
 )
 def test_a_file_name_with_brackets_is_printed_as_it_is(tiny, tmp_path, command, said):
     """Brackets are rich's markup: ``model[v2].onnx`` was printed as ``model.onnx``, and bench recommended
     ``deploykit.load('model.onnx', ...)``, another file."""
-    model, image = tmp_path / "model[v2].onnx", tmp_path / "image[v2].jpg"
+    folder = tmp_path / "[v2]"
+    folder.mkdir()
+    model, image, bundle = folder / "model[v2].onnx", folder / "image[v2].jpg", folder / "bundle[v2]"
     shutil.copy(tiny["classifier"], model)
     shutil.copy(tiny["image"], image)
-    result = invoke_checked([part.format(model=model, image=image) for part in command], reads=[model, image])
+    args = [part.format(model=model, image=image, bundle=bundle) for part in command]
+    result = invoke_checked(args, reads=[model, image])
     assert result.exit_code == 0, result.output
     assert said in result.stdout, result.stdout
