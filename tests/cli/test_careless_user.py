@@ -8,7 +8,8 @@
 - an input this user may not read;
 - an empty device (``--device ''``, ``-b ort:``), once the backend's default device in silence;
 - ``-b BACKEND:DEVICE`` in run, predict and serve, called an unregistered backend;
-- a file name with brackets, read as terminal markup (``model[v2].onnx`` printed as ``model.onnx``).
+- a file name with brackets, read as terminal markup (``model[v2].onnx`` printed as ``model.onnx``);
+- ``predict`` rows written onto the input photo, called "the input folder".
 """
 
 from __future__ import annotations
@@ -340,3 +341,12 @@ def test_a_file_name_with_brackets_is_printed_as_it_is(tiny, tmp_path, command, 
     result = invoke_checked(args, reads=[model, image])
     assert result.exit_code == 0, result.output
     assert said in result.stdout, result.stdout
+
+
+def test_predict_rows_onto_the_input_image_name_it_a_file(tiny, tmp_path):
+    """``predict model photo.jpg -o photo.jpg`` said "is the input folder" of a photo."""
+    image = tmp_path / "photo.jpg"
+    shutil.copy(tiny["image"], image)
+    result = invoke_checked(["predict", tiny["classifier"], image, "-o", image], reads=[image])
+    assert result.exit_code == 1, result.output
+    assert f"error: --output '{image}' | is the input file; expected a folder for the result rows." in result.stderr
