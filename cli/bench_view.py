@@ -14,7 +14,7 @@ from deploykit.bench.report import BenchmarkReport
 from deploykit.bench.views import summary_rows
 from deploykit.io import one_line
 
-from .console import console, err_console
+from .console import console, err_console, plain
 
 if TYPE_CHECKING:
     from deploykit.distributed.fleet_report import FleetReport
@@ -31,7 +31,7 @@ def _table(title: str, rows: list[dict[str, str]], empty: str) -> Table:
 
 def bench_table(result: BenchmarkReport) -> Table:
     """The summary rows of a bench report (``views.summary_rows``), the recommended one starred."""
-    title = f"{Path(result.model.path).name} — headline {result.headline} (★ = recommended)"
+    title = f"{plain(Path(result.model.path).name)} — headline {result.headline} (★ = recommended)"
     return _table(title, summary_rows(result), "configuration")
 
 
@@ -39,7 +39,7 @@ def fleet_table(fleet: FleetReport) -> Table:
     """The configuration × device matrix of a fleet report."""
     from deploykit.distributed.fleet_views import matrix
 
-    title = f"fleet: {Path(fleet.model_path).name} (★ = recommended on that device)"
+    title = f"fleet: {plain(Path(fleet.model_path).name)} (★ = recommended on that device)"
     return _table(title, matrix(fleet), "configuration")
 
 
@@ -61,4 +61,4 @@ def print_bench_report(result: BenchmarkReport) -> None:
     for note in result.notes:
         err_console.print(f"note: {note}", soft_wrap=True)
     if result.recommendation:
-        console.print(f"recommended: {result.recommendation.python} ({result.recommendation.why})")
+        console.print(f"recommended: {escape(result.recommendation.python)} ({escape(result.recommendation.why)})")

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from . import options as opt
-from .console import console, print_json
+from .console import console, plain, print_json
 from .paths import path_in
 from .platforms_cmd import PLATFORM_OPTION
 from .verify_view import exit_for, input_settings, print_details, verdict_table
@@ -68,7 +68,7 @@ def compare(
         print_json(report.to_dict())
     else:
         independent = "independent" if report.oracle.independent else "NOT independent"
-        title = f"{model.name} against {report.oracle.name} ({independent}), inputs {report.input_source}"
+        title = f"{plain(model.name)} against {report.oracle.name} ({independent}), inputs {report.input_source}"
         console.print(verdict_table(title, report.verdicts))
         print_details(report.verdicts, report.notes)
     exit_for(report.verdicts, require_oracle=require_oracle)

@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.text import Text
 
 from deploykit.errors import UsageError
-from deploykit.io import CONTROL_PICTURES
+from deploykit.io import CONTROL_PICTURES, shown
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -25,6 +26,12 @@ _CONTROL_PICTURES = {code: picture for code, picture in CONTROL_PICTURES.items()
 def sanitize(text: str) -> str:
     """``text`` with every control character but newline and tab replaced by a visible one."""
     return text.translate(_CONTROL_PICTURES)
+
+
+def plain(name: object) -> str:
+    """A file name or path inside a markup string: on one line, and never read as rich markup (a file
+    named ``model[v2].onnx`` would print as ``model.onnx``)."""
+    return escape(shown(str(name)))
 
 
 class SafeConsole(Console):

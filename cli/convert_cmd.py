@@ -14,7 +14,7 @@ from deploykit.convert.report import ConversionReport
 from deploykit.errors import ParityError
 
 from . import options as opt
-from .console import console
+from .console import console, plain
 from .paths import file_out, folder_out, path_in
 from .platforms_cmd import PLATFORM_OPTION
 from .verify_view import print_details, verdict_table
@@ -37,7 +37,7 @@ TRUST_PICKLE_HELP = (
 def print_report(report: ConversionReport) -> None:
     size_mb = report.file_size_bytes / 2**20
     console.print(
-        f"[bold]{report.source}[/] → {report.output}  ({report.converter}, {report.exporter} exporter, "
+        f"[bold]{plain(report.source)}[/] → {plain(report.output)}  ({report.converter}, {report.exporter} exporter, "
         f"opset {report.opset}, {size_mb:.2f} MiB, {report.parameter_count:,} parameters, "
         f"export {report.export_seconds:.2f} s, gate {report.gate_seconds:.2f} s)"
     )

@@ -14,6 +14,7 @@ import select
 import signal
 import stat
 import sys
+import time
 import warnings
 from typing import Any, NoReturn
 
@@ -218,11 +219,28 @@ def _exit_on_signal(signum: int, frame: object) -> None:
     raise _SignalExit(signum)
 
 
+#: A SIGINT this soon after the one that began the unwinding is the same Ctrl-C delivered twice, not a
+#: second press: ``timeout -s INT`` signals the command and then its whole process group (the command
+#: included), and so does a supervisor that signals a process and its group.
+SAME_CTRL_C_S = 0.5
+
+_first_ctrl_c_at: list[float] = []  # when the first Ctrl-C's handler ran (monotonic seconds)
+
+
 def _interrupt(signum: int, frame: object) -> None:
     # The first Ctrl-C unwinds (finally blocks remove temporary files and stop workers); a second one,
     # while that runs, leaves at once as during start-up.
-    signal.signal(signal.SIGINT, launch.stop_at_once)
+    _first_ctrl_c_at[:] = [time.monotonic()]
+    signal.signal(signal.SIGINT, _interrupt_again)
     raise _Interrupted
+
+
+def _interrupt_again(signum: int, frame: object) -> None:
+    # The same Ctrl-C delivered twice must not cut the unwinding short (its temporary files, its output
+    # locks and its workers would be left behind); a press after that leaves at once.
+    if _first_ctrl_c_at and time.monotonic() - _first_ctrl_c_at[0] < SAME_CTRL_C_S:
+        return
+    launch.stop_at_once(signum, None)
 
 
 def _signal_met_a_callback(unraisable: Any) -> None:

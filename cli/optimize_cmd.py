@@ -7,13 +7,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from deploykit.bench.config import parse_int_list
 from deploykit.bench.load import BackgroundLoad
 
 from . import options as opt
-from .console import console, err_console, print_json, step_bar
+from .console import console, err_console, plain, print_json, step_bar
 from .paths import folder_out, path_in
 
 if TYPE_CHECKING:  # the CLI imports the optimize package (and its runtimes) only when it runs
@@ -92,8 +93,9 @@ def print_optimize_report(report: OptimizeReport, output: Path | None, limit: in
     console.print(f"searched in {report.elapsed_s:.0f} s")
     if output is not None:
         console.print(
-            f"bundle: {output} (open it with deploykit.load({str(output)!r}) or deploykit predict {output}; "
-            f"{output / 'report.html'} draws the Pareto front)"
+            f"bundle: {plain(output)} (open it with deploykit.load({escape(repr(str(output)))}) or deploykit "
+            f"predict {plain(output)}; {plain(output / 'report.html')} draws the Pareto front)",
+            soft_wrap=True,  # one line to copy, never folded inside the path
         )
 
 
@@ -159,7 +161,7 @@ def optimize(
     else:
         print_optimize_report(report, output)
     if report.partial:
-        err_console.print(f"interrupted: {output} holds the best configuration so far, marked partial")
+        err_console.print(f"interrupted: {plain(output)} holds the best configuration so far, marked partial")
         raise typer.Exit(INTERRUPTED_EXIT)
 
 

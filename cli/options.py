@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, overload
 
 import typer
 
@@ -119,7 +119,41 @@ SHAPE_HELP = "NAME:SHAPE[:LOW..HIGH] for an input's dynamic sizes (and an intege
 BATCH_AXIS_HELP = "NAME:AXIS: the batch axis of an input whose first axis is not the batch, e.g. state:1."
 
 Backends = Annotated[list[str], typer.Option("--backend", "-b", help=BACKEND_HELP)]
-Device = Annotated[str | None, typer.Option("--device", "-d", help="Device (default: the backend's CPU).")]
+
+
+def device_name(text: str) -> str:
+    """``--device``: a device name; an empty one is a usage error, never the backend's default device."""
+    if not text.strip():
+        raise typer.BadParameter(
+            f"{text!r} names no device; expected a device name (cpu, cuda:0, GPU ...). Hint: leave --device out for "
+            "the backend's CPU; 'deploykit backends' lists the devices."
+        )
+    return text
+
+
+@overload
+def backend_and_device(backend: str, device: str | None) -> tuple[str, str | None]: ...
+@overload
+def backend_and_device(backend: None, device: str | None) -> tuple[None, str | None]: ...
+def backend_and_device(backend: str | None, device: str | None) -> tuple[str | None, str | None]:
+    """``-b BACKEND:DEVICE`` in the commands that also take ``--device`` (run, predict, serve), as bench and
+    compare read it; the device given both ways must be the same one."""
+    from deploykit.verify.check import parse_backend_spec
+
+    if backend is None or ":" not in backend:
+        return backend, device
+    name, spec_device = parse_backend_spec(backend)
+    if device is not None and device != spec_device:
+        raise UsageError(
+            f"backend '{backend}' | names device '{spec_device}', and --device names '{device}'.",
+            hint=f"name the device once: -b {backend}, or -b {name} --device {device}.",
+        )
+    return name, spec_device
+
+
+Device = Annotated[
+    str | None, typer.Option("--device", "-d", parser=device_name, help="Device (default: the backend's CPU).")
+]
 BackendOptions = Annotated[
     list[str],
     typer.Option("--option", "-O", help="Backend option KEY=VALUE, repeatable (see 'deploykit backends --options')."),

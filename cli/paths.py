@@ -50,9 +50,9 @@ def file_out(text: str) -> Path:
     """A file to write: a name ending in '/' (a folder) is refused instead of becoming a file of that name."""
     text = _common(text)
     if isinstance(text, str) and _names_folder(text):
-        raise typer.BadParameter(
-            f"'{text}' ends with '/', so it names a folder; expected a file path such as {text}FILE."
-        )
+        folder = text if text.endswith(os.sep) else f"{text}{os.sep}"  # '.', '..' and 'out/.' name folders too
+        why = f"ends with '{os.sep}', so it names a folder" if text.endswith(os.sep) else "names a folder"
+        raise typer.BadParameter(f"'{text}' {why}; expected a file path such as {folder}FILE.")
     return Path(text)
 
 

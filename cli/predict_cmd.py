@@ -12,7 +12,7 @@ from rich.text import Text
 
 from deploykit.backends.registry import DEFAULT_BACKEND
 from deploykit.errors import UsageError
-from deploykit.io import atomic_path, check_outputs
+from deploykit.io import atomic_path, check_outputs, one_line
 from deploykit.metadata import read_metadata
 from deploykit.tasks import TASKS
 from deploykit.validation import check_number
@@ -94,7 +94,10 @@ def predict(
         show_default=False,
     ),
     backend: str = typer.Option(
-        None, "--backend", "-b", help="Backend name or alias (default: onnxruntime, or the bundle's choice)."
+        None,
+        "--backend",
+        "-b",
+        help="Backend name or alias, or BACKEND:DEVICE (default: onnxruntime, or the bundle's choice).",
     ),
     device: opt.Device = None,
     task: str = typer.Option(
@@ -162,6 +165,7 @@ def predict(
     check_number("--top-k", top_k, low=1, integer=True, hint="ask for 1 or more classes, e.g. --top-k 5.")
     check_number("--max-frames", max_frames, low=1, integer=True, hint="a positive number of frames, e.g. 100.")
     check_number("--every", every, low=1, integer=True, hint="1 takes every frame, 2 every second one ...")
+    backend, device = opt.backend_and_device(backend, device)
     kind = _task(model, task)
     settings = {"labels": labels, "conf": conf, "iou": iou, "agnostic": agnostic, "imagenet": imagenet, "top_k": top_k}
     json_path = out if out is not None and out.rstrip("/").lower().endswith(".json") else None  # one image's JSON
@@ -317,7 +321,7 @@ def _predict_image(
 
 
 def _table(result: ResultTable) -> Table:
-    table = Table(title=result.title)
+    table = Table(title=Text(one_line(result.title, None)))
     for column in result.columns:
         table.add_column(column)
     for row in result.rows:

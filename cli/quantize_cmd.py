@@ -12,7 +12,7 @@ from rich.table import Table
 from deploykit.io import atomic_path, check_outputs
 
 from . import options as opt
-from .console import console, print_json
+from .console import console, plain, print_json
 from .paths import file_out, path_in
 
 if TYPE_CHECKING:  # the CLI imports the quantize package (and its runtimes) only when it runs
@@ -25,7 +25,7 @@ def _list(value: str | None) -> list[str]:
 
 def _print(report: QuantizeReport) -> None:
     console.print(
-        f"[bold]{report.precision}[/] model written to {report.output} by engine {report.engine}"
+        f"[bold]{report.precision}[/] model written to {plain(report.output)} by engine {report.engine}"
         + (f" ({report.method}, {'per-channel' if report.per_channel else 'per-tensor'})" if report.method else "")
         + f" in {report.seconds:.1f} s; {report.quantized_nodes} "
         + ("quantized tensors" if report.precision == "int8" else "nodes in float16")

@@ -20,13 +20,13 @@ from deploykit.validation import check_seed
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, run_candidate
 
 from . import options as opt
-from .console import console, input_files, print_json
+from .console import console, input_files, plain, print_json
 from .paths import file_out, path_in
 
 
 def run(
     model: Path = typer.Argument(..., parser=path_in, help="The .onnx file."),
-    backend: str = typer.Option(DEFAULT_BACKEND, "--backend", "-b", help="Backend name or alias."),
+    backend: str = typer.Option(DEFAULT_BACKEND, "--backend", "-b", help="Backend name or alias, or BACKEND:DEVICE."),
     device: opt.Device = None,
     inputs: list[str] = typer.Option(
         [],
@@ -56,6 +56,7 @@ def run(
     read: dict[str, str | Path] = {"model": model, **input_files(inputs)}
     check_outputs({"--output": save}, inputs=read)
     backend_options = opt.backend_options(options)
+    backend, device = opt.backend_and_device(backend, device)
     job = {"allow_fallback": allow_fallback, "input_options": list(inputs), "seed": seed}
     run_ = run_candidate(model, backend, device, [], options=backend_options, timeout_s=timeout, extra=job)
     run_.raise_error(model)
@@ -71,7 +72,7 @@ def run(
         return
     fallback = f" [yellow](fell back: {info.fallback_reason})[/]" if info.fallback else ""
     console.print(
-        f"{model.name} on {info.backend} {info.device} ({info.precision}, "
+        f"{plain(model.name)} on {info.backend} {info.device} ({info.precision}, "
         f"{info.backend_version}){fallback}: first run {elapsed_ms:.2f} ms"
     )
     table = Table()

@@ -100,7 +100,7 @@ def serve(
         help="Prometheus port (default 8002; 0: a free one; none: off). Local engine only.",
     ),
     backend: str = typer.Option(
-        None, "--backend", "-b", help="Backend name or alias (default: onnxruntime; a bundle's own)."
+        None, "--backend", "-b", help="Backend name or alias, or BACKEND:DEVICE (default: onnxruntime; a bundle's own)."
     ),
     device: opt.Device = None,
     options: opt.BackendOptions = [],  # noqa: B006  (typer reads the default; never mutated)
@@ -188,6 +188,7 @@ def serve(
         ray = RaySettings(address=address, replicas=replicas or 1, min_replicas=min_replicas, max_replicas=max_replicas)
 
     backend_options = {k: coerce(v) for k, v in parse_pairs(options, "--option").items()}
+    backend, device = opt.backend_and_device(backend, device)
     policy = BatchPolicy(max_batch=max_batch, max_queue_delay_ms=max_queue_delay_ms, max_queue=max_queue)
     if _port(http_port, "--http-port") is None and _port(grpc_port, "--grpc-port") is None:
         raise typer.BadParameter(

@@ -14,7 +14,7 @@ The tree::
     ├── UsageError                 an option or argument value that cannot be used
     │   └── OutputError            an output path cannot be written, or is a file the command reads
     ├── ModelError                 a model file cannot be used
-    │   ├── ModelNotFoundError     the path does not exist or is a directory
+    │   ├── ModelNotFoundError     the path does not exist, is a directory, or this user may not read it
     │   ├── InvalidModelError      the file is not a readable, valid ONNX model
     │   │   └── MetadataError      a deploykit.* metadata value has the wrong type or an impossible value
     │   └── BundleError            a bundle folder is incomplete, tampered with, or of an unknown schema

@@ -77,7 +77,8 @@ def regular_file_problem(path: PathLike) -> str | None:
     """None when ``path`` is a regular file (after symlinks); otherwise what it is, in words.
 
     Special files are refused by what they are, before anyone opens them: a FIFO would block the
-    reader until a writer comes, ``/dev/zero`` never ends, a socket cannot be read as a file.
+    reader until a writer comes, ``/dev/zero`` never ends, a socket cannot be read as a file. A regular
+    file this process may not open is refused by that, before a reader (or a worker) meets it.
     """
     if os.fspath(path) == "":
         return "is an empty path"
@@ -90,9 +91,11 @@ def regular_file_problem(path: PathLike) -> str | None:
     except OSError as exc:
         if exc.errno == errno.ENAMETOOLONG:
             return "the path is too long for this system"
+        if exc.errno == errno.EACCES:
+            return f"{UNREADABLE}: a folder on its path may not be entered"
         return (exc.strerror or str(exc)).lower()
     if stat.S_ISREG(mode):
-        return None
+        return _open_problem(path)
     kinds = (
         (stat.S_ISDIR, "is a directory"),
         (stat.S_ISFIFO, "is a named pipe (FIFO): reading it would wait for a writer"),
@@ -101,6 +104,21 @@ def regular_file_problem(path: PathLike) -> str | None:
         (stat.S_ISSOCK, "is a socket, not a file"),
     )
     return next((what for test, what in kinds if test(mode)), "is not a regular file")
+
+
+#: How a file this process may not read is described (``regular_file_problem``).
+UNREADABLE = "cannot be read by this user (permission denied; see its mode and owner with ls -l)"
+
+
+def _open_problem(path: PathLike) -> str | None:
+    """None when the regular file ``path`` opens for reading; otherwise why not, in words."""
+    try:
+        with open(path, "rb"):
+            return None
+    except PermissionError:
+        return UNREADABLE
+    except OSError as exc:
+        return f"cannot be opened ({(exc.strerror or str(exc)).lower()})"
 
 
 def special_file_problem(path: PathLike) -> str | None:

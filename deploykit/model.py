@@ -37,9 +37,10 @@ def check_model_path(path: str | os.PathLike[str]) -> Path:
     """Return ``path`` as a ``Path`` when it names a readable file.
 
     Raises:
-        ModelNotFoundError: the path does not exist or is a directory.
+        ModelNotFoundError: the path does not exist, is a directory or a special file, or this user
+            may not read it.
     """
-    from deploykit.io import regular_file_problem, shown
+    from deploykit.io import UNREADABLE, regular_file_problem, shown
 
     model_path = Path(path)
     problem = regular_file_problem(path)
@@ -49,6 +50,11 @@ def check_model_path(path: str | os.PathLike[str]) -> Path:
         raise ModelNotFoundError(
             f"model '{shown(model_path)}' | is a directory, expected an .onnx file.",
             hint="pass the path of the .onnx file inside it.",
+        )
+    if problem.startswith(UNREADABLE):
+        raise ModelNotFoundError(
+            f"model '{shown(path)}' | {problem}; expected a file this user may read.",
+            hint="give this user read permission (chmod/chown), or copy the model somewhere it may read.",
         )
     expected = "" if problem == "no such file" else "; expected a regular .onnx file"
     raise ModelNotFoundError(

@@ -5,8 +5,11 @@ both fall back to a silent stub of their own when that package cannot be importe
 unimportable in its processes (an entry of ``None`` in ``sys.modules``, Python's own way to say "not
 installed") before either library is imported, so no consent file is read or written and no request
 is made, and the user's settings (the consent file in their home) stay as they are. Ray's usage
-statistics are off through its variable. A process that imported ``openvino_telemetry`` before
-deploykit keeps it: that was the user's choice, not ours.
+statistics are off through its variable, and so is ONNX Runtime's own telemetry (a C++ client in its
+library that writes a session file into the temporary directory, queues events in a store under
+``~/.cache/Microsoft`` and posts them to Microsoft's collector): ``ORT_DISABLE_TELEMETRY``. A process
+that imported ``openvino_telemetry`` before deploykit keeps it, and a variable the user set stays as
+set: that was the user's choice, not ours.
 
 This module must not import any third-party library.
 """
@@ -20,7 +23,7 @@ import sys
 TELEMETRY_MODULES = ("openvino_telemetry",)
 
 #: Variables that switch a library's usage reporting off, set unless the user set them.
-TELEMETRY_VARIABLES = {"RAY_USAGE_STATS_ENABLED": "0"}
+TELEMETRY_VARIABLES = {"RAY_USAGE_STATS_ENABLED": "0", "ORT_DISABLE_TELEMETRY": "1"}
 
 
 def silence_telemetry() -> None:

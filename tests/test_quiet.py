@@ -116,3 +116,22 @@ def test_convert_compare_bench_quantize_optimize_and_serve_connect_nowhere(audit
     server.process.send_signal(signal.SIGTERM)
     server.finish(120)
     assert not log.exists(), f"connections that would have left the machine:\n{log.read_text()}"
+
+
+def test_onnx_runtime_keeps_no_telemetry_session_or_event_store(tmp_path) -> None:
+    """ONNX Runtime's own telemetry (a C++ client: the audit hook above cannot see it) writes a session file
+    into the temporary directory and queues events in a store under the home folder for its collector;
+    its switch, ORT_DISABLE_TELEMETRY, is on in deploykit's processes unless the user set it."""
+    home, scratch = tmp_path / "home", tmp_path / "tmp"
+    home.mkdir()
+    scratch.mkdir()
+    model = tmp_path / "m.onnx"
+    onnx.save(conv_classifier(), model)
+    env = {**os.environ, "HOME": str(home), "TMPDIR": str(scratch), "DEPLOYKIT_CACHE_DIR": str(tmp_path / "cache")}
+    for name in ("ORT_DISABLE_TELEMETRY", "XDG_CACHE_HOME"):
+        env.pop(name, None)
+    command = [str(DEPLOYKIT), "run", str(model), "-b", "onnxruntime"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert sorted(path.name for path in scratch.iterdir()) == []
+    assert not (home / ".cache" / "Microsoft").exists(), sorted(home.rglob("*"))

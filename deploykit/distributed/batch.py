@@ -317,7 +317,11 @@ def predict(
             hint="e.g. --actors 2 --cpus-per-actor 1.",
         )
     if not is_uri(out) and not is_uri(source) and Path(out).resolve() == Path(source).resolve():
-        raise UsageError(f"--output '{out}' | is the input folder.", hint="write the rows into another folder.")
+        what = "folder" if Path(source).is_dir() else "file"
+        raise UsageError(
+            f"--output '{out}' | is the input {what}; expected a folder for the result rows.",
+            hint="write the rows into another folder, e.g. --output results/ (or -o FILE.jsonl for JSON lines).",
+        )
     pipeline_options = dict(settings.pipeline_options)
     labels = pipeline_options.get("labels")
     if isinstance(labels, (str, os.PathLike)):

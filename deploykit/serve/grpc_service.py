@@ -11,8 +11,10 @@ streaming, trace, logging) answer UNIMPLEMENTED, as gRPC does for unknown method
 
 from __future__ import annotations
 
+import errno
 import hmac
 import logging
+import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -390,10 +392,12 @@ def create_server(
         servicer.ModelInfer, request_deserializer=servicer.read_infer, response_serializer=_InferReply.serialize
     )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
-    try:  # grpcio returns 0 for a port it cannot bind, or (newer releases) raises RuntimeError
-        bound = server.add_insecure_port(f"{_bracket(host)}:{port}")
-    except RuntimeError:
-        bound = 0
+    bound = 0
+    if not _in_use(host, port):  # else gRPC's core would log its own bind error on stderr beside ours
+        try:  # grpcio returns 0 for a port it cannot bind, or (newer releases) raises RuntimeError
+            bound = server.add_insecure_port(f"{_bracket(host)}:{port}")
+        except RuntimeError:
+            bound = 0
     if bound == 0:
         from deploykit.errors import UsageError
 
@@ -403,6 +407,21 @@ def create_server(
             hint="pass another port, or 0 for a free one.",
         )
     return server, bound
+
+
+def _in_use(host: str, port: int) -> bool:
+    """Whether another socket listens on ``host:port`` now, asked the way gRPC binds (``SO_REUSEADDR``:
+    a port left in TIME_WAIT by a server just stopped is free). Port 0 is never in use."""
+    if port == 0:
+        return False
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return exc.errno == errno.EADDRINUSE
+    return False
 
 
 def _bracket(host: str) -> str:

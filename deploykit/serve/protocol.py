@@ -184,11 +184,12 @@ def array_from_list(check: InputCheck, shape: tuple[int, ...], data: Any) -> np.
         raise RequestError(
             f"input '{name}' | data is not a (nested) list of numbers.", hint="send a flat list in row-major order."
         ) from exc
-    if array.dtype.kind not in "biuf" or (check.spec.dtype.kind == "b" and array.dtype.kind != "b"):
+    if array.dtype.kind not in "biuf" or (array.dtype.kind == "b") != (check.spec.dtype.kind == "b"):
+        held = {"U": "strings", "b": "true/false"}.get(array.dtype.kind, array.dtype.name)
         raise RequestError(
-            f"input '{name}' | data holds {'strings' if array.dtype.kind == 'U' else array.dtype.name}, "
-            f"expected {check.datatype} numbers.",
-            hint="send numbers (true/false for BOOL).",
+            f"input '{name}' | data holds {held}, expected {check.datatype} "
+            f"{'true/false values' if check.spec.dtype.kind == 'b' else 'numbers'}.",
+            hint="send numbers (true/false for BOOL only; the server does not cast).",
         )
     if check.spec.dtype.kind in "iu" and array.dtype.kind == "f":
         raise RequestError(
@@ -206,6 +207,11 @@ def array_from_list(check: InputCheck, shape: tuple[int, ...], data: Any) -> np.
     if check.spec.dtype.kind in "iu" and not np.array_equal(converted, array.reshape(shape)):
         raise RequestError(
             f"input '{name}' | data does not fit {check.datatype}.", hint="send values within the datatype's range."
+        )
+    if check.spec.dtype.kind == "f" and np.any(np.isinf(converted) & np.isfinite(array.reshape(shape))):
+        raise RequestError(
+            f"input '{name}' | data holds a number beyond {check.datatype}'s range, which would become infinity.",
+            hint=f"send values within ±{float(np.finfo(check.spec.dtype).max):.4g}.",
         )
     return converted
 

@@ -72,9 +72,14 @@ class Candidate:
 
 def parse_backend_spec(text: str) -> tuple[str, str | None]:
     """``openvino:CPU`` → (``openvino``, ``CPU``); ``ort`` → (``ort``, None)."""
-    name, _, device = text.strip().partition(":")
+    name, colon, device = text.strip().partition(":")
     if not name:
         raise UsageError(f"backend '{text}' | expected BACKEND or BACKEND:DEVICE.", hint="e.g. -b ort -b openvino:CPU.")
+    if colon and not device.strip():  # 'ort:' is no device, not the backend's default one
+        raise UsageError(
+            f"backend '{text}' | names no device after ':'; expected BACKEND or BACKEND:DEVICE.",
+            hint=f"write -b {name} for its default device, or a device after the colon, e.g. -b openvino:CPU.",
+        )
     return name, device or None
 
 

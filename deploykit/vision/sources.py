@@ -393,8 +393,10 @@ def _open_http(spec: str, timeout_s: float) -> Source:
         raise InputError(f"URL '{spec}' | answered HTTP {exc.code} {exc.reason}.", hint="check the URL.") from exc
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
+        # a refused connection or an unknown host is an answer at once: only a silence is a timeout
+        problem = f"did not answer within {timeout_s:g} s" if isinstance(reason, TimeoutError) else "cannot be reached"
         raise InputError(
-            f"URL '{spec}' | did not answer within {timeout_s:g} s ({reason}).",
+            f"URL '{spec}' | {problem} ({reason}).",
             hint="check the URL, that the server runs and is reachable from here.",
         ) from exc
     content_type = response.headers.get_content_type()

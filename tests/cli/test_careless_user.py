@@ -4,13 +4,19 @@
 - a verification error row wrapped into the converter's error (two hints, "..", a wrong hint);
 - ``deploykit ... | head -1`` (a broken pipe on stdout);
 - ``deploykit models list``;
-- a model whose IR version the installed ONNX Runtime is too old for.
+- a model whose IR version the installed ONNX Runtime is too old for;
+- an input this user may not read;
+- an empty device (``--device ''``, ``-b ort:``), once the backend's default device in silence;
+- ``-b BACKEND:DEVICE`` in run, predict and serve, called an unregistered backend;
+- a file name with brackets, read as terminal markup (``model[v2].onnx`` printed as ``model.onnx``);
+- ``predict`` rows written onto the input photo, called "the input folder".
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.assets.paths import require_module
-from tests.fuzz.harness import invoke_checked
+from tests.fuzz.harness import invoke_checked, usage_said
 
 REPO = Path(__file__).resolve().parents[2]
 TORCH_MODELS = REPO / "tests" / "assets" / "torch_models.py"
@@ -219,3 +225,128 @@ def test_an_ir_version_too_new_for_onnxruntime_says_how_to_resave(tmp_path):
     onnx.save(model, path)
     fixed = invoke_checked(["run", path, "-b", "onnxruntime", "-i", "x=random:2"], reads=[path])
     assert fixed.exit_code == 0, fixed.output
+
+
+# --- an input this user may not read ------------------------------------------------------------
+
+SETPRIV = shutil.which("setpriv")
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+# Root reads any file: the command runs without the capabilities that bypass file permissions.
+WITHOUT_OVERRIDE = ["--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-dac_override,-dac_read_search"]
+
+
+@pytest.mark.skipif(IS_ROOT and SETPRIV is None, reason="root reads any file, and setpriv is missing")
+@pytest.mark.parametrize(
+    "command, locked, subject",
+    [
+        (["run", "{classifier}"], "classifier", "model"),
+        (["inspect", "{classifier}"], "classifier", "model"),
+        (["bench", "{classifier}", "-b", "onnxruntime", "-n", "5"], "classifier", "model"),
+        (["predict", "{classifier}", "{image}"], "classifier", "model"),
+        (["convert", "darknet", "{cfg}", "{weights}", "-o", "x.onnx"], "cfg", "cfg"),
+        (["convert", "darknet", "{cfg}", "{weights}", "-o", "x.onnx"], "weights", "weights"),
+    ],
+    ids=["run", "inspect", "bench", "predict", "darknet-cfg", "darknet-weights"],
+)
+def test_an_input_this_user_may_not_read_is_named_as_such(tiny, tmp_path, command, locked, subject):
+    """Not a backend crash with a worker's traceback, not "cannot be parsed as ONNX", not a bare
+    "Permission denied": the file, that this user may not read it, and what to do."""
+    files = {name: tmp_path / path.name for name, path in tiny.items() if path.is_file()}
+    for name, path in files.items():
+        shutil.copy(tiny[name], path)
+    files[locked].chmod(0)
+    args = [part.format(**files) for part in command]
+    prefix = [str(SETPRIV), *WITHOUT_OVERRIDE] if IS_ROOT else []
+    env = {**os.environ, "DEPLOYKIT_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run(
+        [*prefix, *_deploykit(), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    said = f"deploykit {' '.join(args)}: exit {done.returncode}\n{done.stderr}"
+    assert done.returncode == 1, said
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert lines[0].startswith(f"error: {subject} '{files[locked]}' | cannot be read by this user"), said
+    assert "Traceback" not in done.stderr and "crashed" not in done.stderr, said
+
+
+# --- an empty device is no device -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["run", "{classifier}"], ["predict", "{classifier}", "{image}"]])
+@pytest.mark.parametrize("device", ["", " "])
+def test_an_empty_device_is_a_usage_error(tiny, command, device):
+    """``--device ''`` (an unset variable in a script) ran on the backend's CPU and said nothing."""
+    args = [part.format(**tiny) for part in command]
+    result = invoke_checked([*args, "--device", device], reads=[tiny["classifier"]])
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '--device' / '-d': {device!r} names no device" in usage_said(result.output)
+
+
+@pytest.mark.parametrize("command", [["compare", "{classifier}"], ["bench", "{classifier}", "-n", "5"]])
+def test_a_backend_spec_with_a_colon_and_no_device_is_refused(tiny, command):
+    """``-b ort:`` ran on the backend's default device and said nothing."""
+    args = [part.format(**tiny) for part in command]
+    result = invoke_checked([*args, "-b", "onnxruntime:"], reads=[tiny["classifier"]])
+    assert result.exit_code == 1, result.output
+    assert "error: backend 'onnxruntime:' | names no device after ':'; expected BACKEND or BACKEND:DEVICE." in (
+        result.stderr
+    )
+
+
+# --- -b BACKEND:DEVICE means one thing in every command -----------------------------------------
+
+
+@pytest.mark.parametrize("command", [["run", "{classifier}"], ["predict", "{classifier}", "{image}"]])
+def test_a_backend_spec_with_its_device_runs_there(tiny, command):
+    """bench and compare read ``-b onnxruntime:cpu``; run and predict said "is not registered"."""
+    args = [part.format(**tiny) for part in command]
+    result = invoke_checked([*args, "-b", "onnxruntime:cpu"], reads=[tiny["classifier"]])
+    assert result.exit_code == 0, result.output
+    assert "is not registered" not in result.output
+
+
+@pytest.mark.parametrize("command", [["run", "{classifier}"], ["predict", "{classifier}", "{image}"]])
+def test_a_device_named_both_ways_must_be_the_same(tiny, command):
+    args = [part.format(**tiny) for part in command]
+    result = invoke_checked([*args, "-b", "onnxruntime:cpu", "--device", "cuda"], reads=[tiny["classifier"]])
+    assert result.exit_code == 1, result.output
+    assert "error: backend 'onnxruntime:cpu' | names device 'cpu', and --device names 'cuda'." in result.stderr
+
+
+# --- a file name is printed as it is ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command, said",
+    [
+        (["run", "{model}"], "model[v2].onnx on onnxruntime cpu"),
+        (["bench", "{model}", "-b", "onnxruntime", "-n", "5"], "/model[v2].onnx', backend='onnxruntime'"),
+        (["compare", "{model}", "-b", "onnxruntime"], "model[v2].onnx against"),
+        (["predict", "{model}", "{image}"], "top 5 for image[v2].jpg"),
+        (
+            ["optimize", "{model}", "--no-quantize", "-b", "onnxruntime", "--time-budget", "5s", "-o", "{bundle}"],
+            "[v2]/bundle[v2]') or deploykit predict",
+        ),
+    ],
+    ids=["run", "bench", "compare", "predict", "optimize"],
+)
+def test_a_file_name_with_brackets_is_printed_as_it_is(tiny, tmp_path, command, said):
+    """Brackets are rich's markup: ``model[v2].onnx`` was printed as ``model.onnx``, and bench recommended
+    ``deploykit.load('model.onnx', ...)``, another file."""
+    folder = tmp_path / "[v2]"
+    folder.mkdir()
+    model, image, bundle = folder / "model[v2].onnx", folder / "image[v2].jpg", folder / "bundle[v2]"
+    shutil.copy(tiny["classifier"], model)
+    shutil.copy(tiny["image"], image)
+    args = [part.format(model=model, image=image, bundle=bundle) for part in command]
+    result = invoke_checked(args, reads=[model, image])
+    assert result.exit_code == 0, result.output
+    assert said in result.stdout, result.stdout
+
+
+def test_predict_rows_onto_the_input_image_name_it_a_file(tiny, tmp_path):
+    """``predict model photo.jpg -o photo.jpg`` said "is the input folder" of a photo."""
+    image = tmp_path / "photo.jpg"
+    shutil.copy(tiny["image"], image)
+    result = invoke_checked(["predict", tiny["classifier"], image, "-o", image], reads=[image])
+    assert result.exit_code == 1, result.output
+    assert f"error: --output '{image}' | is the input file; expected a folder for the result rows." in result.stderr

@@ -5,6 +5,7 @@ and one line, SIGTERM 143, never a traceback and never 0, whenever the signal co
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 
 import deploykit
 from deploykit.cli import launch
+from tests.assets.signals import default_signals
 
 DEPLOYKIT = Path(sys.executable).with_name("deploykit")
 # Delays after the process starts: inside the interpreter's start, the imports (typer, numpy, onnx) and,
@@ -306,3 +308,34 @@ def test_a_signal_handled_inside_a_callback_still_ends_the_command(signum: int) 
     assert done.returncode == 128 + signum, f"exit {done.returncode}\n{done.stdout}{done.stderr}"
     assert "lost" not in done.stdout and "Exception ignored" not in done.stderr, done.stdout + done.stderr
     assert done.stdout.split() == (["interrupted"] if signum == signal.SIGINT else []), done.stdout
+
+
+def test_a_ctrl_c_delivered_twice_at_once_still_unwinds(model: Path, tmp_path: Path) -> None:
+    """``timeout -s INT`` signals the command and then its process group: the command gets the same Ctrl-C
+    twice, milliseconds apart. That is not a second press: the unwinding runs to its end, and the benchmark's
+    scratch folder and its output's lock file are removed."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch), "DEPLOYKIT_CACHE_DIR": str(tmp_path / "cache")}
+    command = [str(DEPLOYKIT), "bench", str(model), "-b", "onnxruntime", "-n", "200000", "--report", "report"]
+    process = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_signals,
+    )
+    deadline = time.monotonic() + 120
+    while not list(scratch.glob("deploykit-bench-*")) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.5)  # its worker is measuring: the unwinding has a worker to stop
+    assert process.poll() is None, process.communicate()[1]
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.002)
+    process.send_signal(signal.SIGINT)
+    stderr = process.communicate(timeout=120)[1]
+    assert _shell_status(process.returncode) == 128 + signal.SIGINT, stderr
+    assert [line for line in stderr.splitlines() if line.strip()] == ["deploykit: stopped by Ctrl-C (SIGINT)."]
+    assert sorted(path.name for path in scratch.iterdir()) == []

@@ -20,6 +20,8 @@ from tests.fuzz.harness import invoke_checked
         (["convert", "darknet", "{cfg}", "{weights}", "-o", "{tmp}/out/"], "ends with '/', so it names a folder"),
         (["convert", "darknet", "{cfg}/", "{weights}", "-o", "{tmp}/m.onnx"], "so it names a folder, but"),
         (["inspect", " "], "' ' is empty; expected a path"),
+        (["run", "{dynamic}", "--save", "."], "'.' names a folder; expected a file path such as ./FILE"),
+        (["run", "{dynamic}", "--save", "{tmp}/."], "'{tmp}/.' names a folder; expected a file path such as {tmp}/./FILE"),
     ],
 )  # fmt: skip
 def test_folder_and_empty_paths_are_refused_as_typed(tiny, tmp_path, args, message):

@@ -70,6 +70,12 @@ def _infer(client, body, model="mlp", **kwargs) -> httpx.Response:
             "input 'x' | has 7 data elements, expected 8 for shape [1, 8]",
         ),
         ({"inputs": [{**TENSOR, "data": ["a"] * 8}]}, 400, "input 'x' | data holds strings, expected FP32 numbers"),
+        ({"inputs": [{**TENSOR, "data": [True] * 8}]}, 400, "input 'x' | data holds true/false, expected FP32 numbers"),
+        (
+            {"inputs": [{**TENSOR, "data": [1e39] + [0.5] * 7}]},
+            400,
+            "input 'x' | data holds a number beyond FP32's range, which would become infinity",
+        ),
         (
             {"inputs": [{**TENSOR, "shape": "1x8"}]},
             400,

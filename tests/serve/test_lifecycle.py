@@ -205,6 +205,8 @@ def test_a_taken_port_is_one_message(catalog_paths):
     assert "Traceback" not in done.stderr
     assert grpc_taken.returncode == 1 and "Traceback" not in grpc_taken.stderr, grpc_taken.stderr
     assert f"error: --grpc-port {port} | cannot bind 127.0.0.1:{port}: the port is in use" in grpc_taken.stderr
+    said = [line for line in grpc_taken.stderr.splitlines() if line.strip()]
+    assert all(line.startswith(("serve:", "error:")) for line in said), grpc_taken.stderr  # not gRPC's own log
 
 
 def test_serve_answers_the_same_from_the_command(command, catalog_paths):

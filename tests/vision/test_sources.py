@@ -5,6 +5,7 @@ a stream that stalls)."""
 from __future__ import annotations
 
 import shutil
+import socket
 import time
 
 import cv2
@@ -160,6 +161,18 @@ def test_a_url_that_does_not_answer_times_out_with_the_url_in_the_message():
                 open_source(url, timeout_s=1)
             assert time.monotonic() - started < 20  # bounded by the timeout, not a hang
             assert url in str(caught.value) and "1 s" in str(caught.value) and "Hint:" in str(caught.value)
+
+
+def test_a_refused_url_is_unreachable_not_a_timeout():
+    """A refused connection answers at once: it is not "did not answer within 10 s"."""
+    with socket.socket() as probe:  # a port nothing listens on once the probe is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/x.jpg"
+    with pytest.raises(InputError) as caught:
+        open_source(url, timeout_s=10)
+    assert f"URL '{url}' | cannot be reached (" in str(caught.value)
+    assert "did not answer" not in str(caught.value)
 
 
 def test_urls_are_never_folded_by_path():
