@@ -54,9 +54,10 @@ class BackgroundLoad:
         return self.threads == 0
 
     def describe(self) -> str:
-        """``idle`` or ``1 busy thread (spin loop, one process per busy thread)``."""
+        """``with no added load`` or ``1 busy thread (spin loop, one process per busy thread)``: what deploykit
+        added, never a claim that the machine was idle (other processes' load is not observed)."""
         if self.idle:
-            return "idle"
+            return "with no added load"
         return f"{self.threads} busy thread{'s' if self.threads != 1 else ''} ({self.kind})"
 
     def to_dict(self) -> dict[str, Any]:

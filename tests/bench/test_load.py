@@ -27,7 +27,7 @@ def test_busy_processes_run_inside_the_block_and_are_gone_after():
         assert len(pids) == 1 and all(_alive(pid) for pid in pids) and os.getpid() not in pids
     assert not any(_alive(pid) for pid in pids)
     assert load.describe() == f"1 busy thread ({KIND})" and BackgroundLoad.from_dict(load.to_dict()) == load
-    assert BackgroundLoad().describe() == "idle" and BackgroundLoad.from_dict(None).idle
+    assert BackgroundLoad().describe() == "with no added load" and BackgroundLoad.from_dict(None).idle
 
 
 def test_as_many_busy_threads_as_cores_is_refused_with_the_count():
