@@ -155,7 +155,7 @@ class _Group(TyperGroup):
 app = typer.Typer(
     cls=_Group,
     name="deploykit",
-    help="Convert models to ONNX, run them on ONNX Runtime, OpenVINO, OpenCV DNN or ncnn, "
+    help="Convert models to ONNX, run them on ONNX Runtime, OpenVINO, OpenCV DNN, ncnn, MNN or LiteRT, "
     "and compare backends on this device.",
     no_args_is_help=True,
     add_completion=True,

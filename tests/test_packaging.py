@@ -184,3 +184,21 @@ def test_demo_end_to_end(tmp_path):
         jsonschema.validate(report, schema)
         assert all(_benchmark_row_holds(row) for row in report["rows"]), report["rows"]
     assert (tmp_path / "report" / "report.html").read_text().count("<svg") >= 4
+
+
+# How the prose names each built-in runtime; the reference evaluator is the oracle, not a runtime to ship on.
+_PROSE_NAMES = {"onnxruntime": "ONNX Runtime", "openvino": "OpenVINO", "opencv": "OpenCV", "ncnn": "ncnn",
+                "mnn": "MNN", "litert": "LiteRT"}  # fmt: skip
+
+
+def test_the_package_description_and_the_help_name_every_built_in_runtime() -> None:
+    """The package's description and ``deploykit --help`` listed four runtimes after MNN and LiteRT were
+    added; a backend added to the registry without its name here fails too."""
+    from deploykit.backends.registry import BUILTIN_BACKENDS
+
+    assert set(_PROSE_NAMES) == set(BUILTIN_BACKENDS) - {"reference"}
+    description = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["description"]
+    help_text = " ".join(CliRunner().invoke(app, ["--help"]).output.split())
+    for backend, name in _PROSE_NAMES.items():
+        assert name in description, f"the package description does not name {name} ({backend})"
+        assert name in help_text, f"deploykit --help does not name {name} ({backend})"
