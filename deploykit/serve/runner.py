@@ -30,6 +30,10 @@ from deploykit.serve.protocol import InputCheck
 from deploykit.tensors import TensorSpec
 
 log = logging.getLogger("deploykit.serve")
+#: A model whose forward pass typically takes less (microseconds) may run on the HTTP front end's event loop
+#: when a session is free and nothing waits (``ModelRunner.quick``, ``run_now``): the loop is held no longer
+#: than decoding a large JSON body holds it, and the request skips two thread hand-offs (benchmarks/serve.py).
+QUICK_INFER_US = 1000.0
 
 
 class SessionLike(Protocol):
@@ -98,6 +102,7 @@ class ModelRunner:
         self._running = 0
         self._free = threading.Semaphore(model.instances)  # sessions not running a batch right now
         self._turn = itertools.count()
+        self.typical_infer_us: float | None = None  # a moving average of the forward passes' times
         self.metrics.ready.set(0)
 
     @property
@@ -221,6 +226,12 @@ class ModelRunner:
         finally:
             self._free.release()
 
+    @property
+    def quick(self) -> bool:
+        """Whether a forward pass typically takes under ``QUICK_INFER_US``: short enough to run on an event
+        loop's thread (the two thread hand-offs of ``submit`` cost about as much); False before any pass."""
+        return self.typical_infer_us is not None and self.typical_infer_us < QUICK_INFER_US
+
     def _unavailable(self) -> ModelUnavailableError:
         if self._stopping:
             return ModelUnavailableError(f"model '{self.model.name}' | {self._stop_reason}.")
@@ -306,6 +317,8 @@ class ModelRunner:
             offset += pending.rows
         split = time.perf_counter()
         input_us, infer_us, output_us = (joined - started) * 1e6, (computed - joined) * 1e6, (split - computed) * 1e6
+        typical = self.typical_infer_us
+        self.typical_infer_us = infer_us if typical is None else typical + (infer_us - typical) / 8
         self.metrics.executed(sum(p.rows for p in batch), input_us, infer_us, output_us)
         for pending, part in zip(batch, parts, strict=True):
             queued_us = (started - pending.arrived) * 1e6

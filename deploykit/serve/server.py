@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("deploykit.serve")
 # uvicorn's choice: httptools' C parser and uvloop where installed (the serve extra installs them), else h11
-# and asyncio. A 2 MB body parsed by h11 costs milliseconds (benchmarks/serve.py measures both).
+# and asyncio. A 2 MB body parsed by h11 costs milliseconds (benchmarks/serve.py measures both). With
+# "auto" and httptools installed, infer bodies are received into one buffer (``http_protocol``); any other
+# value is given to uvicorn as it is.
 UVICORN_HTTP = "auto"
 UVICORN_LOOP = "auto"
 
@@ -122,7 +124,8 @@ class Server:
     def _start_http(self, sock: socket.socket) -> None:
         import uvicorn
 
-        from deploykit.serve.http import create_app
+        from deploykit.serve.http import INFER_PATH, create_app
+        from deploykit.serve.http_protocol import protocol_for
 
         app = create_app(
             self.repository,
@@ -135,7 +138,7 @@ class Server:
             log_level="warning",
             access_log=False,
             lifespan="off",
-            http=UVICORN_HTTP,
+            http=(UVICORN_HTTP == "auto" and protocol_for(self.settings.max_request_bytes, INFER_PATH)) or UVICORN_HTTP,
             loop=UVICORN_LOOP,
             timeout_graceful_shutdown=max(1, int(self.settings.shutdown_timeout_s)),
             timeout_keep_alive=30,

@@ -1,0 +1,61 @@
+"""A model whose forward pass takes microseconds runs on the HTTP front end's event loop when a session is
+free (two thread hand-offs fewer); any other model runs on its runner's thread, so a slow pass never holds
+the loop. Which thread ran each pass is recorded around the real session's ``run``."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import threading
+
+import numpy as np
+import pytest
+
+from deploykit.serve import BatchPolicy, ServedModel, Server, ServerSettings
+from deploykit.serve import runner as runner_module
+
+WAIT_S = 60.0
+
+
+def _request() -> tuple[bytes, dict[str, str], np.ndarray]:
+    rng = np.random.default_rng(0)
+    a, b = rng.random((2, 3), dtype=np.float32), rng.random((2, 3), dtype=np.float32)
+    header = json.dumps({
+        "inputs": [{"name": n, "datatype": "FP32", "shape": [2, 3], "parameters": {"binary_data_size": 24}}
+                   for n in ("a", "b")],
+        "outputs": [{"name": "z_sum", "parameters": {"binary_data": True}}],
+    }).encode()  # fmt: skip
+    return header + a.tobytes() + b.tobytes(), {"Inference-Header-Content-Length": str(len(header))}, a + b
+
+
+@pytest.mark.parametrize("threshold_us", [math.inf, 0.0], ids=["every-pass-quick", "no-pass-quick"])
+def test_a_quick_model_runs_on_the_event_loop_and_a_slow_one_on_its_runner(catalog_paths, monkeypatch, threshold_us):
+    monkeypatch.setattr(runner_module, "QUICK_INFER_US", threshold_us)
+    settings = ServerSettings(http_port=0, grpc_port=None, metrics_port=None)
+    with Server([ServedModel.from_path(catalog_paths["multi_io"])], BatchPolicy(max_batch=1), settings) as server:
+        assert server.wait_ready(WAIT_S), [r.problem for r in server.repository.runners.values()]
+        (session,) = server.repository.runners["multi_io"]._sessions
+        threads: list[str] = []
+        run = session.run
+
+        def recorded(feeds):
+            threads.append(threading.current_thread().name)
+            return run(feeds)
+
+        monkeypatch.setattr(session, "run", recorded)
+        body, headers, expected = _request()
+        for _ in range(4):
+            conn = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=WAIT_S)
+            conn.request("POST", "/v2/models/multi_io/infer", body=body, headers=headers)
+            response = conn.getresponse()
+            reply = response.read()
+            assert response.status == 200, reply
+            length = int(response.getheader("inference-header-content-length"))
+            np.testing.assert_array_equal(np.frombuffer(reply[length:], np.float32).reshape(2, 3), expected)
+            conn.close()
+    runner_thread = "serve-multi_io-0"
+    if threshold_us == math.inf:  # the first pass has no time to judge by: the runner's; then the loop's
+        assert threads[0] == runner_thread and threads[1:] == ["serve-http"] * 3, threads
+    else:
+        assert threads == [runner_thread] * 4, threads
