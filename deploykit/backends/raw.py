@@ -23,6 +23,26 @@ from pathlib import Path
 from typing import Any
 
 
+def _run_tool(name: str, command: list[str], cwd: Path, timeout_s: float, env: dict[str, str] | None = None) -> Any:
+    """A converter's command line run to its end in ``cwd``, its output and errors captured together."""
+    try:
+        return subprocess.run(
+            command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout_s, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError(f"{name} did not finish in {timeout_s} s") from exc
+
+
+def _how(done: Any) -> str:
+    code = done.returncode
+    return f"exit status {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
+
+
+def _last_lines(done: Any) -> str:
+    """The tool's last two lines of output, without terminal colours."""
+    return " / ".join(_ANSI.sub("", done.stdout.decode("utf-8", "replace")).strip().splitlines()[-2:])
+
+
 def _graph_names(model_path: Path) -> tuple[list[str], list[str]]:
     import onnx
 
@@ -105,22 +125,10 @@ def run_litert(model_path: Path, inputs: list[Any]) -> list[Any]:
         sample = np.random.default_rng(0).random((20, 128, 128, 3), dtype=np.float32)
         np.save(out / "calibration_image_sample_data_20x128x128x3_float32.npy", sample)
         command = [str(environment.bin / "onnx2tf"), "-i", str(model_path), "-o", str(out / "saved"), "-osd", "-coion"]
-        try:
-            done = subprocess.run(
-                command,
-                cwd=out,
-                env=environment.worker_environment(),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                timeout=LITERT_TIMEOUT_S,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise RuntimeError(f"onnx2tf did not finish in {LITERT_TIMEOUT_S} s") from exc
+        done = _run_tool("onnx2tf", command, out, LITERT_TIMEOUT_S, environment.worker_environment())
         written = out / "saved" / f"{model_path.stem}_float32.tflite"
         if not written.is_file():
-            log = _ANSI.sub("", done.stdout.decode("utf-8", "replace")).strip().splitlines()
-            raise RuntimeError(f"onnx2tf failed (exit {done.returncode}): {' / '.join(log[-2:]) or 'no output'}")
+            raise RuntimeError(f"onnx2tf failed ({_how(done)}): {_last_lines(done) or 'no output'}")
         runner = Interpreter(model_path=str(written), num_threads=1).get_signature_runner()
         details = runner.get_input_details()
         feeds = {}
@@ -191,25 +199,10 @@ def run_ncnn(model_path: Path, inputs: list[Any]) -> list[Any]:
         shapes = ",".join(
             f"[{','.join(str(d) for d in np.shape(x))}]{_PNNX_TYPES[np.asarray(x).dtype.name]}" for x in inputs
         )
-        try:
-            done = subprocess.run(
-                [pnnx.EXEC_PATH, str(source), f"inputshape={shapes}", "fp16=0", "device=cpu"],
-                cwd=out,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                timeout=PNNX_TIMEOUT_S,
-                check=False,
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise RuntimeError(f"pnnx did not finish in {PNNX_TIMEOUT_S} s") from exc
+        command = [pnnx.EXEC_PATH, str(source), f"inputshape={shapes}", "fp16=0", "device=cpu"]
+        done = _run_tool("pnnx", command, out, PNNX_TIMEOUT_S)
         if done.returncode != 0:
-            how = (
-                f"exit status {done.returncode}"
-                if done.returncode > 0
-                else f"signal {signal.Signals(-done.returncode).name}"
-            )
-            log = _ANSI.sub("", done.stdout.decode("utf-8", "replace")).strip().splitlines()
-            raise RuntimeError(f"pnnx failed ({how}): {' / '.join(log[-2:]) or 'it printed nothing'}")
+            raise RuntimeError(f"pnnx failed ({_how(done)}): {_last_lines(done) or 'it printed nothing'}")
         script = (out / "model_ncnn.py").read_text()
         fed, read = _FED.findall(script), _READ.findall(script)
         if [blob for blob, _ in fed] != [f"in{i}" for i in range(len(inputs))]:
@@ -262,16 +255,10 @@ def run_mnn(model_path: Path, inputs: list[Any]) -> list[Any]:
     with tempfile.TemporaryDirectory(prefix="raw-mnn-") as scratch:
         target = Path(scratch) / "model.mnn"
         arguments = ["-f", "ONNX", "--modelFile", str(model_path), "--MNNModel", str(target), "--bizCode", "raw"]
-        done = subprocess.run(
-            [sys.executable, "-c", _MNN_CONVERTER, *arguments],
-            cwd=scratch,
-            capture_output=True,
-            timeout=MNN_CONVERT_TIMEOUT_S,
-            check=False,
-        )
+        command = [sys.executable, "-c", _MNN_CONVERTER, *arguments]
+        done = _run_tool("MNN's converter", command, Path(scratch), MNN_CONVERT_TIMEOUT_S)
         if not target.is_file():
-            said = done.stdout.decode(errors="replace").strip().splitlines()
-            raise RuntimeError(f"MNN's converter wrote no model: {said[-2:] if said else done.returncode}")
+            raise RuntimeError(f"MNN's converter wrote no model ({_how(done)}): {_last_lines(done) or 'no output'}")
         runtime = nn.create_runtime_manager(({"backend": "CPU", "precision": 0, "numThread": 1},))
         runtime.set_hint(3, 0)  # WINOGRAD_MEMORY_LEVEL 0: no Winograd
         module = nn.load_module_from_file(str(target), input_names, output_names, runtime_manager=runtime)
