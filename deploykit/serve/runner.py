@@ -229,8 +229,10 @@ class ModelRunner:
     @property
     def quick(self) -> bool:
         """Whether a forward pass typically takes under ``QUICK_INFER_US``: short enough to run on an event
-        loop's thread (the two thread hand-offs of ``submit`` cost about as much); False before any pass."""
-        return self.typical_infer_us is not None and self.typical_infer_us < QUICK_INFER_US
+        loop's thread (the two thread hand-offs of ``submit`` cost about as much); False before any pass, and
+        always for a model isolated in worker processes (a worker that hangs must not hold the loop)."""
+        typical = self.typical_infer_us
+        return typical is not None and typical < QUICK_INFER_US and not self.model.isolate
 
     def _unavailable(self) -> ModelUnavailableError:
         if self._stopping:

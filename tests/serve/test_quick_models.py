@@ -1,6 +1,6 @@
 """A model whose forward pass takes microseconds runs on the HTTP front end's event loop when a session is
-free (two thread hand-offs fewer); any other model runs on its runner's thread, so a slow pass never holds
-the loop. Which thread ran each pass is recorded around the real session's ``run``."""
+free (two thread hand-offs fewer); any other model, and any model isolated in worker processes, runs on its
+runner's thread, so a slow or hung pass never holds the loop. Which thread ran each pass is recorded around the real session's ``run``."""
 
 from __future__ import annotations
 
@@ -29,11 +29,18 @@ def _request() -> tuple[bytes, dict[str, str], np.ndarray]:
     return header + a.tobytes() + b.tobytes(), {"Inference-Header-Content-Length": str(len(header))}, a + b
 
 
-@pytest.mark.parametrize("threshold_us", [math.inf, 0.0], ids=["every-pass-quick", "no-pass-quick"])
-def test_a_quick_model_runs_on_the_event_loop_and_a_slow_one_on_its_runner(catalog_paths, monkeypatch, threshold_us):
+@pytest.mark.parametrize(
+    ("threshold_us", "isolate"),
+    [(math.inf, False), (0.0, False), (math.inf, True)],
+    ids=["every-pass-quick", "no-pass-quick", "quick-but-isolated"],
+)
+def test_a_quick_model_runs_on_the_event_loop_and_a_slow_one_on_its_runner(
+    catalog_paths, monkeypatch, threshold_us, isolate
+):
     monkeypatch.setattr(runner_module, "QUICK_INFER_US", threshold_us)
     settings = ServerSettings(http_port=0, grpc_port=None, metrics_port=None)
-    with Server([ServedModel.from_path(catalog_paths["multi_io"])], BatchPolicy(max_batch=1), settings) as server:
+    model = ServedModel.from_path(catalog_paths["multi_io"], isolate=isolate)
+    with Server([model], BatchPolicy(max_batch=1), settings) as server:
         assert server.wait_ready(WAIT_S), [r.problem for r in server.repository.runners.values()]
         (session,) = server.repository.runners["multi_io"]._sessions
         threads: list[str] = []
@@ -55,7 +62,7 @@ def test_a_quick_model_runs_on_the_event_loop_and_a_slow_one_on_its_runner(catal
             np.testing.assert_array_equal(np.frombuffer(reply[length:], np.float32).reshape(2, 3), expected)
             conn.close()
     runner_thread = "serve-multi_io-0"
-    if threshold_us == math.inf:  # the first pass has no time to judge by: the runner's; then the loop's
+    if threshold_us == math.inf and not isolate:  # the first pass has no time to judge by: the runner's
         assert threads[0] == runner_thread and threads[1:] == ["serve-http"] * 3, threads
-    else:
+    else:  # a slow model, or one whose worker process could hang: never on the loop
         assert threads == [runner_thread] * 4, threads
