@@ -50,6 +50,17 @@ def too_large(size: int, limit: int) -> RequestTooLargeError:
     )
 
 
+def body_buffer(size: int) -> np.ndarray:
+    """An unzeroed buffer for a body of ``size`` bytes, refused with 413 when memory cannot hold it now."""
+    try:
+        return np.empty(size, np.uint8)
+    except MemoryError:
+        raise RequestTooLargeError(
+            f"request | body of {size} bytes does not fit in the server's free memory now.",
+            hint="send smaller tensors, or start the server with a --max-request-size that refuses such bodies.",
+        ) from None
+
+
 def first_headers(scope: Scope, names: tuple[str, ...]) -> dict[str, str]:
     """The first value of each of ``names`` among the request's headers (as Starlette's ``Headers.get``)."""
     found: dict[str, str] = {}
@@ -80,7 +91,7 @@ async def receive_body(scope: Scope, receive: Receive, declared: str | None, lim
         if received + len(chunk) > size:
             raise RequestError(f"request | body runs past its Content-Length of {size} bytes.")
         if buffer is None:
-            buffer = np.empty(size, np.uint8)
+            buffer = body_buffer(size)
         buffer[received : received + len(chunk)] = np.frombuffer(chunk, np.uint8)
         received += len(chunk)
         if not more:

@@ -63,7 +63,11 @@ def protocol_for(limit: int, infer_path: re.Pattern[str]) -> type[asyncio.Protoc
             size = _declared(self.headers)
             if size is None or size > limit or size == 0:
                 return
-            cycle.body = _Body(size)  # a request cycle's body: one buffer, filled in place
+            try:
+                body = _Body(size)
+            except MemoryError:  # no room for it now: uvicorn's path, where the app says so
+                return
+            cycle.body = body  # the request cycle's body: one buffer, filled in place
             cycle.receive = _whole_receive(cycle)
 
         def on_body(self, body: bytes) -> None:

@@ -233,3 +233,27 @@ def test_the_server_answers_every_infer_request_as_with_uvicorns_own_protocol(ca
     size = int(dict(answers["auto"][0][1])["inference-header-content-length"])
     expected = arrays["a"] + arrays["b"]
     np.testing.assert_array_equal(np.frombuffer(reply[size:], np.float32).reshape(2, 3), expected)
+
+
+def test_a_declared_body_no_memory_can_hold_is_refused_with_413_and_the_server_goes_on(catalog_paths):
+    from deploykit.serve import BatchPolicy, ServedModel, Server, ServerSettings
+
+    settings = ServerSettings(http_port=0, grpc_port=None, metrics_port=None, max_request_bytes=1 << 60)
+    with Server([ServedModel.from_path(catalog_paths["multi_io"])], BatchPolicy(max_batch=1), settings) as server:
+        assert server.wait_ready(WAIT_S), [r.problem for r in server.repository.runners.values()]
+        huge = 1 << 56  # 64 PiB: within the limit given, beyond any machine's memory; the body starts to come
+        with socket.create_connection(("127.0.0.1", server.http_port), timeout=WAIT_S) as conn:
+            conn.sendall(
+                f"POST /v2/models/multi_io/infer HTTP/1.1\r\nhost: x\r\ncontent-length: {huge}\r\n\r\n".encode()
+                + b"{" * 1000
+            )
+            reply = b""
+            while b"}" not in reply:
+                chunk = conn.recv(4096)
+                assert chunk, reply
+                reply += chunk
+        assert reply.startswith(b"HTTP/1.1 413"), reply
+        assert f"body of {huge} bytes does not fit in the server's free memory now".encode() in reply
+        with socket.create_connection(("127.0.0.1", server.http_port), timeout=WAIT_S) as conn:
+            conn.sendall(b"GET /v2/health/live HTTP/1.1\r\nhost: x\r\n\r\n")
+            assert conn.recv(4096).startswith(b"HTTP/1.1 200")
