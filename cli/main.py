@@ -1,7 +1,8 @@
 """Entry point of the ``deploykit`` command: one place that turns errors into messages.
 
 A ``DeployKitError`` prints as one paragraph on stderr and exits 1 (``--debug``
-shows the traceback instead); usage errors exit 2 as click decides. A reader that
+shows the traceback instead); a ``UsageError`` (an option or argument the caller got wrong, an output
+path onto an input) exits 2, as click's own usage errors do. A reader that
 closes stdout early (``| head``) ends the command quietly with 141 (128 + SIGPIPE); Ctrl-C ends it
 with one line and 130, SIGTERM with 143 (``launch`` holds the policy while this module loads).
 """
@@ -23,7 +24,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from deploykit._version import __version__
-from deploykit.errors import DeployKitError
+from deploykit.errors import DeployKitError, UsageError
 from deploykit.io import FULL_ERRNOS, one_line, output_scope
 
 from . import (
@@ -57,6 +58,13 @@ from .vocabulary import modernize
 # command did nothing wrong (click's own EPIPE handling exits 1, which reads as a failure).
 BROKEN_PIPE_EXIT = 128 + signal.SIGPIPE if hasattr(signal, "SIGPIPE") else 1
 INTERRUPTED_EXIT = 128 + signal.SIGINT  # what a shell reports for Ctrl-C
+ERROR_EXIT = 1  # the command was sound and failed: a model, a runtime, the disk
+USAGE_EXIT = 2  # the command line was wrong (click's own code for a missing argument or an unknown option)
+
+
+def exit_code_of(error: DeployKitError) -> int:
+    """The exit status for an error: 2 when the caller got an option or argument wrong (``UsageError``), else 1."""
+    return USAGE_EXIT if isinstance(error, UsageError) else ERROR_EXIT
 
 
 def _stdout_is_broken(fd: int | None = None) -> bool:
@@ -131,7 +139,7 @@ class _Group(TyperGroup):
                 raise
             # one paragraph: a newline inside a name or a runtime's text (shown as ␊) cannot forge a line
             err_console.print(Text(f"error: {one_line(str(exc), None)}"), soft_wrap=True)
-            raise typer.Exit(1) from None
+            raise typer.Exit(exit_code_of(exc)) from None
         except OSError as exc:
             if isinstance(exc, BrokenPipeError) and _stdout_is_broken():
                 _quiet_exit()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -230,7 +231,13 @@ def serve(
             soft_wrap=True,
             highlight=False,
         )
-    run_server(served, policy, settings, engine=engine, ray=ray, on_ready=_announce)
+    stopped_by = run_server(served, policy, settings, engine=engine, ray=ray, on_ready=_announce)
+    if stopped_by is not None:
+        # The server has shut down gracefully; the signal that asked for it now ends the command the way
+        # it ends every other one (the handlers of cli/main.py are back): 130 and one line after Ctrl-C,
+        # 143 after SIGTERM. Exiting 0 would tell a supervisor or a script that serving ended on its own.
+        signal.raise_signal(stopped_by)  # its handler runs before this returns (and raises)
+        raise typer.Exit(128 + stopped_by)  # a signal the caller ignores, which serve() still stops on
 
 
 def _log_to_stderr() -> None:

@@ -11,8 +11,11 @@ expected, and ends with a hint::
 The tree::
 
     DeployKitError                 base of everything deploykit raises on purpose
-    ├── UsageError                 an option or argument value that cannot be used
+    ├── UsageError                 an option or argument value that cannot be used (the CLI exits 2)
     │   └── OutputError            an output path cannot be written, or is a file the command reads
+    ├── ResourceError              the machine lacks what a sound command needs, or another process holds it:
+    │                              disk space, a free port, an output another run is writing, process slots,
+    │                              a backend or precision to run anything asked for
     ├── ModelError                 a model file cannot be used
     │   ├── ModelNotFoundError     the path does not exist, is a directory, or this user may not read it
     │   ├── InvalidModelError      the file is not a readable, valid ONNX model
@@ -137,6 +140,14 @@ class UsageError(DeployKitError):
 class OutputError(UsageError):
     """An output path cannot be written (no directory, not writable, read-only, a device),
     or it is a file the command reads. Nothing is left at the path."""
+
+
+class ResourceError(DeployKitError):
+    """The command is sound, but the machine lacks what it needs or another process holds it: the disk
+    (or a quota, or ``ulimit -f``) ran out of room, a port is taken, another run is writing the same
+    output, the process limits allow no more threads, a package is not installed, a cluster has no
+    device node, no backend here runs any of the backends and precisions asked for. The same command
+    may succeed once that changes, or on another machine; the CLI exits 1, not 2."""
 
 
 class ModelError(DeployKitError):

@@ -40,7 +40,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from deploykit.errors import OutputError
+from deploykit.errors import OutputError, ResourceError
 
 PathLike = str | os.PathLike[str]
 TEMPORARY_PREFIX = ".deploykit-"
@@ -202,7 +202,8 @@ def output_lock(path: PathLike, subject: str | None = None, *, kind: str = "file
     then finds it gone once it has the lock, and takes the new one).
 
     Raises:
-        OutputError: another process holds ``path`` now, naming the path and that process.
+        ResourceError: another process holds ``path`` now (naming the path and that process), or the
+            lock file cannot be made.
     """
     target = os.path.realpath(os.fspath(path))
     with _held_guard:
@@ -229,13 +230,13 @@ def _take_output_lock(path: PathLike, subject: str | None, kind: str) -> _HeldLo
         try:
             handle = release.enter_context(file_lock(lock_file, wait=False))
         except BlockingIOError as exc:
-            raise OutputError(
+            raise ResourceError(
                 f"{subject or _describe('', Path(path))} | {_holder(lock_file)} is writing this {kind} now; two "
                 f"runs onto one output at once would each report it as theirs.",
                 hint=f"wait for the other run to finish, or choose another output {kind}.",
             ) from exc
         except OSError as exc:
-            raise OutputError(
+            raise ResourceError(
                 f"{subject or _describe('', Path(path))} | cannot take its lock file '{lock_file}' "
                 f"({exc.strerror or exc}); without it two runs could write it at once.",
                 hint="make the temporary directory writable (or set TMPDIR to one that is).",
@@ -277,7 +278,7 @@ def claim_output(path: PathLike, subject: str | None = None, *, kind: str = "fil
     claim is only a check (refused when another process holds it now), since nothing would end it.
 
     Raises:
-        OutputError: another process is writing ``path`` now.
+        ResourceError: another process is writing ``path`` now.
     """
     scopes = getattr(_scopes, "stack", None)
     if scopes:
@@ -632,7 +633,8 @@ def atomic_outputs(paths: Iterable[PathLike]) -> Iterator[list[Path]]:
     removed and no target is touched. Each target gets the mode a plain write would give it.
 
     Raises:
-        OutputError: a target's directory is missing or not writable, or the final write failed.
+        OutputError: a target's directory is missing or not writable.
+        ResourceError: the final write failed (the disk is full, a file-size limit).
     """
     targets = [Path(p) for p in paths]
     with output_scope():  # held until the files are in place, for a caller without a scope of its own
@@ -667,7 +669,7 @@ _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 FULL_ERRNOS = _FULL  # a write that ran out of room: the disk, a quota, or a file-size limit (ulimit -f)
 
 
-def full_disk_error(targets: Iterable[PathLike], exc: OSError) -> OutputError:
+def full_disk_error(targets: Iterable[PathLike], exc: OSError) -> ResourceError:
     """A write that ran out of room, as an error naming the output, its folder and the space left
     (nothing of it is left behind: the temporary files are removed by the writer)."""
     paths = [Path(t) for t in targets]
@@ -679,7 +681,7 @@ def full_disk_error(targets: Iterable[PathLike], exc: OSError) -> OutputError:
         room = "free space unknown"
     names = ", ".join(shown(p) for p in paths) or shown(folder)
     why = "the file is over the size limit" if exc.errno == errno.EFBIG else "the disk is full"
-    return OutputError(
+    return ResourceError(
         f"output {names} | could not be written: {why} ({exc.strerror}; {room} in '{shown(folder)}'); "
         "nothing was left there.",
         hint="free some space or write to another disk, then run the command again.",
@@ -775,7 +777,7 @@ def commit(moves: Iterable[tuple[PathLike, PathLike]]) -> None:
     """Move finished files (temporary → target, same filesystem) into place, with plain-write modes.
 
     Raises:
-        OutputError: a move failed (the targets moved before it stay moved).
+        ResourceError: a move failed (the targets moved before it stay moved).
     """
     for source, target in moves:
         source_path, target_path = Path(source), Path(target)
@@ -783,7 +785,7 @@ def commit(moves: Iterable[tuple[PathLike, PathLike]]) -> None:
             os.chmod(source_path, plain_write_mode(target_path))
             os.replace(source_path, target_path)
         except OSError as exc:
-            raise OutputError(
+            raise ResourceError(
                 f"output '{target_path}' | cannot be written ({exc.strerror or exc}).",
                 hint="check free space and permissions of the output directory.",
             ) from exc

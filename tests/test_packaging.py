@@ -129,7 +129,7 @@ def test_models_command_lists_and_rejects_unknown(tmp_path):
     assert result.exit_code == 0, result.output
     assert "yolov4-tiny" in {row["name"] for row in json.loads(result.stdout)}
     result = runner.invoke(app, ["models", "build", "yolov9", "-o", str(tmp_path / "x.onnx")])
-    assert result.exit_code == 1 and "recipe 'yolov9' | is not in models/recipes; known:" in result.stderr
+    assert result.exit_code == 2 and "recipe 'yolov9' | is not in models/recipes; known:" in result.stderr
 
 
 def _benchmark_row_holds(row: dict) -> bool:

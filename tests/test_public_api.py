@@ -10,7 +10,7 @@ PUBLIC = {
     "Backend", "BackendError", "BackendUnavailableError", "BenchmarkReport", "Row", "Classification", "Classifier",
     "ConversionError", "ConversionReport", "DeployKitError", "Detection", "Detector", "DeviceUnavailableError",
     "InputError", "InvalidModelError", "ModelError", "ModelNotFoundError", "OracleError", "OracleInfo", "OutputError", "ParityError",
-    "QuantizationError", "QuantizeReport", "ReportError", "ServeError", "Session", "SessionInfo", "TensorSpec", "Thresholds", "UnknownBackendError",
+    "QuantizationError", "QuantizeReport", "ReportError", "ResourceError", "ServeError", "Session", "SessionInfo", "TensorSpec", "Thresholds", "UnknownBackendError",
     "UnsupportedLayerError", "UnsupportedModelError", "UsageError", "Verdict", "VerificationReport", "__version__",
     "all_backends", "backend_names", "benchmark", "convert_darknet", "convert_torch", "draw", "get_backend", "load",
     "make_inputs", "quantize", "serve", "summarize", "OptimizeReport", "optimize", "BundleError",

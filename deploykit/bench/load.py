@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from deploykit.errors import UsageError
+from deploykit.errors import ResourceError, UsageError
 
 KIND = "spin loop, one process per busy thread"
 # The busy loop checks now and then that deploykit is still its parent: killed without a chance to
@@ -96,7 +96,7 @@ def background_load(load: BackgroundLoad) -> Iterator[list[int]]:
     """Run ``load`` for the duration of the block; yields the busy processes' ids.
 
     Raises:
-        UsageError: a busy process could not start or died at once (process limit, cgroup), before
+        ResourceError: a busy process could not start or died at once (process limit, cgroup), before
             anything was measured.
     """
     processes: list[subprocess.Popen[bytes]] = []
@@ -127,8 +127,8 @@ def background_load(load: BackgroundLoad) -> Iterator[list[int]]:
             process.wait()
 
 
-def _cannot_start(load: BackgroundLoad, why: str) -> UsageError:
-    return UsageError(
+def _cannot_start(load: BackgroundLoad, why: str) -> ResourceError:
+    return ResourceError(
         f"--background-load {load.threads} | the load could not start: {why}.",
         hint="check the process limits (ulimit -u, the cgroup's pids.max), or measure idle without --background-load.",
     )

@@ -22,7 +22,7 @@ from deploykit.bench.plan import BenchPlan
 from deploykit.bench.report import BenchmarkReport
 from deploykit.bench.rows import BenchSettings, ModelInfo, Row
 from deploykit.bench.stats import latency_stats
-from deploykit.errors import DeployKitError, UsageError
+from deploykit.errors import DeployKitError, ResourceError, UsageError
 from deploykit.io import file_sha256
 from deploykit.tasks.base import Task
 from deploykit.tasks.registry import pipeline_tasks, task_class
@@ -67,7 +67,7 @@ def _configs(model: str | os.PathLike[str], plan: BenchPlan) -> tuple[list[Bench
         options=plan.options,
     )
     if not candidates:
-        raise UsageError(
+        raise ResourceError(  # the command is sound; this machine runs none of it
             f"bench --pipeline | nothing to run: {'; '.join(notes) or 'no backend'}.",
             hint="'deploykit backends' lists what runs here.",
         )

@@ -23,7 +23,7 @@ from deploykit.bench.plan import BenchPlan
 from deploykit.bench.report import BenchmarkReport
 from deploykit.bench.rows import BenchSettings, ModelInfo, Row
 from deploykit.deprecation import MovedKeywords, fold_keywords
-from deploykit.errors import DeployKitError, ModelError, UsageError
+from deploykit.errors import DeployKitError, ModelError, ResourceError
 from deploykit.inputs import batch_axis_of, fed_batch, load_arrays, make_inputs
 from deploykit.io import file_sha256
 from deploykit.model import Model, as_model
@@ -210,7 +210,7 @@ def benchmark(
         plan.backends, parse_precisions(plan.precision), model_precision=interface.precision, options=plan.options
     )
     if not candidates:
-        raise UsageError(
+        raise ResourceError(  # the command is sound; this machine runs none of it
             f"bench | nothing to run: {'; '.join(notes) or 'no backend is available'}.",
             hint="'deploykit backends' lists what runs here; f32 runs everywhere.",
         )

@@ -22,7 +22,7 @@ from deploykit.bench.report import BenchmarkReport
 from deploykit.distributed.batch import model_files, model_on_this_node
 from deploykit.distributed.cluster import DEVICE_RESOURCE_PREFIX, connect
 from deploykit.distributed.fleet_report import DeviceOutcome, FleetReport
-from deploykit.errors import ModelNotFoundError, ReportError, UsageError
+from deploykit.errors import ModelNotFoundError, ReportError, ResourceError, UsageError
 from deploykit.model import Model, path_of
 
 if TYPE_CHECKING:
@@ -106,7 +106,8 @@ def fleet_benchmark(
         progress: called as ``progress(done, total, device)`` when a device finishes.
 
     Raises:
-        UsageError: the cluster has no device node, or a setting cannot be used.
+        ResourceError: the cluster has no device node.
+        UsageError: a setting cannot be used.
     """
     model_path = path_of(model)
     if not model_path.is_file():
@@ -119,7 +120,7 @@ def fleet_benchmark(
     with connect(address) as ray:
         known = fleet_devices(ray)
         if not known:
-            raise UsageError(
+            raise ResourceError(
                 f"ray cluster '{address or 'local'}' | no node carries a '{DEVICE_RESOURCE_PREFIX}<name>' resource.",
                 hint="on each device: deploykit fleet join --address HEAD:6379 "
                 f"(or ray start --address HEAD:6379 --resources '{{\"{DEVICE_RESOURCE_PREFIX}NAME\": 1}}').",

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from deploykit.errors import InputError, OutputError, UsageError
+from deploykit.errors import InputError, ResourceError, UsageError
 from deploykit.io import FULL_ERRNOS, atomic_path, full_disk_error
 
 PART_GLOB = "part-*.jsonl"
@@ -34,7 +34,7 @@ def _filesystem(uri: str) -> tuple[Any, str]:
     try:
         from pyarrow import fs
     except ImportError as exc:
-        raise UsageError(
+        raise ResourceError(
             f"'{uri}' | a URI needs pyarrow to be read or written.", hint="pip install 'deploykit[ray]'."
         ) from exc
     try:
@@ -279,7 +279,7 @@ class ResultStore:
                     self._cut_back(handle, complete)
                     handle = None
                     error = full_disk_error([Path(self._root)], exc)
-                    raise OutputError(
+                    raise ResourceError(
                         error.message.replace(
                             "nothing was left there", f"the {written} whole rows written before are kept (no torn row)"
                         ),

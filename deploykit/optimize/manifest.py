@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from deploykit.errors import BundleError, OutputError
+from deploykit.errors import BundleError, OutputError, ResourceError
 from deploykit.io import claim_output, file_sha256
 from deploykit.optimize.verified import remember_verified
 
@@ -349,7 +349,8 @@ def write_bundle(
     bundle replaced with ``force`` is moved aside first and removed after).
 
     Raises:
-        OutputError: the folder cannot be written (``check_bundle_output``), or the rename failed.
+        OutputError: the folder cannot be written (``check_bundle_output``).
+        ResourceError: the rename failed.
     """
     from deploykit.io import scratch_dir
     from deploykit.optimize.html import render_html
@@ -382,7 +383,7 @@ def write_bundle(
         except OSError as exc:
             if replaced.exists() and not target.exists():
                 os.replace(replaced, target)
-            raise OutputError(
+            raise ResourceError(
                 f"-o '{target}' | cannot be written ({exc.strerror or exc}).",
                 hint="check free space and permissions of its parent folder.",
             ) from exc

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from deploykit.bench.config import SCENARIOS
 from deploykit.bench.load import BackgroundLoad, background_load
-from deploykit.errors import InputError, UsageError
+from deploykit.errors import InputError, ResourceError, UsageError
 from deploykit.io import output_scope, scratch_dir
 from deploykit.optimize.accuracy import AccuracyEvidenceWarning, budget_note
 from deploykit.optimize.answer import answer
@@ -241,7 +241,7 @@ def optimize(
         )
         notes += more
         if not states:
-            raise UsageError(
+            raise ResourceError(  # the command is sound; this machine runs none of it
                 f"optimize '{model_path.name}' | no candidate to run: {'; '.join(notes) or 'no backend'}.",
                 hint="'deploykit backends' lists what runs here.",
             )

@@ -260,11 +260,25 @@ class ServerSettings:
         ):
             if port is not None and not 0 <= port <= 65535:
                 raise UsageError(f"{flag} {port} | expected a port from 0 to 65535.", hint="0 picks a free port.")
+        self._refuse_a_port_given_twice()
         if self.max_request_bytes < 1024:
             raise UsageError(
                 f"--max-request-size {self.max_request_bytes} | expected at least 1024 bytes.",
                 hint="e.g. --max-request-size 64MB.",
             )
+
+    def _refuse_a_port_given_twice(self) -> None:
+        """Two endpoints on one port: the second bind would fail as if another process held it."""
+        flags = {"--http-port": self.http_port, "--grpc-port": self.grpc_port, "--metrics-port": self.metrics_port}
+        taken: dict[int, str] = {}
+        for flag, port in flags.items():
+            if port:  # 0 picks a free port for each, and None is no endpoint
+                if port in taken:
+                    raise UsageError(
+                        f"{flag} {port} | is also given to {taken[port]}; each endpoint needs its own port.",
+                        hint=f"pass another port to {flag}, or 0 for a free one.",
+                    )
+                taken[port] = flag
 
     @property
     def is_remote(self) -> bool:

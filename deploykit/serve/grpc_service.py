@@ -398,12 +398,11 @@ def create_server(
             bound = server.add_insecure_port(f"{_bracket(host)}:{port}")
         except RuntimeError:
             bound = 0
-    if bound == 0:
-        from deploykit.errors import UsageError
+    if bound == 0:  # grpcio does not say why; a port given to two flags is refused before (ServerSettings)
+        from deploykit.errors import ResourceError
 
-        raise UsageError(
-            f"--grpc-port {port} | cannot bind {host}:{port}: the port is in use (by another process, or "
-            "given to --http-port or --metrics-port too).",
+        raise ResourceError(
+            f"--grpc-port {port} | cannot bind {host}:{port}: the port is in use by another process.",
             hint="pass another port, or 0 for a free one.",
         )
     return server, bound

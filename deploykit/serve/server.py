@@ -8,6 +8,7 @@ sessions. ``serve`` is the blocking form the CLI uses: it runs until SIGTERM or 
 
 from __future__ import annotations
 
+import errno
 import logging
 import signal
 import socket
@@ -17,7 +18,7 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from deploykit.errors import BackendUnavailableError, ServeError, UsageError
+from deploykit.errors import BackendUnavailableError, DeployKitError, ResourceError, ServeError, UsageError
 from deploykit.serve.config import BatchPolicy, RaySettings, ServedModel, ServerSettings
 from deploykit.serve.metrics import ServerMetrics
 from deploykit.serve.repository import Repository
@@ -35,6 +36,14 @@ UVICORN_HTTP = "auto"
 UVICORN_LOOP = "auto"
 
 
+def bind_error(flag: str, host: str, port: int, exc: OSError) -> DeployKitError:
+    """A port that cannot be bound: taken by another process (``ResourceError``: the same command works
+    once it is free), or refused for what the caller asked, an address this machine lacks or a port
+    below 1024 without the privilege (``UsageError``)."""
+    kind = ResourceError if exc.errno == errno.EADDRINUSE else UsageError
+    return kind(f"{flag} {port} | cannot bind {host}:{port}: {exc.strerror or exc}.", hint="pass another port, or 0.")
+
+
 def _listen(host: str, port: int, flag: str) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -43,9 +52,7 @@ def _listen(host: str, port: int, flag: str) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise UsageError(
-            f"{flag} {port} | cannot bind {host}:{port}: {exc.strerror or exc}.", hint="pass another port, or 0."
-        ) from exc
+        raise bind_error(flag, host, port, exc) from exc
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
@@ -166,10 +173,7 @@ class Server:
         try:
             httpd = make_server(host, port, make_wsgi_app(self.metrics.registry), _MetricsServer, handler_class=_Quiet)
         except OSError as exc:
-            raise UsageError(
-                f"--metrics-port {port} | cannot bind {host}:{port}: {exc.strerror or exc}.",
-                hint="pass another port, or 0.",
-            ) from exc
+            raise bind_error("--metrics-port", host, port, exc) from exc
         self._metrics_server = httpd
         self.metrics_port = httpd.server_address[1]
         threading.Thread(target=httpd.serve_forever, name="serve-metrics", daemon=True).start()
@@ -274,8 +278,9 @@ def serve(
     engine: str = "local",
     ray: RaySettings | None = None,
     on_ready: Callable[[Server | RayServer], None] | None = None,
-) -> None:
-    """Serve models over KServe v2 until SIGTERM or SIGINT (the blocking form).
+) -> int | None:
+    """Serve models over KServe v2 until SIGTERM or SIGINT (the blocking form), then shut down gracefully:
+    readiness turns false, requests in flight are answered (within ``shutdown_timeout_s``), the sessions close.
 
     Args:
         models: ``ServedModel`` values, or paths (``NAME=path`` names one; a bundle folder serves its
@@ -287,13 +292,20 @@ def serve(
         ray: the Ray engine's cluster and replicas (``RaySettings()``: a local Ray, one replica).
         on_ready: called with the started server once the front ends listen (for the local engine,
             before the models are ready), e.g. to print where it listens.
+
+    Returns:
+        The signal that stopped the server (``signal.SIGTERM`` or ``signal.SIGINT``). The handlers that
+        were in place before are back by then; the caller decides what the signal means for it (the
+        command hands it to its own policy and exits 143 or 130, as every command does).
     """
     served = [m if isinstance(m, ServedModel) else ServedModel.from_path(m) for m in models]
     server = create_server(served, policy, settings, engine=engine, ray=ray)
     stop = threading.Event()
+    stopped_by: list[int] = []  # the first signal; a second one (timeout -s INT signals the group too) only logs
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
         log.warning("received %s: shutting down", signal.Signals(signum).name)
+        stopped_by.append(signum)
         stop.set()
 
     previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -309,6 +321,7 @@ def serve(
         server.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    return stopped_by[0] if stopped_by else None
 
 
 def _refuse_if_nothing_can_serve(server: Server | RayServer) -> None:

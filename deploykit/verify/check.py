@@ -24,7 +24,7 @@ import numpy as np
 from deploykit.backends.options import OptionValue
 from deploykit.backends.registry import REFERENCE_BACKEND
 from deploykit.deprecation import MovedKeywords, fold_keywords
-from deploykit.errors import ParityError, UsageError, problem_of
+from deploykit.errors import ParityError, ResourceError, UsageError, problem_of
 from deploykit.inputs import InputSetting
 from deploykit.model import Model, as_model
 from deploykit.verify.isolated import DEFAULT_TIMEOUT_S, CandidateRun, run_candidate
@@ -546,7 +546,7 @@ def compare(
 
         names = [p.name for p in parse_platforms(platforms)]
         where = "here" if names == ["host"] else "on " + ", ".join(names)
-        raise UsageError(
+        raise ResourceError(  # the command is sound; this machine (or target) runs none of it
             f"compare '{model_path.name}' | no backend can run the precisions asked for {where}: {'; '.join(notes)}.",
             hint="'deploykit backends' lists what runs here and 'deploykit platforms list' what a target claims; "
             "f32 runs everywhere.",

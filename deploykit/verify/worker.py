@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from deploykit.errors import DeployKitError, OutputError
+from deploykit.errors import DeployKitError, ResourceError
 from deploykit.model import Model
 from deploykit.workers import error_result, read_arrays, read_job, send_result, write_arrays
 
@@ -97,7 +97,7 @@ def main() -> int:
             f"'{job['outputs_dir']}' (a full temporary folder, or a file-size limit such as ulimit -f)."
         )
         hint = "free space in the temporary folder (TMPDIR) or raise the file-size limit, then run again."
-        result = {**error_result(OutputError(message, hint=hint)), "info": result.get("info")}
+        result = {**error_result(ResourceError(message, hint=hint)), "info": result.get("info")}
     send_result(result)
     return 0
 

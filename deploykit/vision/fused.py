@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from deploykit.errors import UsageError
+from deploykit.errors import BackendError, UsageError
 from deploykit.vision.image import Placement, Preprocess, as_image, letterbox_geometry
 
 FRAME_INPUT = "frame"
@@ -153,7 +153,7 @@ def check_fused(detector: Any, image: np.ndarray) -> float:
     """The largest difference, in pixel levels, between the fused graph's input tensor and the Python path's.
 
     Raises:
-        UsageError: it exceeds ``MAX_PIXEL_ERROR`` (the fused pre-processing is not the model's).
+        BackendError: it exceeds ``MAX_PIXEL_ERROR`` (the fused pre-processing is not the model's).
     """
     import onnx
     from onnx import TensorProto, helper
@@ -179,8 +179,8 @@ def check_fused(detector: Any, image: np.ndarray) -> float:
     python = detector.preprocess.tensor([detector.preprocess.place(image)[0]])
     std = np.asarray(detector.preprocess.std, np.float64).reshape(1, -1, 1, 1)
     error = float((np.abs(fused - python) * std).max() / detector.preprocess.scale)  # back in 0-255 levels
-    if error > MAX_PIXEL_ERROR:
-        raise UsageError(
+    if error > MAX_PIXEL_ERROR:  # the runtime computes the fused graph otherwise: not the caller's mistake
+        raise BackendError(
             f"model '{detector.model_path.name}' fused pre-processing on {info.backend} | differs from the Python "
             f"path by {error:.2f} pixel levels (at most {MAX_PIXEL_ERROR:g} allowed).",
             hint="stream without fused=True.",

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from deploykit.errors import OutputError, UsageError
+from deploykit.errors import OutputError, ResourceError, UsageError
 from deploykit.io import plain_write_mode, shown
 from deploykit.vision.image import IMAGE_SUFFIXES, _cv2
 
@@ -106,7 +106,7 @@ class VideoWriter:
             os.chmod(temporary, plain_write_mode(self.path))  # mkstemp made it 0600: the mode open() would give
             os.replace(temporary, self.path)
         except OSError as exc:
-            raise OutputError(
+            raise ResourceError(
                 f"--draw '{shown(self.path)}' | cannot be written ({exc.strerror or exc}); the video "
                 f"so far is in '{temporary}'.",
                 hint="choose another path.",

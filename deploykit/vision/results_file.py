@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from deploykit.errors import OutputError, UsageError
+from deploykit.errors import OutputError, ResourceError, UsageError
 from deploykit.io import FULL_ERRNOS, shown
 
 FORMAT = 1
@@ -134,7 +134,8 @@ class ResultsFile:
         """Append one frame's line (the header first, on a new file), whole or not at all.
 
         Raises:
-            OutputError: the disk is full or the file cannot be written; the lines before stay whole.
+            OutputError: the file cannot be opened for writing.
+            ResourceError: a write failed (the disk is full); the lines before stay whole.
         """
         text = json.dumps(row) + "\n"
         if not self._has_header:
@@ -157,7 +158,7 @@ class ResultsFile:
             with contextlib.suppress(OSError):
                 os.ftruncate(self._handle, before)  # half a line is never left behind
             why = "the disk is full" if exc.errno in FULL_ERRNOS else "it cannot be written"
-            raise OutputError(
+            raise ResourceError(
                 f"{self._subject()} | {why} ({exc.strerror or exc}): the {self.frames} frames before are kept "
                 "whole, and the rest was not written.",
                 hint="free some space (or fix the cause), then run the same command again: it resumes after them.",

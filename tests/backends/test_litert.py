@@ -231,7 +231,7 @@ def test_converters_list_says_the_environment_is_missing(tmp_path: Path, monkeyp
     rows = json.loads(result.output)
     assert [(r["name"], r["state"]) for r in rows] == [("litert", "missing")]
     result = runner.invoke(app, ["converters", "add", "tensorflow"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "converter environment 'tensorflow' | is not one deploykit manages; expected one of litert." in result.output
 
 

@@ -516,7 +516,7 @@ def test_report_folder_is_checked_before_the_bench(catalog_paths, tmp_path):
                             (tmp_path / "afile" / "sub", "is a file, so no folder can be made under it")):  # fmt: skip
         result = CliRunner().invoke(app, ["bench", str(catalog_paths["conv_bn_act"]), "-b", "ort", "--iterations",
                                           "2", "--report", str(target)])  # fmt: skip
-        assert result.exit_code == 1 and message in result.stderr and "Traceback" not in result.output
+        assert result.exit_code == 2 and message in result.stderr and "Traceback" not in result.output
         assert "onnxruntime:cpu" not in result.stdout, "the bench ran before the folder was checked"
     assert not started.exists()
     with pytest.raises(OutputError, match="is a file"):
@@ -529,13 +529,13 @@ def test_report_command_options_that_do_nothing_are_refused(isolated_result, tmp
     shown = runner.invoke(app, ["report", str(tmp_path / "out")])  # the folder stands for its report.json
     assert shown.exit_code == 0 and "recommended: deploykit.load(" in shown.stdout
     result = runner.invoke(app, ["report", str(tmp_path / "out" / "report.json"), "-o", str(tmp_path / "x.html")])
-    assert result.exit_code == 1 and "--output | is for 'report merge'" in result.stderr
+    assert result.exit_code == 2 and "--output | is for 'report merge'" in result.stderr
     assert not (tmp_path / "x.html").exists()
     result = runner.invoke(
         app, ["report", "merge", str(tmp_path / "out" / "report.json"), "-o", str(tmp_path / "m.json")]
     )
     assert (
-        result.exit_code == 1 and "expected a .html file name" in result.stderr and not (tmp_path / "m.json").exists()
+        result.exit_code == 2 and "expected a .html file name" in result.stderr and not (tmp_path / "m.json").exists()
     )
 
 

@@ -53,7 +53,7 @@ def test_the_cli_refuses_the_load_before_any_work(catalog_paths, tmp_path):
         ["optimize", model, "--no-quantize", "-o", str(tmp_path / "out")],
     ):
         result = CliRunner().invoke(app, [*command, "--background-load", str(cores)])
-        assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
         assert f"this machine has {cores} usable core" in result.output
     assert not (tmp_path / "out").exists()
 

@@ -80,7 +80,7 @@ def test_the_cli_passes_every_option(classifier_path, photos):
     result = CliRunner().invoke(
         app, ["bench", str(classifier_path), "--pipeline", "classify", "--images", str(photos), "--batch", "2"]
     )
-    assert result.exit_code == 1 and "a pipeline times one image per call" in result.output
+    assert result.exit_code == 2 and "a pipeline times one image per call" in result.output
 
 
 def test_allow_failures_lets_a_pipeline_bench_with_a_failed_backend_exit_0(classifier_path, photos, monkeypatch):

@@ -59,14 +59,14 @@ def test_a_plan_option_the_bundle_sets_is_refused_by_setting_name(bundle):
     with pytest.raises(UsageError, match=rf"plan options '{name}' \| the bundle's configuration sets them"):
         BenchPlan.from_bundle(opened, BenchPlan(options={name: options[name]}))
     given = CliRunner().invoke(app, ["bench", str(bundle), "-O", f"{name}=x"])
-    assert given.exit_code == 1
+    assert given.exit_code == 2
     assert f"--option '{name}' | is given twice ({name}=x and {name}={options[name]})" in given.output
 
 
 def test_bench_on_a_bundle_names_the_flags(bundle):
     runner = CliRunner()
     refused = runner.invoke(app, ["bench", str(bundle), "--batch", "4", "--precision", "f32"])
-    assert refused.exit_code == 1
+    assert refused.exit_code == 2
     assert "a bundle is benchmarked in the configuration it chose; --batch, --precision would change it" in " ".join(
         refused.output.split()
     )
@@ -77,7 +77,7 @@ def test_bench_on_a_bundle_names_the_flags(bundle):
 
 def test_bench_recheck_needs_a_bundle(classifier_path):
     result = CliRunner().invoke(app, ["bench", str(classifier_path), "--recheck"])
-    assert result.exit_code == 1 and "--recheck | compares a bundle's recorded choice" in result.output
+    assert result.exit_code == 2 and "--recheck | compares a bundle's recorded choice" in result.output
 
 
 def test_a_plan_says_how_compare_verifies_what_it_measures():
@@ -113,6 +113,6 @@ def test_a_bad_setting_is_named_as_the_plan_names_it(settings, subject):
 
 def test_a_sweep_naming_a_size_twice_is_a_usage_error_on_the_command_line(classifier_path):
     result = CliRunner().invoke(app, ["bench", str(classifier_path), "-b", "onnxruntime", "--batch", "1,1,2"])
-    assert result.exit_code == 1, result.output  # a DeployKitError, as --batch 0
+    assert result.exit_code == 2, result.output  # a DeployKitError, as --batch 0
     assert "batch '1,1,2' | names 1 more than once" in result.output and "--batch 1,2" in result.output
     assert "Traceback" not in result.output

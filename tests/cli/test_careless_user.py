@@ -46,7 +46,7 @@ def test_convert_darknet_refuses_an_output_not_named_onnx(tiny, tmp_path, name):
     out = tmp_path / name
     args = ["convert", "darknet", tiny["cfg"], tiny["weights"], "-o", out, "--verify-backends", "onnxruntime,opencv"]
     result = invoke_checked(args, reads=[tiny["cfg"], tiny["weights"]], writes=[out], watch=[tmp_path])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert f"error: output '{out}' | is not an .onnx file name, expected NAME.onnx." in result.stderr
     assert f"e.g. {out.with_name(out.stem + '.onnx')}." in result.stderr
     assert result.stderr.count("Hint:") == 1 and not out.exists()
@@ -57,7 +57,7 @@ def test_convert_torch_refuses_an_output_not_named_onnx(tiny, tmp_path):
     out = tmp_path / "x.txt"
     args = ["convert", "torch", f"{tiny['factory']}:tiny_cnn", "-i", "x:1x3x8x8", "-o", out]
     result = invoke_checked(args, writes=[out], watch=[tmp_path])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert f"output '{out}' | is not an .onnx file name, expected NAME.onnx." in result.stderr
     assert not out.exists()
 
@@ -66,7 +66,7 @@ def test_models_build_refuses_an_output_not_named_onnx_before_building(tmp_path)
     out = tmp_path / "something.cfg"
     args = ["models", "build", "yolov3-tiny", "--random-weights", "-o", out, "--verify-backends", "onnxruntime,opencv"]
     result = invoke_checked(args, writes=[out], watch=[tmp_path])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert f"output '{out}' | is not an .onnx file name, expected NAME.onnx." in result.stderr
     assert "verification failed" not in result.stderr and not list(tmp_path.iterdir())
 
@@ -286,7 +286,7 @@ def test_a_backend_spec_with_a_colon_and_no_device_is_refused(tiny, command):
     """``-b ort:`` ran on the backend's default device and said nothing."""
     args = [part.format(**tiny) for part in command]
     result = invoke_checked([*args, "-b", "onnxruntime:"], reads=[tiny["classifier"]])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert "error: backend 'onnxruntime:' | names no device after ':'; expected BACKEND or BACKEND:DEVICE." in (
         result.stderr
     )
@@ -308,7 +308,7 @@ def test_a_backend_spec_with_its_device_runs_there(tiny, command):
 def test_a_device_named_both_ways_must_be_the_same(tiny, command):
     args = [part.format(**tiny) for part in command]
     result = invoke_checked([*args, "-b", "onnxruntime:cpu", "--device", "cuda"], reads=[tiny["classifier"]])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert "error: backend 'onnxruntime:cpu' | names device 'cpu', and --device names 'cuda'." in result.stderr
 
 
@@ -348,5 +348,5 @@ def test_predict_rows_onto_the_input_image_name_it_a_file(tiny, tmp_path):
     image = tmp_path / "photo.jpg"
     shutil.copy(tiny["image"], image)
     result = invoke_checked(["predict", tiny["classifier"], image, "-o", image], reads=[image])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert f"error: --output '{image}' | is the input file; expected a folder for the result rows." in result.stderr

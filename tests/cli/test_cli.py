@@ -93,7 +93,7 @@ def test_old_spellings_still_work_for_one_release_and_say_so(catalog_paths, tmp_
     assert "'deploykit compare --reference' is deprecated; use --oracle" in result.stderr
     assert "'deploykit compare -o' is deprecated; use -O" in result.stderr
     result = invoke("quantize", catalog_paths["multi_io"], "-o", tmp_path / "q.onnx", "--engine=tensorrt")
-    assert result.exit_code == 1 and "'deploykit quantize --engine' is deprecated; use --quantizer" in result.stderr
+    assert result.exit_code == 2 and "'deploykit quantize --engine' is deprecated; use --quantizer" in result.stderr
     assert "--quantizer 'tensorrt' | is not one of ort, nncf" in result.stderr
 
 
@@ -155,10 +155,10 @@ def test_device_error_exit_1(catalog_paths):
 
 def test_bad_input_option(catalog_paths):
     result = invoke("run", catalog_paths["multi_io"], "-i", "q=random")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "'q' is not an input of the model; inputs are a, b" in result.stderr
     result = invoke("run", catalog_paths["multi_io"], "-O", "threads")
-    assert result.exit_code == 1 and "--option 'threads' | expected KEY=VALUE" in result.stderr
+    assert result.exit_code == 2 and "--option 'threads' | expected KEY=VALUE" in result.stderr
 
 
 def test_unknown_backend_exit_1(catalog_paths):
@@ -179,7 +179,7 @@ def test_debug_shows_the_exception(tmp_path):
 
 def test_save_to_missing_directory_leaves_nothing(catalog_paths, tmp_path):
     result = invoke("run", catalog_paths["multi_io"], "--save", tmp_path / "no" / "out.npz")
-    assert result.exit_code == 1 and "does not exist" in result.stderr
+    assert result.exit_code == 2 and "does not exist" in result.stderr
     assert not (tmp_path / "no").exists()
 
 

@@ -61,7 +61,7 @@ def test_output_without_suffix_writes_the_same_two_files(classifier, tmp_path):
 def test_an_output_named_like_the_other_file_is_refused(classifier, tmp_path, suffix):
     target = tmp_path / f"model{suffix}"
     result = invoke_checked(["export", "mnn", classifier, "-o", target], reads=[classifier], writes=[target])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert (
         f"error: -o/--output '{target}' | names a {suffix} file; the export writes a .mnn and a .json" in result.stderr
     )

@@ -80,7 +80,7 @@ def test_fp16_weights_halve_the_bin_and_are_judged_as_f16(classifier, tmp_path):
 def test_an_output_named_like_one_of_the_other_files_is_refused(classifier, tmp_path, suffix):
     target = tmp_path / f"model{suffix}"
     result = invoke_checked(["export", "ncnn", classifier, "-o", target], reads=[classifier], writes=[target])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert f"error: -o/--output '{target}' | names a {suffix} file; the export writes a .param, a .bin" in result.stderr
     assert f"Hint: give the name without suffix (-o {tmp_path / 'model'})" in result.stderr
     assert list(tmp_path.iterdir()) == []
@@ -98,14 +98,14 @@ def test_an_output_onto_the_input_is_refused(classifier, tmp_path):
     result = invoke_checked(
         ["export", "ncnn", tmp_path / "classifier.onnx", "-o", tmp_path / "alias"], reads=[tmp_path / "classifier.onnx"]
     )
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "-o/--output (.bin)" in result.stderr and "is the file this command reads (the model)" in result.stderr
     assert not (tmp_path / "alias.param").exists() and not (tmp_path / "alias.json").exists()
 
 
 def test_a_missing_output_directory_is_refused_before_the_work(classifier, tmp_path):
     result = invoke_checked(["export", "ncnn", classifier, "-o", tmp_path / "nowhere" / "model"], reads=[classifier])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert f"directory '{tmp_path / 'nowhere'}' does not exist" in result.stderr
 
 

@@ -98,7 +98,7 @@ def test_an_axis_declared_zero_is_a_real_size_not_an_unknown_one(tmp_path):
 
     path = _zero_sized(tmp_path / "zero.onnx")
     refused = invoke_checked(["bench", path, "-b", "ort", "--iterations", "2"], reads=[path])
-    assert refused.exit_code == 1
+    assert refused.exit_code == 2
     assert "input 'x' | axis 0 of (0, 4) is declared with size 0 in 'zero.onnx': a zero-size input holds no values" in (
         refused.stderr
     )

@@ -37,7 +37,7 @@ IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 def test_unwritable_output_is_a_message(tiny, command):
     args = [part.format(**tiny) for part in command]
     result = invoke_checked(args, reads=[tiny["cfg"], tiny["weights"], tiny["dynamic"]])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "directory '/proc' is not writable" in result.stderr
 
 
@@ -69,7 +69,7 @@ def test_read_only_directory(shared_dir):
     locked.mkdir()
     locked.chmod(0o555)
     result = _deploykit_as(["run", shared_dir / "m.onnx", "--save", locked / "o.npz"], unprivileged=IS_ROOT)
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == 2, result.stderr
     assert f"directory '{locked}' is not writable (Permission denied)" in result.stderr
     assert "Traceback" not in result.stderr and not list(locked.iterdir())
 
@@ -80,14 +80,14 @@ def test_read_only_existing_output(shared_dir):
     out.write_bytes(b"keep")
     out.chmod(0o444)
     result = _deploykit_as(["run", shared_dir / "m.onnx", "--save", out], unprivileged=IS_ROOT)
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == 2, result.stderr
     assert f"--output '{out}' | exists and is read-only; deploykit does not replace protected files." in result.stderr
     assert out.read_bytes() == b"keep"
 
 
 def test_device_file_is_never_replaced(tiny):
     result = invoke_checked(["run", tiny["dynamic"], "--save", "/dev/null"])
-    assert result.exit_code == 1 and "is not a regular file" in result.stderr
+    assert result.exit_code == 2 and "is not a regular file" in result.stderr
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
 
 
@@ -114,7 +114,7 @@ def test_output_onto_an_input_is_refused(tiny, tmp_path, monkeypatch, command, t
     monkeypatch.chdir(tmp_path)
     args = [part.format(**assets) for part in command]
     result = invoke_checked(args, reads=list(assets.values()), watch=[tmp_path])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert "is the file this command reads" in result.stderr and "would destroy the input" in result.stderr
 
 
@@ -123,7 +123,7 @@ def test_output_through_a_symlink_to_the_input(tiny, tmp_path):
     link = tmp_path / "link.npz"
     link.symlink_to(assets["dynamic"])
     result = invoke_checked(["run", assets["dynamic"], "--save", link], reads=[assets["dynamic"]])
-    assert result.exit_code == 1 and "is the file this command reads" in result.stderr
+    assert result.exit_code == 2 and "is the file this command reads" in result.stderr
 
 
 def test_hard_link_to_an_input_is_refused(tmp_path):
@@ -137,7 +137,7 @@ def test_hard_link_to_an_input_is_refused(tmp_path):
 def test_two_outputs_on_one_path(tiny, tmp_path):
     out = tmp_path / "same.json"
     result = invoke_checked(["predict", tiny["classifier"], tiny["image"], "-o", out, "--draw", out], writes=[out])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
 
 
 @pytest.mark.parametrize("kind", ["darknet", "torch"])
@@ -146,12 +146,12 @@ def test_failed_command_leaves_no_output(tiny, tmp_path, kind):
     source = [tiny["cfg"], tiny["weights"]] if kind == "darknet" else [f"{tiny['factory']}:tiny_cnn", "-i", "x:1x3x8x8"]
     args = ["convert", kind, *source, "-o", out, "--report", tmp_path / "nodir" / "r.json"]
     result = invoke_checked(args, writes=[out], watch=[tmp_path])
-    assert result.exit_code == 1 and "nodir' does not exist" in result.stderr
+    assert result.exit_code == 2 and "nodir' does not exist" in result.stderr
     assert f"'deploykit convert {kind} --report FILE' is deprecated; use --report FOLDER" in result.stderr
     assert not out.exists()
     out.write_bytes(b"an existing model")
     result = invoke_checked(args, writes=[out], watch=[tmp_path])
-    assert result.exit_code == 1 and out.read_bytes() == b"an existing model"
+    assert result.exit_code == 2 and out.read_bytes() == b"an existing model"
 
 
 def test_convert_writes_model_and_report_together(tiny, tmp_path):
@@ -277,7 +277,7 @@ def test_a_path_of_kilobytes_is_shown_cut_in_an_output_message(tiny, tmp_path):
     """Sweep 21b: an output path of 4.5 KB was echoed whole into the message (inputs were already cut)."""
     long_path = tmp_path.joinpath(*["x" * 300] * 15, "o.npz")
     result = invoke_checked(["run", tiny["dynamic"], "--save", long_path], reads=[tiny["dynamic"]])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "characters)…" in result.stderr and len(result.stderr) < 1000, result.stderr
 
 

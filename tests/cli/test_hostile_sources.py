@@ -46,16 +46,16 @@ def test_cfg_with_a_byte_order_mark(tiny, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "content, message",
-    [
-        (None, "labels '{path}' | no such file."),
-        (b"\x00\x01\xffbinary\x00", "labels '{path}' | is a binary file, not UTF-8 text"),
-        (b"\xff\xfe\xfa\xfb", "labels '{path}' | is a binary file"),
-        ("a\nb\n", "labels '{path}' | has 2 names, the network has 1 classes."),
+    "content, message, code",
+    [  # a --labels value that is no labels file is a usage error; names that do not fit the network, a failure
+        (None, "labels '{path}' | no such file.", 2),
+        (b"\x00\x01\xffbinary\x00", "labels '{path}' | is a binary file, not UTF-8 text", 2),
+        (b"\xff\xfe\xfa\xfb", "labels '{path}' | is a binary file", 2),
+        ("a\nb\n", "labels '{path}' | has 2 names, the network has 1 classes.", 1),
     ],
     ids=["missing", "binary", "not-utf8", "count"],
 )
-def test_labels_file(tiny, tmp_path, content, message):
+def test_labels_file(tiny, tmp_path, content, message, code):
     labels = tmp_path / "x.names"
     if isinstance(content, bytes):
         labels.write_bytes(content)
@@ -64,7 +64,7 @@ def test_labels_file(tiny, tmp_path, content, message):
     out = tmp_path / "x.onnx"
     result = invoke_checked(["convert", "darknet", tiny["cfg"], tiny["weights"], "-o", out, "--labels", labels],
                             writes=[out])  # fmt: skip
-    assert result.exit_code == 1 and message.format(path=labels) in result.stderr
+    assert result.exit_code == code and message.format(path=labels) in result.stderr
 
 
 def test_labels_with_bom_and_blank_lines(tiny, tmp_path):
@@ -216,7 +216,7 @@ def test_inspect_counts_constant_weights_and_truncates_metadata(tmp_path):
 # --- found by the fuzzer ---------------------------------------------------------------------------------------------
 def test_predict_with_a_binary_labels_file(tiny):
     result = invoke_checked(["predict", tiny["classifier"], tiny["image"], "--labels", tiny["classifier"]])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert f"labels '{tiny['classifier']}' | is a binary file, not UTF-8 text" in result.stderr
 
 

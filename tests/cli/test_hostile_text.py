@@ -39,13 +39,13 @@ def test_an_input_given_twice_is_refused(catalog_paths):
     result = runner.invoke(
         app, ["run", str(catalog_paths["conv_bn_act"]), "-i", "x=random", "-i", "x=random:1x3x16x16"]
     )
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "--input 'x' | is given twice (x=random and x=random:1x3x16x16); expected each input once" in result.stderr
 
 
 def test_an_option_given_twice_is_refused(catalog_paths):
     result = runner.invoke(app, ["run", str(catalog_paths["conv_bn_act"]), "-o", "threads=1", "-o", "threads=2"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "--option 'threads' | is given twice (threads=1 and threads=2)" in result.stderr
 
 
@@ -82,5 +82,5 @@ def test_an_error_message_is_one_paragraph_whatever_names_it_holds(tiny, tmp_pat
     model.graph.input[0].name = model.graph.node[0].input[0] = "x\nerror: FORGED"
     onnx.save(model, tmp_path / "named.onnx")
     result = runner.invoke(app, ["run", str(tmp_path / "named.onnx"), "-i", "bogus=random"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "x␊error: FORGED" in result.stderr and "\nerror: FORGED" not in result.stderr, result.stderr

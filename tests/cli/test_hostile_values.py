@@ -33,7 +33,7 @@ BACKENDS = ["onnxruntime", "openvino", "opencv"]
 )
 def test_backend_options_are_validated(tiny, backend, option, message):
     result = invoke_checked(["run", tiny["dynamic"], "-b", backend, "-o", option])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert message.format(limit=thread_limit()) in result.stderr
 
 
@@ -50,7 +50,7 @@ def test_backend_options_are_validated(tiny, backend, option, message):
 )
 def test_backend_specific_options(tiny, backend, option, message):
     result = invoke_checked(["run", tiny["dynamic"], "-b", backend, "-o", option])
-    assert result.exit_code == 1 and message in result.stderr
+    assert result.exit_code == 2 and message in result.stderr
 
 
 def test_valid_options_are_converted(tiny):
@@ -94,7 +94,7 @@ def test_torch_opset_outside_what_onnx_knows(tiny, tmp_path, opset):
     args = ["convert", "torch", f"{tiny['factory']}:tiny_cnn", "-i", "x:1x3x8x8", "-o", tmp_path / "x.onnx"]
     result = invoke_checked([*args, "--opset", opset], writes=[tmp_path / "x.onnx"])
     newest = onnx.defs.onnx_opset_version()
-    assert result.exit_code == 1 and f"--opset '{opset}' | expected an integer in [7, {newest}]" in result.stderr
+    assert result.exit_code == 2 and f"--opset '{opset}' | expected an integer in [7, {newest}]" in result.stderr
     assert f"knows opsets up to {newest}" in result.stderr
 
 
@@ -138,10 +138,8 @@ def test_model_opset_newer_than_onnx_is_refused_everywhere(opset99, backend):
 def test_predict_values(tiny, tmp_path, monkeypatch, option, message):
     monkeypatch.chdir(tmp_path)
     result = invoke_checked(["predict", tiny["classifier"], tiny["image"], *option], reads=[tiny["image"]])
-    usage = option[0] != "--draw"  # numbers are the parser's (exit 2); the extension is the pipeline's
-    assert result.exit_code == (2 if usage else 1) and message in (
-        usage_said(result.output) if usage else result.stderr
-    )
+    parsed = option[0] != "--draw"  # numbers are the parser's; the extension is the pipeline's UsageError
+    assert result.exit_code == 2 and message in (usage_said(result.output) if parsed else result.stderr)
     assert not list(tmp_path.iterdir())
 
 
@@ -253,14 +251,14 @@ def test_a_regression_threshold_that_is_no_fraction_is_refused(tiny, tmp_path, v
 )
 def test_a_shape_with_an_empty_size_is_a_typo_not_a_shape(tiny, value, message):
     result = invoke_checked(["run", tiny["dynamic"], "-i", value])
-    assert result.exit_code == 1 and message in result.stderr
+    assert result.exit_code == 2 and message in result.stderr
 
 
 def test_an_npz_that_holds_no_arrays_is_refused_not_random(tiny, tmp_path):
     empty = tmp_path / "empty.npz"
     np.savez(empty)
     result = invoke_checked(["run", tiny["dynamic"], "-i", empty])
-    assert result.exit_code == 1 and "the .npz holds no arrays" in " ".join(result.stderr.split())
+    assert result.exit_code == 2 and "the .npz holds no arrays" in " ".join(result.stderr.split())
 
 
 def test_a_report_with_nan_figures_is_not_a_report(tiny, tmp_path):

@@ -1,4 +1,5 @@
-"""The root of the ``deploykit`` command: shell completion (typer's), exercised in a real bash."""
+"""The root of the ``deploykit`` command: the exit code an error gives (2 for the caller's mistake, 1 for
+a failure), and shell completion (typer's), exercised in a real bash."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from deploykit.errors import ModelNotFoundError, UsageError
+from deploykit.sessions import load
 
 BIN = Path(sys.executable).parent
 needs_bash = pytest.mark.skipif(shutil.which("bash") is None, reason="no bash on this machine")
@@ -62,3 +66,36 @@ def test_install_completion_writes_only_into_home_and_works_from_there(tmp_path)
     assert script.is_file() and "source" in (tmp_path / ".bashrc").read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == [".bash_completions", ".bashrc"]
     assert _complete("deploykit platforms ''", tmp_path, setup=f"source {script}") == ["list", "add", "remove"]
+
+
+def _deploykit(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """The installed ``deploykit`` command, as a user runs it (its launcher, its signal policy, its exit)."""
+    return subprocess.run([str(BIN / "deploykit"), *map(str, args)], capture_output=True, text=True, timeout=120)
+
+
+def test_an_option_value_the_backend_cannot_use_exits_2(tiny):
+    with pytest.raises(UsageError):  # the class that decides the code, as the library raises it
+        load(tiny["dynamic"], "onnxruntime", threads="abc")
+    done = _deploykit("run", tiny["dynamic"], "-b", "onnxruntime", "-O", "threads=abc")
+    assert done.returncode == 2, done.stderr
+    said = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(said) == 1 and said[0].startswith("error: ") and "option threads='abc' is not an integer" in said[0]
+    assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_an_output_onto_the_input_exits_2(tiny, tmp_path):
+    model = tmp_path / "m.onnx"
+    model.write_bytes(tiny["dynamic"].read_bytes())
+    done = _deploykit("run", model, "-o", model)
+    assert done.returncode == 2 and "is the file this command reads" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and model.read_bytes() == tiny["dynamic"].read_bytes()
+
+
+def test_a_sound_command_that_fails_still_exits_1(tmp_path):
+    missing = tmp_path / "missing.onnx"
+    with pytest.raises(ModelNotFoundError) as raised:  # not a UsageError: the command line was right
+        load(missing)
+    assert not isinstance(raised.value, UsageError)
+    done = _deploykit("run", missing)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith(f"error: model '{missing}'") and "Traceback" not in done.stderr, done.stderr

@@ -23,7 +23,7 @@ def test_an_unknown_oracle_is_refused_with_the_choices(tmp_path):
     out = tmp_path / "y.onnx"
     result = runner.invoke(app, ["models", "build", "yolov2-tiny", "-o", str(out), "--random-weights",
                                  "--verify-backends", "", "--oracle", "nosuch"])  # fmt: skip
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert "oracle 'nosuch' | is not one of auto, opencv, darknet, none." in result.stderr
     assert "none: compare the backends only" in result.stderr and "Traceback" not in result.output
     assert not out.exists()
@@ -33,7 +33,7 @@ def test_a_darknet_oracle_for_a_torch_recipe_is_refused_before_torch_is_needed(t
     out = tmp_path / "m.onnx"
     result = runner.invoke(app, ["models", "build", "mobilenet_v2", "-o", str(out), "--verify-backends", "",
                                  "--oracle", "darknet"])  # fmt: skip
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert (
         "recipe 'mobilenet_v2' | a Darknet oracle ('darknet') was asked for a torch recipe, "
         "expected a Darknet recipe." in result.stderr
@@ -61,7 +61,7 @@ def test_report_is_written_after_the_build_and_never_onto_the_model(tmp_path):
     again = runner.invoke(app, ["models", "build", "yolov2-tiny", "-o", str(out), "--random-weights",
                                 "--verify-backends", "", "--report", str(out)])  # fmt: skip
     assert (
-        again.exit_code == 1
+        again.exit_code == 2
         and f"is also the path of output '{out}'" in again.stderr
         and "Traceback" not in again.output
     )
@@ -69,5 +69,5 @@ def test_report_is_written_after_the_build_and_never_onto_the_model(tmp_path):
     new = tmp_path / "new.onnx"  # the folder form onto the model's path: refused before the build
     folder = runner.invoke(app, ["models", "build", "yolov2-tiny", "-o", str(new), "--random-weights",
                                  "--verify-backends", "", "--report", str(new)])  # fmt: skip
-    assert folder.exit_code == 1 and f"--report '{new}' | is also the path of output" in folder.stderr
+    assert folder.exit_code == 2 and f"--report '{new}' | is also the path of output" in folder.stderr
     assert not new.exists() and "Traceback" not in folder.output

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from deploykit.errors import OutputError
+from deploykit.errors import ResourceError
 from deploykit.io import atomic_path, check_outputs, output_lock, output_scope
 from tests.fuzz.harness import invoke_checked
 
@@ -81,7 +81,7 @@ def test_the_lock_ends_with_its_run_and_is_reentrant_in_one(tmp_path, held):
             temporary.write_text("{}")
     assert target.read_text() == "{}"
     pid = held(target)  # released: another process can take it now
-    with pytest.raises(OutputError, match=rf"another deploykit run \(process {pid}\) is writing this file now"):
+    with pytest.raises(ResourceError, match=rf"another deploykit run \(process {pid}\) is writing this file now"):
         with output_lock(target):
             pass
 

@@ -133,7 +133,7 @@ def test_draw_onto_the_input_or_an_unwritable_format_is_refused_before_the_work(
     target = draw.format(clip=clip, tmp=tmp_path)
     before = clip.read_bytes()
     result = _invoke(model, clip, "--draw", target, "--json", "-")
-    assert result.exit_code == 1 and message in result.stderr, result.output
+    assert result.exit_code == 2 and message in result.stderr, result.output
     assert not _lines(result.stdout) and clip.read_bytes() == before
     assert not [p for p in tmp_path.iterdir() if p.name != clip.name]
 
@@ -141,10 +141,10 @@ def test_draw_onto_the_input_or_an_unwritable_format_is_refused_before_the_work(
 def test_many_images_refuse_a_draw_file_and_a_json_file(model, tmp_path):
     photo = darknet_image("dog.jpg")
     result = _invoke(model, photo, photo, "--draw", tmp_path / "one.jpg")
-    assert result.exit_code == 1 and "names a file, but several images are drawn into a folder" in result.stderr
+    assert result.exit_code == 2 and "names a file, but several images are drawn into a folder" in result.stderr
     result = _invoke(model, photo, photo, "--json", tmp_path / "rows.json")
     assert (
-        result.exit_code == 1
+        result.exit_code == 2
         and "give one JSON line per frame" in result.stderr
         and "--json for stdout" in result.stderr
     )
@@ -263,7 +263,7 @@ def test_a_jsonl_file_of_something_else_is_refused_and_kept(model, clip, tmp_pat
         out.write_text(text)
     before = out.read_bytes()
     result = _invoke(model, clip, *args, "-o", out)
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert "".join(message.split()) in "".join(result.stderr.replace("│", "").split()), result.stderr  # any wrap
     assert out.read_bytes() == before
 
@@ -272,5 +272,5 @@ def test_a_resumed_run_refuses_to_replace_its_drawn_video(model, clip, tmp_path)
     out, drawn = tmp_path / "rows.jsonl", tmp_path / "drawn.mp4"
     assert _invoke(model, clip, "--max-frames", "2", "-o", out, "--draw", drawn).exit_code == 0
     result = _invoke(model, clip, "-o", out, "--draw", drawn)
-    assert result.exit_code == 1 and "would replace the drawn video with the remaining frames only" in result.stderr
+    assert result.exit_code == 2 and "would replace the drawn video with the remaining frames only" in result.stderr
     assert len(read_video(drawn)) == 2

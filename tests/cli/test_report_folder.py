@@ -33,7 +33,7 @@ def test_a_folder_of_other_files_is_refused_before_the_work(tiny, tmp_path):
     report.mkdir()
     (report / "report.json").write_text('{"schema": "a bench report"}')
     result = invoke_checked(_darknet(tiny, out, report), writes=[out, report / "report.json"], watch=[tmp_path])
-    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.exit_code == 2 and "Traceback" not in result.output
     assert f"--report '{report}' | is a folder that holds other files and no conversion report" in result.stderr
     assert "Hint: pass a new folder" in result.stderr and not out.exists()
 
@@ -48,7 +48,7 @@ def test_a_failed_conversion_leaves_no_folder(tiny, tmp_path):
 def test_the_report_folder_does_not_make_the_models_missing_folder(tiny, tmp_path):
     missing = tmp_path / "missing"
     result = invoke_checked(_darknet(tiny, missing / "x.onnx", missing / "report"), watch=[tmp_path])
-    assert result.exit_code == 1 and f"directory '{missing}' does not exist" in result.stderr
+    assert result.exit_code == 2 and f"directory '{missing}' does not exist" in result.stderr
     assert not missing.exists()
 
 
@@ -73,7 +73,7 @@ def test_the_report_onto_an_input_is_refused(tiny, tmp_path):
     labels.write_text("person\n")
     args = _darknet(assets, tmp_path / "x.onnx", folder, "--labels", labels)
     result = invoke_checked(args, reads=[labels, *assets.values()], watch=[tmp_path])
-    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.exit_code == 2 and "Traceback" not in result.output
     assert "is the file this command reads" in result.stderr and labels.read_text() == "person\n"
 
 

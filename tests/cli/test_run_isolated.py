@@ -70,7 +70,7 @@ def test_a_plugin_that_aborts_is_an_error_with_its_signal(tmp_path: Path, monkey
 def test_a_deploykit_error_in_the_worker_is_the_same_error_here(tmp_path: Path) -> None:
     model, _, _ = _mod_edge_cases(tmp_path)
     result = _invoke("run", model, "-i", "x=random:3")
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert " ".join(result.stderr.split()) == (
         "error: --shape x:3 | does not fit input 'x' (14,). "
         "Hint: keep the rank and every fixed size; choose only the dynamic ones."

@@ -59,7 +59,7 @@ def test_a_fifo_given_as_inputs_is_refused(tmp_path, catalog_paths):
     pipe = tmp_path / "inputs.npz"
     os.mkfifo(pipe)
     result = _deploykit("run", str(catalog_paths["conv_bn_act"]), "-i", str(pipe))
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert (
         f"inputs file '{pipe}' | is a named pipe (FIFO)" in result.stderr
         and "expected a regular .npz file" in result.stderr
@@ -88,24 +88,25 @@ def test_a_path_too_long_is_named_short(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "args, message",
+    "args, message, code",
     [
-        (["convert", "darknet", "{fifo}", "{cfg_weights}", "-o", "{tmp}/x.onnx"], "cfg '{fifo}' | is a named pipe"),
-        (["convert", "darknet", "{cfg}", "{fifo}", "-o", "{tmp}/x.onnx"], "weights '{fifo}' | is a named pipe"),
-        (["convert", "darknet", "{cfg}", "/dev/zero", "-o", "{tmp}/x.onnx"], "weights '/dev/zero' | is a character"),
-        (["predict", "{classifier}", "{image}", "--labels", "{fifo}"], "labels '{fifo}' | is a named pipe"),
-        (["inspect", "{fifo}.cfg"], "cfg '{fifo}.cfg' | is a named pipe"),
-        (["report", "{fifo}"], "report '{fifo}' | is a named pipe"),
-        (["report", "merge", "{fifo}", "{fifo}.cfg", "-o", "{tmp}/m.html"], "report '{fifo}' | is a named pipe"),
-        (["run", "{dynamic}", "-i", "x={fifo}.npy"], "--input 'x={fifo}.npy' | is a named pipe"),
-        (["run", "{dynamic}", "-i", "x=/dev/zero"], "--input 'x=/dev/zero' | is a character device"),  # any suffix
+        (["convert", "darknet", "{fifo}", "{cfg_weights}", "-o", "{tmp}/x.onnx"], "cfg '{fifo}' | is a named pipe", 1),
+        (["convert", "darknet", "{cfg}", "{fifo}", "-o", "{tmp}/x.onnx"], "weights '{fifo}' | is a named pipe", 1),
+        (["convert", "darknet", "{cfg}", "/dev/zero", "-o", "{tmp}/x.onnx"], "weights '/dev/zero' | is a character", 1),
+        (["predict", "{classifier}", "{image}", "--labels", "{fifo}"], "labels '{fifo}' | is a named pipe", 2),
+        (["inspect", "{fifo}.cfg"], "cfg '{fifo}.cfg' | is a named pipe", 1),
+        (["report", "{fifo}"], "report '{fifo}' | is a named pipe", 1),
+        (["report", "merge", "{fifo}", "{fifo}.cfg", "-o", "{tmp}/m.html"], "report '{fifo}' | is a named pipe", 1),
+        (["run", "{dynamic}", "-i", "x={fifo}.npy"], "--input 'x={fifo}.npy' | is a named pipe", 2),
+        (["run", "{dynamic}", "-i", "x=/dev/zero"], "--input 'x=/dev/zero' | is a character device", 2),  # any suffix
         (["quantize", "{classifier}", "-o", "{tmp}/q.onnx", "-c", "{folder}"], "2 of 3 files are not whole images deploykit can read: 'zero.png': is a character device, not a file; "
-         "'zz.jpg': is a named pipe"),
+         "'zz.jpg': is a named pipe", 1),
     ],
 )  # fmt: skip
-def test_every_reader_refuses_special_files_by_kind(tiny, tmp_path, args, message):
+def test_every_reader_refuses_special_files_by_kind(tiny, tmp_path, args, message, code):
     """The second sweep (issue 21): cfg, weights, labels, reports, .npy inputs and image folders said 'no such
-    file', or blocked on a FIFO, or read /dev/zero until the OOM killer came."""
+    file', or blocked on a FIFO, or read /dev/zero until the OOM killer came. A model, cfg, weights, report or
+    photo that is no file is a failure (1); a --labels or --input value that is none is a usage error (2)."""
     fifo = tmp_path / "pipe"
     for path in (fifo, tmp_path / "pipe.cfg", tmp_path / "pipe.npy"):
         os.mkfifo(path)
@@ -117,7 +118,7 @@ def test_every_reader_refuses_special_files_by_kind(tiny, tmp_path, args, messag
     values = {**{k: str(v) for k, v in tiny.items()}, "fifo": str(fifo), "tmp": str(tmp_path), "folder": str(folder),
               "cfg_weights": str(tiny["weights"])}  # fmt: skip
     result = _deploykit(*(a.format(**values) for a in args))
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == code, result.stderr
     assert message.format(**values) in result.stderr and "Traceback" not in result.stderr
 
 

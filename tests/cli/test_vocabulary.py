@@ -150,7 +150,7 @@ def test_predict_one_image_document_goes_to_output_and_the_old_form_still_writes
 def test_predict_json_document_is_for_one_image(classifier, tmp_path):
     model, photo = classifier
     result = runner.invoke(app, ["predict", str(model), str(photo), str(photo), "-o", str(tmp_path / "rows.json")])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     shown = " ".join(result.stderr.split())
     assert (
         "writes one JSON document for one image" in shown and "Hint: pass -o FILE.jsonl for a file, or --json" in shown
@@ -164,7 +164,7 @@ def test_the_one_image_document_onto_its_input_is_refused(classifier, tmp_path):
     photo.write_bytes(image.read_bytes())
     before = photo.read_bytes()
     result = runner.invoke(app, ["predict", str(model), str(photo), "-o", str(photo)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "is the file this command reads" in result.stderr and photo.read_bytes() == before
 
 

@@ -406,7 +406,7 @@ def test_oracle_choice_is_checked_before_any_work(tmp_path, yolov3_tiny):
     )
 
 
-def test_cli_oracle_errors_exit_1_without_a_traceback(tmp_path, empty_cache, no_compiler, yolov3_tiny):
+def test_cli_oracle_errors_are_one_message_without_a_traceback(tmp_path, empty_cache, no_compiler, yolov3_tiny):
     cfg, weights = yolov3_tiny
     runner = CliRunner()
     output = tmp_path / "m.onnx"
@@ -418,7 +418,7 @@ def test_cli_oracle_errors_exit_1_without_a_traceback(tmp_path, empty_cache, no_
     assert "Hint: apt-get install gcc, or set CC to a C compiler" in result.stderr
     assert "Traceback" not in result.output and not output.exists() and not empty_cache.exists()
     result = runner.invoke(app, ["convert", "darknet", str(cfg), str(weights), "-o", str(output), "--oracle", "gcc"])
-    assert result.exit_code == 1 and "oracle 'gcc' | is not one of auto, opencv, darknet, none." in result.stderr
+    assert result.exit_code == 2 and "oracle 'gcc' | is not one of auto, opencv, darknet, none." in result.stderr
     assert "Traceback" not in result.output and not output.exists()
 
 

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from deploykit.cli.main import app
 from deploykit.distributed import Execution, PredictSettings, predict
 from deploykit.distributed.store import ResultStore
-from deploykit.errors import BackendUnavailableError, InputError, UsageError
+from deploykit.errors import BackendUnavailableError, InputError, ResourceError, UsageError
 from tests.assets.catalog import mlp_dynamic_batch
 from tests.distributed.conftest import BROKEN
 
@@ -177,7 +177,7 @@ def test_usage_errors_name_the_problem(detector, photo_folder, tmp_path):
             )
         assert not (tmp_path / engine).exists()
     result = CliRunner().invoke(app, ["predict", str(detector), str(photo_folder), "--engine", "ray"])
-    assert result.exit_code == 1 and "--engine ray | needs --output FOLDER" in result.output
+    assert result.exit_code == 2 and "--engine ray | needs --output FOLDER" in result.output
 
 
 @pytest.mark.parametrize("engine", ["local", "ray"])
@@ -275,7 +275,9 @@ def test_two_runs_at_once_on_one_folder_are_refused(detector, photo_folder, tmp_
     first = subprocess.Popen([sys.executable, "-c", holder, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
         assert first.stdout is not None and first.stdout.readline().strip() == b"held"
-        with pytest.raises(UsageError, match=rf"another deploykit run \(process {first.pid}\) is writing this folder"):
+        with pytest.raises(
+            ResourceError, match=rf"another deploykit run \(process {first.pid}\) is writing this folder"
+        ):
             predict(detector, photo_folder, out, PredictSettings(pipeline_options=OPTIONS), Execution(engine="local"))
     finally:
         first.communicate(timeout=30)

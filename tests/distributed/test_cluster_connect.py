@@ -84,7 +84,7 @@ def test_an_actor_larger_than_this_machine_is_refused_before_ray_starts(tmp_path
          "-o", tmp_path / "rows"],
         reads=[tiny["image"]], writes=[tmp_path / "rows"],
     )  # fmt: skip
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert f"--cpus-per-actor {cpus} | this machine has {os.cpu_count()} CPU(s)" in " ".join(result.stderr.split())
     assert not Path(tmp_path / "rows").exists()
 

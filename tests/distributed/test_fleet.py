@@ -132,11 +132,11 @@ def test_unknown_device_and_timeout_are_failed_columns(cluster, small_model):
 def test_fleet_usage_errors(small_model, tmp_path):
     (tmp_path / "taken").write_text("x")
     result = CliRunner().invoke(app, ["bench", small_model, "--fleet", "auto", "--report", str(tmp_path / "taken")])
-    assert result.exit_code == 1 and f"--report '{tmp_path / 'taken'}' | is a file, expected a folder" in result.output
+    assert result.exit_code == 2 and f"--report '{tmp_path / 'taken'}' | is a file, expected a folder" in result.output
     with pytest.raises(UsageError, match=r"device timeout -1 s \| must be positive"):
         fleet_benchmark(small_model, device_timeout_s=-1)
     result = CliRunner().invoke(app, ["bench", small_model, "--fleet", "auto", "--inputs", small_model])
-    assert result.exit_code == 1 and "--inputs | is not sent to fleet nodes" in result.output
+    assert result.exit_code == 2 and "--inputs | is not sent to fleet nodes" in result.output
     with pytest.raises(UsageError, match=r"BenchPlan \| has no setting 'inputs'"):
         BenchPlan.from_dict({**PLAN.to_dict(), "inputs": "x.npz"})  # what a fleet ships holds no input arrays
 
@@ -161,4 +161,4 @@ def test_fleet_join_names_the_device_from_its_fingerprint():
     assert result.exit_code == 0
     assert "start --address head:6379 --resources '{\"deploykit-device:jetson-orin\": 1}'" in result.output
     result = CliRunner().invoke(app, ["fleet", "join", "--address", "head:6379", "--name", "a b", "--dry-run"])
-    assert result.exit_code == 1 and "device name 'a b' | must be non-empty, without spaces" in result.output
+    assert result.exit_code == 2 and "device name 'a b' | must be non-empty, without spaces" in result.output

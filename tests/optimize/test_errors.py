@@ -18,7 +18,7 @@ def _invoke(*args: str):
 
 def test_no_images_without_no_quantize(classifier_path, tmp_path):
     result = _invoke(classifier_path, "-o", tmp_path / "deploy")
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "INT8 needs calibration data" in result.output and "--no-quantize" in result.output
     assert not (tmp_path / "deploy").exists()
 
@@ -45,9 +45,9 @@ def test_output_not_empty_a_file_or_unwritable(classifier_path, photos, tmp_path
     busy.mkdir()
     (busy / "notes.txt").write_text("mine")
     result = _invoke(classifier_path, "--images", photos, "-o", busy)
-    assert result.exit_code == 1 and "is a folder that is not empty" in result.output and "--force" in result.output
+    assert result.exit_code == 2 and "is a folder that is not empty" in result.output and "--force" in result.output
     result = _invoke(classifier_path, "--images", photos, "-o", busy, "--force")
-    assert result.exit_code == 1 and "--force replaces only a bundle" in result.output
+    assert result.exit_code == 2 and "--force replaces only a bundle" in result.output
     assert (busy / "notes.txt").read_text() == "mine"
     file = tmp_path / "file"
     file.write_text("x")

@@ -67,7 +67,7 @@ def test_force_deletes_nothing_the_old_bundle_did_not_write(bundle, classifier_p
     (target / "notes.txt").write_text("mine")
     before = {p.name: p.read_bytes() for p in target.iterdir()}
     result = CliRunner().invoke(app, ["optimize", str(classifier_path), "-o", str(target), "--force", *FAST])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert "holds 1 file(s) the bundle there did not write (notes.txt)" in result.stderr
     assert "Nothing was changed" in result.stderr
     assert {p.name: p.read_bytes() for p in target.iterdir()} == before
@@ -208,7 +208,7 @@ def test_an_mnn_choice_travels_as_its_converted_file_and_opens_where_nothing_con
     _hidden_converters(monkeypatch, tmp_path)
     _opens_where_nothing_converts(tmp_path / "deploy", tmp_path / "copy", next(photos.glob("*.jpg")))
     result = CliRunner().invoke(app, ["bench", str(tmp_path / "deploy"), "--recheck"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert f"the bundle holds {manifest.model_file}, mnn's conversion of the searched model" in result.output
     assert f"deploykit bench {classifier_path} -b mnn --threads 1" in result.output
 

@@ -197,7 +197,7 @@ def test_load_detector_classifier_predict_and_bench_open_the_chosen_configuratio
     assert benched.exit_code == 0, benched.output
     assert "recheck: p50" in benched.output and manifest.backend in benched.output
     refused = runner.invoke(app, ["bench", str(output), "--threads", "2"])
-    assert refused.exit_code == 1 and "a bundle is benchmarked in the configuration it chose" in refused.output
+    assert refused.exit_code == 2 and "a bundle is benchmarked in the configuration it chose" in refused.output
     with pytest.raises(UsageError, match=r"chose backend .*; asked for opencv"):
         deploykit.load(output, "opencv")
 

@@ -80,7 +80,7 @@ def test_an_unknown_platform_is_a_usage_error_listing_the_known_ones(conv):
     )
     assert "Traceback" not in result.output
     result = runner.invoke(app, ["platforms", "add", "host"])
-    assert result.exit_code == 1 and "platform 'host' | is this machine: nothing to prepare" in result.stderr
+    assert result.exit_code == 2 and "platform 'host' | is this machine: nothing to prepare" in result.stderr
 
 
 def test_a_target_never_added_names_the_command_that_prepares_it(empty_cache, conv):

@@ -209,7 +209,7 @@ def test_cli(classifier_path, classifier_npz, tmp_path):
     assert "int8 model written to" in result.output and "Nodes that add the most error" in result.output
     assert out.is_file() and '"engine": "ort"' in report.read_text()
     failed = CliRunner().invoke(app, ["quantize", str(classifier_path), "-o", str(tmp_path / "x.onnx")])
-    assert failed.exit_code == 1
+    assert failed.exit_code == 2
     assert "error: --calibrate | INT8 needs calibration data" in failed.output
     assert not (tmp_path / "x.onnx").exists()
 

@@ -59,7 +59,7 @@ def test_a_bundle_folder_serves_its_chosen_configuration(command, bundle):
 
 def test_a_bundle_refuses_another_backend(bundle):
     done = invoke_checked(["serve", str(bundle), "-b", "openvino"])
-    assert done.exit_code == 1, done.stderr
+    assert done.exit_code == 2, done.stderr
     assert done.stderr.startswith(f"error: bundle '{bundle}' | chose backend onnxruntime; asked for openvino.")
 
 

@@ -1,5 +1,6 @@
 """A model whose backend crashes (at load, mid-request) or hangs is marked not ready and the others keep
-serving; SIGTERM during load finishes the requests in flight; the command's errors are one message."""
+serving; SIGTERM during load finishes the requests in flight, then the command exits 143 (SIGINT: 130);
+the command's errors are one message."""
 
 from __future__ import annotations
 
@@ -128,7 +129,7 @@ def test_sigterm_during_load_finishes_the_requests_in_flight(command, mobilenet_
     stop.set()
     for thread in threads:
         thread.join(timeout=30)
-    assert code == 0, log
+    assert code == 128 + signal.SIGTERM, log  # 143, as every command ends on SIGTERM, after the graceful stop
     before = [outcome for start, outcome in outcomes if start < signalled - 0.05]
     assert len(before) > 8 and all(outcome == "ok" for outcome in before), [o for o in before if o != "ok"][:3]
     assert "received SIGTERM: shutting down" in log and "server stopped" in log and "Traceback" not in log
@@ -144,13 +145,17 @@ def test_the_command_refuses_bad_settings_with_one_message(tmp_path, catalog_pat
     empty = tmp_path / "token"
     empty.write_text("  \n")
     cases = [
-        ((str(tmp_path / "missing.onnx"),), "error: model '", "| no such file."),
         ((mlp, "--host", "0.0.0.0"), "error: --host 0.0.0.0 | is not a loopback address", "--allow-remote"),
         ((mlp, "--token-file", str(empty)), "error: --token-file '", "| holds no token"),
         ((mlp, f"bad name={mlp}"), "error: model name 'bad name' | is not a protocol model name.", ""),
         ((mlp, mlp), "error: model name 'mlp_dynamic_batch' | is served twice.", "NAME=path"),
         ((mlp, "--max-request-size", "huge"), "error: --max-request-size 'huge' | is not a size.", ""),
         ((mlp, "--engine", "k8s"), "error: --engine 'k8s' | is not local or ray.", "--engine local"),
+        (
+            (mlp, "--http-port", "9000", "--grpc-port", "9000"),
+            "error: --grpc-port 9000 | is also given to --http-port",
+            "pass another port to --grpc-port",
+        ),
         ((mlp, "--replicas", "2"), "error: --replicas | belongs to --engine ray.", "pass --engine ray"),
         (
             (mlp, "--engine", "ray", "--grpc-port", "8001"),
@@ -173,9 +178,12 @@ def test_the_command_refuses_bad_settings_with_one_message(tmp_path, catalog_pat
             "",
         ),
     ]
-    for args, start, hint in cases:
+    for args, start, hint in cases:  # the caller's mistakes: usage errors, exit 2
         done = invoke_checked(["serve", *args])
-        assert done.exit_code == 1 and done.stderr.startswith(start) and hint in done.stderr, (args, done.stderr)
+        assert done.exit_code == 2 and done.stderr.startswith(start) and hint in done.stderr, (args, done.stderr)
+    missing = invoke_checked(["serve", str(tmp_path / "missing.onnx")])  # a model that is not there: a failure
+    assert missing.exit_code == 1 and missing.stderr.startswith("error: model '"), missing.stderr
+    assert "| no such file." in missing.stderr
     assert invoke_checked(["serve", mlp, "--no-such-flag"]).exit_code == 2
     for args, said in (
         (("--max-queue-delay", "soon"), "Invalid value for '--max-queue-delay': 'soon': expected a duration"),
@@ -219,7 +227,9 @@ def test_serve_answers_the_same_from_the_command(command, catalog_paths):
     assert json.loads(httpx.get(f"{base}/v2").text)["name"] == "deploykit"
     server.process.send_signal(signal.SIGINT)
     code, log = server.finish(30)
-    assert code == 0 and "received SIGINT: shutting down" in log, log
+    assert code == 128 + signal.SIGINT and "received SIGINT: shutting down" in log, log  # 130, as for Ctrl-C
+    assert "server stopped" in log and log.rstrip().endswith("deploykit: stopped by Ctrl-C (SIGINT)."), log
+    assert "Traceback" not in log
 
 
 def test_a_full_queue_refuses_with_503_and_counts_it(catalog_paths, plugins):

@@ -72,7 +72,7 @@ def test_a_size_that_is_no_size_is_a_usage_error(text):
 def test_the_cli_refuses_a_bad_size_before_running(tmp_path):
     model = _dilated_conv(tmp_path / "m.onnx", 8, 2)
     result = runner.invoke(app, ["compare", str(model), "-b", "ort", "--oracle-memory", "lots"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "--oracle-memory 'lots' | is not a size" in result.output and "Traceback" not in result.output
 
 

@@ -163,7 +163,7 @@ def test_minus_one_dims_are_dynamic(tmp_path):
 def test_an_unfixed_spatial_size_without_metadata_is_an_error_naming_the_axis(tmp_path):
     model = _conv(tmp_path / "fcn.onnx", ["batch", 3, "height", "width"])
     result = runner.invoke(app, ["compare", str(model), "-b", "ort"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "input 'x' | axis 2 ('height')" in result.output and "--shape x:" in result.output
     result = runner.invoke(app, ["compare", str(model), "-b", "ort", "--shape", "x:1x3x32x24", "--json"])
     assert result.exit_code == 0, result.output
@@ -217,7 +217,7 @@ def test_a_text_file_given_as_npy_is_named_for_what_it_is(tmp_path):
     text = tmp_path / "x.npy"
     text.write_text("1, 2, 3\n")
     result = runner.invoke(app, ["run", str(model), "-i", f"x={text}"])
-    assert result.exit_code == 1 and "is not a .npy file (it does not start with NumPy's header)" in result.output
+    assert result.exit_code == 2 and "is not a .npy file (it does not start with NumPy's header)" in result.output
 
 
 def test_a_qdq_model_is_int8_and_judged_as_int8(tmp_path):

@@ -360,7 +360,7 @@ def test_pipeline_bench_times_every_stage(detector_path, tmp_path):
     result = CliRunner().invoke(
         app, ["bench", str(detector_path), "--pipeline", "detect", "--images", str(tmp_path / "none")]
     )
-    assert result.exit_code == 1 and "is not a directory" in result.stderr
+    assert result.exit_code == 2 and "is not a directory" in result.stderr
 
 
 def test_real_images_as_bench_and_compare_inputs(tmp_path):
