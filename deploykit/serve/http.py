@@ -106,7 +106,7 @@ class _V2Handlers:
         self._run = submit or self._queued
 
     async def _queued(self, runner: ModelRunner, feeds: Feeds) -> Feeds:
-        if runner.quick:  # a pass of under a millisecond: on this thread when a session is free and none waits
+        if runner.quick_for(feeds):  # a short pass on small inputs: on this thread when a session is free, none waits
             outputs = runner.run_now(feeds)
             if outputs is not None:
                 return outputs
