@@ -322,8 +322,10 @@ def create_app(
 
 def _load_parameters(request: dict[str, Any]) -> dict[str, Any]:
     """A load or unload request's ``parameters`` object (empty when there is none)."""
-    parameters = request.get("parameters") or {}
-    if not isinstance(parameters, dict):
+    parameters = request.get("parameters", {})
+    if parameters is None:  # null: none, as when the key is absent
+        return {}
+    if not isinstance(parameters, dict):  # an empty list, 0 or "" too: never taken for no parameters
         raise RequestError(
             f"repository request | 'parameters' is {type(parameters).__name__}, expected an object.",
             hint='send {"parameters": {...}} or an empty body.',

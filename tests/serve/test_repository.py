@@ -156,6 +156,12 @@ def test_every_refused_load_says_why_and_the_server_keeps_serving(server, folder
     base = f"http://127.0.0.1:{server.http}/v2/repository"
     answer = httpx.post(f"{base}/models/multi_io/load", content=b"{", timeout=30)
     assert answer.status_code == 400 and answer.json()["error"].startswith("load request | is not valid JSON")
+    for parameters, kind in (([], "list"), (0, "int"), (False, "bool"), ("", "str"), ([1], "list")):
+        for action in ("load", "unload"):
+            answer = httpx.post(f"{base}/models/multi_io/{action}", json={"parameters": parameters}, timeout=30)
+            assert answer.status_code == 400, (parameters, answer.text)
+            assert answer.json()["error"].startswith(f"repository request | 'parameters' is {kind}, expected an obj")
+    assert httpx.post(f"{base}/models/multi_io/unload", json={"parameters": None}, timeout=30).status_code == 200
     answer = httpx.post(f"{base}/index", json={"ready": "yes"}, timeout=30)
     assert answer.status_code == 400
     assert answer.json()["error"].startswith("index request | 'ready' is 'yes', expected true or false. Hint:")
