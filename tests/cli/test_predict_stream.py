@@ -193,8 +193,37 @@ def test_ctrl_c_or_sigterm_mid_video_leaves_a_playable_video_and_whole_json_line
     assert process.returncode == code, errors
     rows = [json.loads(line) for line in (first + rest).splitlines()]  # every line whole
     assert 0 < len(rows) < 120
-    assert len(read_video(out)) in (len(rows) - 1, len(rows))  # the frame being drawn may miss the video
+    assert len(read_video(out)) in (len(rows) - 1, len(rows))  # a signal between a line and its frame (µs)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".drawn")]  # no temporary left
+
+
+# The command, with a Ctrl-C sent to itself as the task starts drawing frame 5: the signal comes at a chosen
+# point of the frame loop instead of wherever a timer lands.
+_CTRL_C_WHILE_DRAWING = """
+import os, signal, sys
+from deploykit.cli import launch
+from deploykit.vision import results
+real, drawn = results.draw, []
+def draw(image, found):
+    drawn.append(image)
+    if len(drawn) == 6:
+        os.kill(os.getpid(), signal.SIGINT)
+    return real(image, found)
+results.draw = draw
+sys.argv = ["deploykit", *sys.argv[1:]]
+launch.main()
+"""
+
+
+def test_ctrl_c_while_a_frame_is_drawn_leaves_as_many_drawn_frames_as_json_lines(model, dog_frames, tmp_path):
+    video = write_video(tmp_path / "short.mp4", [cv2.resize(f, (640, 360)) for f in dog_frames[:20]])
+    out = tmp_path / "drawn.mp4"
+    command = [sys.executable, "-c", _CTRL_C_WHILE_DRAWING, "predict", model, str(video), "--draw", str(out), "--json"]
+    process = subprocess.run(command, capture_output=True, text=True, timeout=600, preexec_fn=default_signals)
+    assert process.returncode == 130, process.stderr
+    rows = [json.loads(line) for line in process.stdout.splitlines()]
+    assert [row["frame"] for row in rows] == list(range(5))  # frame 5 was being drawn: no line for it
+    assert len(read_video(out)) == 5
 
 
 def _frames_in(path: Path) -> list[dict]:
