@@ -306,10 +306,8 @@ def decode_http(
     if header_length is None:
         header, binary = body, memoryview(b"")
     else:
-        try:
-            length = int(header_length)
-        except ValueError:
-            length = -1
+        digits = header_length.strip()  # decimal digits only: int() would take '1_0', '+10' and other scripts' digits
+        length = int(digits) if digits.isascii() and digits.isdigit() else -1
         if not 0 < length <= len(body):
             raise RequestError(
                 f"header {HEADER_LENGTH} | is {header_length!r:.40}, expected the JSON header's length in bytes "

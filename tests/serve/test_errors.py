@@ -123,7 +123,7 @@ def test_bad_binary_requests(client):
     body, headers = _binary({"inputs": [tensor]}, data + b"extra")
     assert "has 5 binary bytes that no input's binary_data_size claims" in _error(
         _infer(client, body, headers=headers), 400)  # fmt: skip
-    for length in ("10000", "zero", "-3"):
+    for length in ("10000", "zero", "-3", "1_0", "+10", "0x10", "1e1"):
         body, headers = _binary({"inputs": [tensor]}, data, length=0)
         headers["Inference-Header-Content-Length"] = length
         assert "header Inference-Header-Content-Length |" in _error(_infer(client, body, headers=headers), 400)
