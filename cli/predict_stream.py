@@ -78,7 +78,22 @@ def check_draw(draw: Path, sources: list[Any], task: type[Task]) -> str:
                     "would overwrite the inputs.",
                     hint="choose another folder.",
                 )
+        _check_drawn_names(draw, [path for name, path in inputs.items() if name.startswith("image ")])
     return drawn
+
+
+def _check_drawn_names(draw: Path, images: list[Path]) -> None:
+    """Each image is drawn into the folder under its own name: two images of one name from different folders
+    would leave one drawing, the other's overwritten."""
+    first: dict[str, Path] = {}
+    for path in images:
+        seen = first.setdefault(path.name, path)
+        if seen.resolve() != path.resolve():
+            raise UsageError(
+                f"--draw '{draw}' | images '{seen}' and '{path}' have the same name, {path.name!r}: one drawing "
+                "would overwrite the other.",
+                hint="draw each folder into a folder of its own (one run each), or rename one of the images.",
+            )
 
 
 def open_results(

@@ -150,6 +150,26 @@ def test_many_images_refuse_a_draw_file_and_a_json_file(model, tmp_path):
     )
 
 
+def test_two_images_of_one_name_from_two_folders_are_not_drawn_over_each_other(model, tmp_path):
+    for folder, name in (("a", "dog.jpg"), ("b", "horses.jpg")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "photo.jpg").write_bytes(darknet_image(name).read_bytes())
+    drawn = tmp_path / "drawn"
+    for sources in ([tmp_path / "a" / "photo.jpg", tmp_path / "b" / "photo.jpg"], [tmp_path / "a", tmp_path / "b"]):
+        result = _invoke(model, *sources, "--draw", drawn, "--json")
+        assert result.exit_code != 0 and "Traceback" not in result.output, result.output
+        shown = " ".join(result.stderr.split())
+        assert (
+            f"--draw '{drawn}' | images '{tmp_path / 'a' / 'photo.jpg'}' and '{tmp_path / 'b' / 'photo.jpg'}' have"
+            in (shown)
+        )
+        assert "the same name, 'photo.jpg': one drawing would overwrite the other" in shown
+        assert not _lines(result.stdout) and not drawn.exists()
+    same = tmp_path / "a" / "photo.jpg"  # one image given twice is drawn once, over itself
+    assert _invoke(model, same, tmp_path / "a" / ".." / "a" / "photo.jpg", "--draw", drawn).exit_code == 0
+    assert [p.name for p in drawn.iterdir()] == ["photo.jpg"]
+
+
 def test_missing_sources_and_silent_urls_fail_with_their_names(model, tmp_path):
     result = _invoke(model, tmp_path / "missing.mp4")
     assert result.exit_code == 1 and f"source '{tmp_path / 'missing.mp4'}' | no such file, folder or camera" in (
