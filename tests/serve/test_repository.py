@@ -249,3 +249,27 @@ def test_where_load_and_unload_are_off_they_answer_unimplemented(catalog_paths):
         assert http.is_model_ready("multi_io") and _index(grpc)["multi_io"] == ("READY", "")
         assert not any(e.startswith("model_repository") for e in http.get_server_metadata()["extensions"])
         assert "statistics" in http.get_server_metadata()["extensions"]
+
+
+def test_a_model_whose_file_went_after_an_unload_is_refused_on_load_and_loads_once_it_is_back(tmp_path, catalog_paths):
+    """A load after an unload reads the model's file again: a file removed meanwhile is a load that fails its
+    checks (400, INVALID_ARGUMENT, naming the file), not an internal error."""
+    from deploykit.serve import ServedModel, Server, ServerSettings
+
+    shutil.copy(catalog_paths["mlp_dynamic_batch"], tmp_path / "mlp.onnx")
+    shutil.copy(catalog_paths["multi_io"], tmp_path / "multi_io.onnx")
+    settings = ServerSettings(http_port=0, grpc_port=0, metrics_port=None)
+    with Server([ServedModel.from_path(tmp_path / "mlp.onnx")], settings=settings) as server:
+        assert server.wait_ready(60)
+        http = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+        grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+        http.load_model("multi_io")
+        http.unload_model("multi_io")
+        kept = (tmp_path / "multi_io.onnx").rename(tmp_path / "kept.bin")
+        message = f"model 'multi_io' | fails its checks: model '{tmp_path / 'multi_io.onnx'}' | no such file."
+        _refused(lambda: http.load_model("multi_io"), "400", message)
+        _refused(lambda: grpc.load_model("multi_io"), "StatusCode.INVALID_ARGUMENT", message)
+        assert not http.is_model_ready("multi_io") and http.is_model_ready("mlp")
+        kept.rename(tmp_path / "multi_io.onnx")
+        grpc.load_model("multi_io")
+        assert http.is_model_ready("multi_io")
