@@ -251,10 +251,11 @@ class ModelRunner:
         )
 
     def _take(self) -> list[_Pending] | None:
-        """The next batch, or None when the runner stops and the queue is empty."""
+        """The next batch, or None when the runner stops, the queue is empty and no pass runs: a pass that
+        ``run_now`` runs on its caller's thread uses a session this thread would close on its way out."""
         with self._state:
             while not (self._queue and self._ready):  # a stopping runner still drains its queue
-                if self._stopping or self.problem:
+                if self.problem or (self._stopping and not self._running):
                     return None
                 self._state.wait()
             first = self._queue.popleft()

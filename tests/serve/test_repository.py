@@ -199,6 +199,19 @@ def test_an_unload_lets_requests_in_flight_finish_and_refuses_new_ones(server):
     assert _index(http)["multi_io"] == ("UNAVAILABLE", "unloaded")
 
 
+def test_an_unload_lets_a_request_running_on_a_grpc_thread_finish(server):
+    """A fixed-batch model's gRPC request runs on the front end's worker thread when a session is free and
+    nothing is queued; the unload must wait for that pass before the session closes."""
+    http, _ = _clients(server)
+    http.load_model("multi_io")
+    with ThreadPoolExecutor(2) as pool:
+        running = pool.submit(_infer_multi_io, grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc}"))
+        _wait_for(lambda: _in_server(server, "multi_io") == 1)  # running (SLOW_RUN_S), none queued
+        http.unload_model("multi_io")
+        np.testing.assert_array_equal(running.result(timeout=60), np.full((2, 3), 4.0, np.float32))
+    assert _index(http)["multi_io"] == ("UNAVAILABLE", "unloaded")
+
+
 def test_loads_and_unloads_of_one_model_at_once_run_one_at_a_time(server):
     http, grpc = _clients(server)
     calls = [(0, "load"), (1, "unload"), (1, "load"), (0, "load"), (0, "unload"), (1, "load"), (1, "load"),
