@@ -155,6 +155,14 @@ def test_an_oversized_body_is_refused_before_it_is_read(client):
             yield b" " * 1024
 
     assert f"limit of {LIMIT} bytes" in _error(client.post("/v2/models/mlp/infer", content=chunks()), 413)
+    # a control route's small JSON object has a limit of its own, which --max-request-size does not change
+    padded = {"key": "/region", "byte_size": 64, "padding": " " * 100_000}
+    for route in ("/v2/systemsharedmemory/region/r/register", "/v2/repository/index"):
+        error = _error(client.post(route, json=padded), 413)
+        assert "exceeds this route's limit of 65536 bytes" in error, error
+        assert "this route takes a small JSON object (--max-request-size does not change its limit)" in error
+    error = _error(client.post("/v2/repository/models/embed/unload", content=chunks()), 413)
+    assert "exceeds this route's limit of 65536 bytes" in error
 
 
 def test_the_server_still_answers_after_every_bad_request(client):
