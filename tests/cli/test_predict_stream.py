@@ -170,6 +170,17 @@ def test_two_images_of_one_name_from_two_folders_are_not_drawn_over_each_other(m
     assert [p.name for p in drawn.iterdir()] == ["photo.jpg"]
 
 
+def test_a_video_with_output_of_a_rows_folder_is_refused_before_the_work(model, clip, tmp_path):
+    """-o without .jsonl is the folder of rows, one per image: a video there was one row saying "not an image"
+    and exit 0."""
+    rows = tmp_path / "rows"
+    result = _invoke(model, clip, "-o", rows)
+    assert result.exit_code != 0 and "Traceback" not in result.output, result.output
+    shown = " ".join(result.stderr.split())
+    assert f"--output FOLDER | writes one row per image, and '{clip}' is a video." in shown
+    assert "pass -o FILE.jsonl for one JSON line per frame" in shown and not rows.exists()
+
+
 def test_missing_sources_and_silent_urls_fail_with_their_names(model, tmp_path):
     result = _invoke(model, tmp_path / "missing.mp4")
     assert result.exit_code == 1 and f"source '{tmp_path / 'missing.mp4'}' | no such file, folder or camera" in (
