@@ -87,6 +87,23 @@ def _infer(client, body, model="mlp", **kwargs) -> httpx.Response:
             "input 'x' | has neither 'data' nor parameters.binary_data_size",
         ),
         ({"inputs": [TENSOR], "outputs": [{"name": "z"}]}, 400, "output 'z' | is not an output of model 'mlp'"),
+        (  # a string "false" would read as true: the output came back binary
+            {"inputs": [TENSOR], "outputs": [{"name": "y", "parameters": {"binary_data": "false"}}]},
+            400,
+            "output 'y' | parameters.binary_data is 'false', expected true or false.",
+        ),
+        (
+            {"inputs": [TENSOR], "parameters": {"binary_data_output": 1}},
+            400,
+            "request | parameters.binary_data_output is 1, expected true or false.",
+        ),
+        ({"inputs": [TENSOR], "parameters": [1]}, 400, "request | 'parameters' is list, expected an object."),
+        ({"inputs": [{**TENSOR, "parameters": []}]}, 400, "input 'x' | 'parameters' is list, expected an object."),
+        (
+            {"inputs": [TENSOR], "outputs": [{"name": "y", "parameters": "binary"}]},
+            400,
+            "output 'y' | 'parameters' is str, expected an object.",
+        ),
         ({"tensors": []}, 400, "request | has no 'inputs' list of tensor objects"),
         ([1, 2], 400, "request | is JSON but not an object"),
         (b'{"inputs": [', 400, "request | is not valid JSON"),
