@@ -215,11 +215,19 @@ def predict(
 
 
 def _one_path(sources: list[str], what: str) -> Path:
+    from deploykit.vision.sources import VIDEO_SUFFIXES
+
     if len(sources) != 1:
         raise UsageError(
             f"{what} | takes one folder (or URI) of images, got {len(sources)} sources.", hint="pass one folder."
         )
-    return path_in(sources[0])
+    path = path_in(sources[0])
+    if path.suffix.lower() in VIDEO_SUFFIXES and path.is_file():  # it would be one row saying "not an image"
+        raise UsageError(
+            f"{what} | writes one row per image, and '{sources[0]}' is a video.",
+            hint="pass -o FILE.jsonl for one JSON line per frame (or --json for stdout).",
+        )
+    return path
 
 
 def _one_image(sources: list[str]) -> bool:

@@ -78,7 +78,22 @@ def check_draw(draw: Path, sources: list[Any], task: type[Task]) -> str:
                     "would overwrite the inputs.",
                     hint="choose another folder.",
                 )
+        _check_drawn_names(draw, [path for name, path in inputs.items() if name.startswith("image ")])
     return drawn
+
+
+def _check_drawn_names(draw: Path, images: list[Path]) -> None:
+    """Each image is drawn into the folder under its own name: two images of one name from different folders
+    would leave one drawing, the other's overwritten."""
+    first: dict[str, Path] = {}
+    for path in images:
+        seen = first.setdefault(path.name, path)
+        if seen.resolve() != path.resolve():
+            raise UsageError(
+                f"--draw '{draw}' | images '{seen}' and '{path}' have the same name, {path.name!r}: one drawing "
+                "would overwrite the other.",
+                hint="draw each folder into a folder of its own (one run each), or rename one of the images.",
+            )
 
 
 def open_results(
@@ -174,11 +189,18 @@ def run_stream(stream: Any, task: type[Task], outputs: StreamOutputs, drawn: str
         with stream, _live_line() as live:
             for result in stream:
                 live(_progress(stream.stats))
+                # drawn before the frame's JSON line goes out, and written right after it: a Ctrl-C during the
+                # drawing (milliseconds) or the terminal's line leaves as many drawn frames as JSON lines
+                drawn_image = task.draw(result.frame.image, result.results) if outputs.draw is not None else None
                 if outputs.json_lines == "-":
                     sys.stdout.write(json.dumps(result.to_dict()) + "\n")  # one write per line: never half a line
                     sys.stdout.flush()
                 elif results is not None:
                     results.write(result.to_dict())
+                if drawn_image is not None and writer is not None:
+                    writer.write(drawn_image)
+                elif drawn_image is not None and outputs.draw is not None:
+                    write_image(outputs.draw / result.frame.name, drawn_image)
                 fps = f" {stream.stats.fps:.1f} FPS" if outputs.show_fps else ""
                 human.print(
                     f"{one_line(result.frame.name, 60)}:{fps} {task.describe(result.results)}",
@@ -186,12 +208,6 @@ def run_stream(stream: Any, task: type[Task], outputs: StreamOutputs, drawn: str
                     markup=False,
                     highlight=False,
                 )
-                if outputs.draw is not None:
-                    drawn_image = task.draw(result.frame.image, result.results)
-                    if writer is not None:
-                        writer.write(drawn_image)
-                    else:
-                        write_image(outputs.draw / result.frame.name, drawn_image)
     except KeyboardInterrupt:
         raise typer.Exit(INTERRUPTED_EXIT) from None
     finally:

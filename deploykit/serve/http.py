@@ -56,6 +56,8 @@ Submit = Callable[[ModelRunner, Feeds], Awaitable[Feeds]]
 RawInfer = Callable[[Scope, Receive, Send, str, "str | None"], Awaitable[None]]
 # Decoding a large JSON body takes milliseconds: off the event loop, so other requests keep flowing.
 _JSON_INLINE_BYTES = 64 * 1024
+# A repository index, unload or shared-memory registration is a small JSON object, whatever --max-request-size
+_CONTROL_BYTES = 64 * 1024
 # Starlette's {name} and {version} match [^/]+ in the decoded path, and so does this
 INFER_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?/infer")
 _UNAUTHORIZED = "request | no valid bearer token. Hint: send Authorization: Bearer TOKEN."
@@ -106,7 +108,7 @@ class _V2Handlers:
         self._run = submit or self._queued
 
     async def _queued(self, runner: ModelRunner, feeds: Feeds) -> Feeds:
-        if runner.quick:  # a pass of under a millisecond: on this thread when a session is free and none waits
+        if runner.quick_for(feeds):  # a short pass on small inputs: on this thread when a session is free, none waits
             outputs = runner.run_now(feeds)
             if outputs is not None:
                 return outputs
@@ -219,7 +221,7 @@ class _V2Handlers:
         return _json(self.repository.statistics(params.get("name"), params.get("version")))
 
     async def repository_index(self, request: Request) -> Response:
-        body = await read_body(request, 64 * 1024)
+        body = await read_body(request, _CONTROL_BYTES, fixed=True)
         ready = parse_json(body, "index request").get("ready", False) if body.strip() else False
         if not isinstance(ready, bool):
             raise RequestError(
@@ -235,7 +237,7 @@ class _V2Handlers:
         return _json({})
 
     async def repository_unload(self, request: Request) -> Response:
-        body = await read_body(request, 64 * 1024)
+        body = await read_body(request, _CONTROL_BYTES, fixed=True)
         _load_parameters(parse_json(body, "unload request") if body.strip() else {})
         await run_in_threadpool(self.repository.unload, request.path_params["name"])
         return _json({})
@@ -244,7 +246,7 @@ class _V2Handlers:
         return _json(self.repository.shared_memory.status(request.path_params.get("region")))
 
     async def shm_register(self, request: Request) -> Response:
-        body = parse_json(await read_body(request, 64 * 1024), "register request")
+        body = parse_json(await read_body(request, _CONTROL_BYTES, fixed=True), "register request")
         self.repository.shared_memory.register(
             request.path_params["region"], body.get("key"), body.get("offset", 0), body.get("byte_size")
         )
@@ -322,8 +324,10 @@ def create_app(
 
 def _load_parameters(request: dict[str, Any]) -> dict[str, Any]:
     """A load or unload request's ``parameters`` object (empty when there is none)."""
-    parameters = request.get("parameters") or {}
-    if not isinstance(parameters, dict):
+    parameters = request.get("parameters", {})
+    if parameters is None:  # null: none, as when the key is absent
+        return {}
+    if not isinstance(parameters, dict):  # an empty list, 0 or "" too: never taken for no parameters
         raise RequestError(
             f"repository request | 'parameters' is {type(parameters).__name__}, expected an object.",
             hint='send {"parameters": {...}} or an empty body.',

@@ -17,7 +17,7 @@ from deploykit.errors import RequestError, RequestTooLargeError
 from deploykit.serve.protocol import HEADER_LENGTH
 
 
-def declared_size(declared: str | None, limit: int) -> int | None:
+def declared_size(declared: str | None, limit: int, *, fixed: bool = False) -> int | None:
     """The Content-Length header's size, refused when it is larger than ``limit`` (None: no header)."""
     if declared is None:
         return None
@@ -26,24 +26,30 @@ def declared_size(declared: str | None, limit: int) -> int | None:
     except ValueError:
         raise RequestError("header Content-Length | is not a number.") from None
     if size > limit:
-        raise too_large(size, limit)
+        raise too_large(size, limit, fixed=fixed)
     return size
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, refused as soon as it is larger than ``limit`` bytes (before reading it all)."""
-    declared_size(request.headers.get("content-length"), limit)
+async def read_body(request: Request, limit: int, *, fixed: bool = False) -> bytes:
+    """The body, refused as soon as it is larger than ``limit`` bytes (before reading it all); ``fixed``:
+    the route's own limit for a small JSON object, not the server's --max-request-size."""
+    declared_size(request.headers.get("content-length"), limit, fixed=fixed)
     chunks: list[bytes] = []
     received = 0
     async for chunk in request.stream():
         received += len(chunk)
         if received > limit:
-            raise too_large(received, limit)
+            raise too_large(received, limit, fixed=fixed)
         chunks.append(chunk)
     return b"".join(chunks)
 
 
-def too_large(size: int, limit: int) -> RequestTooLargeError:
+def too_large(size: int, limit: int, *, fixed: bool = False) -> RequestTooLargeError:
+    if fixed:
+        return RequestTooLargeError(
+            f"request | body of {size} bytes or more exceeds this route's limit of {limit} bytes.",
+            hint="this route takes a small JSON object (--max-request-size does not change its limit).",
+        )
     return RequestTooLargeError(
         f"request | body of {size} bytes or more exceeds the server's limit of {limit} bytes.",
         hint="send smaller tensors, or start the server with a larger --max-request-size.",

@@ -306,10 +306,8 @@ def decode_http(
     if header_length is None:
         header, binary = body, memoryview(b"")
     else:
-        try:
-            length = int(header_length)
-        except ValueError:
-            length = -1
+        digits = header_length.strip()  # decimal digits only: int() would take '1_0', '+10' and other scripts' digits
+        length = int(digits) if digits.isascii() and digits.isdigit() else -1
         if not 0 < length <= len(body):
             raise RequestError(
                 f"header {HEADER_LENGTH} | is {header_length!r:.40}, expected the JSON header's length in bytes "
@@ -334,9 +332,9 @@ def decode_http(
         check = checks[name]
         shape = check_shape(name, tensor.get("shape"))
         check.check(tensor.get("datatype"), shape)
-        parameters = tensor.get("parameters") or {}
-        size = parameters.get("binary_data_size") if isinstance(parameters, dict) else None
-        if isinstance(parameters, dict) and REGION in parameters:
+        parameters = _parameters(tensor.get("parameters"), f"input '{name}'")
+        size = parameters.get("binary_data_size")
+        if REGION in parameters:
             if size is not None or "data" in tensor:
                 raise RequestError(
                     f"input '{name}' | names a shared-memory region and also sends data.",
@@ -367,9 +365,34 @@ def decode_http(
     return feeds, _outputs_wanted(model, request, outputs)
 
 
+def _parameters(value: Any, subject: str) -> dict[str, Any]:
+    """A request's or an output's ``parameters`` object (absent or null: none)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise RequestError(
+            f"{subject} | 'parameters' is {type(value).__name__}, expected an object.",
+            hint='send e.g. "parameters": {"binary_data": true}, or leave it out.',
+        )
+    return value
+
+
+def _flag(parameters: dict[str, Any], key: str, default: bool, subject: str) -> bool:
+    """A true/false parameter (absent or null: ``default``); any other value is refused: the string "false"
+    would read as true."""
+    value = parameters.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise RequestError(
+            f"{subject} | parameters.{key} is {value!r:.40}, expected true or false.",
+            hint=f'send "{key}": true or false (JSON booleans), or leave it out.',
+        )
+    return value
+
+
 def _outputs_wanted(model: str, request: dict[str, Any], outputs: Sequence[str]) -> OutputRequest:
-    parameters = request.get("parameters") or {}
-    default_binary = bool(isinstance(parameters, dict) and parameters.get("binary_data_output", False))
+    default_binary = _flag(_parameters(request.get("parameters"), "request"), "binary_data_output", False, "request")
     identifier = request.get("id") if isinstance(request.get("id"), str) else None
     wanted = request.get("outputs")
     if wanted is None:
@@ -385,13 +408,9 @@ def _outputs_wanted(model: str, request: dict[str, Any], outputs: Sequence[str])
                 f"{', '.join(repr(n) for n in outputs)}.",
                 hint="see the model's metadata (GET /v2/models/NAME).",
             )
-        entry_parameters = entry.get("parameters") or {}
+        entry_parameters = _parameters(entry.get("parameters"), f"output '{name}'")
         names.append(name)
-        binary.append(
-            bool(entry_parameters.get("binary_data", default_binary))
-            if isinstance(entry_parameters, dict)
-            else default_binary
-        )
+        binary.append(_flag(entry_parameters, "binary_data", default_binary, f"output '{name}'"))
         shared.append(region_target(entry_parameters))
     return OutputRequest(tuple(names), tuple(binary), identifier, tuple(shared))
 

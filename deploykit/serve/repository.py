@@ -27,6 +27,7 @@ from deploykit.errors import (
     DeployKitError,
     InputError,
     ModelLoadError,
+    ModelNotFoundError,
     ModelNotServedError,
     ModelUnavailableError,
     RequestError,
@@ -300,31 +301,30 @@ class Repository:
         check_inside(name, loadable[name], self.folders)
 
     def _model_to_load(self, name: str, current: ModelRunner | None) -> ServedModel:
-        """What a load serves: the same model again after an unload, else the file or bundle found."""
-        if current is not None:
-            return current.model
-        path = self.loadable()[name]
-        first = self.models[0]
-        template = next((m for m in self.models if m.bundle is None), None)
+        """What a load serves: the same model again after an unload (its file read again: it may have changed
+        or gone), else the file or bundle found."""
         try:
-            if path.is_dir():
-                from deploykit.optimize.bundle import read_bundle
-
-                read_bundle(path, verify=True)  # the model file's SHA-256 before anything reads it
-            if path.is_dir() or template is None:
-                model = ServedModel.from_path(path, name=name, instances=first.instances, isolate=first.isolate)
-            else:
-                model = dataclasses.replace(
-                    template, name=name, path=check_model_path(path), precision=None, verdict=None
-                )
+            model = current.model if current is not None else self._model_in_folder(name)
             model.interface()  # an unreadable model is refused here, with the reason
         except DeployKitError as exc:
             self.load_failures[name] = str(exc)
-            raise ModelLoadError(
-                f"model '{name}' | fails its checks: {exc.message}",
-                hint=exc.hint or "fix the model file; the models already served keep serving.",
-            ) from exc
+            hint = exc.hint or "fix the model file; the models already served keep serving."
+            if isinstance(exc, ModelNotFoundError):  # the file went (or became unreadable) after it was served
+                hint = f"put {name}'s file back in a served folder, readable by the server, and load it again."
+            raise ModelLoadError(f"model '{name}' | fails its checks: {exc.message}", hint=hint) from exc
         return model
+
+    def _model_in_folder(self, name: str) -> ServedModel:
+        path = self.loadable()[name]
+        first = self.models[0]
+        template = next((m for m in self.models if m.bundle is None), None)
+        if path.is_dir():
+            from deploykit.optimize.bundle import read_bundle
+
+            read_bundle(path, verify=True)  # the model file's SHA-256 before anything reads it
+        if path.is_dir() or template is None:
+            return ServedModel.from_path(path, name=name, instances=first.instances, isolate=first.isolate)
+        return dataclasses.replace(template, name=name, path=check_model_path(path), precision=None, verdict=None)
 
     def _wait_loaded(self, runner: ModelRunner) -> None:
         deadline = time.monotonic() + self.load_timeout_s + 5.0

@@ -31,9 +31,13 @@ from deploykit.tensors import TensorSpec
 
 log = logging.getLogger("deploykit.serve")
 #: A model whose forward pass typically takes less (microseconds) may run on the HTTP front end's event loop
-#: when a session is free and nothing waits (``ModelRunner.quick``, ``run_now``): the loop is held no longer
+#: when a session is free and nothing waits (``ModelRunner.quick_for``, ``run_now``): the loop is held no longer
 #: than decoding a large JSON body holds it, and the request skips two thread hand-offs (benchmarks/serve.py).
 QUICK_INFER_US = 1000.0
+#: ...and a request whose inputs are more than this many times as large as the passes' typical inputs runs on the
+#: runner's thread however quick the model: with a dynamic dimension a pass takes as long as its inputs are large,
+#: and one request of 64 MiB would hold every other connection of the loop for its whole pass.
+QUICK_INPUT_FACTOR = 2.0
 
 
 class SessionLike(Protocol):
@@ -103,6 +107,7 @@ class ModelRunner:
         self._free = threading.Semaphore(model.instances)  # sessions not running a batch right now
         self._turn = itertools.count()
         self.typical_infer_us: float | None = None  # a moving average of the forward passes' times
+        self.typical_input_bytes: float | None = None  # ... and of the sizes of their inputs
         self.metrics.ready.set(0)
 
     @property
@@ -226,13 +231,15 @@ class ModelRunner:
         finally:
             self._free.release()
 
-    @property
-    def quick(self) -> bool:
-        """Whether a forward pass typically takes under ``QUICK_INFER_US``: short enough to run on an event
-        loop's thread (the two thread hand-offs of ``submit`` cost about as much); False before any pass, and
+    def quick_for(self, feeds: dict[str, np.ndarray]) -> bool:
+        """Whether the pass for ``feeds`` may run on an event loop's thread: the model's forward passes typically
+        take under ``QUICK_INFER_US`` (the two thread hand-offs of ``submit`` cost about as much) and ``feeds`` are
+        at most ``QUICK_INPUT_FACTOR`` times as large as their inputs typically are. False before any pass, and
         always for a model isolated in worker processes (a worker that hangs must not hold the loop)."""
-        typical = self.typical_infer_us
-        return typical is not None and typical < QUICK_INFER_US and not self.model.isolate
+        typical_us, typical_bytes = self.typical_infer_us, self.typical_input_bytes
+        if typical_us is None or typical_bytes is None or typical_us >= QUICK_INFER_US or self.model.isolate:
+            return False
+        return _input_bytes(feeds) <= QUICK_INPUT_FACTOR * typical_bytes
 
     def _unavailable(self) -> ModelUnavailableError:
         if self._stopping:
@@ -244,10 +251,11 @@ class ModelRunner:
         )
 
     def _take(self) -> list[_Pending] | None:
-        """The next batch, or None when the runner stops and the queue is empty."""
+        """The next batch, or None when the runner stops, the queue is empty and no pass runs: a pass that
+        ``run_now`` runs on its caller's thread uses a session this thread would close on its way out."""
         with self._state:
             while not (self._queue and self._ready):  # a stopping runner still drains its queue
-                if self._stopping or self.problem:
+                if self.problem or (self._stopping and not self._running):
                     return None
                 self._state.wait()
             first = self._queue.popleft()
@@ -319,8 +327,8 @@ class ModelRunner:
             offset += pending.rows
         split = time.perf_counter()
         input_us, infer_us, output_us = (joined - started) * 1e6, (computed - joined) * 1e6, (split - computed) * 1e6
-        typical = self.typical_infer_us
-        self.typical_infer_us = infer_us if typical is None else typical + (infer_us - typical) / 8
+        self.typical_infer_us = _moving_average(self.typical_infer_us, infer_us)
+        self.typical_input_bytes = _moving_average(self.typical_input_bytes, _input_bytes(feeds))
         self.metrics.executed(sum(p.rows for p in batch), input_us, infer_us, output_us)
         for pending, part in zip(batch, parts, strict=True):
             queued_us = (started - pending.arrived) * 1e6
@@ -398,3 +406,11 @@ def _rows(feeds: Mapping[str, np.ndarray]) -> int:
             hint="send the same number of rows in every input.",
         )
     return sizes.pop()
+
+
+def _input_bytes(feeds: Mapping[str, np.ndarray]) -> int:
+    return sum(array.nbytes for array in feeds.values())
+
+
+def _moving_average(average: float | None, value: float) -> float:
+    return value if average is None else average + (value - average) / 8

@@ -34,6 +34,20 @@ def test_convolution_stride_zero(tmp_path):
     assert result.exit_code == 1 and "[convolutional] (line 6) | stride=0 must be a positive integer" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("option", "written"), [("size=3", "size=0"), ("filters=4", "filters=0"), ("filters=4", "filters=-4")]
+)
+def test_convolution_size_or_filters_zero_names_the_option(tmp_path, option, written):
+    cfg = tmp_path / "z.cfg"
+    cfg.write_text(TINY_CFG.replace(f"\n{option}\n", f"\n{written}\n", 1))
+    result = invoke_checked(["inspect", cfg])
+    assert result.exit_code == 1
+    assert (
+        f"layer 0 [convolutional] (line 6) | {written} must be a positive integer. Hint: set {written.split('=')[0]}=1 or more."
+        in result.stderr
+    )
+
+
 def test_cfg_with_a_byte_order_mark(tiny, tmp_path):
     cfg = tmp_path / "bom.cfg"
     cfg.write_bytes(b"\xef\xbb\xbf" + TINY_CFG.encode())

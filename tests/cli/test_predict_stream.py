@@ -150,6 +150,37 @@ def test_many_images_refuse_a_draw_file_and_a_json_file(model, tmp_path):
     )
 
 
+def test_two_images_of_one_name_from_two_folders_are_not_drawn_over_each_other(model, tmp_path):
+    for folder, name in (("a", "dog.jpg"), ("b", "horses.jpg")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "photo.jpg").write_bytes(darknet_image(name).read_bytes())
+    drawn = tmp_path / "drawn"
+    for sources in ([tmp_path / "a" / "photo.jpg", tmp_path / "b" / "photo.jpg"], [tmp_path / "a", tmp_path / "b"]):
+        result = _invoke(model, *sources, "--draw", drawn, "--json")
+        assert result.exit_code != 0 and "Traceback" not in result.output, result.output
+        shown = " ".join(result.stderr.split())
+        assert (
+            f"--draw '{drawn}' | images '{tmp_path / 'a' / 'photo.jpg'}' and '{tmp_path / 'b' / 'photo.jpg'}' have"
+            in (shown)
+        )
+        assert "the same name, 'photo.jpg': one drawing would overwrite the other" in shown
+        assert not _lines(result.stdout) and not drawn.exists()
+    same = tmp_path / "a" / "photo.jpg"  # one image given twice is drawn once, over itself
+    assert _invoke(model, same, tmp_path / "a" / ".." / "a" / "photo.jpg", "--draw", drawn).exit_code == 0
+    assert [p.name for p in drawn.iterdir()] == ["photo.jpg"]
+
+
+def test_a_video_with_output_of_a_rows_folder_is_refused_before_the_work(model, clip, tmp_path):
+    """-o without .jsonl is the folder of rows, one per image: a video there was one row saying "not an image"
+    and exit 0."""
+    rows = tmp_path / "rows"
+    result = _invoke(model, clip, "-o", rows)
+    assert result.exit_code != 0 and "Traceback" not in result.output, result.output
+    shown = " ".join(result.stderr.split())
+    assert f"--output FOLDER | writes one row per image, and '{clip}' is a video." in shown
+    assert "pass -o FILE.jsonl for one JSON line per frame" in shown and not rows.exists()
+
+
 def test_missing_sources_and_silent_urls_fail_with_their_names(model, tmp_path):
     result = _invoke(model, tmp_path / "missing.mp4")
     assert result.exit_code == 1 and f"source '{tmp_path / 'missing.mp4'}' | no such file, folder or camera" in (
@@ -193,8 +224,37 @@ def test_ctrl_c_or_sigterm_mid_video_leaves_a_playable_video_and_whole_json_line
     assert process.returncode == code, errors
     rows = [json.loads(line) for line in (first + rest).splitlines()]  # every line whole
     assert 0 < len(rows) < 120
-    assert len(read_video(out)) in (len(rows) - 1, len(rows))  # the frame being drawn may miss the video
+    assert len(read_video(out)) in (len(rows) - 1, len(rows))  # a signal between a line and its frame (µs)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".drawn")]  # no temporary left
+
+
+# The command, with a Ctrl-C sent to itself as the task starts drawing frame 5: the signal comes at a chosen
+# point of the frame loop instead of wherever a timer lands.
+_CTRL_C_WHILE_DRAWING = """
+import os, signal, sys
+from deploykit.cli import launch
+from deploykit.vision import results
+real, drawn = results.draw, []
+def draw(image, found):
+    drawn.append(image)
+    if len(drawn) == 6:
+        os.kill(os.getpid(), signal.SIGINT)
+    return real(image, found)
+results.draw = draw
+sys.argv = ["deploykit", *sys.argv[1:]]
+launch.main()
+"""
+
+
+def test_ctrl_c_while_a_frame_is_drawn_leaves_as_many_drawn_frames_as_json_lines(model, dog_frames, tmp_path):
+    video = write_video(tmp_path / "short.mp4", [cv2.resize(f, (640, 360)) for f in dog_frames[:20]])
+    out = tmp_path / "drawn.mp4"
+    command = [sys.executable, "-c", _CTRL_C_WHILE_DRAWING, "predict", model, str(video), "--draw", str(out), "--json"]
+    process = subprocess.run(command, capture_output=True, text=True, timeout=600, preexec_fn=default_signals)
+    assert process.returncode == 130, process.stderr
+    rows = [json.loads(line) for line in process.stdout.splitlines()]
+    assert [row["frame"] for row in rows] == list(range(5))  # frame 5 was being drawn: no line for it
+    assert len(read_video(out)) == 5
 
 
 def _frames_in(path: Path) -> list[dict]:

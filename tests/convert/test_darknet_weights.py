@@ -88,3 +88,18 @@ def test_failed_conversion_keeps_an_existing_model(tmp_path, tiny_weights):
         convert_darknet(TINY, cut, out, verify_backends=[])
     assert out.read_bytes() == b"yesterday's good model"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cut.weights", "model.onnx"]
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_a_weight_that_is_nan_or_infinite_names_the_layer_even_unverified(tmp_path, tiny_weights, value):
+    """Such a model computes NaN wherever the weight reaches: refused before writing, not only by a verification."""
+    floats = np.fromfile(tiny_weights, "<f4", offset=20)
+    floats[[2000, 2001]] = value  # layer 0 holds floats 0-495, layer 2 496-5231 (its weights from 624)
+    bad = tmp_path / "bad.weights"
+    bad.write_bytes(tiny_weights.read_bytes()[:20] + floats.tobytes())
+    with pytest.raises(ConversionError) as caught:
+        convert_darknet(TINY, bad, tmp_path / "x.onnx", verify_backends=[])
+    assert str(caught.value).startswith(
+        "weights 'bad.weights' | layer 2 [convolutional] (line 37): 2 of its 4608 weights are NaN or infinite."
+    )
+    assert not (tmp_path / "x.onnx").exists()

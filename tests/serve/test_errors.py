@@ -87,6 +87,23 @@ def _infer(client, body, model="mlp", **kwargs) -> httpx.Response:
             "input 'x' | has neither 'data' nor parameters.binary_data_size",
         ),
         ({"inputs": [TENSOR], "outputs": [{"name": "z"}]}, 400, "output 'z' | is not an output of model 'mlp'"),
+        (  # a string "false" would read as true: the output came back binary
+            {"inputs": [TENSOR], "outputs": [{"name": "y", "parameters": {"binary_data": "false"}}]},
+            400,
+            "output 'y' | parameters.binary_data is 'false', expected true or false.",
+        ),
+        (
+            {"inputs": [TENSOR], "parameters": {"binary_data_output": 1}},
+            400,
+            "request | parameters.binary_data_output is 1, expected true or false.",
+        ),
+        ({"inputs": [TENSOR], "parameters": [1]}, 400, "request | 'parameters' is list, expected an object."),
+        ({"inputs": [{**TENSOR, "parameters": []}]}, 400, "input 'x' | 'parameters' is list, expected an object."),
+        (
+            {"inputs": [TENSOR], "outputs": [{"name": "y", "parameters": "binary"}]},
+            400,
+            "output 'y' | 'parameters' is str, expected an object.",
+        ),
         ({"tensors": []}, 400, "request | has no 'inputs' list of tensor objects"),
         ([1, 2], 400, "request | is JSON but not an object"),
         (b'{"inputs": [', 400, "request | is not valid JSON"),
@@ -123,7 +140,7 @@ def test_bad_binary_requests(client):
     body, headers = _binary({"inputs": [tensor]}, data + b"extra")
     assert "has 5 binary bytes that no input's binary_data_size claims" in _error(
         _infer(client, body, headers=headers), 400)  # fmt: skip
-    for length in ("10000", "zero", "-3"):
+    for length in ("10000", "zero", "-3", "1_0", "+10", "0x10", "1e1"):
         body, headers = _binary({"inputs": [tensor]}, data, length=0)
         headers["Inference-Header-Content-Length"] = length
         assert "header Inference-Header-Content-Length |" in _error(_infer(client, body, headers=headers), 400)
@@ -155,6 +172,14 @@ def test_an_oversized_body_is_refused_before_it_is_read(client):
             yield b" " * 1024
 
     assert f"limit of {LIMIT} bytes" in _error(client.post("/v2/models/mlp/infer", content=chunks()), 413)
+    # a control route's small JSON object has a limit of its own, which --max-request-size does not change
+    padded = {"key": "/region", "byte_size": 64, "padding": " " * 100_000}
+    for route in ("/v2/systemsharedmemory/region/r/register", "/v2/repository/index"):
+        error = _error(client.post(route, json=padded), 413)
+        assert "exceeds this route's limit of 65536 bytes" in error, error
+        assert "this route takes a small JSON object (--max-request-size does not change its limit)" in error
+    error = _error(client.post("/v2/repository/models/embed/unload", content=chunks()), 413)
+    assert "exceeds this route's limit of 65536 bytes" in error
 
 
 def test_the_server_still_answers_after_every_bad_request(client):

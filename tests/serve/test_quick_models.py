@@ -66,3 +66,44 @@ def test_a_quick_model_runs_on_the_event_loop_and_a_slow_one_on_its_runner(
         assert threads[0] == runner_thread and threads[1:] == ["serve-http"] * 3, threads
     else:  # a slow model, or one whose worker process could hang: never on the loop
         assert threads == [runner_thread] * 4, threads
+
+
+def _sequence_request(length: int) -> tuple[bytes, dict[str, str]]:
+    x = np.random.default_rng(length).random((1, length, 4), dtype=np.float32)
+    header = json.dumps({
+        "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, length, 4], "parameters": {"binary_data_size": x.nbytes}}],
+        "outputs": [{"name": "y", "parameters": {"binary_data": True}}],
+    }).encode()  # fmt: skip
+    return header + x.tobytes(), {"Inference-Header-Content-Length": str(len(header))}
+
+
+def test_a_request_much_larger_than_the_typical_one_runs_on_the_runner_however_quick_the_model(
+    catalog_paths, monkeypatch
+):
+    """A model with a dynamic sequence length takes as long as its inputs are large: a pass judged quick on
+    short sequences must not hold the event loop (and every other connection) for a long one."""
+    monkeypatch.setattr(runner_module, "QUICK_INFER_US", math.inf)
+    settings = ServerSettings(http_port=0, grpc_port=None, metrics_port=None)
+    model = ServedModel.from_path(catalog_paths["symbolic_sequence"])
+    with Server([model], BatchPolicy(max_batch=1), settings) as server:
+        assert server.wait_ready(WAIT_S), [r.problem for r in server.repository.runners.values()]
+        (session,) = server.repository.runners["symbolic_sequence"]._sessions
+        threads: list[str] = []
+        run = session.run
+
+        def recorded(feeds):
+            threads.append(threading.current_thread().name)
+            return run(feeds)
+
+        monkeypatch.setattr(session, "run", recorded)
+        for length in (4, 4, 4, 200_000, 4):
+            body, headers = _sequence_request(length)
+            conn = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=WAIT_S)
+            conn.request("POST", "/v2/models/symbolic_sequence/infer", body=body, headers=headers)
+            response = conn.getresponse()
+            reply = response.read()
+            assert response.status == 200, reply
+            assert len(reply) - int(response.getheader("inference-header-content-length")) == length * 3 * 4
+            conn.close()
+    runner_thread = "serve-symbolic_sequence-0"
+    assert threads == [runner_thread, "serve-http", "serve-http", runner_thread, "serve-http"], threads

@@ -156,6 +156,12 @@ def test_every_refused_load_says_why_and_the_server_keeps_serving(server, folder
     base = f"http://127.0.0.1:{server.http}/v2/repository"
     answer = httpx.post(f"{base}/models/multi_io/load", content=b"{", timeout=30)
     assert answer.status_code == 400 and answer.json()["error"].startswith("load request | is not valid JSON")
+    for parameters, kind in (([], "list"), (0, "int"), (False, "bool"), ("", "str"), ([1], "list")):
+        for action in ("load", "unload"):
+            answer = httpx.post(f"{base}/models/multi_io/{action}", json={"parameters": parameters}, timeout=30)
+            assert answer.status_code == 400, (parameters, answer.text)
+            assert answer.json()["error"].startswith(f"repository request | 'parameters' is {kind}, expected an obj")
+    assert httpx.post(f"{base}/models/multi_io/unload", json={"parameters": None}, timeout=30).status_code == 200
     answer = httpx.post(f"{base}/index", json={"ready": "yes"}, timeout=30)
     assert answer.status_code == 400
     assert answer.json()["error"].startswith("index request | 'ready' is 'yes', expected true or false. Hint:")
@@ -190,6 +196,19 @@ def test_an_unload_lets_requests_in_flight_finish_and_refuses_new_ones(server):
         assert _in_server(server, "multi_io") == 0
         for future in in_flight:
             np.testing.assert_array_equal(future.result(timeout=60), np.full((2, 3), 4.0, np.float32))
+    assert _index(http)["multi_io"] == ("UNAVAILABLE", "unloaded")
+
+
+def test_an_unload_lets_a_request_running_on_a_grpc_thread_finish(server):
+    """A fixed-batch model's gRPC request runs on the front end's worker thread when a session is free and
+    nothing is queued; the unload must wait for that pass before the session closes."""
+    http, _ = _clients(server)
+    http.load_model("multi_io")
+    with ThreadPoolExecutor(2) as pool:
+        running = pool.submit(_infer_multi_io, grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc}"))
+        _wait_for(lambda: _in_server(server, "multi_io") == 1)  # running (SLOW_RUN_S), none queued
+        http.unload_model("multi_io")
+        np.testing.assert_array_equal(running.result(timeout=60), np.full((2, 3), 4.0, np.float32))
     assert _index(http)["multi_io"] == ("UNAVAILABLE", "unloaded")
 
 
@@ -243,3 +262,27 @@ def test_where_load_and_unload_are_off_they_answer_unimplemented(catalog_paths):
         assert http.is_model_ready("multi_io") and _index(grpc)["multi_io"] == ("READY", "")
         assert not any(e.startswith("model_repository") for e in http.get_server_metadata()["extensions"])
         assert "statistics" in http.get_server_metadata()["extensions"]
+
+
+def test_a_model_whose_file_went_after_an_unload_is_refused_on_load_and_loads_once_it_is_back(tmp_path, catalog_paths):
+    """A load after an unload reads the model's file again: a file removed meanwhile is a load that fails its
+    checks (400, INVALID_ARGUMENT, naming the file), not an internal error."""
+    from deploykit.serve import ServedModel, Server, ServerSettings
+
+    shutil.copy(catalog_paths["mlp_dynamic_batch"], tmp_path / "mlp.onnx")
+    shutil.copy(catalog_paths["multi_io"], tmp_path / "multi_io.onnx")
+    settings = ServerSettings(http_port=0, grpc_port=0, metrics_port=None)
+    with Server([ServedModel.from_path(tmp_path / "mlp.onnx")], settings=settings) as server:
+        assert server.wait_ready(60)
+        http = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+        grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+        http.load_model("multi_io")
+        http.unload_model("multi_io")
+        kept = (tmp_path / "multi_io.onnx").rename(tmp_path / "kept.bin")
+        message = f"model 'multi_io' | fails its checks: model '{tmp_path / 'multi_io.onnx'}' | no such file."
+        _refused(lambda: http.load_model("multi_io"), "400", message)
+        _refused(lambda: grpc.load_model("multi_io"), "StatusCode.INVALID_ARGUMENT", message)
+        assert not http.is_model_ready("multi_io") and http.is_model_ready("mlp")
+        kept.rename(tmp_path / "multi_io.onnx")
+        grpc.load_model("multi_io")
+        assert http.is_model_ready("multi_io")

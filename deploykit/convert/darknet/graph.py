@@ -140,7 +140,7 @@ def _folded(
 
 def _convolutional(parts: GraphParts, layer: Layer, x: str, weights: DarknetWeights) -> str:
     p = layer.params
-    blocks = {name: weights.take(count) for name, count in layer.weight_blocks}
+    blocks = weights.blocks(layer)
     filters, size, groups = p["filters"], p["size"], p["groups"]
     kernel_dims = (filters, layer.in_shape[0] // groups, size, size)
     hint = f"l{layer.index}_conv"
@@ -164,7 +164,7 @@ def _convolutional(parts: GraphParts, layer: Layer, x: str, weights: DarknetWeig
 
 def _connected(parts: GraphParts, layer: Layer, x: str, weights: DarknetWeights) -> str:
     p = layer.params
-    blocks = {name: weights.take(count) for name, count in layer.weight_blocks}
+    blocks = weights.blocks(layer)
     outputs = p["outputs"]
     inputs = layer.in_shape[0] * layer.in_shape[1] * layer.in_shape[2]
     transpose = weights.header.transpose
@@ -184,7 +184,7 @@ def _connected(parts: GraphParts, layer: Layer, x: str, weights: DarknetWeights)
 
 
 def _batchnorm(parts: GraphParts, layer: Layer, x: str, weights: DarknetWeights) -> str:
-    blocks = {name: weights.take(count) for name, count in layer.weight_blocks}
+    blocks = weights.blocks(layer)
     c = layer.in_shape[0]
     hint = f"l{layer.index}_bn"
     scale_name, shift_name = f"{hint}.scale", f"{hint}.shift"

@@ -182,13 +182,14 @@ def _previous(section: Section, shape: Shape) -> list[int]:
 
 
 def _check_positive(section: Section, **values: int) -> None:
-    """Strides, sizes and dilations of 0 or less make no layer (Darknet divides by them)."""
+    """Filters, groups, strides, sizes and dilations of 0 or less make no layer (Darknet divides by them)."""
     for key, value in values.items():
         if value <= 0:
             written = key if section.has(key) else ("stride" if key.startswith("stride") else key)
+            halves = " (2 halves the feature map)" if written.startswith("stride") else ""
             raise ConversionError(
                 f"{section.where()} | {written}={value} must be a positive integer.",
-                hint=f"set {written}=1 or more (2 halves the feature map).",
+                hint=f"set {written}=1 or more{halves}.",
             )
 
 
@@ -229,8 +230,10 @@ def _convolutional(section: Section, shape: Shape, layers: list[Layer]) -> Layer
                 hint="it changes the computation or the weights layout.",
             )
     check_unused(section, CONV_TRAINING)
-    _check_positive(section, stride_x=stride_x, stride_y=stride_y, dilation=dilation)
-    if filters <= 0 or size <= 0 or groups <= 0 or c % groups or filters % groups:
+    _check_positive(
+        section, filters=filters, size=size, groups=groups, stride_x=stride_x, stride_y=stride_y, dilation=dilation
+    )
+    if c % groups or filters % groups:
         raise ConversionError(
             f"{section.where()} | filters={filters}, size={size}, groups={groups} do not fit {c} input channels.",
             hint="groups must divide both the input channels and filters.",

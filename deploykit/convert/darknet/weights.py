@@ -1,7 +1,7 @@
 """Reading Darknet ``.weights``: the header, then each layer's floats in Darknet's order.
 
 The file is memory-mapped and read in place. Unlike Darknet and OpenCV, which accept a
-truncated file silently, the size must match the cfg exactly.
+truncated file silently, the size must match the cfg exactly, and every float must be finite.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from deploykit.convert.darknet.layers import Network
+from deploykit.convert.darknet.layers import Layer, Network
 from deploykit.errors import ConversionError
 from deploykit.io import regular_file_problem, shown
 
@@ -126,6 +126,21 @@ class DarknetWeights:
         array = np.frombuffer(self._map, dtype="<f4", count=count, offset=self._offset)
         self._offset += 4 * count
         return array
+
+    def blocks(self, layer: Layer) -> dict[str, np.ndarray]:
+        """The next floats as ``layer``'s weight blocks, by name; refused when a block holds NaN or infinity
+        (a model with such a weight computes NaN wherever it reaches, and a skipped verification says nothing)."""
+        blocks = {name: self.take(count) for name, count in layer.weight_blocks}
+        for name, block in blocks.items():
+            bad = block.size - int(np.count_nonzero(np.isfinite(block)))
+            if bad:
+                raise ConversionError(
+                    f"weights '{self.path.name}' | {layer.where()}: {bad} of its {block.size} {name} are NaN or "
+                    "infinite.",
+                    hint="the file is damaged, or it was saved by a training run that diverged; use weights "
+                    "from before the divergence.",
+                )
+        return blocks
 
     def close(self) -> None:
         # views into the map may still exist; let the garbage collector unmap it with them
