@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from deploykit.errors import OutputError, ResourceError
+from deploykit.signals import DeferredSignals
 
 PathLike = str | os.PathLike[str]
 TEMPORARY_PREFIX = ".deploykit-"
@@ -649,9 +650,10 @@ def _temporaries_for(targets: list[Path]) -> Iterator[list[Path]]:
     temporaries: list[Path] = []
     try:
         for target in targets:
-            temporary = _temporary_beside(target)
-            _register(temporary)
-            temporaries.append(temporary)
+            with DeferredSignals():  # a signal between the file's creation and its recording would leave it
+                temporary = _temporary_beside(target)
+                _register(temporary)
+                temporaries.append(temporary)
         try:
             yield temporaries
             commit(zip(temporaries, targets, strict=True))

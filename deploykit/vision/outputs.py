@@ -16,6 +16,7 @@ import numpy as np
 
 from deploykit.errors import OutputError, ResourceError, UsageError
 from deploykit.io import plain_write_mode, shown
+from deploykit.signals import DeferredSignals
 from deploykit.vision.image import IMAGE_SUFFIXES, _cv2
 
 VIDEO_CODECS = {".mp4": "mp4v", ".avi": "MJPG", ".mkv": "mp4v"}
@@ -72,14 +73,16 @@ class VideoWriter:
     def _open(self, size: tuple[int, int]) -> None:
         cv2 = _cv2()
         directory = self.path.parent if str(self.path.parent) else Path(".")
-        try:
-            handle, name = tempfile.mkstemp(prefix=f".{self.path.stem}.", suffix=self.path.suffix, dir=directory)
-        except OSError as exc:
-            raise OutputError(
-                f"--draw '{shown(self.path)}' | cannot create a file in '{directory}' ({exc.strerror}).",
-                hint="choose a folder you can write to.",
-            ) from exc
-        self._temporary = Path(name)  # first: an interrupt from here on is cleaned up by close()
+        # a signal between the file's creation and its recording would leave it behind: held until recorded
+        with DeferredSignals():
+            try:
+                handle, name = tempfile.mkstemp(prefix=f".{self.path.stem}.", suffix=self.path.suffix, dir=directory)
+            except OSError as exc:
+                raise OutputError(
+                    f"--draw '{shown(self.path)}' | cannot create a file in '{directory}' ({exc.strerror}).",
+                    hint="choose a folder you can write to.",
+                ) from exc
+            self._temporary = Path(name)  # an interrupt from here on is cleaned up by close()
         os.close(handle)
         fourcc = cv2.VideoWriter_fourcc(*VIDEO_CODECS[self.path.suffix.lower()])
         writer = cv2.VideoWriter(name, cv2.CAP_FFMPEG, fourcc, self.fps, size)

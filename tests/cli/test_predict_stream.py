@@ -334,3 +334,41 @@ def test_a_resumed_run_refuses_to_replace_its_drawn_video(model, clip, tmp_path)
     result = _invoke(model, clip, "-o", out, "--draw", drawn)
     assert result.exit_code == 2 and "would replace the drawn video with the remaining frames only" in result.stderr
     assert len(read_video(drawn)) == 2
+
+
+# The command, with a Ctrl-C sent to itself the moment a temporary output file whose name starts with
+# PREFIX exists, before deploykit has recorded it: the window in which an interrupt used to leave it behind.
+_CTRL_C_AS_A_TEMPORARY_FILE_IS_MADE = """
+import os, signal, sys, tempfile
+from deploykit.cli import launch
+real = tempfile.mkstemp
+def mkstemp(*args, **kwargs):
+    made = real(*args, **kwargs)
+    if os.path.basename(made[1]).startswith("{prefix}"):
+        os.kill(os.getpid(), signal.SIGINT)
+    return made
+tempfile.mkstemp = mkstemp
+sys.argv = ["deploykit", *sys.argv[1:]]
+launch.main()
+"""
+
+
+def test_ctrl_c_as_the_drawn_videos_temporary_file_is_made_leaves_nothing(model, dog_frames, tmp_path):
+    video = write_video(tmp_path / "short.mp4", [cv2.resize(f, (640, 360)) for f in dog_frames[:10]])
+    out = tmp_path / "drawn.mp4"
+    script = _CTRL_C_AS_A_TEMPORARY_FILE_IS_MADE.format(prefix=".drawn.")
+    command = [sys.executable, "-c", script, "predict", model, str(video), "--draw", str(out), "--json"]
+    process = subprocess.run(command, capture_output=True, text=True, timeout=600, preexec_fn=default_signals)
+    assert process.returncode == 130, process.stderr
+    assert "Traceback" not in process.stderr, process.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["short.mp4"]  # no video, no temporary: no frame was written
+
+
+def test_ctrl_c_as_an_atomic_outputs_temporary_file_is_made_leaves_nothing(model, tmp_path):
+    out = tmp_path / "outputs.npz"
+    script = _CTRL_C_AS_A_TEMPORARY_FILE_IS_MADE.format(prefix=".deploykit-outputs.npz.")
+    command = [sys.executable, "-c", script, "run", model, "-i", "images=random:1x3x64x64", "-o", str(out)]
+    process = subprocess.run(command, capture_output=True, text=True, timeout=600, preexec_fn=default_signals)
+    assert process.returncode == 130, process.stderr
+    assert "Traceback" not in process.stderr, process.stderr
+    assert list(tmp_path.iterdir()) == []  # neither the output nor its temporary
