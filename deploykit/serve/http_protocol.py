@@ -128,9 +128,6 @@ class _Body:
             self.buffer[self.received : end] = np.frombuffer(piece, np.uint8)
         self.received = end
 
-    def __len__(self) -> int:
-        return self.received
-
 
 def _whole_receive(cycle: Any) -> Any:
     """The cycle's ``receive`` for a body gathered into a ``_Body``: the first call waits for the
