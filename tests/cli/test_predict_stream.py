@@ -228,29 +228,42 @@ def test_ctrl_c_or_sigterm_mid_video_leaves_a_playable_video_and_whole_json_line
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".drawn")]  # no temporary left
 
 
-# The command, with a Ctrl-C sent to itself as the task starts drawing frame 5: the signal comes at a chosen
-# point of the frame loop instead of wherever a timer lands.
+def run_with_ctrl_c_at(patch: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``deploykit ARGS`` in a child process after ``patch`` (Python source) has wrapped one of deploykit's
+    functions to send the process a Ctrl-C (``ctrl_c()``) at a chosen point: the signal comes there, with
+    the command's own handlers, instead of wherever a timer lands."""
+    script = "\n".join(
+        [
+            "import os, signal, sys",
+            "from deploykit.cli import launch",
+            "def ctrl_c():",
+            "    os.kill(os.getpid(), signal.SIGINT)",
+            patch,
+            "sys.argv = ['deploykit', *sys.argv[1:]]",
+            "launch.main()",
+        ]
+    )
+    command = [sys.executable, "-c", script, *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, preexec_fn=default_signals)
+
+
+# Ctrl-C as the task starts drawing frame 5.
 _CTRL_C_WHILE_DRAWING = """
-import os, signal, sys
-from deploykit.cli import launch
 from deploykit.vision import results
 real, drawn = results.draw, []
 def draw(image, found):
     drawn.append(image)
     if len(drawn) == 6:
-        os.kill(os.getpid(), signal.SIGINT)
+        ctrl_c()
     return real(image, found)
 results.draw = draw
-sys.argv = ["deploykit", *sys.argv[1:]]
-launch.main()
 """
 
 
 def test_ctrl_c_while_a_frame_is_drawn_leaves_as_many_drawn_frames_as_json_lines(model, dog_frames, tmp_path):
     video = write_video(tmp_path / "short.mp4", [cv2.resize(f, (640, 360)) for f in dog_frames[:20]])
     out = tmp_path / "drawn.mp4"
-    command = [sys.executable, "-c", _CTRL_C_WHILE_DRAWING, "predict", model, str(video), "--draw", str(out), "--json"]
-    process = subprocess.run(command, capture_output=True, text=True, timeout=600, preexec_fn=default_signals)
+    process = run_with_ctrl_c_at(_CTRL_C_WHILE_DRAWING, "predict", model, str(video), "--draw", str(out), "--json")
     assert process.returncode == 130, process.stderr
     rows = [json.loads(line) for line in process.stdout.splitlines()]
     assert [row["frame"] for row in rows] == list(range(5))  # frame 5 was being drawn: no line for it
@@ -336,29 +349,25 @@ def test_a_resumed_run_refuses_to_replace_its_drawn_video(model, clip, tmp_path)
     assert len(read_video(drawn)) == 2
 
 
-# The command, with a Ctrl-C sent to itself the moment a temporary output file whose name starts with
-# PREFIX exists, before deploykit has recorded it: the window in which an interrupt used to leave it behind.
+# Ctrl-C the moment a temporary output file whose name starts with PREFIX exists, before deploykit has
+# recorded it: the window in which an interrupt used to leave it behind.
 _CTRL_C_AS_A_TEMPORARY_FILE_IS_MADE = """
-import os, signal, sys, tempfile
-from deploykit.cli import launch
+import tempfile
 real = tempfile.mkstemp
 def mkstemp(*args, **kwargs):
     made = real(*args, **kwargs)
     if os.path.basename(made[1]).startswith("{prefix}"):
-        os.kill(os.getpid(), signal.SIGINT)
+        ctrl_c()
     return made
 tempfile.mkstemp = mkstemp
-sys.argv = ["deploykit", *sys.argv[1:]]
-launch.main()
 """
 
 
 def test_ctrl_c_as_the_drawn_videos_temporary_file_is_made_leaves_nothing(model, dog_frames, tmp_path):
     video = write_video(tmp_path / "short.mp4", [cv2.resize(f, (640, 360)) for f in dog_frames[:10]])
     out = tmp_path / "drawn.mp4"
-    script = _CTRL_C_AS_A_TEMPORARY_FILE_IS_MADE.format(prefix=".drawn.")
-    command = [sys.executable, "-c", script, "predict", model, str(video), "--draw", str(out), "--json"]
-    process = subprocess.run(command, capture_output=True, text=True, timeout=600, preexec_fn=default_signals)
+    patch = _CTRL_C_AS_A_TEMPORARY_FILE_IS_MADE.format(prefix=".drawn.")
+    process = run_with_ctrl_c_at(patch, "predict", model, str(video), "--draw", str(out), "--json")
     assert process.returncode == 130, process.stderr
     assert "Traceback" not in process.stderr, process.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["short.mp4"]  # no video, no temporary: no frame was written
@@ -366,9 +375,8 @@ def test_ctrl_c_as_the_drawn_videos_temporary_file_is_made_leaves_nothing(model,
 
 def test_ctrl_c_as_an_atomic_outputs_temporary_file_is_made_leaves_nothing(model, tmp_path):
     out = tmp_path / "outputs.npz"
-    script = _CTRL_C_AS_A_TEMPORARY_FILE_IS_MADE.format(prefix=".deploykit-outputs.npz.")
-    command = [sys.executable, "-c", script, "run", model, "-i", "images=random:1x3x64x64", "-o", str(out)]
-    process = subprocess.run(command, capture_output=True, text=True, timeout=600, preexec_fn=default_signals)
+    patch = _CTRL_C_AS_A_TEMPORARY_FILE_IS_MADE.format(prefix=".deploykit-outputs.npz.")
+    process = run_with_ctrl_c_at(patch, "run", model, "-i", "images=random:1x3x64x64", "-o", str(out))
     assert process.returncode == 130, process.stderr
     assert "Traceback" not in process.stderr, process.stderr
     assert list(tmp_path.iterdir()) == []  # neither the output nor its temporary

@@ -29,6 +29,20 @@ def _request() -> tuple[bytes, dict[str, str], np.ndarray]:
     return header + a.tobytes() + b.tobytes(), {"Inference-Header-Content-Length": str(len(header))}, a + b
 
 
+def _threads_running(server: Server, name: str, monkeypatch) -> list[str]:
+    """The names of the threads that run each pass of model ``name``'s session, in order, from now on."""
+    (session,) = server.repository.runners[name]._sessions
+    threads: list[str] = []
+    run = session.run
+
+    def recorded(feeds):
+        threads.append(threading.current_thread().name)
+        return run(feeds)
+
+    monkeypatch.setattr(session, "run", recorded)
+    return threads
+
+
 @pytest.mark.parametrize(
     ("threshold_us", "isolate"),
     [(math.inf, False), (0.0, False), (math.inf, True)],
@@ -42,15 +56,7 @@ def test_a_quick_model_runs_on_the_event_loop_and_a_slow_one_on_its_runner(
     model = ServedModel.from_path(catalog_paths["multi_io"], isolate=isolate)
     with Server([model], BatchPolicy(max_batch=1), settings) as server:
         assert server.wait_ready(WAIT_S), [r.problem for r in server.repository.runners.values()]
-        (session,) = server.repository.runners["multi_io"]._sessions
-        threads: list[str] = []
-        run = session.run
-
-        def recorded(feeds):
-            threads.append(threading.current_thread().name)
-            return run(feeds)
-
-        monkeypatch.setattr(session, "run", recorded)
+        threads = _threads_running(server, "multi_io", monkeypatch)
         body, headers, expected = _request()
         for _ in range(4):
             conn = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=WAIT_S)
@@ -87,15 +93,7 @@ def test_a_request_much_larger_than_the_typical_one_runs_on_the_runner_however_q
     model = ServedModel.from_path(catalog_paths["symbolic_sequence"])
     with Server([model], BatchPolicy(max_batch=1), settings) as server:
         assert server.wait_ready(WAIT_S), [r.problem for r in server.repository.runners.values()]
-        (session,) = server.repository.runners["symbolic_sequence"]._sessions
-        threads: list[str] = []
-        run = session.run
-
-        def recorded(feeds):
-            threads.append(threading.current_thread().name)
-            return run(feeds)
-
-        monkeypatch.setattr(session, "run", recorded)
+        threads = _threads_running(server, "symbolic_sequence", monkeypatch)
         for length in (4, 4, 4, 200_000, 4):
             body, headers = _sequence_request(length)
             conn = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=WAIT_S)
